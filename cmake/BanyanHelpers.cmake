@@ -1,7 +1,7 @@
 # Small helpers shared by every module's CMakeLists.
 
 function(banyan_setup_sanitizers)
-  if(BANYAN_SANITIZE STREQUAL "")
+  if(NOT BANYAN_SANITIZE)
     return()
   endif()
   if(NOT BANYAN_SANITIZE MATCHES "^(address|undefined|thread)$")

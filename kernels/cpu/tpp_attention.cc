@@ -1,0 +1,174 @@
+#include "kernels/cpu/tpp_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/check.h"
+
+namespace banyan::kernels::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Online-softmax attention of `num_q` queries (rows of `q`, stride q_stride floats) against the
+// tokens of spans [span_lo, span_hi) for kv head `head`, reading at most `token_limit` tokens.
+// Writes normalised outputs o[num_q][head_dim] and lse[num_q]. Each K/V row is loaded once per
+// span for all queries (the matrix form of phase 1).
+void Attend(const float* q, int64_t q_stride, int num_q, const KvView& kv, int head,
+            const int32_t* span_chunk, const int32_t* span_begin, const int32_t* span_end,
+            int span_lo, int span_hi, int64_t token_limit, float scale, float* o, float* lse) {
+  const int d = kv.head_dim;
+  std::vector<float> m(num_q, kNegInf), l(num_q, 0.0f);
+  std::fill(o, o + static_cast<int64_t>(num_q) * d, 0.0f);
+  std::vector<float> logits(kv.chunk_size);
+  int64_t seen = 0;
+  for (int s = span_lo; s < span_hi && seen < token_limit; ++s) {
+    const int chunk = span_chunk[s];
+    const int begin = span_begin[s];
+    const int64_t left = token_limit - seen;  // no begin + left: token_limit may be INT64_MAX
+    const int end = (span_end[s] - begin > left) ? begin + static_cast<int>(left) : span_end[s];
+    seen += end - begin;
+    for (int i = 0; i < num_q; ++i) {
+      const float* qi = q + i * q_stride;
+      float block_max = kNegInf;
+      for (int t = begin; t < end; ++t) {
+        const float* k = kv.K(chunk, head, t);
+        float dot = 0.0f;
+        for (int x = 0; x < d; ++x) dot += qi[x] * k[x];
+        logits[t - begin] = dot * scale;
+        block_max = std::max(block_max, logits[t - begin]);
+      }
+      if (block_max == kNegInf) continue;
+      float new_m = std::max(m[i], block_max);
+      float rescale = std::exp(m[i] - new_m);  // exp(-inf) == 0 on the first block
+      float* oi = o + static_cast<int64_t>(i) * d;
+      for (int x = 0; x < d; ++x) oi[x] *= rescale;
+      l[i] *= rescale;
+      for (int t = begin; t < end; ++t) {
+        float pr = std::exp(logits[t - begin] - new_m);
+        l[i] += pr;
+        const float* v = kv.V(chunk, head, t);
+        for (int x = 0; x < d; ++x) oi[x] += pr * v[x];
+      }
+      m[i] = new_m;
+    }
+  }
+  for (int i = 0; i < num_q; ++i) {
+    float* oi = o + static_cast<int64_t>(i) * d;
+    if (l[i] > 0.0f) {
+      float inv = 1.0f / l[i];
+      for (int x = 0; x < d; ++x) oi[x] *= inv;
+      lse[i] = m[i] + std::log(l[i]);
+    } else {
+      lse[i] = kNegInf;  // empty state: o stays 0
+    }
+  }
+}
+
+}  // namespace
+
+void MergeState(float* o_a, float* lse_a, const float* o_b, float lse_b, int head_dim) {
+  // max() keeps -inf only when both states are empty; then nothing changes, which avoids the
+  // NaN of exp(-inf - -inf).
+  float m = std::max(*lse_a, lse_b);
+  if (m == kNegInf) return;
+  float wa = std::exp(*lse_a - m);
+  float wb = std::exp(lse_b - m);
+  float sum = wa + wb;
+  for (int x = 0; x < head_dim; ++x) o_a[x] = (o_a[x] * wa + o_b[x] * wb) / sum;
+  *lse_a = m + std::log(sum);
+}
+
+void TppDecodeAttention(const DecodeAttentionParams& p) {
+  const KvView& kv = p.kv;
+  const PlanView& plan = p.plan;
+  const int d = kv.head_dim;
+  const int hq = p.num_q_heads;
+  BANYAN_CHECK(hq % kv.num_kv_heads == 0) << hq << " q heads, " << kv.num_kv_heads << " kv heads";
+  const int g = hq / kv.num_kv_heads;
+  const int64_t row_stride = static_cast<int64_t>(hq) * d;
+
+  // Phase 1: one (rows x g) query matrix per segment and kv head.
+  std::vector<float> qbuf, obuf, lbuf;
+  for (int s = 0; s < plan.num_segments; ++s) {
+    const int r0 = plan.seg_row_begin[s];
+    const int nr = plan.seg_row_end[s] - r0;
+    const int m = nr * g;
+    qbuf.resize(static_cast<size_t>(m) * d);
+    obuf.resize(static_cast<size_t>(m) * d);
+    lbuf.resize(m);
+    for (int h = 0; h < kv.num_kv_heads; ++h) {
+      for (int r = 0; r < nr; ++r) {
+        const float* src = p.q + (r0 + r) * row_stride + static_cast<int64_t>(h) * g * d;
+        std::copy(src, src + g * d, qbuf.data() + static_cast<size_t>(r) * g * d);
+      }
+      Attend(qbuf.data(), d, m, kv, h, plan.span_chunk, plan.span_begin, plan.span_end,
+             plan.seg_span_begin[s], plan.seg_span_end[s], INT64_MAX, p.scale, obuf.data(),
+             lbuf.data());
+      for (int r = 0; r < nr; ++r) {
+        const int64_t part = plan.seg_partial_offset[s] + r;
+        for (int k = 0; k < g; ++k) {
+          const int qh = h * g + k;
+          std::copy(obuf.data() + (static_cast<size_t>(r) * g + k) * d,
+                    obuf.data() + (static_cast<size_t>(r) * g + k + 1) * d,
+                    p.partial_o + (part * hq + qh) * d);
+          p.partial_lse[part * hq + qh] = lbuf[r * g + k];
+        }
+      }
+    }
+  }
+
+  // Phase 2: private spans per row (its g heads of a kv head together), then merge partials.
+  std::vector<float> lse(g);
+  for (int r = 0; r < plan.num_rows; ++r) {
+    for (int h = 0; h < kv.num_kv_heads; ++h) {
+      const int64_t base = r * row_stride + static_cast<int64_t>(h) * g * d;
+      Attend(p.q + base, d, g, kv, h, plan.span_chunk, plan.span_begin, plan.span_end,
+             plan.row_span_begin[r], plan.row_span_end[r], INT64_MAX, p.scale, p.out + base,
+             lse.data());
+      for (int i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
+        const int s = plan.row_seg_ids[i];
+        const int64_t part = plan.seg_partial_offset[s] + (r - plan.seg_row_begin[s]);
+        for (int k = 0; k < g; ++k) {
+          const int qh = h * g + k;
+          MergeState(p.out + base + static_cast<int64_t>(k) * d, &lse[k],
+                     p.partial_o + (part * hq + qh) * d, p.partial_lse[part * hq + qh], d);
+        }
+      }
+    }
+  }
+}
+
+void PagedDecodeAttention(const DecodeAttentionParams& p) {
+  BANYAN_CHECK(p.plan.num_segments == 0) << "the paged kernel takes a plan without sharing";
+  const int d = p.kv.head_dim;
+  const int g = p.num_q_heads / p.kv.num_kv_heads;
+  const int64_t row_stride = static_cast<int64_t>(p.num_q_heads) * d;
+  std::vector<float> lse(g);
+  for (int r = 0; r < p.plan.num_rows; ++r) {
+    for (int h = 0; h < p.kv.num_kv_heads; ++h) {
+      const int64_t base = r * row_stride + static_cast<int64_t>(h) * g * d;
+      Attend(p.q + base, d, g, p.kv, h, p.plan.span_chunk, p.plan.span_begin, p.plan.span_end,
+             p.plan.row_span_begin[r], p.plan.row_span_end[r], INT64_MAX, p.scale,
+             p.out + base, lse.data());
+    }
+  }
+}
+
+void PrefillAttention(const PrefillAttentionParams& p) {
+  const int d = p.kv.head_dim;
+  const int g = p.num_q_heads / p.kv.num_kv_heads;
+  const int64_t row_stride = static_cast<int64_t>(p.num_q_heads) * d;
+  std::vector<float> lse(g);
+  for (int j = 0; j < p.num_q; ++j) {
+    for (int h = 0; h < p.kv.num_kv_heads; ++h) {
+      const int64_t base = j * row_stride + static_cast<int64_t>(h) * g * d;
+      Attend(p.q + base, d, g, p.kv, h, p.span_chunk, p.span_begin, p.span_end, 0, p.num_spans,
+             static_cast<int64_t>(p.q_pos0) + j + 1, p.scale, p.out + base, lse.data());
+    }
+  }
+}
+
+}  // namespace banyan::kernels::cpu

@@ -1,0 +1,51 @@
+// ChunkPool: a fixed set of KV-cache chunks, each `chunk_size` token slots (for every layer).
+//
+// Invariants:
+//  - capacity is fixed at construction; memory is never returned to the OS;
+//  - a chunk id is either free (on the free list exactly once) or allocated, never both;
+//  - Allocate and Free are O(1); chunks_used() + chunks_free() == chunks_total().
+//
+// The pool only hands out ids. The backend owns the KV memory the ids index
+// ([layer][chunk][k|v][kv_head][chunk_size][head_dim] on the CPU backend).
+//
+// Not thread-safe: the engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace banyan::kvcache {
+
+using ChunkId = int32_t;
+inline constexpr ChunkId kNoChunk = -1;
+inline constexpr int32_t kMinChunkSize = 16;
+inline constexpr int32_t kMaxChunkSize = 256;
+
+class ChunkPool {
+ public:
+  // Fails when chunk_size is outside [16, 256] or num_chunks < 1.
+  static absl::StatusOr<ChunkPool> Create(int32_t num_chunks, int32_t chunk_size);
+
+  // ResourceExhausted when no chunk is free.
+  absl::StatusOr<ChunkId> Allocate();
+  // `id` must be allocated (checked).
+  void Free(ChunkId id);
+  bool IsAllocated(ChunkId id) const;
+
+  int32_t chunk_size() const { return chunk_size_; }
+  int32_t chunks_total() const { return static_cast<int32_t>(allocated_.size()); }
+  int32_t chunks_free() const { return static_cast<int32_t>(free_list_.size()); }
+  int32_t chunks_used() const { return chunks_total() - chunks_free(); }
+
+ private:
+  ChunkPool(int32_t num_chunks, int32_t chunk_size);
+
+  int32_t chunk_size_;
+  std::vector<ChunkId> free_list_;  // LIFO: recently freed chunks are reused first (warm)
+  std::vector<uint8_t> allocated_;  // 1 when the id is handed out
+};
+
+}  // namespace banyan::kvcache

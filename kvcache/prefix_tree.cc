@@ -1,0 +1,483 @@
+#include "kvcache/prefix_tree.h"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+namespace banyan::kvcache {
+namespace {
+
+int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+SlotRef PrefixTree::Node::SlotOf(int32_t i, int32_t chunk_size) const {
+  int32_t g = first_slot + i;
+  return SlotRef{chunks[g / chunk_size], g % chunk_size};
+}
+
+std::pair<int32_t, int32_t> PrefixTree::Node::SlotRange(size_t k, int32_t chunk_size) const {
+  int32_t begin = (k == 0) ? first_slot : 0;
+  int32_t end_global = first_slot + size();
+  int32_t end = std::min<int32_t>(chunk_size, end_global - static_cast<int32_t>(k) * chunk_size);
+  return {begin, end};
+}
+
+// Where a walk from `start` along a token list stopped.
+struct PrefixTree::Cursor {
+  Node* node = nullptr;  // deepest node whose tokens all matched (or start)
+  Node* mid = nullptr;   // child of `node` matched only partly (nullptr: none)
+  int32_t mid_len = 0;   // tokens of `mid` that matched, 0 < mid_len < mid->size()
+  int32_t matched = 0;   // tokens of the list matched below start
+};
+
+PrefixTree::PrefixTree(ChunkPool* pool) : pool_(pool), chunk_size_(pool->chunk_size()) {}
+
+PrefixTree::~PrefixTree() {
+  for (auto& [ns, root] : roots_) FreeNode(root.get());
+}
+
+void PrefixTree::FreeNode(Node* node) {
+  for (auto& [tok, child] : node->children) FreeNode(child.get());
+  for (ChunkId c : node->chunks) pool_->Free(c);
+  node->chunks.clear();
+}
+
+PrefixTree::Node* PrefixTree::Root(std::string_view ns) {
+  auto it = roots_.find(ns);
+  if (it == roots_.end()) {
+    it = roots_.emplace(std::string(ns), std::make_unique<Node>()).first;
+  }
+  return it->second.get();
+}
+
+const PrefixTree::Node* PrefixTree::FindRoot(std::string_view ns) const {
+  auto it = roots_.find(ns);
+  return it == roots_.end() ? nullptr : it->second.get();
+}
+
+PrefixTree::Cursor PrefixTree::Walk(Node* start, std::span<const int32_t> tokens) const {
+  Cursor cur;
+  cur.node = start;
+  size_t pos = 0;
+  while (pos < tokens.size()) {
+    auto it = cur.node->children.find(tokens[pos]);
+    if (it == cur.node->children.end()) break;
+    Node* child = it->second.get();
+    int32_t l = 0;
+    while (l < child->size() && pos + l < tokens.size() && child->tokens[l] == tokens[pos + l]) {
+      ++l;
+    }
+    pos += l;
+    if (l < child->size()) {
+      cur.mid = child;
+      cur.mid_len = l;
+      break;
+    }
+    cur.node = child;
+  }
+  cur.matched = static_cast<int32_t>(pos);
+  return cur;
+}
+
+int32_t PrefixTree::Match(std::string_view ns, std::span<const int32_t> tokens) const {
+  const Node* root = FindRoot(ns);
+  if (root == nullptr) return 0;
+  return Walk(const_cast<Node*>(root), tokens).matched;
+}
+
+namespace {
+
+// A node grows in place when it is not a root, has no children, and the only live sequence on
+// it (if any) is the one being extended.
+bool CanGrowInPlace(const PrefixTree::Node* node, const PrefixTree::Node* own_leaf) {
+  return node->parent != nullptr && node->children.empty() &&
+         node->refcount == (node == own_leaf ? 1 : 0);
+}
+
+}  // namespace
+
+int32_t PrefixTree::ChunksNeeded(const Cursor& cur, Node* own_leaf, int32_t remaining) const {
+  int32_t needed = 0;
+  if (cur.mid != nullptr) {
+    if ((cur.mid->first_slot + cur.mid_len) % chunk_size_ != 0) needed += 1;
+    return needed + CeilDiv(remaining, chunk_size_);
+  }
+  if (remaining == 0) return 0;
+  const Node* end = cur.node;
+  if (CanGrowInPlace(end, own_leaf)) {
+    int32_t spare = static_cast<int32_t>(end->chunks.size()) * chunk_size_ -
+                    (end->first_slot + end->size());
+    return CeilDiv(std::max(0, remaining - spare), chunk_size_);
+  }
+  return CeilDiv(remaining, chunk_size_);
+}
+
+absl::Status PrefixTree::Reserve(int32_t needed) const {
+  if (pool_->chunks_free() >= needed) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("[kv] not enough KV cache: need ", needed, " chunks, ", pool_->chunks_free(),
+                   " free of ", pool_->chunks_total(), " (chunk size ", chunk_size_, " tokens)"));
+}
+
+PrefixTree::Node* PrefixTree::Split(Node* node, int32_t at, std::vector<ChunkCopy>* copies) {
+  BANYAN_CHECK(at > 0 && at < node->size()) << "split at " << at << " of " << node->size();
+  Node* parent = node->parent;
+  auto upper_owned = std::make_unique<Node>();
+  Node* upper = upper_owned.get();
+  upper->parent = parent;
+  upper->tokens.assign(node->tokens.begin(), node->tokens.begin() + at);
+  upper->refcount = node->refcount;
+  upper->depth_tokens = node->depth_tokens;
+  upper->last_use = node->last_use;
+  upper->first_slot = node->first_slot;
+
+  const int32_t c = chunk_size_;
+  const int32_t s = node->first_slot + at;
+  const size_t b = s / c;
+  const int32_t off = s % c;
+  std::vector<ChunkId> lower_chunks;
+  if (off == 0) {
+    upper->chunks.assign(node->chunks.begin(), node->chunks.begin() + b);
+    lower_chunks.assign(node->chunks.begin() + b, node->chunks.end());
+  } else {
+    // Chunk b holds the end of the upper part and the start of the lower part. Copy the
+    // smaller part (< c tokens) to a fresh chunk at the same slots.
+    ChunkId straddled = node->chunks[b];
+    int32_t up_begin = (b == 0) ? node->first_slot : 0;
+    int32_t low_end = std::min<int32_t>(c, node->first_slot + node->size() - b * c);
+    auto fresh = pool_->Allocate();
+    BANYAN_CHECK(fresh.ok()) << "split without a reserved chunk";
+    if (off - up_begin <= low_end - off) {
+      copies->push_back(ChunkCopy{straddled, *fresh, up_begin, off});
+      upper->chunks.assign(node->chunks.begin(), node->chunks.begin() + b);
+      upper->chunks.push_back(*fresh);
+      lower_chunks.assign(node->chunks.begin() + b, node->chunks.end());
+    } else {
+      copies->push_back(ChunkCopy{straddled, *fresh, off, low_end});
+      upper->chunks.assign(node->chunks.begin(), node->chunks.begin() + b + 1);
+      lower_chunks.push_back(*fresh);
+      lower_chunks.insert(lower_chunks.end(), node->chunks.begin() + b + 1, node->chunks.end());
+    }
+  }
+  node->chunks = std::move(lower_chunks);
+  node->first_slot = off;
+  node->tokens.erase(node->tokens.begin(), node->tokens.begin() + at);
+  node->depth_tokens += at;
+
+  auto& slot_in_parent = parent->children[upper->tokens[0]];
+  BANYAN_CHECK(slot_in_parent.get() == node) << "split node not found under its parent";
+  std::unique_ptr<Node> lower_owned = std::move(slot_in_parent);
+  node->parent = upper;
+  upper->children.emplace(node->tokens[0], std::move(lower_owned));
+  slot_in_parent = std::move(upper_owned);
+  ++shape_version_;
+  return upper;
+}
+
+void PrefixTree::AppendTokens(Node* node, std::span<const int32_t> tokens,
+                              std::vector<SlotRef>* slots) {
+  for (int32_t t : tokens) {
+    int32_t g = node->first_slot + node->size();
+    if (static_cast<size_t>(g / chunk_size_) == node->chunks.size()) {
+      auto id = pool_->Allocate();
+      BANYAN_CHECK(id.ok()) << "append without a reserved chunk";
+      node->chunks.push_back(*id);
+      ++shape_version_;  // a chunk filled: the plan's chunk lists change
+    }
+    node->tokens.push_back(t);
+    slots->push_back(SlotRef{node->chunks[g / chunk_size_], g % chunk_size_});
+  }
+}
+
+absl::StatusOr<PlaceResult> PrefixTree::Place(Node* start, Node* own_leaf, SeqId seq,
+                                              std::span<const int32_t> tokens,
+                                              bool allow_evict, Node** end_out) {
+  Cursor cur = Walk(start, tokens);
+  int32_t remaining = static_cast<int32_t>(tokens.size()) - cur.matched;
+  int32_t needed = ChunksNeeded(cur, own_leaf, remaining);
+  if (pool_->chunks_free() < needed && allow_evict) {
+    // Pin the walk's nodes so that eviction cannot free them, then evict. Eviction can remove
+    // cached children of cur.node and so change how many chunks are needed: recompute.
+    std::vector<Node*> pinned;
+    for (Node* n = cur.node; n != nullptr; n = n->parent) pinned.push_back(n);
+    if (cur.mid != nullptr) pinned.push_back(cur.mid);
+    for (Node* n : pinned) ++n->refcount;
+    Evict(needed - pool_->chunks_free());
+    for (Node* n : pinned) --n->refcount;
+    needed = ChunksNeeded(cur, own_leaf, remaining);
+  }
+  if (absl::Status s = Reserve(needed); !s.ok()) return s;
+
+  PlaceResult result;
+  result.seq = seq;
+  result.matched_tokens = cur.matched;
+  Node* end = cur.node;
+  if (cur.mid != nullptr) end = Split(cur.mid, cur.mid_len, &result.copies);
+  if (remaining > 0) {
+    auto rest = tokens.subspan(cur.matched);
+    if (cur.mid == nullptr && CanGrowInPlace(end, own_leaf)) {
+      AppendTokens(end, rest, &result.new_slots);
+    } else {
+      auto child = std::make_unique<Node>();
+      child->parent = end;
+      child->depth_tokens = end->depth_tokens + end->size();
+      Node* raw = child.get();
+      end->children.emplace(rest[0], std::move(child));
+      AppendTokens(raw, rest, &result.new_slots);
+      end = raw;
+      ++shape_version_;
+    }
+  }
+  ++clock_;
+  for (Node* n = end; n != start; n = n->parent) {
+    ++n->refcount;
+    n->last_use = clock_;
+  }
+  if (own_leaf != end) {
+    if (own_leaf != nullptr) own_leaf->seqs_ending.erase(seq);
+    end->seqs_ending.insert(seq);
+    ++shape_version_;
+  }
+  *end_out = end;
+  return result;
+}
+
+absl::StatusOr<PlaceResult> PrefixTree::Insert(std::string_view ns,
+                                               std::span<const int32_t> tokens,
+                                               bool allow_evict) {
+  if (tokens.empty()) return absl::InvalidArgumentError("cannot insert an empty token list");
+  Node* end = nullptr;
+  auto result = Place(Root(ns), nullptr, next_seq_, tokens, allow_evict, &end);
+  if (!result.ok()) return result.status();
+  seqs_.emplace(next_seq_, Sequence{end, std::string(ns)});
+  ++next_seq_;
+  return result;
+}
+
+absl::StatusOr<PlaceResult> PrefixTree::Extend(SeqId seq, std::span<const int32_t> tokens,
+                                               bool allow_evict) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
+  PlaceResult empty;
+  empty.seq = seq;
+  if (tokens.empty()) return empty;
+  Node* leaf = it->second.leaf;
+  Node* end = nullptr;
+  auto result = Place(leaf, leaf, seq, tokens, allow_evict, &end);
+  if (!result.ok()) return result.status();
+  it->second.leaf = end;
+  return result;
+}
+
+absl::StatusOr<std::vector<SeqId>> PrefixTree::Fork(SeqId seq, int n) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat("fork count must be >= 1, got ", n));
+  std::vector<SeqId> ids{seq};
+  Node* leaf = it->second.leaf;
+  std::string ns = it->second.ns;
+  for (int i = 1; i < n; ++i) {
+    SeqId id = next_seq_++;
+    seqs_.emplace(id, Sequence{leaf, ns});
+    leaf->seqs_ending.insert(id);
+    for (Node* p = leaf; p->parent != nullptr; p = p->parent) ++p->refcount;
+    ids.push_back(id);
+  }
+  if (n > 1) ++shape_version_;
+  return ids;
+}
+
+absl::Status PrefixTree::Release(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
+  Node* leaf = it->second.leaf;
+  leaf->seqs_ending.erase(seq);
+  ++clock_;
+  for (Node* p = leaf; p->parent != nullptr; p = p->parent) {
+    BANYAN_CHECK(p->refcount > 0) << "refcount underflow releasing sequence " << seq;
+    --p->refcount;
+    p->last_use = clock_;
+  }
+  seqs_.erase(it);
+  ++shape_version_;
+  return absl::OkStatus();
+}
+
+int32_t PrefixTree::Evict(int32_t n_chunks) {
+  if (n_chunks <= 0) return 0;
+  using Entry = std::pair<uint64_t, Node*>;  // (last_use, node): oldest first
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  auto evictable = [](const Node* n) {
+    return n->parent != nullptr && n->refcount == 0 && n->children.empty();
+  };
+  std::vector<Node*> stack;
+  for (auto& [ns, root] : roots_) stack.push_back(root.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (evictable(n)) heap.emplace(n->last_use, n);
+    for (auto& [tok, child] : n->children) stack.push_back(child.get());
+  }
+  int32_t freed = 0;
+  while (freed < n_chunks && !heap.empty()) {
+    Node* n = heap.top().second;
+    heap.pop();
+    for (ChunkId c : n->chunks) pool_->Free(c);
+    freed += static_cast<int32_t>(n->chunks.size());
+    Node* parent = n->parent;
+    parent->children.erase(n->tokens[0]);  // destroys n
+    if (evictable(parent)) heap.emplace(parent->last_use, parent);
+  }
+  return freed;
+}
+
+int32_t PrefixTree::Length(SeqId seq) const {
+  const Node* leaf = seqs_.at(seq).leaf;
+  return leaf->depth_tokens + leaf->size();
+}
+
+std::vector<const PrefixTree::Node*> PrefixTree::Path(SeqId seq) const {
+  std::vector<const Node*> path;
+  for (const Node* p = seqs_.at(seq).leaf; p->parent != nullptr; p = p->parent) {
+    path.push_back(p);
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::vector<int32_t> PrefixTree::Tokens(SeqId seq) const {
+  std::vector<int32_t> tokens;
+  for (const Node* n : Path(seq)) tokens.insert(tokens.end(), n->tokens.begin(), n->tokens.end());
+  return tokens;
+}
+
+std::vector<SlotRef> PrefixTree::Slots(SeqId seq, int32_t begin, int32_t end) const {
+  std::vector<SlotRef> slots;
+  for (const Node* n : Path(seq)) {
+    int32_t lo = std::max(begin, n->depth_tokens);
+    int32_t hi = std::min(end, n->depth_tokens + n->size());
+    for (int32_t pos = lo; pos < hi; ++pos) {
+      slots.push_back(n->SlotOf(pos - n->depth_tokens, chunk_size_));
+    }
+  }
+  return slots;
+}
+
+std::vector<SeqId> PrefixTree::DfsOrder() const {
+  std::vector<SeqId> order;
+  std::vector<const Node*> stack;
+  for (auto it = roots_.rbegin(); it != roots_.rend(); ++it) stack.push_back(it->second.get());
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    order.insert(order.end(), n->seqs_ending.begin(), n->seqs_ending.end());
+    for (auto it = n->children.rbegin(); it != n->children.rend(); ++it) {
+      stack.push_back(it->second.get());
+    }
+  }
+  return order;
+}
+
+MemoryStats PrefixTree::Stats() const {
+  MemoryStats stats;
+  stats.chunks_total = pool_->chunks_total();
+  stats.chunks_free = pool_->chunks_free();
+  std::vector<const Node*> stack;
+  for (auto& [ns, root] : roots_) stack.push_back(root.get());
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (n->parent != nullptr) {
+      ++stats.nodes;
+      int32_t chunks = static_cast<int32_t>(n->chunks.size());
+      (n->refcount > 0 ? stats.chunks_live : stats.chunks_cached) += chunks;
+    }
+    for (auto& [tok, child] : n->children) stack.push_back(child.get());
+  }
+  int64_t whole = 0;
+  for (auto& [id, s] : seqs_) {
+    whole += CeilDiv(s.leaf->depth_tokens + s.leaf->size(), chunk_size_);
+  }
+  stats.live_sequences = static_cast<int32_t>(seqs_.size());
+  stats.chunks_saved_by_sharing = whole - stats.chunks_live;
+  return stats;
+}
+
+absl::Status PrefixTree::CheckInvariants() const {
+  std::unordered_map<const Node*, int32_t> expected_refs;
+  for (auto& [id, s] : seqs_) {
+    if (!s.leaf->seqs_ending.contains(id)) {
+      return absl::InternalError(absl::StrCat("sequence ", id, " missing from its leaf"));
+    }
+    for (const Node* p = s.leaf; p->parent != nullptr; p = p->parent) ++expected_refs[p];
+  }
+  std::unordered_set<ChunkId> owned;
+  int32_t ending = 0;
+  std::vector<const Node*> stack;
+  for (auto& [ns, root] : roots_) {
+    if (!root->tokens.empty() || !root->chunks.empty() || root->refcount != 0) {
+      return absl::InternalError(absl::StrCat("root of namespace '", ns, "' holds tokens"));
+    }
+    stack.push_back(root.get());
+  }
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    ending += static_cast<int32_t>(n->seqs_ending.size());
+    for (SeqId id : n->seqs_ending) {
+      auto it = seqs_.find(id);
+      if (it == seqs_.end() || it->second.leaf != n) {
+        return absl::InternalError(absl::StrCat("node lists sequence ", id, " wrongly"));
+      }
+    }
+    if (n->parent != nullptr) {
+      auto it = expected_refs.find(n);
+      int32_t want = it == expected_refs.end() ? 0 : it->second;
+      if (n->refcount != want) {
+        return absl::InternalError(
+            absl::StrCat("refcount ", n->refcount, " but ", want, " live sequences pass"));
+      }
+      if (n->tokens.empty()) return absl::InternalError("non-root node without tokens");
+      if (n->first_slot < 0 || n->first_slot >= chunk_size_) {
+        return absl::InternalError(absl::StrCat("bad first_slot ", n->first_slot));
+      }
+      size_t want_chunks = CeilDiv(n->first_slot + n->size(), chunk_size_);
+      if (n->chunks.size() != want_chunks) {
+        return absl::InternalError(absl::StrCat("node of ", n->size(), " tokens at slot ",
+                                                n->first_slot, " has ", n->chunks.size(),
+                                                " chunks, want ", want_chunks));
+      }
+      for (ChunkId c : n->chunks) {
+        if (!pool_->IsAllocated(c)) {
+          return absl::InternalError(absl::StrCat("chunk ", c, " owned but free in the pool"));
+        }
+        if (!owned.insert(c).second) {
+          return absl::InternalError(absl::StrCat("chunk ", c, " owned by two nodes"));
+        }
+      }
+    }
+    for (auto& [tok, child] : n->children) {
+      if (child->parent != n || child->tokens.empty() || child->tokens[0] != tok) {
+        return absl::InternalError("child link or key broken");
+      }
+      if (child->depth_tokens != n->depth_tokens + n->size()) {
+        return absl::InternalError("child depth does not follow its parent");
+      }
+      stack.push_back(child.get());
+    }
+  }
+  if (ending != static_cast<int32_t>(seqs_.size())) {
+    return absl::InternalError("live sequence count does not match the leaves");
+  }
+  if (static_cast<int32_t>(owned.size()) != pool_->chunks_used()) {
+    return absl::InternalError(absl::StrCat("tree owns ", owned.size(), " chunks, pool says ",
+                                            pool_->chunks_used(), " used"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace banyan::kvcache

@@ -1,0 +1,200 @@
+// PrefixTree: the chunked prefix tree that stores every sequence's KV slots, sharing every
+// common prefix (ChunkAttention's prefix-aware KV cache).
+//
+// Model
+//  - One radix tree per cache namespace (tenant / cache_salt): prefixes are never shared across
+//    namespaces, so no tenant can observe another's cache through timing.
+//  - A node holds a maximal run of tokens and the chunks their KV lives in. Token i of a node sits
+//    in global slot g = first_slot + i of the node: chunk chunks[g / c], slot g % c. Slots are
+//    contiguous, so every chunk of a node is full except possibly the first (which starts at
+//    first_slot, only after a mid-chunk split) and the last.
+//  - Children are keyed by their first token; a node's children start with distinct tokens.
+//  - A live sequence is a path root → leaf node and always ends at the end of its leaf node.
+//    Several sequences may end at the same node (right after Fork).
+//  - refcount(node) = number of live sequences whose path contains the node.
+//  - Each chunk is owned by exactly one node. A node with refcount 0 is "cached": it keeps its
+//    chunks for future prefix matches until Evict frees it (LRU by last use, leaves first).
+//
+// Splitting. When a new token list diverges inside a node, the node is split at the divergence
+// point. If that point is mid-chunk, the straddled chunk cannot belong to both halves, so the
+// smaller of the two parts (< c tokens) is copied into a fresh chunk at the same slot positions.
+// The copy is reported as a ChunkCopy for the backend to apply to its KV memory. Re-packing the
+// lower half so that it starts at slot 0 (which would keep "only the last chunk is partial")
+// would copy the whole lower half; the first_slot offset costs at most one partial chunk per
+// node instead. The same-slot copy keeps the KV positions of every token unchanged.
+//
+// Appending. A sequence grows in place when it alone uses its leaf and the leaf has no children;
+// otherwise the new token goes into a child node. If a child starting with that token already
+// exists (cached, or written in the same step by another row), the sequence moves into it and
+// its KV is reused (needs_write == false).
+//
+// Memory errors. Every operation that needs chunks computes how many it needs first and fails
+// with ResourceExhausted before changing anything when the pool cannot supply them (after
+// evicting cached nodes not on its own path, when allow_evict is set).
+//
+// Shape version. shape_version() changes whenever the set of nodes, a node's chunk list, or the
+// set of live sequences changes. Appending a token into a non-full chunk leaves it unchanged; an
+// AttentionPlan built at that version then only needs its lengths advanced.
+//
+// Not thread-safe: the engine thread owns the tree.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvcache/chunk_pool.h"
+
+namespace banyan::kvcache {
+
+using SeqId = int64_t;
+
+// Where one token's KV lives.
+struct SlotRef {
+  ChunkId chunk;
+  int32_t slot;
+  bool operator==(const SlotRef&) const = default;
+};
+
+// Copy KV slots [slot_begin, slot_end) of chunk src into the same slots of chunk dst, every
+// layer, K and V.
+struct ChunkCopy {
+  ChunkId src;
+  ChunkId dst;
+  int32_t slot_begin;
+  int32_t slot_end;
+};
+
+// Result of placing tokens (Insert / Extend / Append).
+struct PlaceResult {
+  SeqId seq = -1;
+  // How many of the given tokens were found in the tree already; their KV exists and must not be
+  // recomputed. The remaining tokens' slots are in new_slots, in order, and need their KV written.
+  int32_t matched_tokens = 0;
+  std::vector<SlotRef> new_slots;
+  // Chunk copies caused by splits; apply them before writing new KV.
+  std::vector<ChunkCopy> copies;
+};
+
+struct MemoryStats {
+  int32_t chunks_total = 0;
+  int32_t chunks_free = 0;
+  int32_t chunks_live = 0;    // owned by nodes that a live sequence uses
+  int32_t chunks_cached = 0;  // owned by nodes no live sequence uses (evictable)
+  // Chunks the live sequences would use if each were stored whole (ceil(len / c) each), minus
+  // chunks_live: what sharing saves now.
+  int64_t chunks_saved_by_sharing = 0;
+  int32_t live_sequences = 0;
+  int32_t nodes = 0;
+};
+
+class PrefixTree {
+ public:
+  struct Node;
+
+  explicit PrefixTree(ChunkPool* pool);
+  ~PrefixTree();
+  PrefixTree(const PrefixTree&) = delete;
+  PrefixTree& operator=(const PrefixTree&) = delete;
+
+  // Length of the longest prefix of `tokens` stored in namespace `ns`.
+  int32_t Match(std::string_view ns, std::span<const int32_t> tokens) const;
+
+  // Starts a live sequence holding `tokens` (non-empty), reusing the longest cached prefix.
+  // The whole list may match (matched_tokens == tokens.size()): the caller then recomputes the
+  // last token's logits without writing its KV.
+  absl::StatusOr<PlaceResult> Insert(std::string_view ns, std::span<const int32_t> tokens,
+                                     bool allow_evict = false);
+
+  // Appends tokens to live sequence `seq` (chunked prefill, or decode with one token).
+  absl::StatusOr<PlaceResult> Extend(SeqId seq, std::span<const int32_t> tokens,
+                                     bool allow_evict = false);
+  absl::StatusOr<PlaceResult> Append(SeqId seq, int32_t token, bool allow_evict = false) {
+    return Extend(seq, std::span<const int32_t>(&token, 1), allow_evict);
+  }
+
+  // Makes n sequences of `seq` (n >= 1): returns n ids, `seq` first, all sharing its whole path.
+  // Needs no memory.
+  absl::StatusOr<std::vector<SeqId>> Fork(SeqId seq, int n);
+
+  // Ends a live sequence. Its nodes stay cached.
+  absl::Status Release(SeqId seq);
+
+  // Frees at least `n_chunks` chunks by evicting cached leaves, least recently used first, when
+  // possible. Never touches a node a live sequence uses. Returns the number freed.
+  int32_t Evict(int32_t n_chunks);
+
+  // --- reads ---
+  bool IsLive(SeqId seq) const { return seqs_.contains(seq); }
+  int32_t Length(SeqId seq) const;
+  std::vector<int32_t> Tokens(SeqId seq) const;
+  // Slots of positions [begin, end) of `seq`.
+  std::vector<SlotRef> Slots(SeqId seq, int32_t begin, int32_t end) const;
+  // Nodes of the sequence's path, root's child first.
+  std::vector<const Node*> Path(SeqId seq) const;
+  // All live sequences in depth-first order: the sequences through any node form a contiguous
+  // run. Sequences ending at the same node are ordered by id.
+  std::vector<SeqId> DfsOrder() const;
+
+  uint64_t shape_version() const { return shape_version_; }
+  int32_t chunk_size() const { return chunk_size_; }
+  MemoryStats Stats() const;
+
+  // Full structural audit (for tests and debug builds): token runs, chunk ownership, slot
+  // ranges, refcounts against live sequences, pool counters. OK or a description of the fault.
+  absl::Status CheckInvariants() const;
+
+  struct Node {
+    Node* parent = nullptr;
+    std::vector<int32_t> tokens;
+    std::vector<ChunkId> chunks;
+    int32_t first_slot = 0;       // slot of tokens[0] in chunks[0]
+    int32_t refcount = 0;         // live sequences whose path contains this node
+    int32_t depth_tokens = 0;     // tokens on the path above this node
+    uint64_t last_use = 0;        // LRU clock value of the last release / use
+    std::set<SeqId> seqs_ending;  // live sequences whose leaf is this node
+    std::map<int32_t, std::unique_ptr<Node>> children;  // keyed by first token
+
+    int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+    SlotRef SlotOf(int32_t i, int32_t chunk_size) const;
+    // Slot range [begin, end) used in chunks[k].
+    std::pair<int32_t, int32_t> SlotRange(size_t k, int32_t chunk_size) const;
+  };
+
+ private:
+  struct Sequence {
+    Node* leaf;
+    std::string ns;
+  };
+  struct Cursor;  // where a placement walk stopped
+
+  Node* Root(std::string_view ns);
+  const Node* FindRoot(std::string_view ns) const;
+  Cursor Walk(Node* start, std::span<const int32_t> tokens) const;
+  int32_t ChunksNeeded(const Cursor& cur, Node* own_leaf, int32_t remaining) const;
+  absl::Status Reserve(int32_t needed) const;
+  Node* Split(Node* node, int32_t at, std::vector<ChunkCopy>* copies);
+  absl::StatusOr<PlaceResult> Place(Node* start, Node* own_leaf, SeqId seq,
+                                    std::span<const int32_t> tokens, bool allow_evict,
+                                    Node** end_out);
+  void AppendTokens(Node* node, std::span<const int32_t> tokens, std::vector<SlotRef>* slots);
+  void FreeNode(Node* node);
+
+  ChunkPool* pool_;
+  int32_t chunk_size_;
+  std::map<std::string, std::unique_ptr<Node>, std::less<>> roots_;
+  std::unordered_map<SeqId, Sequence> seqs_;
+  SeqId next_seq_ = 0;
+  uint64_t clock_ = 0;
+  uint64_t shape_version_ = 0;
+};
+
+}  // namespace banyan::kvcache

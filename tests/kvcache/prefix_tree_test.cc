@@ -1,0 +1,378 @@
+// Property and unit tests of ChunkPool, PrefixTree and AttentionPlan.
+//
+// The property test drives random operation sequences against a simple model (each live
+// sequence's token list) and a simulated KV store: every slot the tree says to write gets a value
+// derived from the sequence's whole prefix up to that position, and every reported chunk copy is
+// applied. After every step, each live sequence must read back its own prefix values through its
+// slots: this proves splits, copies, reuse and in-place growth keep KV positions right.
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include "gtest/gtest.h"
+#include "kvcache/attention_plan.h"
+#include "kvcache/chunk_pool.h"
+#include "kvcache/prefix_tree.h"
+#include "tests/testing/random.h"
+
+namespace banyan::kvcache {
+namespace {
+
+uint64_t PrefixHash(const std::vector<int32_t>& tokens, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint32_t>(tokens[i])) * 1099511628211ull;
+  return h ^ (n * 0x9e3779b97f4a7c15ull);
+}
+
+TEST(ChunkPoolTest, AllocatesEachChunkOnceAndCounts) {
+  auto pool = ChunkPool::Create(8, 16);
+  ASSERT_TRUE(pool.ok());
+  std::set<ChunkId> got;
+  for (int i = 0; i < 8; ++i) {
+    auto id = pool->Allocate();
+    ASSERT_TRUE(id.ok());
+    EXPECT_TRUE(got.insert(*id).second) << "chunk handed out twice";
+  }
+  EXPECT_EQ(pool->chunks_used(), 8);
+  EXPECT_EQ(pool->chunks_free(), 0);
+  auto none = pool->Allocate();
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted);
+  pool->Free(3);
+  EXPECT_EQ(pool->chunks_free(), 1);
+  EXPECT_FALSE(pool->IsAllocated(3));
+  EXPECT_EQ(*pool->Allocate(), 3);
+}
+
+TEST(ChunkPoolTest, RejectsBadSizes) {
+  EXPECT_FALSE(ChunkPool::Create(8, 8).ok());
+  EXPECT_FALSE(ChunkPool::Create(8, 512).ok());
+  EXPECT_FALSE(ChunkPool::Create(0, 64).ok());
+  EXPECT_TRUE(ChunkPool::Create(1, 256).ok());
+}
+
+TEST(PrefixTreeTest, SharesPrefixAndSplitsMidChunk) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> a(100), b(100);
+  for (int i = 0; i < 100; ++i) a[i] = b[i] = i;
+  b[85] = 999;  // diverges at position 85: mid-chunk (80 <= 85 < 96)
+  auto pa = tree.Insert("", a);
+  ASSERT_TRUE(pa.ok());
+  EXPECT_EQ(pa->matched_tokens, 0);
+  EXPECT_EQ(pool.chunks_used(), 7);
+  auto pb = tree.Insert("", b);
+  ASSERT_TRUE(pb.ok());
+  EXPECT_EQ(pb->matched_tokens, 85);
+  ASSERT_EQ(pb->copies.size(), 1u);  // the straddled chunk: 5 tokens above, 11 below in it
+  EXPECT_EQ(pb->copies[0].slot_begin, 0);
+  EXPECT_EQ(pb->copies[0].slot_end, 5);
+  EXPECT_EQ(pb->new_slots.size(), 15u);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  EXPECT_EQ(tree.Tokens(pa->seq), a);
+  EXPECT_EQ(tree.Tokens(pb->seq), b);
+  // Other namespaces never match.
+  EXPECT_EQ(tree.Match("tenant-b", a), 0);
+  EXPECT_EQ(tree.Match("", a), 100);
+  MemoryStats st = tree.Stats();
+  EXPECT_EQ(st.chunks_live, pool.chunks_used());
+  EXPECT_EQ(st.chunks_live, 9);  // 6 shared (one copied) + 2 for a's tail + 1 for b's
+  EXPECT_EQ(st.chunks_saved_by_sharing, 14 - 9);
+}
+
+TEST(PrefixTreeTest, AppendGrowsInPlaceWithoutShapeChange) {
+  auto pool = *ChunkPool::Create(8, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> p = {5, 6, 7};
+  SeqId s = tree.Insert("", p)->seq;
+  uint64_t v = tree.shape_version();
+  for (int i = 0; i < 13; ++i) ASSERT_TRUE(tree.Append(s, 100 + i).ok());  // fills chunk 0
+  EXPECT_EQ(tree.shape_version(), v);
+  ASSERT_TRUE(tree.Append(s, 1).ok());  // needs a second chunk
+  EXPECT_NE(tree.shape_version(), v);
+  EXPECT_EQ(pool.chunks_used(), 2);
+}
+
+TEST(PrefixTreeTest, ForkThenDivergeAndReuse) {
+  auto pool = *ChunkPool::Create(16, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> p(20, 7);
+  SeqId s = tree.Insert("", p)->seq;
+  auto ids = *tree.Fork(s, 3);
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(pool.chunks_used(), 2);
+  auto a0 = *tree.Append(ids[0], 1);
+  EXPECT_EQ(a0.new_slots.size(), 1u);
+  auto a1 = *tree.Append(ids[1], 1);  // same token at the same place: reuse ids[0]'s KV
+  EXPECT_EQ(a1.matched_tokens, 1);
+  EXPECT_TRUE(a1.new_slots.empty());
+  auto a2 = *tree.Append(ids[2], 2);
+  EXPECT_EQ(a2.new_slots.size(), 1u);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  auto order = tree.DfsOrder();
+  EXPECT_EQ(order.size(), 3u);
+}
+
+TEST(PrefixTreeTest, OutOfMemoryLeavesTreeUnchanged) {
+  auto pool = *ChunkPool::Create(4, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> a(40, 1);
+  SeqId s = tree.Insert("", a)->seq;  // 3 chunks
+  uint64_t v = tree.shape_version();
+  MemoryStats before = tree.Stats();
+  std::vector<int32_t> b(40, 1);
+  b[20] = 2;  // needs a split copy + 2 chunks: 3 > 1 free
+  auto r = tree.Insert("", b);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("need 3 chunks, 1 free"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(tree.shape_version(), v);
+  MemoryStats after = tree.Stats();
+  EXPECT_EQ(after.chunks_free, before.chunks_free);
+  EXPECT_EQ(after.nodes, before.nodes);
+  EXPECT_EQ(tree.Tokens(s), a);
+  EXPECT_TRUE(tree.CheckInvariants().ok());
+  // A live sequence is never evicted, even when asked to.
+  EXPECT_EQ(tree.Evict(100), 0);
+  ASSERT_TRUE(tree.Release(s).ok());
+  // After release its nodes are cached; with allow_evict the insert evicts them and succeeds.
+  EXPECT_EQ(tree.Stats().chunks_cached, 3);
+  auto r2 = tree.Insert("other", b, /*allow_evict=*/true);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_TRUE(tree.CheckInvariants().ok());
+}
+
+// ---------------------------------------------------------------- property test
+
+class TreeModel {
+ public:
+  TreeModel(int32_t chunks, int32_t chunk_size)
+      : pool_(*ChunkPool::Create(chunks, chunk_size)), tree_(&pool_),
+        kv_(static_cast<size_t>(chunks) * chunk_size, 0) {}
+
+  PrefixTree& tree() { return tree_; }
+  ChunkPool& pool() { return pool_; }
+  std::map<SeqId, std::vector<int32_t>>& live() { return live_; }
+
+  void Apply(const PlaceResult& r, const std::vector<int32_t>& tokens) {
+    const int32_t c = pool_.chunk_size();
+    for (const ChunkCopy& cp : r.copies) {
+      for (int32_t s = cp.slot_begin; s < cp.slot_end; ++s) {
+        kv_[static_cast<size_t>(cp.dst) * c + s] = kv_[static_cast<size_t>(cp.src) * c + s];
+      }
+    }
+    size_t first_new = tokens.size() - r.new_slots.size();
+    for (size_t i = 0; i < r.new_slots.size(); ++i) {
+      const SlotRef& sl = r.new_slots[i];
+      kv_[static_cast<size_t>(sl.chunk) * c + sl.slot] = PrefixHash(tokens, first_new + i + 1);
+    }
+  }
+
+  void Verify() {
+    ASSERT_TRUE(tree_.CheckInvariants().ok()) << tree_.CheckInvariants();
+    const int32_t c = pool_.chunk_size();
+    ASSERT_EQ(tree_.Stats().live_sequences, static_cast<int32_t>(live_.size()));
+    for (auto& [seq, tokens] : live_) {
+      ASSERT_EQ(tree_.Tokens(seq), tokens) << "sequence " << seq;
+      auto slots = tree_.Slots(seq, 0, static_cast<int32_t>(tokens.size()));
+      ASSERT_EQ(slots.size(), tokens.size());
+      for (size_t i = 0; i < slots.size(); ++i) {
+        ASSERT_EQ(kv_[static_cast<size_t>(slots[i].chunk) * c + slots[i].slot],
+                  PrefixHash(tokens, i + 1))
+            << "sequence " << seq << " position " << i << " reads the wrong KV";
+      }
+    }
+    MemoryStats st = tree_.Stats();
+    ASSERT_EQ(st.chunks_live + st.chunks_cached, pool_.chunks_used());
+    ASSERT_EQ(st.chunks_free, pool_.chunks_free());
+  }
+
+ private:
+  ChunkPool pool_;
+  PrefixTree tree_;
+  std::vector<uint64_t> kv_;  // simulated KV: one value per slot
+  std::map<SeqId, std::vector<int32_t>> live_;
+};
+
+// Checks a plan against the tree: each row's segments + private spans hold exactly its slots;
+// segments cover exactly the rows whose paths contain their chunks; with DFS order nothing shared
+// by >= 2 rows is read privately.
+void VerifyPlan(const PrefixTree& tree, const AttentionPlan& plan, bool dfs_order) {
+  std::map<int32_t, std::set<int32_t>> rows_of_chunk;
+  std::vector<std::vector<SlotRef>> slots_of_row(plan.num_rows());
+  for (int32_t r = 0; r < plan.num_rows(); ++r) {
+    slots_of_row[r] = tree.Slots(plan.rows[r], 0, tree.Length(plan.rows[r]));
+    for (auto& s : slots_of_row[r]) rows_of_chunk[s.chunk].insert(r);
+  }
+  for (int32_t s = 0; s < plan.num_segments(); ++s) {
+    ASSERT_GE(plan.seg_row_end[s] - plan.seg_row_begin[s], 2);
+    std::set<int32_t> want;
+    for (int32_t r = plan.seg_row_begin[s]; r < plan.seg_row_end[s]; ++r) want.insert(r);
+    for (int32_t sp = plan.seg_span_begin[s]; sp < plan.seg_span_end[s]; ++sp) {
+      ASSERT_EQ(rows_of_chunk[plan.span_chunk[sp]], want) << "segment " << s;
+    }
+  }
+  for (int32_t r = 0; r < plan.num_rows(); ++r) {
+    std::multiset<std::pair<int32_t, int32_t>> got, want;
+    auto add_spans = [&](int32_t lo, int32_t hi) {
+      for (int32_t sp = lo; sp < hi; ++sp) {
+        for (int32_t sl = plan.span_begin[sp]; sl < plan.span_end[sp]; ++sl) {
+          got.insert({plan.span_chunk[sp], sl});
+        }
+      }
+    };
+    for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
+      int32_t s = plan.row_seg_ids[i];
+      ASSERT_TRUE(r >= plan.seg_row_begin[s] && r < plan.seg_row_end[s]);
+      add_spans(plan.seg_span_begin[s], plan.seg_span_end[s]);
+    }
+    add_spans(plan.row_span_begin[r], plan.row_span_end[r]);
+    for (auto& s : slots_of_row[r]) want.insert({s.chunk, s.slot});
+    ASSERT_EQ(got, want) << "row " << r;
+    ASSERT_EQ(plan.row_length[r], static_cast<int32_t>(want.size()));
+    if (dfs_order) {
+      for (int32_t sp = plan.row_span_begin[r]; sp < plan.row_span_end[r]; ++sp) {
+        ASSERT_EQ(rows_of_chunk[plan.span_chunk[sp]].size(), 1u)
+            << "row " << r << " reads a shared chunk privately under DFS order";
+      }
+    }
+  }
+}
+
+TEST(PrefixTreePropertyTest, RandomOperationSequences) {
+  BANYAN_SEEDED_RNG(rng);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 30; ++trial) {
+    const int32_t c = std::vector<int32_t>{16, 32, 64}[uni(0, 2)];
+    TreeModel m(uni(8, 80), c);
+    const int vocab = uni(2, 50);  // small vocabularies force deep sharing and reuse
+    std::vector<std::vector<int32_t>> prefixes;  // depth-1 and depth-2 shared prefixes
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int32_t> p(uni(1, 3 * c));
+      for (auto& t : p) t = uni(0, vocab - 1);
+      prefixes.push_back(p);
+      std::vector<int32_t> q = p;
+      for (int k = uni(1, c + 5); k > 0; --k) q.push_back(uni(0, vocab - 1));
+      prefixes.push_back(q);
+    }
+    AttentionPlan plan;
+    for (int step = 0; step < 120; ++step) {
+      auto& live = m.live();
+      const int op = uni(0, 9);
+      if (op <= 2 || live.empty()) {  // insert
+        std::vector<int32_t> t = prefixes[uni(0, prefixes.size() - 1)];
+        if (uni(0, 3) == 0) t.resize(uni(1, t.size()));
+        for (int k = uni(0, 2 * c); k > 0; --k) t.push_back(uni(0, vocab - 1));
+        std::string ns = uni(0, 4) == 0 ? "tenant-b" : "";
+        uint64_t v = m.tree().shape_version();
+        int32_t used = m.pool().chunks_used();
+        const bool allow_evict = uni(0, 1) == 1;
+        auto r = m.tree().Insert(ns, t, allow_evict);
+        if (r.ok()) {
+          live[r->seq] = t;
+          m.Apply(*r, t);
+        } else {
+          ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+          ASSERT_EQ(m.tree().shape_version(), v);
+          if (!allow_evict) {
+            ASSERT_EQ(m.pool().chunks_used(), used);
+          }
+        }
+      } else {
+        auto it = live.begin();
+        std::advance(it, uni(0, live.size() - 1));
+        SeqId seq = it->first;
+        if (op <= 5) {  // append / extend, often repeating a sibling's token
+          int n = uni(0, 2) == 0 ? uni(1, c + 3) : 1;
+          std::vector<int32_t> add(n);
+          for (auto& t : add) t = uni(0, vocab - 1);
+          uint64_t v = m.tree().shape_version();
+          int32_t used = m.pool().chunks_used();
+          const bool allow_evict = uni(0, 1) == 1;
+          auto r = m.tree().Extend(seq, add, allow_evict);
+          if (r.ok()) {
+            it->second.insert(it->second.end(), add.begin(), add.end());
+            m.Apply(*r, it->second);
+          } else {
+            ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+            ASSERT_EQ(m.tree().shape_version(), v);
+            if (!allow_evict) {
+            ASSERT_EQ(m.pool().chunks_used(), used);
+          }
+          }
+        } else if (op == 6) {
+          auto ids = m.tree().Fork(seq, uni(2, 4));
+          ASSERT_TRUE(ids.ok());
+          for (SeqId id : *ids) live[id] = live[seq];
+        } else if (op <= 8) {
+          ASSERT_TRUE(m.tree().Release(seq).ok());
+          live.erase(seq);
+        } else {
+          m.tree().Evict(uni(1, 10));
+        }
+      }
+      m.Verify();
+      if (HasFatalFailure()) return;
+
+      // Plans: DFS order, a random subset of it, and a shuffled order.
+      std::vector<SeqId> rows = m.tree().DfsOrder();
+      bool reuse = PlanReusable(plan, m.tree(), rows);
+      if (reuse) {
+        AdvanceLengths(plan, m.tree());
+        AttentionPlan fresh = BuildAttentionPlan(m.tree(), rows);
+        ASSERT_EQ(plan.span_end, fresh.span_end);
+        ASSERT_EQ(plan.row_length, fresh.row_length);
+      } else {
+        plan = BuildAttentionPlan(m.tree(), rows);
+      }
+      VerifyPlan(m.tree(), plan, true);
+      std::vector<SeqId> subset;
+      for (SeqId s : rows) if (uni(0, 2) != 0) subset.push_back(s);
+      VerifyPlan(m.tree(), BuildAttentionPlan(m.tree(), subset), true);
+      std::shuffle(rows.begin(), rows.end(), rng);
+      VerifyPlan(m.tree(), BuildAttentionPlan(m.tree(), rows), false);
+      AttentionPlan unshared = BuildAttentionPlan(m.tree(), rows, {.share = false});
+      ASSERT_EQ(unshared.num_segments(), 0);
+      VerifyPlan(m.tree(), unshared, false);
+      if (HasFatalFailure()) return;
+    }
+    // Nothing leaks: release everything, evict everything.
+    for (auto& [seq, t] : m.live()) ASSERT_TRUE(m.tree().Release(seq).ok());
+    m.live().clear();
+    m.tree().Evict(1 << 30);
+    EXPECT_EQ(m.pool().chunks_used(), 0);
+    EXPECT_EQ(m.tree().Stats().nodes, 0);
+    ASSERT_TRUE(m.tree().CheckInvariants().ok());
+  }
+}
+
+TEST(AttentionPlanTest, HierarchicalSegmentsSpanWholePaths) {
+  auto pool = *ChunkPool::Create(200, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> global(100);
+  for (int i = 0; i < 100; ++i) global[i] = i;
+  std::vector<SeqId> ids;
+  for (int g = 0; g < 2; ++g) {
+    for (int r = 0; r < 3; ++r) {
+      std::vector<int32_t> t = global;
+      for (int k = 0; k < 40; ++k) t.push_back(1000 + g * 100 + k);  // group prefix
+      t.push_back(5000 + g * 10 + r);                              // private tail
+      ids.push_back(tree.Insert("", t)->seq);
+    }
+  }
+  auto rows = tree.DfsOrder();
+  AttentionPlan plan = BuildAttentionPlan(tree, rows);
+  // One global segment over all 6 rows, one per group over 3 rows.
+  ASSERT_EQ(plan.num_segments(), 3);
+  EXPECT_EQ(plan.seg_row_end[0] - plan.seg_row_begin[0], 6);
+  EXPECT_EQ(plan.seg_tokens[0], 100);
+  EXPECT_EQ(plan.seg_tokens[1], 40);
+  EXPECT_EQ(plan.num_partials, 12);
+  EXPECT_EQ(plan.shared_tokens(), 180);
+  EXPECT_EQ(plan.private_tokens(), 6);
+  VerifyPlan(tree, plan, true);
+}
+
+}  // namespace
+}  // namespace banyan::kvcache
