@@ -1,0 +1,33 @@
+// Loader for GGUF files (versions 2 and 3) whose general.architecture is "llama".
+//
+// Supported tensor types: F32 (0), F16 (1), BF16 (30); any other type on a tensor the model
+// needs is an "unsupported tensor type" error naming the tensor. Tensor data starts at the
+// header end rounded up to general.alignment (default 32). GGML lists dims innermost first,
+// so a [out, in] matrix has ne = {in, out}.
+//
+// llama.cpp's converter permutes Hugging Face Wq / Wk into the interleaved RoPE order, so the
+// result has rope_style kInterleaved. Missing output.weight means tied embeddings.
+// Rejected with UnimplementedError: rope scaling (llama.rope.scaling.type other than "none",
+// or a rope_freqs.weight tensor), experts (llama.expert_count > 0), partial rotary
+// (llama.rope.dimension_count != head_dim).
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/vocab.h"
+
+namespace banyan::engine {
+
+// When vocab_out is non-null, also fills it from tokenizer.ggml.* (which must then describe a
+// SentencePiece vocabulary, tokenizer.ggml.model == "llama"):
+//   tokens -> pieces, scores (default 0), token_type -> types (0 "undefined" -> kNormal),
+//   unknown/bos/eos/padding_token_id (ids >= vocab size, e.g. 0xffffffff, become -1 for pad),
+//   add_space_prefix -> add_dummy_prefix (default true),
+//   remove_extra_whitespaces (default false: llama.cpp never collapses whitespace, and Meta's
+//   Llama tokenizers set it false), byte_fallback = any piece of type kByte.
+// model_type is kBpe: llama.cpp's SPM tokenizer is score-driven BPE.
+absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out);
+
+}  // namespace banyan::engine

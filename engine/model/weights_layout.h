@@ -1,0 +1,61 @@
+// The list of tensors a ModelConfig implies, with their expected shapes, and validation of a
+// loaded ModelWeights against it. Every loader and writer walks this one list, so "which
+// tensors exist and what shape they have" is decided in one place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/model/model.h"
+
+namespace banyan::engine {
+
+enum class WeightKind {
+  kTokEmbd,    // [vocab, dim]
+  kAttnNorm,   // [dim]
+  kWq,         // [n_heads * head_dim, dim]
+  kWk,         // [n_kv_heads * head_dim, dim]
+  kWv,         // [n_kv_heads * head_dim, dim]
+  kWo,         // [dim, n_heads * head_dim]
+  kFfnNorm,    // [dim]
+  kGate,       // [hidden_dim, dim]
+  kDown,       // [dim, hidden_dim]
+  kUp,         // [hidden_dim, dim]
+  kFinalNorm,  // [dim]
+  kLmHead,     // [vocab, dim]; only when !tie_embeddings
+};
+
+struct TensorSlot {
+  WeightKind kind;
+  int layer;                   // -1 for tensors outside the blocks
+  std::vector<int64_t> shape;  // expected shape, row-major
+};
+
+// Every tensor of a model with config `cfg`, in a fixed order: tok_embd, then per layer the
+// nine block tensors, then final_norm, then lm_head when untied. Requires a config that passed
+// ValidateConfig (head_dim() divides by n_heads).
+std::vector<TensorSlot> ListTensorSlots(const ModelConfig& cfg);
+
+// The tensor a slot refers to. Requires w.layers.size() > slot.layer.
+Tensor& SlotTensor(ModelWeights& w, const TensorSlot& slot);
+const Tensor& SlotTensor(const ModelWeights& w, const TensorSlot& slot);
+
+// Format-neutral name for messages: "tok_embeddings", "layers.3.wq", "lm_head".
+std::string SlotName(const TensorSlot& slot);
+
+// "[4096, 11008]".
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+// Checks sizes are positive, divisible (dim % n_heads, n_heads % n_kv_heads, even head_dim) and
+// within limits that keep every size product far from int64 overflow. InvalidArgument naming
+// `source` otherwise.
+absl::Status ValidateConfig(const ModelConfig& cfg, const std::string& source);
+
+// Checks the config, the layer count, and every tensor's shape and element count against
+// ListTensorSlots (lm_head must be empty when tied). Messages name w.source and the tensor:
+// "<source>: tensor shape mismatch for layers.0.wq: expected [64, 64], got [64, 32]".
+absl::Status ValidateWeights(const ModelWeights& w);
+
+}  // namespace banyan::engine
