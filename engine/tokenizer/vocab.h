@@ -25,6 +25,11 @@ struct SpmVocab {
   bool add_dummy_prefix = true;
   bool remove_extra_whitespaces = true;
   bool escape_whitespaces = true;
+  // NormalizerSpec.precompiled_charsmap: sentencepiece's compiled normalization rules (a
+  // darts-clone trie plus replacement strings). Empty means the identity normalizer.
+  std::string precompiled_charsmap;
+  // What Decode() prints for the unknown piece (TrainerSpec.unk_surface).
+  std::string unk_surface = " \xE2\x81\x87 ";  // " ⁇ "
 };
 
 }  // namespace banyan::engine

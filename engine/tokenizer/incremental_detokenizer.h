@@ -1,0 +1,38 @@
+// IncrementalDetokenizer: turns a stream of token ids into text as the tokens arrive, for
+// streaming responses.
+//
+// Contract: for any id sequence, the concatenation of Push(id) over the sequence followed by
+// Flush() equals Tokenizer::Decode(sequence). Every returned string is valid UTF-8: bytes of
+// byte pieces (<0xXX>) are held back until they complete a character; a byte that cannot start
+// or continue a valid character is emitted as U+FFFD as soon as that is certain (at the latest
+// when a non-byte piece arrives, or at Flush). The dummy-prefix space is dropped exactly where
+// Decode drops it.
+//
+// Not thread-safe: one instance per stream. The Tokenizer must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace banyan::engine {
+
+class IncrementalDetokenizer {
+ public:
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+
+  // Text completed by `id` (possibly empty). Ids outside the vocabulary are ignored.
+  std::string Push(int32_t id);
+
+  // Ends the stream: emits held bytes (each incomplete sequence's bytes become U+FFFD). Pushing
+  // after Flush continues the text as if the stream had been cut there.
+  std::string Flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::string pending_bytes_;  // bytes of byte pieces that do not yet form a character
+  bool text_empty_ = true;     // nothing has been emitted yet
+};
+
+}  // namespace banyan::engine
