@@ -1,5 +1,6 @@
 #include "engine/model/gguf_loader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -144,15 +145,19 @@ absl::Status ReadValue(ByteReader& r, uint32_t t, const std::string& key, GgufVa
   if (!len.ok()) return len.status();
   v.elem_type = *et;
   v.arr_len = *len;
-  // Every element takes at least one byte, so a length beyond the file is corrupt; checking
-  // first keeps a bad length from triggering a huge allocation.
-  if (*len > r.remaining()) {
-    return absl::DataLossError(absl::StrCat(r.source(), ": metadata array ", key, " claims ",
+  // Every element takes at least its minimum encoded size (8 bytes for a string's length,
+  // 12 for a nested array's header), so a longer array is corrupt; checking first keeps a bad
+  // length from triggering a huge allocation.
+  uint64_t min_elem = std::max<uint64_t>(ScalarSize(*et), 1);
+  if (*et == kString) min_elem = 8;
+  if (*et == kArray) min_elem = 12;
+  if (*len > r.remaining() / min_elem) {
+    return absl::DataLossError(absl::StrCat(r.source(), ": truncated or corrupt: metadata array ", key, " claims ",
                                             *len, " elements but only ", r.remaining(),
                                             " bytes remain"));
   }
   if (*et == kString) {
-    v.strs.reserve(*len);
+    v.strs.reserve(std::min<uint64_t>(*len, 1 << 20));
     for (uint64_t i = 0; i < *len; ++i) {
       absl::StatusOr<std::string> s = ReadString(r, key);
       if (!s.ok()) return s.status();
@@ -168,7 +173,7 @@ absl::Status ReadValue(ByteReader& r, uint32_t t, const std::string& key, GgufVa
       return absl::InvalidArgumentError(
           absl::StrCat(r.source(), ": metadata array ", key, " has unknown element type ", *et));
     }
-    v.nums.reserve(*len);
+    v.nums.reserve(std::min<uint64_t>(*len, 1 << 20));
     for (uint64_t i = 0; i < *len; ++i) {
       GgufValue e;
       if (absl::Status s = ReadScalar(r, *et, key, e); !s.ok()) return s;

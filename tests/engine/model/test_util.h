@@ -1,0 +1,162 @@
+// Helpers shared by the engine/model tests: temp dirs, file bytes, the bundled model's paths,
+// tensor comparison, and writers for synthetic GGUF / safetensors files (used to build both
+// valid inputs in other dtypes and deliberately broken ones).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "engine/model/model.h"
+#include "gtest/gtest.h"
+
+namespace banyan::engine::testing {
+
+inline std::string ModelFile(const std::string& name) {
+  return std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/" + name;
+}
+
+// A fresh directory under the test temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::path(::testing::TempDir()) /
+            ("banyan_model_" + std::string(info ? info->name() : "x") + "_" +
+             std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+template <typename T>
+void AppendPod(std::string& s, const T& v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+inline std::string FloatBytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// Exact comparison: shape and every value bit-for-bit (NaN never in our weights).
+inline void ExpectSameTensor(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.shape, b.shape) << what;
+  ASSERT_EQ(a.data.size(), b.data.size()) << what;
+  size_t mismatches = 0, first = 0;
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    if (std::memcmp(&a.data[i], &b.data[i], sizeof(float)) != 0 && mismatches++ == 0) first = i;
+  }
+  EXPECT_EQ(mismatches, 0u) << what << ": first mismatch at " << first << ": "
+                            << a.data[first] << " vs " << b.data[first];
+}
+
+// Compares every tensor of two models (same config shapes), using the output matrix for the
+// LM head so a tied and an untied copy of the same weights compare equal.
+void ExpectSameWeights(const ModelWeights& a, const ModelWeights& b);
+
+// Builds GGUF bytes. Keys and tensors are written in insertion order.
+class GgufBuilder {
+ public:
+  explicit GgufBuilder(uint32_t version = 3) : version_(version) {}
+
+  void U32(const std::string& key, uint32_t v) { Scalar(key, 4, v); }
+  void I32(const std::string& key, int32_t v) { Scalar(key, 5, v); }
+  void F32(const std::string& key, float v) { Scalar(key, 6, v); }
+  void Bool(const std::string& key, bool v) { Scalar(key, 7, static_cast<uint8_t>(v)); }
+  void Str(const std::string& key, const std::string& v) {
+    Key(key, 8);
+    String(kv_, v);
+    ++n_kv_;
+  }
+  void StrArray(const std::string& key, const std::vector<std::string>& v);
+  void F32Array(const std::string& key, const std::vector<float>& v);
+  void I32Array(const std::string& key, const std::vector<int32_t>& v);
+
+  // ne: GGML order (innermost first). data: raw bytes of the tensor.
+  void Tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
+              const std::string& data);
+
+  std::string Build(uint32_t alignment = 32) const;
+
+ private:
+  static void String(std::string& s, const std::string& v) {
+    AppendPod(s, static_cast<uint64_t>(v.size()));
+    s += v;
+  }
+  void Key(const std::string& key, uint32_t type) {
+    String(kv_, key);
+    AppendPod(kv_, type);
+  }
+  template <typename T>
+  void Scalar(const std::string& key, uint32_t type, T v) {
+    Key(key, type);
+    AppendPod(kv_, v);
+    ++n_kv_;
+  }
+
+  uint32_t version_;
+  std::string kv_;
+  uint64_t n_kv_ = 0;
+  struct T {
+    std::string name;
+    std::vector<uint64_t> ne;
+    uint32_t type;
+    std::string data;
+  };
+  std::vector<T> tensors_;
+};
+
+// GGML type ids used by the tests.
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
+
+// A complete llama GGUF holding `w` (its tensors as stored, no permutation) in `type`
+// (F32/F16/BF16), with llama.* metadata and a trivial tokenizer. `override_type_of` names one
+// tensor written with `override_type` instead (its bytes are then garbage of the right size).
+std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
+                            const std::string& override_type_of = "",
+                            uint32_t override_type = 0, uint32_t version = 3);
+
+// One raw safetensors entry: dtype string and bytes exactly as written.
+struct RawEntry {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+std::string SafetensorsBytes(const std::vector<RawEntry>& entries);
+
+// The entries of `w` as F32 under their Hugging Face names (no permutation).
+std::vector<RawEntry> HfEntries(const ModelWeights& w);
+
+// Writes config.json text for `c` as LlamaForCausalLM.
+std::string HfConfigJson(const ModelConfig& c);
+
+}  // namespace banyan::engine::testing
