@@ -41,7 +41,7 @@ uint16_t FloatToHalf(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN -> quiet NaN
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN -> quiet NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: overflow to inf
   if (abs >= 0x38800000u) {                       // normal half (>= 2^-14)
     uint32_t v = abs - (112u << 23);              // rebias exponent 127 -> 15
@@ -52,7 +52,7 @@ uint16_t FloatToHalf(float f) {
   // Subnormal half: value / 2^-24, rounded to nearest even.
   const uint32_t exp = abs >> 23;
   const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;  // with the implicit 1
-  const uint32_t shift = 126 - exp;                    // 14..24 for exp in [102, 112]
+  const uint32_t shift = 126 - exp;                     // 14..24 for exp in [102, 112]
   uint32_t q = mant >> shift;
   const uint32_t rem = mant & ((1u << shift) - 1);
   const uint32_t half = 1u << (shift - 1);

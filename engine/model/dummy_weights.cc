@@ -48,17 +48,16 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 // Approximately N(0, 1): four 16-bit uniforms from one draw, Irwin-Hall, unit variance.
 float ApproxNormal(uint64_t& state) {
   const uint64_t r = SplitMix64(state);
-  const float sum = static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) +
-                                       ((r >> 32) & 0xffff) + (r >> 48)) +
-                    2.0f;  // + 4 * 0.5 centres each 16-bit value in its bucket
+  const float sum =
+      static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48)) +
+      2.0f;  // + 4 * 0.5 centres each 16-bit value in its bucket
   constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(3) / 2^16
   return (sum - 2.0f * 65536.0f) * kScale;
 }
 
 // Runs fn(i) for i in [0, n) over the hardware threads.
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
-  const size_t threads =
-      std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  const size_t threads = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i = next++; i < n; i = next++) fn(i);
@@ -132,8 +131,7 @@ ModelWeights MakeDummyWeights(const ModelConfig& cfg, uint64_t seed) {
     // Stream id from (seed, slot index, chunk index): independent of scheduling.
     uint64_t state = Mix(Mix(seed, job.slot + 1), job.begin / kChunk + 1);
     const bool is_norm = t.shape.size() == 1;
-    const float scale =
-        is_norm ? 0.05f : 1.0f / std::sqrt(static_cast<float>(t.shape.back()));
+    const float scale = is_norm ? 0.05f : 1.0f / std::sqrt(static_cast<float>(t.shape.back()));
     const float offset = is_norm ? 1.0f : 0.0f;
     for (size_t e = job.begin; e < job.end; ++e) t.data[e] = offset + scale * ApproxNormal(state);
   });

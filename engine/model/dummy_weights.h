@@ -1,7 +1,12 @@
 // Synthetic ("dummy") weights for benchmarks and tests, for any LLaMA shape.
 //
 // Values are deterministic in (config, seed) and independent of the host's thread count:
-// each tensor, and each 1M-element chunk of it, draws from its own splitmix64 stream.
+// each tensor, and each 1M-element chunk of it, draws from its own splitmix64 stream. Element
+// e of the tensor with index k in ListTensorSlots(cfg) is counter-based, so a device-side
+// generator can reproduce it: with s0 = Mix(Mix(seed, k + 1), e / 2^20 + 1) and
+// r = SplitMix64 output for state s0 + (e % 2^20 + 1) * 0x9e3779b97f4a7c15, value =
+// offset + scale * (sum of r's four 16-bit fields + 2 - 2^17) * sqrt(3) / 2^16
+// (see dummy_weights.cc for Mix).
 // Distribution: matrices ~ N(0, 1 / in_features) (so every projection roughly preserves the
 // activation scale, and logits come out O(1)), norm weights ~ 1 + N(0, 0.05^2). "Normal" is the
 // Irwin-Hall sum of four uniforms, rescaled to unit variance: cheap, bounded by +-3.46 sigma.

@@ -20,14 +20,25 @@ namespace banyan::engine {
 namespace {
 
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
-constexpr int kMaxDims = 4;                   // GGML_MAX_DIMS
+constexpr int kMaxDims = 4;                  // GGML_MAX_DIMS
 constexpr uint64_t kMaxDimExtent = uint64_t{1} << 40;
 constexpr uint64_t kMaxNumel = uint64_t{1} << 48;
 
 // GGUF metadata value types.
 enum GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 // GGML tensor types this loader reads.
@@ -35,10 +46,10 @@ constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBF16 = 30;
 
 std::string GgmlTypeName(uint32_t t) {
   static const char* const kNames[] = {
-      "F32",  "F16",  "Q4_0",    "Q4_1",   "Q4_2", "Q4_3", "Q5_0",   "Q5_1",  "Q8_0",   "Q8_1",
-      "Q2_K", "Q3_K", "Q4_K",    "Q5_K",   "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS",
-      "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M",
-      "BF16"};
+      "F32",     "F16",    "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
+      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
+      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+      "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16"};
   if (t < std::size(kNames)) return absl::StrCat(kNames[t], " (", t, ")");
   return absl::StrCat("type ", t);
 }
@@ -82,11 +93,23 @@ absl::StatusOr<std::string> ReadString(ByteReader& r, absl::string_view what) {
 
 size_t ScalarSize(uint32_t t) {
   switch (t) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: return 8;
-    default: return 0;
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32:
+      return 4;
+    case kU64:
+    case kI64:
+    case kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -101,21 +124,47 @@ absl::Status ReadScalar(ByteReader& r, uint32_t t, const std::string& key, GgufV
   };
   v.is_int = true;
   switch (t) {
-    case kU8: v.uval = load(uint8_t{}); v.ival = static_cast<int64_t>(v.uval); break;
-    case kBool: v.uval = load(uint8_t{}) != 0; v.ival = static_cast<int64_t>(v.uval); break;
-    case kU16: v.uval = load(uint16_t{}); v.ival = static_cast<int64_t>(v.uval); break;
-    case kU32: v.uval = load(uint32_t{}); v.ival = static_cast<int64_t>(v.uval); break;
+    case kU8:
+      v.uval = load(uint8_t{});
+      v.ival = static_cast<int64_t>(v.uval);
+      break;
+    case kBool:
+      v.uval = load(uint8_t{}) != 0;
+      v.ival = static_cast<int64_t>(v.uval);
+      break;
+    case kU16:
+      v.uval = load(uint16_t{});
+      v.ival = static_cast<int64_t>(v.uval);
+      break;
+    case kU32:
+      v.uval = load(uint32_t{});
+      v.ival = static_cast<int64_t>(v.uval);
+      break;
     case kU64:
       v.uval = load(uint64_t{});
       v.ival = static_cast<int64_t>(v.uval);
       v.is_int = v.uval <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
       break;
-    case kI8: v.ival = load(int8_t{}); break;
-    case kI16: v.ival = load(int16_t{}); break;
-    case kI32: v.ival = load(int32_t{}); break;
-    case kI64: v.ival = load(int64_t{}); break;
-    case kF32: v.fval = load(float{}); v.is_int = false; break;
-    case kF64: v.fval = load(double{}); v.is_int = false; break;
+    case kI8:
+      v.ival = load(int8_t{});
+      break;
+    case kI16:
+      v.ival = load(int16_t{});
+      break;
+    case kI32:
+      v.ival = load(int32_t{});
+      break;
+    case kI64:
+      v.ival = load(int64_t{});
+      break;
+    case kF32:
+      v.fval = load(float{});
+      v.is_int = false;
+      break;
+    case kF64:
+      v.fval = load(double{});
+      v.is_int = false;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(r.source(), ": metadata ", key, " has unknown value type ", t));
@@ -125,8 +174,7 @@ absl::Status ReadScalar(ByteReader& r, uint32_t t, const std::string& key, GgufV
   return r.Skip(n, key);
 }
 
-absl::Status ReadValue(ByteReader& r, uint32_t t, const std::string& key, GgufValue& v,
-                       int depth) {
+absl::Status ReadValue(ByteReader& r, uint32_t t, const std::string& key, GgufValue& v, int depth) {
   v.type = t;
   if (t == kString) {
     absl::StatusOr<std::string> s = ReadString(r, key);
@@ -152,9 +200,9 @@ absl::Status ReadValue(ByteReader& r, uint32_t t, const std::string& key, GgufVa
   if (*et == kString) min_elem = 8;
   if (*et == kArray) min_elem = 12;
   if (*len > r.remaining() / min_elem) {
-    return absl::DataLossError(absl::StrCat(r.source(), ": truncated or corrupt: metadata array ", key, " claims ",
-                                            *len, " elements but only ", r.remaining(),
-                                            " bytes remain"));
+    return absl::DataLossError(absl::StrCat(r.source(), ": truncated or corrupt: metadata array ",
+                                            key, " claims ", *len, " elements but only ",
+                                            r.remaining(), " bytes remain"));
   }
   if (*et == kString) {
     v.strs.reserve(std::min<uint64_t>(*len, 1 << 20));
@@ -194,9 +242,9 @@ absl::StatusOr<GgufFile> ParseGguf(const std::string& path) {
   absl::StatusOr<uint32_t> magic = r.Read<uint32_t>("GGUF magic");
   if (!magic.ok()) return magic.status();
   if (*magic != kGgufMagic) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a GGUF file: bad magic 0x", absl::Hex(*magic, absl::kZeroPad8),
-                     " (expected \"GGUF\")"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a GGUF file: bad magic 0x",
+                                                   absl::Hex(*magic, absl::kZeroPad8),
+                                                   " (expected \"GGUF\")"));
   }
   absl::StatusOr<uint32_t> version = r.Read<uint32_t>("GGUF version");
   if (!version.ok()) return version.status();
@@ -269,18 +317,30 @@ absl::StatusOr<GgufFile> ParseGguf(const std::string& path) {
 
 std::string TensorName(const TensorSlot& s) {
   switch (s.kind) {
-    case WeightKind::kTokEmbd: return "token_embd.weight";
-    case WeightKind::kFinalNorm: return "output_norm.weight";
-    case WeightKind::kLmHead: return "output.weight";
-    case WeightKind::kAttnNorm: return absl::StrCat("blk.", s.layer, ".attn_norm.weight");
-    case WeightKind::kWq: return absl::StrCat("blk.", s.layer, ".attn_q.weight");
-    case WeightKind::kWk: return absl::StrCat("blk.", s.layer, ".attn_k.weight");
-    case WeightKind::kWv: return absl::StrCat("blk.", s.layer, ".attn_v.weight");
-    case WeightKind::kWo: return absl::StrCat("blk.", s.layer, ".attn_output.weight");
-    case WeightKind::kFfnNorm: return absl::StrCat("blk.", s.layer, ".ffn_norm.weight");
-    case WeightKind::kGate: return absl::StrCat("blk.", s.layer, ".ffn_gate.weight");
-    case WeightKind::kDown: return absl::StrCat("blk.", s.layer, ".ffn_down.weight");
-    case WeightKind::kUp: return absl::StrCat("blk.", s.layer, ".ffn_up.weight");
+    case WeightKind::kTokEmbd:
+      return "token_embd.weight";
+    case WeightKind::kFinalNorm:
+      return "output_norm.weight";
+    case WeightKind::kLmHead:
+      return "output.weight";
+    case WeightKind::kAttnNorm:
+      return absl::StrCat("blk.", s.layer, ".attn_norm.weight");
+    case WeightKind::kWq:
+      return absl::StrCat("blk.", s.layer, ".attn_q.weight");
+    case WeightKind::kWk:
+      return absl::StrCat("blk.", s.layer, ".attn_k.weight");
+    case WeightKind::kWv:
+      return absl::StrCat("blk.", s.layer, ".attn_v.weight");
+    case WeightKind::kWo:
+      return absl::StrCat("blk.", s.layer, ".attn_output.weight");
+    case WeightKind::kFfnNorm:
+      return absl::StrCat("blk.", s.layer, ".ffn_norm.weight");
+    case WeightKind::kGate:
+      return absl::StrCat("blk.", s.layer, ".ffn_gate.weight");
+    case WeightKind::kDown:
+      return absl::StrCat("blk.", s.layer, ".ffn_down.weight");
+    case WeightKind::kUp:
+      return absl::StrCat("blk.", s.layer, ".ffn_up.weight");
   }
   return "?";
 }
@@ -315,8 +375,7 @@ class Meta {
     return v->fval;
   }
 
-  absl::StatusOr<std::string> String(const std::string& key,
-                                     std::optional<std::string> def) const {
+  absl::StatusOr<std::string> String(const std::string& key, std::optional<std::string> def) const {
     const GgufValue* v = Find(key);
     if (v == nullptr) {
       if (def.has_value()) return *def;
@@ -357,8 +416,8 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& g) {
   absl::StatusOr<std::string> arch = m.String("general.architecture", std::nullopt);
   if (!arch.ok()) return arch.status();
   if (*arch != "llama") {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": general.architecture \"", *arch, "\" is not supported (need \"llama\")"));
+    return absl::UnimplementedError(absl::StrCat(path, ": general.architecture \"", *arch,
+                                                 "\" is not supported (need \"llama\")"));
   }
   ModelConfig c;
   c.rope_style = RopeStyle::kInterleaved;
@@ -401,8 +460,9 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& g) {
   }
   if (vocab <= 0 || vocab > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot determine the vocabulary size (llama.vocab_size, "
-                           "tokenizer.ggml.tokens or token_embd.weight)"));
+        absl::StrCat(path,
+                     ": cannot determine the vocabulary size (llama.vocab_size, "
+                     "tokenizer.ggml.tokens or token_embd.weight)"));
   }
   c.vocab_size = static_cast<int>(vocab);
   c.tie_embeddings = g.tensors.count("output.weight") == 0;
@@ -423,10 +483,9 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& g) {
   absl::StatusOr<int64_t> rot = m.Int("llama.rope.dimension_count", c.head_dim());
   if (!rot.ok()) return rot.status();
   if (*rot != c.head_dim()) {
-    return absl::UnimplementedError(absl::StrCat(path, ": partial rotary embedding (",
-                                                 "llama.rope.dimension_count = ", *rot,
-                                                 ", head_dim = ", c.head_dim(),
-                                                 ") is not implemented"));
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": partial rotary embedding (", "llama.rope.dimension_count = ", *rot,
+                     ", head_dim = ", c.head_dim(), ") is not implemented"));
   }
   return c;
 }
@@ -437,9 +496,9 @@ absl::Status ReadVocab(const GgufFile& g, const ModelConfig& c, SpmVocab* out) {
   absl::StatusOr<std::string> model = m.String("tokenizer.ggml.model", std::nullopt);
   if (!model.ok()) return model.status();
   if (*model != "llama") {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": tokenizer.ggml.model \"", *model,
-        "\" is not a SentencePiece vocabulary (need \"llama\")"));
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": tokenizer.ggml.model \"", *model,
+                     "\" is not a SentencePiece vocabulary (need \"llama\")"));
   }
   const GgufValue* tokens = m.Find("tokenizer.ggml.tokens");
   if (tokens == nullptr) return m.Missing("tokenizer.ggml.tokens");
@@ -524,13 +583,19 @@ absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_o
     const GgufTensorInfo& info = it->second;
     WeightDtype dtype;
     switch (info.type) {
-      case kGgmlF32: dtype = WeightDtype::kF32; break;
-      case kGgmlF16: dtype = WeightDtype::kF16; break;
-      case kGgmlBF16: dtype = WeightDtype::kBF16; break;
+      case kGgmlF32:
+        dtype = WeightDtype::kF32;
+        break;
+      case kGgmlF16:
+        dtype = WeightDtype::kF16;
+        break;
+      case kGgmlBF16:
+        dtype = WeightDtype::kBF16;
+        break;
       default:
-        return absl::UnimplementedError(
-            absl::StrCat(path, ": unsupported tensor type ", GgmlTypeName(info.type),
-                         " for tensor ", name, " (supported: F32, F16, BF16)"));
+        return absl::UnimplementedError(absl::StrCat(path, ": unsupported tensor type ",
+                                                     GgmlTypeName(info.type), " for tensor ", name,
+                                                     " (supported: F32, F16, BF16)"));
     }
     const std::vector<int64_t> shape(info.ne.rbegin(), info.ne.rend());
     if (shape != slot.shape) {
@@ -546,8 +611,8 @@ absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_o
     if (g.data_start > file_size || info.offset > file_size - g.data_start ||
         bytes > file_size - g.data_start - info.offset) {
       return absl::DataLossError(absl::StrCat(
-          path, ": truncated: tensor ", name, " occupies bytes [", g.data_start + info.offset,
-          ", ", g.data_start + info.offset + bytes, ") but the file has ", file_size, " bytes"));
+          path, ": truncated: tensor ", name, " occupies bytes [", g.data_start + info.offset, ", ",
+          g.data_start + info.offset + bytes, ") but the file has ", file_size, " bytes"));
     }
     t.data.resize(numel);
     ConvertToFloat(dtype, g.file->data() + g.data_start + info.offset, numel, t.data.data());

@@ -108,8 +108,8 @@ absl::StatusOr<ModelWeights> LoadLlama2c(const std::string& path) {
   };
   for (const Array& a : arrays) {
     for (int64_t l = 0; l < layers; ++l) {
-      if (absl::Status s = ReadInto(r, w.layers[l].*a.member, a.shape,
-                                    absl::StrCat(a.name, "[", l, "]"));
+      if (absl::Status s =
+              ReadInto(r, w.layers[l].*a.member, a.shape, absl::StrCat(a.name, "[", l, "]"));
           !s.ok()) {
         return s;
       }

@@ -36,8 +36,8 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      return absl::InternalError(absl::StrCat(path, ": mmap of ", size,
-                                              " bytes failed: ", std::strerror(err)));
+      return absl::InternalError(
+          absl::StrCat(path, ": mmap of ", size, " bytes failed: ", std::strerror(err)));
     }
     data = static_cast<const uint8_t*>(p);
   }

@@ -54,8 +54,8 @@ class ByteReader {
   // DataLoss unless `n` more bytes exist; `what` names the field for the message.
   absl::Status Require(size_t n, absl::string_view what) const {
     if (n <= remaining()) return absl::OkStatus();
-    return absl::DataLossError(absl::StrCat(source_, ": truncated at byte ", pos_, " reading ", what,
-                                            " (need ", n, " bytes, ", remaining(), " left)"));
+    return absl::DataLossError(absl::StrCat(source_, ": truncated at byte ", pos_, " reading ",
+                                            what, " (need ", n, " bytes, ", remaining(), " left)"));
   }
 
   absl::Status Skip(size_t n, absl::string_view what) {

@@ -69,8 +69,9 @@ absl::StatusOr<ModelWeights> LoadModel(const std::string& path) {
         path, ": pass the folder holding config.json and the safetensors, not the file"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      path, ": unrecognised model format (expected a Hugging Face folder, a .gguf or a llama2.c "
-            ".bin)"));
+      path,
+      ": unrecognised model format (expected a Hugging Face folder, a .gguf or a llama2.c "
+      ".bin)"));
 }
 
 }  // namespace banyan::engine

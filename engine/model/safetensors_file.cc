@@ -1,8 +1,8 @@
 #include "engine/model/safetensors_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -41,8 +41,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   absl::StatusOr<uint64_t> n = r.Read<uint64_t>("safetensors header length");
   if (!n.ok()) return n.status();
   if (*n > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": safetensors header length ", *n, " exceeds ", kMaxHeaderBytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": safetensors header length ", *n,
+                                                   " exceeds ", kMaxHeaderBytes, " bytes"));
   }
   absl::StatusOr<absl::string_view> text = r.Bytes(*n, "safetensors JSON header");
   if (!text.ok()) return text.status();
@@ -61,9 +61,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": safetensors entry ", name, ": ", why));
     };
-    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() ||
-        !e.contains("shape") || !e["shape"].is_array() || !e.contains("data_offsets") ||
-        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
+        !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2) {
       return bad("needs dtype (string), shape (array) and data_offsets ([begin, end])");
     }
     SafetensorsEntry entry;
@@ -83,13 +83,13 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     }
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end || end > data_size) {
-      return absl::DataLossError(absl::StrCat(
-          path, ": tensor ", name, " data_offsets [", begin, ", ", end,
-          "] lie outside the data section of ", data_size, " bytes (file truncated?)"));
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", name, " data_offsets [", begin,
+                                              ", ", end, "] lie outside the data section of ",
+                                              data_size, " bytes (file truncated?)"));
     }
     if (const size_t es = KnownDtypeSize(entry.dtype); es != 0 && end - begin != numel * es) {
-      return bad(absl::StrCat("data_offsets span ", end - begin, " bytes but dtype ",
-                              entry.dtype, " x shape needs ", numel * es));
+      return bad(absl::StrCat("data_offsets span ", end - begin, " bytes but dtype ", entry.dtype,
+                              " x shape needs ", numel * es));
     }
     entry.begin = data_start + begin;
     entry.end = data_start + end;

@@ -127,24 +127,35 @@ absl::StatusOr<std::map<std::string, std::string>> ReadIndex(const std::string& 
 std::string HfTensorName(const TensorSlot& s) {
   const std::string layer = absl::StrCat("model.layers.", s.layer, ".");
   switch (s.kind) {
-    case WeightKind::kTokEmbd: return "model.embed_tokens.weight";
-    case WeightKind::kFinalNorm: return "model.norm.weight";
-    case WeightKind::kLmHead: return "lm_head.weight";
-    case WeightKind::kAttnNorm: return layer + "input_layernorm.weight";
-    case WeightKind::kWq: return layer + "self_attn.q_proj.weight";
-    case WeightKind::kWk: return layer + "self_attn.k_proj.weight";
-    case WeightKind::kWv: return layer + "self_attn.v_proj.weight";
-    case WeightKind::kWo: return layer + "self_attn.o_proj.weight";
-    case WeightKind::kFfnNorm: return layer + "post_attention_layernorm.weight";
-    case WeightKind::kGate: return layer + "mlp.gate_proj.weight";
-    case WeightKind::kDown: return layer + "mlp.down_proj.weight";
-    case WeightKind::kUp: return layer + "mlp.up_proj.weight";
+    case WeightKind::kTokEmbd:
+      return "model.embed_tokens.weight";
+    case WeightKind::kFinalNorm:
+      return "model.norm.weight";
+    case WeightKind::kLmHead:
+      return "lm_head.weight";
+    case WeightKind::kAttnNorm:
+      return layer + "input_layernorm.weight";
+    case WeightKind::kWq:
+      return layer + "self_attn.q_proj.weight";
+    case WeightKind::kWk:
+      return layer + "self_attn.k_proj.weight";
+    case WeightKind::kWv:
+      return layer + "self_attn.v_proj.weight";
+    case WeightKind::kWo:
+      return layer + "self_attn.o_proj.weight";
+    case WeightKind::kFfnNorm:
+      return layer + "post_attention_layernorm.weight";
+    case WeightKind::kGate:
+      return layer + "mlp.gate_proj.weight";
+    case WeightKind::kDown:
+      return layer + "mlp.down_proj.weight";
+    case WeightKind::kUp:
+      return layer + "mlp.up_proj.weight";
   }
   return "?";
 }
 
-absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
-                                          const std::string& source) {
+absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source) {
   const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a valid JSON object"));
@@ -153,8 +164,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
   absl::StatusOr<std::string> model_type = r.String("model_type", "llama");
   if (!model_type.ok()) return model_type.status();
   if (*model_type != "llama") {
-    return r.Unimplemented("model_type", absl::StrCat("\"", *model_type,
-                                                      "\" is not supported (need \"llama\")"));
+    return r.Unimplemented("model_type",
+                           absl::StrCat("\"", *model_type, "\" is not supported (need \"llama\")"));
   }
   if (r.Has("rope_scaling")) {
     return r.Unimplemented("rope_scaling",
@@ -207,9 +218,10 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
   int head_dim = c.head_dim();
   if (absl::Status s = r.Int("head_dim", c.head_dim(), &head_dim); !s.ok()) return s;
   if (head_dim != c.head_dim()) {
-    return r.Unimplemented("head_dim", absl::StrCat("= ", head_dim, " != hidden_size / "
-                                                    "num_attention_heads = ", c.head_dim(),
-                                                    " is not implemented"));
+    return r.Unimplemented("head_dim", absl::StrCat("= ", head_dim,
+                                                    " != hidden_size / "
+                                                    "num_attention_heads = ",
+                                                    c.head_dim(), " is not implemented"));
   }
   return c;
 }
@@ -232,8 +244,8 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
   std::optional<std::map<std::string, std::string>> index;
   if (!fs::is_regular_file(single, ec)) {
     if (!fs::is_regular_file(index_path, ec)) {
-      return absl::NotFoundError(absl::StrCat(
-          dir, ": neither model.safetensors nor model.safetensors.index.json exists"));
+      return absl::NotFoundError(
+          absl::StrCat(dir, ": neither model.safetensors nor model.safetensors.index.json exists"));
     }
     absl::StatusOr<std::map<std::string, std::string>> m = ReadIndex(index_path);
     if (!m.ok()) return m.status();
@@ -270,18 +282,17 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
     if (!f.ok()) return f.status();
     auto it = (*f)->entries().find(name);
     if (it == (*f)->entries().end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat((*f)->path(), ": missing tensor ", name));
+      return absl::InvalidArgumentError(absl::StrCat((*f)->path(), ": missing tensor ", name));
     }
     if (it->second.shape != slot.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          (*f)->path(), ": tensor shape mismatch for ", name, ": expected ",
-          ShapeString(slot.shape), ", got ", ShapeString(it->second.shape)));
+      return absl::InvalidArgumentError(absl::StrCat((*f)->path(), ": tensor shape mismatch for ",
+                                                     name, ": expected ", ShapeString(slot.shape),
+                                                     ", got ", ShapeString(it->second.shape)));
     }
     if (absl::Status s = (*f)->ReadTensor(name, &SlotTensor(w, slot)); !s.ok()) return s;
   }
-  ModelLog().info("{}: loaded {} layers, dim {}, vocab {}", dir, w.config.n_layers,
-                  w.config.dim, w.config.vocab_size);
+  ModelLog().info("{}: loaded {} layers, dim {}, vocab {}", dir, w.config.n_layers, w.config.dim,
+                  w.config.vocab_size);
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
   return w;
 }

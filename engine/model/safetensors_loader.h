@@ -24,8 +24,7 @@ namespace banyan::engine {
 absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir);
 
 // Parses the text of a config.json; `source` names the file in messages.
-absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
-                                          const std::string& source);
+absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source);
 
 // Hugging Face tensor name of a slot: "model.layers.3.self_attn.q_proj.weight", ...
 std::string HfTensorName(const TensorSlot& slot);

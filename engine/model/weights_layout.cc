@@ -188,8 +188,8 @@ absl::Status ValidateWeights(const ModelWeights& w) {
                        ShapeString(slot.shape), ", got ", ShapeString(t.shape)));
     }
     if (t.data.size() != static_cast<size_t>(t.numel())) {
-      return absl::InvalidArgumentError(absl::StrCat(w.source, ": tensor ", SlotName(slot),
-                                                     " has ", t.data.size(), " values for shape ",
+      return absl::InvalidArgumentError(absl::StrCat(w.source, ": tensor ", SlotName(slot), " has ",
+                                                     t.data.size(), " values for shape ",
                                                      ShapeString(t.shape)));
     }
   }

@@ -1,7 +1,6 @@
-#include "engine/model/dummy_weights.h"
-
 #include <cmath>
 
+#include "engine/model/dummy_weights.h"
 #include "engine/model/model_io.h"
 #include "engine/model/safetensors_loader.h"
 #include "engine/model/weights_layout.h"

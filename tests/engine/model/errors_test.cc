@@ -114,8 +114,8 @@ TEST(GgufErrors, TruncatedMidTensor) {
   WriteBytes(path, bytes.substr(0, bytes.size() - 100));  // inside the last tensor
   const absl::Status s = LoadGguf(path, nullptr).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(Message(s), AllOf(HasSubstr(path), HasSubstr("truncated"),
-                                HasSubstr("blk.4.ffn_norm.weight")));
+  EXPECT_THAT(Message(s),
+              AllOf(HasSubstr(path), HasSubstr("truncated"), HasSubstr("blk.4.ffn_norm.weight")));
 }
 
 TEST(GgufErrors, TruncatedInMetadata) {
@@ -135,8 +135,8 @@ ModelWeights TinyDummy() {
 TEST(GgufErrors, UnsupportedTensorType) {
   TempDir dir;
   const std::string path = dir.File("q8.gguf");
-  WriteBytes(path, testing::GgufFromWeights(TinyDummy(), testing::kGgmlF32,
-                                            "blk.1.ffn_up.weight", testing::kGgmlQ8_0));
+  WriteBytes(path, testing::GgufFromWeights(TinyDummy(), testing::kGgmlF32, "blk.1.ffn_up.weight",
+                                            testing::kGgmlQ8_0));
   const absl::Status s = LoadGguf(path, nullptr).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(Message(s), AllOf(HasSubstr(path), HasSubstr("unsupported tensor type"),
@@ -233,8 +233,8 @@ TEST(HfErrors, MissingTensor) {
   const std::string name = f.entries[20].name;
   f.Write(dir, e);
   const absl::Status s = LoadHfFolder(dir.path()).status();
-  EXPECT_THAT(Message(s), AllOf(HasSubstr(dir.File("model.safetensors")),
-                                HasSubstr("missing tensor " + name)));
+  EXPECT_THAT(Message(s),
+              AllOf(HasSubstr(dir.File("model.safetensors")), HasSubstr("missing tensor " + name)));
 }
 
 TEST(HfErrors, TensorShapeMismatch) {
@@ -359,11 +359,14 @@ TEST(Corruption, RandomDamageReturnsStatus) {
   const std::string gguf = ReadBytes(ModelFile("stories260K.gguf"));
   const std::string bin = ReadBytes(ModelFile("stories260K.bin"));
   const Source sources[] = {
-      {gguf, 14200, [](const std::string& p) { SpmVocab v; return LoadGguf(p, &v).status(); },
+      {gguf, 14200,
+       [](const std::string& p) {
+         SpmVocab v;
+         return LoadGguf(p, &v).status();
+       },
        "x.gguf"},
       {bin, 28, [](const std::string& p) { return LoadLlama2c(p).status(); }, "x.bin"},
-      {st, 8 + 4000,
-       [&](const std::string&) { return LoadHfFolder(dir.path()).status(); },
+      {st, 8 + 4000, [&](const std::string&) { return LoadHfFolder(dir.path()).status(); },
        "model.safetensors"},
   };
   for (const Source& src : sources) {

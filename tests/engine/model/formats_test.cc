@@ -122,8 +122,7 @@ TEST(HfWriter, F32RoundTripIsExact) {
   ConvertRopeStyle(*h, RopeStyle::kInterleaved);
   ExpectSameWeights(*h, b);
 
-  const nlohmann::json cfg =
-      nlohmann::json::parse(testing::ReadBytes(dir.File("config.json")));
+  const nlohmann::json cfg = nlohmann::json::parse(testing::ReadBytes(dir.File("config.json")));
   EXPECT_EQ(cfg["architectures"][0], "LlamaForCausalLM");
   EXPECT_EQ(cfg["model_type"], "llama");
   EXPECT_EQ(cfg["hidden_act"], "silu");

@@ -22,8 +22,8 @@ Tensor RandomMatrix(int64_t rows, int64_t cols, std::mt19937& rng) {
 
 TEST(PermuteQkRows, RoundTripOnRandomData) {
   std::mt19937 rng(std::random_device{}());
-  for (auto [heads, head_dim, cols] : {std::tuple{1, 2, 3}, std::tuple{4, 8, 5},
-                                       std::tuple{8, 64, 17}, std::tuple{2, 128, 1}}) {
+  for (auto [heads, head_dim, cols] :
+       {std::tuple{1, 2, 3}, std::tuple{4, 8, 5}, std::tuple{8, 64, 17}, std::tuple{2, 128, 1}}) {
     const Tensor orig = RandomMatrix(int64_t{heads} * head_dim, cols, rng);
     Tensor t = orig;
     PermuteQkRows(t, heads, head_dim, RopeStyle::kInterleaved, RopeStyle::kHalf);
@@ -152,7 +152,7 @@ TEST(Dtype, Half) {
   EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
   EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // rounds up to inf
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);               // rounds up to inf
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (0)
   EXPECT_EQ(FloatToHalf(std::ldexp(1.5f, -25)), 0x0001);

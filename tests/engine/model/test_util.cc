@@ -44,8 +44,8 @@ void GgufBuilder::I32Array(const std::string& key, const std::vector<int32_t>& v
   ++n_kv_;
 }
 
-void GgufBuilder::Tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
-                         const std::string& data) {
+void GgufBuilder::AddTensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
+                            const std::string& data) {
   tensors_.push_back({name, ne, type, data});
 }
 
@@ -57,7 +57,7 @@ std::string GgufBuilder::Build(uint32_t alignment) const {
   s += kv_;
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
-  for (const T& t : tensors_) {
+  for (const PendingTensor& t : tensors_) {
     String(s, t.name);
     AppendPod(s, static_cast<uint32_t>(t.ne.size()));
     for (uint64_t d : t.ne) AppendPod(s, d);
@@ -80,23 +80,35 @@ namespace {
 std::string GgufName(const TensorSlot& s) {
   const std::string blk = "blk." + std::to_string(s.layer) + ".";
   switch (s.kind) {
-    case WeightKind::kTokEmbd: return "token_embd.weight";
-    case WeightKind::kFinalNorm: return "output_norm.weight";
-    case WeightKind::kLmHead: return "output.weight";
-    case WeightKind::kAttnNorm: return blk + "attn_norm.weight";
-    case WeightKind::kWq: return blk + "attn_q.weight";
-    case WeightKind::kWk: return blk + "attn_k.weight";
-    case WeightKind::kWv: return blk + "attn_v.weight";
-    case WeightKind::kWo: return blk + "attn_output.weight";
-    case WeightKind::kFfnNorm: return blk + "ffn_norm.weight";
-    case WeightKind::kGate: return blk + "ffn_gate.weight";
-    case WeightKind::kDown: return blk + "ffn_down.weight";
-    case WeightKind::kUp: return blk + "ffn_up.weight";
+    case WeightKind::kTokEmbd:
+      return "token_embd.weight";
+    case WeightKind::kFinalNorm:
+      return "output_norm.weight";
+    case WeightKind::kLmHead:
+      return "output.weight";
+    case WeightKind::kAttnNorm:
+      return blk + "attn_norm.weight";
+    case WeightKind::kWq:
+      return blk + "attn_q.weight";
+    case WeightKind::kWk:
+      return blk + "attn_k.weight";
+    case WeightKind::kWv:
+      return blk + "attn_v.weight";
+    case WeightKind::kWo:
+      return blk + "attn_output.weight";
+    case WeightKind::kFfnNorm:
+      return blk + "ffn_norm.weight";
+    case WeightKind::kGate:
+      return blk + "ffn_gate.weight";
+    case WeightKind::kDown:
+      return blk + "ffn_down.weight";
+    case WeightKind::kUp:
+      return blk + "ffn_up.weight";
   }
   return "?";
 }
 
-std::string Encode(const engine::Tensor& t, uint32_t type) {
+std::string Encode(const Tensor& t, uint32_t type) {
   WeightDtype d = type == kGgmlF16    ? WeightDtype::kF16
                   : type == kGgmlBF16 ? WeightDtype::kBF16
                                       : WeightDtype::kF32;
@@ -139,13 +151,13 @@ std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
   b.U32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_id));
   b.U32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_id));
   for (const TensorSlot& slot : ListTensorSlots(c)) {
-    const engine::Tensor& t = SlotTensor(w, slot);
+    const Tensor& t = SlotTensor(w, slot);
     const std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());
     const std::string name = GgufName(slot);
     if (name == override_type_of) {
-      b.Tensor(name, ne, override_type, std::string(t.data.size(), '\x11'));
+      b.AddTensor(name, ne, override_type, std::string(t.data.size(), '\x11'));
     } else {
-      b.Tensor(name, ne, type, Encode(t, type));
+      b.AddTensor(name, ne, type, Encode(t, type));
     }
   }
   return b.Build();
@@ -172,7 +184,7 @@ std::string SafetensorsBytes(const std::vector<RawEntry>& entries) {
 std::vector<RawEntry> HfEntries(const ModelWeights& w) {
   std::vector<RawEntry> out;
   for (const TensorSlot& slot : ListTensorSlots(w.config)) {
-    const engine::Tensor& t = SlotTensor(w, slot);
+    const Tensor& t = SlotTensor(w, slot);
     out.push_back({HfTensorName(slot), "F32", t.shape, FloatBytes(t.data)});
   }
   return out;

@@ -3,6 +3,8 @@
 // valid inputs in other dtypes and deliberately broken ones).
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -11,8 +13,6 @@
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "engine/model/model.h"
 #include "gtest/gtest.h"
@@ -74,8 +74,8 @@ inline void ExpectSameTensor(const Tensor& a, const Tensor& b, const std::string
   for (size_t i = 0; i < a.data.size(); ++i) {
     if (std::memcmp(&a.data[i], &b.data[i], sizeof(float)) != 0 && mismatches++ == 0) first = i;
   }
-  EXPECT_EQ(mismatches, 0u) << what << ": first mismatch at " << first << ": "
-                            << a.data[first] << " vs " << b.data[first];
+  EXPECT_EQ(mismatches, 0u) << what << ": first mismatch at " << first << ": " << a.data[first]
+                            << " vs " << b.data[first];
 }
 
 // Compares every tensor of two models (same config shapes), using the output matrix for the
@@ -101,8 +101,8 @@ class GgufBuilder {
   void I32Array(const std::string& key, const std::vector<int32_t>& v);
 
   // ne: GGML order (innermost first). data: raw bytes of the tensor.
-  void Tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
-              const std::string& data);
+  void AddTensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
+                 const std::string& data);
 
   std::string Build(uint32_t alignment = 32) const;
 
@@ -125,13 +125,13 @@ class GgufBuilder {
   uint32_t version_;
   std::string kv_;
   uint64_t n_kv_ = 0;
-  struct T {
+  struct PendingTensor {
     std::string name;
     std::vector<uint64_t> ne;
     uint32_t type;
     std::string data;
   };
-  std::vector<T> tensors_;
+  std::vector<PendingTensor> tensors_;
 };
 
 // GGML type ids used by the tests.
@@ -141,8 +141,8 @@ constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
 // (F32/F16/BF16), with llama.* metadata and a trivial tokenizer. `override_type_of` names one
 // tensor written with `override_type` instead (its bytes are then garbage of the right size).
 std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
-                            const std::string& override_type_of = "",
-                            uint32_t override_type = 0, uint32_t version = 3);
+                            const std::string& override_type_of = "", uint32_t override_type = 0,
+                            uint32_t version = 3);
 
 // One raw safetensors entry: dtype string and bytes exactly as written.
 struct RawEntry {
