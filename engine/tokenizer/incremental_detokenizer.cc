@@ -11,10 +11,9 @@ std::string IncrementalDetokenizer::Push(int32_t id) {
     pending_bytes_.push_back(static_cast<char>(b));
     pending_bytes_.erase(0, utf8::AppendByteRun(pending_bytes_, /*complete=*/false, &out));
   } else {
-    // A non-byte piece ends the byte run, as in Decode; whatever the run held is text now, so
-    // the piece only counts as the start of the text if the run was empty too.
+    // A non-byte piece ends the byte run, as in Decode; whatever the run held is text now.
     out = Flush();
-    tokenizer_.AppendPieceText(id, text_empty_, &out);
+    tokenizer_.AppendPieceText(id, text_empty_, &state_, &out);
   }
   if (!out.empty()) text_empty_ = false;
   return out;

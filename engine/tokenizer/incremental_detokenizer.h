@@ -33,6 +33,7 @@ class IncrementalDetokenizer {
   const Tokenizer& tokenizer_;
   std::string pending_bytes_;  // bytes of byte pieces that do not yet form a character
   bool text_empty_ = true;     // nothing has been emitted yet
+  Tokenizer::DecodeState state_;
 };
 
 }  // namespace banyan::engine

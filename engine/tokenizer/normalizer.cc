@@ -133,7 +133,9 @@ std::string SpmNormalizer::Normalize(std::string_view input) const {
     if (!remove_extra_whitespaces_) prev_is_space = false;
   }
   if (remove_extra_whitespaces_) {
-    while (out.size() >= space.size() && out.ends_with(space)) out.resize(out.size() - space.size());
+    size_t kept = out.size();
+    while (std::string_view(out).substr(0, kept).ends_with(space)) kept -= space.size();
+    out.erase(kept);
   }
   return out;
 }

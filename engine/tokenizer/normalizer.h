@@ -47,9 +47,9 @@ class SpmNormalizer {
   bool add_dummy_prefix_ = true;
   bool remove_extra_whitespaces_ = true;
   bool escape_whitespaces_ = true;
-  ByteTrie user_defined_;              // user-defined pieces -> id
-  std::vector<uint32_t> trie_units_;   // darts-clone units of the charsmap; empty: identity
-  std::string replacements_;           // NUL-terminated strings the trie values point into
+  ByteTrie user_defined_;             // user-defined pieces -> id
+  std::vector<uint32_t> trie_units_;  // darts-clone units of the charsmap; empty: identity
+  std::string replacements_;          // NUL-terminated strings the trie values point into
 };
 
 }  // namespace banyan::engine

@@ -73,8 +73,8 @@ class WireReader {
         return absl::OkStatus();
       }
       default:
-        return Error(absl::StrCat("unsupported wire type ", field->wire_type, " for field ",
-                                  field->number));
+        return Error(
+            absl::StrCat("unsupported wire type ", field->wire_type, " for field ", field->number));
     }
   }
 
@@ -116,8 +116,8 @@ absl::Status ForEachField(std::string_view data, size_t base,
 
 absl::Status WrongType(const WireField& f, absl::string_view message, int expected) {
   return absl::InvalidArgumentError(absl::StrCat(message, " field ", f.number, " has wire type ",
-                                                 f.wire_type, ", expected ", expected,
-                                                 " (at byte ", f.offset, ")"));
+                                                 f.wire_type, ", expected ", expected, " (at byte ",
+                                                 f.offset, ")"));
 }
 
 // Offset of `inner` inside `outer`, where `inner` is a view into `outer`.
@@ -157,8 +157,8 @@ absl::Status ParsePiece(std::string_view file, std::string_view msg, SpmVocab* v
   });
   if (!s.ok()) return s;
   if (type < static_cast<int>(PieceType::kNormal) || type > static_cast<int>(PieceType::kByte)) {
-    return absl::InvalidArgumentError(absl::StrCat("piece ", vocab->pieces.size(), " ('", piece,
-                                                   "') has unknown type ", type));
+    return absl::InvalidArgumentError(
+        absl::StrCat("piece ", vocab->pieces.size(), " ('", piece, "') has unknown type ", type));
   }
   vocab->pieces.push_back(std::move(piece));
   vocab->scores.push_back(score);
@@ -176,30 +176,49 @@ absl::Status ParseTrainerSpec(std::string_view file, std::string_view msg, SpmVo
     // int32 fields arrive sign-extended to 64 bits (pad_id = -1 takes ten bytes).
     const auto as_int = static_cast<int32_t>(static_cast<int64_t>(f.varint));
     switch (n) {
-      case 3: model_type = as_int; break;
-      case 24: whitespace_as_suffix = f.varint != 0; break;
-      case 35: vocab->byte_fallback = f.varint != 0; break;
-      case 40: vocab->unk_id = as_int; break;
-      case 41: vocab->bos_id = as_int; break;
-      case 42: vocab->eos_id = as_int; break;
-      case 43: vocab->pad_id = as_int; break;
+      case 3:
+        model_type = as_int;
+        break;
+      case 24:
+        whitespace_as_suffix = f.varint != 0;
+        break;
+      case 35:
+        vocab->byte_fallback = f.varint != 0;
+        break;
+      case 40:
+        vocab->unk_id = as_int;
+        break;
+      case 41:
+        vocab->bos_id = as_int;
+        break;
+      case 42:
+        vocab->eos_id = as_int;
+        break;
+      case 43:
+        vocab->pad_id = as_int;
+        break;
       case 44:
         if (f.wire_type != kLengthDelimited) return WrongType(f, "TrainerSpec", kLengthDelimited);
         vocab->unk_surface = std::string(f.bytes);
         break;
-      default: break;
+      default:
+        break;
     }
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
   switch (model_type) {
-    case 1: vocab->model_type = SpmModelType::kUnigram; break;
-    case 2: vocab->model_type = SpmModelType::kBpe; break;
+    case 1:
+      vocab->model_type = SpmModelType::kUnigram;
+      break;
+    case 2:
+      vocab->model_type = SpmModelType::kBpe;
+      break;
     case 3:
     case 4:
-      return absl::UnimplementedError(absl::StrCat(
-          "model_type ", model_type == 3 ? "WORD" : "CHAR", " is not supported (only BPE and "
-          "unigram are)"));
+      return absl::UnimplementedError(absl::StrCat("model_type ", model_type == 3 ? "WORD" : "CHAR",
+                                                   " is not supported (only BPE and "
+                                                   "unigram are)"));
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown model_type ", model_type));
   }
@@ -217,11 +236,20 @@ absl::Status ParseNormalizerSpec(std::string_view file, std::string_view msg, Sp
     }
     if (n >= 3 && n <= 5 && f.wire_type != kVarint) return WrongType(f, "NormalizerSpec", kVarint);
     switch (n) {
-      case 2: vocab->precompiled_charsmap = std::string(f.bytes); break;
-      case 3: vocab->add_dummy_prefix = f.varint != 0; break;
-      case 4: vocab->remove_extra_whitespaces = f.varint != 0; break;
-      case 5: vocab->escape_whitespaces = f.varint != 0; break;
-      default: break;
+      case 2:
+        vocab->precompiled_charsmap = std::string(f.bytes);
+        break;
+      case 3:
+        vocab->add_dummy_prefix = f.varint != 0;
+        break;
+      case 4:
+        vocab->remove_extra_whitespaces = f.varint != 0;
+        break;
+      case 5:
+        vocab->escape_whitespaces = f.varint != 0;
+        break;
+      default:
+        break;
     }
     return absl::OkStatus();
   });
@@ -235,10 +263,16 @@ absl::Status ParseModel(std::string_view bytes, SpmVocab* vocab) {
       return WrongType(f, "ModelProto", kLengthDelimited);
     }
     switch (f.number) {
-      case 1: return ParsePiece(bytes, f.bytes, vocab);
-      case 2: has_trainer_spec = true; return ParseTrainerSpec(bytes, f.bytes, vocab);
-      case 3: has_normalizer_spec = true; return ParseNormalizerSpec(bytes, f.bytes, vocab);
-      default: return absl::OkStatus();
+      case 1:
+        return ParsePiece(bytes, f.bytes, vocab);
+      case 2:
+        has_trainer_spec = true;
+        return ParseTrainerSpec(bytes, f.bytes, vocab);
+      case 3:
+        has_normalizer_spec = true;
+        return ParseNormalizerSpec(bytes, f.bytes, vocab);
+      default:
+        return absl::OkStatus();
     }
   });
   if (!s.ok()) return s;
@@ -303,11 +337,12 @@ absl::Status ValidateSpmVocab(const SpmVocab& vocab) {
   const auto in_range = [n](int id) { return id >= 0 && static_cast<size_t>(id) < n; };
   if (!in_range(vocab.unk_id) || vocab.types[vocab.unk_id] != PieceType::kUnknown ||
       unknown_count != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "need exactly one unknown piece, at unk_id ", vocab.unk_id, "; found ", unknown_count));
+    return absl::InvalidArgumentError(absl::StrCat("need exactly one unknown piece, at unk_id ",
+                                                   vocab.unk_id, "; found ", unknown_count));
   }
-  for (const auto& [name, id] : {std::pair{"bos_id", vocab.bos_id}, std::pair{"eos_id", vocab.eos_id},
-                                 std::pair{"pad_id", vocab.pad_id}}) {
+  for (const auto& [name, id] :
+       {std::pair{"bos_id", vocab.bos_id}, std::pair{"eos_id", vocab.eos_id},
+        std::pair{"pad_id", vocab.pad_id}}) {
     if (id != -1 && !in_range(id)) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " ", id, " is outside the vocabulary of ", n));
@@ -328,8 +363,8 @@ absl::StatusOr<SpmVocab> ParseSpmModel(std::string_view bytes, std::string_view 
   const auto with_source = [source](const absl::Status& s) {
     // Debian's abseil has its own string_view type, not std::string_view.
     const absl::string_view name(source.data(), source.size());
-    return absl::Status(s.code(), absl::StrCat("SentencePiece model '", name,
-                                               "' is not usable: ", s.message()));
+    return absl::Status(
+        s.code(), absl::StrCat("SentencePiece model '", name, "' is not usable: ", s.message()));
   };
   if (bytes.empty()) return with_source(absl::InvalidArgumentError("the file is empty"));
   SpmVocab vocab;
@@ -340,8 +375,8 @@ absl::StatusOr<SpmVocab> ParseSpmModel(std::string_view bytes, std::string_view 
 absl::StatusOr<SpmVocab> ReadSpmModelFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot open SentencePiece model '", path,
-                                            "': ", std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open SentencePiece model '", path, "': ", std::strerror(errno)));
   }
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) {

@@ -96,16 +96,18 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
   if (add_bos && vocab_.bos_id >= 0) ids.push_back(vocab_.bos_id);
   const std::string normalized = normalizer_.Normalize(text);
   if (normalized.empty()) return ids;
-  const std::vector<Segment> segments = vocab_.model_type == SpmModelType::kBpe
-                                            ? SegmentBpe(normalized)
-                                            : SegmentUnigram(normalized);
+  const std::vector<Segment> segments =
+      vocab_.model_type == SpmModelType::kBpe ? SegmentBpe(normalized) : SegmentUnigram(normalized);
   ids.reserve(ids.size() + segments.size());
+  bool prev_unknown = false;
   for (const auto& [piece, id] : segments) {
-    if (id == vocab_.unk_id && vocab_.byte_fallback) {
+    const bool unknown = id == vocab_.unk_id;
+    if (unknown && vocab_.byte_fallback) {
       for (const char c : piece) ids.push_back(byte_ids_[static_cast<uint8_t>(c)]);
-    } else {
+    } else if (!(unknown && prev_unknown)) {  // a run of unknown segments is one <unk>
       ids.push_back(id);
     }
+    prev_unknown = unknown;
   }
   return ids;
 }
@@ -145,8 +147,8 @@ std::vector<Tokenizer::Segment> Tokenizer::SegmentBpe(std::string_view normalize
     }
     const int index = static_cast<int>(symbols.size());
     pos += length;
-    symbols.push_back({index - 1, pos < normalized.size() ? index + 1 : -1, frozen,
-                       rest.substr(0, length)});
+    symbols.push_back(
+        {index - 1, pos < normalized.size() ? index + 1 : -1, frozen, rest.substr(0, length)});
   }
 
   std::priority_queue<Candidate, std::vector<Candidate>, Lower> agenda;
@@ -218,8 +220,8 @@ std::vector<Tokenizer::Segment> Tokenizer::SegmentUnigram(std::string_view norma
   std::vector<BestPath> best(size + 1);
   for (int start = 0; start < size;) {
     const float score_here = best[start].score;
-    const int char_length = std::min(
-        utf8::OneCharLen(static_cast<uint8_t>(normalized[start])), size - start);
+    const int char_length =
+        std::min(utf8::OneCharLen(static_cast<uint8_t>(normalized[start])), size - start);
     bool covers_one_char = false;
     unigram_pieces_.ForEachPrefix(normalized.substr(start), [&](size_t length, int32_t id) {
       const PieceType type = vocab_.types[id];
@@ -253,7 +255,12 @@ std::vector<Tokenizer::Segment> Tokenizer::SegmentUnigram(std::string_view norma
   return segments;
 }
 
-void Tokenizer::AppendPieceText(int32_t id, bool at_start, std::string* out) const {
+void Tokenizer::AppendPieceText(int32_t id, bool text_empty, DecodeState* state,
+                                std::string* out) const {
+  // As sentencepiece 0.1.97's Decode: the first piece that starts with "▁" loses it; with
+  // remove_extra_whitespaces so does every following one until some text has been output.
+  if (state->bos_ws_seen || !text_empty) state->at_start = false;
+  state->bos_ws_seen = false;
   switch (vocab_.types[id]) {
     case PieceType::kControl:
       return;
@@ -264,8 +271,10 @@ void Tokenizer::AppendPieceText(int32_t id, bool at_start, std::string* out) con
       break;
   }
   std::string_view piece = vocab_.pieces[id];
-  if (at_start && piece.starts_with(utf8::kSpaceSymbol)) {
+  if (state->at_start && (vocab_.add_dummy_prefix || vocab_.remove_extra_whitespaces) &&
+      piece.starts_with(utf8::kSpaceSymbol)) {
     piece.remove_prefix(utf8::kSpaceSymbol.size());
+    state->bos_ws_seen = !vocab_.remove_extra_whitespaces;
   }
   for (size_t pos = 0; pos < piece.size();) {
     const size_t space = piece.find(utf8::kSpaceSymbol, pos);
@@ -279,6 +288,7 @@ void Tokenizer::AppendPieceText(int32_t id, bool at_start, std::string* out) con
 std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
   std::string text;
   std::string byte_run;  // bytes of the current run of byte pieces
+  DecodeState state;
   for (const int32_t id : ids) {
     if (!IsValidId(id)) continue;
     if (const int b = ByteOf(id); b >= 0) {
@@ -287,7 +297,7 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
     }
     utf8::AppendByteRun(byte_run, /*complete=*/true, &text);
     byte_run.clear();
-    AppendPieceText(id, text.empty(), &text);
+    AppendPieceText(id, text.empty(), &state, &text);
   }
   utf8::AppendByteRun(byte_run, /*complete=*/true, &text);
   return text;

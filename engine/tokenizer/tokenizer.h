@@ -17,15 +17,20 @@
 //   * Unigram: the Viterbi segmentation maximizing the sum of piece scores; a character no piece
 //     covers is an unknown piece scoring (lowest score - 10); user-defined pieces get a bonus
 //     that makes them always win.
-//   An unknown segment becomes unk_id, or with byte_fallback one <0xXX> piece per UTF-8 byte.
+//   An unknown segment becomes one <0xXX> piece per UTF-8 byte with byte_fallback; without it,
+//   each run of adjacent unknown segments becomes a single unk_id.
 // - Decode concatenates the pieces' text: "▁" becomes " ", control pieces (BOS, EOS, ...) give
 //   nothing, the unknown piece gives vocab.unk_surface, and runs of byte pieces are reassembled
-//   into UTF-8 where each byte that starts no valid character becomes U+FFFD. While the output is
-//   still empty, one leading "▁" of each piece is dropped (the dummy prefix). Ids outside the
-//   vocabulary are skipped.
+//   into UTF-8 where each byte that starts no valid character becomes U+FFFD. The dummy prefix:
+//   with add_dummy_prefix or remove_extra_whitespaces, while the output is still empty, a piece
+//   loses its leading "▁"; without remove_extra_whitespaces only the first such "▁" is dropped
+//   (so " x" encoded as "▁▁x" decodes back to " x"). Ids outside the vocabulary are skipped.
+// - Normalization applies the model's precompiled charsmap natively, so "nmt_nfkc" (the
+//   spm_train default) and custom rule tables behave as in sentencepiece; the bundled
+//   stories260K model uses "identity" (no charsmap).
 // - Limitations: WORD and CHAR models and treat_whitespace_as_suffix are rejected at load; the
-//   model's denormalizer_spec is ignored (trained models leave it empty); ids outside the
-//   vocabulary are skipped rather than reported.
+//   model's denormalizer_spec is ignored (trained models leave it empty); no sampling or n-best
+//   encoding; ids outside the vocabulary are skipped rather than reported.
 // A Tokenizer is immutable after construction and safe to use from many threads.
 #pragma once
 
@@ -79,8 +84,9 @@ class Tokenizer {
   // A piece of the normalized text and the id it maps to (unk_id when not in the vocabulary).
   using Segment = std::pair<std::string_view, int32_t>;
   // For each kUnused piece reached by a BPE merge: the two pieces it was merged from.
-  using RevMerges = absl::flat_hash_map<std::string_view, std::pair<std::string_view, std::string_view>,
-                                        StringViewHash, StringViewEq>;
+  using RevMerges =
+      absl::flat_hash_map<std::string_view, std::pair<std::string_view, std::string_view>,
+                          StringViewHash, StringViewEq>;
 
   Tokenizer(SpmVocab vocab, SpmNormalizer normalizer);
   void BuildIndexes();
@@ -95,8 +101,13 @@ class Tokenizer {
   bool IsValidId(int32_t id) const { return id >= 0 && id < vocab_size(); }
   // The byte a kByte piece stands for; -1 for other ids.
   int ByteOf(int32_t id) const { return byte_value_[id]; }
-  // Appends the text of the non-byte piece `id`; `at_start` says the output is still empty.
-  void AppendPieceText(int32_t id, bool at_start, std::string* out) const;
+  // Where decoding stands with respect to the dummy-prefix space.
+  struct DecodeState {
+    bool at_start = true;      // a leading "▁" may still be dropped
+    bool bos_ws_seen = false;  // the previous piece dropped one that counts as the dummy prefix
+  };
+  // Appends the text of the non-byte piece `id`. `text_empty`: nothing has been output so far.
+  void AppendPieceText(int32_t id, bool text_empty, DecodeState* state, std::string* out) const;
 
   SpmVocab vocab_;
   SpmNormalizer normalizer_;

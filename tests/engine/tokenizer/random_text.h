@@ -73,7 +73,7 @@ inline bool IsValidUtf8(std::string_view s) {
 }
 
 struct RandomTextOptions {
-  bool invalid_bytes = true;            // raw bytes that are not valid UTF-8
+  bool invalid_bytes = true;             // raw bytes that are not valid UTF-8
   std::vector<std::string> extra_words;  // e.g. a model's user-defined pieces
 };
 
@@ -82,20 +82,29 @@ struct RandomTextOptions {
 // random code points from several planes, control characters and, optionally, invalid bytes.
 inline std::string RandomText(std::mt19937_64& rng, const RandomTextOptions& options = {}) {
   static const std::vector<std::string> kWords = {
-      "Once", "upon", "a", "time", "there", "was", "little", "girl", "named", "Lily", "She",
-      "liked", "to", "play", "with", "her", "ball", "in", "the", "park", "happy", "dog", "said",
-      "Tom", "big", "tree", "sun", "and", "they", "were", "friends", "Hello", "world", "THE",
-      "naïve", "café", "façade", "Straße", "über", "niño", "résumé", "Ærøskøbing", "Ελλάδα",
-      "привет", "日本語", "中文", "東京", "한국어", "ไทย", "עברית", "مرحبا", "हिन्दी", "🙂", "👍🏽",
-      "👩‍👩‍👧", "🇫🇷", "e\u0301", "ﬁ", "Ａｂｃ", "①", "㍻", "™", "…", "½", "\uFFFD", "x²"};
-  static const std::vector<std::string> kSpaces = {" ", " ", " ", "  ", "   ", "\t", "\n",
-                                                   "\r\n", " \t ", "\u00A0", "\u3000", "\u2009"};
-  static const std::vector<std::string> kPunct = {".", ",", "!", "?", "'", "\"", "(", ")", "-",
-                                                  ":", ";", "<s>", "</s>", "<unk>", "▁", "<0x41>",
-                                                  "#", "$", "%", "&", "@", "\\", "/", "_"};
-  static const std::vector<std::string> kInvalid = {"\x80", "\xBF", "\xC3", "\xE6\x97",
-                                                    "\xF0\x9F\x99", "\xC0\xAF", "\xED\xA0\x80",
-                                                    "\xF4\x90\x80\x80", "\xFE", "\xFF"};
+      "Once",    "upon",       "a",      "time",     "there",
+      "was",     "little",     "girl",   "named",    "Lily",
+      "She",     "liked",      "to",     "play",     "with",
+      "her",     "ball",       "in",     "the",      "park",
+      "happy",   "dog",        "said",   "Tom",      "big",
+      "tree",    "sun",        "and",    "they",     "were",
+      "friends", "Hello",      "world",  "THE",      "naïve",
+      "café",    "façade",     "Straße", "über",     "niño",
+      "résumé",  "Ærøskøbing", "Ελλάδα", "привет",   "日本語",
+      "中文",    "東京",       "한국어", "ไทย",      "עברית",
+      "مرحبا",   "हिन्दी",      "🙂",   "👍🏽", "👩‍👩‍👧",
+      "🇫🇷",      "e\u0301",    "ﬁ",      "Ａｂｃ",   "①",
+      "㍻",      "™",          "…",      "½",        "\uFFFD",
+      "x²"};
+  static const std::vector<std::string> kSpaces = {
+      " ", " ", " ", "  ", "   ", "\t", "\n", "\r\n", " \t ", "\u00A0", "\u3000", "\u2009"};
+  static const std::vector<std::string> kPunct = {
+      ".",    ",",     "!", "?",      "'", "\"", "(", ")", "-", ":",  ";", "<s>",
+      "</s>", "<unk>", "▁", "<0x41>", "#", "$",  "%", "&", "@", "\\", "/", "_"};
+  static const std::vector<std::string> kInvalid = {
+      "\x80",         "\xBF",     "\xC3",         "\xE6\x97",
+      "\xF0\x9F\x99", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+      "\xFE",         "\xFF"};
   std::string text;
   const int fragments = std::uniform_int_distribution<int>(0, 40)(rng);
   const auto pick = [&rng](const std::vector<std::string>& pool) -> const std::string& {
@@ -112,11 +121,10 @@ inline std::string RandomText(std::mt19937_64& rng, const RandomTextOptions& opt
     } else if (kind < 75) {
       text += pick(kPunct);
     } else if (kind < 85) {
-      static const uint32_t kRanges[][2] = {{0x20, 0x7E},       {0xA0, 0x24F},
-                                            {0x370, 0x52F},     {0x3040, 0x30FF},
-                                            {0x4E00, 0x9FFF},   {0xAC00, 0xD7A3},
-                                            {0xE000, 0xF8FF},   {0xFF00, 0xFFEF},
-                                            {0x1F300, 0x1FAFF}, {0x10000, 0x10FFFF}};
+      static const uint32_t kRanges[][2] = {
+          {0x20, 0x7E},       {0xA0, 0x24F},      {0x370, 0x52F},   {0x3040, 0x30FF},
+          {0x4E00, 0x9FFF},   {0xAC00, 0xD7A3},   {0xE000, 0xF8FF}, {0xFF00, 0xFFEF},
+          {0x1F300, 0x1FAFF}, {0x10000, 0x10FFFF}};
       const auto& r = kRanges[std::uniform_int_distribution<int>(0, 9)(rng)];
       AppendCodePoint(std::uniform_int_distribution<uint32_t>(r[0], r[1])(rng), &text);
     } else if (kind < 90) {

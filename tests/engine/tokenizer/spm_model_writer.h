@@ -1,8 +1,7 @@
 // Test helper: serializes an SpmVocab as a SentencePiece ModelProto (protobuf wire format), so
 // tests can build models with chosen features (unused pieces, user-defined pieces, odd specs)
 // that both banyan and libsentencepiece load. Writes only the fields spm_model_reader.h reads,
-// plus NormalizerSpec.name. Header-only; includes no abseil header, so the oracle's .cc may use
-// it too.
+// plus TrainerSpec.vocab_size and NormalizerSpec.name.
 #pragma once
 
 #include <cstdint>

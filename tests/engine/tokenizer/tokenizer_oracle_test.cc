@@ -78,7 +78,8 @@ void CompareWithOracle(const std::string& name, const std::string& model, int nu
   ASSERT_TRUE(vocab.ok()) << vocab.status();
   RandomTextOptions options;
   for (size_t id = 0; id < vocab->pieces.size(); ++id) {
-    if (vocab->types[id] == PieceType::kUserDefined) options.extra_words.push_back(vocab->pieces[id]);
+    if (vocab->types[id] == PieceType::kUserDefined)
+      options.extra_words.push_back(vocab->pieces[id]);
   }
   auto ours = Tokenizer::FromVocab(*std::move(vocab));
   ASSERT_TRUE(ours.ok()) << ours.status();
@@ -91,10 +92,16 @@ void CompareWithOracle(const std::string& name, const std::string& model, int nu
   ASSERT_EQ(tok.eos_id(), oracle->eos_id());
   ASSERT_EQ(tok.unk_id(), oracle->unk_id());
 
+  std::cout << "[oracle] " << name << ": " << tok.vocab_size() << " pieces, "
+            << (tok.vocab().model_type == SpmModelType::kBpe ? "BPE" : "unigram") << std::endl;
+
   std::mt19937_64 rng(seed);
   int failures = 0;
   for (int i = 0; i < num_strings && failures < 5; ++i) {
-    const std::string text = RandomText(rng, options);
+    std::string text = RandomText(rng, options);
+    if (i % 200 == 0) {  // now and then a long text (thousands of characters)
+      for (int k = 0; k < 200; ++k) text += RandomText(rng, options);
+    }
     const bool add_bos = i % 2 == 1;
     bool ok = false;
     const std::vector<int> expected = oracle->Encode(text, add_bos, &ok);
@@ -105,9 +112,9 @@ void CompareWithOracle(const std::string& name, const std::string& model, int nu
       std::vector<std::string> ours_pieces;
       for (const int32_t id : actual) ours_pieces.emplace_back(tok.Piece(id));
       ADD_FAILURE() << "Encode(\"" << Escape(text) << "\")\n  ours:          " << Join(actual)
-                    << "\n  sentencepiece: " << Join(expected) << "\n  ours:          "
-                    << Escape(Join(ours_pieces)) << "\n  sentencepiece: "
-                    << Escape(Join(oracle->EncodePieces(text)));
+                    << "\n  sentencepiece: " << Join(expected)
+                    << "\n  ours:          " << Escape(Join(ours_pieces))
+                    << "\n  sentencepiece: " << Escape(Join(oracle->EncodePieces(text)));
       ++failures;
       continue;
     }
@@ -205,9 +212,9 @@ class TrainedModelTest : public ::testing::Test {
     // A corpus with a Zipf-like mix of pseudo-words and real multilingual words, so training
     // finds enough pieces; fixed, so the models are the same every run.
     std::mt19937_64 rng(20261130);
-    static const char* kSyllables[] = {"ka", "to", "ri", "men", "sa", "lo", "qu", "ex", "th",
-                                       "ing", "é", "ü", "ñ", "日", "本", "語", "п", "ри", "ве",
-                                       "т", "🙂", "①", "Ａ", "ﬁ", "1", "42", "-", "'s"};
+    static const char* kSyllables[] = {
+        "ka", "to", "ri", "men", "sa", "lo", "qu",   "ex", "th", "ing", "é", "ü",  "ñ", "日",
+        "本", "語", "п",  "ри",  "ве", "т",  "🙂", "①",  "Ａ", "ﬁ",   "1", "42", "-", "'s"};
     std::vector<std::string> words;
     for (int w = 0; w < 800; ++w) {
       std::string word;
@@ -220,7 +227,8 @@ class TrainedModelTest : public ::testing::Test {
       const int n = 1 + static_cast<int>(rng() % 15);
       for (int i = 0; i < n; ++i) {
         const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-        corpus << (i ? (rng() % 10 == 0 ? "  " : " ") : "") << words[static_cast<size_t>(u * u * u * words.size())];
+        corpus << (i ? (rng() % 10 == 0 ? "  " : " ") : "")
+               << words[static_cast<size_t>(u * u * u * words.size())];
       }
       corpus << "\n";
     }
@@ -234,9 +242,9 @@ class TrainedModelTest : public ::testing::Test {
   // Returns the model's path, or "" after recording a failure.
   static std::string Train(const std::string& name, const std::string& flags) {
     const std::string prefix = *dir_ + "/" + name;
-    const std::string cmd = "spm_train --input=" + *dir_ + "/corpus.txt --model_prefix=" +
-                            prefix + " --num_threads=1 --hard_vocab_limit=false " + flags +
-                            " > " + prefix + ".log 2>&1";
+    const std::string cmd = "spm_train --input=" + *dir_ + "/corpus.txt --model_prefix=" + prefix +
+                            " --num_threads=1 --hard_vocab_limit=false " + flags + " > " + prefix +
+                            ".log 2>&1";
     if (std::system(cmd.c_str()) != 0) {
       ADD_FAILURE() << cmd << " failed:\n" << ReadAll(prefix + ".log");
       return "";
@@ -253,8 +261,9 @@ class TrainedModelTest : public ::testing::Test {
 std::string* TrainedModelTest::dir_ = nullptr;
 
 TEST_F(TrainedModelTest, UnigramNfkcWithUserDefinedSymbols) {
-  const std::string path = Train("uni_nfkc", "--model_type=unigram --vocab_size=400 "
-                                             "--user_defined_symbols=<sep>,foo,▁bar");
+  const std::string path = Train("uni_nfkc",
+                                 "--model_type=unigram --vocab_size=400 "
+                                 "--user_defined_symbols='<sep>,foo,▁bar'");
   ASSERT_FALSE(path.empty());
   const std::string model = ReadAll(path);
   auto vocab = ParseSpmModel(model, path);
@@ -267,16 +276,18 @@ TEST_F(TrainedModelTest, UnigramNfkcWithUserDefinedSymbols) {
 }
 
 TEST_F(TrainedModelTest, UnigramIdentityWithByteFallback) {
-  const std::string path = Train(
-      "uni_bytes", "--model_type=unigram --vocab_size=500 --byte_fallback=true "
-                   "--normalization_rule_name=identity --remove_extra_whitespaces=false");
+  const std::string path =
+      Train("uni_bytes",
+            "--model_type=unigram --vocab_size=500 --byte_fallback=true "
+            "--normalization_rule_name=identity --remove_extra_whitespaces=false");
   ASSERT_FALSE(path.empty());
   CompareWithOracle("unigram identity byte_fallback", ReadAll(path), 10000);
 }
 
 TEST_F(TrainedModelTest, BpeNfkcWithoutDummyPrefix) {
-  const std::string path = Train("bpe_nfkc", "--model_type=bpe --vocab_size=300 "
-                                             "--add_dummy_prefix=false --user_defined_symbols=<sep>");
+  const std::string path = Train("bpe_nfkc",
+                                 "--model_type=bpe --vocab_size=300 "
+                                 "--add_dummy_prefix=false --user_defined_symbols='<sep>'");
   ASSERT_FALSE(path.empty());
   CompareWithOracle("bpe nmt_nfkc no dummy prefix", ReadAll(path), 10000);
 }

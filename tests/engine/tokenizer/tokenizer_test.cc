@@ -86,9 +86,9 @@ TEST_F(BundledModelTest, ReadsSpecialIdsAndSpecs) {
 TEST_F(BundledModelTest, KnownEncodings) {
   EXPECT_EQ(tokenizer_->Encode("Hello world", false),
             (std::vector<int32_t>{346, 306, 414, 263, 304, 341}));
-  EXPECT_EQ(tokenizer_->Encode("Once upon a time, there was a little girl.", false),
-            (std::vector<int32_t>{403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421,
-                                  426}));
+  EXPECT_EQ(
+      tokenizer_->Encode("Once upon a time, there was a little girl.", false),
+      (std::vector<int32_t>{403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 426}));
   EXPECT_EQ(tokenizer_->Encode("  leading  spaces  ", false),
             (std::vector<int32_t>{278, 411, 380, 299, 262, 427, 412, 331, 419}));
   EXPECT_EQ(tokenizer_->Encode("naïve café 日本 🙂", true),
@@ -164,7 +164,8 @@ TEST_F(BundledModelTest, DecodeReassemblesBytePieces) {
   const int e6 = Id("<0xE6>"), x97 = Id("<0x97>"), xa5 = Id("<0xA5>");
   EXPECT_EQ(Decode({e6, x97, xa5}), "日");
   // An incomplete sequence ends at a non-byte piece: one U+FFFD per byte.
-  EXPECT_EQ(Decode({e6, x97, Id("\xE2\x96\x81He")}), std::string(kFffd) + std::string(kFffd) + " He");
+  EXPECT_EQ(Decode({e6, x97, Id("\xE2\x96\x81He")}),
+            std::string(kFffd) + std::string(kFffd) + " He");
   // A byte that cannot continue the sequence: U+FFFD for the lead byte, then the byte itself.
   EXPECT_EQ(Decode({e6, Id("<0x41>"), x97}), std::string(kFffd) + "A" + std::string(kFffd));
 }
@@ -200,8 +201,8 @@ TEST_F(BundledModelTest, IncrementalEmitsEachCharacterAsSoonAsItIsComplete) {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   for (int i = 0; i < 500; ++i) {
-    const std::vector<int32_t> ids =
-        tokenizer_->Encode(RandomText(rng, {.invalid_bytes = false, .extra_words = {}}), i % 3 == 0);
+    const std::vector<int32_t> ids = tokenizer_->Encode(
+        RandomText(rng, {.invalid_bytes = false, .extra_words = {}}), i % 3 == 0);
     IncrementalDetokenizer detok(*tokenizer_);
     std::string streamed;
     for (size_t n = 1; n <= ids.size(); ++n) {
@@ -309,8 +310,8 @@ SpmVocab TinyVocab(SpmModelType type,
   v.model_type = type;
   v.pieces = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b"};
   v.scores = {0, 0, 0, -5, -5, -5};
-  v.types = {PieceType::kUnknown, PieceType::kControl, PieceType::kControl, PieceType::kNormal,
-             PieceType::kNormal, PieceType::kNormal};
+  v.types = {PieceType::kUnknown, PieceType::kControl, PieceType::kControl,
+             PieceType::kNormal,  PieceType::kNormal,  PieceType::kNormal};
   for (const auto& [piece, score, piece_type] : extra) {
     v.pieces.push_back(piece);
     v.scores.push_back(score);
@@ -327,14 +328,16 @@ std::vector<std::string> Pieces(const Tokenizer& t, std::string_view text) {
 
 TEST(TinyModelTest, BpeMergesHighestScoreThenLeftmost) {
   using P = PieceType;
-  auto t = Tokenizer::FromVocab(TinyVocab(
-      SpmModelType::kBpe, {{"ab", -1, P::kNormal}, {"ba", -1, P::kNormal}, {"bb", -0.5, P::kNormal}}));
+  auto t = Tokenizer::FromVocab(
+      TinyVocab(SpmModelType::kBpe,
+                {{"ab", -1, P::kNormal}, {"ba", -1, P::kNormal}, {"bb", -0.5, P::kNormal}}));
   ASSERT_TRUE(t.ok()) << t.status();
   // "▁aba": ab and ba tie, the left one merges.
   EXPECT_EQ(Pieces(**t, "aba"), (std::vector<std::string>{"\xE2\x96\x81", "ab", "a"}));
   // "▁abb": bb scores higher than ab.
   EXPECT_EQ(Pieces(**t, "abb"), (std::vector<std::string>{"\xE2\x96\x81", "a", "bb"}));
-  EXPECT_EQ(Pieces(**t, "a c"), (std::vector<std::string>{"\xE2\x96\x81", "a", "\xE2\x96\x81", "<unk>"}));
+  EXPECT_EQ(Pieces(**t, "a c"),
+            (std::vector<std::string>{"\xE2\x96\x81", "a", "\xE2\x96\x81", "<unk>"}));
 }
 
 TEST(TinyModelTest, BpeUndoesMergesIntoUnusedPieces) {
@@ -360,14 +363,22 @@ TEST(TinyModelTest, UserDefinedPiecesStayWhole) {
 
 TEST(TinyModelTest, UnigramPicksTheBestTotalScore) {
   using P = PieceType;
-  auto t = Tokenizer::FromVocab(TinyVocab(
-      SpmModelType::kUnigram, {{"\xE2\x96\x81" "a", -1, P::kNormal}, {"\xE2\x96\x81" "ab", -12, P::kNormal},
-                               {"ab", -3, P::kNormal}}));
+  auto t = Tokenizer::FromVocab(TinyVocab(SpmModelType::kUnigram, {{"\xE2\x96\x81"
+                                                                    "a",
+                                                                    -1, P::kNormal},
+                                                                   {"\xE2\x96\x81"
+                                                                    "ab",
+                                                                    -12, P::kNormal},
+                                                                   {"ab", -3, P::kNormal}}));
   ASSERT_TRUE(t.ok()) << t.status();
   // ▁a + b = -6 beats ▁ab = -12 and ▁ + ab = -8.
-  EXPECT_EQ(Pieces(**t, "ab"), (std::vector<std::string>{"\xE2\x96\x81" "a", "b"}));
+  EXPECT_EQ(Pieces(**t, "ab"), (std::vector<std::string>{"\xE2\x96\x81"
+                                                         "a",
+                                                         "b"}));
   // An unknown character costs (lowest normal score - 10) and maps to <unk>.
-  EXPECT_EQ(Pieces(**t, "a\xC3\xA9"), (std::vector<std::string>{"\xE2\x96\x81" "a", "<unk>"}));
+  EXPECT_EQ(Pieces(**t, "a\xC3\xA9"), (std::vector<std::string>{"\xE2\x96\x81"
+                                                                "a",
+                                                                "<unk>"}));
 }
 
 TEST(TinyModelTest, FromVocabRejectsBrokenVocabularies) {
