@@ -1,0 +1,170 @@
+#include "server/grpc/generation_service.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "server/grpc/grpc_log.h"
+#include "server/grpc/grpc_status.h"
+#include "server/grpc/grpc_translate.h"
+#include "server/validation.h"
+
+namespace banyan::server {
+namespace {
+
+// A Generate call that ends before it starts (bad request, refused by the scheduler).
+class FinishedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit FinishedWriter(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* call,
+                                      const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  out.reserve(buffer.Length());
+  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+// Compares without an early exit, so response timing does not reveal how much of a key matched.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// gRPC's deadline as a steady-clock time point; nullopt for "no deadline" (gRPC reports its
+// infinite deadline as a time point centuries ahead).
+std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
+    std::chrono::system_clock::time_point deadline) {
+  const auto left = deadline - std::chrono::system_clock::now();
+  if (left > std::chrono::hours(24 * 365)) return std::nullopt;
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
+}
+
+}  // namespace
+
+GenerationService::GenerationService(const ServerContext* ctx, StreamPump* pump)
+    : ctx_(ctx), pump_(pump) {}
+
+absl::Status GenerationService::Authenticate(const grpc::CallbackServerContext& call) const {
+  if (ctx_->options.api_keys.empty()) return absl::OkStatus();
+  constexpr std::string_view kBearer = "Bearer ";
+  const auto [begin, end] = call.client_metadata().equal_range("authorization");
+  for (auto it = begin; it != end; ++it) {
+    const std::string_view value(it->second.data(), it->second.size());
+    if (value.substr(0, kBearer.size()) != kBearer) continue;
+    const std::string_view key = value.substr(kBearer.size());
+    bool match = false;
+    for (const std::string& k : ctx_->options.api_keys) match |= ConstantTimeEquals(key, k);
+    if (match) return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError(
+      "missing or invalid API key; send the metadata 'authorization: Bearer <key>'");
+}
+
+absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackServerContext* call,
+                                                               const grpc::ByteBuffer& request) {
+  if (absl::Status s = Authenticate(*call); !s.ok()) return s;
+  v1::GenerateRequest req;
+  if (absl::Status s = ParseRequest(Flatten(request), &req); !s.ok()) return s;
+  if (ctx_->ready != nullptr && !ctx_->ready->load()) {
+    return absl::UnavailableError("the server is not ready (loading or draining); retry later");
+  }
+  absl::StatusOr<std::string> id = ResolveRequestId(req.request_id());
+  if (!id.ok()) return id.status();
+  absl::StatusOr<scheduler::Request> r = ToSchedulerRequest(req, *ctx_, *id);
+  if (!r.ok()) return r.status();
+  r->deadline = SteadyDeadline(call->deadline());
+  const size_t prompt_tokens = r->prompt.size();
+  const int n = r->n;
+  const int max_tokens = r->params.max_tokens;
+  absl::StatusOr<std::shared_ptr<scheduler::RequestStream>> stream =
+      ctx_->scheduler->Submit(*std::move(r));
+  if (!stream.ok()) return stream.status();
+  GrpcLog().info("req={} admitted from {}: prompt {} tokens, n={}, max_tokens={}", *id,
+                 call->peer(), prompt_tokens, n, max_tokens);
+  return new GenerateCall(pump_, *std::move(stream), *id, req.sampling().has_logprobs());
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
+    grpc::CallbackServerContext* call, const grpc::ByteBuffer* request) {
+  absl::StatusOr<GenerateCall*> started = StartGenerate(call, *request);
+  if (!started.ok()) {
+    GrpcLog().info("Generate from {} refused: {}", call->peer(), started.status().ToString());
+    return new FinishedWriter(ToGrpcStatus(started.status()));
+  }
+  pump_->Add(*started);
+  return *started;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* call,
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  if (absl::Status s = Authenticate(*call); !s.ok()) return FinishUnary(call, s);
+  v1::TokenizeRequest req;
+  if (absl::Status s = ParseRequest(Flatten(*request), &req); !s.ok()) return FinishUnary(call, s);
+  if (absl::Status s = CheckModel(req.model(), *ctx_); !s.ok()) return FinishUnary(call, s);
+  absl::StatusOr<std::vector<int32_t>> ids =
+      TokenizeText(req.text(), !req.has_add_bos() || req.add_bos(), *ctx_->tokenizer);
+  if (!ids.ok()) return FinishUnary(call, ids.status());
+  v1::TokenizeResponse resp;
+  for (int32_t id : *ids) {
+    resp.add_token_ids(id);
+    const std::string_view piece = ctx_->tokenizer->Piece(id);
+    resp.add_pieces(piece.data(), piece.size());
+  }
+  resp.set_max_context_length(ctx_->model_config->max_seq_len);
+  bool own_buffer = false;
+  grpc::Status s = grpc::SerializationTraits<v1::TokenizeResponse>::Serialize(resp, response,
+                                                                                &own_buffer);
+  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  reactor->Finish(s);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerContext* call,
+                                                        const v1::DetokenizeRequest* request,
+                                                        v1::DetokenizeResponse* response) {
+  if (absl::Status s = Authenticate(*call); !s.ok()) return FinishUnary(call, s);
+  if (absl::Status s = CheckModel(request->model(), *ctx_); !s.ok()) return FinishUnary(call, s);
+  const std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
+  if (!ids.empty()) {
+    if (absl::Status s = ValidatePromptTokens(ids, ctx_->model_config->vocab_size, "token_ids");
+        !s.ok()) {
+      return FinishUnary(call, s);
+    }
+  }
+  response->set_text(ctx_->tokenizer->Decode(ids));
+  return FinishUnary(call, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* call,
+                                                        const v1::ListModelsRequest* /*request*/,
+                                                        v1::ListModelsResponse* response) {
+  if (absl::Status s = Authenticate(*call); !s.ok()) return FinishUnary(call, s);
+  v1::Model* m = response->add_models();
+  m->set_id(ctx_->model_name);
+  m->set_max_context_length(ctx_->model_config->max_seq_len);
+  m->set_vocab_size(ctx_->model_config->vocab_size);
+  m->set_bos_token_id(ctx_->tokenizer->bos_id());
+  m->set_eos_token_id(ctx_->tokenizer->eos_id());
+  m->set_owned_by("banyan");
+  return FinishUnary(call, absl::OkStatus());
+}
+
+}  // namespace banyan::server
