@@ -273,6 +273,69 @@ absl::StatusOr<PlaceResult> PrefixTree::Extend(SeqId seq, std::span<const int32_
   return result;
 }
 
+absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
+    std::span<const std::pair<SeqId, int32_t>> items, bool allow_evict) {
+  std::map<Node*, std::vector<size_t>> groups;  // leaf -> indices into items (ordered: stable)
+  std::unordered_set<SeqId> seen;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto it = seqs_.find(items[i].first);
+    if (it == seqs_.end()) {
+      return absl::NotFoundError(absl::StrCat("no live sequence ", items[i].first));
+    }
+    if (!seen.insert(items[i].first).second) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", items[i].first, " twice"));
+    }
+    groups[it->second.leaf].push_back(i);
+  }
+  auto grows_together = [&](Node* node, const std::vector<size_t>& idx) {
+    if (idx.size() < 2 || node->parent == nullptr || !node->children.empty() ||
+        node->refcount != static_cast<int32_t>(idx.size())) {
+      return false;
+    }
+    for (size_t i : idx) {
+      if (items[i].second != items[idx[0]].second) return false;
+    }
+    return true;
+  };
+  // Upper bound of the chunks needed: a shared growth needs at most one; a single append at most
+  // two (a split copy and a new chunk).
+  int32_t bound = 0;
+  for (auto& [node, idx] : groups) {
+    if (grows_together(node, idx)) {
+      bound += (node->first_slot + node->size()) % chunk_size_ == 0 ? 1 : 0;
+    } else {
+      bound += 2 * static_cast<int32_t>(idx.size());
+    }
+  }
+  if (pool_->chunks_free() < bound && allow_evict) Evict(bound - pool_->chunks_free());
+  if (absl::Status s = Reserve(bound); !s.ok()) return s;
+
+  std::vector<PlaceResult> results(items.size());
+  for (auto& [node, idx] : groups) {
+    if (grows_together(node, idx)) {
+      std::vector<SlotRef> slots;
+      AppendTokens(node, std::span<const int32_t>(&items[idx[0]].second, 1), &slots);
+      ++shape_version_;  // a shared node grew: phase-1 segment spans change, not a row's tail
+      for (size_t k = 0; k < idx.size(); ++k) {
+        PlaceResult& r = results[idx[k]];
+        r.seq = items[idx[k]].first;
+        if (k == 0) {
+          r.new_slots = slots;  // the first one writes the shared slot
+        } else {
+          r.matched_tokens = 1;
+        }
+      }
+      continue;
+    }
+    for (size_t i : idx) {
+      auto r = Extend(items[i].first, std::span<const int32_t>(&items[i].second, 1), false);
+      BANYAN_CHECK(r.ok()) << "append failed within its reservation: " << r.status();
+      results[i] = std::move(*r);
+    }
+  }
+  return results;
+}
+
 absl::StatusOr<std::vector<SeqId>> PrefixTree::Fork(SeqId seq, int n) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));

@@ -121,6 +121,14 @@ class PrefixTree {
     return Extend(seq, std::span<const int32_t>(&token, 1), allow_evict);
   }
 
+  // Appends one token to each of several distinct live sequences (a decode step). When every
+  // sequence ending at a childless node appends the same token, and no other sequence passes
+  // through it, the node grows in place for all of them (one slot, written once): n samples that
+  // agree keep sharing one node instead of growing a chain of one-token nodes. Otherwise each
+  // appends as Append does. Results are in the order of `items`; all or nothing on memory.
+  absl::StatusOr<std::vector<PlaceResult>> AppendBatch(
+      std::span<const std::pair<SeqId, int32_t>> items, bool allow_evict = false);
+
   // Makes n sequences of `seq` (n >= 1): returns n ids, `seq` first, all sharing its whole path.
   // Needs no memory.
   absl::StatusOr<std::vector<SeqId>> Fork(SeqId seq, int n);

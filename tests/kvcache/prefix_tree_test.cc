@@ -301,6 +301,27 @@ TEST(PrefixTreePropertyTest, RandomOperationSequences) {
             ASSERT_EQ(m.pool().chunks_used(), used);
           }
           }
+        } else if (op == 6 && uni(0, 1) == 0) {  // a decode step over a subset, often agreeing
+          std::vector<std::pair<SeqId, int32_t>> items;
+          const int32_t common = uni(0, vocab - 1);
+          for (auto& [id, toks] : live) {
+            if (uni(0, 3) != 0) items.emplace_back(id, uni(0, 2) != 0 ? common : uni(0, vocab - 1));
+          }
+          uint64_t v = m.tree().shape_version();
+          int32_t used = m.pool().chunks_used();
+          const bool allow_evict = uni(0, 1) == 1;
+          auto r = m.tree().AppendBatch(items, allow_evict);
+          if (r.ok()) {
+            ASSERT_EQ(r->size(), items.size());
+            for (size_t i = 0; i < items.size(); ++i) live[items[i].first].push_back(items[i].second);
+            for (size_t i = 0; i < items.size(); ++i) m.Apply((*r)[i], live[items[i].first]);
+          } else {
+            ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+            ASSERT_EQ(m.tree().shape_version(), v);
+            if (!allow_evict) {
+              ASSERT_EQ(m.pool().chunks_used(), used);
+            }
+          }
         } else if (op == 6) {
           auto ids = m.tree().Fork(seq, uni(2, 4));
           ASSERT_TRUE(ids.ok());

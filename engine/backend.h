@@ -1,0 +1,58 @@
+// The backend interface: runs the LLaMA forward pass for one engine step over the prefix-tree
+// KV cache. The CPU backend (fp32, the reference) and the CUDA backend implement it; both take
+// the same StepBatch and the same AttentionPlan.
+//
+// One step mixes decode rows (one new token each, attention through the TPP plan) and prefill
+// sequences (many new tokens each, causal attention over their cached path plus themselves).
+// Within each layer every new token's K/V is written to its slot before any attention runs, so a
+// sequence may attend to KV that another sequence of the same step writes (two prompts sharing a
+// prefix prefilled together, or two forks appending the same token).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kvcache/attention_plan.h"
+
+namespace banyan::engine {
+
+// One sequence's new tokens in a step.
+struct SeqWork {
+  int32_t pos0 = 0;                     // position of tokens[0] in the sequence
+  std::vector<int32_t> tokens;          // new tokens (exactly one for a decode row)
+  std::vector<kvcache::SlotRef> slots;  // KV slot of each token
+  std::vector<uint8_t> write_kv;        // 1: store the computed K/V; 0: already cached (reused)
+  bool want_logits = true;              // return the logits of the last token
+  // Prefill only: the sequence's whole context, positions [0, pos0 + tokens.size()), as chunk
+  // spans in position order (an AttentionPlan row built without sharing).
+  std::vector<int32_t> span_chunk, span_begin, span_end;
+};
+
+struct StepBatch {
+  // Decode rows, in the order of plan->rows.
+  std::vector<SeqWork> decode;
+  const kvcache::AttentionPlan* plan = nullptr;  // required when decode is not empty
+  std::vector<SeqWork> prefill;
+};
+
+enum class AttentionMode {
+  kTpp,    // shared chunks read once per segment (default)
+  kPaged,  // every row reads its whole context (plans built without sharing)
+  kNone,   // attention skipped, projections kept: the no-attention ceiling for benchmarks
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Applies the KV copies that node splits request, in order.
+  virtual absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) = 0;
+  // Runs the model. logits: [rows, vocab] for every SeqWork with want_logits, decode rows first
+  // then prefill sequences, each in batch order.
+  virtual absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) = 0;
+};
+
+}  // namespace banyan::engine

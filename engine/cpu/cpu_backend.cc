@@ -1,0 +1,270 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/tpp_attention.h"
+
+namespace banyan::engine {
+namespace {
+
+// c[m, n] = a[m, k] * w[n, k]^T + beta * c
+void MatMulT(const float* a, int m, int k, const Tensor& w, float* c, float beta) {
+  const int n = static_cast<int>(w.shape[0]);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, w.data.data(), k,
+              beta, c, n);
+}
+
+void RmsNorm(const float* x, const Tensor& weight, int rows, int dim, float eps, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<int64_t>(r) * dim;
+    float* o = out + static_cast<int64_t>(r) * dim;
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    float inv = 1.0f / std::sqrt(static_cast<float>(ss / dim) + eps);
+    for (int i = 0; i < dim; ++i) o[i] = xr[i] * inv * weight.data[i];
+  }
+}
+
+kernels::PlanView ViewOf(const kvcache::AttentionPlan& p) {
+  kernels::PlanView v;
+  v.num_rows = p.num_rows();
+  v.num_segments = p.num_segments();
+  v.num_partials = p.num_partials;
+  v.span_chunk = p.span_chunk.data();
+  v.span_begin = p.span_begin.data();
+  v.span_end = p.span_end.data();
+  v.seg_row_begin = p.seg_row_begin.data();
+  v.seg_row_end = p.seg_row_end.data();
+  v.seg_span_begin = p.seg_span_begin.data();
+  v.seg_span_end = p.seg_span_end.data();
+  v.seg_partial_offset = p.seg_partial_offset.data();
+  v.row_span_begin = p.row_span_begin.data();
+  v.row_span_end = p.row_span_end.data();
+  v.row_seg_begin = p.row_seg_begin.data();
+  v.row_seg_end = p.row_seg_end.data();
+  v.row_seg_ids = p.row_seg_ids.data();
+  return v;
+}
+
+}  // namespace
+
+int64_t CpuBackend::ChunksForBudget(const ModelConfig& cfg, int32_t chunk_size, int64_t bytes) {
+  int64_t per_chunk = int64_t{2} * cfg.n_layers * cfg.n_kv_heads * chunk_size * cfg.head_dim() *
+                      static_cast<int64_t>(sizeof(float));
+  return per_chunk > 0 ? bytes / per_chunk : 0;
+}
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelWeights* weights,
+                                                               const CpuBackendOptions& options) {
+  const ModelConfig& c = weights->config;
+  if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 ||
+      c.dim % c.n_heads != 0 || c.head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unsupported model shape: dim ", c.dim, ", heads ", c.n_heads, ", kv heads ", c.n_kv_heads));
+  }
+  if (options.num_chunks < 1 || options.chunk_size < 1) {
+    return absl::InvalidArgumentError("the CPU backend needs at least one KV chunk");
+  }
+  return std::unique_ptr<CpuBackend>(new CpuBackend(weights, options));
+}
+
+CpuBackend::CpuBackend(const ModelWeights* weights, const CpuBackendOptions& options)
+    : w_(*weights), cfg_(weights->config), options_(options) {
+  const int d = cfg_.head_dim();
+  chunk_stride_ = int64_t{2} * cfg_.n_kv_heads * options.chunk_size * d;
+  layer_stride_ = chunk_stride_ * options.num_chunks;
+  kv_.assign(static_cast<size_t>(layer_stride_) * cfg_.n_layers, 0.0f);
+  inv_freq_.resize(d / 2);
+  for (int i = 0; i < d / 2; ++i) {
+    inv_freq_[i] = static_cast<float>(std::pow(static_cast<double>(cfg_.rope_theta),
+                                               -2.0 * i / static_cast<double>(d)));
+  }
+}
+
+absl::Status CpuBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies) {
+  const int d = cfg_.head_dim();
+  const int c = options_.chunk_size;
+  for (const kvcache::ChunkCopy& cp : copies) {
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        for (int h = 0; h < cfg_.n_kv_heads; ++h) {
+          const int64_t head_off = l * layer_stride_ + (int64_t{kv} * cfg_.n_kv_heads + h) * c * d;
+          const float* src = kv_.data() + head_off + cp.src * chunk_stride_ + cp.slot_begin * d;
+          float* dst = kv_.data() + head_off + cp.dst * chunk_stride_ + cp.slot_begin * d;
+          std::memcpy(dst, src, sizeof(float) * d * (cp.slot_end - cp.slot_begin));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CpuBackend::ApplyRope(float* x, int heads, int32_t pos) const {
+  const int d = cfg_.head_dim();
+  const int half = d / 2;
+  for (int h = 0; h < heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * d;
+    for (int i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos) * inv_freq_[i];
+      const float cs = std::cos(angle), sn = std::sin(angle);
+      // kInterleaved rotates pairs (2i, 2i + 1); kHalf rotates (i, i + d/2).
+      float* a = cfg_.rope_style == RopeStyle::kInterleaved ? v + 2 * i : v + i;
+      float* b = cfg_.rope_style == RopeStyle::kInterleaved ? v + 2 * i + 1 : v + i + half;
+      const float x0 = *a, x1 = *b;
+      *a = x0 * cs - x1 * sn;
+      *b = x0 * sn + x1 * cs;
+    }
+  }
+}
+
+void CpuBackend::Attention(const StepBatch& batch, int layer, const float* q, float* out) {
+  const int d = cfg_.head_dim();
+  const int hq = cfg_.n_heads;
+  const int64_t row = int64_t{hq} * d;
+  if (options_.attention == AttentionMode::kNone) {
+    int64_t rows = static_cast<int64_t>(batch.decode.size());
+    for (const SeqWork& s : batch.prefill) rows += static_cast<int64_t>(s.tokens.size());
+    std::fill(out, out + rows * row, 0.0f);
+    return;
+  }
+  kernels::KvView kv;
+  kv.base = kv_.data() + layer * layer_stride_;
+  kv.chunk_stride = chunk_stride_;
+  kv.v_offset = int64_t{cfg_.n_kv_heads} * options_.chunk_size * d;
+  kv.chunk_size = options_.chunk_size;
+  kv.num_kv_heads = cfg_.n_kv_heads;
+  kv.head_dim = d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  if (!batch.decode.empty()) {
+    const kvcache::AttentionPlan& plan = *batch.plan;
+    partial_o_.resize(static_cast<size_t>(plan.num_partials) * row);
+    partial_lse_.resize(static_cast<size_t>(plan.num_partials) * hq);
+    kernels::DecodeAttentionParams p;
+    p.q = q;
+    p.out = out;
+    p.kv = kv;
+    p.plan = ViewOf(plan);
+    p.num_q_heads = hq;
+    p.scale = scale;
+    p.partial_o = partial_o_.data();
+    p.partial_lse = partial_lse_.data();
+    kernels::cpu::TppDecodeAttention(p);
+  }
+  int64_t t = static_cast<int64_t>(batch.decode.size());
+  for (const SeqWork& s : batch.prefill) {
+    kernels::cpu::PrefillAttentionParams p;
+    p.q = q + t * row;
+    p.out = out + t * row;
+    p.kv = kv;
+    p.span_chunk = s.span_chunk.data();
+    p.span_begin = s.span_begin.data();
+    p.span_end = s.span_end.data();
+    p.num_spans = static_cast<int32_t>(s.span_chunk.size());
+    p.q_pos0 = s.pos0;
+    p.num_q = static_cast<int32_t>(s.tokens.size());
+    p.num_q_heads = hq;
+    p.scale = scale;
+    kernels::cpu::PrefillAttention(p);
+    t += static_cast<int64_t>(s.tokens.size());
+  }
+}
+
+absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* logits) {
+  const int dim = cfg_.dim, d = cfg_.head_dim(), hq = cfg_.n_heads, hkv = cfg_.n_kv_heads;
+  const int hidden = cfg_.hidden_dim, vocab = cfg_.vocab_size;
+  if (!batch.decode.empty() &&
+      (batch.plan == nullptr || batch.plan->num_rows() != static_cast<int>(batch.decode.size()))) {
+    return absl::InvalidArgumentError("decode rows and attention plan disagree");
+  }
+  // Flatten the step's tokens: decode rows first, then prefill tokens.
+  std::vector<const SeqWork*> works;
+  for (const SeqWork& s : batch.decode) works.push_back(&s);
+  for (const SeqWork& s : batch.prefill) works.push_back(&s);
+  std::vector<int32_t> tokens, positions;
+  std::vector<kvcache::SlotRef> slots;
+  std::vector<uint8_t> writes;
+  std::vector<int> logit_rows;
+  for (const SeqWork* s : works) {
+    if (s->tokens.empty() || s->slots.size() != s->tokens.size() ||
+        s->write_kv.size() != s->tokens.size()) {
+      return absl::InvalidArgumentError("a sequence's tokens, slots and write flags disagree");
+    }
+    for (size_t i = 0; i < s->tokens.size(); ++i) {
+      if (s->tokens[i] < 0 || s->tokens[i] >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", s->tokens[i],
+                                                       " outside the vocabulary of ", vocab));
+      }
+      if (s->slots[i].chunk < 0 || s->slots[i].chunk >= options_.num_chunks) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk ", s->slots[i].chunk,
+                                                       " outside the KV pool"));
+      }
+      tokens.push_back(s->tokens[i]);
+      positions.push_back(s->pos0 + static_cast<int32_t>(i));
+      slots.push_back(s->slots[i]);
+      writes.push_back(s->write_kv[i]);
+    }
+    if (s->want_logits) logit_rows.push_back(static_cast<int>(tokens.size()) - 1);
+  }
+  const int T = static_cast<int>(tokens.size());
+  x_.resize(static_cast<size_t>(T) * dim);
+  xb_.resize(x_.size());
+  q_.resize(static_cast<size_t>(T) * hq * d);
+  att_.resize(q_.size());
+  k_.resize(static_cast<size_t>(T) * hkv * d);
+  v_.resize(k_.size());
+  h1_.resize(static_cast<size_t>(T) * hidden);
+  h3_.resize(h1_.size());
+  for (int t = 0; t < T; ++t) {
+    std::memcpy(x_.data() + static_cast<int64_t>(t) * dim,
+                w_.tok_embeddings.data.data() + static_cast<int64_t>(tokens[t]) * dim,
+                sizeof(float) * dim);
+  }
+  const int c = options_.chunk_size;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const LayerWeights& lw = w_.layers[l];
+    RmsNorm(x_.data(), lw.attn_norm, T, dim, cfg_.norm_eps, xb_.data());
+    MatMulT(xb_.data(), T, dim, lw.wq, q_.data(), 0.0f);
+    MatMulT(xb_.data(), T, dim, lw.wk, k_.data(), 0.0f);
+    MatMulT(xb_.data(), T, dim, lw.wv, v_.data(), 0.0f);
+    float* layer_kv = kv_.data() + l * layer_stride_;
+    for (int t = 0; t < T; ++t) {
+      ApplyRope(q_.data() + static_cast<int64_t>(t) * hq * d, hq, positions[t]);
+      if (!writes[t]) continue;  // cached KV is bit-identical to what we would write
+      ApplyRope(k_.data() + static_cast<int64_t>(t) * hkv * d, hkv, positions[t]);
+      for (int h = 0; h < hkv; ++h) {
+        float* kdst = layer_kv + slots[t].chunk * chunk_stride_ +
+                      (static_cast<int64_t>(h) * c + slots[t].slot) * d;
+        float* vdst = kdst + static_cast<int64_t>(hkv) * c * d;
+        std::memcpy(kdst, k_.data() + (static_cast<int64_t>(t) * hkv + h) * d, sizeof(float) * d);
+        std::memcpy(vdst, v_.data() + (static_cast<int64_t>(t) * hkv + h) * d, sizeof(float) * d);
+      }
+    }
+    Attention(batch, l, q_.data(), att_.data());
+    MatMulT(att_.data(), T, hq * d, lw.wo, x_.data(), 1.0f);  // x += attn Wo^T
+    RmsNorm(x_.data(), lw.ffn_norm, T, dim, cfg_.norm_eps, xb_.data());
+    MatMulT(xb_.data(), T, dim, lw.w_gate, h1_.data(), 0.0f);
+    MatMulT(xb_.data(), T, dim, lw.w_up, h3_.data(), 0.0f);
+    for (size_t i = 0; i < h1_.size(); ++i) {
+      const float g = h1_[i];
+      h1_[i] = g / (1.0f + std::exp(-g)) * h3_[i];  // SwiGLU
+    }
+    MatMulT(h1_.data(), T, hidden, lw.w_down, x_.data(), 1.0f);  // x += mlp
+  }
+  const int n_out = static_cast<int>(logit_rows.size());
+  std::vector<float> last(static_cast<size_t>(n_out) * dim);
+  for (int i = 0; i < n_out; ++i) {
+    std::memcpy(last.data() + static_cast<int64_t>(i) * dim,
+                x_.data() + static_cast<int64_t>(logit_rows[i]) * dim, sizeof(float) * dim);
+  }
+  RmsNorm(last.data(), w_.final_norm, n_out, dim, cfg_.norm_eps, last.data());
+  logits->resize(static_cast<size_t>(n_out) * vocab);
+  if (n_out > 0) MatMulT(last.data(), n_out, dim, w_.output_matrix(), logits->data(), 0.0f);
+  return absl::OkStatus();
+}
+
+}  // namespace banyan::engine

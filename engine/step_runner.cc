@@ -1,0 +1,74 @@
+#include "engine/step_runner.h"
+
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+
+namespace banyan::engine {
+
+StepRunner::StepRunner(Backend* backend, kvcache::PrefixTree* tree, AttentionMode mode)
+    : backend_(backend), tree_(tree), plan_options_{.share = mode != AttentionMode::kPaged} {}
+
+absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
+                             std::span<const DecodeItem> decode,
+                             std::span<const PrefillItem> prefill, StepOutput* out) {
+  if (absl::Status s = backend_->CopyChunks(copies); !s.ok()) return s;
+  StepBatch batch;
+  out->decode_rows.clear();
+  if (!decode.empty()) {
+    std::unordered_map<kvcache::SeqId, const DecodeItem*> by_seq;
+    for (const DecodeItem& d : decode) by_seq[d.seq] = &d;
+    for (kvcache::SeqId s : tree_->DfsOrder()) {
+      if (by_seq.contains(s)) out->decode_rows.push_back(s);
+    }
+    if (out->decode_rows.size() != decode.size()) {
+      return absl::InternalError("a decode sequence is not live in the prefix tree");
+    }
+    if (kvcache::PlanReusable(plan_, *tree_, out->decode_rows)) {
+      kvcache::AdvanceLengths(plan_, *tree_);
+      ++stats_.plan_reuses;
+    } else {
+      plan_ = kvcache::BuildAttentionPlan(*tree_, out->decode_rows, plan_options_);
+      ++stats_.plan_builds;
+    }
+    batch.plan = &plan_;
+    for (kvcache::SeqId s : out->decode_rows) {
+      const int32_t len = tree_->Length(s);
+      std::vector<int32_t> last = tree_->Tokens(s);  // O(len); fine next to the forward pass
+      SeqWork w;
+      w.pos0 = len - 1;
+      w.tokens = {last.back()};
+      w.slots = tree_->Slots(s, len - 1, len);
+      w.write_kv = {static_cast<uint8_t>(by_seq[s]->write_kv ? 1 : 0)};
+      batch.decode.push_back(std::move(w));
+    }
+  }
+  for (const PrefillItem& p : prefill) {
+    if (!tree_->IsLive(p.seq) || p.begin < 0 || p.end > tree_->Length(p.seq) || p.begin >= p.end) {
+      return absl::InternalError(absl::StrCat("bad prefill range [", p.begin, ", ", p.end,
+                                              ") for sequence ", p.seq));
+    }
+    std::vector<int32_t> tokens = tree_->Tokens(p.seq);
+    SeqWork w;
+    w.pos0 = p.begin;
+    w.tokens.assign(tokens.begin() + p.begin, tokens.begin() + p.end);
+    w.slots = tree_->Slots(p.seq, p.begin, p.end);
+    w.write_kv.resize(w.tokens.size());
+    for (int32_t i = p.begin; i < p.end; ++i) w.write_kv[i - p.begin] = i >= p.cached_end;
+    w.want_logits = p.want_logits;
+    kvcache::AttentionPlan row = kvcache::BuildAttentionPlan(
+        *tree_, std::span<const kvcache::SeqId>(&p.seq, 1), {.share = false});
+    // The row's spans cover the whole sequence; attention masks beyond each query's position.
+    w.span_chunk = std::move(row.span_chunk);
+    w.span_begin = std::move(row.span_begin);
+    w.span_end = std::move(row.span_end);
+    batch.prefill.push_back(std::move(w));
+  }
+  if (batch.decode.empty() && batch.prefill.empty()) {
+    out->logits.clear();
+    return absl::OkStatus();
+  }
+  return backend_->Forward(batch, &out->logits);
+}
+
+}  // namespace banyan::engine

@@ -1,0 +1,49 @@
+// Counters and histograms the scheduler keeps, read by /metrics (Prometheus text) and the gRPC
+// service. Snapshot() copies under the scheduler's lock; rendering is the server's job.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace banyan::scheduler {
+
+// Cumulative histogram with fixed upper bounds (seconds), Prometheus style.
+struct Histogram {
+  std::vector<double> bounds;    // upper bounds, ascending; +Inf implied
+  std::vector<uint64_t> counts;  // per bound (non-cumulative), plus one for +Inf
+  double sum = 0;
+  uint64_t count = 0;
+
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1) {}
+  void Observe(double v);
+};
+
+struct MetricsSnapshot {
+  int32_t requests_running = 0;  // admitted, not finished (prefilling or decoding)
+  int32_t requests_waiting = 0;  // queued, not admitted
+  int32_t sequences_running = 0;
+  int32_t kv_chunks_total = 0;
+  int32_t kv_chunks_free = 0;
+  int32_t kv_chunks_live = 0;    // used by running sequences
+  int32_t kv_chunks_cached = 0;  // held by the prefix cache only (evictable)
+  int64_t kv_chunks_saved_by_sharing = 0;
+  int32_t chunk_size = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t prefix_cache_hit_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t preemptions_total = 0;
+  int64_t requests_finished_total = 0;  // by any reason
+  int64_t requests_rejected_total = 0;  // queue full / draining
+  int64_t requests_cancelled_total = 0;
+  int64_t requests_failed_total = 0;
+  int64_t iterations_total = 0;
+  Histogram time_to_first_token_seconds;
+  Histogram inter_token_latency_seconds;
+  Histogram e2e_request_latency_seconds;
+};
+
+// Default latency buckets, seconds.
+std::vector<double> LatencyBuckets();
+
+}  // namespace banyan::scheduler

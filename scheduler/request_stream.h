@@ -1,0 +1,51 @@
+// RequestStream: the thread-safe channel between the engine thread (producer) and one front-end
+// thread (consumer) for one request.
+//
+// Contract: the producer pushes events and finally calls Finish exactly once; after that Read
+// returns the remaining events, then false. Cancel may be called from any thread at any time; the
+// scheduler observes it before its next iteration, frees the request's KV, and finishes the
+// stream with kCancelled events for the samples still running.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "scheduler/request.h"
+
+namespace banyan::scheduler {
+
+class RequestStream {
+ public:
+  RequestStream() = default;
+  RequestStream(const RequestStream&) = delete;
+  RequestStream& operator=(const RequestStream&) = delete;
+
+  // --- consumer side
+  // Waits up to `timeout` for events and appends them to *out. Returns false once the stream is
+  // finished and every event has been read.
+  bool Read(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout);
+  // The client went away or gave up.
+  void Cancel();
+  // Final status and usage; meaningful once Read returned false.
+  absl::Status status() const;
+  Usage usage() const;
+
+  // --- producer side (engine thread)
+  void Push(TokenEvent event);
+  void Finish(absl::Status status, Usage usage);
+  bool cancel_requested() const;
+  bool finished() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<TokenEvent> events_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  Usage usage_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace banyan::scheduler

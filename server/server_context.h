@@ -1,0 +1,47 @@
+// What the front ends (HTTP, gRPC) share: the scheduler they submit to, the tokenizer for
+// text <-> ids, the model's identity and limits, and the operational settings.
+//
+// Front ends only translate between their wire format and scheduler::Request / TokenEvent.
+// Request validation helpers shared by both live in server/validation.h.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "scheduler/scheduler.h"
+
+namespace banyan::server {
+
+// How a chat conversation becomes a prompt, when the model carries no template.
+enum class ChatTemplate {
+  kLlama2,  // "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] ..."
+  kChatML,  // "<|im_start|>{role}\n{content}<|im_end|>\n" ... "<|im_start|>assistant\n"
+  kPlain,   // "{role}: {content}\n" ... "assistant:" -- for small story models with no chat tuning
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int http_port = 8000;
+  int grpc_port = 50051;
+  std::vector<std::string> api_keys;           // empty: no auth
+  int64_t max_body_bytes = 8 << 20;            // larger HTTP bodies: 413
+  int max_n = 16;                              // largest `n` accepted
+  ChatTemplate chat_template = ChatTemplate::kPlain;
+  int drain_timeout_ms = 30000;                // SIGTERM: running requests get this long
+};
+
+struct ServerContext {
+  std::string model_name;  // the id /v1/models lists and requests must name
+  const engine::ModelConfig* model_config = nullptr;
+  const engine::Tokenizer* tokenizer = nullptr;
+  scheduler::Scheduler* scheduler = nullptr;
+  ServerOptions options;
+  // Set while loading or draining: /ready answers 503, new requests are refused.
+  std::atomic<bool>* ready = nullptr;
+};
+
+}  // namespace banyan::server

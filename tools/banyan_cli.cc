@@ -1,0 +1,190 @@
+// `banyan`: command-line front end to the engine.
+//
+//   banyan generate [--model PATH] [--tokenizer FILE] [--prompt TEXT] [--max-tokens N]
+//                   [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N]
+//                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged]
+//       Prints the completion (generated text only). With --n > 1 the samples share the
+//       prompt's KV and are printed one after another under "--- sample i ---" headers.
+//   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
+//       Writes the model as a Hugging Face folder (config.json, model.safetensors,
+//       tokenizer.model).
+//
+// PATH is a Hugging Face folder, a .gguf, or a llama2.c .bin; the bundled stories260K is the
+// default.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/generator.h"
+#include "engine/model/model_io.h"
+#include "engine/model_bundle.h"
+#include "kvcache/chunk_pool.h"
+#include "kvcache/prefix_tree.h"
+
+namespace banyan {
+namespace {
+
+using engine::FinishReason;
+
+struct Args {
+  std::string command;
+  std::map<std::string, std::string> flags;
+
+  std::string Get(const std::string& k, const std::string& def = "") const {
+    auto it = flags.find(k);
+    return it == flags.end() ? def : it->second;
+  }
+};
+
+absl::StatusOr<Args> Parse(int argc, char** argv) {
+  Args a;
+  if (argc < 2) return absl::InvalidArgumentError("missing command: generate or convert");
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string k = argv[i];
+    if (!k.starts_with("--")) return absl::InvalidArgumentError("unexpected argument " + k);
+    k = k.substr(2);
+    if (auto eq = k.find('='); eq != std::string::npos) {
+      a.flags[k.substr(0, eq)] = k.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      a.flags[k] = argv[++i];
+    } else {
+      return absl::InvalidArgumentError("flag --" + k + " needs a value");
+    }
+  }
+  return a;
+}
+
+template <typename T>
+absl::Status ParseNum(const Args& a, const std::string& key, T* out) {
+  std::string v = a.Get(key);
+  if (v.empty()) return absl::OkStatus();
+  bool ok;
+  if constexpr (std::is_same_v<T, float>) {
+    ok = absl::SimpleAtof(v, out);
+  } else {
+    ok = absl::SimpleAtoi(v, out);
+  }
+  if (!ok) return absl::InvalidArgumentError(absl::StrCat("--", key, ": not a number: ", v));
+  return absl::OkStatus();
+}
+
+absl::Status Generate(const Args& a, const char* argv0) {
+  std::string model = a.Get("model", engine::FindBundledModel(argv0));
+  if (model.empty()) {
+    return absl::NotFoundError("no --model given and the bundled stories260K was not found");
+  }
+  auto bundle = engine::LoadModelBundle(model, a.Get("tokenizer"));
+  if (!bundle.ok()) return bundle.status();
+  const engine::ModelConfig& cfg = bundle->weights.config;
+
+  engine::GenerationRequest req;
+  req.prompt = bundle->tokenizer->Encode(a.Get("prompt"), /*add_bos=*/true);
+  req.params.max_tokens = 256;
+  int32_t chunk_size = 64, kv_mb = 256;
+  int64_t seed = -1;
+  for (absl::Status s : {ParseNum(a, "max-tokens", &req.params.max_tokens),
+                         ParseNum(a, "temperature", &req.params.temperature),
+                         ParseNum(a, "top-p", &req.params.top_p),
+                         ParseNum(a, "top-k", &req.params.top_k),
+                         ParseNum(a, "min-p", &req.params.min_p), ParseNum(a, "n", &req.n),
+                         ParseNum(a, "seed", &seed), ParseNum(a, "chunk-size", &chunk_size),
+                         ParseNum(a, "kv-mb", &kv_mb)}) {
+    if (!s.ok()) return s;
+  }
+  if (seed >= 0) {
+    req.params.seed = static_cast<uint64_t>(seed);
+    req.params.has_seed = true;
+  }
+  engine::CpuBackendOptions opts;
+  opts.chunk_size = chunk_size;
+  opts.num_chunks = static_cast<int32_t>(
+      engine::CpuBackend::ChunksForBudget(cfg, chunk_size, int64_t{kv_mb} << 20));
+  std::string attention = a.Get("attention", "tpp");
+  if (attention != "tpp" && attention != "paged") {
+    return absl::InvalidArgumentError("--attention must be tpp or paged, got " + attention);
+  }
+  opts.attention = attention == "tpp" ? engine::AttentionMode::kTpp : engine::AttentionMode::kPaged;
+  auto pool = kvcache::ChunkPool::Create(opts.num_chunks, chunk_size);
+  if (!pool.ok()) return pool.status();
+  auto backend = engine::CpuBackend::Create(&bundle->weights, opts);
+  if (!backend.ok()) return backend.status();
+  kvcache::PrefixTree tree(&*pool);
+  engine::Generator gen(cfg, backend->get(), &tree, {.attention = opts.attention});
+  auto results = gen.Run(std::span<const engine::GenerationRequest>(&req, 1));
+  if (!results.ok()) return results.status();
+  const auto& samples = (*results)[0].samples;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples.size() > 1) std::printf("--- sample %zu ---\n", i + 1);
+    std::printf("%s\n", bundle->tokenizer->Decode(samples[i].tokens).c_str());
+  }
+  const auto& st = gen.stats();
+  std::fprintf(stderr,
+               "[banyan] %s: %lld prompt tokens, %lld decode steps, %.1f tok/s decode; "
+               "[kv] peak %d live chunks, %lld saved by sharing\n",
+               model.c_str(), static_cast<long long>(st.prefill_tokens),
+               static_cast<long long>(st.steps),
+               st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,
+               st.peak.chunks_live, static_cast<long long>(st.peak.chunks_saved_by_sharing));
+  return absl::OkStatus();
+}
+
+absl::Status Convert(const Args& a) {
+  std::string model = a.Get("model"), out = a.Get("out");
+  if (model.empty() || out.empty()) {
+    return absl::InvalidArgumentError("convert needs --model PATH and --out DIR");
+  }
+  std::string dtype = a.Get("dtype", "f32");
+  engine::HfDtype dt;
+  if (dtype == "f32") {
+    dt = engine::HfDtype::kF32;
+  } else if (dtype == "f16") {
+    dt = engine::HfDtype::kF16;
+  } else if (dtype == "bf16") {
+    dt = engine::HfDtype::kBF16;
+  } else {
+    return absl::InvalidArgumentError("--dtype must be f32, f16 or bf16, got " + dtype);
+  }
+  auto bundle = engine::LoadModelBundle(model, a.Get("tokenizer"));
+  if (!bundle.ok()) return bundle.status();
+  if (absl::Status s = engine::WriteHfFolder(bundle->weights, out, dt); !s.ok()) return s;
+  namespace fs = std::filesystem;
+  if (bundle->tokenizer_path != "<gguf metadata>") {
+    std::error_code ec;
+    fs::copy_file(bundle->tokenizer_path, fs::path(out) / "tokenizer.model",
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec) return absl::InternalError("cannot copy the tokenizer: " + ec.message());
+  } else {
+    std::fprintf(stderr, "[banyan] note: the GGUF's tokenizer was not written; pass --tokenizer\n");
+  }
+  std::fprintf(stderr, "[banyan] wrote %s\n", out.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace banyan
+
+int main(int argc, char** argv) {
+  auto args = banyan::Parse(argc, argv);
+  absl::Status s = args.status();
+  if (s.ok()) {
+    if (args->command == "generate") {
+      s = banyan::Generate(*args, argv[0]);
+    } else if (args->command == "convert") {
+      s = banyan::Convert(*args);
+    } else {
+      s = absl::InvalidArgumentError("unknown command " + args->command +
+                                     " (expected generate or convert)");
+    }
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "banyan: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  return 0;
+}
