@@ -2,10 +2,9 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
@@ -373,14 +372,21 @@ absl::StatusOr<SpmVocab> ParseSpmModel(std::string_view bytes, std::string_view 
 }
 
 absl::StatusOr<SpmVocab> ReadSpmModelFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // C stdio rather than iostreams: reading a directory makes istreambuf_iterator throw.
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("cannot open SentencePiece model '", path, "': ", std::strerror(errno)));
   }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat("cannot read SentencePiece model '", path, "'"));
+  std::string bytes;
+  char buffer[1 << 16];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;) bytes.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int error = errno;
+  std::fclose(file);
+  if (failed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read SentencePiece model '", path, "': ", std::strerror(error)));
   }
   return ParseSpmModel(bytes, path);
 }

@@ -254,6 +254,13 @@ void ExpectRejected(const std::string& name, const std::string& bytes) {
   std::remove(path.c_str());
 }
 
+TEST(SpmModelReaderTest, DirectoryIsRejected) {
+  const std::string dir = std::string(BANYAN_SOURCE_DIR) + "/models";
+  auto t = Tokenizer::FromFile(dir);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find(dir), std::string_view::npos) << t.status();
+}
+
 TEST(SpmModelReaderTest, RejectsEmptyTruncatedAndForeignFiles) {
   const std::string model = ReadAll(kModelPath);
   ASSERT_GT(model.size(), 1000u);
