@@ -294,8 +294,8 @@ TEST_F(TrainedModelTest, BpeNfkcWithoutDummyPrefix) {
 
 // Runs `tool` with `input` on stdin and returns its stdout.
 std::string RunTool(const std::string& command, const std::string& input) {
-  char in_path[] = "/tmp/banyan_spm_in_XXXXXX";
-  const int fd = mkstemp(in_path);
+  std::string in_path = ::testing::TempDir() + "/banyan_spm_in_XXXXXX";
+  const int fd = mkstemp(in_path.data());
   if (fd < 0) return "";
   close(fd);
   std::ofstream(in_path, std::ios::binary) << input;
@@ -305,7 +305,7 @@ std::string RunTool(const std::string& command, const std::string& input) {
     for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
     pclose(p);
   }
-  std::remove(in_path);
+  std::remove(in_path.c_str());
   return out;
 }
 
