@@ -1,0 +1,329 @@
+#include "server/http/openai_request.h"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/http/http_log.h"
+
+namespace banyan::server::http {
+namespace {
+
+absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+constexpr std::array kSamplingFields = {
+    "model",        "max_tokens",        "temperature",      "top_p",
+    "top_k",        "min_p",             "frequency_penalty", "presence_penalty",
+    "repetition_penalty", "seed",        "n",                "stop",
+    "stop_token_ids", "logprobs",        "stream",           "stream_options",
+    "user",         "cache_salt",        "ignore_eos",       "priority",
+    "best_of",      "logit_bias"};
+constexpr std::array kCompletionFields = {"prompt", "echo", "suffix", "add_special_tokens"};
+constexpr std::array kChatFields = {"messages", "max_completion_tokens", "top_logprobs"};
+
+template <size_t N>
+bool In(const std::array<const char*, N>& names, std::string_view key) {
+  return std::any_of(names.begin(), names.end(), [&](const char* n) { return key == n; });
+}
+
+// OpenAI ignores fields it does not know; so do we, but say so at debug level.
+void LogUnknownFields(const Json& body, Api api) {
+  if (!HttpLog().should_log(spdlog::level::debug)) return;
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : body.items()) {
+    const bool known = In(kSamplingFields, key) ||
+                       (api == Api::kCompletions ? In(kCompletionFields, key)
+                                                 : In(kChatFields, key));
+    if (!known) unknown.push_back(key);
+  }
+  if (!unknown.empty()) {
+    HttpLog().debug("ignoring unknown request fields: {}", absl::StrJoin(unknown, ", "));
+  }
+}
+
+// The fields both endpoints share. Fills `common` (prompt left empty) and `out`'s stream flags.
+absl::Status ParseCommon(const Json& body, const ServerContext& ctx, GenerationInput* common,
+                         ParsedGeneration* out) {
+  if (absl::Status s = CheckModel(body, ctx); !s.ok()) return s;
+  FieldReader f(body);
+  engine::SamplingParams& p = common->params;
+  f.Float("temperature", &p.temperature);
+  f.Float("top_p", &p.top_p);
+  int64_t top_k = p.top_k;
+  f.IntRange("top_k", -1, 1 << 30, &top_k);
+  p.top_k = static_cast<int>(top_k);
+  f.Float("min_p", &p.min_p);
+  f.Float("frequency_penalty", &p.frequency_penalty);
+  f.Float("presence_penalty", &p.presence_penalty);
+  f.Float("repetition_penalty", &p.repetition_penalty);
+  std::optional<int64_t> seed;
+  f.Int("seed", &seed);
+  if (seed.has_value()) {
+    p.seed = static_cast<uint64_t>(*seed);
+    p.has_seed = true;
+  }
+  f.Int("n", &common->n);
+  std::optional<int64_t> best_of;
+  f.Int("best_of", &best_of);
+  f.StringOrList("stop", &common->stop);
+  f.IntList("stop_token_ids", &p.stop_token_ids);
+  f.Bool("ignore_eos", &p.ignore_eos);
+  int64_t priority = 0;
+  f.IntRange("priority", -kMaxAbsPriority, kMaxAbsPriority, &priority);
+  common->priority = -priority;  // vLLM: lower is earlier; scheduler: larger is earlier
+  f.String("user", &common->user);
+  f.String("cache_salt", &common->cache_salt);
+  f.Bool("stream", &out->stream);
+  if (f.Has("logit_bias")) {
+    const Json& lb = body["logit_bias"];
+    if (!lb.is_object()) {
+      f.Fail("logit_bias", "logit_bias must be an object mapping token ids to biases");
+    } else if (!lb.empty()) {
+      f.Fail("logit_bias", "logit_bias is not supported by this server");
+    }
+  }
+  if (f.Has("stream_options")) {
+    const Json& so = body["stream_options"];
+    if (!so.is_object()) {
+      f.Fail("stream_options", "stream_options must be an object");
+    } else if (!out->stream) {
+      f.Fail("stream_options", "stream_options is only allowed when stream is true");
+    } else {
+      FieldReader sf(so, "stream_options.");
+      sf.Bool("include_usage", &out->include_usage);
+      if (!sf.status().ok()) return sf.status();
+    }
+  }
+  if (!f.status().ok()) return f.status();
+  if (best_of.has_value() && *best_of != common->n) {
+    return InvalidParam("best_of", absl::StrCat("best_of (", *best_of,
+                                                ") different from n is not supported; "
+                                                "request n samples instead"));
+  }
+  if (absl::Status s = ValidateN(common->n, ctx.options.max_n); !s.ok()) return s;
+  return ValidateStop(common->stop);
+}
+
+int VocabSize(const ServerContext& ctx) { return ctx.tokenizer->vocab_size(); }
+
+// The prompts of a completions request: (token ids, echo text) per prompt.
+absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_special,
+                          std::vector<std::vector<int32_t>>* prompts,
+                          std::vector<std::string>* texts) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    return InvalidParam("prompt", "prompt is required: a string, an array of token ids, or an "
+                                  "array of either");
+  }
+  const engine::Tokenizer& tok = *ctx.tokenizer;
+  auto add_text = [&](const std::string& s) -> absl::Status {
+    if (s.empty()) return InvalidParam("prompt", "the prompt is empty; send some text");
+    if (!IsValidUtf8(s)) return InvalidParam("prompt", "the prompt is not valid UTF-8");
+    prompts->push_back(tok.Encode(s, add_special));
+    texts->push_back(s);
+    return absl::OkStatus();
+  };
+  auto add_ids = [&](const Json& arr) -> absl::Status {
+    FieldReader f(Json{{"prompt", arr}});
+    std::vector<int32_t> ids;
+    f.IntList("prompt", &ids);
+    if (!f.status().ok()) return f.status();
+    if (absl::Status s = ValidatePromptTokens(ids, VocabSize(ctx)); !s.ok()) return s;
+    texts->push_back(tok.Decode(ids));
+    prompts->push_back(std::move(ids));
+    return absl::OkStatus();
+  };
+  const Json& p = *it;
+  if (p.is_string()) return add_text(p.get<std::string>());
+  if (!p.is_array()) {
+    return InvalidParam("prompt", absl::StrCat("prompt must be a string or an array, got ",
+                                               Sv(JsonTypeName(p))));
+  }
+  if (p.empty()) return InvalidParam("prompt", "the prompt is empty");
+  if (p[0].is_number()) return add_ids(p);
+  if (p.size() > static_cast<size_t>(kMaxBatchPrompts)) {
+    return InvalidParam("prompt", absl::StrCat("a batch may hold at most ", kMaxBatchPrompts,
+                                               " prompts, got ", p.size()));
+  }
+  const bool strings = p[0].is_string();
+  for (const Json& e : p) {
+    if (strings && e.is_string()) {
+      if (absl::Status s = add_text(e.get<std::string>()); !s.ok()) return s;
+    } else if (!strings && e.is_array()) {
+      if (e.empty()) return InvalidParam("prompt", "a prompt in the batch is empty");
+      if (absl::Status s = add_ids(e); !s.ok()) return s;
+    } else {
+      return InvalidParam("prompt",
+                          "prompt must be a string, an array of token ids, an array of strings "
+                          "or an array of token-id arrays (no mixing)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckModel(const Json& body, const ServerContext& ctx) {
+  auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_string()) {
+    return InvalidParam("model", absl::StrCat("model must be a string, got ",
+                                              Sv(JsonTypeName(*it))));
+  }
+  const std::string model = it->get<std::string>();
+  if (model != ctx.model_name) {
+    absl::Status s = absl::NotFoundError(
+        absl::StrCat("The model `", model, "` does not exist. This server serves `",
+                     ctx.model_name, "`."));
+    SetStatusParam(&s, "model");
+    SetStatusCode(&s, "model_not_found");
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) {
+    return InvalidParam("messages", "messages is required: an array of {role, content}");
+  }
+  if (!it->is_array()) {
+    return InvalidParam("messages", absl::StrCat("messages must be an array, got ",
+                                                 Sv(JsonTypeName(*it))));
+  }
+  if (it->empty()) return InvalidParam("messages", "messages must not be empty");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return InvalidParam(where, absl::StrCat(where, " must be an object"));
+    FieldReader f(m, where + ".");
+    ChatMessage msg;
+    f.String("role", &msg.role);
+    if (!f.status().ok()) return f.status();
+    if (msg.role.empty()) return InvalidParam(where + ".role", where + ".role is required");
+    if (msg.role == "developer") msg.role = "system";
+    auto c = m.find("content");
+    if (c == m.end() || c->is_null()) {
+      if (msg.role != "assistant") {
+        return InvalidParam(where + ".content", where + ".content is required");
+      }
+    } else if (c->is_string()) {
+      msg.content = c->get<std::string>();
+    } else if (c->is_array()) {
+      std::vector<std::string> texts;
+      for (const Json& part : *c) {
+        const std::string pw = where + ".content";
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+          return InvalidParam(pw, absl::StrCat(pw, " parts must be objects {type, ...}"));
+        }
+        if (part["type"] != "text") {
+          return InvalidParam(pw, absl::StrCat("content parts of type '",
+                                               part["type"].get<std::string>(),
+                                               "' are not supported; only 'text'"));
+        }
+        if (!part.contains("text") || !part["text"].is_string()) {
+          return InvalidParam(pw, absl::StrCat(pw, " text parts need a string 'text'"));
+        }
+        texts.push_back(part["text"].get<std::string>());
+      }
+      // OpenAI and vLLM join text parts with newlines.
+      msg.content = absl::StrJoin(texts, "\n");
+    } else {
+      return InvalidParam(where + ".content",
+                          absl::StrCat(where, ".content must be a string or an array of parts, got ",
+                                       Sv(JsonTypeName(*c))));
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
+                                                        const ServerContext& ctx) {
+  LogUnknownFields(body, Api::kCompletions);
+  ParsedGeneration out;
+  out.api = Api::kCompletions;
+  out.default_max_tokens = 16;
+  GenerationInput common;
+  if (absl::Status s = ParseCommon(body, ctx, &common, &out); !s.ok()) return s;
+
+  FieldReader f(body);
+  f.Int("max_tokens", &common.max_tokens);
+  std::optional<int64_t> logprobs;
+  f.Int("logprobs", &logprobs);
+  bool echo = false;
+  f.Bool("echo", &echo);
+  bool add_special = true;
+  f.Bool("add_special_tokens", &add_special);
+  std::string suffix;
+  f.String("suffix", &suffix);
+  if (!f.status().ok()) return f.status();
+  if (!suffix.empty()) return InvalidParam("suffix", "suffix is not supported by this server");
+  if (logprobs.has_value()) {
+    if (*logprobs < 0 || *logprobs > kMaxCompletionLogprobs) {
+      return InvalidParam("logprobs", absl::StrCat("logprobs must be between 0 and ",
+                                                   kMaxCompletionLogprobs, ", got ", *logprobs));
+    }
+    out.logprobs = true;
+    out.top_logprobs = static_cast<int>(*logprobs);
+    common.params.logprobs = out.top_logprobs;
+  }
+  if (echo && out.logprobs) {
+    return InvalidParam("echo", "echo together with logprobs is not supported: this server "
+                                "does not compute log-probabilities of prompt tokens");
+  }
+
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> texts;
+  if (absl::Status s = ParsePrompts(body, ctx, add_special, &prompts, &texts); !s.ok()) return s;
+  for (auto& prompt : prompts) {
+    GenerationInput in = common;
+    in.prompt = std::move(prompt);
+    out.inputs.push_back(std::move(in));
+  }
+  if (echo) out.echo_texts = std::move(texts);
+  return out;
+}
+
+absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx) {
+  LogUnknownFields(body, Api::kChat);
+  ParsedGeneration out;
+  out.api = Api::kChat;
+  out.default_max_tokens = 0;
+  GenerationInput common;
+  common.prompt_field = "messages";
+  if (absl::Status s = ParseCommon(body, ctx, &common, &out); !s.ok()) return s;
+
+  FieldReader f(body);
+  f.Int("max_tokens", &common.max_tokens);
+  if (f.Has("max_completion_tokens")) {
+    f.Int("max_completion_tokens", &common.max_tokens);
+    common.max_tokens_field = "max_completion_tokens";
+  }
+  f.Bool("logprobs", &out.logprobs);
+  int64_t top = 0;
+  f.IntRange("top_logprobs", 0, engine::kMaxLogprobs, &top);
+  if (!f.status().ok()) return f.status();
+  if (top > 0 && !out.logprobs) {
+    return InvalidParam("top_logprobs", "top_logprobs needs logprobs to be true");
+  }
+  out.top_logprobs = static_cast<int>(top);
+  common.params.logprobs = out.logprobs ? out.top_logprobs : 0;
+
+  absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(body);
+  if (!messages.ok()) return messages.status();
+  for (const ChatMessage& m : *messages) {
+    if (!IsValidUtf8(m.content)) return InvalidParam("messages", "a message is not valid UTF-8");
+  }
+  absl::StatusOr<std::vector<ChatSegment>> segments =
+      RenderChat(ctx.options.chat_template, *messages);
+  if (!segments.ok()) return segments.status();
+  common.prompt = EncodeChat(*segments, *ctx.tokenizer);
+  out.inputs.push_back(std::move(common));
+  return out;
+}
+
+}  // namespace banyan::server::http

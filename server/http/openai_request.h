@@ -1,0 +1,58 @@
+// Decoding of OpenAI /v1/completions and /v1/chat/completions request bodies into
+// wire-independent GenerationInputs (server/validation.h), one per prompt.
+//
+// Accepted as OpenAI / vLLM do:
+//  - `model` may be absent (the one served model); when present it must name it (404
+//    model_not_found otherwise).
+//  - Unknown fields are ignored (logged at debug level), as OpenAI does. Known fields that would
+//    change the output and that banyan can not honour are rejected with 400 rather than silently
+//    ignored: `suffix`, `best_of` != n, a non-empty `logit_bias`, non-text content parts.
+//  - Completions `prompt`: a string, an array of token ids, or a batch: an array of strings or
+//    an array of token-id arrays (at most kMaxBatchPrompts). Choice i*n + j is sample j of
+//    prompt i, as in OpenAI's API. Strings get BOS unless `add_special_tokens` is false; token
+//    ids are used exactly as given.
+//  - `priority`: vLLM's meaning, lower is served first (default 0); it is negated for the
+//    scheduler, where larger is more important.
+//  - `user` and the vLLM extension `cache_salt` select the prefix-cache namespace.
+//  - vLLM extensions also accepted: top_k, min_p, repetition_penalty, ignore_eos,
+//    stop_token_ids, add_special_tokens.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/http/chat_template.h"
+#include "server/http/openai_json.h"
+#include "server/server_context.h"
+#include "server/validation.h"
+
+namespace banyan::server::http {
+
+inline constexpr int kMaxBatchPrompts = 64;
+inline constexpr int kMaxCompletionLogprobs = 5;  // OpenAI's limit for /v1/completions
+
+enum class Api { kCompletions, kChat };
+
+struct ParsedGeneration {
+  Api api = Api::kCompletions;
+  std::vector<GenerationInput> inputs;  // one per prompt (chat: exactly one)
+  std::vector<std::string> echo_texts;  // completions with echo: the text of each prompt
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;       // return log-probabilities of the sampled tokens
+  int top_logprobs = 0;        // and this many alternatives per token
+  int default_max_tokens = 16;  // <= 0: the rest of the context
+};
+
+// 404 model_not_found when body["model"] is present and is not ctx.model_name.
+absl::Status CheckModel(const Json& body, const ServerContext& ctx);
+
+// body["messages"] as ChatMessages (param "messages" in errors).
+absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body);
+
+absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
+                                                        const ServerContext& ctx);
+absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx);
+
+}  // namespace banyan::server::http

@@ -1,0 +1,206 @@
+#include "server/http/openai_response.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_replace.h"
+#include "engine/tokenizer/vocab.h"
+
+namespace banyan::server::http {
+namespace {
+
+int64_t CountCodePoints(const std::string& s) {
+  int64_t n = 0;
+  for (char c : s) n += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
+TokenRepr DescribeToken(const engine::Tokenizer& tokenizer, int32_t id) {
+  TokenRepr r;
+  const engine::SpmVocab& v = tokenizer.vocab();
+  if (id < 0 || id >= static_cast<int32_t>(v.pieces.size())) return r;
+  const std::string& piece = v.pieces[id];
+  unsigned byte = 0;
+  if (v.types[id] == engine::PieceType::kByte && piece.size() == 6 &&
+      std::sscanf(piece.c_str(), "<0x%2X>", &byte) == 1) {
+    r.bytes = {static_cast<uint8_t>(byte)};
+    if (byte < 0x80) {
+      r.text = std::string(1, static_cast<char>(byte));
+    } else {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "bytes:\\x%02x", byte);
+      r.text = buf;
+    }
+    return r;
+  }
+  r.text = absl::StrReplaceAll(piece, {{"\xE2\x96\x81", " "}});
+  r.bytes.assign(r.text.begin(), r.text.end());
+  return r;
+}
+
+std::string_view FinishReasonString(scheduler::FinishReason reason) {
+  switch (reason) {
+    case scheduler::FinishReason::kNone:
+      return "";
+    case scheduler::FinishReason::kStop:
+      return "stop";
+    case scheduler::FinishReason::kLength:
+      return "length";
+    case scheduler::FinishReason::kCancelled:
+      return "abort";
+    case scheduler::FinishReason::kError:
+      return "error";
+  }
+  return "";
+}
+
+Json UsageJson(const scheduler::Usage& u) {
+  return Json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
+}
+
+ResponseBuilder::ResponseBuilder(const ParsedGeneration& parsed, std::string id, int64_t created,
+                                 std::string model, const engine::Tokenizer* tokenizer, int n)
+    : api_(parsed.api),
+      id_(std::move(id)),
+      created_(created),
+      model_(std::move(model)),
+      tokenizer_(tokenizer),
+      logprobs_(parsed.logprobs),
+      include_usage_(parsed.include_usage),
+      echo_texts_(parsed.echo_texts),
+      n_(n),
+      choices_(parsed.inputs.size() * static_cast<size_t>(n)) {
+  if (!echo_texts_.empty()) {
+    for (size_t i = 0; i < choices_.size(); ++i) AppendText(&choices_[i], echo_texts_[i / n_]);
+  }
+}
+
+void ResponseBuilder::AppendText(Choice* c, const std::string& text) {
+  c->text += text;
+  c->code_points += CountCodePoints(text);
+}
+
+Json ResponseBuilder::TokenEntry(int32_t id, float logprob) const {
+  TokenRepr r = DescribeToken(*tokenizer_, id);
+  return Json{{"token", r.text}, {"logprob", logprob}, {"bytes", r.bytes}};
+}
+
+Json ResponseBuilder::FoldLogprobs(Choice* c, const scheduler::TokenEvent& ev) {
+  if (!logprobs_ || ev.token < 0) return nullptr;
+  if (api_ == Api::kChat) {
+    Json entry = TokenEntry(ev.token, ev.logprob);
+    Json top = Json::array();
+    for (const auto& [id, lp] : ev.top_logprobs) top.push_back(TokenEntry(id, lp));
+    entry["top_logprobs"] = std::move(top);
+    c->content.push_back(entry);
+    return Json{{"content", Json::array({entry})}};
+  }
+  const std::string token = DescribeToken(*tokenizer_, ev.token).text;
+  Json top = Json::object();
+  for (const auto& [id, lp] : ev.top_logprobs) top[DescribeToken(*tokenizer_, id).text] = lp;
+  c->tokens.push_back(token);
+  c->token_logprobs.push_back(ev.logprob);
+  c->top_logprobs.push_back(top);
+  c->text_offset.push_back(c->code_points);
+  return Json{{"tokens", {token}},
+              {"token_logprobs", {ev.logprob}},
+              {"top_logprobs", Json::array({top})},
+              {"text_offset", {c->code_points}}};
+}
+
+void ResponseBuilder::Add(int choice, const scheduler::TokenEvent& ev) {
+  Choice& c = choices_[choice];
+  FoldLogprobs(&c, ev);
+  AppendText(&c, ev.text);
+  if (ev.finish != scheduler::FinishReason::kNone) {
+    c.finish_reason = std::string(FinishReasonString(ev.finish));
+  }
+}
+
+Json ResponseBuilder::Final(const scheduler::Usage& usage) const {
+  Json choices = Json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    Json finish = c.finish_reason.empty() ? Json(nullptr) : Json(c.finish_reason);
+    Json ch = {{"index", i}};
+    if (api_ == Api::kChat) {
+      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+      ch["logprobs"] = logprobs_ ? Json{{"content", c.content}} : Json(nullptr);
+    } else {
+      ch["text"] = c.text;
+      ch["logprobs"] = logprobs_ ? Json{{"tokens", c.tokens},
+                                        {"token_logprobs", c.token_logprobs},
+                                        {"top_logprobs", c.top_logprobs},
+                                        {"text_offset", c.text_offset}}
+                                 : Json(nullptr);
+    }
+    ch["finish_reason"] = finish;
+    choices.push_back(std::move(ch));
+  }
+  return Json{{"id", id_},
+              {"object", api_ == Api::kChat ? "chat.completion" : "text_completion"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", std::move(choices)},
+              {"usage", UsageJson(usage)}};
+}
+
+Json ResponseBuilder::ChunkEnvelope() const {
+  Json j = {{"id", id_},
+            {"object", api_ == Api::kChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", model_}};
+  if (include_usage_) j["usage"] = nullptr;
+  return j;
+}
+
+std::vector<Json> ResponseBuilder::StartChunks() {
+  std::vector<Json> out;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Json ch = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    if (api_ == Api::kChat) {
+      ch["delta"] = {{"role", "assistant"}, {"content", ""}};
+    } else if (!echo_texts_.empty()) {
+      ch["text"] = choices_[i].text;  // the echoed prompt, already folded in
+    } else {
+      continue;
+    }
+    Json j = ChunkEnvelope();
+    j["choices"] = Json::array({std::move(ch)});
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Json ResponseBuilder::Chunk(int choice, const scheduler::TokenEvent& ev) {
+  Choice& c = choices_[choice];
+  Json logprobs = FoldLogprobs(&c, ev);
+  AppendText(&c, ev.text);
+  const bool finished = ev.finish != scheduler::FinishReason::kNone;
+  if (finished) c.finish_reason = std::string(FinishReasonString(ev.finish));
+  if (ev.text.empty() && logprobs.is_null() && !finished) return nullptr;
+  Json ch = {{"index", choice}};
+  if (api_ == Api::kChat) {
+    ch["delta"] = ev.text.empty() ? Json::object() : Json{{"content", ev.text}};
+  } else {
+    ch["text"] = ev.text;
+  }
+  ch["logprobs"] = std::move(logprobs);
+  ch["finish_reason"] = finished ? Json(c.finish_reason) : Json(nullptr);
+  Json j = ChunkEnvelope();
+  j["choices"] = Json::array({std::move(ch)});
+  return j;
+}
+
+Json ResponseBuilder::UsageChunk(const scheduler::Usage& usage) const {
+  Json j = ChunkEnvelope();
+  j["choices"] = Json::array();
+  j["usage"] = UsageJson(usage);
+  return j;
+}
+
+}  // namespace banyan::server::http

@@ -1,0 +1,90 @@
+// Building OpenAI response bodies from TokenEvents: whole responses ("text_completion",
+// "chat.completion") and streaming chunks ("text_completion" / "chat.completion.chunk").
+//
+// Choice index i * n + j is sample j of prompt i. Each choice's text is the concatenation of its
+// events' text (the scheduler has already made it final and removed stop strings); with `echo`
+// (completions) the prompt's text comes first. finish_reason spells the scheduler's reason as
+// OpenAI does ("stop", "length"), and "abort" (vLLM's word) for a request cut by cancellation or
+// shutdown.
+//
+// Log-probabilities: a token is shown as its vocabulary piece with "▁" as a space; a byte-fallback
+// piece <0xNN> as that byte when it is ASCII, else as "bytes:\xNN" (OpenAI's spelling for a token
+// that is not valid UTF-8 on its own); chat's `bytes` field holds the token's raw bytes.
+// Completions' text_offset counts code points of the choice's text before the token.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tokenizer/tokenizer.h"
+#include "scheduler/request.h"
+#include "server/http/openai_json.h"
+#include "server/http/openai_request.h"
+
+namespace banyan::server::http {
+
+struct TokenRepr {
+  std::string text;            // how the token is shown
+  std::vector<uint8_t> bytes;  // its raw bytes
+};
+TokenRepr DescribeToken(const engine::Tokenizer& tokenizer, int32_t id);
+
+// "stop", "length", "abort", "error"; "" while running.
+std::string_view FinishReasonString(scheduler::FinishReason reason);
+
+Json UsageJson(const scheduler::Usage& usage);
+
+class ResponseBuilder {
+ public:
+  // `parsed` supplies the API, echo texts and log-probability settings; `n` samples per prompt.
+  ResponseBuilder(const ParsedGeneration& parsed, std::string id, int64_t created,
+                  std::string model, const engine::Tokenizer* tokenizer, int n);
+
+  int num_choices() const { return static_cast<int>(choices_.size()); }
+
+  // --- whole response
+  void Add(int choice, const scheduler::TokenEvent& event);
+  Json Final(const scheduler::Usage& usage) const;
+
+  // --- streaming
+  // Chunks sent before any token: chat's {"role":"assistant"} delta per choice, completions'
+  // echoed prompt text per choice.
+  std::vector<Json> StartChunks();
+  // The chunk for one event (also folded into the choice); null when it carries nothing.
+  Json Chunk(int choice, const scheduler::TokenEvent& event);
+  // The final usage chunk (choices: []), for stream_options.include_usage.
+  Json UsageChunk(const scheduler::Usage& usage) const;
+
+ private:
+  struct Choice {
+    std::string text;
+    int64_t code_points = 0;  // in text
+    std::string finish_reason;
+    // Completions logprobs.
+    Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
+         text_offset = Json::array();
+    // Chat logprobs: content entries.
+    Json content = Json::array();
+  };
+
+  Json ChunkEnvelope() const;
+  // Appends the log-probabilities of `event` to `choice` and returns them in the shape of a
+  // streaming chunk (completions: {tokens, ...}; chat: {content: [...]}).
+  Json FoldLogprobs(Choice* choice, const scheduler::TokenEvent& event);
+  void AppendText(Choice* choice, const std::string& text);
+  Json TokenEntry(int32_t id, float logprob) const;  // chat: {token, logprob, bytes}
+
+  Api api_;
+  std::string id_;
+  int64_t created_;
+  std::string model_;
+  const engine::Tokenizer* tokenizer_;
+  bool logprobs_;
+  bool include_usage_;
+  std::vector<std::string> echo_texts_;
+  int n_;
+  std::vector<Choice> choices_;
+};
+
+}  // namespace banyan::server::http

@@ -1,0 +1,182 @@
+#include "server/metrics_text.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace banyan::server {
+namespace {
+
+// Escapes a label value: backslash, double quote and newline.
+std::string EscapeLabel(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string_view model_name)
+      : model_label_(absl::StrCat("model_name=\"", EscapeLabel(model_name), "\"")) {}
+
+  // A gauge or counter. `labelled`: carries the model_name label (the vllm: family).
+  void Scalar(std::string_view name, std::string_view type, std::string_view help, double value,
+              bool labelled = false) {
+    Header(name, type, help);
+    absl::StrAppend(&out_, Sv(name), labelled ? absl::StrCat("{", model_label_, "}") : "", " ",
+                    PrometheusNumber(value), "\n");
+  }
+
+  void Hist(std::string_view name, std::string_view help, const scheduler::Histogram& h,
+            bool labelled = false) {
+    Header(name, "histogram", help);
+    const std::string extra = labelled ? absl::StrCat(model_label_, ",") : "";
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      if (i < h.counts.size()) cumulative += h.counts[i];
+      absl::StrAppend(&out_, Sv(name), "_bucket{", extra, "le=\"", PrometheusNumber(h.bounds[i]),
+                      "\"} ", cumulative, "\n");
+    }
+    // +Inf holds everything observed: the total count, whatever the per-bucket counts say.
+    absl::StrAppend(&out_, Sv(name), "_bucket{", extra, "le=\"+Inf\"} ", h.count, "\n");
+    const std::string plain = labelled ? absl::StrCat("{", model_label_, "}") : "";
+    absl::StrAppend(&out_, Sv(name), "_sum", plain, " ", PrometheusNumber(h.sum), "\n");
+    absl::StrAppend(&out_, Sv(name), "_count", plain, " ", h.count, "\n");
+  }
+
+  std::string Take() { return std::move(out_); }
+
+ private:
+  static absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+  void Header(std::string_view name, std::string_view type, std::string_view help) {
+    absl::StrAppend(&out_, "# HELP ", Sv(name), " ", Sv(help), "\n# TYPE ", Sv(name), " ",
+                    Sv(type), "\n");
+  }
+
+  std::string model_label_;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string PrometheusNumber(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  if (ec != std::errc()) return "NaN";
+  return std::string(buf, end);
+}
+
+std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_view model_name) {
+  Writer w(model_name);
+  const double kv_total = m.kv_chunks_total;
+  // Routers' notion of KV load: live / total (cached-only chunks are evictable, hence free).
+  const double kv_usage = kv_total > 0 ? m.kv_chunks_live / kv_total : 0.0;
+
+  // --- banyan_* gauges
+  w.Scalar("banyan_requests_running", "gauge",
+           "Requests admitted and not finished (prefilling or decoding).", m.requests_running);
+  w.Scalar("banyan_requests_waiting", "gauge", "Requests queued and not yet admitted.",
+           m.requests_waiting);
+  w.Scalar("banyan_sequences_running", "gauge",
+           "Sequences (samples) running; a request with n > 1 runs n of them.",
+           m.sequences_running);
+  w.Scalar("banyan_kv_chunks_total", "gauge", "KV cache chunks in the pool.", m.kv_chunks_total);
+  w.Scalar("banyan_kv_chunks_free", "gauge", "KV cache chunks on the free list.", m.kv_chunks_free);
+  w.Scalar("banyan_kv_chunks_live", "gauge", "KV cache chunks used by running sequences.",
+           m.kv_chunks_live);
+  w.Scalar("banyan_kv_chunks_cached", "gauge",
+           "KV cache chunks held only by the prefix cache (evictable).", m.kv_chunks_cached);
+  w.Scalar("banyan_kv_chunks_saved_by_sharing", "gauge",
+           "KV cache chunks that running sequences would need without prefix sharing, minus those "
+           "they use.",
+           static_cast<double>(m.kv_chunks_saved_by_sharing));
+  w.Scalar("banyan_kv_chunk_size_tokens", "gauge", "Token slots per KV cache chunk.",
+           m.chunk_size);
+  w.Scalar("banyan_kv_usage_ratio", "gauge",
+           "Fraction of KV cache chunks used by running sequences: live / total.", kv_usage);
+
+  // --- banyan_* counters
+  w.Scalar("banyan_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+           static_cast<double>(m.prompt_tokens_total));
+  w.Scalar("banyan_prefix_cache_hit_tokens_total", "counter",
+           "Prompt tokens found in the prefix cache (no prefill, no new memory).",
+           static_cast<double>(m.prefix_cache_hit_tokens_total));
+  w.Scalar("banyan_generation_tokens_total", "counter", "Tokens generated, over all samples.",
+           static_cast<double>(m.generation_tokens_total));
+  w.Scalar("banyan_preemptions_total", "counter",
+           "Sequences preempted (recomputed later) because the KV cache ran out.",
+           static_cast<double>(m.preemptions_total));
+  w.Scalar("banyan_requests_finished_total", "counter", "Requests finished, for any reason.",
+           static_cast<double>(m.requests_finished_total));
+  w.Scalar("banyan_requests_rejected_total", "counter",
+           "Requests refused at submission (queue full or draining).",
+           static_cast<double>(m.requests_rejected_total));
+  w.Scalar("banyan_requests_cancelled_total", "counter",
+           "Requests cancelled (client disconnect, deadline, shutdown).",
+           static_cast<double>(m.requests_cancelled_total));
+  w.Scalar("banyan_requests_failed_total", "counter", "Requests that failed with an error.",
+           static_cast<double>(m.requests_failed_total));
+  w.Scalar("banyan_iterations_total", "counter", "Engine iterations run.",
+           static_cast<double>(m.iterations_total));
+
+  // --- banyan_* histograms
+  w.Hist("banyan_time_to_first_token_seconds", "Arrival to first generated token, seconds.",
+         m.time_to_first_token_seconds);
+  w.Hist("banyan_inter_token_latency_seconds",
+         "Time between consecutive generated tokens of a sample, seconds.",
+         m.inter_token_latency_seconds);
+  w.Hist("banyan_e2e_request_latency_seconds", "Arrival to finish of a request, seconds.",
+         m.e2e_request_latency_seconds);
+
+  // --- vllm:* names read by Kubernetes inference routers (same numbers, vLLM semantics)
+  w.Scalar("vllm:num_requests_running", "gauge", "Requests running (vLLM name).",
+           m.requests_running, true);
+  w.Scalar("vllm:num_requests_waiting", "gauge", "Requests waiting (vLLM name).",
+           m.requests_waiting, true);
+  w.Scalar("vllm:gpu_cache_usage_perc", "gauge",
+           "KV cache usage as a fraction in [0, 1]: live / total chunks (vLLM name).", kv_usage,
+           true);
+  w.Scalar("vllm:kv_cache_usage_perc", "gauge",
+           "KV cache usage as a fraction in [0, 1]: live / total chunks (vLLM name).", kv_usage,
+           true);
+  w.Scalar("vllm:prompt_tokens_total", "counter", "Prompt tokens processed (vLLM name).",
+           static_cast<double>(m.prompt_tokens_total), true);
+  w.Scalar("vllm:generation_tokens_total", "counter", "Tokens generated (vLLM name).",
+           static_cast<double>(m.generation_tokens_total), true);
+  w.Scalar("vllm:num_preemptions_total", "counter", "Preemptions (vLLM name).",
+           static_cast<double>(m.preemptions_total), true);
+  w.Scalar("vllm:prefix_cache_queries_total", "counter",
+           "Prompt tokens looked up in the prefix cache (vLLM name).",
+           static_cast<double>(m.prompt_tokens_total), true);
+  w.Scalar("vllm:prefix_cache_hits_total", "counter",
+           "Prompt tokens found in the prefix cache (vLLM name).",
+           static_cast<double>(m.prefix_cache_hit_tokens_total), true);
+  w.Hist("vllm:time_to_first_token_seconds", "Time to first token, seconds (vLLM name).",
+         m.time_to_first_token_seconds, true);
+  w.Hist("vllm:inter_token_latency_seconds", "Inter-token latency, seconds (vLLM name).",
+         m.inter_token_latency_seconds, true);
+  w.Hist("vllm:time_per_output_token_seconds",
+         "Inter-token latency, seconds (older vLLM name of the same histogram).",
+         m.inter_token_latency_seconds, true);
+  w.Hist("vllm:e2e_request_latency_seconds", "End-to-end request latency, seconds (vLLM name).",
+         m.e2e_request_latency_seconds, true);
+  return w.Take();
+}
+
+}  // namespace banyan::server
