@@ -34,7 +34,8 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   std::string out;
   if (!buffer.Dump(&slices).ok()) return out;
   out.reserve(buffer.Length());
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
 }
 
@@ -130,8 +131,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   }
   resp.set_max_context_length(ctx_->model_config->max_seq_len);
   bool own_buffer = false;
-  grpc::Status s = grpc::SerializationTraits<v1::TokenizeResponse>::Serialize(resp, response,
-                                                                                &own_buffer);
+  grpc::Status s =
+      grpc::SerializationTraits<v1::TokenizeResponse>::Serialize(resp, response, &own_buffer);
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
   reactor->Finish(s);
   return reactor;

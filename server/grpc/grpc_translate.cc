@@ -17,8 +17,8 @@ namespace {
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 bool IsIdChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == ':' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == ':' || c == '-';
 }
 
 // A process-unique id: a random per-process prefix (ids stay distinct across restarts) and a
@@ -83,8 +83,8 @@ absl::Status ParseRequest(std::string_view wire, google::protobuf::Message* msg)
                                           bad_offset, "); string fields must be UTF-8"));
   }
   return absl::InvalidArgumentError(absl::StrCat("the request is not a valid ",
-                                                 msg->GetDescriptor()->full_name(),
-                                                 " message (", wire.size(), " bytes)"));
+                                                 msg->GetDescriptor()->full_name(), " message (",
+                                                 wire.size(), " bytes)"));
 }
 
 absl::StatusOr<std::string> ResolveRequestId(std::string_view client_id) {
@@ -101,9 +101,8 @@ absl::StatusOr<std::string> ResolveRequestId(std::string_view client_id) {
 
 absl::Status CheckModel(std::string_view requested, const ServerContext& ctx) {
   if (requested.empty() || requested == ctx.model_name) return absl::OkStatus();
-  absl::Status s = absl::NotFoundError(absl::StrCat("model '", Sv(requested),
-                                                    "' does not exist; this server serves '",
-                                                    ctx.model_name, "'"));
+  absl::Status s = absl::NotFoundError(absl::StrCat(
+      "model '", Sv(requested), "' does not exist; this server serves '", ctx.model_name, "'"));
   SetStatusParam(&s, "model");
   return s;
 }

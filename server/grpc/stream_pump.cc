@@ -54,8 +54,7 @@ double GenerateCall::ElapsedSeconds() const {
 bool GenerateCall::Step() {
   if (cancelled_.load()) {
     stream_->Cancel();
-    GrpcLog().info("req={} cancelled by the client after {:.3f}s", request_id_,
-                   ElapsedSeconds());
+    GrpcLog().info("req={} cancelled by the client after {:.3f}s", request_id_, ElapsedSeconds());
     pump_->SetPhase(this, Phase::kDone);
     // The client sees CANCELLED or DEADLINE_EXCEEDED whatever is sent here.
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));

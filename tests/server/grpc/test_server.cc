@@ -1,0 +1,120 @@
+#include "tests/server/grpc/test_server.h"
+
+#include <thread>
+#include <utility>
+
+#include "common/check.h"
+#include "engine/generator.h"
+
+namespace banyan::server::testing {
+
+const engine::ModelBundle& Bundle() {
+  static const engine::ModelBundle* bundle = [] {
+    auto b = engine::LoadModelBundle(std::string(BANYAN_SOURCE_DIR) +
+                                     "/models/stories260K/stories260K.bin");
+    BANYAN_CHECK(b.ok()) << b.status().ToString();
+    return new engine::ModelBundle(*std::move(b));
+  }();
+  return *bundle;
+}
+
+TestServer::TestServer(TestServerOptions options)
+    : pool_(*kvcache::ChunkPool::Create(options.num_chunks, options.chunk_size)), tree_(&pool_) {
+  const engine::ModelBundle& b = Bundle();
+  auto backend = engine::CpuBackend::Create(
+      &b.weights, {.num_chunks = options.num_chunks, .chunk_size = options.chunk_size});
+  BANYAN_CHECK(backend.ok()) << backend.status().ToString();
+  backend_ = *std::move(backend);
+  scheduler_ = std::make_unique<scheduler::Scheduler>(b.weights.config, b.tokenizer.get(),
+                                                      backend_.get(), &tree_, options.scheduler);
+  scheduler_->Start();
+  ctx_.model_name = kModelName;
+  ctx_.model_config = &b.weights.config;
+  ctx_.tokenizer = b.tokenizer.get();
+  ctx_.scheduler = scheduler_.get();
+  ctx_.options.host = "127.0.0.1";
+  ctx_.options.grpc_port = 0;
+  ctx_.options.api_keys = options.api_keys;
+  ctx_.ready = &ready_;
+  front_end_ = std::make_unique<GrpcFrontEnd>(&ctx_);
+  absl::Status s = front_end_->Start();
+  BANYAN_CHECK(s.ok()) << s.ToString();
+}
+
+TestServer::~TestServer() {
+  front_end_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  scheduler_->Stop();
+}
+
+std::shared_ptr<grpc::Channel> TestServer::NewChannel() const {
+  return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+}
+
+bool TestServer::WaitForMetrics(
+    const std::function<bool(const scheduler::MetricsSnapshot&)>& pred,
+    std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (pred(scheduler_->Metrics())) return true;
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+GenerateResult Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& request,
+                        const std::function<void(grpc::ClientContext*)>& setup) {
+  grpc::ClientContext ctx;
+  if (setup) setup(&ctx);
+  GenerateResult r;
+  auto reader = stub.Generate(&ctx, request);
+  v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    ++r.messages;
+    r.request_id = msg.request_id();
+    if (r.usage.has_value()) r.usage_last = false;  // something came after the usage
+    if (msg.has_usage()) {
+      r.usage = msg.usage();
+      if (msg.choices_size() > 0) r.usage_last = false;
+    }
+    for (const v1::Choice& c : msg.choices()) {
+      ChoiceResult& out = r.choices[c.index()];
+      ++out.messages;
+      out.text += c.text();
+      out.token_ids.insert(out.token_ids.end(), c.token_ids().begin(), c.token_ids().end());
+      out.logprobs.insert(out.logprobs.end(), c.logprobs().begin(), c.logprobs().end());
+      if (c.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) out.finish = c.finish_reason();
+    }
+  }
+  r.status = reader->Finish();
+  return r;
+}
+
+v1::GenerateRequest GreedyText(const std::string& text, int max_tokens) {
+  v1::GenerateRequest req;
+  req.set_text(text);
+  req.mutable_sampling()->set_temperature(0);
+  req.mutable_sampling()->set_max_tokens(max_tokens);
+  return req;
+}
+
+std::vector<std::vector<int32_t>> EngineTokens(const std::vector<int32_t>& prompt,
+                                               const engine::SamplingParams& params, int n) {
+  const engine::ModelBundle& b = Bundle();
+  constexpr int32_t kChunks = 512, kChunkSize = 16;
+  kvcache::ChunkPool pool = *kvcache::ChunkPool::Create(kChunks, kChunkSize);
+  kvcache::PrefixTree tree(&pool);
+  auto backend =
+      *engine::CpuBackend::Create(&b.weights, {.num_chunks = kChunks, .chunk_size = kChunkSize});
+  engine::Generator gen(b.weights.config, backend.get(), &tree);
+  engine::GenerationRequest r;
+  r.prompt = prompt;
+  r.params = params;
+  r.n = n;
+  auto out = gen.Run(std::span(&r, 1));
+  BANYAN_CHECK(out.ok()) << out.status().ToString();
+  std::vector<std::vector<int32_t>> tokens;
+  for (const engine::SampleOutput& s : (*out)[0].samples) tokens.push_back(s.tokens);
+  return tokens;
+}
+
+}  // namespace banyan::server::testing
