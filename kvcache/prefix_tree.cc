@@ -83,10 +83,21 @@ PrefixTree::Cursor PrefixTree::Walk(Node* start, std::span<const int32_t> tokens
   return cur;
 }
 
-int32_t PrefixTree::Match(std::string_view ns, std::span<const int32_t> tokens) const {
+int32_t PrefixTree::Match(std::string_view ns, std::span<const int32_t> tokens,
+                          int32_t* cached_chunks) const {
+  if (cached_chunks != nullptr) *cached_chunks = 0;
   const Node* root = FindRoot(ns);
   if (root == nullptr) return 0;
-  return Walk(const_cast<Node*>(root), tokens).matched;
+  Cursor cur = Walk(const_cast<Node*>(root), tokens);
+  if (cached_chunks != nullptr) {
+    if (cur.mid != nullptr && cur.mid->refcount == 0) {
+      *cached_chunks += static_cast<int32_t>(cur.mid->chunks.size());
+    }
+    for (const Node* n = cur.node; n->parent != nullptr; n = n->parent) {
+      if (n->refcount == 0) *cached_chunks += static_cast<int32_t>(n->chunks.size());
+    }
+  }
+  return cur.matched;
 }
 
 namespace {
@@ -297,14 +308,14 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
     }
     return true;
   };
-  // Upper bound of the chunks needed: a shared growth needs at most one; a single append at most
-  // two (a split copy and a new chunk).
+  // Upper bound of the chunks needed: a shared growth needs at most one; other appends what each
+  // needs alone (appends of one batch can only share what they create, never need more).
   int32_t bound = 0;
   for (auto& [node, idx] : groups) {
     if (grows_together(node, idx)) {
       bound += (node->first_slot + node->size()) % chunk_size_ == 0 ? 1 : 0;
     } else {
-      bound += 2 * static_cast<int32_t>(idx.size());
+      for (size_t i : idx) bound += AppendChunksNeeded(items[i].first, items[i].second);
     }
   }
   if (pool_->chunks_free() < bound && allow_evict) Evict(bound - pool_->chunks_free());
@@ -334,6 +345,26 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
     }
   }
   return results;
+}
+
+int32_t PrefixTree::AppendChunksNeeded(SeqId seq, int32_t token) const {
+  Node* leaf = seqs_.at(seq).leaf;
+  Cursor cur = Walk(leaf, std::span<const int32_t>(&token, 1));
+  return ChunksNeeded(cur, leaf, 1 - cur.matched);
+}
+
+int32_t PrefixTree::ChunksOnlyUsedBy(std::span<const SeqId> seqs) const {
+  std::unordered_map<const Node*, int32_t> through;
+  for (SeqId s : seqs) {
+    auto it = seqs_.find(s);
+    if (it == seqs_.end()) continue;
+    for (const Node* p = it->second.leaf; p->parent != nullptr; p = p->parent) ++through[p];
+  }
+  int32_t chunks = 0;
+  for (auto& [node, count] : through) {
+    if (count == node->refcount) chunks += static_cast<int32_t>(node->chunks.size());
+  }
+  return chunks;
 }
 
 absl::StatusOr<std::vector<SeqId>> PrefixTree::Fork(SeqId seq, int n) {

@@ -105,8 +105,11 @@ class PrefixTree {
   PrefixTree(const PrefixTree&) = delete;
   PrefixTree& operator=(const PrefixTree&) = delete;
 
-  // Length of the longest prefix of `tokens` stored in namespace `ns`.
-  int32_t Match(std::string_view ns, std::span<const int32_t> tokens) const;
+  // Length of the longest prefix of `tokens` stored in namespace `ns`. When `cached_chunks` is
+  // given, it receives the number of chunks on the matched path that no live sequence uses:
+  // chunks that admitting this prefix would turn from cached (evictable) into live.
+  int32_t Match(std::string_view ns, std::span<const int32_t> tokens,
+                int32_t* cached_chunks = nullptr) const;
 
   // Starts a live sequence holding `tokens` (non-empty), reusing the longest cached prefix.
   // The whole list may match (matched_tokens == tokens.size()): the caller then recomputes the
@@ -128,6 +131,14 @@ class PrefixTree {
   // appends as Append does. Results are in the order of `items`; all or nothing on memory.
   absl::StatusOr<std::vector<PlaceResult>> AppendBatch(
       std::span<const std::pair<SeqId, int32_t>> items, bool allow_evict = false);
+
+  // Chunks Append(seq, token) would take from the pool now (0, 1 or 2). An upper bound for the
+  // same append inside an AppendBatch.
+  int32_t AppendChunksNeeded(SeqId seq, int32_t token) const;
+
+  // Chunks that only the given live sequences use (every sequence through the node is among
+  // them): what releasing them all would turn from live into cached.
+  int32_t ChunksOnlyUsedBy(std::span<const SeqId> seqs) const;
 
   // Makes n sequences of `seq` (n >= 1): returns n ids, `seq` first, all sharing its whole path.
   // Needs no memory.

@@ -15,6 +15,8 @@
 
 #include <chrono>
 #include <deque>
+#include <span>
+#include <string>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -23,6 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
+#include "engine/sampler/sampler.h"
+#include "engine/step_runner.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kvcache/prefix_tree.h"
@@ -64,8 +68,26 @@ class Scheduler {
 
  private:
   struct Live;  // engine-thread state of one request
+  using LivePtr = std::unique_ptr<Live>;
   void Loop();
   bool Iterate();  // one iteration; false when there was nothing to do
+
+  // Engine-thread helpers of Iterate.
+  bool TakeIncoming();
+  void CancelDue(bool cancel_all);
+  void Preempt(Live& live);
+  // Places up to `tokens` prompt tokens (or the whole recompute of a resumed request).
+  absl::Status PlacePrefill(Live& live, int32_t tokens, std::vector<kvcache::ChunkCopy>* copies,
+                            std::vector<engine::PrefillItem>* items,
+                            std::vector<Live*>* logit_owners);
+  // Turns a prefilled prompt into n samples and samples their first tokens.
+  void StartSamples(Live& live, std::span<const float> logits);
+  void SampleNext(Live& live, size_t sample, std::span<const float> logits);
+  // Ends a sample (its KV is released) / the whole request.
+  void EndSample(Live& live, size_t sample, FinishReason reason, std::string text);
+  void Finish(Live& live, absl::Status status, FinishReason reason);
+  void ReleaseAll(Live& live);
+  void PublishMetrics();
 
   const engine::ModelConfig& config_;
   const engine::Tokenizer* tokenizer_;
@@ -78,12 +100,18 @@ class Scheduler {
   std::deque<std::unique_ptr<Live>> incoming_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;  // drain timed out / stopping
   MetricsSnapshot metrics_ ABSL_GUARDED_BY(mu_);
 
   // Engine-thread only.
-  std::vector<std::unique_ptr<Live>> waiting_;
-  std::vector<std::unique_ptr<Live>> running_;
+  std::vector<LivePtr> waiting_;
+  std::vector<LivePtr> running_;
   uint64_t arrival_counter_ = 0;
+  std::unique_ptr<engine::StepRunner> runner_;
+  engine::SamplerScratch scratch_;
+  // Metrics as the engine thread keeps them; copied to metrics_ at the end of each iteration
+  // (requests_rejected_total is counted by Submit directly in metrics_).
+  MetricsSnapshot engine_metrics_;
   std::thread thread_;
 };
 

@@ -1,0 +1,63 @@
+// The scheduling policy: a pure function from the scheduler's state to the next iteration's plan.
+// No I/O, no clocks, no tree: the engine side summarises what the policy needs in PolicyInput,
+// which makes the policy testable with tables of iterations.
+//
+// Rules, in order:
+//  1. Memory for this iteration's decode appends (an upper bound per running request) must fit
+//     in free + cached (evictable) chunks. If not, running requests are preempted by recompute,
+//     lowest priority first, then latest arrival, until it fits; a preemption returns the
+//     victim's private chunks to the cache.
+//  2. Every running, unpreempted request that is decoding decodes one token per sequence.
+//  3. Chunked prefill: running requests that are still prefilling continue (higher priority,
+//     then earlier arrival, first), each taking up to the remaining prefill token budget.
+//  4. Admission, only when nothing was preempted this iteration (no thrash): waiting requests by
+//     priority then arrival, while the decode-row cap allows their sequences and the memory not
+//     yet committed covers their whole uncached prompt. The first request that does not fit
+//     stops admission (no overtaking, so large requests cannot starve). A request needing no
+//     prefill budget (fully cached, or resuming) is still admitted when the budget is spent.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace banyan::scheduler {
+
+struct PolicyRequest {
+  uint64_t handle = 0;
+  int priority = 0;
+  uint64_t arrival = 0;          // submission order
+  int32_t sequences = 1;         // decode rows it occupies (n)
+  int32_t remaining_prefill = 0; // prompt tokens not yet in the tree (waiting: uncached estimate)
+  // Waiting: chunks its uncached prompt and first tokens need. Running: chunks this
+  // iteration's appends may need (decoding) -- an upper bound.
+  int32_t chunks_needed = 0;
+  int32_t chunks_private = 0;    // running: chunks only it uses (cached again if preempted)
+  bool decoding = false;         // running and past its prefill
+  bool resume = false;           // waiting after a preemption: recomputes in one go
+};
+
+struct PolicyInput {
+  std::vector<PolicyRequest> waiting;
+  std::vector<PolicyRequest> running;
+  int32_t chunks_free = 0;
+  int32_t chunks_cached = 0;  // evictable
+  int32_t chunk_size = 64;
+  int32_t max_sequences = 256;
+  int32_t prefill_token_budget = 1024;
+};
+
+struct IterationPlan {
+  std::vector<uint64_t> preempt;  // running -> waiting, their KV released
+  std::vector<uint64_t> decode;   // decode one token for every sequence
+  // (handle, tokens): prefill this many prompt tokens (admitted or continuing). For resuming
+  // requests the count is their whole recompute.
+  std::vector<std::pair<uint64_t, int32_t>> prefill;
+  std::vector<uint64_t> admit;    // the waiting requests among `prefill` (admitted now)
+
+  bool empty() const { return decode.empty() && prefill.empty() && preempt.empty(); }
+};
+
+IterationPlan Schedule(const PolicyInput& input);
+
+}  // namespace banyan::scheduler

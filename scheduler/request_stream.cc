@@ -1,0 +1,65 @@
+#include "scheduler/request_stream.h"
+
+namespace banyan::scheduler {
+
+std::string_view FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "";
+}
+
+bool RequestStream::Read(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !events_.empty() || finished_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(timeout));
+  const bool had_events = !events_.empty();
+  for (TokenEvent& e : events_) out->push_back(std::move(e));
+  events_.clear();
+  return had_events || !finished_;
+}
+
+void RequestStream::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancel_ = true;
+}
+
+absl::Status RequestStream::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+Usage RequestStream::usage() const {
+  absl::MutexLock lock(&mu_);
+  return usage_;
+}
+
+void RequestStream::Push(TokenEvent event) {
+  absl::MutexLock lock(&mu_);
+  events_.push_back(std::move(event));
+}
+
+void RequestStream::Finish(absl::Status status, Usage usage) {
+  absl::MutexLock lock(&mu_);
+  finished_ = true;
+  status_ = std::move(status);
+  usage_ = usage;
+}
+
+bool RequestStream::cancel_requested() const {
+  absl::MutexLock lock(&mu_);
+  return cancel_;
+}
+
+bool RequestStream::finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished_;
+}
+
+}  // namespace banyan::scheduler

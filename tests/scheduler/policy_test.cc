@@ -1,0 +1,92 @@
+// Table tests of the pure scheduling policy: each case is a state and the plan it must give.
+#include "scheduler/policy.h"
+
+#include "gtest/gtest.h"
+
+namespace banyan::scheduler {
+namespace {
+
+using Prefill = std::vector<std::pair<uint64_t, int32_t>>;
+
+PolicyRequest Waiting(uint64_t h, int32_t prompt, int priority = 0, int n = 1) {
+  return PolicyRequest{.handle = h, .priority = priority, .arrival = h, .sequences = n,
+                       .remaining_prefill = prompt, .chunks_needed = (prompt + 15) / 16 + 1 + n};
+}
+PolicyRequest Decoding(uint64_t h, int32_t need, int32_t priv, int priority = 0) {
+  return PolicyRequest{.handle = h, .priority = priority, .arrival = h, .sequences = 1,
+                       .chunks_needed = need, .chunks_private = priv, .decoding = true};
+}
+PolicyRequest Prefilling(uint64_t h, int32_t remaining) {
+  return PolicyRequest{.handle = h, .arrival = h, .sequences = 1, .remaining_prefill = remaining,
+                       .chunks_private = 2};
+}
+
+struct Case {
+  const char* name;
+  PolicyInput in;
+  std::vector<uint64_t> preempt, decode, admit;
+  Prefill prefill;
+};
+
+TEST(PolicyTest, Table) {
+  auto input = [](std::vector<PolicyRequest> w, std::vector<PolicyRequest> r, int free,
+                  int cached = 0, int budget = 64, int max_seq = 8) {
+    return PolicyInput{.waiting = w, .running = r, .chunks_free = free, .chunks_cached = cached,
+                       .chunk_size = 16, .max_sequences = max_seq,
+                       .prefill_token_budget = budget};
+  };
+  std::vector<Case> cases = {
+      {"idle", input({}, {}, 100), {}, {}, {}, {}},
+      {"admit FCFS within the prefill budget, chunked",
+       input({Waiting(1, 40), Waiting(2, 40)}, {}, 100), {}, {}, {1, 2}, {{1, 40}, {2, 24}}},
+      {"higher priority admitted first",
+       input({Waiting(1, 40), Waiting(2, 40, 5)}, {}, 100, 0, 40), {}, {}, {2}, {{2, 40}}},
+      {"decode rows continue while a long prompt prefills in chunks",
+       input({}, {Decoding(1, 1, 3), Prefilling(2, 200)}, 100), {}, {1}, {}, {{2, 64}}},
+      {"cached chunks count as available memory",
+       input({Waiting(1, 100)}, {}, 2, 50), {}, {}, {1}, {{1, 64}}},
+      {"no memory: the head of the queue waits, nobody overtakes it",
+       input({Waiting(1, 400), Waiting(2, 10)}, {}, 10), {}, {}, {}, {}},
+      {"decode short of memory: preempt lowest priority, then latest arrival",
+       input({Waiting(9, 10)}, {Decoding(1, 1, 5, 1), Decoding(2, 1, 5), Decoding(3, 1, 5)}, 2),
+       {3}, {1, 2}, {}, {}},
+      {"no admission in an iteration that preempted",
+       input({Waiting(9, 10)}, {Decoding(1, 2, 5), Decoding(2, 2, 5)}, 3), {2}, {1}, {}, {}},
+      {"sequence cap limits admission (n counts)",
+       input({Waiting(1, 10, 0, 6), Waiting(2, 10, 0, 4)}, {}, 100), {}, {}, {1}, {{1, 10}}},
+      {"fully cached prompt admitted even with no budget left",
+       input({Waiting(1, 64), PolicyRequest{.handle = 2, .arrival = 2, .sequences = 1,
+                                           .remaining_prefill = 0, .chunks_needed = 2}},
+             {}, 100),
+       {}, {}, {1, 2}, {{1, 64}, {2, 0}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    IterationPlan p = Schedule(c.in);
+    EXPECT_EQ(p.preempt, c.preempt);
+    EXPECT_EQ(p.decode, c.decode);
+    EXPECT_EQ(p.admit, c.admit);
+    EXPECT_EQ(p.prefill, c.prefill);
+  }
+}
+
+// A sequence of iterations: a long prompt is prefilled in budget-sized chunks across iterations
+// while a running request keeps decoding every iteration.
+TEST(PolicyTest, ChunkedPrefillNeverStallsDecodes) {
+  int32_t remaining = 300;
+  int iterations = 0;
+  while (remaining > 0) {
+    PolicyInput in{.running = {Decoding(1, 1, 3), Prefilling(2, remaining)}, .chunks_free = 100,
+                   .chunk_size = 16, .max_sequences = 8, .prefill_token_budget = 128};
+    IterationPlan p = Schedule(in);
+    ASSERT_EQ(p.decode, std::vector<uint64_t>{1});
+    ASSERT_EQ(p.prefill.size(), 1u);
+    EXPECT_LE(p.prefill[0].second, 128);
+    remaining -= p.prefill[0].second;
+    ++iterations;
+  }
+  EXPECT_EQ(iterations, 3);
+}
+
+}  // namespace
+}  // namespace banyan::scheduler
