@@ -63,8 +63,8 @@ class Writer {
   static absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
   void Header(std::string_view name, std::string_view type, std::string_view help) {
-    absl::StrAppend(&out_, "# HELP ", Sv(name), " ", Sv(help), "\n# TYPE ", Sv(name), " ",
-                    Sv(type), "\n");
+    absl::StrAppend(&out_, "# HELP ", Sv(name), " ", Sv(help), "\n# TYPE ", Sv(name), " ", Sv(type),
+                    "\n");
   }
 
   std::string model_label_;
@@ -106,8 +106,7 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
            "KV cache chunks that running sequences would need without prefix sharing, minus those "
            "they use.",
            static_cast<double>(m.kv_chunks_saved_by_sharing));
-  w.Scalar("banyan_kv_chunk_size_tokens", "gauge", "Token slots per KV cache chunk.",
-           m.chunk_size);
+  w.Scalar("banyan_kv_chunk_size_tokens", "gauge", "Token slots per KV cache chunk.", m.chunk_size);
   w.Scalar("banyan_kv_usage_ratio", "gauge",
            "Fraction of KV cache chunks used by running sequences: live / total.", kv_usage);
 

@@ -22,8 +22,7 @@ std::string Payload(const absl::Status& status, const char* url) {
 
 }  // namespace
 
-absl::Status InvalidParam(std::string_view param, std::string_view message,
-                          std::string_view code) {
+absl::Status InvalidParam(std::string_view param, std::string_view message, std::string_view code) {
   absl::Status s = absl::InvalidArgumentError(absl::string_view(message.data(), message.size()));
   SetStatusParam(&s, param);
   SetStatusCode(&s, code);
@@ -71,9 +70,9 @@ absl::Status ValidatePromptTokens(std::span<const int32_t> prompt, int vocab_siz
   }
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab_size) {
-      return InvalidParam(param, absl::StrCat("token id ", prompt[i], " at position ", i,
-                                              " is outside this model's vocabulary [0, ",
-                                              vocab_size, ")"));
+      return InvalidParam(
+          param, absl::StrCat("token id ", prompt[i], " at position ", i,
+                              " is outside this model's vocabulary [0, ", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -105,10 +104,9 @@ absl::Status ValidateStop(std::span<const std::string> stop) {
 absl::Status ValidateSampling(const engine::SamplingParams& p, int vocab_size) {
   // Written so that NaN fails every comparison.
   auto bad = [](std::string_view field, auto value, std::string_view range) {
-    return InvalidParam(field, absl::StrCat(absl::string_view(field.data(), field.size()),
-                                            " must be ",
-                                            absl::string_view(range.data(), range.size()),
-                                            ", got ", value));
+    return InvalidParam(
+        field, absl::StrCat(absl::string_view(field.data(), field.size()), " must be ",
+                            absl::string_view(range.data(), range.size()), ", got ", value));
   };
   if (!(std::isfinite(p.temperature) && p.temperature >= 0.0f)) {
     return bad("temperature", p.temperature, "a finite number >= 0 (0 means greedy)");
@@ -142,8 +140,8 @@ absl::Status ValidateSampling(const engine::SamplingParams& p, int vocab_size) {
 }
 
 absl::StatusOr<int> ResolveMaxTokens(std::optional<int64_t> requested, int default_max_tokens,
-                                     int prompt_tokens, int context_tokens,
-                                     std::string_view param, std::string_view prompt_param) {
+                                     int prompt_tokens, int context_tokens, std::string_view param,
+                                     std::string_view prompt_param) {
   if (requested.has_value() && *requested < 1) {
     return InvalidParam(param, absl::StrCat(absl::string_view(param.data(), param.size()),
                                             " must be at least 1, got ", *requested));
@@ -204,9 +202,8 @@ absl::StatusOr<scheduler::Request> BuildRequest(GenerationInput input, const Mod
                                                    " bytes long; the limit is ", kMaxTenantBytes));
   }
   absl::StatusOr<int> max_tokens =
-      ResolveMaxTokens(input.max_tokens, default_max_tokens,
-                       static_cast<int>(input.prompt.size()), limits.context_tokens,
-                       input.max_tokens_field, input.prompt_field);
+      ResolveMaxTokens(input.max_tokens, default_max_tokens, static_cast<int>(input.prompt.size()),
+                       limits.context_tokens, input.max_tokens_field, input.prompt_field);
   if (!max_tokens.ok()) return max_tokens.status();
 
   scheduler::Request r;

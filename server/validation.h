@@ -55,7 +55,7 @@ bool IsValidUtf8(std::string_view s, size_t* bad_offset = nullptr);
 struct ModelLimits {
   int context_tokens = 0;  // prompt + generated tokens must fit (model max_seq_len)
   int vocab_size = 0;
-  int max_n = 16;          // largest n
+  int max_n = 16;  // largest n
 };
 
 // A request after wire decoding, before validation. Unset optionals take the defaults below.

@@ -19,17 +19,17 @@ absl::StatusOr<std::vector<ChatSegment>> RenderLlama2(const std::vector<ChatMess
     if (msgs.size() < 2 || msgs[1].role != "user") {
       return Bad("the llama2 chat template needs a user message right after the system message");
     }
-    msgs[1].content =
-        absl::StrCat("<<SYS>>\n", msgs[0].content, "\n<</SYS>>\n\n", msgs[1].content);
+    msgs[1].content = absl::StrCat("<<SYS>>\n", msgs[0].content, "\n<</SYS>>\n\n", msgs[1].content);
     msgs.erase(msgs.begin());
   }
   for (size_t i = 0; i < msgs.size(); ++i) {
     const char* want = i % 2 == 0 ? "user" : "assistant";
     if (msgs[i].role != want) {
-      return Bad(absl::StrCat("the llama2 chat template needs the messages after an optional "
-                              "first system message to alternate user/assistant/user/...; "
-                              "message ",
-                              i, " is ", msgs[i].role));
+      return Bad(
+          absl::StrCat("the llama2 chat template needs the messages after an optional "
+                       "first system message to alternate user/assistant/user/...; "
+                       "message ",
+                       i, " is ", msgs[i].role));
     }
   }
   if (msgs.back().role != "user") {
@@ -65,8 +65,8 @@ absl::StatusOr<std::vector<ChatSegment>> RenderChat(ChatTemplate tmpl,
   if (messages.empty()) return Bad("messages must contain at least one message");
   for (const ChatMessage& m : messages) {
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
-      return Bad(absl::StrCat("unsupported message role '", m.role,
-                              "'; use system, user or assistant"));
+      return Bad(
+          absl::StrCat("unsupported message role '", m.role, "'; use system, user or assistant"));
     }
   }
   switch (tmpl) {

@@ -41,6 +41,7 @@ struct SseState {
     Events events;
     const bool more = group.Read(&events, kStreamPoll);
     for (const auto& [choice, ev] : events) {
+      tokens_seen += ev.token >= 0;
       Json chunk = builder.Chunk(choice, ev);
       if (!chunk.is_null()) out += SseEvent(chunk);
     }
@@ -79,7 +80,13 @@ struct SseState {
       group.CancelUnfinished();
       if (record->note.empty()) record->note = "stream not completed; cancelled";
     }
-    FillUsage(group.usage(), record.get());
+    if (group.all_done()) {
+      FillUsage(group.usage(), record.get());
+    } else {
+      // The scheduler has not reported usage yet: log what this side knows.
+      record->prompt_tokens = prompt_tokens;
+      record->completion_tokens = tokens_seen;
+    }
     LogAccess(*record);
   }
 
@@ -87,6 +94,8 @@ struct SseState {
   ResponseBuilder builder;
   std::shared_ptr<AccessRecord> record;
   bool include_usage = false;
+  int64_t prompt_tokens = 0;  // over all prompts
+  int64_t tokens_seen = 0;    // generated tokens read so far
   bool started = false;
   bool completed = false;
   bool released = false;
@@ -167,7 +176,8 @@ scheduler::Usage StreamGroup::usage() const {
 }
 
 void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
-                      httplib::Response& res, std::shared_ptr<AccessRecord> record) {
+                      httplib::Response& res, std::shared_ptr<AccessRecord> record,
+                      const std::atomic<bool>* stopping) {
   record->id = MakeRequestId(api == Api::kChat ? "chatcmpl-" : "cmpl-");
   res.set_header("X-Request-Id", record->id);
   auto fail = [&](const absl::Status& s) {
@@ -189,8 +199,7 @@ void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
   const int n = static_cast<int>(parsed->inputs.front().n);
   std::vector<scheduler::Request> requests;
   for (size_t i = 0; i < parsed->inputs.size(); ++i) {
-    std::string sub_id =
-        parsed->inputs.size() == 1 ? record->id : absl::StrCat(record->id, "-", i);
+    std::string sub_id = parsed->inputs.size() == 1 ? record->id : absl::StrCat(record->id, "-", i);
     absl::StatusOr<scheduler::Request> r =
         BuildRequest(parsed->inputs[i], limits, parsed->default_max_tokens, std::move(sub_id));
     if (!r.ok()) {
@@ -206,11 +215,11 @@ void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
   }
 
   auto state = std::make_shared<SseState>(
-      n,
-      ResponseBuilder(*parsed, record->id, UnixSeconds(), ctx->model_name, ctx->tokenizer, n),
+      n, ResponseBuilder(*parsed, record->id, UnixSeconds(), ctx->model_name, ctx->tokenizer, n),
       record);
   state->include_usage = parsed->include_usage;
   for (scheduler::Request& r : requests) {
+    state->prompt_tokens += static_cast<int64_t>(r.prompt.size());
     absl::StatusOr<std::shared_ptr<scheduler::RequestStream>> stream =
         ctx->scheduler->Submit(std::move(r));
     if (!stream.ok()) {
@@ -222,9 +231,16 @@ void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
 
   if (!parsed->stream) {
     Events events;
-    while (state->group.Read(&events, milliseconds(1000))) {
+    bool cancelled = false;
+    while (state->group.Read(&events, milliseconds(250))) {
       for (const auto& [choice, ev] : events) state->builder.Add(choice, ev);
       events.clear();
+      if (!cancelled && stopping != nullptr && stopping->load()) {
+        // The front end is stopping: cut the request; the answer says "abort".
+        state->group.CancelUnfinished();
+        cancelled = true;
+        record->note = "cut by shutdown";
+      }
     }
     for (const auto& [choice, ev] : events) state->builder.Add(choice, ev);
     const scheduler::Usage usage = state->group.usage();

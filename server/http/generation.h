@@ -13,6 +13,7 @@
 // (bounded by max_tokens) even if nobody reads the answer.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -58,8 +59,11 @@ class StreamGroup {
 };
 
 // Handles one generation request (`api` says which endpoint) and fills `record` for the access
-// log; for a stream it sets record->deferred and logs when the stream ends.
+// log; for a stream it sets record->deferred and logs when the stream ends. When `*stopping`
+// becomes true a non-streaming request still running is cancelled and answered with what it
+// has (finish_reason "abort"); streams end through httplib's shutdown.
 void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
-                      httplib::Response& res, std::shared_ptr<AccessRecord> record);
+                      httplib::Response& res, std::shared_ptr<AccessRecord> record,
+                      const std::atomic<bool>* stopping = nullptr);
 
 }  // namespace banyan::server::http

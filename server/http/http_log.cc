@@ -16,11 +16,10 @@ spdlog::logger& HttpLog() {
 
 void LogAccess(const AccessRecord& r) {
   const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.start)
-          .count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.start).count();
   HttpLog().info("[http] {} {} {} {} prompt={} cached={} completion={} {:.1f}ms{}{}", r.id,
-                 r.method, r.path, r.status, r.prompt_tokens, r.cached_tokens,
-                 r.completion_tokens, ms, r.note.empty() ? "" : " ", r.note);
+                 r.method, r.path, r.status, r.prompt_tokens, r.cached_tokens, r.completion_tokens,
+                 ms, r.note.empty() ? "" : " ", r.note);
 }
 
 }  // namespace banyan::server::http

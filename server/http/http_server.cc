@@ -102,9 +102,9 @@ void NotFoundOrNotAllowed(const httplib::Request& req, httplib::Response& res,
                           const std::shared_ptr<AccessRecord>&) {
   const std::string allowed = AllowedMethods(req.path);
   if (allowed.empty()) {
-    SendError(res, ErrorForHttpStatus(404, absl::StrCat("Invalid URL (", req.method, " ",
-                                                        req.path, ")"),
-                                      "not_found"));
+    SendError(res,
+              ErrorForHttpStatus(404, absl::StrCat("Invalid URL (", req.method, " ", req.path, ")"),
+                                 "not_found"));
     return;
   }
   res.set_header("Allow", allowed);
@@ -170,10 +170,10 @@ void Detokenize(const ServerContext& ctx, const httplib::Request& req, httplib::
   if (!f.status().ok()) return SendStatus(res, f.status());
   for (int32_t id : tokens) {
     if (id < 0 || id >= ctx.tokenizer->vocab_size()) {
-      return SendStatus(res, InvalidParam("tokens", absl::StrCat("token id ", id,
-                                                                 " is outside the vocabulary [0, ",
-                                                                 ctx.tokenizer->vocab_size(),
-                                                                 ")")));
+      return SendStatus(
+          res,
+          InvalidParam("tokens", absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                              ctx.tokenizer->vocab_size(), ")")));
     }
   }
   SendJson(res, 200, Json{{"prompt", ctx.tokenizer->Decode(tokens)}});
@@ -191,49 +191,49 @@ void HttpFrontEnd::RegisterRoutes() {
   ServerContext* ctx = ctx_;
   const int64_t created = UnixSeconds();
 
-  s.Post("/v1/completions", Wrap([ctx](const auto& req, auto& res, const auto& record) {
-    HandleGeneration(ctx, Api::kCompletions, req, res, record);
-  }));
-  s.Post("/v1/chat/completions", Wrap([ctx](const auto& req, auto& res, const auto& record) {
-    HandleGeneration(ctx, Api::kChat, req, res, record);
-  }));
+  const std::atomic<bool>* stopping = &stopping_;
+  s.Post("/v1/completions", Wrap([ctx, stopping](const auto& req, auto& res, const auto& record) {
+           HandleGeneration(ctx, Api::kCompletions, req, res, record, stopping);
+         }));
+  s.Post("/v1/chat/completions",
+         Wrap([ctx, stopping](const auto& req, auto& res, const auto& record) {
+           HandleGeneration(ctx, Api::kChat, req, res, record, stopping);
+         }));
   s.Get("/v1/models", Wrap([ctx, created](const auto&, auto& res, const auto&) {
-    SendJson(res, 200,
-             Json{{"object", "list"}, {"data", Json::array({ModelCard(*ctx, created)})}});
-  }));
-  s.Get("/v1/models/(.+)", Wrap([ctx, created](const auto& req, auto& res, const auto&) {
-    const std::string id = req.matches[1];
-    if (id != ctx->model_name) {
-      absl::Status st = absl::NotFoundError(
-          absl::StrCat("The model `", id, "` does not exist. This server serves `",
-                       ctx->model_name, "`."));
-      SetStatusParam(&st, "model");
-      SetStatusCode(&st, "model_not_found");
-      return SendStatus(res, st);
-    }
-    SendJson(res, 200, ModelCard(*ctx, created));
-  }));
-  s.Post("/tokenize", Wrap([ctx](const auto& req, auto& res, const auto&) {
-    Tokenize(*ctx, req, res);
-  }));
-  s.Post("/detokenize", Wrap([ctx](const auto& req, auto& res, const auto&) {
-    Detokenize(*ctx, req, res);
-  }));
+          SendJson(res, 200,
+                   Json{{"object", "list"}, {"data", Json::array({ModelCard(*ctx, created)})}});
+        }));
+  s.Get(
+      "/v1/models/(.+)", Wrap([ctx, created](const auto& req, auto& res, const auto&) {
+        const std::string id = req.matches[1];
+        if (id != ctx->model_name) {
+          absl::Status st = absl::NotFoundError(absl::StrCat(
+              "The model `", id, "` does not exist. This server serves `", ctx->model_name, "`."));
+          SetStatusParam(&st, "model");
+          SetStatusCode(&st, "model_not_found");
+          return SendStatus(res, st);
+        }
+        SendJson(res, 200, ModelCard(*ctx, created));
+      }));
+  s.Post("/tokenize",
+         Wrap([ctx](const auto& req, auto& res, const auto&) { Tokenize(*ctx, req, res); }));
+  s.Post("/detokenize",
+         Wrap([ctx](const auto& req, auto& res, const auto&) { Detokenize(*ctx, req, res); }));
   s.Get("/health", Wrap([](const auto&, auto& res, const auto&) {
-    SendJson(res, 200, Json{{"status", "ok"}});
-  }));
+          SendJson(res, 200, Json{{"status", "ok"}});
+        }));
   s.Get("/ready", Wrap([ctx](const auto&, auto& res, const auto&) {
-    if (ctx->ready != nullptr && !ctx->ready->load()) {
-      return SendError(res, ErrorForHttpStatus(503, "not ready: loading or draining",
-                                               "service_unavailable"));
-    }
-    SendJson(res, 200, Json{{"status", "ready"}});
-  }));
+          if (ctx->ready != nullptr && !ctx->ready->load()) {
+            return SendError(res, ErrorForHttpStatus(503, "not ready: loading or draining",
+                                                     "service_unavailable"));
+          }
+          SendJson(res, 200, Json{{"status", "ready"}});
+        }));
   s.Get("/metrics", Wrap([ctx](const auto&, auto& res, const auto&) {
-    res.status = 200;
-    res.set_content(RenderPrometheus(ctx->scheduler->Metrics(), ctx->model_name),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  }));
+          res.status = 200;
+          res.set_content(RenderPrometheus(ctx->scheduler->Metrics(), ctx->model_name),
+                          "text/plain; version=0.0.4; charset=utf-8");
+        }));
 
   // Anything else: 404 for unknown paths, 405 for known paths with another method.
   const auto fallback = Wrap(NotFoundOrNotAllowed);
@@ -247,6 +247,7 @@ void HttpFrontEnd::RegisterRoutes() {
 
 absl::Status HttpFrontEnd::Start() {
   if (server_ != nullptr) return absl::FailedPreconditionError("HttpFrontEnd already started");
+  stopping_ = false;
   server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *server_;
   const int threads = std::max(1, options_.threads);
@@ -275,25 +276,25 @@ absl::Status HttpFrontEnd::Start() {
   // Errors httplib produces itself (413 body too large, 400 unparsable request, 414 ...): give
   // them an OpenAI body. Responses our handlers made already have one.
   const int64_t max_body = ctx_->options.max_body_bytes;
-  s.set_error_handler(httplib::Server::HandlerWithResponse([max_body](const httplib::Request& req,
-                                                                      httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::shared_ptr<AccessRecord> record = NewRecord(req);
-    record->id = MakeRequestId("req-");
-    if (res.status == 413) {
-      SendError(res, ErrorForHttpStatus(413,
-                                        absl::StrCat("The request body is larger than this "
-                                                     "server's limit of ",
-                                                     max_body, " bytes."),
-                                        "request_too_large"));
-    } else {
-      SendError(res, ErrorForHttpStatus(res.status, absl::StrCat("HTTP error ", res.status,
-                                                                 " (malformed request)")));
-    }
-    record->status = res.status;
-    Log(*record);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  s.set_error_handler(httplib::Server::HandlerWithResponse(
+      [max_body](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::shared_ptr<AccessRecord> record = NewRecord(req);
+        record->id = MakeRequestId("req-");
+        if (res.status == 413) {
+          SendError(res, ErrorForHttpStatus(413,
+                                            absl::StrCat("The request body is larger than this "
+                                                         "server's limit of ",
+                                                         max_body, " bytes."),
+                                            "request_too_large"));
+        } else {
+          SendError(res, ErrorForHttpStatus(res.status, absl::StrCat("HTTP error ", res.status,
+                                                                     " (malformed request)")));
+        }
+        record->status = res.status;
+        Log(*record);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   s.set_exception_handler(
       [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown exception";
@@ -336,6 +337,7 @@ absl::Status HttpFrontEnd::Start() {
 
 void HttpFrontEnd::Stop() {
   if (server_ == nullptr) return;
+  stopping_ = true;
   server_->stop();
   if (thread_.joinable()) thread_.join();
   server_.reset();

@@ -27,6 +27,7 @@
 // thread until it ends, so `threads` bounds the number of concurrent streams.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -56,8 +57,9 @@ class HttpFrontEnd {
   absl::Status Start();
   // The bound port; -1 before Start.
   int port() const { return port_; }
-  // Stops accepting, ends open streams (cancelling their requests) and joins the threads.
-  // Idempotent.
+  // Stops accepting, ends open streams and cuts running non-streaming requests (cancelling
+  // them in the scheduler), then joins the threads. Idempotent. For a graceful drain, set
+  // *ctx->ready false and Drain the scheduler first.
   void Stop();
 
  private:
@@ -67,6 +69,7 @@ class HttpFrontEnd {
   HttpFrontEndOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> stopping_{false};
   int port_ = -1;
 };
 

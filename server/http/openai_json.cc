@@ -73,16 +73,15 @@ Json ErrorJson(const ApiError& error) {
   return Json{{"error", inner}};
 }
 
-std::string Dump(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 absl::StatusOr<Json> ParseBody(std::string_view body) {
   size_t bad = 0;
   if (!IsValidUtf8(body, &bad)) {
-    return InvalidParam("", absl::StrCat("the request body is not valid UTF-8 (first bad byte at "
-                                         "offset ",
-                                         bad, ")"),
+    return InvalidParam("",
+                        absl::StrCat("the request body is not valid UTF-8 (first bad byte at "
+                                     "offset ",
+                                     bad, ")"),
                         "invalid_utf8");
   }
   // nlohmann's exceptions stay inside this function.
@@ -90,12 +89,12 @@ absl::StatusOr<Json> ParseBody(std::string_view body) {
   try {
     j = Json::parse(body.begin(), body.end());
   } catch (const Json::exception& e) {
-    return InvalidParam("", absl::StrCat("We could not parse the JSON body of your request: ",
-                                         e.what()));
+    return InvalidParam(
+        "", absl::StrCat("We could not parse the JSON body of your request: ", e.what()));
   }
   if (!j.is_object()) {
-    return InvalidParam("", absl::StrCat("the request body must be a JSON object, got ",
-                                         Sv(JsonTypeName(j))));
+    return InvalidParam(
+        "", absl::StrCat("the request body must be a JSON object, got ", Sv(JsonTypeName(j))));
   }
   return j;
 }
@@ -256,22 +255,33 @@ void FieldReader::StringOrList(const char* key, std::vector<std::string>* out) {
 void FieldReader::IntList(const char* key, std::vector<int32_t>* out) {
   const Json* v = Get(key);
   if (v == nullptr) return;
-  if (!v->is_array()) {
-    TypeError(key, "an array of integers", *v);
-    return;
+  absl::Status s = ReadTokenIds(*v, Name(key), out);
+  if (!s.ok()) status_ = s;
+}
+
+absl::Status ReadTokenIds(const Json& value, std::string_view name, std::vector<int32_t>* out) {
+  if (!value.is_array()) {
+    return InvalidParam(name, absl::StrCat(Sv(name), " must be an array of token ids, got ",
+                                           Sv(JsonTypeName(value))));
   }
   std::vector<int32_t> list;
-  for (const Json& e : *v) {
-    if (!e.is_number_integer() || e.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
-        e.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
-        (e.is_number_unsigned() && e.get<uint64_t>() > std::numeric_limits<int32_t>::max())) {
-      Fail(key, absl::StrCat(Name(key), " must be an array of token ids (integers), found ",
-                             Sv(JsonTypeName(e)), " ", Sv(Dump(e))));
-      return;
+  list.reserve(value.size());
+  for (const Json& e : value) {
+    const bool fits =
+        e.is_number_integer() &&
+        (e.is_number_unsigned() ? e.get<uint64_t>() <= std::numeric_limits<int32_t>::max()
+                                : e.get<int64_t>() >= std::numeric_limits<int32_t>::min() &&
+                                      e.get<int64_t>() <= std::numeric_limits<int32_t>::max());
+    if (!fits) {
+      return InvalidParam(name, absl::StrCat(Sv(name),
+                                             " must be an array of token ids "
+                                             "(integers), found ",
+                                             Sv(JsonTypeName(e)), " ", Sv(Dump(e))));
     }
     list.push_back(static_cast<int32_t>(e.get<int64_t>()));
   }
   *out = std::move(list);
+  return absl::OkStatus();
 }
 
 }  // namespace banyan::server::http

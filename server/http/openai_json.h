@@ -80,6 +80,9 @@ class FieldReader {
   absl::Status status_;
 };
 
+// Reads a JSON array of int32 token ids; InvalidArgument naming `name` otherwise.
+absl::Status ReadTokenIds(const Json& value, std::string_view name, std::vector<int32_t>* out);
+
 // The JSON type name of a value, as users read it ("string", "integer", "array", ...).
 std::string_view JsonTypeName(const Json& j);
 

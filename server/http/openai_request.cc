@@ -13,13 +13,28 @@ namespace {
 
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-constexpr std::array kSamplingFields = {
-    "model",        "max_tokens",        "temperature",      "top_p",
-    "top_k",        "min_p",             "frequency_penalty", "presence_penalty",
-    "repetition_penalty", "seed",        "n",                "stop",
-    "stop_token_ids", "logprobs",        "stream",           "stream_options",
-    "user",         "cache_salt",        "ignore_eos",       "priority",
-    "best_of",      "logit_bias"};
+constexpr std::array kSamplingFields = {"model",
+                                        "max_tokens",
+                                        "temperature",
+                                        "top_p",
+                                        "top_k",
+                                        "min_p",
+                                        "frequency_penalty",
+                                        "presence_penalty",
+                                        "repetition_penalty",
+                                        "seed",
+                                        "n",
+                                        "stop",
+                                        "stop_token_ids",
+                                        "logprobs",
+                                        "stream",
+                                        "stream_options",
+                                        "user",
+                                        "cache_salt",
+                                        "ignore_eos",
+                                        "priority",
+                                        "best_of",
+                                        "logit_bias"};
 constexpr std::array kCompletionFields = {"prompt", "echo", "suffix", "add_special_tokens"};
 constexpr std::array kChatFields = {"messages", "max_completion_tokens", "top_logprobs"};
 
@@ -33,9 +48,9 @@ void LogUnknownFields(const Json& body, Api api) {
   if (!HttpLog().should_log(spdlog::level::debug)) return;
   std::vector<std::string> unknown;
   for (const auto& [key, value] : body.items()) {
-    const bool known = In(kSamplingFields, key) ||
-                       (api == Api::kCompletions ? In(kCompletionFields, key)
-                                                 : In(kChatFields, key));
+    const bool known =
+        In(kSamplingFields, key) ||
+        (api == Api::kCompletions ? In(kCompletionFields, key) : In(kChatFields, key));
     if (!known) unknown.push_back(key);
   }
   if (!unknown.empty()) {
@@ -114,8 +129,9 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
                           std::vector<std::string>* texts) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) {
-    return InvalidParam("prompt", "prompt is required: a string, an array of token ids, or an "
-                                  "array of either");
+    return InvalidParam("prompt",
+                        "prompt is required: a string, an array of token ids, or an "
+                        "array of either");
   }
   const engine::Tokenizer& tok = *ctx.tokenizer;
   auto add_text = [&](const std::string& s) -> absl::Status {
@@ -126,10 +142,8 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
     return absl::OkStatus();
   };
   auto add_ids = [&](const Json& arr) -> absl::Status {
-    FieldReader f(Json{{"prompt", arr}});
     std::vector<int32_t> ids;
-    f.IntList("prompt", &ids);
-    if (!f.status().ok()) return f.status();
+    if (absl::Status s = ReadTokenIds(arr, "prompt", &ids); !s.ok()) return s;
     if (absl::Status s = ValidatePromptTokens(ids, VocabSize(ctx)); !s.ok()) return s;
     texts->push_back(tok.Decode(ids));
     prompts->push_back(std::move(ids));
@@ -138,8 +152,8 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
   const Json& p = *it;
   if (p.is_string()) return add_text(p.get<std::string>());
   if (!p.is_array()) {
-    return InvalidParam("prompt", absl::StrCat("prompt must be a string or an array, got ",
-                                               Sv(JsonTypeName(p))));
+    return InvalidParam(
+        "prompt", absl::StrCat("prompt must be a string or an array, got ", Sv(JsonTypeName(p))));
   }
   if (p.empty()) return InvalidParam("prompt", "the prompt is empty");
   if (p[0].is_number()) return add_ids(p);
@@ -169,14 +183,13 @@ absl::Status CheckModel(const Json& body, const ServerContext& ctx) {
   auto it = body.find("model");
   if (it == body.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_string()) {
-    return InvalidParam("model", absl::StrCat("model must be a string, got ",
-                                              Sv(JsonTypeName(*it))));
+    return InvalidParam("model",
+                        absl::StrCat("model must be a string, got ", Sv(JsonTypeName(*it))));
   }
   const std::string model = it->get<std::string>();
   if (model != ctx.model_name) {
-    absl::Status s = absl::NotFoundError(
-        absl::StrCat("The model `", model, "` does not exist. This server serves `",
-                     ctx.model_name, "`."));
+    absl::Status s = absl::NotFoundError(absl::StrCat(
+        "The model `", model, "` does not exist. This server serves `", ctx.model_name, "`."));
     SetStatusParam(&s, "model");
     SetStatusCode(&s, "model_not_found");
     return s;
@@ -190,8 +203,8 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
     return InvalidParam("messages", "messages is required: an array of {role, content}");
   }
   if (!it->is_array()) {
-    return InvalidParam("messages", absl::StrCat("messages must be an array, got ",
-                                                 Sv(JsonTypeName(*it))));
+    return InvalidParam("messages",
+                        absl::StrCat("messages must be an array, got ", Sv(JsonTypeName(*it))));
   }
   if (it->empty()) return InvalidParam("messages", "messages must not be empty");
   std::vector<ChatMessage> out;
@@ -220,9 +233,9 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
           return InvalidParam(pw, absl::StrCat(pw, " parts must be objects {type, ...}"));
         }
         if (part["type"] != "text") {
-          return InvalidParam(pw, absl::StrCat("content parts of type '",
-                                               part["type"].get<std::string>(),
-                                               "' are not supported; only 'text'"));
+          return InvalidParam(
+              pw, absl::StrCat("content parts of type '", part["type"].get<std::string>(),
+                               "' are not supported; only 'text'"));
         }
         if (!part.contains("text") || !part["text"].is_string()) {
           return InvalidParam(pw, absl::StrCat(pw, " text parts need a string 'text'"));
@@ -232,9 +245,10 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
       // OpenAI and vLLM join text parts with newlines.
       msg.content = absl::StrJoin(texts, "\n");
     } else {
-      return InvalidParam(where + ".content",
-                          absl::StrCat(where, ".content must be a string or an array of parts, got ",
-                                       Sv(JsonTypeName(*c))));
+      return InvalidParam(
+          where + ".content",
+          absl::StrCat(where, ".content must be a string or an array of parts, got ",
+                       Sv(JsonTypeName(*c))));
     }
     out.push_back(std::move(msg));
   }
@@ -272,8 +286,9 @@ absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
     common.params.logprobs = out.top_logprobs;
   }
   if (echo && out.logprobs) {
-    return InvalidParam("echo", "echo together with logprobs is not supported: this server "
-                                "does not compute log-probabilities of prompt tokens");
+    return InvalidParam("echo",
+                        "echo together with logprobs is not supported: this server "
+                        "does not compute log-probabilities of prompt tokens");
   }
 
   std::vector<std::vector<int32_t>> prompts;

@@ -39,9 +39,9 @@ struct ParsedGeneration {
   std::vector<GenerationInput> inputs;  // one per prompt (chat: exactly one)
   std::vector<std::string> echo_texts;  // completions with echo: the text of each prompt
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool logprobs = false;       // return log-probabilities of the sampled tokens
-  int top_logprobs = 0;        // and this many alternatives per token
+  bool include_usage = false;   // stream_options.include_usage
+  bool logprobs = false;        // return log-probabilities of the sampled tokens
+  int top_logprobs = 0;         // and this many alternatives per token
   int default_max_tokens = 16;  // <= 0: the rest of the context
 };
 
@@ -51,8 +51,7 @@ absl::Status CheckModel(const Json& body, const ServerContext& ctx);
 // body["messages"] as ChatMessages (param "messages" in errors).
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body);
 
-absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
-                                                        const ServerContext& ctx);
+absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body, const ServerContext& ctx);
 absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx);
 
 }  // namespace banyan::server::http

@@ -1,0 +1,140 @@
+// RenderPrometheus: every documented name is present, histograms are cumulative and well
+// formed, labels are escaped, and the text parses line by line as exposition format 0.0.4.
+#include "server/metrics_text.h"
+
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace banyan::server {
+namespace {
+
+scheduler::MetricsSnapshot Sample() {
+  scheduler::MetricsSnapshot m;
+  m.requests_running = 3;
+  m.requests_waiting = 2;
+  m.sequences_running = 5;
+  m.kv_chunks_total = 100;
+  m.kv_chunks_free = 60;
+  m.kv_chunks_live = 25;
+  m.kv_chunks_cached = 15;
+  m.kv_chunks_saved_by_sharing = 7;
+  m.chunk_size = 16;
+  m.prompt_tokens_total = 1000;
+  m.prefix_cache_hit_tokens_total = 400;
+  m.generation_tokens_total = 5000;
+  m.preemptions_total = 1;
+  m.requests_finished_total = 10;
+  m.time_to_first_token_seconds = scheduler::Histogram({0.1, 1.0});
+  m.time_to_first_token_seconds.counts = {2, 3, 1};
+  m.time_to_first_token_seconds.count = 6;
+  m.time_to_first_token_seconds.sum = 4.5;
+  m.inter_token_latency_seconds = scheduler::Histogram({0.01});
+  m.e2e_request_latency_seconds = scheduler::Histogram(std::vector<double>{});
+  return m;
+}
+
+// name{labels} -> value, for every sample line.
+std::map<std::string, std::string> Samples(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$)");
+  const std::regex comment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, sample)) {
+      out[m[1].str() + m[2].str()] = m[3].str();
+    } else {
+      EXPECT_TRUE(std::regex_match(line, comment)) << "bad line: " << line;
+    }
+  }
+  return out;
+}
+
+TEST(MetricsTextTest, AllNamesAndValues) {
+  const std::string text = RenderPrometheus(Sample(), "stories260K");
+  auto s = Samples(text);
+  EXPECT_EQ(s["banyan_requests_running"], "3");
+  EXPECT_EQ(s["banyan_requests_waiting"], "2");
+  EXPECT_EQ(s["banyan_sequences_running"], "5");
+  EXPECT_EQ(s["banyan_kv_chunks_total"], "100");
+  EXPECT_EQ(s["banyan_kv_chunks_free"], "60");
+  EXPECT_EQ(s["banyan_kv_chunks_live"], "25");
+  EXPECT_EQ(s["banyan_kv_chunks_cached"], "15");
+  EXPECT_EQ(s["banyan_kv_chunks_saved_by_sharing"], "7");
+  EXPECT_EQ(s["banyan_kv_chunk_size_tokens"], "16");
+  EXPECT_EQ(s["banyan_kv_usage_ratio"], "0.25");
+  EXPECT_EQ(s["banyan_prompt_tokens_total"], "1000");
+  EXPECT_EQ(s["banyan_prefix_cache_hit_tokens_total"], "400");
+  EXPECT_EQ(s["banyan_generation_tokens_total"], "5000");
+  EXPECT_EQ(s["banyan_preemptions_total"], "1");
+  EXPECT_EQ(s["banyan_requests_finished_total"], "10");
+  for (const char* name : {"banyan_requests_rejected_total", "banyan_requests_cancelled_total",
+                           "banyan_requests_failed_total", "banyan_iterations_total"}) {
+    EXPECT_EQ(s[name], "0") << name;
+  }
+  const std::string l = "{model_name=\"stories260K\"}";
+  EXPECT_EQ(s["vllm:num_requests_running" + l], "3");
+  EXPECT_EQ(s["vllm:num_requests_waiting" + l], "2");
+  EXPECT_EQ(s["vllm:gpu_cache_usage_perc" + l], "0.25");
+  EXPECT_EQ(s["vllm:kv_cache_usage_perc" + l], "0.25");
+  EXPECT_EQ(s["vllm:prompt_tokens_total" + l], "1000");
+  EXPECT_EQ(s["vllm:generation_tokens_total" + l], "5000");
+  EXPECT_EQ(s["vllm:num_preemptions_total" + l], "1");
+  EXPECT_EQ(s["vllm:prefix_cache_queries_total" + l], "1000");
+  EXPECT_EQ(s["vllm:prefix_cache_hits_total" + l], "400");
+  for (const char* h : {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                        "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds"}) {
+    EXPECT_TRUE(s.count(std::string(h) + "_count" + l)) << h;
+  }
+}
+
+TEST(MetricsTextTest, HistogramsAreCumulative) {
+  auto s = Samples(RenderPrometheus(Sample(), "m"));
+  EXPECT_EQ(s["banyan_time_to_first_token_seconds_bucket{le=\"0.1\"}"], "2");
+  EXPECT_EQ(s["banyan_time_to_first_token_seconds_bucket{le=\"1\"}"], "5");
+  EXPECT_EQ(s["banyan_time_to_first_token_seconds_bucket{le=\"+Inf\"}"], "6");
+  EXPECT_EQ(s["banyan_time_to_first_token_seconds_sum"], "4.5");
+  EXPECT_EQ(s["banyan_time_to_first_token_seconds_count"], "6");
+  EXPECT_EQ(s["vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"1\"}"], "5");
+  // An empty histogram still has its +Inf bucket, sum and count.
+  EXPECT_EQ(s["banyan_e2e_request_latency_seconds_bucket{le=\"+Inf\"}"], "0");
+  EXPECT_EQ(s["banyan_e2e_request_latency_seconds_count"], "0");
+}
+
+TEST(MetricsTextTest, TypesDeclaredOncePerFamily) {
+  const std::string text = RenderPrometheus(Sample(), "m");
+  std::map<std::string, int> types;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) ++types[line.substr(7, line.find(' ', 7) - 7)];
+  }
+  for (const auto& [name, count] : types) EXPECT_EQ(count, 1) << name;
+  EXPECT_NE(text.find("# TYPE banyan_generation_tokens_total counter"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE banyan_requests_running gauge"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE vllm:time_to_first_token_seconds histogram"), std::string::npos);
+}
+
+TEST(MetricsTextTest, EscapesLabelsAndHandlesEmptyPool) {
+  scheduler::MetricsSnapshot m;  // all zero, kv_chunks_total 0: usage 0, not NaN
+  const std::string text = RenderPrometheus(m, "we\"ird\\name\n");
+  EXPECT_NE(text.find("model_name=\"we\\\"ird\\\\name\\n\""), std::string::npos) << text;
+  EXPECT_NE(text.find("banyan_kv_usage_ratio 0\n"), std::string::npos);
+  EXPECT_EQ(text.find("NaN"), std::string::npos);
+}
+
+TEST(MetricsTextTest, Numbers) {
+  EXPECT_EQ(PrometheusNumber(0.005), "0.005");
+  EXPECT_EQ(PrometheusNumber(1.0), "1");
+  EXPECT_EQ(PrometheusNumber(2.5e-7), "2.5e-07");
+  EXPECT_EQ(PrometheusNumber(1.0 / 0.0), "+Inf");
+  EXPECT_EQ(PrometheusNumber(-1.0 / 0.0), "-Inf");
+}
+
+}  // namespace
+}  // namespace banyan::server

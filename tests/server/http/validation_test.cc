@@ -1,0 +1,434 @@
+// Unit tests of the pure parts of the HTTP front end: shared validation (server/validation.h),
+// JSON field reading and error mapping, request decoding, chat templates.
+#include "server/validation.h"
+
+#include <string>
+#include <vector>
+
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "server/http/chat_template.h"
+#include "server/http/openai_json.h"
+#include "server/http/openai_request.h"
+#include "server/http/openai_response.h"
+
+namespace banyan::server {
+namespace {
+
+using http::Json;
+
+const std::string kTokenizerPath =
+    std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/tok512.model";
+
+const ModelLimits kLimits{.context_tokens = 100, .vocab_size = 512, .max_n = 4};
+
+GenerationInput Input(std::vector<int32_t> prompt) {
+  GenerationInput in;
+  in.prompt = std::move(prompt);
+  return in;
+}
+
+TEST(StatusPayloadTest, ParamAndCodeRoundTrip) {
+  absl::Status s = InvalidParam("temperature", "bad", "some_code");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatusParam(s), "temperature");
+  EXPECT_EQ(StatusCode(s), "some_code");
+  EXPECT_EQ(StatusParam(absl::InvalidArgumentError("x")), "");
+  absl::Status ok;
+  SetStatusParam(&ok, "x");
+  EXPECT_TRUE(ok.ok());
+}
+
+TEST(Utf8Test, AcceptsValidRejectsInvalid) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("hello \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
+  size_t off = 99;
+  EXPECT_FALSE(IsValidUtf8("ab\xFF", &off));
+  EXPECT_EQ(off, 2u);
+  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));          // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // surrogate U+D800
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // > U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));          // truncated
+}
+
+TEST(CacheNamespaceTest, SeparatesTenantsUnambiguously) {
+  EXPECT_EQ(CacheNamespace("", ""), "");
+  EXPECT_NE(CacheNamespace("alice", ""), CacheNamespace("bob", ""));
+  EXPECT_NE(CacheNamespace("ab", "c"), CacheNamespace("a", "bc"));
+  EXPECT_NE(CacheNamespace("alice", "s1"), CacheNamespace("alice", "s2"));
+  EXPECT_EQ(CacheNamespace("alice", "s1"), CacheNamespace("alice", "s1"));
+}
+
+TEST(ResolveMaxTokensTest, DefaultsAndLimits) {
+  EXPECT_EQ(*ResolveMaxTokens(std::nullopt, 16, 10, 100), 16);
+  EXPECT_EQ(*ResolveMaxTokens(std::nullopt, 16, 90, 100), 10);  // default clipped
+  EXPECT_EQ(*ResolveMaxTokens(std::nullopt, 0, 30, 100), 70);   // rest of the context
+  EXPECT_EQ(*ResolveMaxTokens(70, 16, 30, 100), 70);
+
+  absl::StatusOr<int> r = ResolveMaxTokens(80, 16, 30, 100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(StatusParam(r.status()), "max_tokens");
+  EXPECT_EQ(StatusCode(r.status()), "context_length_exceeded");
+  const std::string msg(r.status().message());
+  EXPECT_NE(msg.find("100"), std::string::npos) << msg;  // context
+  EXPECT_NE(msg.find("30"), std::string::npos) << msg;   // prompt
+  EXPECT_NE(msg.find("80"), std::string::npos) << msg;   // completion
+  EXPECT_NE(msg.find("110"), std::string::npos) << msg;  // total
+
+  r = ResolveMaxTokens(std::nullopt, 16, 100, 100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(StatusParam(r.status()), "prompt");
+  r = ResolveMaxTokens(0, 16, 10, 100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(StatusParam(r.status()), "max_tokens");
+  r = ResolveMaxTokens(-5, 16, 10, 100, "max_completion_tokens", "messages");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(StatusParam(r.status()), "max_completion_tokens");
+}
+
+TEST(BuildRequestTest, TranslatesAValidInput) {
+  GenerationInput in = Input({1, 5, 6});
+  in.params.temperature = 0.5f;
+  in.n = 2;
+  in.stop = {"END"};
+  in.priority = 3;
+  in.user = "alice";
+  absl::StatusOr<scheduler::Request> r = BuildRequest(in, kLimits, 16, "cmpl-1");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->id, "cmpl-1");
+  EXPECT_EQ(r->prompt, (std::vector<int32_t>{1, 5, 6}));
+  EXPECT_EQ(r->params.max_tokens, 16);
+  EXPECT_FLOAT_EQ(r->params.temperature, 0.5f);
+  EXPECT_EQ(r->n, 2);
+  EXPECT_EQ(r->stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r->priority, 3);
+  EXPECT_EQ(r->cache_namespace, CacheNamespace("alice", ""));
+}
+
+TEST(BuildRequestTest, EveryBadFieldIsNamed) {
+  struct Case {
+    const char* param;
+    void (*mutate)(GenerationInput*);
+  };
+  const Case cases[] = {
+      {"prompt", [](GenerationInput* in) { in->prompt.clear(); }},
+      {"prompt",
+       [](GenerationInput* in) {
+         in->prompt = {1, 512};
+       }},
+      {"prompt", [](GenerationInput* in) { in->prompt = {-1}; }},
+      {"n", [](GenerationInput* in) { in->n = 0; }},
+      {"n", [](GenerationInput* in) { in->n = 5; }},
+      {"stop", [](GenerationInput* in) { in->stop = {""}; }},
+      {"stop", [](GenerationInput* in) { in->stop.assign(17, "x"); }},
+      {"temperature", [](GenerationInput* in) { in->params.temperature = -1; }},
+      {"top_p", [](GenerationInput* in) { in->params.top_p = 0; }},
+      {"top_k", [](GenerationInput* in) { in->params.top_k = -2; }},
+      {"min_p", [](GenerationInput* in) { in->params.min_p = 1.5f; }},
+      {"repetition_penalty", [](GenerationInput* in) { in->params.repetition_penalty = 0; }},
+      {"frequency_penalty", [](GenerationInput* in) { in->params.frequency_penalty = 3; }},
+      {"presence_penalty", [](GenerationInput* in) { in->params.presence_penalty = -3; }},
+      {"logprobs", [](GenerationInput* in) { in->params.logprobs = 21; }},
+      {"stop_token_ids", [](GenerationInput* in) { in->params.stop_token_ids = {9999}; }},
+      {"max_tokens", [](GenerationInput* in) { in->max_tokens = 0; }},
+      {"max_tokens", [](GenerationInput* in) { in->max_tokens = 98; }},
+      {"priority", [](GenerationInput* in) { in->priority = int64_t{1} << 40; }},
+      {"user", [](GenerationInput* in) { in->user.assign(300, 'u'); }},
+  };
+  for (const Case& c : cases) {
+    GenerationInput in = Input({1, 2, 3});
+    c.mutate(&in);
+    absl::StatusOr<scheduler::Request> r = BuildRequest(in, kLimits, 16, "id");
+    ASSERT_FALSE(r.ok()) << c.param;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.param;
+    EXPECT_EQ(StatusParam(r.status()), c.param) << r.status();
+  }
+}
+
+TEST(ErrorMappingTest, StatusToHttp) {
+  auto e = http::ErrorFromStatus(InvalidParam("n", "bad n"));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.type, "invalid_request_error");
+  EXPECT_EQ(e.param, "n");
+  EXPECT_EQ(http::ErrorFromStatus(absl::ResourceExhaustedError("full")).http_status, 429);
+  EXPECT_EQ(http::ErrorFromStatus(absl::ResourceExhaustedError("full")).code,
+            "rate_limit_exceeded");
+  EXPECT_EQ(http::ErrorFromStatus(absl::UnavailableError("drain")).http_status, 503);
+  EXPECT_EQ(http::ErrorFromStatus(absl::NotFoundError("m")).http_status, 404);
+  EXPECT_EQ(http::ErrorFromStatus(absl::InternalError("x")).http_status, 500);
+  EXPECT_EQ(http::ErrorFromStatus(absl::InternalError("x")).type, "server_error");
+
+  Json j = http::ErrorJson(e);
+  ASSERT_TRUE(j["error"].is_object());
+  EXPECT_EQ(j["error"]["message"], "bad n");
+  EXPECT_EQ(j["error"]["param"], "n");
+  EXPECT_TRUE(j["error"]["code"].is_null());
+  EXPECT_EQ(j["error"].size(), 4u);
+}
+
+TEST(ParseBodyTest, RejectsBadBodies) {
+  EXPECT_TRUE(http::ParseBody(R"({"a": 1})").ok());
+  EXPECT_FALSE(http::ParseBody("{").ok());
+  EXPECT_FALSE(http::ParseBody("[1, 2]").ok());
+  EXPECT_FALSE(http::ParseBody("").ok());
+  absl::StatusOr<Json> r = http::ParseBody("{\"prompt\": \"\xFF\"}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("UTF-8"), std::string::npos);
+  EXPECT_FALSE(http::ParseBody(R"({"prompt": "\ud800"})").ok());  // lone surrogate escape
+}
+
+TEST(FieldReaderTest, TypesAndRanges) {
+  Json j = Json::parse(R"({"i": 3, "f": 2.0, "g": 2.5, "b": true, "s": "x", "nul": null,
+                           "l": ["a", "b"], "ids": [1, 2]})");
+  http::FieldReader f(j);
+  int64_t i = 0, fi = 0;
+  f.Int("i", &i);
+  f.Int("f", &fi);  // integral float accepted
+  double missing = 7;
+  f.Number("nul", &missing);
+  f.Number("absent", &missing);
+  std::vector<std::string> l;
+  f.StringOrList("l", &l);
+  std::vector<int32_t> ids;
+  f.IntList("ids", &ids);
+  ASSERT_TRUE(f.status().ok()) << f.status();
+  EXPECT_EQ(i, 3);
+  EXPECT_EQ(fi, 2);
+  EXPECT_EQ(missing, 7);
+  EXPECT_EQ(l.size(), 2u);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 2}));
+
+  for (const char* key : {"g", "b", "s", "l"}) {
+    http::FieldReader g(j);
+    int64_t v = 0;
+    g.Int(key, &v);
+    EXPECT_FALSE(g.status().ok()) << key;
+    EXPECT_EQ(StatusParam(g.status()), key);
+  }
+  http::FieldReader r(j);
+  int64_t v = 0;
+  r.IntRange("i", 4, 10, &v);
+  EXPECT_EQ(StatusParam(r.status()), "i");
+}
+
+class RequestParseTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto t = engine::Tokenizer::FromFile(kTokenizerPath);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = t->release();
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    tokenizer_ = nullptr;
+  }
+  void SetUp() override {
+    config_.max_seq_len = 512;
+    config_.vocab_size = 512;
+    ctx_.model_name = "stories";
+    ctx_.model_config = &config_;
+    ctx_.tokenizer = tokenizer_;
+  }
+  static inline engine::Tokenizer* tokenizer_ = nullptr;
+  engine::ModelConfig config_;
+  ServerContext ctx_;
+};
+
+TEST_F(RequestParseTest, CompletionFields) {
+  Json body = Json::parse(R"({"model": "stories", "prompt": "Once upon a time", "max_tokens": 5,
+      "temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 7, "n": 2,
+      "stop": "\n", "logprobs": 3, "stream": true, "stream_options": {"include_usage": true},
+      "user": "u", "cache_salt": "s", "ignore_eos": true, "priority": 5,
+      "some_future_field": {"x": 1}})");
+  absl::StatusOr<http::ParsedGeneration> p = http::ParseCompletionRequest(body, ctx_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->inputs.size(), 1u);
+  const GenerationInput& in = p->inputs[0];
+  EXPECT_EQ(in.prompt, tokenizer_->Encode("Once upon a time", true));
+  EXPECT_EQ(in.max_tokens, 5);
+  EXPECT_FLOAT_EQ(in.params.temperature, 0.7f);
+  EXPECT_EQ(in.params.top_k, 40);
+  EXPECT_TRUE(in.params.has_seed);
+  EXPECT_EQ(in.params.seed, 7u);
+  EXPECT_EQ(in.n, 2);
+  EXPECT_EQ(in.stop, std::vector<std::string>{"\n"});
+  EXPECT_EQ(in.params.logprobs, 3);
+  EXPECT_TRUE(in.params.ignore_eos);
+  EXPECT_EQ(in.priority, -5);  // vLLM: lower first; scheduler: larger first
+  EXPECT_TRUE(p->stream);
+  EXPECT_TRUE(p->include_usage);
+  EXPECT_TRUE(p->logprobs);
+  EXPECT_EQ(p->top_logprobs, 3);
+}
+
+TEST_F(RequestParseTest, CompletionPromptForms) {
+  auto parse = [&](const char* json) {
+    return http::ParseCompletionRequest(Json::parse(json), ctx_);
+  };
+  auto ids = parse(R"({"prompt": [1, 100, 200]})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->inputs[0].prompt, (std::vector<int32_t>{1, 100, 200}));
+  auto batch = parse(R"({"prompt": ["a", "b", "c"], "echo": true})");
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->inputs.size(), 3u);
+  EXPECT_EQ(batch->echo_texts, (std::vector<std::string>{"a", "b", "c"}));
+  auto id_batch = parse(R"({"prompt": [[1, 2], [1, 3]]})");
+  ASSERT_TRUE(id_batch.ok()) << id_batch.status();
+  EXPECT_EQ(id_batch->inputs.size(), 2u);
+  auto no_bos = parse(R"({"prompt": "hi", "add_special_tokens": false})");
+  ASSERT_TRUE(no_bos.ok());
+  EXPECT_EQ(no_bos->inputs[0].prompt, tokenizer_->Encode("hi", false));
+
+  for (const char* bad :
+       {R"({})", R"({"prompt": ""})", R"({"prompt": []})", R"({"prompt": 5})",
+        R"({"prompt": ["a", [1]]})", R"({"prompt": [1, "a"]})", R"({"prompt": [[]]})"}) {
+    auto r = parse(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(StatusParam(r.status()), "prompt") << bad << " " << r.status();
+  }
+}
+
+TEST_F(RequestParseTest, CompletionErrorsNameTheField) {
+  struct Case {
+    const char* json;
+    const char* param;
+    absl::StatusCode code = absl::StatusCode::kInvalidArgument;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "x", "model": "gpt-4"})", "model", absl::StatusCode::kNotFound},
+      {R"({"prompt": "x", "model": 5})", "model"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "x", "max_tokens": "5"})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens"},
+      {R"({"prompt": "x", "n": 0})", "n"},
+      {R"({"prompt": "x", "n": 17})", "n"},
+      {R"({"prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"prompt": "x", "stop": 5})", "stop"},
+      {R"({"prompt": "x", "stop": [""]})", "stop"},
+      {R"({"prompt": "x", "logprobs": 6})", "logprobs"},
+      {R"({"prompt": "x", "logprobs": true})", "logprobs"},
+      {R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
+       "stream_options.include_usage"},
+      {R"({"prompt": "x", "best_of": 3})", "best_of"},
+      {R"({"prompt": "x", "suffix": "y"})", "suffix"},
+      {R"({"prompt": "x", "logit_bias": {"5": 10}})", "logit_bias"},
+      {R"({"prompt": "x", "top_k": -5})", "top_k"},
+      {R"({"prompt": "x", "priority": 1e12})", "priority"},
+      {R"({"prompt": [1, 99999]})", "prompt"},
+  };
+  for (const Case& c : cases) {
+    auto r = http::ParseCompletionRequest(Json::parse(c.json), ctx_);
+    ASSERT_FALSE(r.ok()) << c.json;
+    EXPECT_EQ(r.status().code(), c.code) << c.json << " " << r.status();
+    EXPECT_EQ(StatusParam(r.status()), c.param) << c.json << " " << r.status();
+  }
+}
+
+TEST_F(RequestParseTest, ChatFields) {
+  Json body = Json::parse(R"({"messages": [{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}],
+      "max_completion_tokens": 7, "max_tokens": 3, "logprobs": true, "top_logprobs": 2})");
+  auto p = http::ParseChatRequest(body, ctx_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->inputs[0].max_tokens, 7);
+  EXPECT_EQ(p->inputs[0].max_tokens_field, "max_completion_tokens");
+  EXPECT_EQ(p->default_max_tokens, 0);
+  EXPECT_TRUE(p->logprobs);
+  EXPECT_EQ(p->inputs[0].params.logprobs, 2);
+  EXPECT_EQ(p->inputs[0].prompt,
+            tokenizer_->Encode("system: Be brief.\nuser: Hi\nthere\nassistant:", true));
+
+  for (const char* bad :
+       {R"({})", R"({"messages": []})", R"({"messages": "hi"})",
+        R"({"messages": [{"role": "user"}]})", R"({"messages": [{"content": "x"}]})",
+        R"({"messages": [{"role": "tool", "content": "x"}]})",
+        R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+        R"({"messages": [{"role": "user", "content": 5}]})"}) {
+    auto r = http::ParseChatRequest(Json::parse(bad), ctx_);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(StatusParam(r.status()).rfind("messages", 0), 0u) << bad << " " << r.status();
+  }
+  auto r = http::ParseChatRequest(
+      Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"), ctx_);
+  EXPECT_EQ(StatusParam(r.status()), "top_logprobs");
+  r = http::ParseChatRequest(
+      Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 21,
+                      "logprobs": true})"),
+      ctx_);
+  EXPECT_EQ(StatusParam(r.status()), "top_logprobs");
+}
+
+TEST(ChatTemplateTest, Plain) {
+  auto s = http::RenderChat(
+      ChatTemplate::kPlain,
+      {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Story?"}});
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 1u);
+  EXPECT_TRUE((*s)[0].bos);
+  EXPECT_EQ((*s)[0].text,
+            "system: Be brief.\nuser: Hi\nassistant: Hello\nuser: Story?\nassistant:");
+}
+
+TEST(ChatTemplateTest, ChatML) {
+  auto s = http::RenderChat(ChatTemplate::kChatML, {{"system", "S"}, {"user", "U"}});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)[0].text,
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTest, Llama2MatchesMetaReference) {
+  auto s = http::RenderChat(
+      ChatTemplate::kLlama2,
+      {{"system", "SYS"}, {"user", " u1 "}, {"assistant", " a1\n"}, {"user", " u2 "}});
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->size(), 2u);
+  // Meta strips the merged system + user text, so the user's leading space survives.
+  EXPECT_EQ((*s)[0].text, "[INST] <<SYS>>\nSYS\n<</SYS>>\n\n u1 [/INST] a1 ");
+  EXPECT_TRUE((*s)[0].bos);
+  EXPECT_TRUE((*s)[0].eos);
+  EXPECT_EQ((*s)[1].text, "[INST] u2 [/INST]");
+  EXPECT_TRUE((*s)[1].bos);
+  EXPECT_FALSE((*s)[1].eos);
+
+  EXPECT_FALSE(http::RenderChat(ChatTemplate::kLlama2, {{"user", "a"}, {"user", "b"}}).ok());
+  EXPECT_FALSE(http::RenderChat(ChatTemplate::kLlama2, {{"user", "a"}, {"assistant", "b"}}).ok());
+  EXPECT_FALSE(http::RenderChat(ChatTemplate::kPlain, {}).ok());
+}
+
+TEST(ChatTemplateTest, EncodeAddsSpecialTokensAsIds) {
+  auto t = engine::Tokenizer::FromFile(kTokenizerPath);
+  ASSERT_TRUE(t.ok());
+  std::vector<http::ChatSegment> segs = {{true, "[INST] a [/INST] b ", true},
+                                         {true, "[INST] c [/INST]", false}};
+  std::vector<int32_t> ids = http::EncodeChat(segs, **t);
+  std::vector<int32_t> want = (*t)->Encode("[INST] a [/INST] b ", true);
+  want.push_back((*t)->eos_id());
+  std::vector<int32_t> second = (*t)->Encode("[INST] c [/INST]", true);
+  want.insert(want.end(), second.begin(), second.end());
+  EXPECT_EQ(ids, want);
+}
+
+TEST(TokenReprTest, PiecesAndBytes) {
+  auto t = engine::Tokenizer::FromFile(kTokenizerPath);
+  ASSERT_TRUE(t.ok());
+  const engine::SpmVocab& v = (*t)->vocab();
+  for (int id = 0; id < static_cast<int>(v.pieces.size()); ++id) {
+    http::TokenRepr r = http::DescribeToken(**t, id);
+    if (v.types[id] == engine::PieceType::kByte) {
+      ASSERT_EQ(r.bytes.size(), 1u) << v.pieces[id];
+      if (r.bytes[0] >= 0x80) {
+        EXPECT_EQ(r.text.rfind("bytes:\\x", 0), 0u) << r.text;
+      }
+    } else {
+      EXPECT_EQ(r.text.find("\xE2\x96\x81"), std::string::npos) << r.text;
+      EXPECT_TRUE(IsValidUtf8(r.text));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace banyan::server
