@@ -41,6 +41,7 @@ void GenerateCall::OnDone() {
 }
 
 void GenerateCall::Serialize() {
+  buffer_.Clear();  // the previous write is done with it; Serialize wants an empty buffer
   bool own_buffer = false;
   grpc::Status s =
       grpc::SerializationTraits<v1::GenerateResponse>::Serialize(response_, &buffer_, &own_buffer);
@@ -154,7 +155,7 @@ void StreamPump::Remove(GenerateCall* call) {
 void StreamPump::Loop() {
   std::vector<GenerateCall*> ready;
   bool progress = false;
-  auto last_tick = std::chrono::steady_clock::time_point::min();
+  auto last_tick = std::chrono::steady_clock::now() - kTickInterval;  // tick on the first pass
   for (;;) {
     ready.clear();
     {

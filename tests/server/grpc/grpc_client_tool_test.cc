@@ -23,8 +23,15 @@ struct ToolRun {
 
 std::string Quote(const std::string& s) {
   std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q.append("'\\''");
+    } else {
+      q.push_back(c);
+    }
+  }
+  q.push_back('\'');
+  return q;
 }
 
 ToolRun RunTool(const std::vector<std::string>& args) {
@@ -32,8 +39,12 @@ ToolRun RunTool(const std::vector<std::string>& args) {
       std::filesystem::temp_directory_path() /
       ("banyan_grpc_client_" + std::to_string(::getpid()) + ".err");
   std::string cmd = Quote(BANYAN_GRPC_CLIENT);
-  for (const std::string& a : args) cmd += " " + Quote(a);
-  cmd += " 2>" + Quote(err_file.string());
+  for (const std::string& a : args) {
+    cmd.push_back(' ');
+    cmd.append(Quote(a));
+  }
+  cmd.append(" 2>");
+  cmd.append(Quote(err_file.string()));
   ToolRun run;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return run;
@@ -74,8 +85,8 @@ TEST_F(GrpcClientToolTest, JsonlWithNAndSeed) {
   req.mutable_sampling()->set_n(2);
   GenerateResult want = Generate(*stub_, req);
   ASSERT_TRUE(want.status.ok());
-  ToolRun run = RunTool({"--addr", server_.address(), "--prompt", "The cat", "--max-tokens",
-                         "10", "--temperature", "0.8", "--seed", "7", "--n", "2", "--jsonl"});
+  ToolRun run = RunTool({"--addr", server_.address(), "--prompt", "The cat", "--max-tokens", "10",
+                         "--temperature", "0.8", "--seed", "7", "--n", "2", "--jsonl"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   std::istringstream lines(run.out);
   std::string line;
@@ -107,14 +118,14 @@ TEST_F(GrpcClientToolTest, OtherModesAndErrors) {
   EXPECT_EQ(tok.exit_code, 0) << tok.err;
   std::string want;
   for (int32_t id : Bundle().tokenizer->Encode("Hi there", true)) {
-    want += (want.empty() ? "" : " ") + std::to_string(id);
+    if (!want.empty()) want.push_back(' ');
+    want.append(std::to_string(id));
   }
   EXPECT_EQ(tok.out, want + "\n");
 
   ToolRun bad = RunTool({"--addr", server_.address(), "--prompt", "x", "--n", "99"});
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("error: INVALID_ARGUMENT: n must be between 1 and 16"),
-            std::string::npos)
+  EXPECT_NE(bad.err.find("error: INVALID_ARGUMENT: n must be between 1 and 16"), std::string::npos)
       << bad.err;
 
   ToolRun usage = RunTool({"--addr", server_.address()});

@@ -21,15 +21,18 @@ bool Contains(const std::string& haystack, const std::string& needle) {
 class GrpcServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<TestServer>();
+    TestServerOptions options;
+    options.num_chunks = 2048;  // room for LongRequest(16)
+    server_ = std::make_unique<TestServer>(options);
     channel_ = server_->NewChannel();
     stub_ = v1::Generation::NewStub(channel_);
   }
   void TearDown() override {
     // Nothing may stay allocated once every call is over.
-    EXPECT_TRUE(server_->WaitForMetrics(
-        [](const scheduler::MetricsSnapshot& m) { return m.kv_chunks_live == 0; }))
-        << "live chunks: " << server_->scheduler().Metrics().kv_chunks_live;
+    EXPECT_TRUE(server_->WaitForMetrics([](const scheduler::MetricsSnapshot& m) {
+      return m.kv_chunks_live == 0;
+    })) << "live chunks: "
+        << server_->scheduler().Metrics().kv_chunks_live;
   }
 
   std::vector<int32_t> Tokenize(const std::string& text) {
@@ -86,7 +89,10 @@ TEST_F(GrpcServerTest, GenerateByTextStreamsTheEnginesGreedyOutput) {
   greedy.temperature = 0;
   greedy.max_tokens = 40;
   EXPECT_EQ(c.token_ids, EngineTokens(ids, greedy)[0]);
-  EXPECT_EQ(c.text, Bundle().tokenizer->Decode(c.token_ids));
+  // The text continues the prompt's (a leading space included).
+  std::vector<int32_t> all = ids;
+  all.insert(all.end(), c.token_ids.begin(), c.token_ids.end());
+  EXPECT_EQ(Bundle().tokenizer->Decode(ids) + c.text, Bundle().tokenizer->Decode(all));
   EXPECT_FALSE(c.text.empty());
   EXPECT_NE(c.finish, v1::FINISH_REASON_UNSPECIFIED);
   EXPECT_GT(c.messages, 1) << "the output should arrive as a stream, not in one message";
@@ -280,45 +286,67 @@ TEST_F(GrpcServerTest, BadRequestsAreRefusedAndTheServerKeepsServing) {
     std::vector<std::string> message_has;
   };
   const std::vector<Case> cases = {
-      {"empty prompt", [](v1::GenerateRequest* r) { r->set_text(""); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"prompt is empty"}},
-      {"no prompt", [](v1::GenerateRequest* r) { r->clear_input(); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"prompt is missing"}},
-      {"unknown model", [](v1::GenerateRequest* r) { r->set_model("llama-70b"); },
-       grpc::StatusCode::NOT_FOUND, {"llama-70b", kModelName}},
+      {"empty prompt",
+       [](v1::GenerateRequest* r) { r->set_text(""); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"prompt is empty"}},
+      {"no prompt",
+       [](v1::GenerateRequest* r) { r->clear_input(); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"prompt is missing"}},
+      {"unknown model",
+       [](v1::GenerateRequest* r) { r->set_model("llama-70b"); },
+       grpc::StatusCode::NOT_FOUND,
+       {"llama-70b", kModelName}},
       {"prompt + max_tokens beyond the context",
        [&](v1::GenerateRequest* r) {
          for (int i = 0; i < 300; ++i) r->mutable_token_ids()->add_ids(100);
          r->mutable_sampling()->set_max_tokens(300);
        },
-       grpc::StatusCode::INVALID_ARGUMENT, {"300", std::to_string(context)}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"300", std::to_string(context)}},
       {"prompt alone fills the context",
        [&](v1::GenerateRequest* r) {
          for (int i = 0; i < context; ++i) r->mutable_token_ids()->add_ids(100);
        },
-       grpc::StatusCode::INVALID_ARGUMENT, {std::to_string(context)}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {std::to_string(context)}},
       {"negative temperature",
        [](v1::GenerateRequest* r) { r->mutable_sampling()->set_temperature(-0.5f); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"temperature"}},
-      {"top_p above 1", [](v1::GenerateRequest* r) { r->mutable_sampling()->set_top_p(1.5f); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"top_p"}},
-      {"top_k below -1", [](v1::GenerateRequest* r) { r->mutable_sampling()->set_top_k(-3); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"top_k"}},
-      {"n too large", [](v1::GenerateRequest* r) { r->mutable_sampling()->set_n(100); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"n must be between 1 and 16"}},
-      {"max_tokens 0", [](v1::GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(0); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"max_tokens"}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"temperature"}},
+      {"top_p above 1",
+       [](v1::GenerateRequest* r) { r->mutable_sampling()->set_top_p(1.5f); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"top_p"}},
+      {"top_k below -1",
+       [](v1::GenerateRequest* r) { r->mutable_sampling()->set_top_k(-3); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"top_k"}},
+      {"n too large",
+       [](v1::GenerateRequest* r) { r->mutable_sampling()->set_n(100); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"n must be between 1 and 16"}},
+      {"max_tokens 0",
+       [](v1::GenerateRequest* r) { r->mutable_sampling()->set_max_tokens(0); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"max_tokens"}},
       {"token id outside the vocabulary",
        [](v1::GenerateRequest* r) { r->mutable_token_ids()->add_ids(-1); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"-1", "vocabulary"}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"-1", "vocabulary"}},
       {"invalid UTF-8 text",
        [](v1::GenerateRequest* r) { r->set_text(std::string("Once \xE2\x28\xA1 upon")); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"text is not valid UTF-8", "offset 5"}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"text is not valid UTF-8", "offset 5"}},
       {"invalid UTF-8 stop string",
        [](v1::GenerateRequest* r) { r->mutable_sampling()->add_stop("\xC0\xAF"); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"sampling.stop is not valid UTF-8"}},
-      {"bad request id", [](v1::GenerateRequest* r) { r->set_request_id("a b"); },
-       grpc::StatusCode::INVALID_ARGUMENT, {"request_id"}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"sampling.stop is not valid UTF-8"}},
+      {"bad request id",
+       [](v1::GenerateRequest* r) { r->set_request_id("a b"); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"request_id"}},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest req = GreedyText("Once upon a time", 8);
@@ -348,7 +376,8 @@ TEST_F(GrpcServerTest, ClientCancellationMidStreamFreesTheKv) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(server_->WaitForMetrics([&](const scheduler::MetricsSnapshot& m) {
     return m.kv_chunks_live == 0 && m.requests_cancelled_total > cancelled_before;
-  })) << "live chunks: " << server_->scheduler().Metrics().kv_chunks_live;
+  })) << "live chunks: "
+      << server_->scheduler().Metrics().kv_chunks_live;
   ExpectStillServes();
 }
 
@@ -357,11 +386,11 @@ TEST_F(GrpcServerTest, DeadlineCancelsTheRequest) {
   GenerateResult r = Generate(*stub_, LongRequest(16), [](grpc::ClientContext* ctx) {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   });
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
-      << r.status.error_message();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << r.status.error_message();
   EXPECT_TRUE(server_->WaitForMetrics([&](const scheduler::MetricsSnapshot& m) {
     return m.kv_chunks_live == 0 && m.requests_cancelled_total > cancelled_before;
-  })) << "live chunks: " << server_->scheduler().Metrics().kv_chunks_live;
+  })) << "live chunks: "
+      << server_->scheduler().Metrics().kv_chunks_live;
   ExpectStillServes();
 }
 
@@ -374,9 +403,8 @@ TEST_F(GrpcServerTest, ConcurrentStreamsGiveTheirSoloOutputs) {
   std::vector<GenerateResult> got(kClients);
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
-    threads.emplace_back([&, i] {
-      got[i] = Generate(*stub_, GreedyText(prompts[i % prompts.size()], 32));
-    });
+    threads.emplace_back(
+        [&, i] { got[i] = Generate(*stub_, GreedyText(prompts[i % prompts.size()], 32)); });
   }
   for (std::thread& t : threads) t.join();
   for (int i = 0; i < kClients; ++i) {
@@ -406,7 +434,10 @@ TEST_F(GrpcServerTest, ShutdownCutsOpenStreamsAndFreesTheKv) {
 }
 
 TEST(GrpcServerQueueTest, FullQueueGivesResourceExhaustedWhileAcceptedRequestsComplete) {
-  TestServer server({.scheduler = {.max_running_sequences = 1, .queue_limit = 1}});
+  TestServerOptions options;
+  options.scheduler.max_running_sequences = 1;
+  options.scheduler.queue_limit = 1;
+  TestServer server(options);
   auto stub = v1::Generation::NewStub(server.NewChannel());
   constexpr int kClients = 12;
   std::vector<GenerateResult> got(kClients);
@@ -434,7 +465,9 @@ TEST(GrpcServerQueueTest, FullQueueGivesResourceExhaustedWhileAcceptedRequestsCo
 }
 
 TEST(GrpcServerAuthTest, ApiKeysAreRequiredExceptForHealth) {
-  TestServer server({.api_keys = {"key-one", "key-two"}});
+  TestServerOptions options;
+  options.api_keys = {"key-one", "key-two"};
+  TestServer server(options);
   auto channel = server.NewChannel();
   auto stub = v1::Generation::NewStub(channel);
   auto with_key = [](const std::string& header) {

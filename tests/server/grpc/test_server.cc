@@ -50,9 +50,8 @@ std::shared_ptr<grpc::Channel> TestServer::NewChannel() const {
   return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
 }
 
-bool TestServer::WaitForMetrics(
-    const std::function<bool(const scheduler::MetricsSnapshot&)>& pred,
-    std::chrono::milliseconds timeout) {
+bool TestServer::WaitForMetrics(const std::function<bool(const scheduler::MetricsSnapshot&)>& pred,
+                                std::chrono::milliseconds timeout) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (pred(scheduler_->Metrics())) return true;
