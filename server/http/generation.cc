@@ -186,6 +186,10 @@ void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
     record->note = std::string(s.message());
   };
 
+  if (RejectOversizedBody(req, ctx->options.max_body_bytes, res)) {
+    record->status = 413;
+    return;
+  }
   absl::StatusOr<Json> body = ParseBody(req.body);
   if (!body.ok()) return fail(body.status());
   absl::StatusOr<ParsedGeneration> parsed =

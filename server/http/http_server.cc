@@ -125,6 +125,7 @@ Json ModelCard(const ServerContext& ctx, int64_t created) {
 }
 
 void Tokenize(const ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (RejectOversizedBody(req, ctx.options.max_body_bytes, res)) return;
   absl::StatusOr<Json> body = ParseBody(req.body);
   if (!body.ok()) return SendStatus(res, body.status());
   if (absl::Status s = CheckModel(*body, ctx); !s.ok()) return SendStatus(res, s);
@@ -158,6 +159,7 @@ void Tokenize(const ServerContext& ctx, const httplib::Request& req, httplib::Re
 }
 
 void Detokenize(const ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (RejectOversizedBody(req, ctx.options.max_body_bytes, res)) return;
   absl::StatusOr<Json> body = ParseBody(req.body);
   if (!body.ok()) return SendStatus(res, body.status());
   if (absl::Status s = CheckModel(*body, ctx); !s.ok()) return SendStatus(res, s);
@@ -276,25 +278,21 @@ absl::Status HttpFrontEnd::Start() {
   // Errors httplib produces itself (413 body too large, 400 unparsable request, 414 ...): give
   // them an OpenAI body. Responses our handlers made already have one.
   const int64_t max_body = ctx_->options.max_body_bytes;
-  s.set_error_handler(httplib::Server::HandlerWithResponse(
-      [max_body](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::shared_ptr<AccessRecord> record = NewRecord(req);
-        record->id = MakeRequestId("req-");
-        if (res.status == 413) {
-          SendError(res, ErrorForHttpStatus(413,
-                                            absl::StrCat("The request body is larger than this "
-                                                         "server's limit of ",
-                                                         max_body, " bytes."),
-                                            "request_too_large"));
-        } else {
-          SendError(res, ErrorForHttpStatus(res.status, absl::StrCat("HTTP error ", res.status,
-                                                                     " (malformed request)")));
-        }
-        record->status = res.status;
-        Log(*record);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
+  s.set_error_handler(httplib::Server::HandlerWithResponse([max_body](const httplib::Request& req,
+                                                                      httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::shared_ptr<AccessRecord> record = NewRecord(req);
+    record->id = MakeRequestId("req-");
+    if (res.status == 413) {
+      SendError(res, ErrorForHttpStatus(413, BodyTooLargeMessage(max_body), "request_too_large"));
+    } else {
+      SendError(res, ErrorForHttpStatus(res.status, absl::StrCat("HTTP error ", res.status,
+                                                                 " (malformed request)")));
+    }
+    record->status = res.status;
+    Log(*record);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
   s.set_exception_handler(
       [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown exception";

@@ -20,6 +20,18 @@ void SendStatus(httplib::Response& res, const absl::Status& status) {
   SendError(res, ErrorFromStatus(status));
 }
 
+std::string BodyTooLargeMessage(int64_t max_body_bytes) {
+  return "The request body is larger than this server's limit of " +
+         std::to_string(max_body_bytes) + " bytes.";
+}
+
+bool RejectOversizedBody(const httplib::Request& req, int64_t max_body_bytes,
+                         httplib::Response& res) {
+  if (max_body_bytes <= 0 || req.body.size() <= static_cast<size_t>(max_body_bytes)) return false;
+  SendError(res, ErrorForHttpStatus(413, BodyTooLargeMessage(max_body_bytes), "request_too_large"));
+  return true;
+}
+
 std::string MakeRequestId(std::string_view prefix) {
   thread_local std::mt19937_64 rng = [] {
     std::random_device rd;

@@ -16,6 +16,12 @@ void SendJson(httplib::Response& res, int http_status, const Json& body);
 void SendError(httplib::Response& res, const ApiError& error);
 void SendStatus(httplib::Response& res, const absl::Status& status);
 
+// httplib enforces the body limit only for bodies with a Content-Length; a chunked request body
+// is checked here. Sends 413 and returns true when `req.body` is over `max_body_bytes`.
+bool RejectOversizedBody(const httplib::Request& req, int64_t max_body_bytes,
+                         httplib::Response& res);
+std::string BodyTooLargeMessage(int64_t max_body_bytes);
+
 // `prefix` followed by 32 random hex digits (128 bits).
 std::string MakeRequestId(std::string_view prefix);
 int64_t UnixSeconds();

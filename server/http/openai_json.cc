@@ -89,8 +89,14 @@ absl::StatusOr<Json> ParseBody(std::string_view body) {
   try {
     j = Json::parse(body.begin(), body.end());
   } catch (const Json::exception& e) {
+    // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep the position and reason.
+    std::string_view what = e.what();
+    const size_t tag_end = what.find("] ");
+    if (what.rfind("[json.", 0) == 0 && tag_end != std::string_view::npos) {
+      what.remove_prefix(tag_end + 2);
+    }
     return InvalidParam(
-        "", absl::StrCat("We could not parse the JSON body of your request: ", e.what()));
+        "", absl::StrCat("We could not parse the JSON body of your request: ", Sv(what)));
   }
   if (!j.is_object()) {
     return InvalidParam(

@@ -611,6 +611,28 @@ TEST_F(HttpServerTest, BadInputs) {
     }
     ExpectServes();
   }
+  // A chunked request body (no Content-Length) over the limit is refused too.
+  {
+    SCOPED_TRACE("chunked body too large");
+    httplib::Client cli("127.0.0.1", port());
+    const std::string big = Json{{"prompt", std::string(kBodyLimit + 10, 'a')}}.dump();
+    httplib::Result res = cli.Post(
+        "/v1/completions",
+        [&](size_t offset, httplib::DataSink& sink) {
+          const size_t n = std::min<size_t>(4096, big.size() - offset);
+          sink.write(big.data() + offset, n);
+          if (offset + n == big.size()) sink.done();
+          return true;
+        },
+        "application/json");
+    ASSERT_TRUE(res);
+    Reply r;
+    r.status = res->status;
+    r.body = res->body;
+    r.json = Json::parse(res->body, nullptr, false);
+    ExpectOpenAIError(r, 413, nullptr, "request_too_large");
+    ExpectServes();
+  }
   // Unknown fields are ignored, as OpenAI does.
   Reply r = Post(port(), "/v1/completions",
                  {{"prompt", "Once"}, {"max_tokens", 2}, {"frobnicate", {{"x", 1}}}});
