@@ -40,7 +40,8 @@ struct ServerContext {
   const engine::Tokenizer* tokenizer = nullptr;
   scheduler::Scheduler* scheduler = nullptr;
   ServerOptions options;
-  // Set while loading or draining: /ready answers 503, new requests are refused.
+  // True once serving; false while loading or draining (/ready answers 503, gRPC health is
+  // NOT_SERVING, new requests are refused). Null means always ready (tests).
   std::atomic<bool>* ready = nullptr;
 };
 
