@@ -1,5 +1,7 @@
 #include "server/grpc/generation_service.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <string>
 #include <utility>
@@ -64,11 +66,15 @@ GenerationService::GenerationService(const ServerContext* ctx, StreamPump* pump)
 
 absl::Status GenerationService::Authenticate(const grpc::CallbackServerContext& call) const {
   if (ctx_->options.api_keys.empty()) return absl::OkStatus();
-  constexpr std::string_view kBearer = "Bearer ";
+  constexpr std::string_view kBearer = "bearer ";  // the scheme is case-insensitive (RFC 6750)
   const auto [begin, end] = call.client_metadata().equal_range("authorization");
   for (auto it = begin; it != end; ++it) {
     const std::string_view value(it->second.data(), it->second.size());
-    if (value.substr(0, kBearer.size()) != kBearer) continue;
+    if (value.size() < kBearer.size() ||
+        !std::equal(kBearer.begin(), kBearer.end(), value.begin(),
+                    [](char want, char c) { return want == std::tolower(c); })) {
+      continue;
+    }
     const std::string_view key = value.substr(kBearer.size());
     bool match = false;
     for (const std::string& k : ctx_->options.api_keys) match |= ConstantTimeEquals(key, k);

@@ -1,5 +1,7 @@
 #include "server/grpc/grpc_server.h"
 
+#include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -48,7 +50,9 @@ absl::Status GrpcFrontEnd::Start() {
   builder.RegisterService(service_.get());
   // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind the same port silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(ctx_->options.max_body_bytes));
+  // The same request size limit as the HTTP front end's body limit.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::clamp<int64_t>(ctx_->options.max_body_bytes, 1, std::numeric_limits<int>::max())));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || selected_port == 0) {
     server_.reset();

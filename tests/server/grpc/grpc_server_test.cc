@@ -483,6 +483,9 @@ TEST(GrpcServerAuthTest, ApiKeysAreRequiredExceptForHealth) {
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(Generate(*stub, GreedyText("Hi", 2), with_key("Bearer key-one")).status.ok());
   EXPECT_TRUE(Generate(*stub, GreedyText("Hi", 2), with_key("Bearer key-two")).status.ok());
+  EXPECT_TRUE(Generate(*stub, GreedyText("Hi", 2), with_key("bearer key-two")).status.ok());
+  EXPECT_EQ(Generate(*stub, GreedyText("Hi", 2), with_key("Bearer key-twox")).status.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 
   grpc::ClientContext c1;
   v1::ListModelsResponse models;
