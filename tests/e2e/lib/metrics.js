@@ -1,0 +1,35 @@
+// Reads banyand's Prometheus text from GET /metrics.
+'use strict';
+
+// Parses Prometheus text exposition into a Map from "name" or "name{labels}" (as written) to
+// the number.
+function parseMetrics(text) {
+  const out = new Map();
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    // The value is the last space-separated field (no timestamps are written).
+    const space = line.lastIndexOf(' ');
+    if (space < 0) continue;
+    const key = line.slice(0, space);
+    const value = Number(line.slice(space + 1));
+    out.set(key, value);
+  }
+  return out;
+}
+
+// Fetches and parses /metrics of a Daemon. `headers` for a daemon with API keys.
+async function scrape(daemon, headers = {}) {
+  const r = await fetch(`${daemon.http}/metrics`, { headers });
+  const text = await r.text();
+  if (r.status !== 200) throw new Error(`/metrics answered ${r.status}: ${text}`);
+  return parseMetrics(text);
+}
+
+// The value of an unlabelled sample; throws when it is missing, so a renamed metric fails
+// loudly rather than reading as 0.
+function value(metrics, name) {
+  if (!metrics.has(name)) throw new Error(`metric ${name} is missing from /metrics`);
+  return metrics.get(name);
+}
+
+module.exports = { parseMetrics, scrape, value };

@@ -1,0 +1,165 @@
+// Prefix sharing: many concurrent streams with one long system prompt give exactly the outputs
+// each gives alone (greedy), while /metrics shows the shared prefix stored once.
+'use strict';
+
+const assert = require('node:assert/strict');
+const { after, before, describe, test } = require('node:test');
+const { startDaemon, MODEL_NAME, sleep } = require('./lib/daemon');
+const { collectStream, openaiClient, post } = require('./lib/http');
+const { scrape, value } = require('./lib/metrics');
+const { STORY } = require('./lib/text');
+
+const CHUNK = 16;
+const STREAMS = 16;
+const MAX_TOKENS = 40;
+
+const QUESTIONS = [
+  'What was the dog called?', 'Where did the ball go?', 'Who helped Tom?', 'Was Tom happy?',
+  'What did the lady carry?', 'Where was the pond?', 'What colour was the ball?',
+  'Why did Max bark?', 'Tell me more.', 'What happened next?', 'Who found the ball?',
+  'What did Tom do then?', 'Was the wind strong?', 'Where did Tom live?',
+  'What did they eat?', 'How did it end?',
+];
+
+describe('prefix sharing under concurrency', () => {
+  let d;
+  let client;
+
+  before(async () => {
+    d = await startDaemon({ args: ['--chunk-size', String(CHUNK)] });
+    client = openaiClient(d);
+  });
+  after(async () => {
+    if (d) await d.stop();
+  });
+
+  function request(i, user) {
+    return client.chat.completions.create({
+      model: MODEL_NAME,
+      messages: [
+        { role: 'system', content: STORY },
+        { role: 'user', content: QUESTIONS[i] },
+      ],
+      max_tokens: MAX_TOKENS,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+      ...(user ? { user } : {}),
+    });
+  }
+
+  // Runs the STREAMS requests at once while sampling /metrics; returns their outputs and the
+  // samples taken while requests ran.
+  async function concurrently(user) {
+    const samples = [];
+    let running = true;
+    const sampler = (async () => {
+      while (running) {
+        const m = await scrape(d);
+        if (value(m, 'banyan_requests_running') > 0) samples.push(m);
+        await sleep(2);
+      }
+    })();
+    let outputs;
+    try {
+      outputs = await Promise.all(
+        QUESTIONS.map(async (_, i) => collectStream(await request(i, user))),
+      );
+    } finally {
+      running = false;
+      await sampler;
+    }
+    return { outputs, samples };
+  }
+
+  async function promptChunks() {
+    // The chat prompt of the longest question, in KV chunks.
+    const tok = await post(d, '/tokenize', {
+      messages: [
+        { role: 'system', content: STORY },
+        { role: 'user', content: QUESTIONS[0] },
+      ],
+    });
+    assert.equal(tok.status, 200, tok.text);
+    assert.ok(tok.json.count > 300, `the shared prompt is only ${tok.json.count} tokens`);
+    return { tokens: tok.json.count, chunks: Math.ceil(tok.json.count / CHUNK) };
+  }
+
+  // Checks the samples of a concurrent run: the prefix of `chunks` chunks stored once.
+  function assertStoredOnce(samples, tokens, chunks) {
+    assert.ok(samples.length > 0, '/metrics never saw a running request');
+    const peakLive = Math.max(...samples.map((m) => value(m, 'banyan_kv_chunks_live')));
+    const peakSaved = Math.max(...samples.map((m) => value(m, 'banyan_kv_chunks_saved_by_sharing')));
+    const minSaved = Math.min(...samples.map((m) => value(m, 'banyan_kv_chunks_saved_by_sharing')));
+    const peakSeqs = Math.max(...samples.map((m) => value(m, 'banyan_sequences_running')));
+    const detail =
+      `prompt ${tokens} tokens = ${chunks} chunks; peak live ${peakLive}, saved ` +
+      `${minSaved}..${peakSaved}, peak running sequences ${peakSeqs}, ${samples.length} samples`;
+    // Among the samples there was a moment with many sequences running together.
+    assert.ok(peakSeqs >= STREAMS / 2, `never more than ${peakSeqs} sequences at once: ${detail}`);
+    assert.ok(peakSaved > 0, `no chunks saved by sharing: ${detail}`);
+    assert.ok(minSaved >= 0, `sharing "saved" a negative number of chunks: ${detail}`);
+    // Each running sequence would need `chunks` chunks alone; stored once, the shared prefix
+    // costs `chunks` chunks in all plus a few private chunks per sequence (question, 40 tokens,
+    // a partly filled chunk at the fork).
+    const privatePerSeq = Math.ceil((16 + MAX_TOKENS) / CHUNK) + 1;
+    assert.ok(
+      peakLive <= chunks + STREAMS * privatePerSeq,
+      `live chunks ${peakLive} > one prefix + ${privatePerSeq} private chunks per stream: ${detail}`,
+    );
+    assert.ok(peakLive < (peakSeqs * chunks) / 2, `prefix not shared: ${detail}`);
+  }
+
+  test('16 concurrent streams give the outputs each gives alone; the prefix is stored once', async () => {
+    const { tokens, chunks } = await promptChunks();
+    // Alone, one after another, each in its own cache namespace (`user` splits the prefix
+    // cache), so the concurrent run below starts from a cold cache and must share the prefix
+    // among the running streams themselves.
+    const alone = [];
+    for (let i = 0; i < STREAMS; ++i) {
+      const r = await collectStream(await request(i, `alone-${i}`));
+      assert.ok(r.texts[0].length > 0, `request ${i} alone gave no text`);
+      alone.push(r);
+    }
+    const before = await scrape(d);
+    const { outputs, samples } = await concurrently('together');
+    for (let i = 0; i < STREAMS; ++i) {
+      assert.equal(outputs[i].texts[0], alone[i].texts[0], `request ${i}: concurrent != alone`);
+      assert.equal(outputs[i].finish[0], alone[i].finish[0], `request ${i}: finish reason`);
+      assert.equal(outputs[i].usage.completion_tokens, alone[i].usage.completion_tokens);
+      assert.equal(outputs[i].usage.prompt_tokens, alone[i].usage.prompt_tokens);
+    }
+    assertStoredOnce(samples, tokens, chunks);
+
+    const afterRun = await scrape(d);
+    assert.equal(value(afterRun, 'banyan_kv_chunks_live'), 0);
+    assert.equal(
+      value(afterRun, 'banyan_requests_finished_total') - value(before, 'banyan_requests_finished_total'),
+      STREAMS,
+    );
+  });
+
+  // Known bug: a sequence whose next tokens follow a cached continuation (the same greedy
+  // request again) splits the cached node at every step and copies one token into a fresh
+  // chunk, so it holds one chunk per generated token and "saved by sharing" goes negative.
+  // Smallest case: --chunk-size 16, the same {"prompt":"Once upon a time","max_tokens":400,
+  // "temperature":0,"ignore_eos":true} twice: peak banyan_kv_chunks_live 26, then 398.
+  test(
+    'warm cache: the same 16 streams again share the cached prefix and continuations',
+    { todo: 'decoding along a cached continuation takes one KV chunk per token' },
+    async () => {
+      const { tokens, chunks } = await promptChunks();
+      // 'together' cached prompt and outputs above (the test before this one ran them).
+      const first = await concurrently('warm');
+      const { outputs, samples } = await concurrently('warm');
+      for (let i = 0; i < STREAMS; ++i) {
+        assert.equal(outputs[i].texts[0], first.outputs[i].texts[0], `request ${i}`);
+        assert.ok(
+          outputs[i].usage.prompt_tokens_details.cached_tokens >= tokens - CHUNK,
+          `request ${i}: ${JSON.stringify(outputs[i].usage)}`,
+        );
+      }
+      assertStoredOnce(samples, tokens, chunks);
+    },
+  );
+});
