@@ -2,9 +2,10 @@
 //
 //   cpu_decode_bench [--model PATH] [--batches 1,64] [--prompt-tokens 64] [--max-tokens 256]
 //
-// For each batch size B it runs B sequences of greedy generation with ignore_eos, in two
-// workloads: `distinct` (B unrelated prompts) and `shared` (one prompt sampled B ways, n = B, so
-// the prompt's KV is shared), each in attention modes tpp and paged. It prints a Markdown table:
+// For each batch size B it runs B sequences of generation with ignore_eos, in two workloads:
+// `distinct` (B unrelated prompts, greedy) and `shared` (one prompt sampled B ways with
+// temperature 1 and a seed, n = B, so the prompt's KV is shared), each in attention modes tpp
+// and paged. It prints a Markdown table:
 // decode tokens/s (decode steps only, prefill excluded), prefill tokens/s, peak live KV chunks.
 #include <cstdio>
 #include <random>
@@ -57,8 +58,13 @@ int Run(const Options& o) {
         base.params.max_tokens = o.max_tokens;
         base.params.ignore_eos = true;
         if (shared) {
+          // Sampled (seeded) so that the B samples diverge after the prompt; greedy samples
+          // would all be identical and share one node to the end.
           base.prompt = make_prompt();
           base.n = B;
+          base.params.temperature = 1.0f;
+          base.params.seed = 7;
+          base.params.has_seed = true;
           reqs.push_back(base);
         } else {
           for (int b = 0; b < B; ++b) {

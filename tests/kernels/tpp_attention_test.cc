@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "engine/plan_view.h"
 #include "kernels/cpu/tpp_attention.h"
 #include "kvcache/attention_plan.h"
 #include "tests/testing/random.h"
@@ -38,26 +39,6 @@ KvView MakeKv(std::vector<float>& store, int chunks, int kv_heads, int c, int d)
   return kv;
 }
 
-PlanView ViewOf(const AttentionPlan& p) {
-  PlanView v;
-  v.num_rows = p.num_rows();
-  v.num_segments = p.num_segments();
-  v.num_partials = p.num_partials;
-  v.span_chunk = p.span_chunk.data();
-  v.span_begin = p.span_begin.data();
-  v.span_end = p.span_end.data();
-  v.seg_row_begin = p.seg_row_begin.data();
-  v.seg_row_end = p.seg_row_end.data();
-  v.seg_span_begin = p.seg_span_begin.data();
-  v.seg_span_end = p.seg_span_end.data();
-  v.seg_partial_offset = p.seg_partial_offset.data();
-  v.row_span_begin = p.row_span_begin.data();
-  v.row_span_end = p.row_span_end.data();
-  v.row_seg_begin = p.row_seg_begin.data();
-  v.row_seg_end = p.row_seg_end.data();
-  v.row_seg_ids = p.row_seg_ids.data();
-  return v;
-}
 
 // softmax(q K^T * scale) V over the given slots, in double.
 void NaiveAttend(const float* q, const std::vector<SlotRef>& slots, const KvView& kv, int head,
@@ -149,7 +130,7 @@ TEST_P(TppAttentionTest, MatchesNaiveOracleOnRandomTrees) {
       p.q = q.data();
       p.out = out.data();
       p.kv = kv;
-      p.plan = ViewOf(plan);
+      p.plan = engine::ViewOf(plan);
       p.num_q_heads = hq;
       p.scale = scale;
       p.partial_o = po.data();
