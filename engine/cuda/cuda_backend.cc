@@ -1,0 +1,537 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/cuda/device_memory.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/model/weights_layout.h"
+#include "kernels/cpu/attention_params.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_work.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/layer_kernels.h"
+
+namespace banyan::engine {
+namespace {
+
+namespace kc = kernels::cuda;
+using cuda::DeviceBuffer;
+using cuda::PinnedBuffer;
+using cuda::StagedInts;
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+absl::Status CublasStatus(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(st), " (",
+                                          cublasGetStatusString(st), ")"));
+}
+
+kernels::PlanView ViewOf(const kvcache::AttentionPlan& p) {
+  kernels::PlanView v;
+  v.num_rows = p.num_rows();
+  v.num_segments = p.num_segments();
+  v.num_partials = p.num_partials;
+  v.span_chunk = p.span_chunk.data();
+  v.span_begin = p.span_begin.data();
+  v.span_end = p.span_end.data();
+  v.seg_row_begin = p.seg_row_begin.data();
+  v.seg_row_end = p.seg_row_end.data();
+  v.seg_span_begin = p.seg_span_begin.data();
+  v.seg_span_end = p.seg_span_end.data();
+  v.seg_partial_offset = p.seg_partial_offset.data();
+  v.row_span_begin = p.row_span_begin.data();
+  v.row_span_end = p.row_span_end.data();
+  v.row_seg_begin = p.row_seg_begin.data();
+  v.row_seg_end = p.row_seg_end.data();
+  v.row_seg_ids = p.row_seg_ids.data();
+  return v;
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  int num_sms = 0;
+  cuda::DeviceWeights weights;
+  DeviceBuffer inv_freq;  // [head_dim / 2] fp32
+  DeviceBuffer kv;
+  int64_t layer_stride = 0;  // KV elements per layer
+  // Workspace, grown on demand.
+  DeviceBuffer x, xb, q, att, scratch, h, xo, logits, partial_o, partial_lse, out_tokens;
+  StagedInts step_ints, attn_ints;
+  PinnedBuffer host_out;
+  kc::DecodeWork decode_work;
+  kc::PrefillWork prefill_work;
+
+  ~Impl() {
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+bool CudaBackend::DeviceAvailable() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+int64_t CudaBackend::ChunkBytes(const ModelConfig& c, int32_t chunk_size, kc::DType dtype) {
+  return int64_t{2} * c.n_layers * c.n_kv_heads * chunk_size * c.head_dim() * kc::DTypeBytes(dtype);
+}
+
+CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
+    : cfg_(config), options_(options), impl_(std::make_unique<Impl>()) {}
+
+CudaBackend::~CudaBackend() = default;
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    const ModelWeights* weights, const CudaBackendOptions& options) {
+  std::unique_ptr<CudaBackend> b(new CudaBackend(weights->config, options));
+  BANYAN_RETURN_IF_ERROR(b->Init(weights, 0));
+  return b;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::CreateDummy(
+    const ModelConfig& config, uint64_t seed, const CudaBackendOptions& options) {
+  std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
+  BANYAN_RETURN_IF_ERROR(b->Init(nullptr, seed));
+  return b;
+}
+
+absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed) {
+  const ModelConfig& c = cfg_;
+  BANYAN_RETURN_IF_ERROR(ValidateConfig(c, weights ? weights->source : "dummy config"));
+  const int d = c.head_dim();
+  if (d % 8 != 0 || d > kc::kMaxGenericHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CUDA backend needs head_dim to be a multiple of 8 and at most ",
+        kc::kMaxGenericHeadDim, "; this model has ", d));
+  }
+  if (options_.chunk_size < 1) {
+    return absl::InvalidArgumentError("the CUDA backend needs a positive chunk size");
+  }
+  if (!DeviceAvailable()) return absl::FailedPreconditionError("no CUDA device is available");
+  Impl& m = *impl_;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  cudaDeviceProp prop;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device));
+  m.num_sms = prop.multiProcessorCount;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasCreate(&m.cublas), "cublasCreate"));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasSetStream(m.cublas, m.stream), "cublasSetStream"));
+
+  // Memory plan, checked before anything big is allocated.
+  size_t free_b = 0, total_b = 0;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t free_bytes = static_cast<int64_t>(free_b);
+  weight_bytes_ = cuda::DeviceWeights::Bytes(c, options_.dtype);
+  const int64_t chunk_bytes = ChunkBytes(c, options_.chunk_size, options_.dtype);
+  int64_t chunks = options_.num_chunks;
+  if (chunks <= 0) {
+    int64_t budget = options_.kv_memory_bytes;
+    if (budget <= 0) {
+      budget = static_cast<int64_t>(
+          0.9 * static_cast<double>(free_bytes - weight_bytes_ - options_.workspace_reserve_bytes));
+    }
+    chunks = budget > 0 ? budget / chunk_bytes : 0;
+  }
+  chunks = std::min<int64_t>(chunks, INT32_MAX);
+  kv_bytes_ = chunks * chunk_bytes;
+  const std::string plan = absl::StrFormat(
+      "model weights %.2f GiB (%s) + KV cache %.2f GiB (%d chunks of %d tokens, %.1f MiB each) "
+      "on a GPU with %.2f GiB free of %.2f GiB",
+      GiB(weight_bytes_), kc::DTypeName(options_.dtype), GiB(kv_bytes_), chunks,
+      options_.chunk_size, static_cast<double>(chunk_bytes) / (1 << 20), GiB(free_bytes),
+      GiB(static_cast<int64_t>(total_b)));
+  if (chunks < 1) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("not enough GPU memory for even one KV chunk: ", plan));
+  }
+  if (weight_bytes_ + kv_bytes_ > free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory: ", plan));
+  }
+  num_chunks_ = static_cast<int32_t>(chunks);
+
+  if (weights != nullptr) {
+    BANYAN_RETURN_IF_ERROR(m.weights.Upload(*weights, options_.dtype, m.stream));
+  } else {
+    BANYAN_RETURN_IF_ERROR(m.weights.Generate(c, dummy_seed, options_.dtype, m.stream));
+  }
+  BANYAN_RETURN_IF_ERROR(m.kv.Reserve(kv_bytes_, "the KV cache"));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kv.get(), 0, kv_bytes_, m.stream));
+  m.layer_stride = int64_t{num_chunks_} * 2 * c.n_kv_heads * options_.chunk_size * d;
+
+  std::vector<float> inv_freq(d / 2);
+  for (int i = 0; i < d / 2; ++i) {  // the CPU backend's expression
+    inv_freq[i] = static_cast<float>(
+        std::pow(static_cast<double>(c.rope_theta), -2.0 * i / static_cast<double>(d)));
+  }
+  BANYAN_RETURN_IF_ERROR(m.inv_freq.Reserve(d / 2 * 4, "RoPE table"));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.inv_freq.get(), inv_freq.data(), d / 2 * 4,
+                                              cudaMemcpyHostToDevice, m.stream));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies) {
+  Impl& m = *impl_;
+  for (const kvcache::ChunkCopy& cp : copies) {
+    if (cp.src < 0 || cp.src >= num_chunks_ || cp.dst < 0 || cp.dst >= num_chunks_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk copy ", cp.src, " -> ", cp.dst, " outside the KV pool"));
+    }
+    kc::CopyKvSlotsParams p;
+    p.kv.base = m.kv.get();
+    p.kv.chunk_stride = 2 * int64_t{cfg_.n_kv_heads} * options_.chunk_size * cfg_.head_dim();
+    p.kv.v_offset = p.kv.chunk_stride / 2;
+    p.kv.chunk_size = options_.chunk_size;
+    p.kv.num_kv_heads = cfg_.n_kv_heads;
+    p.kv.head_dim = cfg_.head_dim();
+    p.layer_stride = m.layer_stride;
+    p.num_layers = cfg_.n_layers;
+    p.src = cp.src;
+    p.dst = cp.dst;
+    p.slot_begin = cp.slot_begin;
+    p.slot_end = cp.slot_end;
+    BANYAN_RETURN_IF_ERROR(kc::CopyKvSlots(p, m.stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
+  Impl& m = *impl_;
+  const ModelConfig& c = cfg_;
+  const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
+  const int hidden = c.hidden_dim, vocab = c.vocab_size;
+  const int qkv_cols = (hq + 2 * hkv) * d;
+  const kc::DType dt = options_.dtype;
+  const int64_t es = kc::DTypeBytes(dt);
+  if (!batch.decode.empty() &&
+      (batch.plan == nullptr || batch.plan->num_rows() != static_cast<int>(batch.decode.size()))) {
+    return absl::InvalidArgumentError("decode rows and attention plan disagree");
+  }
+
+  // ---- flatten the step's tokens: decode rows first, then prefill tokens.
+  std::vector<int32_t> tokens, positions, slot_chunk, slot_index, writes, logit_rows;
+  auto add_work = [&](const SeqWork& s) -> absl::Status {
+    if (s.tokens.empty() || s.slots.size() != s.tokens.size() ||
+        s.write_kv.size() != s.tokens.size()) {
+      return absl::InvalidArgumentError("a sequence's tokens, slots and write flags disagree");
+    }
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      if (s.tokens[i] < 0 || s.tokens[i] >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", s.tokens[i], " outside the vocabulary of ", vocab));
+      }
+      if (s.slots[i].chunk < 0 || s.slots[i].chunk >= num_chunks_ || s.slots[i].slot < 0 ||
+          s.slots[i].slot >= options_.chunk_size) {
+        return absl::InvalidArgumentError(absl::StrCat("slot (", s.slots[i].chunk, ", ",
+                                                       s.slots[i].slot, ") outside the KV pool"));
+      }
+      tokens.push_back(s.tokens[i]);
+      positions.push_back(s.pos0 + static_cast<int32_t>(i));
+      slot_chunk.push_back(s.slots[i].chunk);
+      slot_index.push_back(s.slots[i].slot);
+      writes.push_back(s.write_kv[i] ? 1 : 0);
+    }
+    if (s.want_logits) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+    return absl::OkStatus();
+  };
+  for (const SeqWork& s : batch.decode) BANYAN_RETURN_IF_ERROR(add_work(s));
+  const int num_decode = static_cast<int>(tokens.size());
+  std::vector<kc::PrefillSeq> prefill_seqs;
+  for (const SeqWork& s : batch.prefill) {
+    const int32_t q_row = static_cast<int32_t>(tokens.size());
+    BANYAN_RETURN_IF_ERROR(add_work(s));
+    if (s.span_chunk.size() != s.span_begin.size() || s.span_chunk.size() != s.span_end.size()) {
+      return absl::InvalidArgumentError("a prefill sequence's span arrays disagree");
+    }
+    int64_t span_tokens = 0;
+    for (size_t k = 0; k < s.span_chunk.size(); ++k) {
+      if (s.span_chunk[k] < 0 || s.span_chunk[k] >= num_chunks_ || s.span_begin[k] < 0 ||
+          s.span_end[k] > options_.chunk_size || s.span_begin[k] > s.span_end[k]) {
+        return absl::InvalidArgumentError("a prefill span lies outside the KV pool");
+      }
+      span_tokens += s.span_end[k] - s.span_begin[k];
+    }
+    if (span_tokens < s.pos0 + static_cast<int64_t>(s.tokens.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("a prefill sequence's spans hold ",
+                                                     span_tokens, " tokens, it needs ",
+                                                     s.pos0 + s.tokens.size()));
+    }
+    prefill_seqs.push_back(kc::PrefillSeq{s.span_chunk, s.span_begin, s.span_end, s.pos0,
+                                          static_cast<int32_t>(s.tokens.size()), q_row});
+  }
+  const int T = static_cast<int>(tokens.size());
+  const int n_out = static_cast<int>(logit_rows.size());
+  *out_rows = n_out;
+  if (T == 0) return absl::OkStatus();
+
+  // ---- workspace.
+  BANYAN_RETURN_IF_ERROR(m.x.Reserve(int64_t{T} * dim * 4, "activations"));
+  BANYAN_RETURN_IF_ERROR(m.xb.Reserve(int64_t{T} * dim * es, "activations"));
+  BANYAN_RETURN_IF_ERROR(m.q.Reserve(int64_t{T} * hq * d * es, "queries"));
+  BANYAN_RETURN_IF_ERROR(m.att.Reserve(int64_t{T} * hq * d * es, "attention output"));
+  BANYAN_RETURN_IF_ERROR(
+      m.scratch.Reserve(int64_t{T} * std::max(qkv_cols, 2 * hidden) * 4, "GEMM outputs"));
+  BANYAN_RETURN_IF_ERROR(m.h.Reserve(int64_t{T} * hidden * es, "MLP activations"));
+  BANYAN_RETURN_IF_ERROR(m.xo.Reserve(std::max(1, n_out) * int64_t{dim} * es, "final norm"));
+  BANYAN_RETURN_IF_ERROR(m.logits.Reserve(std::max(1, n_out) * int64_t{vocab} * 4, "logits"));
+
+  m.step_ints.Clear();
+  const int64_t o_tokens = m.step_ints.Add(tokens);
+  const int64_t o_pos = m.step_ints.Add(positions);
+  const int64_t o_chunk = m.step_ints.Add(slot_chunk);
+  const int64_t o_slot = m.step_ints.Add(slot_index);
+  const int64_t o_write = m.step_ints.Add(writes);
+  const int64_t o_rows = m.step_ints.Add(logit_rows);
+  BANYAN_RETURN_IF_ERROR(m.step_ints.Upload(m.stream, "step inputs"));
+
+  const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
+  const cudaDataType_t ctype = dt == kc::DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  // out[M, N] (fp32) = a[M, K] * w[N, K]^T + beta * out.
+  auto gemm = [&](const void* w, const void* a, float* out, int M, int N, int K,
+                  const float* beta) {
+    return CublasStatus(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, ctype,
+                                     K, a, ctype, K, beta, out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT),
+                        "cublasGemmEx");
+  };
+
+  kc::EmbeddingParams ep;
+  ep.table = m.weights.embeddings;
+  ep.tokens = m.step_ints.Dev(o_tokens);
+  ep.x = m.x.as<float>();
+  ep.rows = T;
+  ep.dim = dim;
+  BANYAN_RETURN_IF_ERROR(kc::EmbeddingGather(dt, ep, m.stream));
+  if (options_.attention == AttentionMode::kNone) {
+    BANYAN_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(m.att.get(), 0, static_cast<size_t>(T) * hq * d * es, m.stream));
+  }
+
+  kc::KvViewDev kv0;
+  kv0.base = m.kv.get();
+  kv0.chunk_stride = 2 * int64_t{hkv} * options_.chunk_size * d;
+  kv0.v_offset = kv0.chunk_stride / 2;
+  kv0.chunk_size = options_.chunk_size;
+  kv0.num_kv_heads = hkv;
+  kv0.head_dim = d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  kc::PagedDecodeParams dp;
+  kc::PrefillParams pp;
+  bool attention_ready = false;
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const cuda::DeviceLayer& lw = m.weights.layers[l];
+    kc::KvViewDev kv = kv0;
+    kv.base = static_cast<char*>(m.kv.get()) + l * m.layer_stride * es;
+
+    kc::RmsNormParams np;
+    np.x = m.x.as<float>();
+    np.weight = lw.attn_norm;
+    np.out = m.xb.get();
+    np.rows = T;
+    np.dim = dim;
+    np.eps = c.norm_eps;
+    BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
+    BANYAN_RETURN_IF_ERROR(gemm(lw.wqkv, m.xb.get(), m.scratch.as<float>(), T, qkv_cols, dim, &zero));
+
+    kc::RopeKvParams rp;
+    rp.qkv = m.scratch.as<float>();
+    rp.q_out = m.q.get();
+    rp.kv = kv;
+    rp.positions = m.step_ints.Dev(o_pos);
+    rp.slot_chunk = m.step_ints.Dev(o_chunk);
+    rp.slot_index = m.step_ints.Dev(o_slot);
+    rp.write_kv = m.step_ints.Dev(o_write);
+    rp.inv_freq = m.inv_freq.as<float>();
+    rp.tokens = T;
+    rp.num_q_heads = hq;
+    rp.interleaved = c.rope_style == RopeStyle::kInterleaved;
+    BANYAN_RETURN_IF_ERROR(kc::RopeWriteKv(dt, rp, m.stream));
+
+    if (!attention_ready && options_.attention != AttentionMode::kNone) {
+      // Built on the host while the GPU runs layer 0 up to here.
+      m.attn_ints.Clear();
+      int64_t od[10] = {};
+      if (num_decode > 0) {
+        kc::BuildDecodeWork(ViewOf(*batch.plan), kc::kDefaultItemTokens, &m.decode_work);
+        const kc::DecodeWork& w = m.decode_work;
+        od[0] = m.attn_ints.Add(w.span_chunk);
+        od[1] = m.attn_ints.Add(w.span_begin);
+        od[2] = m.attn_ints.Add(w.span_end);
+        od[3] = m.attn_ints.Add(w.item_row);
+        od[4] = m.attn_ints.Add(w.item_span_begin);
+        od[5] = m.attn_ints.Add(w.item_span_end);
+        od[6] = m.attn_ints.Add(w.item_partial);
+        od[7] = m.attn_ints.Add(w.merge_row);
+        od[8] = m.attn_ints.Add(w.merge_partial_begin);
+        od[9] = m.attn_ints.Add(w.merge_count);
+        BANYAN_RETURN_IF_ERROR(m.partial_o.Reserve(
+            std::max(1, w.num_partials) * int64_t{hq} * d * 4, "attention partials"));
+        BANYAN_RETURN_IF_ERROR(m.partial_lse.Reserve(std::max(1, w.num_partials) * int64_t{hq} * 4,
+                                                     "attention partials"));
+      }
+      int64_t op[15] = {};
+      if (!prefill_seqs.empty()) {
+        kc::BuildPrefillWork(prefill_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
+        const kc::PrefillWork& w = m.prefill_work;
+        op[0] = m.attn_ints.Add(w.span_chunk);
+        op[1] = m.attn_ints.Add(w.span_begin);
+        op[2] = m.attn_ints.Add(w.span_end);
+        op[3] = m.attn_ints.Add(w.span_pos);
+        op[4] = m.attn_ints.Add(w.seq_span_begin);
+        op[5] = m.attn_ints.Add(w.seq_span_end);
+        op[6] = m.attn_ints.Add(w.seq_pos0);
+        op[7] = m.attn_ints.Add(w.seq_num_q);
+        op[8] = m.attn_ints.Add(w.seq_q_row);
+        op[9] = m.attn_ints.Add(w.tile_seq);
+        op[10] = m.attn_ints.Add(w.tile_m0);
+        op[11] = m.attn_ints.Add(w.token_seq);
+      }
+      BANYAN_RETURN_IF_ERROR(m.attn_ints.Upload(m.stream, "attention work"));
+      if (num_decode > 0) {
+        const kc::DecodeWork& w = m.decode_work;
+        dp.q = m.q.get();
+        dp.out = m.att.get();
+        dp.span_chunk = m.attn_ints.Dev(od[0]);
+        dp.span_begin = m.attn_ints.Dev(od[1]);
+        dp.span_end = m.attn_ints.Dev(od[2]);
+        dp.item_row = m.attn_ints.Dev(od[3]);
+        dp.item_span_begin = m.attn_ints.Dev(od[4]);
+        dp.item_span_end = m.attn_ints.Dev(od[5]);
+        dp.item_partial = m.attn_ints.Dev(od[6]);
+        dp.merge_row = m.attn_ints.Dev(od[7]);
+        dp.merge_partial_begin = m.attn_ints.Dev(od[8]);
+        dp.merge_count = m.attn_ints.Dev(od[9]);
+        dp.num_items = w.num_items();
+        dp.num_merge_rows = w.num_merge_rows();
+        dp.num_q_heads = hq;
+        dp.scale = scale;
+        dp.partial_o = m.partial_o.as<float>();
+        dp.partial_lse = m.partial_lse.as<float>();
+      }
+      if (!prefill_seqs.empty()) {
+        const kc::PrefillWork& w = m.prefill_work;
+        pp.q = m.q.get();
+        pp.out = m.att.get();
+        pp.span_chunk = m.attn_ints.Dev(op[0]);
+        pp.span_begin = m.attn_ints.Dev(op[1]);
+        pp.span_end = m.attn_ints.Dev(op[2]);
+        pp.span_pos = m.attn_ints.Dev(op[3]);
+        pp.seq_span_begin = m.attn_ints.Dev(op[4]);
+        pp.seq_span_end = m.attn_ints.Dev(op[5]);
+        pp.seq_pos0 = m.attn_ints.Dev(op[6]);
+        pp.seq_num_q = m.attn_ints.Dev(op[7]);
+        pp.seq_q_row = m.attn_ints.Dev(op[8]);
+        pp.tile_seq = m.attn_ints.Dev(op[9]);
+        pp.tile_m0 = m.attn_ints.Dev(op[10]);
+        pp.token_seq = m.attn_ints.Dev(op[11]);
+        pp.num_tiles = w.num_tiles();
+        pp.num_tokens = w.num_tokens;
+        pp.q_row_begin = w.q_row_begin;
+        pp.num_q_heads = hq;
+        pp.scale = scale;
+      }
+      attention_ready = true;
+    }
+    if (options_.attention != AttentionMode::kNone) {
+      if (num_decode > 0) {
+        dp.kv = kv;
+        BANYAN_RETURN_IF_ERROR(kc::PagedDecodeAttention(dt, dp, m.stream));
+      }
+      if (!prefill_seqs.empty()) {
+        pp.kv = kv;
+        BANYAN_RETURN_IF_ERROR(kc::PrefillAttention(dt, pp, m.stream));
+      }
+    }
+    BANYAN_RETURN_IF_ERROR(gemm(lw.wo, m.att.get(), m.x.as<float>(), T, dim, hq * d, &one));
+
+    np.weight = lw.ffn_norm;
+    BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
+    BANYAN_RETURN_IF_ERROR(
+        gemm(lw.w13, m.xb.get(), m.scratch.as<float>(), T, 2 * hidden, dim, &zero));
+    kc::SwiGluParams sp;
+    sp.gate_up = m.scratch.as<float>();
+    sp.out = m.h.get();
+    sp.rows = T;
+    sp.hidden = hidden;
+    BANYAN_RETURN_IF_ERROR(kc::SwiGlu(dt, sp, m.stream));
+    BANYAN_RETURN_IF_ERROR(gemm(lw.w2, m.h.get(), m.x.as<float>(), T, dim, hidden, &one));
+  }
+  if (n_out == 0) return absl::OkStatus();
+  kc::RmsNormParams fp;
+  fp.x = m.x.as<float>();
+  fp.row_index = m.step_ints.Dev(o_rows);
+  fp.weight = m.weights.final_norm;
+  fp.out = m.xo.get();
+  fp.rows = n_out;
+  fp.dim = dim;
+  fp.eps = c.norm_eps;
+  BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, fp, m.stream));
+  return gemm(m.weights.output, m.xo.get(), m.logits.as<float>(), n_out, vocab, dim, &zero);
+}
+
+absl::Status CudaBackend::Forward(const StepBatch& batch, std::vector<float>* logits) {
+  Impl& m = *impl_;
+  int32_t rows = 0;
+  absl::Status s = Run(batch, &rows);
+  if (!s.ok()) {
+    cudaStreamSynchronize(m.stream);  // leave no work in flight on a failed step
+    return s;
+  }
+  const int64_t bytes = int64_t{rows} * cfg_.vocab_size * 4;
+  BANYAN_RETURN_IF_ERROR(m.host_out.Reserve(std::max<int64_t>(bytes, 4), "logits (host)"));
+  if (bytes > 0) {
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_out.get(), m.logits.get(), bytes,
+                                                cudaMemcpyDeviceToHost, m.stream));
+  }
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  logits->resize(static_cast<size_t>(rows) * cfg_.vocab_size);
+  if (bytes > 0) std::memcpy(logits->data(), m.host_out.get(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens) {
+  Impl& m = *impl_;
+  int32_t rows = 0;
+  absl::Status s = Run(batch, &rows);
+  if (!s.ok()) {
+    cudaStreamSynchronize(m.stream);
+    return s;
+  }
+  BANYAN_RETURN_IF_ERROR(m.out_tokens.Reserve(std::max(1, rows) * 4, "sampled tokens"));
+  BANYAN_RETURN_IF_ERROR(m.host_out.Reserve(std::max(1, rows) * 4, "sampled tokens (host)"));
+  kc::ArgmaxParams ap;
+  ap.logits = m.logits.as<float>();
+  ap.out = m.out_tokens.as<int32_t>();
+  ap.rows = rows;
+  ap.vocab = cfg_.vocab_size;
+  BANYAN_RETURN_IF_ERROR(kc::ArgmaxRows(ap, m.stream));
+  if (rows > 0) {
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_out.get(), m.out_tokens.get(), rows * 4,
+                                                cudaMemcpyDeviceToHost, m.stream));
+  }
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  tokens->assign(m.host_out.as<int32_t>(), m.host_out.as<int32_t>() + rows);
+  for (int32_t t : *tokens) {
+    if (t < 0) return absl::InternalError("the model produced a row of logits with no number");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace banyan::engine

@@ -1,0 +1,184 @@
+#include "engine/cuda/device_weights.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/model/weights_layout.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/weight_kernels.h"
+
+namespace banyan::engine::cuda {
+namespace {
+
+using kernels::cuda::DType;
+using kernels::cuda::DTypeBytes;
+
+constexpr int64_t kAlign = 256;
+
+int64_t AlignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+struct Sizes {
+  int64_t qkv, wo, w13, w2, norm, vocab_matrix;  // elements
+};
+
+Sizes SizesOf(const ModelConfig& c) {
+  const int64_t d = c.head_dim(), dim = c.dim;
+  return Sizes{(int64_t{c.n_heads} + 2 * c.n_kv_heads) * d * dim,
+               dim * c.n_heads * d,
+               2 * int64_t{c.hidden_dim} * dim,
+               dim * c.hidden_dim,
+               dim,
+               int64_t{c.vocab_size} * dim};
+}
+
+// Offsets of every tensor inside the single allocation, in bytes.
+struct Layout {
+  std::vector<int64_t> wqkv, wo, w13, w2, attn_norm, ffn_norm;
+  int64_t embeddings = 0, output = 0, final_norm = 0, total = 0;
+};
+
+Layout LayoutOf(const ModelConfig& c, DType dtype) {
+  const Sizes s = SizesOf(c);
+  const int64_t es = DTypeBytes(dtype);
+  Layout l;
+  int64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    const int64_t off = at;
+    at += AlignUp(bytes);
+    return off;
+  };
+  l.embeddings = take(s.vocab_matrix * es);
+  for (int i = 0; i < c.n_layers; ++i) {
+    l.wqkv.push_back(take(s.qkv * es));
+    l.wo.push_back(take(s.wo * es));
+    l.w13.push_back(take(s.w13 * es));
+    l.w2.push_back(take(s.w2 * es));
+    l.attn_norm.push_back(take(s.norm * 4));
+    l.ffn_norm.push_back(take(s.norm * 4));
+  }
+  l.final_norm = take(s.norm * 4);
+  l.output = c.tie_embeddings ? l.embeddings : take(s.vocab_matrix * es);
+  l.total = at;
+  return l;
+}
+
+}  // namespace
+
+int64_t DeviceWeights::Bytes(const ModelConfig& cfg, DType dtype) {
+  return LayoutOf(cfg, dtype).total;
+}
+
+absl::Status DeviceWeights::Allocate(const ModelConfig& cfg, DType dtype) {
+  dtype_ = dtype;
+  const Layout l = LayoutOf(cfg, dtype);
+  BANYAN_RETURN_IF_ERROR(buffer_.Reserve(l.total, "model weights"));
+  char* base = buffer_.as<char>();
+  layers.resize(cfg.n_layers);
+  for (int i = 0; i < cfg.n_layers; ++i) {
+    layers[i] = DeviceLayer{base + l.wqkv[i],
+                            base + l.wo[i],
+                            base + l.w13[i],
+                            base + l.w2[i],
+                            reinterpret_cast<float*>(base + l.attn_norm[i]),
+                            reinterpret_cast<float*>(base + l.ffn_norm[i])};
+  }
+  embeddings = base + l.embeddings;
+  output = base + l.output;
+  final_norm = reinterpret_cast<float*>(base + l.final_norm);
+  return absl::OkStatus();
+}
+
+void* DeviceWeights::SlotAddress(const ModelConfig& c, int kind_int, int layer) const {
+  const WeightKind kind = static_cast<WeightKind>(kind_int);
+  const int64_t es = DTypeBytes(dtype_);
+  const int64_t d = c.head_dim(), dim = c.dim;
+  auto at = [&](void* p, int64_t elements) { return static_cast<char*>(p) + elements * es; };
+  switch (kind) {
+    case WeightKind::kTokEmbd:
+      return embeddings;
+    case WeightKind::kFinalNorm:
+      return final_norm;
+    case WeightKind::kLmHead:
+      return output;
+    case WeightKind::kAttnNorm:
+      return layers[layer].attn_norm;
+    case WeightKind::kFfnNorm:
+      return layers[layer].ffn_norm;
+    case WeightKind::kWq:
+      return layers[layer].wqkv;
+    case WeightKind::kWk:
+      return at(layers[layer].wqkv, int64_t{c.n_heads} * d * dim);
+    case WeightKind::kWv:
+      return at(layers[layer].wqkv, (int64_t{c.n_heads} + c.n_kv_heads) * d * dim);
+    case WeightKind::kWo:
+      return layers[layer].wo;
+    case WeightKind::kGate:
+      return layers[layer].w13;
+    case WeightKind::kUp:
+      return at(layers[layer].w13, int64_t{c.hidden_dim} * dim);
+    case WeightKind::kDown:
+      return layers[layer].w2;
+  }
+  return nullptr;
+}
+
+absl::Status DeviceWeights::Upload(const ModelWeights& w, DType dtype, cudaStream_t stream) {
+  BANYAN_RETURN_IF_ERROR(ValidateWeights(w));
+  BANYAN_RETURN_IF_ERROR(Allocate(w.config, dtype));
+  // fp32 staging on the device, narrowed by a kernel; the staging copy of the next piece waits
+  // for the narrowing of the previous one (same stream).
+  constexpr int64_t kStageElements = int64_t{16} << 20;
+  int64_t largest = 0;
+  const std::vector<TensorSlot> slots = ListTensorSlots(w.config);
+  for (const TensorSlot& slot : slots) largest = std::max(largest, SlotTensor(w, slot).numel());
+  DeviceBuffer stage;
+  BANYAN_RETURN_IF_ERROR(
+      stage.Reserve(std::min(largest, kStageElements) * int64_t{4}, "weight upload staging"));
+  for (const TensorSlot& slot : slots) {
+    const Tensor& t = SlotTensor(w, slot);
+    void* dst = SlotAddress(w.config, static_cast<int>(slot.kind), slot.layer);
+    if (t.shape.size() == 1) {  // norms stay fp32
+      BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, t.data.data(), t.data.size() * 4,
+                                                  cudaMemcpyHostToDevice, stream));
+      continue;
+    }
+    for (int64_t b = 0; b < t.numel(); b += kStageElements) {
+      const int64_t n = std::min(kStageElements, t.numel() - b);
+      BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage.get(), t.data.data() + b,
+                                                  static_cast<size_t>(n) * 4,
+                                                  cudaMemcpyHostToDevice, stream));
+      BANYAN_RETURN_IF_ERROR(kernels::cuda::ConvertFromF32(
+          dtype, stage.as<float>(), n, static_cast<char*>(dst) + b * DTypeBytes(dtype), stream));
+    }
+  }
+  // The staging buffer is freed on return: wait for its last use.
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceWeights::Generate(const ModelConfig& cfg, uint64_t seed, DType dtype,
+                                     cudaStream_t stream) {
+  BANYAN_RETURN_IF_ERROR(ValidateConfig(cfg, "CudaBackend::CreateDummy"));
+  BANYAN_RETURN_IF_ERROR(Allocate(cfg, dtype));
+  const std::vector<TensorSlot> slots = ListTensorSlots(cfg);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const TensorSlot& slot = slots[k];
+    int64_t n = 1;
+    for (int64_t s : slot.shape) n *= s;
+    const bool is_norm = slot.shape.size() == 1;
+    kernels::cuda::DummyFillParams p;
+    p.dst = SlotAddress(cfg, static_cast<int>(slot.kind), slot.layer);
+    p.n = n;
+    p.seed = seed;
+    p.slot = static_cast<int32_t>(k);
+    // Exactly MakeDummyWeights' float expressions.
+    p.scale = is_norm ? 0.05f : 1.0f / std::sqrt(static_cast<float>(slot.shape.back()));
+    p.offset = is_norm ? 1.0f : 0.0f;
+    p.to_f32 = is_norm;
+    BANYAN_RETURN_IF_ERROR(kernels::cuda::DummyFill(dtype, p, stream));
+  }
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+}  // namespace banyan::engine::cuda

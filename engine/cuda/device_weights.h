@@ -1,0 +1,54 @@
+// The model's weights in device memory, in the layout the CUDA backend's GEMMs want:
+// per layer one fused [Wq; Wk; Wv] matrix ([(n_heads + 2 n_kv_heads) * head_dim, dim]) and one
+// fused [W_gate; W_up] matrix ([2 * hidden_dim, dim]), row-major like the host tensors; matrices
+// in the model dtype, norm weights in fp32. One allocation holds everything.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/cuda/device_memory.h"
+#include "engine/model/model.h"
+#include "kernels/cuda/dtype.h"
+
+namespace banyan::engine::cuda {
+
+struct DeviceLayer {
+  void* wqkv = nullptr;        // [(hq + 2 hkv) * d, dim]
+  void* wo = nullptr;          // [dim, hq * d]
+  void* w13 = nullptr;         // [2 * hidden, dim]: gate rows, then up rows
+  void* w2 = nullptr;          // [dim, hidden]
+  float* attn_norm = nullptr;  // [dim]
+  float* ffn_norm = nullptr;   // [dim]
+};
+
+class DeviceWeights {
+ public:
+  // Bytes the weights of `cfg` take on the device.
+  static int64_t Bytes(const ModelConfig& cfg, kernels::cuda::DType dtype);
+
+  // Allocates, then uploads `w` (fp32 on the host) narrowed to `dtype`.
+  absl::Status Upload(const ModelWeights& w, kernels::cuda::DType dtype, cudaStream_t stream);
+  // Allocates, then fills with MakeDummyWeights' values generated on the device.
+  absl::Status Generate(const ModelConfig& cfg, uint64_t seed, kernels::cuda::DType dtype,
+                        cudaStream_t stream);
+
+  std::vector<DeviceLayer> layers;
+  void* embeddings = nullptr;    // [vocab, dim]
+  void* output = nullptr;        // [vocab, dim]; == embeddings when tied
+  float* final_norm = nullptr;   // [dim]
+
+ private:
+  absl::Status Allocate(const ModelConfig& cfg, kernels::cuda::DType dtype);
+  // Device address of one tensor slot of ListTensorSlots (inside the fused matrices for
+  // wq/wk/wv and gate/up).
+  void* SlotAddress(const ModelConfig& cfg, int kind, int layer) const;
+
+  kernels::cuda::DType dtype_ = kernels::cuda::DType::kBf16;
+  DeviceBuffer buffer_;
+};
+
+}  // namespace banyan::engine::cuda

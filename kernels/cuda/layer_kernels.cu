@@ -1,0 +1,131 @@
+#include "kernels/cuda/layer_kernels.cuh"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace banyan::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Grid for a grid-stride loop over n elements: enough blocks to fill the GPU, no more.
+unsigned GridFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 65536));
+}
+
+int RowThreads(int dim) { return dim >= 1024 ? 1024 : std::max(32, (dim + 31) / 32 * 32); }
+
+template <typename T>
+cudaError_t EmbeddingDispatched(const EmbeddingParams& p, cudaStream_t s) {
+  if (p.rows == 0) return cudaSuccess;
+  EmbeddingKernel<T><<<p.rows, RowThreads(p.dim), 0, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t RmsNormDispatched(const RmsNormParams& p, cudaStream_t s) {
+  if (p.rows == 0) return cudaSuccess;
+  RmsNormKernel<T><<<p.rows, RowThreads(p.dim), 0, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t RopeKvDispatched(const RopeKvParams& p, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(p.tokens) * (p.num_q_heads + 2 * p.kv.num_kv_heads) *
+                    (p.kv.head_dim / 2);
+  if (n == 0) return cudaSuccess;
+  RopeKvKernel<T><<<GridFor(n), kThreads, 0, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t SwiGluDispatched(const SwiGluParams& p, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(p.rows) * p.hidden;
+  if (n == 0) return cudaSuccess;
+  SwiGluKernel<T><<<GridFor(n), kThreads, 0, s>>>(p);
+  return cudaGetLastError();
+}
+
+// The one runtime dispatch point over dtypes for the layer kernels.
+template <template <typename> class F, typename P>
+absl::Status ByDtype(DType dtype, const P& p, cudaStream_t s, const char* what) {
+  cudaError_t err;
+  switch (dtype) {
+    case DType::kBf16:
+      err = F<__nv_bfloat16>::Run(p, s);
+      break;
+    case DType::kFp16:
+      err = F<__half>::Run(p, s);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(what, ": unsupported dtype ",
+                                                     static_cast<int>(dtype)));
+  }
+  return CudaStatus(err, what);
+}
+
+template <typename T>
+struct EmbeddingOp {
+  static cudaError_t Run(const EmbeddingParams& p, cudaStream_t s) {
+    return EmbeddingDispatched<T>(p, s);
+  }
+};
+template <typename T>
+struct RmsNormOp {
+  static cudaError_t Run(const RmsNormParams& p, cudaStream_t s) {
+    return RmsNormDispatched<T>(p, s);
+  }
+};
+template <typename T>
+struct RopeKvOp {
+  static cudaError_t Run(const RopeKvParams& p, cudaStream_t s) { return RopeKvDispatched<T>(p, s); }
+};
+template <typename T>
+struct SwiGluOp {
+  static cudaError_t Run(const SwiGluParams& p, cudaStream_t s) { return SwiGluDispatched<T>(p, s); }
+};
+
+}  // namespace
+
+absl::Status EmbeddingGather(DType dtype, const EmbeddingParams& p, cudaStream_t stream) {
+  return ByDtype<EmbeddingOp>(dtype, p, stream, "EmbeddingGather");
+}
+
+absl::Status RmsNorm(DType dtype, const RmsNormParams& p, cudaStream_t stream) {
+  return ByDtype<RmsNormOp>(dtype, p, stream, "RmsNorm");
+}
+
+absl::Status RopeWriteKv(DType dtype, const RopeKvParams& p, cudaStream_t stream) {
+  if (p.kv.head_dim % 8 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RopeWriteKv: head_dim ", p.kv.head_dim, " is not a multiple of 8"));
+  }
+  return ByDtype<RopeKvOp>(dtype, p, stream, "RopeWriteKv");
+}
+
+absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream) {
+  return ByDtype<SwiGluOp>(dtype, p, stream, "SwiGlu");
+}
+
+absl::Status CopyKvSlots(const CopyKvSlotsParams& p, cudaStream_t stream) {
+  if (p.kv.head_dim % 8 != 0 || p.slot_begin < 0 || p.slot_end > p.kv.chunk_size ||
+      p.slot_begin > p.slot_end) {
+    return absl::InvalidArgumentError(absl::StrCat("CopyKvSlots: bad slot range [", p.slot_begin,
+                                                   ", ", p.slot_end, ") or head_dim ",
+                                                   p.kv.head_dim));
+  }
+  if (p.slot_begin == p.slot_end || p.num_layers == 0) return absl::OkStatus();
+  CopyKvSlotsKernel<<<p.num_layers * 2 * p.kv.num_kv_heads, 128, 0, stream>>>(p);
+  return CudaStatus(cudaGetLastError(), "CopyKvSlots");
+}
+
+absl::Status ArgmaxRows(const ArgmaxParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return absl::OkStatus();
+  ArgmaxKernel<<<p.rows, 512, 0, stream>>>(p);
+  return CudaStatus(cudaGetLastError(), "ArgmaxRows");
+}
+
+}  // namespace banyan::kernels::cuda

@@ -1,0 +1,160 @@
+// Templated kernels behind layer_kernels.h. Each takes its Params struct by value; T is the
+// element type (__nv_bfloat16 or __half).
+#pragma once
+
+#include <cfloat>
+#include <climits>
+
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/layer_kernels.h"
+
+namespace banyan::kernels::cuda {
+
+// One block per row; threads stride the row.
+template <typename T>
+__global__ void EmbeddingKernel(const __grid_constant__ EmbeddingParams p) {
+  const int64_t r = blockIdx.x;
+  const T* src = static_cast<const T*>(p.table) + static_cast<int64_t>(p.tokens[r]) * p.dim;
+  float* dst = p.x + r * p.dim;
+  for (int i = threadIdx.x; i < p.dim; i += blockDim.x) dst[i] = ToFloat(src[i]);
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds one float per warp.
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  v = WarpSum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) / 32;
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += scratch[w];
+  __syncthreads();  // scratch may be reused by the caller
+  return total;
+}
+
+// One block per row.
+template <typename T>
+__global__ void RmsNormKernel(const __grid_constant__ RmsNormParams p) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const int64_t src = p.row_index != nullptr ? p.row_index[r] : r;
+  const float* x = p.x + src * p.dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < p.dim; i += blockDim.x) ss += x[i] * x[i];
+  ss = BlockSum(ss, scratch);
+  const float inv = rsqrtf(ss / static_cast<float>(p.dim) + p.eps);
+  T* out = static_cast<T*>(p.out) + r * p.dim;
+  for (int i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = FromFloat<T>(x[i] * inv * p.weight[i]);
+}
+
+// One thread per (token, head, rotation pair); heads are the q heads, then the k heads, then the
+// v heads (which are only copied).
+template <typename T>
+__global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
+  const int d = p.kv.head_dim, half = d / 2;
+  const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads;
+  const int heads = hq + 2 * hkv;
+  const int64_t total = static_cast<int64_t>(p.tokens) * heads * half;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(u % half);
+    const int h = static_cast<int>((u / half) % heads);
+    const int64_t t = u / (static_cast<int64_t>(half) * heads);
+    const float* src = p.qkv + t * static_cast<int64_t>(heads) * d + static_cast<int64_t>(h) * d;
+    if (h >= hq + hkv) {  // V: copy the pair (2i, 2i + 1)
+      if (p.write_kv[t] == 0) continue;
+      const int hv = h - hq - hkv;
+      T* dst = static_cast<T*>(p.kv.base) + p.slot_chunk[t] * p.kv.chunk_stride +
+               (static_cast<int64_t>(hv) * p.kv.chunk_size + p.slot_index[t]) * d + p.kv.v_offset;
+      *reinterpret_cast<typename PairOf<T>::Type*>(dst + 2 * i) =
+          FromFloat2<T>(src[2 * i], src[2 * i + 1]);
+      continue;
+    }
+    const bool is_k = h >= hq;
+    if (is_k && p.write_kv[t] == 0) continue;
+    const int a = p.interleaved ? 2 * i : i;
+    const int b = p.interleaved ? 2 * i + 1 : i + half;
+    const float angle = static_cast<float>(p.positions[t]) * p.inv_freq[i];
+    float sn, cs;
+    sincosf(angle, &sn, &cs);
+    const float x0 = src[a], x1 = src[b];
+    const float y0 = x0 * cs - x1 * sn;
+    const float y1 = x0 * sn + x1 * cs;
+    T* dst;
+    if (is_k) {
+      dst = static_cast<T*>(p.kv.base) + p.slot_chunk[t] * p.kv.chunk_stride +
+            (static_cast<int64_t>(h - hq) * p.kv.chunk_size + p.slot_index[t]) * d;
+    } else {
+      dst = static_cast<T*>(p.q_out) + (t * hq + h) * d;
+    }
+    dst[a] = FromFloat<T>(y0);
+    dst[b] = FromFloat<T>(y1);
+  }
+}
+
+template <typename T>
+__global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
+  const int64_t total = static_cast<int64_t>(p.rows) * p.hidden;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / p.hidden, i = e % p.hidden;
+    const float g = p.gate_up[r * 2 * p.hidden + i];
+    const float u = p.gate_up[r * 2 * p.hidden + p.hidden + i];
+    static_cast<T*>(p.out)[e] = FromFloat<T>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+// Block b copies one (layer, k|v, kv head) run of slots with 16-byte vectors.
+__global__ void CopyKvSlotsKernel(const __grid_constant__ CopyKvSlotsParams p) {
+  const int hkv = p.kv.num_kv_heads, d = p.kv.head_dim, c = p.kv.chunk_size;
+  const int layer = blockIdx.x / (2 * hkv);
+  const int run = blockIdx.x % (2 * hkv);  // k|v * hkv + head: runs are c * d elements apart
+  const int64_t off = layer * p.layer_stride + static_cast<int64_t>(run) * c * d +
+                      static_cast<int64_t>(p.slot_begin) * d;
+  const auto* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.kv.base) + off +
+                                                   p.src * p.kv.chunk_stride);
+  auto* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.kv.base) + off +
+                                       p.dst * p.kv.chunk_stride);
+  const int vecs = (p.slot_end - p.slot_begin) * d / 8;
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) dst[i] = src[i];
+}
+
+// (value, index) pairs: larger value wins, then the lower index.
+__device__ __forceinline__ void ArgmaxCombine(float& v, int& idx, float v2, int idx2) {
+  if (v2 > v || (v2 == v && idx2 < idx)) {
+    v = v2;
+    idx = idx2;
+  }
+}
+
+// One block per row.
+__global__ void ArgmaxKernel(const __grid_constant__ ArgmaxParams p) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float* row = p.logits + static_cast<int64_t>(blockIdx.x) * p.vocab;
+  float best = -INFINITY;
+  int best_idx = INT_MAX;
+  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x) {
+    float v = row[i];
+    if (isnan(v)) v = -INFINITY;
+    ArgmaxCombine(best, best_idx, v, i);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, best, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, best_idx, o);
+    ArgmaxCombine(best, best_idx, v2, i2);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    sv[warp] = best;
+    si[warp] = best_idx;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) ArgmaxCombine(best, best_idx, sv[w], si[w]);
+    p.out[blockIdx.x] = best == -INFINITY ? -1 : best_idx;
+  }
+}
+
+}  // namespace banyan::kernels::cuda

@@ -1,0 +1,92 @@
+// Layer kernels of the LLaMA forward pass on the GPU (everything but the GEMMs and attention).
+//
+// Conventions: activations that feed a GEMM are in the model dtype (bf16 or fp16); the residual
+// stream x and every GEMM output are fp32 (cuBLAS accumulates in fp32 and writes fp32, and the
+// residual adds are folded into the Wo / W_down GEMMs with beta = 1). Norm weights stay fp32.
+// Each function launches on `stream`, checks the launch, and returns InvalidArgument for an
+// unsupported dtype or shape; it never synchronizes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/dtype.h"
+#include "kernels/cuda/kv_view.h"
+
+namespace banyan::kernels::cuda {
+
+// x[r, :] = float(table[tokens[r], :]).
+struct EmbeddingParams {
+  const void* table = nullptr;     // [vocab, dim], dtype
+  const int32_t* tokens = nullptr;  // [rows], each in [0, vocab)
+  float* x = nullptr;               // [rows, dim]
+  int32_t rows = 0;
+  int32_t dim = 0;
+};
+absl::Status EmbeddingGather(DType dtype, const EmbeddingParams& p, cudaStream_t stream);
+
+// out[r, :] = x[src, :] / rms(x[src, :]) * weight, src = row_index ? row_index[r] : r.
+struct RmsNormParams {
+  const float* x = nullptr;             // [*, dim]
+  const int32_t* row_index = nullptr;   // [rows] rows of x to normalise, or nullptr for 0..rows-1
+  const float* weight = nullptr;        // [dim]
+  void* out = nullptr;                  // [rows, dim], dtype
+  int32_t rows = 0;
+  int32_t dim = 0;
+  float eps = 1e-5f;
+};
+absl::Status RmsNorm(DType dtype, const RmsNormParams& p, cudaStream_t stream);
+
+// RoPE on q and k, then K and V written into their chunk slots (tokens with write_kv == 0 are
+// cached already and skipped), q written out rotated. One launch per layer for every token of the
+// step, so all new K/V of the layer exist before any attention of that layer runs.
+struct RopeKvParams {
+  const float* qkv = nullptr;  // [tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: q | k | v
+  void* q_out = nullptr;       // [tokens, num_q_heads, head_dim], dtype
+  KvViewDev kv;                // this layer
+  const int32_t* positions = nullptr;   // [tokens]
+  const int32_t* slot_chunk = nullptr;  // [tokens]
+  const int32_t* slot_index = nullptr;  // [tokens] slot within the chunk
+  const int32_t* write_kv = nullptr;    // [tokens] 1: write K/V, 0: skip
+  const float* inv_freq = nullptr;      // [head_dim / 2] theta^(-2i / head_dim)
+  int32_t tokens = 0;
+  int32_t num_q_heads = 0;
+  bool interleaved = false;  // RopeStyle::kInterleaved: pairs (2i, 2i+1); else (i, i + d/2)
+};
+absl::Status RopeWriteKv(DType dtype, const RopeKvParams& p, cudaStream_t stream);
+
+// out[r, i] = silu(gate[r, i]) * up[r, i].
+struct SwiGluParams {
+  const float* gate_up = nullptr;  // [rows, 2 * hidden]: gate in [0, hidden), up in [hidden, 2h)
+  void* out = nullptr;             // [rows, hidden], dtype
+  int32_t rows = 0;
+  int32_t hidden = 0;
+};
+absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream);
+
+// Copies slots [slot_begin, slot_end) of chunk src into the same slots of chunk dst, K and V,
+// every kv head, every layer (a node split's ChunkCopy).
+struct CopyKvSlotsParams {
+  KvViewDev kv;              // layer 0
+  int64_t layer_stride = 0;  // elements between layers
+  int32_t num_layers = 0;
+  int32_t src = 0;
+  int32_t dst = 0;
+  int32_t slot_begin = 0;
+  int32_t slot_end = 0;
+};
+absl::Status CopyKvSlots(const CopyKvSlotsParams& p, cudaStream_t stream);
+
+// out[r] = argmax over logits[r, :], the lowest id on ties; NaN counts as -inf. A row with no
+// finite or +inf value gets -1.
+struct ArgmaxParams {
+  const float* logits = nullptr;  // [rows, vocab]
+  int32_t* out = nullptr;         // [rows]
+  int32_t rows = 0;
+  int32_t vocab = 0;
+};
+absl::Status ArgmaxRows(const ArgmaxParams& p, cudaStream_t stream);
+
+}  // namespace banyan::kernels::cuda
