@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs, in ONE device call: the GPU tests, the TPP microbenchmark, the PyTorch reference
+# (torch_attention_reference.py), the SASS / resource facts, and prints one Markdown table.
+#
+# Expects the carried folder (default .gpu-tpp) made by bench/tpp/package.sh: tpp_bench,
+# tpp_gpu_test, tpp_work_plan_test, torch_attention_reference.py, merge_table.py, lib/.
+# Usage (on the GPU machine, from the repo root):
+#   LD_LIBRARY_PATH=.gpu-tpp/lib:/usr/local/cuda/lib64 bash bench/tpp/run.sh [.gpu-tpp] [bench args]
+set -u
+DIR=${1:-.gpu-tpp}
+shift || true
+OUT=${OUT:-/tmp/tpp-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PYTHONUNBUFFERED=1
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/device.txt"
+
+echo "== tests"
+"$DIR/tpp_work_plan_test" --gtest_brief=1 2>&1 | tail -4 | tee "$OUT/tests.txt"
+timeout ${TPP_TEST_TIMEOUT:-150} "$DIR/tpp_gpu_test" --gtest_brief=1 2>&1 | tail -40 | tee -a "$OUT/tests.txt"
+
+echo "== SASS of the phase-1 kernels (HMMA count per kernel)"
+if command -v cuobjdump >/dev/null; then
+  cuobjdump -sass "$DIR/tpp_bench" | awk '/Function :/{f=$3} /HMMA/{h[f]++} /LDSM/{l[f]++}
+    /LDGSTS/{g[f]++} /[^A-Z](LDL|STL)[. ]/{s[f]++}
+    END{for(k in h) printf "%s HMMA=%d LDSM=%d LDGSTS=%d local=%d\n", k, h[k], l[k], g[k], s[k]+0}' \
+    | sort | tee "$OUT/sass.txt"
+fi
+
+echo "== benchmark"
+timeout ${TPP_BENCH_TIMEOUT:-220} "$DIR/tpp_bench" "$@" | tee "$OUT/bench.jsonl"
+
+echo "== torch reference"
+timeout ${TPP_TORCH_TIMEOUT:-200} python3 "$DIR/torch_attention_reference.py" | tee "$OUT/torch.jsonl"
+
+echo "== table"
+python3 "$DIR/merge_table.py" "$OUT/bench.jsonl" "$OUT/torch.jsonl" | tee "$OUT/table.md"

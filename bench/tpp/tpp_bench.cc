@@ -1,0 +1,404 @@
+// TPP attention microbenchmark: the cases of ../shared/PERFORMANCE.md section 1, a no-sharing
+// case per shape and a hierarchical case, each run with `tpp` (plan with sharing) and `paged`
+// (the same tree, every row reads its whole context).
+//
+// Per case and mode: the median of CUDA-graph replays (one graph = one decode attention call),
+// the L2 flushed (256 MiB memset) before every replay and outside the timed events. Reported:
+// floor = max(bytes / 4.4 TB/s, FLOPs / 750 TFLOP/s) with bytes = shared KV once + every row's
+// private KV (K and V, 2 bytes each) and FLOPs = 4 * B * q_heads * d * context; achieved
+// bandwidth = those bytes / time; time / floor; tpp / paged. The tpp and paged outputs are
+// compared (relative norm) as a sanity check at scale.
+//
+// Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table.
+// Usage: tpp_bench [--reps N] [--only SUBSTRING] [--sweep]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/tpp/bench_fill.h"
+#include "kernels/cuda/tpp/tpp_attention.h"
+#include "kvcache/attention_plan.h"
+#include "kvcache/prefix_tree.h"
+
+namespace banyan::bench {
+namespace {
+
+using kernels::PlanView;
+using kernels::cuda::tpp::KvDType;
+using kernels::cuda::tpp::TppOptions;
+using kernels::cuda::tpp::TppProblem;
+using kernels::cuda::tpp::TppRunArgs;
+using kernels::cuda::tpp::TppWorkPlan;
+using kvcache::AttentionPlan;
+using kvcache::SeqId;
+
+constexpr double kFloorBytesPerSecond = 4.4e12;
+constexpr double kFloorFlopsPerSecond = 750e12;
+constexpr int kChunk = 64;
+
+#define CHECK_CUDA(expr)                                                                   \
+  do {                                                                                     \
+    cudaError_t e_ = (expr);                                                               \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                   \
+                   cudaGetErrorString(e_));                                                \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+struct Case {
+  std::string name;
+  int batch, hq, hkv, d;
+  int shared;    // tokens shared by all rows (global prefix)
+  int priv;      // private tokens per row (hierarchical: the maximum of a random tail)
+  bool share;    // false: the no-sharing case (every row its own context of shared + priv)
+  int groups = 0;        // hierarchical: per-group prefixes
+  int group_len = 0;
+};
+
+PlanView ViewOf(const AttentionPlan& p) {
+  PlanView v;
+  v.num_rows = p.num_rows();
+  v.num_segments = p.num_segments();
+  v.num_partials = p.num_partials;
+  v.span_chunk = p.span_chunk.data();
+  v.span_begin = p.span_begin.data();
+  v.span_end = p.span_end.data();
+  v.seg_row_begin = p.seg_row_begin.data();
+  v.seg_row_end = p.seg_row_end.data();
+  v.seg_span_begin = p.seg_span_begin.data();
+  v.seg_span_end = p.seg_span_end.data();
+  v.seg_partial_offset = p.seg_partial_offset.data();
+  v.row_span_begin = p.row_span_begin.data();
+  v.row_span_end = p.row_span_end.data();
+  v.row_seg_begin = p.row_seg_begin.data();
+  v.row_seg_end = p.row_seg_end.data();
+  v.row_seg_ids = p.row_seg_ids.data();
+  return v;
+}
+
+struct Timing {
+  double median_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
+};
+
+class Runner {
+ public:
+  Runner(int reps) : reps_(reps) {
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+    CHECK_CUDA(cudaMalloc(&flush_, kFlushBytes));
+    CHECK_CUDA(cudaEventCreate(&start_));
+    CHECK_CUDA(cudaEventCreate(&stop_));
+    int dev = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
+  }
+  int num_sms() const { return num_sms_; }
+
+  // Captures one attention call in a graph and times its replays.
+  Timing Time(const TppWorkPlan& wp, const TppRunArgs& args, bool paged) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+    absl::Status st = paged ? kernels::cuda::tpp::PagedDecodeAttention(wp, args, stream_)
+                            : kernels::cuda::tpp::TppDecodeAttention(wp, args, stream_);
+    CHECK_CUDA(cudaStreamEndCapture(stream_, &graph));
+    if (!st.ok()) {
+      std::fprintf(stderr, "launch: %s\n", std::string(st.message()).c_str());
+      std::exit(1);
+    }
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream_));
+    CHECK_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<double> ts;
+    for (int i = 0; i < reps_; ++i) {
+      CHECK_CUDA(cudaMemsetAsync(flush_, i & 0xff, kFlushBytes, stream_));
+      CHECK_CUDA(cudaEventRecord(start_, stream_));
+      CHECK_CUDA(cudaGraphLaunch(exec, stream_));
+      CHECK_CUDA(cudaEventRecord(stop_, stream_));
+      CHECK_CUDA(cudaEventSynchronize(stop_));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
+      ts.push_back(ms * 1000.0);
+    }
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    std::sort(ts.begin(), ts.end());
+    Timing t;
+    t.median_us = ts[ts.size() / 2];
+    t.p10_us = ts[ts.size() / 10];
+    t.p90_us = ts[ts.size() * 9 / 10];
+    return t;
+  }
+  cudaStream_t stream() const { return stream_; }
+  void Attach(TppRunArgs& a) const {
+    a.side_stream = side_;
+    a.fork_event = fork_;
+    a.join_event = join_;
+  }
+
+ private:
+  static constexpr size_t kFlushBytes = 256u << 20;
+  int reps_;
+  int num_sms_ = 132;
+  cudaStream_t stream_, side_;
+  cudaEvent_t fork_, join_;
+  void* flush_ = nullptr;
+  cudaEvent_t start_, stop_;
+};
+
+std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int n) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % 1000000);
+  return t;
+}
+
+// Builds the case's tree; returns rows in DFS order.
+std::vector<SeqId> BuildTree(kvcache::PrefixTree& tree, const Case& c, std::mt19937_64& rng) {
+  std::vector<int32_t> global = RandomTokens(rng, c.share ? c.shared : 0);
+  std::vector<std::vector<int32_t>> group_prefix(std::max(c.groups, 1));
+  for (auto& g : group_prefix) g = RandomTokens(rng, c.group_len);
+  for (int r = 0; r < c.batch; ++r) {
+    std::vector<int32_t> seq = global;
+    if (!c.share) {
+      seq = RandomTokens(rng, c.shared);  // the same context length, nothing shared
+      seq[0] = 2000000 + r;
+    }
+    if (c.groups > 0) {
+      const auto& g = group_prefix[static_cast<size_t>(r) * c.groups / c.batch];
+      seq.insert(seq.end(), g.begin(), g.end());
+    }
+    const int tail = c.groups > 0 ? static_cast<int>(32 + rng() % (c.priv - 31)) : c.priv;
+    std::vector<int32_t> t = RandomTokens(rng, tail);
+    if (!t.empty()) t[0] = 3000000 + r;  // private from its first token
+    seq.insert(seq.end(), t.begin(), t.end());
+    auto placed = tree.Insert("", seq);
+    if (!placed.ok()) {
+      std::fprintf(stderr, "insert: %s\n", std::string(placed.status().message()).c_str());
+      std::exit(1);
+    }
+  }
+  return tree.DfsOrder();
+}
+
+struct Result {
+  std::string mode;
+  Timing t;
+  TppOptions options;
+  int p1_items = 0, p2_items = 0, p1_splits = 0, p2_splits = 0, warps = 0, deferred = 0;
+};
+
+double RelNorm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  auto f = [](uint16_t x) {
+    uint32_t u = static_cast<uint32_t>(x) << 16;
+    float v;
+    std::memcpy(&v, &u, 4);
+    return static_cast<double>(v);
+  };
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = f(a[i]), y = f(b[i]);
+    if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>* table) {
+  std::mt19937_64 rng(12345);
+  // Chunks: shared prefix, group prefixes, and per row its private part (+1 for a partial one).
+  const int64_t per_row = (c.share ? 0 : c.shared) + c.priv;
+  const int64_t chunks = (c.shared + kChunk - 1) / kChunk + 1 +
+                         static_cast<int64_t>(std::max(c.groups, 1)) * (c.group_len / kChunk + 2) +
+                         c.batch * ((per_row + kChunk - 1) / kChunk + 1);
+  auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(chunks), kChunk);
+  if (!pool.ok()) std::exit(1);
+  kvcache::PrefixTree tree(&*pool);
+  std::vector<SeqId> rows = BuildTree(tree, c, rng);
+  AttentionPlan shared_plan = kvcache::BuildAttentionPlan(tree, rows, {.share = true});
+  AttentionPlan paged_plan = kvcache::BuildAttentionPlan(tree, rows, {.share = false});
+
+  // Device data: KV for the chunks actually used, q, out.
+  int32_t max_chunk = 0;
+  for (int32_t ch : paged_plan.span_chunk) max_chunk = std::max(max_chunk, ch);
+  const int64_t v_offset = static_cast<int64_t>(c.hkv) * kChunk * c.d;
+  const int64_t chunk_stride = 2 * v_offset;
+  const size_t kv_elems = static_cast<size_t>(max_chunk + 1) * chunk_stride;
+  const size_t q_elems = static_cast<size_t>(c.batch) * c.hq * c.d;
+  void *kv = nullptr, *q = nullptr, *out_tpp = nullptr, *out_paged = nullptr;
+  CHECK_CUDA(cudaMalloc(&kv, kv_elems * 2));
+  CHECK_CUDA(cudaMalloc(&q, q_elems * 2));
+  CHECK_CUDA(cudaMalloc(&out_tpp, q_elems * 2));
+  CHECK_CUDA(cudaMalloc(&out_paged, q_elems * 2));
+  CHECK_CUDA(FillRandomBf16(kv, kv_elems, 1.0f, 7, runner.stream()));
+  CHECK_CUDA(FillRandomBf16(q, q_elems, 1.0f, 11, runner.stream()));
+
+  // Bytes and FLOPs of the floor.
+  const double kv_token_bytes = 4.0 * c.hkv * c.d;
+  const double bytes = (shared_plan.shared_tokens() + shared_plan.private_tokens()) * kv_token_bytes;
+  double context = 0;
+  for (int32_t len : shared_plan.row_length) context += len;
+  const double flops = 4.0 * c.hq * c.d * context;
+  const double floor_us = std::max(bytes / kFloorBytesPerSecond, flops / kFloorFlopsPerSecond) * 1e6;
+
+  const TppProblem problem{c.hq, c.hkv, c.d, kChunk};
+  std::vector<Result> results;
+  auto run_mode = [&](const std::string& mode, const AttentionPlan& plan, bool paged,
+                      TppOptions opt, void* out) {
+    opt.num_sms = runner.num_sms();
+    auto wp = TppWorkPlan::Build(ViewOf(plan), problem, opt);
+    if (!wp.ok()) {
+      std::fprintf(stderr, "plan: %s\n", std::string(wp.status().message()).c_str());
+      std::exit(1);
+    }
+    int32_t* image = nullptr;
+    void* ws = nullptr;
+    CHECK_CUDA(cudaMalloc(&image, wp->image_bytes()));
+    CHECK_CUDA(cudaMalloc(&ws, wp->workspace_bytes()));
+    CHECK_CUDA(cudaMemcpy(image, wp->image().data(), wp->image_bytes(), cudaMemcpyHostToDevice));
+    TppRunArgs a;
+    a.q = q;
+    a.out = out;
+    a.kv.base = kv;
+    a.kv.chunk_stride = chunk_stride;
+    a.kv.v_offset = v_offset;
+    a.kv.chunk_size = kChunk;
+    a.kv.num_kv_heads = c.hkv;
+    a.kv.head_dim = c.d;
+    a.dtype = KvDType::kBf16;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    a.image = image;
+    a.workspace = ws;
+    runner.Attach(a);
+    Result r;
+    r.mode = mode;
+    r.t = runner.Time(*wp, a, paged);
+    r.options = opt;
+    r.p1_items = wp->num_p1_items();
+    r.p2_items = wp->num_p2_items();
+    r.p1_splits = wp->max_p1_splits();
+    r.p2_splits = wp->max_p2_splits();
+    r.warps = wp->num_p1_items() > 0 ? wp->p1_warps() : 0;
+    r.deferred = wp->deferred_merge() ? 1 : 0;
+    results.push_back(r);
+    CHECK_CUDA(cudaFree(image));
+    CHECK_CUDA(cudaFree(ws));
+  };
+  run_mode("tpp", shared_plan, false, TppOptions{}, out_tpp);
+  run_mode("paged", paged_plan, true, TppOptions{}, out_paged);
+  if (sweep && shared_plan.num_segments() > 0) {
+    TppOptions o;
+    o.p1_warps = 4;
+    run_mode("tpp_w4", shared_plan, false, o, out_tpp);
+    o.p1_warps = 8;
+    run_mode("tpp_w8", shared_plan, false, o, out_tpp);
+    o = TppOptions{};
+    o.pdl = false;
+    run_mode("tpp_nopdl", shared_plan, false, o, out_tpp);
+    o = TppOptions{};
+    o.p1_min_split_tokens = 1024;
+    run_mode("tpp_split1k", shared_plan, false, o, out_tpp);
+    o = TppOptions{};
+    o.defer_merge = 0;
+    run_mode("tpp_fused", shared_plan, false, o, out_tpp);
+    o.defer_merge = 1;
+    run_mode("tpp_deferred", shared_plan, false, o, out_tpp);
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<uint16_t> ht(q_elems), hp(q_elems);
+  CHECK_CUDA(cudaMemcpy(ht.data(), out_tpp, q_elems * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hp.data(), out_paged, q_elems * 2, cudaMemcpyDeviceToHost));
+  const double diff = RelNorm(ht, hp);
+
+  const double tpp_us = results[0].t.median_us, paged_us = results[1].t.median_us;
+  for (const Result& r : results) {
+    std::printf(
+        "{\"bench\":\"tpp\",\"case\":\"%s\",\"B\":%d,\"Hq\":%d,\"Hkv\":%d,\"d\":%d,"
+        "\"prefix\":%d,\"suffix\":%d,\"share\":%s,\"groups\":%d,\"mode\":\"%s\","
+        "\"median_us\":%.2f,\"p10_us\":%.2f,\"p90_us\":%.2f,\"floor_us\":%.2f,"
+        "\"bytes\":%.0f,\"flops\":%.0f,\"achieved_TBps\":%.3f,\"achieved_TFLOPs\":%.1f,"
+        "\"segments\":%d,\"p1_items\":%d,\"p1_warps\":%d,\"p1_splits\":%d,\"p2_items\":%d,"
+        "\"p2_splits\":%d,\"deferred\":%d,\"tpp_vs_paged_relnorm\":%.2e}\n",
+        c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false",
+        c.groups, r.mode.c_str(), r.t.median_us, r.t.p10_us, r.t.p90_us, floor_us, bytes, flops,
+        bytes / (r.t.median_us * 1e-6) / 1e12, flops / (r.t.median_us * 1e-6) / 1e12,
+        shared_plan.num_segments(), r.p1_items, r.warps, r.p1_splits, r.p2_items, r.p2_splits,
+        r.deferred, diff);
+  }
+  std::fflush(stdout);
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "| %s | %d | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |",
+                c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, floor_us, tpp_us,
+                paged_us, bytes / (tpp_us * 1e-6) / 1e12, tpp_us / floor_us, tpp_us / paged_us);
+  table->push_back(line);
+
+  CHECK_CUDA(cudaFree(kv));
+  CHECK_CUDA(cudaFree(q));
+  CHECK_CUDA(cudaFree(out_tpp));
+  CHECK_CUDA(cudaFree(out_paged));
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cs;
+  // PERFORMANCE.md section 1.
+  for (int p : {1024, 2048, 4096}) cs.push_back({"chunkattn_table", 32, 32, 32, 128, p, 1, true});
+  for (int b : {64, 256, 1024}) cs.push_back({"hydragen_fig5", b, 8, 1, 128, 32768, 1, true});
+  cs.push_back({"hydragen_fig5_suffix256", 256, 8, 1, 128, 32768, 256, true});
+  cs.push_back({"llama7b_b256_p16k_s128", 256, 32, 32, 128, 16384, 128, true});
+  // No sharing, one per shape (the largest context of the shape): tpp must equal paged.
+  cs.push_back({"noshare_chunkattn", 32, 32, 32, 128, 4096, 1, false});
+  cs.push_back({"noshare_hydragen", 64, 8, 1, 128, 32768, 1, false});
+  cs.push_back({"noshare_hydragen", 256, 8, 1, 128, 32768, 256, false});
+  cs.push_back({"noshare_hydragen", 1024, 8, 1, 128, 32768, 1, false});
+  cs.push_back({"noshare_llama7b", 256, 32, 32, 128, 16384, 128, false});
+  // Hierarchical: a global prefix, 16 group prefixes, private tails of 32..256 tokens (GQA 4).
+  Case h{"hierarchical", 256, 32, 8, 128, 4096, 256, true};
+  h.groups = 16;
+  h.group_len = 1024;
+  cs.push_back(h);
+  return cs;
+}
+
+}  // namespace
+}  // namespace banyan::bench
+
+int main(int argc, char** argv) {
+  using namespace banyan::bench;
+  int reps = 30;
+  bool sweep = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("{\"bench\":\"tpp_device\",\"name\":\"%s\",\"sms\":%d,\"l2_MB\":%.0f}\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
+  Runner runner(reps);
+  std::vector<std::string> table;
+  for (const Case& c : Cases()) {
+    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    RunCase(runner, c, sweep, &table);
+  }
+  std::printf("\n| case | B | q heads | kv heads | d | shared | private | floor us | tpp us | "
+              "paged us | tpp TB/s | tpp/floor | tpp/paged |\n|---|---|---|---|---|---|---|---|---|"
+              "---|---|---|---|\n");
+  for (const auto& l : table) std::printf("%s\n", l.c_str());
+  return 0;
+}

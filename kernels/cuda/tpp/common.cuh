@@ -1,0 +1,171 @@
+// PTX wrappers and small helpers shared by the TPP kernels (sm_80+ instructions, built for
+// sm_90): cp.async with zero fill, ldmatrix, mma.sync m16n8k16 with fp32 accumulation,
+// programmatic-dependent-launch controls.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/tpp/kv_view_dev.h"
+
+namespace banyan::kernels::cuda::tpp {
+
+// Device-side tables: the uploaded plan image, unpacked into pointers on the host.
+struct TppTables {
+  const int32_t* span_chunk;
+  const int32_t* span_begin;
+  const int32_t* span_end;
+  const int32_t* seg_row_begin;
+  const int32_t* seg_row_end;
+  const int32_t* p1_seg;
+  const int32_t* p1_span_lo;
+  const int32_t* p1_span_hi;
+  const int32_t* p1_m_begin;
+  const int32_t* p1_state;
+  const int32_t* p2_row;
+  const int32_t* p2_span_lo;
+  const int32_t* p2_span_hi;
+  const int32_t* p2_state;
+  const int32_t* row_merge_begin;
+  const int32_t* row_merge_end;
+  const int32_t* merge_states;
+  const int32_t* merge_rows;
+};
+
+// One Params struct for all three kernels, passed by value as a __grid_constant__.
+struct TppParams {
+  const void* q;      // [rows][num_q_heads][head_dim]
+  void* out;          // [rows][num_q_heads][head_dim]
+  KvViewDev kv;
+  TppTables t;
+  float* partial_o;   // [states][num_q_heads][head_dim], normalised
+  float* partial_lse; // [states][num_q_heads], log2 domain; -inf: empty state
+  float scale_log2;   // softmax scale * log2(e): logits are kept in the log2 domain
+  int32_t num_q_heads;
+  int32_t group;      // g = num_q_heads / num_kv_heads
+  int32_t wait_phase1;  // phase 2 was launched with PDL behind phase 1: every CTA waits for it
+};
+
+template <typename T>
+struct DTypeTraits;
+
+template <>
+struct DTypeTraits<__nv_bfloat16> {
+  __device__ static uint32_t Pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ static float2 Unpack(uint32_t v) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+  }
+};
+
+template <>
+struct DTypeTraits<__half> {
+  __device__ static uint32_t Pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ static float2 Unpack(uint32_t v) {
+    return __half22float2(*reinterpret_cast<__half2*>(&v));
+  }
+};
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; when !valid nothing is read and the destination is zeroed
+// (masked K/V rows must be finite: P = 0 times a NaN left in shared memory would be NaN).
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)),
+               "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(smem)));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(smem)));
+}
+
+// c[16x8, fp32] += a[16x16] * b[16x8] (row.col), bf16 or fp16 operands.
+template <typename T>
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1);
+template <>
+__device__ __forceinline__ void Mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
+                                                        uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void Mma16816<__half>(float (&c)[4], const uint32_t (&a)[4],
+                                                 uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Programmatic dependent launch (sm_90): no-ops when the grid was launched without it.
+__device__ __forceinline__ void GridDependencyWait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void LaunchDependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// 2^x on the special-function unit; ex2.approx(-inf) = +0, which the online softmax relies on.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Walks a span list in tiles of at most TILE tokens, never crossing a span (a tile is one chunk's
+// slots). All threads of a CTA hold identical iterators.
+template <int TILE>
+struct TileIter {
+  int32_t span;  // current span; == span_hi: done
+  int32_t slot;  // first slot of the tile
+  __device__ __forceinline__ void Start(const TppTables& t, int32_t lo, int32_t hi) {
+    span = lo;
+    slot = lo < hi ? t.span_begin[lo] : 0;
+    Skip(t, hi);
+  }
+  // Skips empty spans.
+  __device__ __forceinline__ void Skip(const TppTables& t, int32_t hi) {
+    while (span < hi && slot >= t.span_end[span]) {
+      ++span;
+      if (span < hi) slot = t.span_begin[span];
+    }
+  }
+  __device__ __forceinline__ void Next(const TppTables& t, int32_t hi) {
+    slot += TILE;
+    Skip(t, hi);
+  }
+};
+
+}  // namespace banyan::kernels::cuda::tpp

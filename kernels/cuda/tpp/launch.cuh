@@ -1,0 +1,142 @@
+// Layer 2 of the kernels: LaunchTppDispatched<HEAD_DIM, DTYPE> derives the compile-time
+// configuration, sets the shared-memory limits and launches the three kernels. Included only by
+// the per-family .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/tpp/phase1.cuh"
+#include "kernels/cuda/tpp/phase2.cuh"
+#include "kernels/cuda/tpp/tpp_launch.h"
+
+namespace banyan::kernels::cuda::tpp {
+
+template <KvDType DTYPE>
+struct DTypeOf;
+template <>
+struct DTypeOf<KvDType::kBf16> {
+  using Type = __nv_bfloat16;
+};
+template <>
+struct DTypeOf<KvDType::kFp16> {
+  using Type = __half;
+};
+
+inline TppParams MakeTppParams(const TppWorkPlan& plan, const TppRunArgs& a) {
+  const TppImageLayout& l = plan.layout();
+  const int32_t* im = a.image;
+  TppParams p;
+  p.q = a.q;
+  p.out = a.out;
+  p.kv = a.kv;
+  p.t = TppTables{im + l.span_chunk,   im + l.span_begin,      im + l.span_end,
+                  im + l.seg_row_begin, im + l.seg_row_end,    im + l.p1_seg,
+                  im + l.p1_span_lo,   im + l.p1_span_hi,      im + l.p1_m_begin,
+                  im + l.p1_state,     im + l.p2_row,          im + l.p2_span_lo,
+                  im + l.p2_span_hi,   im + l.p2_state,        im + l.row_merge_begin,
+                  im + l.row_merge_end, im + l.merge_states,   im + l.merge_rows};
+  const TppProblem& pr = plan.problem();
+  const size_t o_bytes = (static_cast<size_t>(std::max(plan.num_states(), 1)) * pr.num_q_heads *
+                              pr.head_dim * sizeof(float) + 255) / 256 * 256;
+  p.partial_o = static_cast<float*>(a.workspace);
+  p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + o_bytes);
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.num_q_heads = pr.num_q_heads;
+  p.group = pr.num_q_heads / pr.num_kv_heads;
+  p.wait_phase1 = 0;
+  return p;
+}
+
+template <int HEAD_DIM, typename DType, int NUM_WARPS>
+cudaError_t LaunchPhase1(const TppWorkPlan& plan, const TppParams& p, cudaStream_t stream) {
+  using Cfg = Phase1Config<HEAD_DIM, DType, NUM_WARPS>;
+  auto kernel = TppPhase1Kernel<HEAD_DIM, DType, NUM_WARPS>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Cfg::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(plan.num_p1_items(), plan.problem().num_kv_heads);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int HEAD_DIM, typename DType, int GROUP>
+cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
+                         cudaStream_t stream) {
+  using Cfg = Phase2Config<HEAD_DIM, DType, GROUP>;
+  auto kernel = TppPhase2Kernel<HEAD_DIM, DType, GROUP>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Cfg::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(plan.num_p2_items(), plan.problem().num_kv_heads * plan.p2_head_groups());
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 1 : 0;
+  e = cudaLaunchKernelEx(&config, kernel, p);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
+template <int HEAD_DIM, typename DType>
+cudaError_t LaunchPhase2Group(const TppWorkPlan& plan, const TppParams& p, bool pdl,
+                              cudaStream_t stream) {
+  switch (plan.p2_head_group()) {
+    case 1: return LaunchPhase2<HEAD_DIM, DType, 1>(plan, p, pdl, stream);
+    case 2: return LaunchPhase2<HEAD_DIM, DType, 2>(plan, p, pdl, stream);
+    case 4: return LaunchPhase2<HEAD_DIM, DType, 4>(plan, p, pdl, stream);
+    default: return LaunchPhase2<HEAD_DIM, DType, 8>(plan, p, pdl, stream);
+  }
+}
+
+template <int HEAD_DIM, KvDType DTYPE>
+cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
+                                cudaStream_t stream) {
+  using DType = typename DTypeOf<DTYPE>::Type;
+  TppParams p = MakeTppParams(plan, args);
+  cudaError_t e = cudaSuccess;
+  const bool phase1 = plan.num_p1_items() > 0;
+  const bool phase2 = plan.num_p2_items() > 0;
+  auto launch_phase1 = [&](cudaStream_t s) {
+    return plan.p1_warps() == 8 ? LaunchPhase1<HEAD_DIM, DType, 8>(plan, p, s)
+                                : LaunchPhase1<HEAD_DIM, DType, 4>(plan, p, s);
+  };
+  if (plan.deferred_merge()) {
+    // Phase 2 does not read phase-1 output: run it beside phase 1, merge after both.
+    const bool fork = phase1 && phase2 && args.side_stream != nullptr &&
+                      args.fork_event != nullptr && args.join_event != nullptr;
+    if (fork) {
+      if ((e = cudaEventRecord(args.fork_event, stream)) != cudaSuccess) return e;
+      if ((e = cudaStreamWaitEvent(args.side_stream, args.fork_event, 0)) != cudaSuccess) return e;
+    }
+    if (phase1 && (e = launch_phase1(stream)) != cudaSuccess) return e;
+    if (phase2 &&
+        (e = LaunchPhase2Group<HEAD_DIM, DType>(plan, p, false, fork ? args.side_stream : stream)) !=
+            cudaSuccess) {
+      return e;
+    }
+    if (fork) {
+      if ((e = cudaEventRecord(args.join_event, args.side_stream)) != cudaSuccess) return e;
+      if ((e = cudaStreamWaitEvent(stream, args.join_event, 0)) != cudaSuccess) return e;
+    }
+  } else {
+    if (phase1 && (e = launch_phase1(stream)) != cudaSuccess) return e;
+    if (phase2) {
+      const bool pdl = phase1 && plan.options().pdl;
+      p.wait_phase1 = pdl ? 1 : 0;
+      if ((e = LaunchPhase2Group<HEAD_DIM, DType>(plan, p, pdl, stream)) != cudaSuccess) return e;
+    }
+  }
+  if (plan.num_merge_rows() > 0) {
+    // A plain launch on `stream`: phases 1 and 2 are complete before it starts.
+    TppMergeKernel<HEAD_DIM, DType><<<plan.num_merge_rows(), 128, 0, stream>>>(p);
+    e = cudaGetLastError();
+  }
+  return e;
+}
+
+}  // namespace banyan::kernels::cuda::tpp

@@ -1,0 +1,265 @@
+// TPP phase 1: one CTA per (phase-1 item, kv head). An item is one KV split (a range of the
+// segment's spans) and one M tile of the segment's query matrix: the queries of rows
+// [r0, r1) x the g query heads of the kv head, query m = (row - r0) * g + head-in-group.
+//
+// Each warp owns 16 queries (its M slice, an m16 MMA tile); the CTA streams the split's K/V in
+// tiles of 64 token slots (one span's slots at most) through a cp.async pipeline in shared
+// memory (XOR-swizzled 16-byte vectors, so ldmatrix is conflict-free). Per tile:
+//   S = Q K^T   : mma.sync m16n8k16, Q fragments held in registers, K by ldmatrix;
+//   online softmax in registers (log2 domain; masked slots are -inf);
+//   O += P V    : P re-packed from the S accumulators, V by ldmatrix.trans.
+// The output is a normalised partial state per (query, split): o fp32 and lse (log2 domain).
+#pragma once
+
+#include "kernels/cuda/tpp/common.cuh"
+
+namespace banyan::kernels::cuda::tpp {
+
+template <int HEAD_DIM, typename DType, int NUM_WARPS>
+struct Phase1Config {
+  static constexpr int kThreads = NUM_WARPS * 32;
+  static constexpr int kBlockM = NUM_WARPS * 16;  // queries per CTA
+  static constexpr int kBlockN = 64;              // token slots per tile
+  static constexpr int kStages = NUM_WARPS == 4 ? 3 : 2;
+  static constexpr int kVecs = HEAD_DIM / 8;  // 16-byte vectors per K/V/Q row
+  static constexpr int kSmemQ = kBlockM * HEAD_DIM * sizeof(DType);
+  static constexpr int kSmemTile = kBlockN * HEAD_DIM * sizeof(DType);  // K or V of one stage
+  static constexpr int kSmemBytes = kSmemQ + kStages * 2 * kSmemTile;
+  static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 64, "head_dim: multiple of 16, >= 64");
+  static_assert(kBlockN % 16 == 0, "tile: whole k16 steps");
+};
+
+// Element offset of 16-byte vector c of row `row` in a [rows][HEAD_DIM] tile, XOR-swizzled so
+// that eight consecutive rows' vector c land in eight distinct 16-byte bank groups.
+template <int HEAD_DIM>
+__device__ __forceinline__ int Swizzle(int row, int c) {
+  return row * HEAD_DIM + ((c ^ (row & 7)) << 3);
+}
+
+template <int HEAD_DIM, typename DType, int NUM_WARPS>
+__global__ void __launch_bounds__(NUM_WARPS * 32)
+    TppPhase1Kernel(const __grid_constant__ TppParams p) {
+  using Cfg = Phase1Config<HEAD_DIM, DType, NUM_WARPS>;
+  constexpr int BN = Cfg::kBlockN;
+  constexpr int VECS = Cfg::kVecs;
+  extern __shared__ __align__(128) uint8_t smem[];
+  DType* s_q = reinterpret_cast<DType*>(smem);
+  DType* s_kv = reinterpret_cast<DType*>(smem + Cfg::kSmemQ);  // [stage][k|v][BN][HEAD_DIM]
+
+  // Let phase 2 start early: it waits for this grid before it reads the partials.
+  LaunchDependents();
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int item = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const TppTables& t = p.t;
+  const int seg = t.p1_seg[item];
+  const int span_lo = t.p1_span_lo[item];
+  const int span_hi = t.p1_span_hi[item];
+  const int m_begin = t.p1_m_begin[item];
+  const int state_base = t.p1_state[item];
+  const int g = p.group;
+  const int r0 = t.seg_row_begin[seg];
+  const int num_m = (t.seg_row_end[seg] - r0) * g;
+  const int hq = p.num_q_heads;
+
+  const DType* q = static_cast<const DType*>(p.q);
+  const DType* kv_base = static_cast<const DType*>(p.kv.base);
+  const int64_t chunk_stride = p.kv.chunk_stride;
+  const int64_t v_offset = p.kv.v_offset;
+  const int chunk_size = p.kv.chunk_size;
+
+  // Q tile, zero rows past the segment's queries.
+  for (int v = tid; v < Cfg::kBlockM * VECS; v += Cfg::kThreads) {
+    const int ml = v / VECS;
+    const int c = v % VECS;
+    const int m = m_begin + ml;
+    const bool valid = m < num_m;
+    const DType* src = q;
+    if (valid) {
+      const int row = r0 + m / g;
+      const int head = kvh * g + m % g;
+      src = q + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM + c * 8;
+    }
+    CpAsync16(s_q + Swizzle<HEAD_DIM>(ml, c), src, valid);
+  }
+  CpAsyncCommit();
+
+  auto load_tile = [&](int stage, const TileIter<BN>& it) {
+    const int n = min(BN, t.span_end[it.span] - it.slot);
+    const DType* k_src = kv_base + static_cast<int64_t>(t.span_chunk[it.span]) * chunk_stride +
+                         (static_cast<int64_t>(kvh) * chunk_size + it.slot) * HEAD_DIM;
+    DType* s_k = s_kv + stage * 2 * BN * HEAD_DIM;
+    DType* s_v = s_k + BN * HEAD_DIM;
+#pragma unroll
+    for (int i = 0; i < BN * VECS / Cfg::kThreads; ++i) {
+      const int v = tid + i * Cfg::kThreads;
+      const int row = v / VECS;
+      const int c = v % VECS;
+      const bool valid = row < n;
+      const DType* src = valid ? k_src + row * HEAD_DIM + c * 8 : k_src;
+      CpAsync16(s_k + Swizzle<HEAD_DIM>(row, c), src, valid);
+      CpAsync16(s_v + Swizzle<HEAD_DIM>(row, c), src + v_offset, valid);
+    }
+  };
+
+  TileIter<BN> load_it, comp_it;
+  load_it.Start(t, span_lo, span_hi);
+  comp_it = load_it;
+#pragma unroll
+  for (int st = 0; st < Cfg::kStages - 1; ++st) {
+    if (load_it.span < span_hi) {
+      load_tile(st, load_it);
+      load_it.Next(t, span_hi);
+    }
+    CpAsyncCommit();
+  }
+
+  uint32_t qf[HEAD_DIM / 16][4];    // A fragments of this warp's 16 queries
+  float o[HEAD_DIM / 8][4] = {};    // O accumulators: rows lane/4 and lane/4 + 8
+  float row_max[2] = {kNegInf, kNegInf};  // running max of the logits (log2 domain)
+  float row_sum[2] = {0.0f, 0.0f};        // this thread's share of the softmax denominator
+  const int warp_m0 = warp * 16;
+  const bool warp_active = m_begin + warp_m0 < num_m;  // warp-uniform
+  bool q_loaded = false;
+  int stage = 0;
+  int load_stage = Cfg::kStages - 1;
+
+  while (comp_it.span < span_hi) {
+    CpAsyncWait<Cfg::kStages - 2>();
+    __syncthreads();  // tile `stage` landed; stage `load_stage` is free (consumed last round)
+    if (load_it.span < span_hi) {
+      load_tile(load_stage, load_it);
+      load_it.Next(t, span_hi);
+    }
+    CpAsyncCommit();
+    const int n = min(BN, t.span_end[comp_it.span] - comp_it.slot);
+
+    if (warp_active) {
+      if (!q_loaded) {
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+          const int j = lane >> 3;
+          LdMatrixX4(qf[kk],
+                     s_q + Swizzle<HEAD_DIM>(warp_m0 + (j & 1) * 8 + (lane & 7), kk * 2 + (j >> 1)));
+        }
+        q_loaded = true;
+      }
+      const DType* s_k = s_kv + stage * 2 * BN * HEAD_DIM;
+      const DType* s_v = s_k + BN * HEAD_DIM;
+
+      // S = Q K^T over the tile's slots.
+      float s[BN / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      }
+#pragma unroll
+      for (int nn = 0; nn < BN / 16; ++nn) {
+        if (nn * 16 < n) {
+#pragma unroll
+          for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+            uint32_t b[4];
+            const int j = lane >> 3;
+            LdMatrixX4(b, s_k + Swizzle<HEAD_DIM>(nn * 16 + (j >> 1) * 8 + (lane & 7),
+                                                  kk * 2 + (j & 1)));
+            Mma16816<DType>(s[2 * nn], qf[kk], b[0], b[1]);
+            Mma16816<DType>(s[2 * nn + 1], qf[kk], b[2], b[3]);
+          }
+        }
+      }
+
+      // Online softmax, log2 domain. Columns past n are -inf; n >= 1 keeps the max finite.
+      float tile_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
+          const float x = col < n ? s[nt][e] * p.scale_log2 : kNegInf;
+          s[nt][e] = x;
+          tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+        }
+      }
+      float alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+        tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+        const float new_max = fmaxf(row_max[i], tile_max[i]);
+        alpha[i] = FastExp2(row_max[i] - new_max);  // exp2(-inf) = 0 on the first tile
+        row_max[i] = new_max;
+        row_sum[i] *= alpha[i];
+      }
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pr = FastExp2(s[nt][e] - row_max[e >> 1]);
+          s[nt][e] = pr;
+          row_sum[e >> 1] += pr;
+        }
+      }
+#pragma unroll
+      for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
+        o[dn][0] *= alpha[0];
+        o[dn][1] *= alpha[0];
+        o[dn][2] *= alpha[1];
+        o[dn][3] *= alpha[1];
+      }
+
+      // O += P V.
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        if (kk * 16 < n) {
+          uint32_t a[4];
+          a[0] = DTypeTraits<DType>::Pack(s[2 * kk][0], s[2 * kk][1]);
+          a[1] = DTypeTraits<DType>::Pack(s[2 * kk][2], s[2 * kk][3]);
+          a[2] = DTypeTraits<DType>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+          a[3] = DTypeTraits<DType>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+          for (int dn = 0; dn < HEAD_DIM / 16; ++dn) {
+            uint32_t b[4];
+            const int j = lane >> 3;
+            LdMatrixX4Trans(b, s_v + Swizzle<HEAD_DIM>(kk * 16 + (j & 1) * 8 + (lane & 7),
+                                                       dn * 2 + (j >> 1)));
+            Mma16816<DType>(o[2 * dn], a, b[0], b[1]);
+            Mma16816<DType>(o[2 * dn + 1], a, b[2], b[3]);
+          }
+        }
+      }
+    }
+    comp_it.Next(t, span_hi);
+    stage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
+    load_stage = load_stage + 1 == Cfg::kStages ? 0 : load_stage + 1;
+  }
+  CpAsyncWait<0>();
+
+  if (!warp_active) return;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
+    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
+    const int m = m_begin + warp_m0 + (lane >> 2) + i * 8;
+    if (m >= num_m) continue;
+    const int state = state_base + m / g;
+    const int head = kvh * g + m % g;
+    // An empty split (no slots) stays the empty state: o = 0, lse = -inf.
+    const bool empty = !(row_sum[i] > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / row_sum[i];
+    float* dst = p.partial_o + (static_cast<int64_t>(state) * hq + head) * HEAD_DIM + (lane & 3) * 2;
+#pragma unroll
+    for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
+      *reinterpret_cast<float2*>(dst + dn * 8) =
+          make_float2(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+    }
+    if ((lane & 3) == 0) {
+      p.partial_lse[static_cast<int64_t>(state) * hq + head] =
+          empty ? kNegInf : row_max[i] + log2f(row_sum[i]);
+    }
+  }
+}
+
+}  // namespace banyan::kernels::cuda::tpp

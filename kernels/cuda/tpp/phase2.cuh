@@ -1,0 +1,345 @@
+// TPP phase 2 (also the plain paged decode kernel) and the final merge.
+//
+// Phase 2: one CTA of 128 threads per (phase-2 item, kv head, head group). An item is a row and
+// a range of its private spans. The CTA attends GROUP query heads of the kv head at once, so
+// each K/V element is loaded once for all of them (GQA). Memory-bound path:
+//  - K/V tiles of 4 slots per token lane (32 slots at head_dim 128) go through a 4-stage
+//    cp.async pipeline, 16-byte vectors, three tiles in flight while one is computed;
+//  - thread (tx, ty): tx owns 8 of head_dim (one 16-byte vector), ty a token lane; logits are
+//    reduced across the tx lanes by shuffles; each token lane keeps its own online-softmax state
+//    (m, l, o) and the lanes are combined through shared memory at the end.
+// A `final` item (the row's only private piece) then merges the row's phase-1 partials by
+// log-sum-exp, normalises and writes the output; otherwise it writes a partial state and
+// TppMergeKernel finishes the row.
+//
+// Merge rule (Hydragen eq. 5, in the log2 domain): for states (o_i, lse_i), M = max lse_i,
+// w_i = 2^(lse_i - M), o = sum w_i o_i / sum w_i. States with lse = -inf weigh 0; when every
+// state is empty the output is 0 (max() of -inf keeps -inf and the weights are never computed,
+// so no -inf - -inf NaN appears).
+#pragma once
+
+#include "kernels/cuda/tpp/common.cuh"
+
+namespace banyan::kernels::cuda::tpp {
+
+template <int HEAD_DIM, typename DType, int GROUP>
+struct Phase2Config {
+  static constexpr int kThreads = 128;
+  static constexpr int kVecs = HEAD_DIM / 8;        // tx lanes: one 16-byte vector each
+  static constexpr int kLanesY = kThreads / kVecs;  // token lanes
+  static constexpr int kTokPerLane = 4;
+  static constexpr int kTile = kLanesY * kTokPerLane;  // slots per tile
+  static constexpr int kStages = 4;
+  static constexpr int kSmemTile = kTile * HEAD_DIM * sizeof(DType);  // K or V of one stage
+  static constexpr int kSmemPipe = kStages * 2 * kSmemTile;
+  static constexpr int kSmemCombine = kLanesY * GROUP * (HEAD_DIM + 2) * sizeof(float);
+  static constexpr int kSmemBytes = kSmemPipe > kSmemCombine ? kSmemPipe : kSmemCombine;
+  static_assert(kVecs <= 32 && 32 % kVecs == 0, "tx lanes must tile a warp");
+  static_assert(GROUP * kVecs <= kThreads || GROUP * kVecs % kThreads == 0, "combine mapping");
+};
+
+// Running log-sum-exp merge of normalised states into (m, w, acc[8]).
+__device__ __forceinline__ void MergeState8(float& m, float& w, float (&acc)[8], float lse_b,
+                                            const float (&o_b)[8]) {
+  const float new_m = fmaxf(m, lse_b);
+  if (new_m == kNegInf) return;  // both empty
+  const float wa = FastExp2(m - new_m);
+  const float wb = FastExp2(lse_b - new_m);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j] = acc[j] * wa + o_b[j] * wb;
+  w = w * wa + wb;
+  m = new_m;
+}
+
+__device__ __forceinline__ void LoadState8(const float* p, float (&v)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// Merges the row's listed partial states into (m, w, acc) for (head, vector c).
+template <int HEAD_DIM>
+__device__ __forceinline__ void MergeList(const TppParams& p, int begin, int end, int head, int c,
+                                          float& m, float& w, float (&acc)[8]) {
+  for (int i = begin; i < end; ++i) {
+    const int64_t st = p.t.merge_states[i];
+    const float lse = p.partial_lse[st * p.num_q_heads + head];
+    float ob[8];
+    LoadState8(p.partial_o + (st * p.num_q_heads + head) * HEAD_DIM + c * 8, ob);
+    MergeState8(m, w, acc, lse, ob);
+  }
+}
+
+template <typename DType>
+__device__ __forceinline__ void StoreOut8(DType* dst, float w, const float (&acc)[8]) {
+  const float inv = w > 0.0f ? 1.0f / w : 0.0f;  // no context at all: zeros
+  uint4 v;
+  v.x = DTypeTraits<DType>::Pack(acc[0] * inv, acc[1] * inv);
+  v.y = DTypeTraits<DType>::Pack(acc[2] * inv, acc[3] * inv);
+  v.z = DTypeTraits<DType>::Pack(acc[4] * inv, acc[5] * inv);
+  v.w = DTypeTraits<DType>::Pack(acc[6] * inv, acc[7] * inv);
+  *reinterpret_cast<uint4*>(dst) = v;
+}
+
+template <typename DType>
+__device__ __forceinline__ void Unpack8(const uint4& raw, float (&v)[8]) {
+  const float2 a = DTypeTraits<DType>::Unpack(raw.x);
+  const float2 b = DTypeTraits<DType>::Unpack(raw.y);
+  const float2 c = DTypeTraits<DType>::Unpack(raw.z);
+  const float2 d = DTypeTraits<DType>::Unpack(raw.w);
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+  v[4] = c.x, v[5] = c.y, v[6] = d.x, v[7] = d.y;
+}
+
+template <int HEAD_DIM, typename DType, int GROUP>
+__global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ TppParams p) {
+  using Cfg = Phase2Config<HEAD_DIM, DType, GROUP>;
+  constexpr int VECS = Cfg::kVecs;
+  constexpr int LANES_Y = Cfg::kLanesY;
+  constexpr int TILE = Cfg::kTile;
+  extern __shared__ __align__(128) uint8_t smem[];
+  DType* s_kv = reinterpret_cast<DType*>(smem);  // [stage][k|v][TILE][HEAD_DIM]
+
+  const int tid = threadIdx.x;
+  const int tx = tid % VECS;
+  const int ty = tid / VECS;
+  const int item = blockIdx.x;
+  const int groups = (p.group + GROUP - 1) / GROUP;
+  const int kvh = blockIdx.y / groups;
+  const int head0 = kvh * p.group + (blockIdx.y % groups) * GROUP;  // first q head of the CTA
+  const int heads = min(GROUP, kvh * p.group + p.group - head0);    // valid heads
+  const TppTables& t = p.t;
+  const int row = t.p2_row[item];
+  const int span_lo = t.p2_span_lo[item];
+  const int span_hi = t.p2_span_hi[item];
+  const int out_state = t.p2_state[item];
+  const int hq = p.num_q_heads;
+
+  const DType* kv_base = static_cast<const DType*>(p.kv.base);
+  const int64_t chunk_stride = p.kv.chunk_stride;
+  const int64_t v_offset = p.kv.v_offset;
+  const int chunk_size = p.kv.chunk_size;
+
+  auto load_tile = [&](int stage, const TileIter<TILE>& it) {
+    const int n = min(TILE, t.span_end[it.span] - it.slot);
+    const DType* k_src = kv_base + static_cast<int64_t>(t.span_chunk[it.span]) * chunk_stride +
+                         (static_cast<int64_t>(kvh) * chunk_size + it.slot) * HEAD_DIM;
+    DType* s_k = s_kv + stage * 2 * TILE * HEAD_DIM;
+    DType* s_v = s_k + TILE * HEAD_DIM;
+#pragma unroll
+    for (int i = 0; i < TILE * VECS / Cfg::kThreads; ++i) {
+      const int v = tid + i * Cfg::kThreads;
+      const int r = v / VECS;
+      const int c = v % VECS;
+      const bool valid = r < n;
+      const DType* src = valid ? k_src + r * HEAD_DIM + c * 8 : k_src;
+      CpAsync16(s_k + r * HEAD_DIM + c * 8, src, valid);
+      CpAsync16(s_v + r * HEAD_DIM + c * 8, src + v_offset, valid);
+    }
+  };
+
+  TileIter<TILE> load_it, comp_it;
+  load_it.Start(t, span_lo, span_hi);
+  comp_it = load_it;
+#pragma unroll
+  for (int st = 0; st < Cfg::kStages - 1; ++st) {
+    if (load_it.span < span_hi) {
+      load_tile(st, load_it);
+      load_it.Next(t, span_hi);
+    }
+    CpAsyncCommit();
+  }
+
+  // This thread's 8 elements of each head's query, pre-scaled into the log2 domain.
+  float qv[GROUP][8];
+  {
+    const DType* q = static_cast<const DType*>(p.q) + (static_cast<int64_t>(row) * hq) * HEAD_DIM;
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) {
+      if (h < heads) {
+        const uint4 raw =
+            *reinterpret_cast<const uint4*>(q + static_cast<int64_t>(head0 + h) * HEAD_DIM + tx * 8);
+        Unpack8<DType>(raw, qv[h]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) qv[h][j] *= p.scale_log2;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) qv[h][j] = 0.0f;
+      }
+    }
+  }
+
+  float m[GROUP], l[GROUP], o[GROUP][8];
+#pragma unroll
+  for (int h = 0; h < GROUP; ++h) {
+    m[h] = kNegInf;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[h][j] = 0.0f;
+  }
+
+  int stage = 0;
+  int load_stage = Cfg::kStages - 1;
+  while (comp_it.span < span_hi) {
+    CpAsyncWait<Cfg::kStages - 2>();
+    __syncthreads();
+    if (load_it.span < span_hi) {
+      load_tile(load_stage, load_it);
+      load_it.Next(t, span_hi);
+    }
+    CpAsyncCommit();
+    const int n = min(TILE, t.span_end[comp_it.span] - comp_it.slot);
+    const DType* s_k = s_kv + stage * 2 * TILE * HEAD_DIM;
+    const DType* s_v = s_k + TILE * HEAD_DIM;
+
+    float sc[Cfg::kTokPerLane][GROUP];
+#pragma unroll
+    for (int i = 0; i < Cfg::kTokPerLane; ++i) {
+      const int tok = i * LANES_Y + ty;
+      float k[8];
+      Unpack8<DType>(*reinterpret_cast<const uint4*>(s_k + tok * HEAD_DIM + tx * 8), k);
+#pragma unroll
+      for (int h = 0; h < GROUP; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dot = fmaf(qv[h][j], k[j], dot);
+#pragma unroll
+        for (int off = VECS / 2; off > 0; off >>= 1) {
+          dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        }
+        sc[i][h] = tok < n ? dot : kNegInf;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) {
+      float tile_max = sc[0][h];
+#pragma unroll
+      for (int i = 1; i < Cfg::kTokPerLane; ++i) tile_max = fmaxf(tile_max, sc[i][h]);
+      const float new_m = fmaxf(m[h], tile_max);
+      // A token lane that has seen only masked slots keeps the empty state (and no NaN).
+      const bool empty = new_m == kNegInf;
+      const float alpha = empty ? 1.0f : FastExp2(m[h] - new_m);
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < Cfg::kTokPerLane; ++i) {
+        const float pr = empty ? 0.0f : FastExp2(sc[i][h] - new_m);
+        sc[i][h] = pr;
+        sum += pr;
+      }
+      l[h] = l[h] * alpha + sum;
+      m[h] = new_m;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[h][j] *= alpha;
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::kTokPerLane; ++i) {
+      const int tok = i * LANES_Y + ty;
+      float v[8];
+      Unpack8<DType>(*reinterpret_cast<const uint4*>(s_v + tok * HEAD_DIM + tx * 8), v);
+#pragma unroll
+      for (int h = 0; h < GROUP; ++h) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[h][j] = fmaf(sc[i][h], v[j], o[h][j]);
+      }
+    }
+    comp_it.Next(t, span_hi);
+    stage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
+    load_stage = load_stage + 1 == Cfg::kStages ? 0 : load_stage + 1;
+  }
+  CpAsyncWait<0>();
+  __syncthreads();  // the pipeline buffers become the combine buffers
+
+  // Combine the token lanes: s_o [LANES_Y][GROUP][HEAD_DIM], s_m / s_l [LANES_Y][GROUP].
+  float* s_o = reinterpret_cast<float*>(smem);
+  float* s_m = s_o + LANES_Y * GROUP * HEAD_DIM;
+  float* s_l = s_m + LANES_Y * GROUP;
+#pragma unroll
+  for (int h = 0; h < GROUP; ++h) {
+    float* dst = s_o + (ty * GROUP + h) * HEAD_DIM + tx * 8;
+    *reinterpret_cast<float4*>(dst) = make_float4(o[h][0], o[h][1], o[h][2], o[h][3]);
+    *reinterpret_cast<float4*>(dst + 4) = make_float4(o[h][4], o[h][5], o[h][6], o[h][7]);
+    if (tx == 0) {
+      s_m[ty * GROUP + h] = m[h];
+      s_l[ty * GROUP + h] = l[h];
+    }
+  }
+  __syncthreads();
+
+  const bool final_item = out_state < 0;
+  const int merge_begin = final_item ? t.row_merge_begin[row] : 0;
+  const int merge_end = final_item ? t.row_merge_end[row] : 0;
+  // Launched with PDL behind phase 1: phase-1 partials are visible only after the wait. Every
+  // CTA waits (not only those that read partials), so that this grid completes after phase 1
+  // and a kernel queued after it (the merge) sees phase 1's output too.
+  if (p.wait_phase1) GridDependencyWait();
+
+  for (int idx = tid; idx < GROUP * VECS; idx += Cfg::kThreads) {
+    const int h = idx / VECS;
+    const int c = idx % VECS;
+    if (h >= heads) continue;
+    float mm = kNegInf;
+#pragma unroll
+    for (int y = 0; y < LANES_Y; ++y) mm = fmaxf(mm, s_m[y * GROUP + h]);
+    float w = 0.0f;
+    float acc[8] = {};
+    if (mm != kNegInf) {
+      for (int y = 0; y < LANES_Y; ++y) {
+        const float my = s_m[y * GROUP + h];
+        if (my == kNegInf) continue;
+        const float wy = FastExp2(my - mm);
+        w += s_l[y * GROUP + h] * wy;
+        float oy[8];
+        LoadState8(s_o + (y * GROUP + h) * HEAD_DIM + c * 8, oy);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = fmaf(oy[j], wy, acc[j]);
+      }
+    }
+    // (mm, w, acc): unnormalised state with sum of weights w. Normalise to a state of weight 1.
+    float state_m = kNegInf, state_w = 0.0f;
+    if (w > 0.0f) {
+      const float inv = 1.0f / w;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] *= inv;
+      state_m = mm + log2f(w);
+      state_w = 1.0f;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+    }
+    const int head = head0 + h;
+    if (!final_item) {
+      float* dst = p.partial_o + (static_cast<int64_t>(out_state) * hq + head) * HEAD_DIM + c * 8;
+      *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      if (c == 0) p.partial_lse[static_cast<int64_t>(out_state) * hq + head] = state_m;
+      continue;
+    }
+    MergeList<HEAD_DIM>(p, merge_begin, merge_end, head, c, state_m, state_w, acc);
+    StoreOut8(static_cast<DType*>(p.out) + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM +
+                  c * 8,
+              state_w, acc);
+  }
+}
+
+// Finishes rows whose private tail was split: merges the row's phase-1 partials and its
+// phase-2 pieces, normalises, writes the output. One CTA per such row.
+template <int HEAD_DIM, typename DType>
+__global__ void __launch_bounds__(128) TppMergeKernel(const __grid_constant__ TppParams p) {
+  constexpr int VECS = HEAD_DIM / 8;
+  const int row = p.t.merge_rows[blockIdx.x];
+  const int begin = p.t.row_merge_begin[row];
+  const int end = p.t.row_merge_end[row];
+  for (int idx = threadIdx.x; idx < p.num_q_heads * VECS; idx += blockDim.x) {
+    const int head = idx / VECS;
+    const int c = idx % VECS;
+    float m = kNegInf, w = 0.0f;
+    float acc[8] = {};
+    MergeList<HEAD_DIM>(p, begin, end, head, c, m, w, acc);
+    StoreOut8(static_cast<DType*>(p.out) +
+                  (static_cast<int64_t>(row) * p.num_q_heads + head) * HEAD_DIM + c * 8,
+              w, acc);
+  }
+}
+
+}  // namespace banyan::kernels::cuda::tpp

@@ -1,0 +1,91 @@
+// Layer 3: the one runtime dispatch point of the TPP kernels. Turns an unsupported head_dim or
+// dtype, or arguments that do not match the plan, into InvalidArgument, and a CUDA error into
+// Internal.
+#include "kernels/cuda/tpp/tpp_attention.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/tpp/tpp_launch.h"
+
+namespace banyan::kernels::cuda::tpp {
+namespace {
+
+template <int HEAD_DIM>
+cudaError_t ForHeadDim(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t stream) {
+  return args.dtype == KvDType::kBf16
+             ? LaunchTppDispatched<HEAD_DIM, KvDType::kBf16>(plan, args, stream)
+             : LaunchTppDispatched<HEAD_DIM, KvDType::kFp16>(plan, args, stream);
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+absl::Status Run(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t stream) {
+  const TppProblem& pr = plan.problem();
+  const KvViewDev& kv = args.kv;
+  if (kv.head_dim != pr.head_dim || kv.num_kv_heads != pr.num_kv_heads ||
+      kv.chunk_size != pr.chunk_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tpp: kv view (head_dim ", kv.head_dim, ", kv heads ", kv.num_kv_heads, ", chunk ",
+        kv.chunk_size, ") does not match the plan (", pr.head_dim, ", ", pr.num_kv_heads, ", ",
+        pr.chunk_size, ")"));
+  }
+  if (!TppSupportsHeadDim(pr.head_dim)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tpp: no kernels for head_dim ", pr.head_dim, " in this build"));
+  }
+  if (args.dtype != KvDType::kBf16 && args.dtype != KvDType::kFp16) {
+    return absl::InvalidArgumentError("tpp: dtype must be bf16 or fp16");
+  }
+  if (plan.num_rows() == 0) return absl::OkStatus();
+  if (!Aligned16(kv.base) || kv.chunk_stride % 8 != 0 || kv.v_offset % 8 != 0 ||
+      !Aligned16(args.q) || !Aligned16(args.out) || !Aligned16(args.image) ||
+      reinterpret_cast<uintptr_t>(args.workspace) % 256 != 0 || args.workspace == nullptr) {
+    return absl::InvalidArgumentError(
+        "tpp: q, out, kv base and image need 16-byte alignment (strides multiples of 8 "
+        "elements), the workspace 256-byte alignment");
+  }
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (pr.head_dim) {
+#ifdef BANYAN_TPP_HAS_D64
+    case 64: e = ForHeadDim<64>(plan, args, stream); break;
+#endif
+#ifdef BANYAN_TPP_HAS_D128
+    case 128: e = ForHeadDim<128>(plan, args, stream); break;
+#endif
+    default: break;
+  }
+  if (e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("tpp: launch failed: ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool TppSupportsHeadDim(int32_t head_dim) {
+  switch (head_dim) {
+#ifdef BANYAN_TPP_HAS_D64
+    case 64: return true;
+#endif
+#ifdef BANYAN_TPP_HAS_D128
+    case 128: return true;
+#endif
+    default: return false;
+  }
+}
+
+absl::Status TppDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& args,
+                                cudaStream_t stream) {
+  return Run(plan, args, stream);
+}
+
+absl::Status PagedDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& args,
+                                  cudaStream_t stream) {
+  if (plan.num_segments() != 0) {
+    return absl::InvalidArgumentError("paged: the plan has shared segments; build it without");
+  }
+  return Run(plan, args, stream);
+}
+
+}  // namespace banyan::kernels::cuda::tpp

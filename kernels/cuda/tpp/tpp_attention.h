@@ -1,0 +1,161 @@
+// Two-phase-partition (TPP) decode attention on the GPU, and the plain per-sequence paged decode
+// kernel (the `paged` baseline and fallback), host API.
+//
+// Plan and run are apart:
+//  - TppWorkPlan::Build (host, once per plan shape) turns an attention plan (kvcache/
+//    attention_plan.h, passed as the raw int32 arrays of kernels::PlanView) into a work
+//    partition: phase-1 items (segment, KV split, M tile), phase-2 items (row, private-span
+//    split), the partial states each writes and the list each row merges. Everything the kernels
+//    read is one int32 image, uploaded as is (one copy).
+//  - TppDecodeAttention (run) only launches: no host sync, no allocation, so a CUDA graph can
+//    capture it. Grid sizes come from the host-side plan; the device reads the uploaded image.
+//
+// Between shape changes, kvcache::AdvanceLengths only moves span ends of rows' private tails;
+// UpdateSpanEnds() patches them into the image (re-upload span_end_range() only). Splits are cut
+// at span boundaries, so the partition stays valid as lengths advance within a chunk.
+//
+// Kernels (see docs/tpp.md):
+//  - phase 1, per (item, kv head): queries of the segment's rows x the g query heads of the kv
+//    head are the M dimension of mma.sync m16n8k16 (fp32 accumulation); K/V tiles staged in
+//    shared memory by cp.async (double-buffered); online softmax; writes a partial (o, lse) per
+//    (row, q head, split).
+//  - phase 2, per (row split, kv head): attends its private spans (16-byte cp.async into a
+//    4-stage shared-memory pipeline, g heads share each K/V load), then merges the row's phase-1
+//    partials by log-sum-exp and normalises; rows whose private tail was split write a partial
+//    and a small merge kernel finishes them. With programmatic dependent launch, phase 2 starts
+//    while phase 1 runs and waits only before it reads phase-1 partials. When both phases are
+//    long (deferred merge), phase 2 never waits: it runs beside phase 1 on a side stream and
+//    the merge kernel finishes every row with segments.
+//  - with no segments only phase 2 (and the merge, for split rows) runs: that is the paged kernel.
+//
+// Shapes: q and out [num_rows][num_q_heads][head_dim] in the KV dtype. Any batch, any GQA ratio
+// (num_q_heads % num_kv_heads == 0), head_dim 64 or 128, bf16 or fp16. Empty states (lse = -inf)
+// merge without NaN; a row with no context gets zeros.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cpu/attention_params.h"
+#include "kernels/cuda/tpp/kv_view_dev.h"
+
+namespace banyan::kernels::cuda::tpp {
+
+enum class KvDType { kBf16, kFp16 };
+
+struct TppProblem {
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t chunk_size = 0;
+};
+
+// Knobs of the work partition. The defaults are what the H200 measurements chose (docs/tpp.md).
+struct TppOptions {
+  int32_t num_sms = 132;             // multiprocessors of the device (cudaDevAttrMultiProcessorCount)
+  int32_t p1_warps = 0;              // phase-1 warps per CTA, 16 query rows each: 0 auto, 4 or 8
+  int32_t p1_min_split_tokens = 256; // phase-1 KV splits are never shorter than this
+  int32_t p1_max_splits = 64;
+  int32_t p2_min_split_tokens = 1024;  // a private tail is split only into pieces this long
+  int32_t p2_ctas_per_sm = 4;          // phase-2 split target: this many CTAs per SM
+  int32_t p2_max_splits = 64;
+  bool pdl = true;  // programmatic dependent launch of phase 2 (overlaps phase 1)
+  // Deferred merge: phase 2 never waits for phase 1 (every row with segments writes a partial
+  // and the merge kernel finishes it), so the two phases can run concurrently on two streams
+  // (TppRunArgs::side_stream). -1: when the cost model says the overlap pays; 0: never; 1: always.
+  int32_t defer_merge = -1;
+};
+
+// Offsets (in int32 elements) of the arrays inside the uploaded image.
+struct TppImageLayout {
+  int64_t span_chunk = 0, span_begin = 0, span_end = 0;
+  int64_t seg_row_begin = 0, seg_row_end = 0;
+  int64_t p1_seg = 0, p1_span_lo = 0, p1_span_hi = 0, p1_m_begin = 0, p1_state = 0;
+  int64_t p2_row = 0, p2_span_lo = 0, p2_span_hi = 0, p2_state = 0;
+  int64_t row_merge_begin = 0, row_merge_end = 0, merge_states = 0;
+  int64_t merge_rows = 0;
+};
+
+class TppWorkPlan {
+ public:
+  // `plan` needs span_*, seg_row_*, seg_span_*, row_span_*, row_seg_* (seg_partial_offset and
+  // num_partials are not used: phase-1 states are numbered per split here).
+  static absl::StatusOr<TppWorkPlan> Build(const PlanView& plan, const TppProblem& problem,
+                                           const TppOptions& options = {});
+
+  // The int32 tables the kernels read; upload as is, 16-byte aligned.
+  const std::vector<int32_t>& image() const { return image_; }
+  size_t image_bytes() const { return image_.size() * sizeof(int32_t); }
+  // Device workspace for partial states: o fp32 [num_states][num_q_heads][head_dim], then
+  // lse fp32 [num_states][num_q_heads]. 256-byte aligned pieces.
+  size_t workspace_bytes() const;
+
+  // After kvcache::AdvanceLengths: copies the plan's span ends into the image. Only the
+  // [span_end_offset_bytes, + span_end_bytes) range of the image changes.
+  void UpdateSpanEnds(const int32_t* span_end);
+  size_t span_end_offset_bytes() const { return layout_.span_end * sizeof(int32_t); }
+  size_t span_end_bytes() const { return static_cast<size_t>(num_spans_) * sizeof(int32_t); }
+
+  const TppProblem& problem() const { return problem_; }
+  const TppOptions& options() const { return options_; }
+  const TppImageLayout& layout() const { return layout_; }
+  int32_t num_rows() const { return num_rows_; }
+  int32_t num_segments() const { return num_segments_; }
+  int32_t num_p1_items() const { return num_p1_; }
+  int32_t num_p2_items() const { return num_p2_; }
+  int32_t num_merge_rows() const { return num_merge_rows_; }
+  int32_t num_states() const { return num_states_; }
+  int32_t p1_warps() const { return p1_warps_; }
+  int32_t p2_head_group() const { return p2_group_; }   // q heads per phase-2 CTA (1,2,4,8)
+  int32_t p2_head_groups() const { return p2_groups_; } // phase-2 CTAs per (row split, kv head)
+  int32_t max_p1_splits() const { return max_p1_splits_; }
+  int32_t max_p2_splits() const { return max_p2_splits_; }
+  bool deferred_merge() const { return deferred_; }
+
+ private:
+  TppProblem problem_;
+  TppOptions options_;
+  TppImageLayout layout_;
+  std::vector<int32_t> image_;
+  int32_t num_rows_ = 0, num_segments_ = 0, num_spans_ = 0;
+  int32_t num_p1_ = 0, num_p2_ = 0, num_merge_rows_ = 0, num_states_ = 0;
+  int32_t p1_warps_ = 4, p2_group_ = 1, p2_groups_ = 1;
+  int32_t max_p1_splits_ = 0, max_p2_splits_ = 0;
+  bool deferred_ = false;
+};
+
+struct TppRunArgs {
+  const void* q = nullptr;  // [num_rows][num_q_heads][head_dim]
+  void* out = nullptr;      // [num_rows][num_q_heads][head_dim]
+  KvViewDev kv;
+  KvDType dtype = KvDType::kBf16;
+  float scale = 0.0f;              // softmax scale, usually 1/sqrt(head_dim)
+  const int32_t* image = nullptr;  // device copy of TppWorkPlan::image()
+  void* workspace = nullptr;       // TppWorkPlan::workspace_bytes(), 256-byte aligned
+  // Optional, for plans with deferred_merge(): phase 2 runs on side_stream concurrently with
+  // phase 1 (fork and join through the two events, created with cudaEventDisableTiming; graph
+  // capture turns them into parallel branches). Without them the kernels run in order.
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork_event = nullptr;
+  cudaEvent_t join_event = nullptr;
+};
+
+// Runs TPP decode attention. Returns InvalidArgument for an unsupported head_dim / dtype or a
+// view that does not match the plan's problem; Internal for a CUDA launch error.
+absl::Status TppDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& args,
+                                cudaStream_t stream);
+
+// The plain per-sequence paged kernel: the same launches over a plan built without sharing.
+// Returns InvalidArgument when the plan has segments.
+absl::Status PagedDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& args,
+                                  cudaStream_t stream);
+
+// True when this library was built with kernels for the head_dim.
+bool TppSupportsHeadDim(int32_t head_dim);
+
+}  // namespace banyan::kernels::cuda::tpp

@@ -1,0 +1,17 @@
+// The per-(head_dim, dtype) launchers, instantiated one family per .cu file
+// (tpp_d<HEAD_DIM>_<dtype>.cu) and called by the runtime dispatch in tpp_attention.cc.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/tpp/tpp_attention.h"
+
+namespace banyan::kernels::cuda::tpp {
+
+// Launches phase 1 (when the plan has segments), phase 2 and the merge (when a row's private
+// tail is split), in that order on `stream`. With `paged`, phase 1 is never launched.
+template <int HEAD_DIM, KvDType DTYPE>
+cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
+                                cudaStream_t stream);
+
+}  // namespace banyan::kernels::cuda::tpp

@@ -1,0 +1,297 @@
+// TppWorkPlan::Build: the host-side work partition of TPP decode attention.
+//
+// Phase 1: every segment s (rows [r0, r1), tokens T_s, M_s = (r1 - r0) * g queries per kv head)
+// is cut into k_s KV splits at span boundaries and into M tiles of 16 * warps queries. k_s comes
+// from one token length L shared by all segments (k_s ~ T_s / L), L chosen by a small cost model:
+//   time(L) = max(bytes(L) / (BW * min(1, items / SMs)), flops / (RATE * wave efficiency)),
+// bytes = the shared KV once + the partial states written and read back (they grow with k),
+// items = CTAs = sum of k_s * M tiles * kv heads. So a segment is split only as far as needed to
+// fill the SMs, and no further when its partials would cost more than the parallelism gains.
+//
+// Phase 2: each row's private spans are cut into pieces of at least p2_min_split_tokens, and so
+// that all rows together make about p2_ctas_per_sm CTAs per SM (flash-decoding); a row with one
+// piece merges its phase-1 partials and writes the output in the same CTA.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/tpp/tpp_attention.h"
+
+namespace banyan::kernels::cuda::tpp {
+namespace {
+
+// Attainable rates used by the split model (H200, measured for these kernels; docs/tpp.md).
+constexpr double kBytesPerSecond = 3.6e12;
+constexpr double kMmaFlopsPerSecond = 350e12;
+constexpr double kWaveSeconds = 1e-6;  // Q tile load + first K/V tiles of a CTA
+
+struct Range {
+  int32_t lo;
+  int32_t hi;
+};
+
+int64_t SpanTokens(const PlanView& p, int32_t lo, int32_t hi) {
+  int64_t t = 0;
+  for (int32_t s = lo; s < hi; ++s) t += p.span_end[s] - p.span_begin[s];
+  return t;
+}
+
+// Cuts spans [lo, hi) into at most n pieces of about equal token counts, at span boundaries.
+// Always returns at least one piece (an empty range when lo == hi).
+std::vector<Range> CutSpans(const PlanView& p, int32_t lo, int32_t hi, int32_t n) {
+  std::vector<Range> out;
+  const int64_t total = SpanTokens(p, lo, hi);
+  if (n <= 1 || hi - lo <= 1 || total == 0) return {{lo, hi}};
+  int32_t start = lo;
+  int64_t acc = 0;
+  int64_t k = 1;
+  for (int32_t s = lo; s < hi; ++s) {
+    acc += p.span_end[s] - p.span_begin[s];
+    if (acc * n >= total * k && s + 1 < hi && static_cast<int32_t>(out.size()) < n - 1) {
+      out.push_back({start, s + 1});
+      start = s + 1;
+      while (acc * n >= total * k) ++k;
+    }
+  }
+  out.push_back({start, hi});
+  return out;
+}
+
+int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
+
+void Append(std::vector<int32_t>& image, int64_t* offset, const std::vector<int32_t>& v) {
+  *offset = static_cast<int64_t>(image.size());
+  image.insert(image.end(), v.begin(), v.end());
+  while (image.size() % 4 != 0) image.push_back(0);  // 16-byte aligned arrays
+}
+
+}  // namespace
+
+absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppProblem& problem,
+                                               const TppOptions& options) {
+  if (problem.num_kv_heads <= 0 || problem.num_q_heads <= 0 ||
+      problem.num_q_heads % problem.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tpp: ", problem.num_q_heads, " q heads and ",
+                                                   problem.num_kv_heads, " kv heads"));
+  }
+  if (problem.head_dim <= 0 || problem.head_dim % 8 != 0 || problem.chunk_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tpp: head_dim ", problem.head_dim,
+                                                   ", chunk_size ", problem.chunk_size));
+  }
+  if (options.num_sms <= 0) return absl::InvalidArgumentError("tpp: num_sms must be positive");
+
+  TppWorkPlan wp;
+  wp.problem_ = problem;
+  wp.options_ = options;
+  wp.num_rows_ = plan.num_rows;
+  wp.num_segments_ = plan.num_segments;
+  const int32_t g = problem.num_q_heads / problem.num_kv_heads;
+  const int32_t hkv = problem.num_kv_heads;
+  const int32_t hq = problem.num_q_heads;
+  const int32_t d = problem.head_dim;
+  const int32_t nseg = plan.num_segments;
+
+  int32_t num_spans = 0;
+  for (int32_t s = 0; s < nseg; ++s) num_spans = std::max(num_spans, plan.seg_span_end[s]);
+  for (int32_t r = 0; r < plan.num_rows; ++r) {
+    num_spans = std::max(num_spans, plan.row_span_end[r]);
+  }
+  wp.num_spans_ = num_spans;
+  for (int32_t s = 0; s < num_spans; ++s) {
+    if (plan.span_begin[s] < 0 || plan.span_end[s] < plan.span_begin[s] ||
+        plan.span_end[s] > problem.chunk_size || plan.span_chunk[s] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tpp: bad span ", s));
+    }
+  }
+
+  // ---- Phase 1: M tile and KV splits.
+  std::vector<int64_t> seg_tokens(nseg);
+  std::vector<int32_t> seg_m(nseg);
+  double weighted_m = 0, weight = 0;
+  for (int32_t s = 0; s < nseg; ++s) {
+    seg_tokens[s] = SpanTokens(plan, plan.seg_span_begin[s], plan.seg_span_end[s]);
+    seg_m[s] = (plan.seg_row_end[s] - plan.seg_row_begin[s]) * g;
+    weighted_m += static_cast<double>(seg_m[s]) * seg_tokens[s];
+    weight += static_cast<double>(seg_tokens[s]);
+  }
+  int32_t warps = options.p1_warps;
+  if (warps != 4 && warps != 8) warps = (weight > 0 && weighted_m / weight >= 128) ? 8 : 4;
+  wp.p1_warps_ = warps;
+  const int32_t block_m = 16 * warps;
+  const int32_t occupancy = warps == 8 ? 1 : 2;  // resident phase-1 CTAs per SM (registers)
+
+  int64_t max_tokens = 0;
+  for (int32_t s = 0; s < nseg; ++s) max_tokens = std::max(max_tokens, seg_tokens[s]);
+  auto splits_for = [&](int32_t s, int64_t len) {
+    const int32_t spans = plan.seg_span_end[s] - plan.seg_span_begin[s];
+    int32_t k = CeilDiv(seg_tokens[s], std::max<int64_t>(len, 1));
+    k = std::min({k, options.p1_max_splits, std::max(spans, 1),
+                  std::max(1, static_cast<int32_t>(seg_tokens[s] / options.p1_min_split_tokens))});
+    return std::max(k, 1);
+  };
+  auto estimate = [&](int64_t len) {
+    double bytes = 0, partial_bytes = 0, flops = 0, items = 0;
+    for (int32_t s = 0; s < nseg; ++s) {
+      const int32_t k = splits_for(s, len);
+      const int32_t tiles = CeilDiv(seg_m[s], block_m);
+      const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
+      bytes += 4.0 * seg_tokens[s] * hkv * d;                // K and V, 2 bytes each
+      partial_bytes += k * rows * hq * (4.0 * d + 4.0);      // partial states (o, lse)
+      flops += 4.0 * CeilDiv(seg_m[s], 16) * 16.0 * seg_tokens[s] * d * hkv;
+      items += static_cast<double>(k) * tiles * hkv;
+    }
+    const double mem_util = std::min(1.0, items / options.num_sms);
+    const double capacity = static_cast<double>(options.num_sms) * occupancy;
+    const double waves = std::ceil(items / capacity);
+    const double flop_util = items / (waves * capacity);
+    // Phase 1 (written partials overlap its reads or its MMAs), then phase 2 reads them back,
+    // and every wave of CTAs pays a pipeline fill.
+    return std::max((bytes + partial_bytes) / (kBytesPerSecond * mem_util),
+                    flops / (kMmaFlopsPerSecond * flop_util)) +
+           partial_bytes / kBytesPerSecond + waves * kWaveSeconds;
+  };
+  int64_t best_len = std::max<int64_t>(max_tokens, 1);
+  double best = nseg > 0 ? estimate(best_len) : 0;
+  for (int32_t k = 2; k <= options.p1_max_splits && nseg > 0; ++k) {
+    const int64_t len = (max_tokens + k - 1) / k;
+    if (len < options.p1_min_split_tokens) break;
+    const double t = estimate(len);
+    if (t < best * 0.97) {  // a split must pay for itself clearly
+      best = t;
+      best_len = len;
+    }
+  }
+
+  std::vector<int32_t> p1_seg, p1_lo, p1_hi, p1_m, p1_state;
+  std::vector<int32_t> seg_state(nseg), seg_splits(nseg);
+  int32_t states = 0;
+  for (int32_t s = 0; s < nseg; ++s) {
+    const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
+    if (rows <= 0) return absl::InvalidArgumentError(absl::StrCat("tpp: empty segment ", s));
+    auto pieces = CutSpans(plan, plan.seg_span_begin[s], plan.seg_span_end[s],
+                           splits_for(s, best_len));
+    seg_state[s] = states;
+    seg_splits[s] = static_cast<int32_t>(pieces.size());
+    wp.max_p1_splits_ = std::max(wp.max_p1_splits_, seg_splits[s]);
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      for (int32_t m0 = 0; m0 < seg_m[s]; m0 += block_m) {
+        p1_seg.push_back(s);
+        p1_lo.push_back(pieces[j].lo);
+        p1_hi.push_back(pieces[j].hi);
+        p1_m.push_back(m0);
+        p1_state.push_back(states + static_cast<int32_t>(j) * rows);
+      }
+    }
+    states += seg_splits[s] * rows;
+  }
+  wp.num_p1_ = static_cast<int32_t>(p1_seg.size());
+
+  // ---- Phase 2: private-span splits; deferred merge when overlapping the phases pays.
+  {
+    int64_t private_tokens = 0;
+    for (int32_t r = 0; r < plan.num_rows; ++r) {
+      private_tokens += SpanTokens(plan, plan.row_span_begin[r], plan.row_span_end[r]);
+    }
+    const double t1 = nseg > 0 ? best : 0.0;
+    const double t2 = 4.0 * private_tokens * hkv * d / kBytesPerSecond;
+    const double merge = 2.0 * plan.num_rows * hq * (4.0 * d + 4.0) / kBytesPerSecond + 3e-6;
+    wp.deferred_ = nseg > 0 && (options.defer_merge == 1 ||
+                                (options.defer_merge < 0 && std::min(t1, t2) > merge + 5e-6));
+  }
+  wp.p2_group_ = g >= 8 ? 8 : (g > 4 ? 8 : (g > 2 ? 4 : g));
+  wp.p2_groups_ = CeilDiv(g, wp.p2_group_);
+  std::vector<int64_t> row_tokens(plan.num_rows);
+  int64_t total = 0;
+  for (int32_t r = 0; r < plan.num_rows; ++r) {
+    row_tokens[r] = SpanTokens(plan, plan.row_span_begin[r], plan.row_span_end[r]);
+    total += row_tokens[r];
+  }
+  const int64_t target_ctas = static_cast<int64_t>(options.p2_ctas_per_sm) * options.num_sms;
+  const int64_t per_row_ctas = static_cast<int64_t>(hkv) * wp.p2_groups_;
+  const int64_t split_len = std::max<int64_t>(
+      options.p2_min_split_tokens, (total * per_row_ctas + target_ctas - 1) / target_ctas);
+  std::vector<int32_t> p2_row, p2_lo, p2_hi, p2_state, merge_rows;
+  std::vector<int32_t> merge_begin(plan.num_rows), merge_end(plan.num_rows), merge_states;
+  for (int32_t r = 0; r < plan.num_rows; ++r) {
+    const int32_t spans = plan.row_span_end[r] - plan.row_span_begin[r];
+    int32_t k = std::min({CeilDiv(row_tokens[r], split_len), options.p2_max_splits,
+                          std::max(spans, 1)});
+    auto pieces = CutSpans(plan, plan.row_span_begin[r], plan.row_span_end[r], std::max(k, 1));
+    merge_begin[r] = static_cast<int32_t>(merge_states.size());
+    for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
+      const int32_t s = plan.row_seg_ids[i];
+      if (s < 0 || s >= nseg || r < plan.seg_row_begin[s] || r >= plan.seg_row_end[s]) {
+        return absl::InvalidArgumentError(absl::StrCat("tpp: row ", r, " not in segment ", s));
+      }
+      const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
+      for (int32_t j = 0; j < seg_splits[s]; ++j) {
+        merge_states.push_back(seg_state[s] + j * rows + (r - plan.seg_row_begin[s]));
+      }
+    }
+    wp.max_p2_splits_ = std::max(wp.max_p2_splits_, static_cast<int32_t>(pieces.size()));
+    const bool has_segments = plan.row_seg_end[r] > plan.row_seg_begin[r];
+    if (pieces.size() == 1 && !(wp.deferred_ && has_segments)) {
+      p2_row.push_back(r);
+      p2_lo.push_back(pieces[0].lo);
+      p2_hi.push_back(pieces[0].hi);
+      p2_state.push_back(-1);  // final: merge and write the output in the same CTA
+    } else {
+      merge_rows.push_back(r);
+      for (const Range& piece : pieces) {
+        p2_row.push_back(r);
+        p2_lo.push_back(piece.lo);
+        p2_hi.push_back(piece.hi);
+        p2_state.push_back(states);
+        merge_states.push_back(states);
+        ++states;
+      }
+    }
+    merge_end[r] = static_cast<int32_t>(merge_states.size());
+  }
+  wp.num_p2_ = static_cast<int32_t>(p2_row.size());
+  wp.num_merge_rows_ = static_cast<int32_t>(merge_rows.size());
+  wp.num_states_ = states;
+
+  // ---- The image.
+  auto copy = [](const int32_t* p, int32_t n) {
+    return n > 0 ? std::vector<int32_t>(p, p + n) : std::vector<int32_t>();
+  };
+  TppImageLayout& l = wp.layout_;
+  std::vector<int32_t>& im = wp.image_;
+  Append(im, &l.span_chunk, copy(plan.span_chunk, num_spans));
+  Append(im, &l.span_begin, copy(plan.span_begin, num_spans));
+  Append(im, &l.span_end, copy(plan.span_end, num_spans));
+  Append(im, &l.seg_row_begin, copy(plan.seg_row_begin, nseg));
+  Append(im, &l.seg_row_end, copy(plan.seg_row_end, nseg));
+  Append(im, &l.p1_seg, p1_seg);
+  Append(im, &l.p1_span_lo, p1_lo);
+  Append(im, &l.p1_span_hi, p1_hi);
+  Append(im, &l.p1_m_begin, p1_m);
+  Append(im, &l.p1_state, p1_state);
+  Append(im, &l.p2_row, p2_row);
+  Append(im, &l.p2_span_lo, p2_lo);
+  Append(im, &l.p2_span_hi, p2_hi);
+  Append(im, &l.p2_state, p2_state);
+  Append(im, &l.row_merge_begin, merge_begin);
+  Append(im, &l.row_merge_end, merge_end);
+  Append(im, &l.merge_states, merge_states);
+  Append(im, &l.merge_rows, merge_rows);
+  if (im.empty()) im.resize(4, 0);
+  return wp;
+}
+
+size_t TppWorkPlan::workspace_bytes() const {
+  auto round = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t states = static_cast<size_t>(std::max(num_states_, 1));
+  return round(states * problem_.num_q_heads * problem_.head_dim * sizeof(float)) +
+         round(states * problem_.num_q_heads * sizeof(float));
+}
+
+void TppWorkPlan::UpdateSpanEnds(const int32_t* span_end) {
+  std::copy(span_end, span_end + num_spans_, image_.begin() + layout_.span_end);
+}
+
+}  // namespace banyan::kernels::cuda::tpp

@@ -1,0 +1,202 @@
+// Host-only tests of TppWorkPlan (no GPU needed): the work partition covers every segment's
+// spans x M tiles and every row's private spans exactly once, each row merges exactly its
+// segments' split states, and the split choices follow the options.
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/tpp/tpp_attention.h"
+#include "kvcache/attention_plan.h"
+#include "tests/testing/random.h"
+#include "tests/testing/random_tree.h"
+
+namespace banyan::kernels::cuda::tpp {
+namespace {
+
+using kvcache::AttentionPlan;
+
+PlanView ViewOf(const AttentionPlan& p) {
+  PlanView v;
+  v.num_rows = p.num_rows();
+  v.num_segments = p.num_segments();
+  v.num_partials = p.num_partials;
+  v.span_chunk = p.span_chunk.data();
+  v.span_begin = p.span_begin.data();
+  v.span_end = p.span_end.data();
+  v.seg_row_begin = p.seg_row_begin.data();
+  v.seg_row_end = p.seg_row_end.data();
+  v.seg_span_begin = p.seg_span_begin.data();
+  v.seg_span_end = p.seg_span_end.data();
+  v.seg_partial_offset = p.seg_partial_offset.data();
+  v.row_span_begin = p.row_span_begin.data();
+  v.row_span_end = p.row_span_end.data();
+  v.row_seg_begin = p.row_seg_begin.data();
+  v.row_seg_end = p.row_seg_end.data();
+  v.row_seg_ids = p.row_seg_ids.data();
+  return v;
+}
+
+const int32_t* At(const TppWorkPlan& wp, int64_t offset) { return wp.image().data() + offset; }
+
+void CheckPartition(const AttentionPlan& plan, const TppWorkPlan& wp, int g) {
+  const TppImageLayout& l = wp.layout();
+  const int32_t block_m = 16 * wp.p1_warps();
+  // Phase 1: per segment, the items' span ranges tile [seg_span_begin, seg_span_end) and each
+  // range appears once per M tile; states are distinct per (split, row).
+  std::map<int, std::vector<std::pair<int, int>>> ranges;  // seg -> (lo, hi) per split
+  std::map<std::pair<int, int>, std::set<int>> tiles;       // (seg, lo) -> m_begin
+  std::set<int> p1_states;
+  for (int i = 0; i < wp.num_p1_items(); ++i) {
+    const int s = At(wp, l.p1_seg)[i], lo = At(wp, l.p1_span_lo)[i], hi = At(wp, l.p1_span_hi)[i];
+    const int m0 = At(wp, l.p1_m_begin)[i];
+    EXPECT_EQ(m0 % block_m, 0);
+    if (tiles[{s, lo}].empty()) ranges[s].push_back({lo, hi});
+    EXPECT_TRUE(tiles[std::make_pair(s, lo)].insert(m0).second);
+    const int rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
+    for (int r = 0; r < rows; ++r) p1_states.insert(At(wp, l.p1_state)[i] + r);
+  }
+  int expected_states = 0;
+  for (int s = 0; s < plan.num_segments(); ++s) {
+    auto& rs = ranges[s];
+    std::sort(rs.begin(), rs.end());
+    ASSERT_FALSE(rs.empty()) << "segment " << s;
+    EXPECT_EQ(rs.front().first, plan.seg_span_begin[s]);
+    EXPECT_EQ(rs.back().second, plan.seg_span_end[s]);
+    for (size_t j = 1; j < rs.size(); ++j) EXPECT_EQ(rs[j].first, rs[j - 1].second);
+    const int m = (plan.seg_row_end[s] - plan.seg_row_begin[s]) * g;
+    for (auto& r : rs) EXPECT_EQ(static_cast<int>(tiles[{s, r.first}].size()), (m + block_m - 1) / block_m);
+    expected_states += static_cast<int>(rs.size()) * (plan.seg_row_end[s] - plan.seg_row_begin[s]);
+  }
+  EXPECT_EQ(static_cast<int>(p1_states.size()), expected_states);
+
+  // Phase 2: per row, the items tile its private spans; exactly one final item or >= 2 pieces.
+  std::map<int, std::vector<std::pair<int, int>>> row_ranges;
+  std::map<int, int> finals;
+  std::set<int> p2_states;
+  for (int i = 0; i < wp.num_p2_items(); ++i) {
+    const int r = At(wp, l.p2_row)[i];
+    row_ranges[r].push_back({At(wp, l.p2_span_lo)[i], At(wp, l.p2_span_hi)[i]});
+    const int st = At(wp, l.p2_state)[i];
+    if (st < 0) {
+      ++finals[r];
+    } else {
+      EXPECT_FALSE(p1_states.count(st));
+      EXPECT_TRUE(p2_states.insert(st).second);
+    }
+  }
+  std::set<int> merge_rows(At(wp, l.merge_rows), At(wp, l.merge_rows) + wp.num_merge_rows());
+  for (int r = 0; r < plan.num_rows(); ++r) {
+    auto& rs = row_ranges[r];
+    std::sort(rs.begin(), rs.end());
+    ASSERT_FALSE(rs.empty()) << "row " << r;
+    EXPECT_EQ(rs.front().first, plan.row_span_begin[r]);
+    EXPECT_EQ(rs.back().second, plan.row_span_end[r]);
+    for (size_t j = 1; j < rs.size(); ++j) EXPECT_EQ(rs[j].first, rs[j - 1].second);
+    const bool has_segments = plan.row_seg_end[r] > plan.row_seg_begin[r];
+    const bool final_row = rs.size() == 1 && !(wp.deferred_merge() && has_segments);
+    EXPECT_EQ(finals[r], final_row ? 1 : 0) << "row " << r;
+    EXPECT_EQ(merge_rows.count(r) == 1, !final_row) << "row " << r;
+    // Merge list: one state per (segment of the row, split), plus the row's pieces if split.
+    std::multiset<int> want;
+    for (int i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
+      const int s = plan.row_seg_ids[i];
+      const int rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
+      for (auto& rg : ranges[s]) {
+        // the state of split rg for this row: find an item with that range
+        for (int it = 0; it < wp.num_p1_items(); ++it) {
+          if (At(wp, l.p1_seg)[it] == s && At(wp, l.p1_span_lo)[it] == rg.first) {
+            want.insert(At(wp, l.p1_state)[it] + r - plan.seg_row_begin[s]);
+            break;
+          }
+        }
+        (void)rows;
+      }
+    }
+    const int mb = At(wp, l.row_merge_begin)[r], me = At(wp, l.row_merge_end)[r];
+    std::multiset<int> got(At(wp, l.merge_states) + mb, At(wp, l.merge_states) + me);
+    for (int x : got) {
+      if (p2_states.count(x)) want.insert(x);
+    }
+    EXPECT_EQ(got, want) << "row " << r;
+  }
+  EXPECT_EQ(wp.num_states(), expected_states + static_cast<int>(p2_states.size()));
+}
+
+TEST(TppWorkPlanTest, PartitionCoversThePlanExactly) {
+  BANYAN_SEEDED_RNG(rng);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int chunk = 16 << (trial % 3);
+    auto pool = *kvcache::ChunkPool::Create(20000, chunk);
+    kvcache::PrefixTree tree(&pool);
+    testing::RandomTreeSpec spec;
+    spec.num_groups = 1 + trial % 6;
+    spec.rows_per_group_max = 8;
+    spec.global_prefix_min = trial % 2;
+    spec.global_prefix_max = 3000;
+    spec.group_prefix_max = 600;
+    spec.tail_max = trial % 4 == 0 ? 4000 : 100;
+    testing::BuildRandomTree(tree, rng, spec);
+    auto rows = tree.DfsOrder();
+    if (trial % 5 == 4) std::shuffle(rows.begin(), rows.end(), rng);
+    for (bool share : {true, false}) {
+      AttentionPlan plan = kvcache::BuildAttentionPlan(tree, rows, {.share = share});
+      const int g = 1 << (trial % 4);
+      TppProblem pr{2 * g, 2, 128, chunk};
+      TppOptions opt;
+      opt.p1_warps = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? 4 : 8);
+      opt.p2_min_split_tokens = 256;
+      opt.defer_merge = trial % 3 - 1;
+      auto wp = TppWorkPlan::Build(ViewOf(plan), pr, opt);
+      ASSERT_TRUE(wp.ok()) << wp.status();
+      CheckPartition(plan, *wp, g);
+      if (!share) {
+        EXPECT_EQ(wp->num_p1_items(), 0);
+      }
+    }
+  }
+}
+
+TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
+  BANYAN_SEEDED_RNG(rng);
+  auto pool = *kvcache::ChunkPool::Create(4000, 64);
+  kvcache::PrefixTree tree(&pool);
+  std::vector<int32_t> prefix(32768);
+  for (auto& t : prefix) t = static_cast<int32_t>(rng() % 50000);
+  std::vector<kvcache::SeqId> rows;
+  for (int r = 0; r < 1024; ++r) {
+    auto seq = prefix;
+    seq.push_back(100000 + r);
+    rows.push_back(tree.Insert("", seq)->seq);
+  }
+  AttentionPlan plan = kvcache::BuildAttentionPlan(tree, rows, {.share = true});
+  ASSERT_EQ(plan.num_segments(), 1);
+  // Hydragen shape: 8 q heads, 1 kv head, M = 8192: already >= one wave of M tiles.
+  auto big = TppWorkPlan::Build(ViewOf(plan), TppProblem{8, 1, 128, 64}, TppOptions{});
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->p1_warps(), 8);
+  EXPECT_LE(big->max_p1_splits(), 4);
+  EXPECT_GE(big->num_p1_items(), 64);
+  // Two rows only: the segment is split to fill the SMs.
+  std::vector<kvcache::SeqId> two(rows.begin(), rows.begin() + 2);
+  AttentionPlan small = kvcache::BuildAttentionPlan(tree, two, {.share = true});
+  auto wp = TppWorkPlan::Build(ViewOf(small), TppProblem{8, 1, 128, 64}, TppOptions{});
+  ASSERT_TRUE(wp.ok());
+  EXPECT_GT(wp->max_p1_splits(), 16);
+  EXPECT_EQ(wp->p1_warps(), 4);
+}
+
+TEST(TppWorkPlanTest, RejectsBadProblems) {
+  AttentionPlan empty;
+  EXPECT_FALSE(TppWorkPlan::Build(ViewOf(empty), TppProblem{6, 4, 128, 64}).ok());
+  EXPECT_FALSE(TppWorkPlan::Build(ViewOf(empty), TppProblem{8, 2, 100, 64}).ok());
+  auto wp = TppWorkPlan::Build(ViewOf(empty), TppProblem{8, 2, 128, 64});
+  ASSERT_TRUE(wp.ok());
+  EXPECT_EQ(wp->num_p2_items(), 0);
+  EXPECT_GT(wp->workspace_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace banyan::kernels::cuda::tpp
