@@ -11,6 +11,7 @@
 // logits' norm; the bound is 4e-2 (fp16: 1e-2). Errors are printed for the record.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <memory>
@@ -368,17 +369,19 @@ TEST_F(CudaBackendTest, OutOfMemoryMessageHasNumbers) {
   std::printf("OOM message: %s\n", std::string(b.status().message()).c_str());
 }
 
-// The transformers oracle: tools/gpu/hf_oracle.py wrote a random-weight LlamaForCausalLM with
-// save_pretrained plus its float64 logits for fixed token ids. Each sequence is prefilled up to
-// half its length, then decoded token by token (teacher forcing); every position's logits are
-// compared with transformers'.
-TEST_F(CudaBackendTest, MatchesTransformersOracle) {
-  const char* dir = std::getenv("BANYAN_HF_ORACLE_DIR");
-  if (dir == nullptr) GTEST_SKIP() << "BANYAN_HF_ORACLE_DIR not set (see tools/gpu/hf_oracle.py)";
+// The transformers oracle: tools/gpu/hf_oracle.py wrote random-weight LlamaForCausalLM models
+// with save_pretrained, one per subfolder of $BANYAN_HF_ORACLE_DIR, plus their float64 logits for
+// fixed token ids. Each sequence is prefilled up to half its length, then decoded token by token
+// (teacher forcing); every position's logits are compared with transformers'.
+void CheckOracleFolder(const std::string& dir) {
+  SCOPED_TRACE(dir);
   auto w = LoadModel(dir);
   ASSERT_TRUE(w.ok()) << w.status();
+  std::printf("[ transformers oracle ] %s: dim %d, heads %d/%d, layers %d, rope_theta %g, tied %d\n",
+              dir.c_str(), w->config.dim, w->config.n_heads, w->config.n_kv_heads,
+              w->config.n_layers, w->config.rope_theta, w->config.tie_embeddings ? 1 : 0);
   const int vocab = w->config.vocab_size;
-  std::ifstream tok_file(std::string(dir) + "/oracle_tokens.txt");
+  std::ifstream tok_file(dir + "/oracle_tokens.txt");
   ASSERT_TRUE(tok_file.good());
   std::vector<std::vector<int32_t>> seqs;
   for (std::string line; std::getline(tok_file, line);) {
@@ -387,50 +390,64 @@ TEST_F(CudaBackendTest, MatchesTransformersOracle) {
     for (int32_t t; in >> t;) s.push_back(t);
     if (!s.empty()) seqs.push_back(s);
   }
-  std::ifstream logit_file(std::string(dir) + "/oracle_logits.bin", std::ios::binary);
+  std::ifstream logit_file(dir + "/oracle_logits.bin", std::ios::binary);
   ASSERT_TRUE(logit_file.good());
   std::vector<std::vector<float>> want;  // [seq][pos * vocab]
   for (const auto& s : seqs) {
     want.emplace_back(s.size() * vocab);
-    logit_file.read(reinterpret_cast<char*>(want.back().data()), want.back().size() * 4);
+    logit_file.read(reinterpret_cast<char*>(want.back().data()),
+                    static_cast<std::streamsize>(want.back().size() * 4));
     ASSERT_TRUE(logit_file.good());
   }
-  for (DType dt : {DType::kBf16, DType::kFp16}) {
-    for (bool gpu_side : {false, true}) {
-      if (!gpu_side && dt == DType::kFp16) continue;  // the CPU runs once, in fp32
-      std::unique_ptr<Side> side = gpu_side ? MakeCuda(&*w, AttentionMode::kTpp, dt)
-                                            : MakeCpu(&*w, AttentionMode::kTpp);
-      ASSERT_NE(side, nullptr);
-      double worst = 0;
-      for (size_t i = 0; i < seqs.size(); ++i) {
-        const auto& s = seqs[i];
-        const int half = static_cast<int>(s.size()) / 2;
-        auto placed = side->tree.Insert("", std::span(s.data(), half));
-        ASSERT_TRUE(placed.ok());
-        StepOutput out;
-        ASSERT_TRUE(side->runner.Run(placed->copies, {},
-                                     std::vector<PrefillItem>{{placed->seq, std::min(placed->matched_tokens, half - 1), half, placed->matched_tokens, true}},
-                                     &out).ok());
-        auto slice = [&](int pos) {
-          return std::vector<float>(want[i].begin() + int64_t{pos} * vocab,
-                                    want[i].begin() + int64_t{pos + 1} * vocab);
-        };
-        worst = std::max(worst, RelErr(out.logits, slice(half - 1)));
-        for (int pos = half; pos < static_cast<int>(s.size()); ++pos) {
-          auto appended = side->tree.Append(placed->seq, s[pos]);
-          ASSERT_TRUE(appended.ok());
-          ASSERT_TRUE(side->runner.Run(appended->copies,
-                                       std::vector<DecodeItem>{{placed->seq, !appended->new_slots.empty()}},
-                                       {}, &out).ok());
-          worst = std::max(worst, RelErr(out.logits, slice(pos)));
-        }
+  struct Run {
+    bool gpu;
+    DType dt;
+  };
+  for (const Run& run : {Run{false, DType::kBf16}, Run{true, DType::kBf16}, Run{true, DType::kFp16}}) {
+    std::unique_ptr<Side> side = run.gpu ? MakeCuda(&*w, AttentionMode::kTpp, run.dt)
+                                         : MakeCpu(&*w, AttentionMode::kTpp);
+    ASSERT_NE(side, nullptr);
+    double worst = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto& s = seqs[i];
+      const int half = static_cast<int>(s.size()) / 2;
+      auto placed = side->tree.Insert("", std::span(s.data(), half));
+      ASSERT_TRUE(placed.ok());
+      StepOutput out;
+      const PrefillItem item{placed->seq, std::min(placed->matched_tokens, half - 1), half,
+                             placed->matched_tokens, true};
+      ASSERT_TRUE(side->runner.Run(placed->copies, {}, std::vector<PrefillItem>{item}, &out).ok());
+      auto slice = [&](int pos) {
+        return std::vector<float>(want[i].begin() + int64_t{pos} * vocab,
+                                  want[i].begin() + int64_t{pos + 1} * vocab);
+      };
+      worst = std::max(worst, RelErr(out.logits, slice(half - 1)));
+      for (int pos = half; pos < static_cast<int>(s.size()); ++pos) {
+        auto appended = side->tree.Append(placed->seq, s[pos]);
+        ASSERT_TRUE(appended.ok());
+        const DecodeItem d{placed->seq, !appended->new_slots.empty()};
+        ASSERT_TRUE(side->runner.Run(appended->copies, std::vector<DecodeItem>{d}, {}, &out).ok());
+        worst = std::max(worst, RelErr(out.logits, slice(pos)));
       }
-      const std::string label = gpu_side ? std::string("cuda ") + kernels::cuda::DTypeName(dt) : "cpu fp32";
-      std::printf("[ transformers oracle ] %s: worst rel err %.3g over %zu sequences\n",
-                  label.c_str(), worst, seqs.size());
-      EXPECT_LT(worst, gpu_side ? Tol(dt) : 1e-4) << label;
     }
+    const std::string label =
+        run.gpu ? std::string("cuda ") + kernels::cuda::DTypeName(run.dt) : "cpu fp32";
+    std::printf("[ transformers oracle ] %s: worst rel err %.3g over %zu sequences\n",
+                label.c_str(), worst, seqs.size());
+    EXPECT_LT(worst, run.gpu ? Tol(run.dt) : 1e-4) << label;
   }
+}
+
+TEST_F(CudaBackendTest, MatchesTransformersOracle) {
+  const char* root = std::getenv("BANYAN_HF_ORACLE_DIR");
+  if (root == nullptr) GTEST_SKIP() << "BANYAN_HF_ORACLE_DIR not set (see tools/gpu/hf_oracle.py)";
+  int folders = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    if (!std::filesystem::exists(entry.path() / "config.json")) continue;
+    CheckOracleFolder(entry.path().string());
+    ++folders;
+  }
+  EXPECT_GT(folders, 0) << "no model folder under " << root;
 }
 
 }  // namespace

@@ -221,7 +221,9 @@ TEST(CudaLayerKernels, ArgmaxLowestIdOnTiesNanIgnored) {
     float* row = &logits[size_t(r) * vocab];
     const int a = static_cast<int>(rng() % vocab), b = static_cast<int>(rng() % vocab);
     row[a] = row[b] = 100.0f;  // a tie
-    row[rng() % vocab] = std::nanf("");
+    int nan_at = static_cast<int>(rng() % vocab);
+    while (nan_at == a || nan_at == b) nan_at = (nan_at + 1) % vocab;
+    row[nan_at] = std::nanf("");
     want[r] = std::min(a, b);
     if (r == 7) {  // a NaN larger than anything does not win
       for (int i = 0; i < vocab; ++i) row[i] = -INFINITY;

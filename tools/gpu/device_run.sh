@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, with .gpu/ carried (see run_on_gpu.sh):
+# the GPU kernel tests, the transformers oracle and the CUDA backend tests, the decode
+# benchmark, and a compute-sanitizer pass over the fast kernels. Logs go to $OUT (at most 8
+# files come back); a summary is printed last.
+#   BENCH_ARGS="..."   extra arguments for gpu_decode_bench
+#   SKIP="bench sanitizer ..."   steps to leave out (tests oracle bench sanitizer)
+set -uo pipefail
+out=${OUT:-/tmp/banyan-gpu-out}
+mkdir -p "$out"
+dest=/tmp/banyan-gpu
+rm -rf "$dest" && mkdir -p "$dest"
+python3 -c "import tarfile, sys; tarfile.open('.gpu/bundle.tar.xz').extractall(sys.argv[1])" "$dest"
+export LD_LIBRARY_PATH=$dest/lib:/usr/local/cuda/lib64
+export BANYAN_SOURCE_DIR=$PWD
+export PYTHONUNBUFFERED=1
+skip=" ${SKIP:-} "
+summary=$out/summary.txt
+{
+  date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+} >"$summary" 2>&1
+
+step() {  # step NAME LOG COMMAND...
+  local name=$1 log=$2
+  shift 2
+  local t0=$SECONDS
+  "$@" >"$log" 2>&1
+  local rc=$?
+  echo "$name: rc=$rc ($((SECONDS - t0)) s)" >>"$summary"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |rel err|OOM message|transformers oracle' "$log" >>"$summary" || true
+}
+
+if [[ $skip != *" tests "* ]]; then
+  step gpu_kernels_test "$out/gpu_kernels_test.log" "$dest/bin/gpu_kernels_test"
+fi
+if [[ $skip != *" oracle "* ]]; then
+  step hf_oracle "$out/hf_oracle.log" python3 tools/gpu/hf_oracle.py /tmp/banyan-hf-oracle
+  grep -E 'rotary|logits rms|^torch' "$out/hf_oracle.log" >>"$summary"
+  export BANYAN_HF_ORACLE_DIR=/tmp/banyan-hf-oracle
+fi
+if [[ $skip != *" tests "* ]]; then
+  step gpu_backend_test "$out/gpu_backend_test.log" "$dest/bin/gpu_backend_test"
+fi
+if [[ $skip != *" bench "* ]]; then
+  # shellcheck disable=SC2086
+  step gpu_decode_bench "$out/bench.md" "$dest/bin/gpu_decode_bench" ${BENCH_ARGS:-}
+  cat "$out/bench.md" >>"$summary"
+fi
+if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; then
+  step compute-sanitizer "$out/sanitizer.log" timeout 150 compute-sanitizer --tool memcheck \
+    --error-exitcode 3 "$dest/bin/gpu_kernels_test" \
+    --gtest_filter='CudaPrefillAttention.*:CudaLayerKernels.*:CudaDecodeAttention.LongContexts*'
+  grep -E 'ERROR SUMMARY|Invalid' "$out/sanitizer.log" | head -5 >>"$summary"
+fi
+cat "$summary"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Builds the CUDA tests and benchmark here and packs them for the GPU machine.
+#
+#   tools/gpu/run_on_gpu.sh            # build + pack, then print the device `run` call
+#
+# Steps (on the dev machine, which has nvcc but no GPU):
+#  1. configure and build Release, sm_90, -DBANYAN_SERVER=OFF into build-gpu/ (-j2): the targets
+#     gpu_kernels_test, gpu_backend_test and gpu_decode_bench;
+#  2. copy them (stripped) plus the shared libraries `ldd` lists -- except libc, libm,
+#     libstdc++, libgcc_s, ld-linux, the CUDA driver and the CUDA toolkit's libraries, which the
+#     GPU machine has in /usr/local/cuda/lib64 -- into .gpu/bundle.tar.xz (git-ignored; about
+#     10 MiB, far under the 64 MiB that travels);
+#  3. print the call for the device tool: run tools/gpu/device_run.sh with carry [".gpu"]. It
+#     unpacks the bundle, runs the GPU tests, the transformers oracle and the benchmark with
+#     LD_LIBRARY_PATH=<bundle>/lib:/usr/local/cuda/lib64, and leaves logs in $OUT.
+#
+# Until the parent CMakeLists add the CUDA folders (kernels/cuda, engine/cuda, tests/gpu,
+# bench/cuda.cmake), the build goes through an overlay top level in build-gpu-overlay/ that
+# links every folder of the checkout and appends those lines.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+build=$root/build-gpu
+src=$root
+if ! grep -qs 'add_subdirectory(gpu)' tests/CMakeLists.txt; then
+  src=$root/build-gpu-overlay
+  mkdir -p "$src"
+  for f in "$root"/*; do
+    name=$(basename "$f")
+    case $name in CMakeLists.txt | build*) continue ;; esac
+    ln -sfn "$f" "$src/$name"
+  done
+  cp "$root/CMakeLists.txt" "$src/CMakeLists.txt"
+  cat >>"$src/CMakeLists.txt" <<'CMAKE'
+if(BANYAN_HAVE_CUDA)
+  add_subdirectory(kernels/cuda)
+  add_subdirectory(engine/cuda)
+  if(BANYAN_TESTS)
+    add_subdirectory(tests/gpu)
+  endif()
+  include(bench/cuda.cmake)
+endif()
+CMAKE
+fi
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+ninja -C "$build" -j2 gpu_kernels_test gpu_backend_test gpu_decode_bench
+
+grep -qxs '/.gpu/' .git/info/exclude || echo '/.gpu/' >>.git/info/exclude
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+for t in gpu_kernels_test gpu_backend_test gpu_decode_bench; do
+  bin=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  cp "$bin" "$stage/bin/"
+done
+strip "$stage"/bin/*
+ldd "$stage"/bin/* | awk '/=>/ { print $3 }' | sort -u |
+  grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda|libcublas|libcublasLt|libcudart|libdl|libpthread|librt)\.so' |
+  while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+rm -rf .gpu
+mkdir -p .gpu
+tar -cJf .gpu/bundle.tar.xz -C "$stage" bin lib
+echo "packed .gpu/bundle.tar.xz: $(du -h .gpu/bundle.tar.xz | cut -f1) ($(ls "$stage/lib" | wc -l) libraries)"
+cat <<'RUN'
+
+Run on the GPU machine with the device tool:
+  run(command: "bash tools/gpu/device_run.sh", carry: [".gpu"], timeout_s: 600)
+RUN
