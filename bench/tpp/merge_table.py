@@ -83,7 +83,7 @@ def main():
             if mode not in modes:
                 modes.append(mode)
     if len(modes) > 2:
-        print("\nVariants (median us; p1 warps / max p1 splits / deferred merge of the run):\n")
+        print("\nVariants (median us; p1 block M / max p1 splits / deferred merge of the run):\n")
         print("| case | B | shared | " + " | ".join(modes) + " |")
         print("|---|---|---|" + "---|" * len(modes))
         for key in order:
@@ -94,7 +94,7 @@ def main():
             for mode in modes:
                 r = m.get(mode)
                 cells.append("-" if r is None else
-                             f"{r['median_us']:.1f} (w{r['p1_warps']}/s{r['p1_splits']}/"
+                             f"{r['median_us']:.1f} (m{r['p1_block_m']}/s{r['p1_splits']}/"
                              f"{'D' if r.get('deferred') else 'F'})")
             print(f"| {key[0]} | {key[1]} | {key[5]} | " + " | ".join(cells) + " |")
     bad = [k for k in order if cases[k].get("tpp", {}).get("tpp_vs_paged_relnorm", 0) > 2e-2]

@@ -10,7 +10,7 @@
 // compared (relative norm) as a sanity check at scale.
 //
 // Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table.
-// Usage: tpp_bench [--reps N] [--only SUBSTRING] [--sweep]
+// Usage: tpp_bench [--reps N] [--only SUBSTRING of name_b<B>_p<shared>] [--sweep]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -291,7 +291,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     r.p2_items = wp->num_p2_items();
     r.p1_splits = wp->max_p1_splits();
     r.p2_splits = wp->max_p2_splits();
-    r.warps = wp->num_p1_items() > 0 ? wp->p1_warps() : 0;
+    r.warps = wp->num_p1_items() > 0 ? wp->p1_block_m() : 0;
     r.deferred = wp->deferred_merge() ? 1 : 0;
     results.push_back(r);
     CHECK_CUDA(cudaFree(image));
@@ -301,10 +301,10 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   run_mode("paged", paged_plan, true, TppOptions{}, out_paged);
   if (sweep && shared_plan.num_segments() > 0) {
     TppOptions o;
-    o.p1_warps = 4;
-    run_mode("tpp_w4", shared_plan, false, o, out_tpp);
-    o.p1_warps = 8;
-    run_mode("tpp_w8", shared_plan, false, o, out_tpp);
+    o.p1_block_m = 64;
+    run_mode("tpp_m64", shared_plan, false, o, out_tpp);
+    o.p1_block_m = 128;
+    run_mode("tpp_m128", shared_plan, false, o, out_tpp);
     o = TppOptions{};
     o.pdl = false;
     run_mode("tpp_nopdl", shared_plan, false, o, out_tpp);
@@ -330,7 +330,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         "\"prefix\":%d,\"suffix\":%d,\"share\":%s,\"groups\":%d,\"mode\":\"%s\","
         "\"median_us\":%.2f,\"p10_us\":%.2f,\"p90_us\":%.2f,\"floor_us\":%.2f,"
         "\"bytes\":%.0f,\"flops\":%.0f,\"achieved_TBps\":%.3f,\"achieved_TFLOPs\":%.1f,"
-        "\"segments\":%d,\"p1_items\":%d,\"p1_warps\":%d,\"p1_splits\":%d,\"p2_items\":%d,"
+        "\"segments\":%d,\"p1_items\":%d,\"p1_block_m\":%d,\"p1_splits\":%d,\"p2_items\":%d,"
         "\"p2_splits\":%d,\"deferred\":%d,\"tpp_vs_paged_relnorm\":%.2e}\n",
         c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false",
         c.groups, r.mode.c_str(), r.t.median_us, r.t.p10_us, r.t.p90_us, floor_us, bytes, flops,
@@ -393,7 +393,8 @@ int main(int argc, char** argv) {
   Runner runner(reps);
   std::vector<std::string> table;
   for (const Case& c : Cases()) {
-    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    const std::string id = c.name + "_b" + std::to_string(c.batch) + "_p" + std::to_string(c.shared);
+    if (!only.empty() && id.find(only) == std::string::npos) continue;
     RunCase(runner, c, sweep, &table);
   }
   std::printf("\n| case | B | q heads | kv heads | d | shared | private | floor us | tpp us | "

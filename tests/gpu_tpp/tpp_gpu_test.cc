@@ -306,7 +306,7 @@ void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const
   TppWorkPlan wp;
   const double e_tpp = RelErr(f.RunGpu(shared, opt, false, &wp), want);
   EXPECT_LT(e_tpp, tol) << label << " tpp: segments " << shared.num_segments() << ", p1 items "
-                        << wp.num_p1_items() << " (warps " << wp.p1_warps() << ", splits <= "
+                        << wp.num_p1_items() << " (block m " << wp.p1_block_m() << ", splits <= "
                         << wp.max_p1_splits() << "), p2 items " << wp.num_p2_items()
                         << ", merge rows " << wp.num_merge_rows();
   const double e_paged = RelErr(f.RunGpu(plain, opt, true), want);
@@ -335,7 +335,7 @@ TEST_P(TppGpuRandomTreeTest, MatchesCpuReference) {
     f.FillData(rng, rows);
     TppOptions opt;
     if (trial == 0) opt.defer_merge = 1;  // every row with segments through the merge kernel
-    if (trial == 1) opt.p1_warps = 8;
+    if (trial == 1) opt.p1_block_m = 128;
     if (trial == 2) opt.pdl = false;
     CheckBoth(f, rows, s, opt, "trial " + std::to_string(trial), false);
   }

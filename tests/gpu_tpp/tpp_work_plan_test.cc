@@ -43,7 +43,7 @@ const int32_t* At(const TppWorkPlan& wp, int64_t offset) { return wp.image().dat
 
 void CheckPartition(const AttentionPlan& plan, const TppWorkPlan& wp, int g) {
   const TppImageLayout& l = wp.layout();
-  const int32_t block_m = 16 * wp.p1_warps();
+  const int32_t block_m = wp.p1_block_m();
   // Phase 1: per segment, the items' span ranges tile [seg_span_begin, seg_span_end) and each
   // range appears once per M tile; states are distinct per (split, row).
   std::map<int, std::vector<std::pair<int, int>>> ranges;  // seg -> (lo, hi) per split
@@ -146,7 +146,7 @@ TEST(TppWorkPlanTest, PartitionCoversThePlanExactly) {
       const int g = 1 << (trial % 4);
       TppProblem pr{2 * g, 2, 128, chunk};
       TppOptions opt;
-      opt.p1_warps = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? 4 : 8);
+      opt.p1_block_m = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? 64 : 128);
       opt.p2_min_split_tokens = 256;
       opt.defer_merge = trial % 3 - 1;
       auto wp = TppWorkPlan::Build(ViewOf(plan), pr, opt);
@@ -176,7 +176,7 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
   // Hydragen shape: 8 q heads, 1 kv head, M = 8192: already >= one wave of M tiles.
   auto big = TppWorkPlan::Build(ViewOf(plan), TppProblem{8, 1, 128, 64}, TppOptions{});
   ASSERT_TRUE(big.ok());
-  EXPECT_EQ(big->p1_warps(), 8);
+  EXPECT_EQ(big->p1_block_m(), 128);
   EXPECT_LE(big->max_p1_splits(), 4);
   EXPECT_GE(big->num_p1_items(), 64);
   // Two rows only: the segment is split to fill the SMs.
@@ -185,7 +185,7 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
   auto wp = TppWorkPlan::Build(ViewOf(small), TppProblem{8, 1, 128, 64}, TppOptions{});
   ASSERT_TRUE(wp.ok());
   EXPECT_GT(wp->max_p1_splits(), 16);
-  EXPECT_EQ(wp->p1_warps(), 4);
+  EXPECT_EQ(wp->p1_block_m(), 64);
 }
 
 TEST(TppWorkPlanTest, RejectsBadProblems) {

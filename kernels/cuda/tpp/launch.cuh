@@ -47,10 +47,11 @@ inline TppParams MakeTppParams(const TppWorkPlan& plan, const TppRunArgs& a) {
   return p;
 }
 
-template <int HEAD_DIM, typename DType, int NUM_WARPS>
+template <int HEAD_DIM, typename DType, int M_TILES>
 cudaError_t LaunchPhase1(const TppWorkPlan& plan, const TppParams& p, cudaStream_t stream) {
-  using Cfg = Phase1Config<HEAD_DIM, DType, NUM_WARPS>;
-  auto kernel = TppPhase1Kernel<HEAD_DIM, DType, NUM_WARPS>;
+  using Cfg = Phase1Config<HEAD_DIM, DType, M_TILES>;
+  static_assert(Cfg::kBlockM == 64 || Cfg::kBlockM == 128, "TppWorkPlan tiles M by 64 or 128");
+  auto kernel = TppPhase1Kernel<HEAD_DIM, DType, M_TILES>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -102,8 +103,8 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
   const bool phase1 = plan.num_p1_items() > 0;
   const bool phase2 = plan.num_p2_items() > 0;
   auto launch_phase1 = [&](cudaStream_t s) {
-    return plan.p1_warps() == 8 ? LaunchPhase1<HEAD_DIM, DType, 8>(plan, p, s)
-                                : LaunchPhase1<HEAD_DIM, DType, 4>(plan, p, s);
+    return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, DType, 2>(plan, p, s)
+                                    : LaunchPhase1<HEAD_DIM, DType, 1>(plan, p, s);
   };
   if (plan.deferred_merge()) {
     // Phase 2 does not read phase-1 output: run it beside phase 1, merge after both.

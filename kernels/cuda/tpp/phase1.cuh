@@ -2,10 +2,12 @@
 // segment's spans) and one M tile of the segment's query matrix: the queries of rows
 // [r0, r1) x the g query heads of the kv head, query m = (row - r0) * g + head-in-group.
 //
-// Each warp owns 16 queries (its M slice, an m16 MMA tile); the CTA streams the split's K/V in
-// tiles of 64 token slots (one span's slots at most) through a cp.async pipeline in shared
-// memory (XOR-swizzled 16-byte vectors, so ldmatrix is conflict-free). Per tile:
-//   S = Q K^T   : mma.sync m16n8k16, Q fragments held in registers, K by ldmatrix;
+// Four warps; each owns 16 * M_TILES queries (M_TILES m16 MMA tiles: every K/V fragment loaded by
+// ldmatrix feeds M_TILES MMAs, which keeps shared-memory traffic under the tensor-core rate). The
+// CTA streams the split's K/V in tiles of 64 token slots (one span's slots at most) through a
+// cp.async pipeline in shared memory (XOR-swizzled 16-byte vectors, so ldmatrix is
+// conflict-free). Per tile:
+//   S = Q K^T   : mma.sync m16n8k16, Q and K fragments by ldmatrix;
 //   online softmax in registers (log2 domain; masked slots are -inf);
 //   O += P V    : P re-packed from the S accumulators, V by ldmatrix.trans.
 // The output is a normalised partial state per (query, split): o fp32 and lse (log2 domain).
@@ -15,12 +17,15 @@
 
 namespace banyan::kernels::cuda::tpp {
 
-template <int HEAD_DIM, typename DType, int NUM_WARPS>
+template <int HEAD_DIM, typename DType, int M_TILES>
 struct Phase1Config {
-  static constexpr int kThreads = NUM_WARPS * 32;
-  static constexpr int kBlockM = NUM_WARPS * 16;  // queries per CTA
-  static constexpr int kBlockN = 64;              // token slots per tile
-  static constexpr int kStages = NUM_WARPS == 4 ? 3 : 2;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMTiles = M_TILES;           // m16 tiles per warp: each K/V fragment
+                                                    // loaded by ldmatrix feeds M_TILES MMAs
+  static constexpr int kBlockM = kWarps * 16 * M_TILES;  // queries per CTA
+  static constexpr int kBlockN = 64;                     // token slots per tile
+  static constexpr int kStages = M_TILES == 1 ? 3 : 2;
   static constexpr int kVecs = HEAD_DIM / 8;  // 16-byte vectors per K/V/Q row
   static constexpr int kSmemQ = kBlockM * HEAD_DIM * sizeof(DType);
   static constexpr int kSmemTile = kBlockN * HEAD_DIM * sizeof(DType);  // K or V of one stage
@@ -36,10 +41,11 @@ __device__ __forceinline__ int Swizzle(int row, int c) {
   return row * HEAD_DIM + ((c ^ (row & 7)) << 3);
 }
 
-template <int HEAD_DIM, typename DType, int NUM_WARPS>
-__global__ void __launch_bounds__(NUM_WARPS * 32)
+template <int HEAD_DIM, typename DType, int M_TILES>
+__global__ void __launch_bounds__(128)
     TppPhase1Kernel(const __grid_constant__ TppParams p) {
-  using Cfg = Phase1Config<HEAD_DIM, DType, NUM_WARPS>;
+  using Cfg = Phase1Config<HEAD_DIM, DType, M_TILES>;
+  constexpr int MT = M_TILES;
   constexpr int BN = Cfg::kBlockN;
   constexpr int VECS = Cfg::kVecs;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -117,13 +123,17 @@ __global__ void __launch_bounds__(NUM_WARPS * 32)
     CpAsyncCommit();
   }
 
-  uint32_t qf[HEAD_DIM / 16][4];    // A fragments of this warp's 16 queries
-  float o[HEAD_DIM / 8][4] = {};    // O accumulators: rows lane/4 and lane/4 + 8
-  float row_max[2] = {kNegInf, kNegInf};  // running max of the logits (log2 domain)
-  float row_sum[2] = {0.0f, 0.0f};        // this thread's share of the softmax denominator
-  const int warp_m0 = warp * 16;
+  float o[MT][HEAD_DIM / 8][4] = {};  // O accumulators: rows lane/4 and lane/4 + 8 of tile mt
+  float row_max[MT][2];                // running max of the logits (log2 domain)
+  float row_sum[MT][2];                // this thread's share of the softmax denominator
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = kNegInf;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+  }
+  const int warp_m0 = warp * 16 * MT;
   const bool warp_active = m_begin + warp_m0 < num_m;  // warp-uniform
-  bool q_loaded = false;
+  const int j = lane >> 3;  // ldmatrix: which 8x8 matrix this lane addresses
   int stage = 0;
   int load_stage = Cfg::kStages - 1;
 
@@ -138,95 +148,102 @@ __global__ void __launch_bounds__(NUM_WARPS * 32)
     const int n = min(BN, t.span_end[comp_it.span] - comp_it.slot);
 
     if (warp_active) {
-      if (!q_loaded) {
-#pragma unroll
-        for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-          const int j = lane >> 3;
-          LdMatrixX4(qf[kk],
-                     s_q + Swizzle<HEAD_DIM>(warp_m0 + (j & 1) * 8 + (lane & 7), kk * 2 + (j >> 1)));
-        }
-        q_loaded = true;
-      }
       const DType* s_k = s_kv + stage * 2 * BN * HEAD_DIM;
       const DType* s_v = s_k + BN * HEAD_DIM;
 
-      // S = Q K^T over the tile's slots.
-      float s[BN / 8][4];
+      // S = Q K^T over the whole tile (slots past n are zero-filled, masked below). The kk loop
+      // is outermost so that the 2 * MT * BN / 16 accumulator chains interleave.
+      float s[MT][BN / 8][4];
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+          s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
+        }
       }
 #pragma unroll
-      for (int nn = 0; nn < BN / 16; ++nn) {
-        if (nn * 16 < n) {
+      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        uint32_t a[MT][4];
 #pragma unroll
-          for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-            uint32_t b[4];
-            const int j = lane >> 3;
-            LdMatrixX4(b, s_k + Swizzle<HEAD_DIM>(nn * 16 + (j >> 1) * 8 + (lane & 7),
-                                                  kk * 2 + (j & 1)));
-            Mma16816<DType>(s[2 * nn], qf[kk], b[0], b[1]);
-            Mma16816<DType>(s[2 * nn + 1], qf[kk], b[2], b[3]);
+        for (int mt = 0; mt < MT; ++mt) {
+          LdMatrixX4(a[mt], s_q + Swizzle<HEAD_DIM>(warp_m0 + mt * 16 + (j & 1) * 8 + (lane & 7),
+                                                    kk * 2 + (j >> 1)));
+        }
+#pragma unroll
+        for (int nn = 0; nn < BN / 16; ++nn) {
+          uint32_t b[4];
+          LdMatrixX4(b, s_k + Swizzle<HEAD_DIM>(nn * 16 + (j >> 1) * 8 + (lane & 7),
+                                                kk * 2 + (j & 1)));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma16816<DType>(s[mt][2 * nn], a[mt], b[0], b[1]);
+            Mma16816<DType>(s[mt][2 * nn + 1], a[mt], b[2], b[3]);
           }
         }
       }
 
       // Online softmax, log2 domain. Columns past n are -inf; n >= 1 keeps the max finite.
-      float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
+      for (int mt = 0; mt < MT; ++mt) {
+        float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
-          const float x = col < n ? s[nt][e] * p.scale_log2 : kNegInf;
-          s[nt][e] = x;
-          tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+        for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
+            const float x = col < n ? s[mt][nt][e] * p.scale_log2 : kNegInf;
+            s[mt][nt][e] = x;
+            tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+          }
         }
-      }
-      float alpha[2];
+        float alpha[2];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
-        tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
-        const float new_max = fmaxf(row_max[i], tile_max[i]);
-        alpha[i] = FastExp2(row_max[i] - new_max);  // exp2(-inf) = 0 on the first tile
-        row_max[i] = new_max;
-        row_sum[i] *= alpha[i];
-      }
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pr = FastExp2(s[nt][e] - row_max[e >> 1]);
-          s[nt][e] = pr;
-          row_sum[e >> 1] += pr;
+        for (int i = 0; i < 2; ++i) {
+          tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+          tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+          const float new_max = fmaxf(row_max[mt][i], tile_max[i]);
+          alpha[i] = FastExp2(row_max[mt][i] - new_max);  // exp2(-inf) = 0 on the first tile
+          row_max[mt][i] = new_max;
+          row_sum[mt][i] *= alpha[i];
         }
-      }
 #pragma unroll
-      for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
-        o[dn][0] *= alpha[0];
-        o[dn][1] *= alpha[0];
-        o[dn][2] *= alpha[1];
-        o[dn][3] *= alpha[1];
+        for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float pr = FastExp2(s[mt][nt][e] - row_max[mt][e >> 1]);
+            s[mt][nt][e] = pr;
+            row_sum[mt][e >> 1] += pr;
+          }
+        }
+#pragma unroll
+        for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
+          o[mt][dn][0] *= alpha[0];
+          o[mt][dn][1] *= alpha[0];
+          o[mt][dn][2] *= alpha[1];
+          o[mt][dn][3] *= alpha[1];
+        }
       }
 
-      // O += P V.
+      // O += P V (masked slots have P = 0 and zero-filled V).
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        if (kk * 16 < n) {
-          uint32_t a[4];
-          a[0] = DTypeTraits<DType>::Pack(s[2 * kk][0], s[2 * kk][1]);
-          a[1] = DTypeTraits<DType>::Pack(s[2 * kk][2], s[2 * kk][3]);
-          a[2] = DTypeTraits<DType>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-          a[3] = DTypeTraits<DType>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        uint32_t a[MT][4];
 #pragma unroll
-          for (int dn = 0; dn < HEAD_DIM / 16; ++dn) {
-            uint32_t b[4];
-            const int j = lane >> 3;
-            LdMatrixX4Trans(b, s_v + Swizzle<HEAD_DIM>(kk * 16 + (j & 1) * 8 + (lane & 7),
-                                                       dn * 2 + (j >> 1)));
-            Mma16816<DType>(o[2 * dn], a, b[0], b[1]);
-            Mma16816<DType>(o[2 * dn + 1], a, b[2], b[3]);
+        for (int mt = 0; mt < MT; ++mt) {
+          a[mt][0] = DTypeTraits<DType>::Pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          a[mt][1] = DTypeTraits<DType>::Pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          a[mt][2] = DTypeTraits<DType>::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          a[mt][3] = DTypeTraits<DType>::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dn = 0; dn < HEAD_DIM / 16; ++dn) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, s_v + Swizzle<HEAD_DIM>(kk * 16 + (j & 1) * 8 + (lane & 7),
+                                                     dn * 2 + (j >> 1)));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma16816<DType>(o[mt][2 * dn], a[mt], b[0], b[1]);
+            Mma16816<DType>(o[mt][2 * dn + 1], a[mt], b[2], b[3]);
           }
         }
       }
@@ -239,25 +256,30 @@ __global__ void __launch_bounds__(NUM_WARPS * 32)
 
   if (!warp_active) return;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
-    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
-    const int m = m_begin + warp_m0 + (lane >> 2) + i * 8;
-    if (m >= num_m) continue;
-    const int state = state_base + m / g;
-    const int head = kvh * g + m % g;
-    // An empty split (no slots) stays the empty state: o = 0, lse = -inf.
-    const bool empty = !(row_sum[i] > 0.0f);
-    const float inv = empty ? 0.0f : 1.0f / row_sum[i];
-    float* dst = p.partial_o + (static_cast<int64_t>(state) * hq + head) * HEAD_DIM + (lane & 3) * 2;
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
-      *reinterpret_cast<float2*>(dst + dn * 8) =
-          make_float2(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
-    }
-    if ((lane & 3) == 0) {
-      p.partial_lse[static_cast<int64_t>(state) * hq + head] =
-          empty ? kNegInf : row_max[i] + log2f(row_sum[i]);
+    for (int i = 0; i < 2; ++i) {
+      float sum = row_sum[mt][i];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int m = m_begin + warp_m0 + mt * 16 + (lane >> 2) + i * 8;
+      if (m >= num_m) continue;
+      const int state = state_base + m / g;
+      const int head = kvh * g + m % g;
+      // An empty split (no slots) stays the empty state: o = 0, lse = -inf.
+      const bool empty = !(sum > 0.0f);
+      const float inv = empty ? 0.0f : 1.0f / sum;
+      float* dst =
+          p.partial_o + (static_cast<int64_t>(state) * hq + head) * HEAD_DIM + (lane & 3) * 2;
+#pragma unroll
+      for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
+        *reinterpret_cast<float2*>(dst + dn * 8) =
+            make_float2(o[mt][dn][2 * i] * inv, o[mt][dn][2 * i + 1] * inv);
+      }
+      if ((lane & 3) == 0) {
+        p.partial_lse[static_cast<int64_t>(state) * hq + head] =
+            empty ? kNegInf : row_max[mt][i] + log2f(sum);
+      }
     }
   }
 }

@@ -58,11 +58,26 @@ __device__ __forceinline__ void LoadState8(const float* p, float (&v)[8]) {
   v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-// Merges the row's listed partial states into (m, w, acc) for (head, vector c).
+// Merges the row's listed partial states into (m, w, acc) for (head, vector c). Loads four
+// states ahead, so that their latencies overlap.
 template <int HEAD_DIM>
 __device__ __forceinline__ void MergeList(const TppParams& p, int begin, int end, int head, int c,
                                           float& m, float& w, float (&acc)[8]) {
-  for (int i = begin; i < end; ++i) {
+  constexpr int kAhead = 4;
+  int i = begin;
+  for (; i + kAhead <= end; i += kAhead) {
+    float lse[kAhead];
+    float ob[kAhead][8];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const int64_t st = p.t.merge_states[i + k];
+      lse[k] = p.partial_lse[st * p.num_q_heads + head];
+      LoadState8(p.partial_o + (st * p.num_q_heads + head) * HEAD_DIM + c * 8, ob[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) MergeState8(m, w, acc, lse[k], ob[k]);
+  }
+  for (; i < end; ++i) {
     const int64_t st = p.t.merge_states[i];
     const float lse = p.partial_lse[st * p.num_q_heads + head];
     float ob[8];

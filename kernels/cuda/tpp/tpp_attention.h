@@ -16,9 +16,9 @@
 //
 // Kernels (see docs/tpp.md):
 //  - phase 1, per (item, kv head): queries of the segment's rows x the g query heads of the kv
-//    head are the M dimension of mma.sync m16n8k16 (fp32 accumulation); K/V tiles staged in
-//    shared memory by cp.async (double-buffered); online softmax; writes a partial (o, lse) per
-//    (row, q head, split).
+//    head are the M dimension of mma.sync m16n8k16 (fp32 accumulation), in tiles of 64 or 128;
+//    K/V tiles staged in shared memory by cp.async (2-3 stages); online softmax; writes a
+//    partial (o, lse) per (row, q head, split).
 //  - phase 2, per (row split, kv head): attends its private spans (16-byte cp.async into a
 //    4-stage shared-memory pipeline, g heads share each K/V load), then merges the row's phase-1
 //    partials by log-sum-exp and normalises; rows whose private tail was split write a partial
@@ -58,7 +58,7 @@ struct TppProblem {
 // Knobs of the work partition. The defaults are what the H200 measurements chose (docs/tpp.md).
 struct TppOptions {
   int32_t num_sms = 132;             // multiprocessors of the device (cudaDevAttrMultiProcessorCount)
-  int32_t p1_warps = 0;              // phase-1 warps per CTA, 16 query rows each: 0 auto, 4 or 8
+  int32_t p1_block_m = 0;  // phase-1 queries per CTA (4 warps x 16 or 32 rows): 0 auto, 64, 128
   int32_t p1_min_split_tokens = 256; // phase-1 KV splits are never shorter than this
   int32_t p1_max_splits = 64;
   int32_t p2_min_split_tokens = 1024;  // a private tail is split only into pieces this long
@@ -110,7 +110,7 @@ class TppWorkPlan {
   int32_t num_p2_items() const { return num_p2_; }
   int32_t num_merge_rows() const { return num_merge_rows_; }
   int32_t num_states() const { return num_states_; }
-  int32_t p1_warps() const { return p1_warps_; }
+  int32_t p1_block_m() const { return p1_block_m_; }
   int32_t p2_head_group() const { return p2_group_; }   // q heads per phase-2 CTA (1,2,4,8)
   int32_t p2_head_groups() const { return p2_groups_; } // phase-2 CTAs per (row split, kv head)
   int32_t max_p1_splits() const { return max_p1_splits_; }
@@ -124,7 +124,7 @@ class TppWorkPlan {
   std::vector<int32_t> image_;
   int32_t num_rows_ = 0, num_segments_ = 0, num_spans_ = 0;
   int32_t num_p1_ = 0, num_p2_ = 0, num_merge_rows_ = 0, num_states_ = 0;
-  int32_t p1_warps_ = 4, p2_group_ = 1, p2_groups_ = 1;
+  int32_t p1_block_m_ = 64, p2_group_ = 1, p2_groups_ = 1;
   int32_t max_p1_splits_ = 0, max_p2_splits_ = 0;
   bool deferred_ = false;
 };

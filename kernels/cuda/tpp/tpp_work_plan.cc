@@ -117,11 +117,12 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     weighted_m += static_cast<double>(seg_m[s]) * seg_tokens[s];
     weight += static_cast<double>(seg_tokens[s]);
   }
-  int32_t warps = options.p1_warps;
-  if (warps != 4 && warps != 8) warps = (weight > 0 && weighted_m / weight >= 128) ? 8 : 4;
-  wp.p1_warps_ = warps;
-  const int32_t block_m = 16 * warps;
-  const int32_t occupancy = warps == 8 ? 1 : 2;  // resident phase-1 CTAs per SM (registers)
+  int32_t block_m = options.p1_block_m;
+  if (block_m != 64 && block_m != 128) {
+    block_m = (weight > 0 && weighted_m / weight >= 128) ? 128 : 64;
+  }
+  wp.p1_block_m_ = block_m;
+  constexpr int32_t occupancy = 2;  // resident phase-1 CTAs per SM (shared memory)
 
   int64_t max_tokens = 0;
   for (int32_t s = 0; s < nseg; ++s) max_tokens = std::max(max_tokens, seg_tokens[s]);
@@ -143,7 +144,9 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
       flops += 4.0 * CeilDiv(seg_m[s], 16) * 16.0 * seg_tokens[s] * d * hkv;
       items += static_cast<double>(k) * tiles * hkv;
     }
-    const double mem_util = std::min(1.0, items / options.num_sms);
+    // One CTA per SM cannot stream at the SM's share of bandwidth (a tile's latency is exposed):
+    // count full bandwidth from two CTAs per SM.
+    const double mem_util = std::min(1.0, items / (2.0 * options.num_sms));
     const double capacity = static_cast<double>(options.num_sms) * occupancy;
     const double waves = std::ceil(items / capacity);
     const double flop_util = items / (waves * capacity);

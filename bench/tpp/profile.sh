@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Nsight Compute counters for the TPP kernels (Firecracker GPU machines; clocks left alone).
+# Usage: bash bench/tpp/profile.sh [.gpu-tpp]   -> $OUT/ncu_*.txt and a short summary.
+set -u
+DIR=${1:-.gpu-tpp}
+OUT=${OUT:-/tmp/tpp-out}
+export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -z "$NCU" ] && { echo "no ncu"; exit 0; }
+M=gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
+M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed
+M=$M,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+M=$M,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active
+M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
+M=$M,sm__warps_active.avg.pct_of_peak_sustained_active
+M=$M,smsp__warp_issue_stalled_barrier_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_wait_per_warp_active.pct
+M=$M,smsp__issue_active.avg.pct_of_peak_sustained_active
+prof() {  # name kernel-regex bench-filter
+  timeout 120 "$NCU" --clock-control none -k "regex:$2" --launch-count 1 --metrics "$M" \
+    "$DIR/tpp_bench" --only "$3" --reps 1 > "$OUT/ncu_$1.txt" 2>&1
+  echo "-- $1 ($2, $3)"
+  grep -E "^ +(gpu__|sm__|dram__|l1tex__|smsp__)" "$OUT/ncu_$1.txt" | awk '{printf "  %s %s\n", $1, $NF}'
+}
+prof p1_hydragen_b1024 TppPhase1 hydragen_fig5_b1024
+prof p1_chunkattn_p1024 TppPhase1 chunkattn_table_b32_p1024
+prof p2_chunkattn_p1024 TppPhase2 chunkattn_table_b32_p1024
+prof p2_noshare_hydragen TppPhase2 noshare_hydragen_b64
