@@ -28,7 +28,7 @@ step() {  # step NAME LOG COMMAND...
   "$@" >"$log" 2>&1
   local rc=$?
   echo "$name: rc=$rc ($((SECONDS - t0)) s)" >>"$summary"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) |rel err|OOM message|transformers oracle' "$log" >>"$summary" || true
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |rel err|OOM message|transformers oracle|batch vs solo|diverges' "$log" >>"$summary" || true
 }
 
 if [[ $skip != *" tests "* ]]; then
