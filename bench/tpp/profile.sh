@@ -27,6 +27,7 @@ prof() {  # name kernel-regex bench-filter
   grep -E "^ +(gpu__|sm__|dram__|l1tex__|smsp__)" "$OUT/ncu_$1.txt" | awk '{printf "  %s %s\n", $1, $NF}'
 }
 prof p1_hydragen_b1024 TppPhase1 hydragen_fig5_b1024
+[ "${TPP_PROFILE_ALL:-0}" = 1 ] || exit 0
 prof p1_chunkattn_p1024 TppPhase1 chunkattn_table_b32_p1024
 prof p2_chunkattn_p1024 TppPhase2 chunkattn_table_b32_p1024
 prof p2_noshare_hydragen TppPhase2 noshare_hydragen_b64

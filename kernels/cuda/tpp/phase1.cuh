@@ -5,10 +5,10 @@
 // Four warps; each owns 16 * M_TILES queries (M_TILES m16 MMA tiles: every K/V fragment loaded by
 // ldmatrix feeds M_TILES MMAs, which keeps shared-memory traffic under the tensor-core rate). The
 // CTA streams the split's K/V in tiles of 64 token slots (one span's slots at most) through a
-// cp.async pipeline in shared memory (XOR-swizzled 16-byte vectors, so ldmatrix is
+// cp.async pipeline in shared memory (padded or XOR-swizzled rows, so ldmatrix is
 // conflict-free). Per tile:
 //   S = Q K^T   : mma.sync m16n8k16, Q and K fragments by ldmatrix;
-//   online softmax in registers (log2 domain; masked slots are -inf);
+//   online softmax in registers (raw-score max, exp2 of one FFMA; masked slots are -inf);
 //   O += P V    : P re-packed from the S accumulators, V by ldmatrix.trans.
 // The output is a normalised partial state per (query, split): o fp32 and lse (log2 domain).
 #pragma once
@@ -27,18 +27,28 @@ struct Phase1Config {
   static constexpr int kBlockN = 64;                     // token slots per tile
   static constexpr int kStages = M_TILES == 1 ? 3 : 2;
   static constexpr int kVecs = HEAD_DIM / 8;  // 16-byte vectors per K/V/Q row
-  static constexpr int kSmemQ = kBlockM * HEAD_DIM * sizeof(DType);
-  static constexpr int kSmemTile = kBlockN * HEAD_DIM * sizeof(DType);  // K or V of one stage
+  // Shared-memory rows: M_TILES == 2 pads each row by 16 bytes (ldmatrix addresses stay affine,
+  // which the register-bound 2-tile kernel needs); M_TILES == 1 XOR-swizzles unpadded rows
+  // (less shared memory: two CTAs per SM with three stages). Both are bank-conflict free.
+  static constexpr bool kPadded = M_TILES == 2;
+  static constexpr int kRow = kPadded ? HEAD_DIM + 8 : HEAD_DIM;  // elements per smem row
+  static constexpr int kSmemQ = kBlockM * kRow * sizeof(DType);
+  static constexpr int kSmemTile = kBlockN * kRow * sizeof(DType);  // K or V of one stage
   static constexpr int kSmemBytes = kSmemQ + kStages * 2 * kSmemTile;
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 64, "head_dim: multiple of 16, >= 64");
   static_assert(kBlockN % 16 == 0, "tile: whole k16 steps");
 };
 
-// Element offset of 16-byte vector c of row `row` in a [rows][HEAD_DIM] tile, XOR-swizzled so
-// that eight consecutive rows' vector c land in eight distinct 16-byte bank groups.
-template <int HEAD_DIM>
+// Element offset of 16-byte vector c of row `row` in a shared-memory tile, laid out so that
+// eight consecutive rows' vector c land in eight distinct 16-byte bank groups: rows padded by 16
+// bytes, or unpadded rows with the vector index XOR-swizzled by row & 7.
+template <int HEAD_DIM, bool PADDED>
 __device__ __forceinline__ int Swizzle(int row, int c) {
-  return row * HEAD_DIM + ((c ^ (row & 7)) << 3);
+  if constexpr (PADDED) {
+    return row * (HEAD_DIM + 8) + c * 8;
+  } else {
+    return row * HEAD_DIM + ((c ^ (row & 7)) << 3);
+  }
 }
 
 template <int HEAD_DIM, typename DType, int M_TILES>
@@ -50,7 +60,8 @@ __global__ void __launch_bounds__(128)
   constexpr int VECS = Cfg::kVecs;
   extern __shared__ __align__(128) uint8_t smem[];
   DType* s_q = reinterpret_cast<DType*>(smem);
-  DType* s_kv = reinterpret_cast<DType*>(smem + Cfg::kSmemQ);  // [stage][k|v][BN][HEAD_DIM]
+  DType* s_kv = reinterpret_cast<DType*>(smem + Cfg::kSmemQ);  // [stage][k|v][BN][kRow]
+  constexpr int ROW = Cfg::kRow;
 
   // Let phase 2 start early: it waits for this grid before it reads the partials.
   LaunchDependents();
@@ -89,7 +100,7 @@ __global__ void __launch_bounds__(128)
       const int head = kvh * g + m % g;
       src = q + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM + c * 8;
     }
-    CpAsync16(s_q + Swizzle<HEAD_DIM>(ml, c), src, valid);
+    CpAsync16(s_q + Swizzle<HEAD_DIM, Cfg::kPadded>(ml, c), src, valid);
   }
   CpAsyncCommit();
 
@@ -97,8 +108,8 @@ __global__ void __launch_bounds__(128)
     const int n = min(BN, t.span_end[it.span] - it.slot);
     const DType* k_src = kv_base + static_cast<int64_t>(t.span_chunk[it.span]) * chunk_stride +
                          (static_cast<int64_t>(kvh) * chunk_size + it.slot) * HEAD_DIM;
-    DType* s_k = s_kv + stage * 2 * BN * HEAD_DIM;
-    DType* s_v = s_k + BN * HEAD_DIM;
+    DType* s_k = s_kv + stage * 2 * BN * ROW;
+    DType* s_v = s_k + BN * ROW;
 #pragma unroll
     for (int i = 0; i < BN * VECS / Cfg::kThreads; ++i) {
       const int v = tid + i * Cfg::kThreads;
@@ -106,8 +117,8 @@ __global__ void __launch_bounds__(128)
       const int c = v % VECS;
       const bool valid = row < n;
       const DType* src = valid ? k_src + row * HEAD_DIM + c * 8 : k_src;
-      CpAsync16(s_k + Swizzle<HEAD_DIM>(row, c), src, valid);
-      CpAsync16(s_v + Swizzle<HEAD_DIM>(row, c), src + v_offset, valid);
+      CpAsync16(s_k + Swizzle<HEAD_DIM, Cfg::kPadded>(row, c), src, valid);
+      CpAsync16(s_v + Swizzle<HEAD_DIM, Cfg::kPadded>(row, c), src + v_offset, valid);
     }
   };
 
@@ -124,7 +135,7 @@ __global__ void __launch_bounds__(128)
   }
 
   float o[MT][HEAD_DIM / 8][4] = {};  // O accumulators: rows lane/4 and lane/4 + 8 of tile mt
-  float row_max[MT][2];                // running max of the logits (log2 domain)
+  float row_max[MT][2];                // running max of the raw scores q.k (unscaled)
   float row_sum[MT][2];                // this thread's share of the softmax denominator
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -148,8 +159,8 @@ __global__ void __launch_bounds__(128)
     const int n = min(BN, t.span_end[comp_it.span] - comp_it.slot);
 
     if (warp_active) {
-      const DType* s_k = s_kv + stage * 2 * BN * HEAD_DIM;
-      const DType* s_v = s_k + BN * HEAD_DIM;
+      const DType* s_k = s_kv + stage * 2 * BN * ROW;
+      const DType* s_v = s_k + BN * ROW;
 
       // S = Q K^T over the whole tile (slots past n are zero-filled, masked below). The kk loop
       // is outermost so that the 2 * MT * BN / 16 accumulator chains interleave.
@@ -166,13 +177,13 @@ __global__ void __launch_bounds__(128)
         uint32_t a[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          LdMatrixX4(a[mt], s_q + Swizzle<HEAD_DIM>(warp_m0 + mt * 16 + (j & 1) * 8 + (lane & 7),
+          LdMatrixX4(a[mt], s_q + Swizzle<HEAD_DIM, Cfg::kPadded>(warp_m0 + mt * 16 + (j & 1) * 8 + (lane & 7),
                                                     kk * 2 + (j >> 1)));
         }
 #pragma unroll
         for (int nn = 0; nn < BN / 16; ++nn) {
           uint32_t b[4];
-          LdMatrixX4(b, s_k + Swizzle<HEAD_DIM>(nn * 16 + (j >> 1) * 8 + (lane & 7),
+          LdMatrixX4(b, s_k + Swizzle<HEAD_DIM, Cfg::kPadded>(nn * 16 + (j >> 1) * 8 + (lane & 7),
                                                 kk * 2 + (j & 1)));
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
@@ -182,45 +193,54 @@ __global__ void __launch_bounds__(128)
         }
       }
 
-      // Online softmax, log2 domain. Columns past n are -inf; n >= 1 keeps the max finite.
+      // Online softmax on raw scores (the scale is folded into one FFMA before exp2). Columns
+      // past n are -inf (only partial tiles pay for the mask); n >= 1 keeps the max finite.
+      if (n < BN) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if (nt * 8 + (lane & 3) * 2 + (e & 1) >= n) s[mt][nt][e] = kNegInf;
+            }
+          }
+        }
+      }
+      const float scale = p.scale_log2;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
-            const float x = col < n ? s[mt][nt][e] * p.scale_log2 : kNegInf;
-            s[mt][nt][e] = x;
-            tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
-          }
+          tile_max[0] = fmaxf(tile_max[0], fmaxf(s[mt][nt][0], s[mt][nt][1]));
+          tile_max[1] = fmaxf(tile_max[1], fmaxf(s[mt][nt][2], s[mt][nt][3]));
         }
-        float alpha[2];
+        float neg_max[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
           tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
           const float new_max = fmaxf(row_max[mt][i], tile_max[i]);
-          alpha[i] = FastExp2(row_max[mt][i] - new_max);  // exp2(-inf) = 0 on the first tile
+          // (-inf - finite) * scale = -inf: alpha = 0 on the first tile.
+          const float alpha = FastExp2((row_max[mt][i] - new_max) * scale);
+          neg_max[i] = -new_max * scale;
           row_max[mt][i] = new_max;
-          row_sum[mt][i] *= alpha[i];
+          row_sum[mt][i] *= alpha;
+#pragma unroll
+          for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
+            o[mt][dn][2 * i] *= alpha;
+            o[mt][dn][2 * i + 1] *= alpha;
+          }
         }
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float pr = FastExp2(s[mt][nt][e] - row_max[mt][e >> 1]);
+            const float pr = FastExp2(fmaf(s[mt][nt][e], scale, neg_max[e >> 1]));
             s[mt][nt][e] = pr;
             row_sum[mt][e >> 1] += pr;
           }
-        }
-#pragma unroll
-        for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
-          o[mt][dn][0] *= alpha[0];
-          o[mt][dn][1] *= alpha[0];
-          o[mt][dn][2] *= alpha[1];
-          o[mt][dn][3] *= alpha[1];
         }
       }
 
@@ -238,7 +258,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int dn = 0; dn < HEAD_DIM / 16; ++dn) {
           uint32_t b[4];
-          LdMatrixX4Trans(b, s_v + Swizzle<HEAD_DIM>(kk * 16 + (j & 1) * 8 + (lane & 7),
+          LdMatrixX4Trans(b, s_v + Swizzle<HEAD_DIM, Cfg::kPadded>(kk * 16 + (j & 1) * 8 + (lane & 7),
                                                      dn * 2 + (j >> 1)));
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
@@ -278,7 +298,7 @@ __global__ void __launch_bounds__(128)
       }
       if ((lane & 3) == 0) {
         p.partial_lse[static_cast<int64_t>(state) * hq + head] =
-            empty ? kNegInf : row_max[mt][i] + log2f(sum);
+            empty ? kNegInf : row_max[mt][i] * p.scale_log2 + log2f(sum);
       }
     }
   }

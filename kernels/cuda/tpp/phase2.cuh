@@ -3,8 +3,8 @@
 // Phase 2: one CTA of 128 threads per (phase-2 item, kv head, head group). An item is a row and
 // a range of its private spans. The CTA attends GROUP query heads of the kv head at once, so
 // each K/V element is loaded once for all of them (GQA). Memory-bound path:
-//  - K/V tiles of 4 slots per token lane (32 slots at head_dim 128) go through a 4-stage
-//    cp.async pipeline, 16-byte vectors, three tiles in flight while one is computed;
+//  - K/V tiles of 4 slots per token lane (32 slots at head_dim 128) go through a 3-stage
+//    cp.async pipeline, 16-byte vectors, two tiles in flight while one is computed;
 //  - thread (tx, ty): tx owns 8 of head_dim (one 16-byte vector), ty a token lane; logits are
 //    reduced across the tx lanes by shuffles; each token lane keeps its own online-softmax state
 //    (m, l, o) and the lanes are combined through shared memory at the end.
@@ -29,7 +29,7 @@ struct Phase2Config {
   static constexpr int kLanesY = kThreads / kVecs;  // token lanes
   static constexpr int kTokPerLane = 4;
   static constexpr int kTile = kLanesY * kTokPerLane;  // slots per tile
-  static constexpr int kStages = 4;
+  static constexpr int kStages = 3;  // 48 KB at head_dim 128: four CTAs per SM
   static constexpr int kSmemTile = kTile * HEAD_DIM * sizeof(DType);  // K or V of one stage
   static constexpr int kSmemPipe = kStages * 2 * kSmemTile;
   static constexpr int kSmemCombine = kLanesY * GROUP * (HEAD_DIM + 2) * sizeof(float);

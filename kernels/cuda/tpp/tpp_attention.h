@@ -59,7 +59,7 @@ struct TppProblem {
 struct TppOptions {
   int32_t num_sms = 132;             // multiprocessors of the device (cudaDevAttrMultiProcessorCount)
   int32_t p1_block_m = 0;  // phase-1 queries per CTA (4 warps x 16 or 32 rows): 0 auto, 64, 128
-  int32_t p1_min_split_tokens = 256; // phase-1 KV splits are never shorter than this
+  int32_t p1_min_split_tokens = 128;  // phase-1 KV splits are never shorter than this
   int32_t p1_max_splits = 64;
   int32_t p2_min_split_tokens = 1024;  // a private tail is split only into pieces this long
   int32_t p2_ctas_per_sm = 4;          // phase-2 split target: this many CTAs per SM

@@ -134,15 +134,22 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     return std::max(k, 1);
   };
   auto estimate = [&](int64_t len) {
-    double bytes = 0, partial_bytes = 0, flops = 0, items = 0;
+    double bytes = 0, partial_bytes = 0, flops = 0, items = 0, item_time = 0;
+    const double cta_bytes_per_second = kBytesPerSecond / (2.0 * options.num_sms);
+    const double cta_flops_per_second = kMmaFlopsPerSecond / (occupancy * options.num_sms);
     for (int32_t s = 0; s < nseg; ++s) {
       const int32_t k = splits_for(s, len);
       const int32_t tiles = CeilDiv(seg_m[s], block_m);
       const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
-      bytes += 4.0 * seg_tokens[s] * hkv * d;                // K and V, 2 bytes each
-      partial_bytes += k * rows * hq * (4.0 * d + 4.0);      // partial states (o, lse)
-      flops += 4.0 * CeilDiv(seg_m[s], 16) * 16.0 * seg_tokens[s] * d * hkv;
+      const double seg_bytes = 4.0 * seg_tokens[s] * hkv * d;  // K and V, 2 bytes each
+      const double seg_flops = 4.0 * CeilDiv(seg_m[s], 16) * 16.0 * seg_tokens[s] * d * hkv;
+      bytes += seg_bytes;
+      partial_bytes += k * rows * hq * (4.0 * d + 4.0);  // partial states (o, lse)
+      flops += seg_flops;
       items += static_cast<double>(k) * tiles * hkv;
+      // The largest CTA of the segment runs at one CTA's share of the machine.
+      item_time = std::max(item_time, std::max(seg_bytes / (k * hkv) / cta_bytes_per_second,
+                                               seg_flops / (k * tiles * hkv) / cta_flops_per_second));
     }
     // One CTA per SM cannot stream at the SM's share of bandwidth (a tile's latency is exposed):
     // count full bandwidth from two CTAs per SM.
@@ -152,8 +159,8 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     const double flop_util = items / (waves * capacity);
     // Phase 1 (written partials overlap its reads or its MMAs), then phase 2 reads them back,
     // and every wave of CTAs pays a pipeline fill.
-    return std::max((bytes + partial_bytes) / (kBytesPerSecond * mem_util),
-                    flops / (kMmaFlopsPerSecond * flop_util)) +
+    return std::max({(bytes + partial_bytes) / (kBytesPerSecond * mem_util),
+                     flops / (kMmaFlopsPerSecond * flop_util), item_time}) +
            partial_bytes / kBytesPerSecond + waves * kWaveSeconds;
   };
   int64_t best_len = std::max<int64_t>(max_tokens, 1);
