@@ -8,12 +8,16 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "engine/cpu/cpu_backend.h"
+#ifdef BANYAN_HAVE_CUDA_BACKEND
+#include "engine/cuda/cuda_backend.h"
+#endif
 #include "engine/model_bundle.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
@@ -72,26 +76,47 @@ int Run(int argc, char** argv) {
   if (!bundle.ok()) return Fail(bundle.status());
   const engine::ModelConfig& mc = bundle->weights.config;
 
-  if (cfg->backend != "cpu") {
+  const engine::AttentionMode attention = cfg->attention == "paged"
+                                              ? engine::AttentionMode::kPaged
+                                              : engine::AttentionMode::kTpp;
+  std::unique_ptr<engine::Backend> backend;
+  int64_t chunks = 0;
+  if (cfg->backend == "cuda") {
+#ifdef BANYAN_HAVE_CUDA_BACKEND
+    chunks = cfg->kv_memory_bytes /
+             engine::CudaBackend::ChunkBytes(mc, cfg->chunk_size, kernels::cuda::DType::kBf16);
+    engine::CudaBackendOptions co;
+    co.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
+    co.chunk_size = cfg->chunk_size;
+    co.attention = attention;
+    if (co.num_chunks >= 1) {
+      auto cuda = engine::CudaBackend::Create(&bundle->weights, co);
+      if (!cuda.ok()) return Fail(cuda.status());
+      backend = std::move(*cuda);
+    }
+#else
     return Fail(absl::UnimplementedError(
-        "backend '" + cfg->backend + "' is not available in this build (use --backend cpu)"));
+        "this banyand was built without CUDA (configure with nvcc available); use --backend cpu"));
+#endif
+  } else {
+    chunks = engine::CpuBackend::ChunksForBudget(mc, cfg->chunk_size, cfg->kv_memory_bytes);
+    engine::CpuBackendOptions bo;
+    bo.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
+    bo.chunk_size = cfg->chunk_size;
+    bo.attention = attention;
+    if (bo.num_chunks >= 1) {
+      auto cpu = engine::CpuBackend::Create(&bundle->weights, bo);
+      if (!cpu.ok()) return Fail(cpu.status());
+      backend = std::move(*cpu);
+    }
   }
-  const int64_t chunks =
-      engine::CpuBackend::ChunksForBudget(mc, cfg->chunk_size, cfg->kv_memory_bytes);
-  if (chunks < 1 || chunks > (int64_t{1} << 30)) {
+  if (chunks < 1) {
     return Fail(absl::InvalidArgumentError(
-        "--kv-memory " + std::to_string(cfg->kv_memory_bytes) + " bytes holds " +
-        std::to_string(chunks) + " KV chunks of " + std::to_string(cfg->chunk_size) +
-        " tokens for this model; need at least one"));
+        "--kv-memory " + std::to_string(cfg->kv_memory_bytes) + " bytes holds no KV chunk of " +
+        std::to_string(cfg->chunk_size) + " tokens for this model"));
   }
-  engine::CpuBackendOptions bo;
-  bo.num_chunks = static_cast<int32_t>(chunks);
-  bo.chunk_size = cfg->chunk_size;
-  bo.attention = cfg->attention == "paged" ? engine::AttentionMode::kPaged
-                                           : engine::AttentionMode::kTpp;
-  auto backend = engine::CpuBackend::Create(&bundle->weights, bo);
-  if (!backend.ok()) return Fail(backend.status());
-  auto pool = kvcache::ChunkPool::Create(bo.num_chunks, bo.chunk_size);
+  auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30)),
+                                         cfg->chunk_size);
   if (!pool.ok()) return Fail(pool.status());
   kvcache::PrefixTree tree(&*pool);
   spdlog::info(
@@ -105,8 +130,8 @@ int Run(int argc, char** argv) {
   so.max_running_sequences = cfg->max_batch;
   so.prefill_token_budget = cfg->prefill_budget;
   so.queue_limit = cfg->queue_limit;
-  so.attention = bo.attention;
-  scheduler::Scheduler sched(mc, bundle->tokenizer.get(), backend->get(), &tree, so);
+  so.attention = attention;
+  scheduler::Scheduler sched(mc, bundle->tokenizer.get(), backend.get(), &tree, so);
   sched.Start();
 
   ServerContext ctx;

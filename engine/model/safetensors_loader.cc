@@ -212,6 +212,21 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
     return s;
   }
   if (absl::Status s = r.Float("rope_theta", 10000.0f, &c.rope_theta); !s.ok()) return s;
+  // transformers >= 5 writes RoPE settings under rope_parameters; only the default (unscaled)
+  // type is implemented.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const json& rp = j["rope_parameters"];
+    if (rp.contains("rope_type") &&
+        !(rp["rope_type"].is_string() && rp["rope_type"].get<std::string>() == "default")) {
+      return r.Unimplemented("rope_parameters", "only rope_type \"default\" is implemented");
+    }
+    if (!r.Has("rope_theta") && rp.contains("rope_theta")) {
+      if (!rp["rope_theta"].is_number() || rp["rope_theta"].get<double>() <= 0) {
+        return r.Error("rope_parameters", "rope_theta must be a positive number");
+      }
+      c.rope_theta = static_cast<float>(rp["rope_theta"].get<double>());
+    }
+  }
   if (absl::Status s = r.Float("rms_norm_eps", 1e-6f, &c.norm_eps); !s.ok()) return s;
   if (absl::Status s = r.Bool("tie_word_embeddings", false, &c.tie_embeddings); !s.ok()) return s;
   if (absl::Status s = ValidateConfig(c, source); !s.ok()) return s;
