@@ -9,7 +9,7 @@ const OpenAI = require('openai');
 const { startDaemon, MODEL_NAME } = require('./lib/daemon');
 const { assertErrorBody, openaiClient, post } = require('./lib/http');
 const g = require('./lib/grpc');
-const { scrape, value } = require('./lib/metrics');
+const { value, waitIdle } = require('./lib/metrics');
 const { STORY } = require('./lib/text');
 
 const KEY = 'e2e-key-one';
@@ -421,7 +421,7 @@ describe('bad input', () => {
     assert.equal(r.json.usage.completion_tokens, 12);
     const gr = await g.generate(rpc.generation, { text: 'Once upon a time', sampling: { max_tokens: 12, temperature: 0 } }, { metadata: md() });
     assert.equal(gr.choices[0].text, r.json.choices[0].text);
-    const m = await scrape(d, AUTH);
+    const m = await waitIdle(d, { headers: AUTH });
     assert.equal(value(m, 'banyan_kv_chunks_live'), 0);
     assert.equal(value(m, 'banyan_requests_running'), 0);
     assert.equal(value(m, 'banyan_requests_failed_total'), 0);

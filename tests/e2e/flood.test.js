@@ -7,7 +7,7 @@ const { after, before, describe, test } = require('node:test');
 const OpenAI = require('openai');
 const { startDaemon, MODEL_NAME } = require('./lib/daemon');
 const { collectStream, openaiClient } = require('./lib/http');
-const { scrape, value } = require('./lib/metrics');
+const { scrape, value, waitIdle } = require('./lib/metrics');
 
 const FLOOD = 40;
 const PROMPTS = ['Once upon a time', 'The little dog', 'One day', 'Lily and Ben', 'The sun was'];
@@ -89,7 +89,7 @@ describe('queue flood', () => {
       assert.equal(r.text, expected[r.i % PROMPTS.length], `request ${r.i}: text differs from alone`);
     }
 
-    const m = await scrape(d);
+    const m = await waitIdle(d);
     const delta = (name) => value(m, name) - value(before, name);
     assert.equal(delta('banyan_requests_rejected_total'), refused.length);
     assert.equal(delta('banyan_requests_finished_total'), accepted.length);

@@ -6,7 +6,8 @@ const assert = require('node:assert/strict');
 const { after, before, describe, test } = require('node:test');
 const { startDaemon, MODEL_NAME, sleep } = require('./lib/daemon');
 const { collectStream, openaiClient, post } = require('./lib/http');
-const { scrape, value } = require('./lib/metrics');
+const { scrape, value, waitIdle } = require('./lib/metrics');
+const { knownBug } = require('./lib/known_bugs');
 const { STORY } = require('./lib/text');
 
 const CHUNK = 16;
@@ -131,7 +132,7 @@ describe('prefix sharing under concurrency', () => {
     }
     assertStoredOnce(samples, tokens, chunks);
 
-    const afterRun = await scrape(d);
+    const afterRun = await waitIdle(d);
     assert.equal(value(afterRun, 'banyan_kv_chunks_live'), 0);
     assert.equal(
       value(afterRun, 'banyan_requests_finished_total') - value(before, 'banyan_requests_finished_total'),
@@ -146,7 +147,7 @@ describe('prefix sharing under concurrency', () => {
   // "temperature":0,"ignore_eos":true} twice: peak banyan_kv_chunks_live 26, then 398.
   test(
     'warm cache: the same 16 streams again share the cached prefix and continuations',
-    { todo: 'decoding along a cached continuation takes one KV chunk per token' },
+    { todo: knownBug('decoding along a cached continuation takes one KV chunk per token') },
     async () => {
       const { tokens, chunks } = await promptChunks();
       // 'together' cached prompt and outputs above (the test before this one ran them).

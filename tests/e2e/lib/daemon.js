@@ -79,7 +79,8 @@ class Daemon {
     this.http = `http://127.0.0.1:${httpPort}`;
     this.grpcAddr = `127.0.0.1:${grpcPort}`;
     this.modelName = MODEL_NAME;
-    this.log = '';
+    this.logChunks = [];
+    this.logBytes = 0;
     this.exit = new Promise((resolve) => {
       proc.on('exit', (code, signal) => {
         live.delete(this);
@@ -89,13 +90,22 @@ class Daemon {
     });
     const onData = (chunk) => {
       const s = chunk.toString('utf8');
-      // Keep the last 2 MB: enough to explain a failure, bounded for the soak test.
-      this.log = (this.log + s).slice(-2_000_000);
+      // Keep the last 4 MB or so: enough to explain a failure, bounded for the soak test.
+      this.logChunks.push(s);
+      this.logBytes += s.length;
+      while (this.logBytes > 4_000_000 && this.logChunks.length > 1) {
+        this.logBytes -= this.logChunks.shift().length;
+      }
       if (process.env.E2E_DAEMON_LOGS === '1') process.stderr.write(s);
     };
     proc.stdout.on('data', onData);
     proc.stderr.on('data', onData);
     live.add(this);
+  }
+
+  // The daemon's output so far (the last few MB), stdout and stderr interleaved.
+  get log() {
+    return this.logChunks.join('');
   }
 
   get running() {

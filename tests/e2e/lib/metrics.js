@@ -33,3 +33,23 @@ function value(metrics, name) {
 }
 
 module.exports = { parseMetrics, scrape, value };
+
+// Waits until no request runs or waits (the counters settle a moment after a response ends)
+// and returns the metrics then. Throws after `timeoutMs`.
+async function waitIdle(daemon, { headers = {}, timeoutMs = 2000 } = {}) {
+  const limit = require('./daemon').scaled(timeoutMs);
+  const deadline = Date.now() + limit;
+  for (;;) {
+    const m = await scrape(daemon, headers);
+    if (value(m, 'banyan_requests_running') === 0 && value(m, 'banyan_requests_waiting') === 0) return m;
+    if (Date.now() > deadline) {
+      throw new Error(
+        `requests still running ${limit} ms later: running ${value(m, 'banyan_requests_running')}, ` +
+          `waiting ${value(m, 'banyan_requests_waiting')}`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+module.exports.waitIdle = waitIdle;
