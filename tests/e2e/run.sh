@@ -4,7 +4,8 @@
 # Environment: BANYAND, GRPC_CLIENT, BANYAN_SOURCE_DIR, E2E_TIME_SCALE (see lib/daemon.js).
 # Exits 77 (ctest SKIP_RETURN_CODE) with a message when Node.js >= 20 or the npm packages
 # (tests/e2e/node_modules, from `npm ci --prefix tests/e2e`) are missing.
-here=$(cd "$(dirname "$0")" && pwd)
+case "$0" in */*) here=${0%/*} ;; *) here=. ;; esac
+here=$(cd "$here" && pwd)
 if ! command -v node >/dev/null 2>&1; then
   echo "e2e: SKIPPED: node is not installed (Debian: apt-get install nodejs npm)"
   exit 77
