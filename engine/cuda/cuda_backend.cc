@@ -4,19 +4,22 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/device_memory.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/model/weights_layout.h"
-#include "kernels/cpu/attention_params.h"
+#include "engine/plan_view.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_work.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/layer_kernels.h"
+#include "kernels/cuda/tpp/tpp_attention.h"
 
 namespace banyan::engine {
 namespace {
@@ -34,26 +37,24 @@ absl::Status CublasStatus(cublasStatus_t st, const char* what) {
                                           cublasGetStatusString(st), ")"));
 }
 
-kernels::PlanView ViewOf(const kvcache::AttentionPlan& p) {
-  kernels::PlanView v;
-  v.num_rows = p.num_rows();
-  v.num_segments = p.num_segments();
-  v.num_partials = p.num_partials;
-  v.span_chunk = p.span_chunk.data();
-  v.span_begin = p.span_begin.data();
-  v.span_end = p.span_end.data();
-  v.seg_row_begin = p.seg_row_begin.data();
-  v.seg_row_end = p.seg_row_end.data();
-  v.seg_span_begin = p.seg_span_begin.data();
-  v.seg_span_end = p.seg_span_end.data();
-  v.seg_partial_offset = p.seg_partial_offset.data();
-  v.row_span_begin = p.row_span_begin.data();
-  v.row_span_end = p.row_span_end.data();
-  v.row_seg_begin = p.row_seg_begin.data();
-  v.row_seg_end = p.row_seg_end.data();
-  v.row_seg_ids = p.row_seg_ids.data();
-  return v;
+// True when `a` and `b` have the same shape: everything a TppWorkPlan depends on except the
+// span ends (AdvanceLengths moves those; the work partition stays valid, see tpp_attention.h).
+// The version and rows are compared first (what the StepRunner keys plan reuse on); the arrays
+// as well, so that plans of another tree with a colliding version are never mistaken.
+bool SameShape(const kvcache::AttentionPlan& a, const kvcache::AttentionPlan& b) {
+  return a.version == b.version && a.chunk_size == b.chunk_size && a.rows == b.rows &&
+         a.span_chunk == b.span_chunk && a.span_begin == b.span_begin &&
+         a.span_end.size() == b.span_end.size() && a.seg_row_begin == b.seg_row_begin &&
+         a.seg_row_end == b.seg_row_end && a.seg_span_begin == b.seg_span_begin &&
+         a.seg_span_end == b.seg_span_end && a.row_span_begin == b.row_span_begin &&
+         a.row_span_end == b.row_span_end && a.row_seg_begin == b.row_seg_begin &&
+         a.row_seg_end == b.row_seg_end && a.row_seg_ids == b.row_seg_ids;
 }
+
+double MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
 
 }  // namespace
 
@@ -72,7 +73,20 @@ struct CudaBackend::Impl {
   kc::DecodeWork decode_work;
   kc::PrefillWork prefill_work;
 
+  // TPP decode attention (kTpp mode, head_dim 64/128).
+  bool tpp = false;
+  std::optional<kc::tpp::TppWorkPlan> tpp_plan;
+  kvcache::AttentionPlan tpp_key;  // the plan tpp_plan was built from (its shape)
+  PinnedBuffer tpp_host_image;     // staging of the image for the async copies
+  DeviceBuffer tpp_image, tpp_workspace;
+  // Deferred-merge plans run phase 2 on side_stream beside phase 1 (fork / join events).
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
+
   ~Impl() {
+    if (fork_event != nullptr) cudaEventDestroy(fork_event);
+    if (join_event != nullptr) cudaEventDestroy(join_event);
+    if (side_stream != nullptr) cudaStreamDestroy(side_stream);
     if (cublas != nullptr) cublasDestroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -132,6 +146,12 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   BANYAN_RETURN_IF_ERROR(CublasStatus(cublasCreate(&m.cublas), "cublasCreate"));
   BANYAN_RETURN_IF_ERROR(CublasStatus(cublasSetStream(m.cublas, m.stream), "cublasSetStream"));
+  m.tpp = options_.attention == AttentionMode::kTpp && kc::tpp::TppSupportsHeadDim(d);
+  if (m.tpp) {
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.side_stream, cudaStreamNonBlocking));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.fork_event, cudaEventDisableTiming));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.join_event, cudaEventDisableTiming));
+  }
 
   // Memory plan, checked before anything big is allocated.
   size_t free_b = 0, total_b = 0;
@@ -183,6 +203,61 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.inv_freq.get(), inv_freq.data(), d / 2 * 4,
                                               cudaMemcpyHostToDevice, m.stream));
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  return absl::OkStatus();
+}
+
+bool CudaBackend::uses_tpp_kernel() const { return impl_->tpp; }
+
+absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
+  namespace tpp = kc::tpp;
+  Impl& m = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (m.tpp_plan.has_value() && SameShape(plan, m.tpp_key)) {
+    // Same shape: only span ends moved. Patch them and upload that range of the image.
+    tpp::TppWorkPlan& wp = *m.tpp_plan;
+    wp.UpdateSpanEnds(plan.span_end.data());
+    const size_t off = wp.span_end_offset_bytes(), n = wp.span_end_bytes();
+    if (n > 0) {
+      char* host = m.tpp_host_image.as<char>();
+      std::memcpy(host + off, reinterpret_cast<const char*>(wp.image().data()) + off, n);
+      BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.tpp_image.as<char>() + off, host + off, n,
+                                                  cudaMemcpyHostToDevice, m.stream));
+    }
+    ++stats_.tpp_plan_updates;
+    stats_.update_upload_bytes += static_cast<int64_t>(n);
+    stats_.update_host_us += MicrosSince(t0);
+    return absl::OkStatus();
+  }
+  m.tpp_plan.reset();
+  tpp::TppProblem problem;
+  problem.num_q_heads = cfg_.n_heads;
+  problem.num_kv_heads = cfg_.n_kv_heads;
+  problem.head_dim = cfg_.head_dim();
+  problem.chunk_size = options_.chunk_size;
+  tpp::TppOptions topt;
+  topt.num_sms = m.num_sms;
+  absl::StatusOr<tpp::TppWorkPlan> built = tpp::TppWorkPlan::Build(ViewOf(plan), problem, topt);
+  if (!built.ok()) return built.status();
+  const int64_t bytes = static_cast<int64_t>(built->image_bytes());
+  const int64_t ws = static_cast<int64_t>(built->workspace_bytes());
+  // Growing reallocates (and cudaFree waits for the device); grow with headroom so that a
+  // slowly growing batch does not reallocate every shape change.
+  if (bytes > m.tpp_image.capacity()) {
+    BANYAN_RETURN_IF_ERROR(m.tpp_image.Reserve(bytes + bytes / 4, "TPP work plan"));
+  }
+  BANYAN_RETURN_IF_ERROR(m.tpp_host_image.Reserve(bytes, "TPP work plan (host)"));
+  if (ws > m.tpp_workspace.capacity()) {
+    BANYAN_RETURN_IF_ERROR(m.tpp_workspace.Reserve(ws + ws / 4, "TPP partial states"));
+  }
+  std::memcpy(m.tpp_host_image.get(), built->image().data(), static_cast<size_t>(bytes));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.tpp_image.get(), m.tpp_host_image.get(),
+                                              static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                              m.stream));
+  m.tpp_plan = std::move(*built);
+  m.tpp_key = plan;
+  ++stats_.tpp_plan_builds;
+  stats_.build_upload_bytes += bytes;
+  stats_.build_host_us += MicrosSince(t0);
   return absl::OkStatus();
 }
 
@@ -332,8 +407,12 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
   kv0.head_dim = d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   kc::PagedDecodeParams dp;
+  kc::tpp::TppRunArgs ta;
   kc::PrefillParams pp;
   bool attention_ready = false;
+  // Decode rows through the TPP kernel (kTpp, head_dim 64/128); the paged kernel otherwise.
+  const bool use_tpp = m.tpp && num_decode > 0;
+  if (num_decode > 0) ++stats_.decode_steps;
 
   for (int l = 0; l < c.n_layers; ++l) {
     const cuda::DeviceLayer& lw = m.weights.layers[l];
@@ -368,7 +447,25 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
       // Built on the host while the GPU runs layer 0 up to here.
       m.attn_ints.Clear();
       int64_t od[10] = {};
-      if (num_decode > 0) {
+      if (use_tpp) {
+        BANYAN_RETURN_IF_ERROR(PrepareTpp(*batch.plan));
+        const kc::tpp::TppWorkPlan& wp = *m.tpp_plan;
+        ++stats_.tpp_steps;
+        stats_.last_segments = wp.num_segments();
+        stats_.last_p1_items = wp.num_p1_items();
+        stats_.last_p2_items = wp.num_p2_items();
+        stats_.last_merge_rows = wp.num_merge_rows();
+        stats_.last_deferred_merge = wp.deferred_merge();
+        ta.q = m.q.get();
+        ta.out = m.att.get();
+        ta.dtype = dt == kc::DType::kBf16 ? kc::tpp::KvDType::kBf16 : kc::tpp::KvDType::kFp16;
+        ta.scale = scale;
+        ta.image = m.tpp_image.as<int32_t>();
+        ta.workspace = m.tpp_workspace.get();
+        ta.side_stream = m.side_stream;
+        ta.fork_event = m.fork_event;
+        ta.join_event = m.join_event;
+      } else if (num_decode > 0) {
         kc::BuildDecodeWork(ViewOf(*batch.plan), kc::kDefaultItemTokens, &m.decode_work);
         const kc::DecodeWork& w = m.decode_work;
         od[0] = m.attn_ints.Add(w.span_chunk);
@@ -404,7 +501,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
         op[11] = m.attn_ints.Add(w.token_seq);
       }
       BANYAN_RETURN_IF_ERROR(m.attn_ints.Upload(m.stream, "attention work"));
-      if (num_decode > 0) {
+      if (num_decode > 0 && !use_tpp) {
         const kc::DecodeWork& w = m.decode_work;
         dp.q = m.q.get();
         dp.out = m.att.get();
@@ -450,7 +547,10 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
       attention_ready = true;
     }
     if (options_.attention != AttentionMode::kNone) {
-      if (num_decode > 0) {
+      if (use_tpp) {
+        ta.kv = kv;
+        BANYAN_RETURN_IF_ERROR(kc::tpp::TppDecodeAttention(*m.tpp_plan, ta, m.stream));
+      } else if (num_decode > 0) {
         dp.kv = kv;
         BANYAN_RETURN_IF_ERROR(kc::PagedDecodeAttention(dt, dp, m.stream));
       }

@@ -8,13 +8,21 @@
 //
 // Per layer: RMSNorm -> one fused QKV GEMM -> RoPE + K/V written into chunk slots (one kernel
 // for every token of the step, before any attention of the layer) -> attention (decode rows:
-// the paged kernel; prefill sequences: the tensor-core prefill kernel) -> Wo GEMM (+= x) ->
-// RMSNorm -> one fused gate|up GEMM -> SwiGLU -> W_down GEMM (+= x).
+// the TPP kernel in kTpp mode, the paged kernel otherwise; prefill sequences: the tensor-core
+// prefill kernel) -> Wo GEMM (+= x) -> RMSNorm -> one fused gate|up GEMM -> SwiGLU -> W_down
+// GEMM (+= x).
 //
 // KV memory: [layer][chunk][k|v][kv_head][chunk_size][head_dim] in the model dtype, one
-// allocation sized at creation (kernels/cuda/kv_view.h). Attention modes: kPaged and kNone as
-// documented in backend.h; kTpp runs the paged kernel over the TPP plan (segments read per row)
-// until the TPP kernel is wired in. The result is the same attention either way.
+// allocation sized at creation (kernels/cuda/kv_view.h). Attention modes (backend.h):
+//  - kTpp with head_dim 64 or 128: decode rows run the two-phase-partition kernel
+//    (kernels/cuda/tpp/): each plan segment's shared KV is read once for all its rows on the
+//    tensor cores, then each row's private tail, merged by log-sum-exp. The TppWorkPlan (host
+//    work partition, one int32 image) is rebuilt only when the AttentionPlan's shape changes
+//    (its version, rows or chunk lists); otherwise only the span ends AdvanceLengths moved are
+//    patched and re-uploaded. Either is done on the host after layer 0's QKV kernels are
+//    enqueued and before its attention, so it overlaps GPU work. Other head dims: paged kernel.
+//  - kPaged: the backend's paged decode kernel (plans built without segments).
+//  - kNone: attention skipped, projections kept.
 //
 // Not thread-safe: the engine thread owns it. Forward synchronizes on its stream before it
 // returns.
@@ -31,6 +39,24 @@
 #include "kernels/cuda/dtype.h"
 
 namespace banyan::engine {
+
+// Decode-attention counters (tests and benchmarks read them; ResetAttentionStats clears them).
+struct CudaAttentionStats {
+  int64_t decode_steps = 0;      // steps with decode rows
+  int64_t tpp_steps = 0;         // of which ran the TPP kernel
+  int64_t tpp_plan_builds = 0;   // TppWorkPlan::Build + whole image uploaded
+  int64_t tpp_plan_updates = 0;  // same shape: UpdateSpanEnds + span-end range uploaded
+  double build_host_us = 0;      // summed host time of the builds (shape check, Build, copies)
+  double update_host_us = 0;     // summed host time of the updates
+  int64_t build_upload_bytes = 0;
+  int64_t update_upload_bytes = 0;
+  // The last TPP step's plan.
+  int32_t last_segments = 0;
+  int32_t last_p1_items = 0;
+  int32_t last_p2_items = 0;
+  int32_t last_merge_rows = 0;
+  bool last_deferred_merge = false;
+};
 
 struct CudaBackendOptions {
   // KV pool size: num_chunks when > 0; otherwise as many chunks as fit in kv_memory_bytes; when
@@ -71,6 +97,11 @@ class CudaBackend final : public Backend {
   // (lowest id on ties), and only the token ids come back to the host.
   absl::Status ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens);
 
+  const CudaAttentionStats& attention_stats() const { return stats_; }
+  void ResetAttentionStats() { stats_ = {}; }
+  // True when decode rows run the TPP kernel (kTpp mode and a head_dim it supports).
+  bool uses_tpp_kernel() const;
+
   const ModelConfig& config() const { return cfg_; }
   int32_t num_chunks() const { return num_chunks_; }
   int32_t chunk_size() const { return options_.chunk_size; }
@@ -83,12 +114,16 @@ class CudaBackend final : public Backend {
   absl::Status Init(const ModelWeights* weights, uint64_t dummy_seed);
   // Runs the model up to the logits, left on the device; *rows receives their number.
   absl::Status Run(const StepBatch& batch, int32_t* rows);
+  // Brings the TPP work plan and its device image up to date with `plan` (host work + async
+  // copies on the stream).
+  absl::Status PrepareTpp(const kvcache::AttentionPlan& plan);
 
   ModelConfig cfg_;
   CudaBackendOptions options_;
   int32_t num_chunks_ = 0;
   int64_t weight_bytes_ = 0;
   int64_t kv_bytes_ = 0;
+  CudaAttentionStats stats_;
   std::unique_ptr<Impl> impl_;
 };
 
