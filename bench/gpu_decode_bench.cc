@@ -1,25 +1,34 @@
-// Decode throughput of the CUDA backend (tokens/s), the issue-5 benchmark.
+// Decode throughput of the CUDA backend (tokens/s), the issue-5/6 benchmark (PERFORMANCE.md
+// section 2).
 //
-//   gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] [--prefix 2048]
-//                    [--steps 32] [--modes paged,none] [--kv-gib 24] [--chunk 64]
+//   gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] [--prefix 2048[,16384]]
+//                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
+//                    [--max-paged-tokens 2500000]
 //
 // Without --model/--shape it runs the bundled stories260K and the llama-2-7b shape with dummy
-// weights generated on the device. Per (model, mode, batch B): one prompt of `prefix` random
-// tokens is prefilled, then B sequences = that prefix + one distinct token each (the prefix's
-// KV is shared in the prefix tree, only the last token is prefilled), then `steps` greedy decode
-// steps with device-side argmax (only token ids come back). Decode steps only are timed (wall
-// clock around each synchronous step, the first two steps are warm-up). The prefix is capped
-// at the model's context minus the steps. Modes: paged (every row reads its whole context), none
-// (attention skipped, projections kept: the no-attention ceiling); tpp runs the paged kernel
-// over the TPP plan until the TPP kernel is wired in.
+// weights generated on the device. Per (model, prefix, mode, batch B): one prompt of `prefix`
+// random tokens is prefilled, then B sequences = that prefix + one distinct token each (the
+// prefix's KV is shared in the prefix tree, only the last token is prefilled), then `steps`
+// greedy decode steps with device-side argmax (only token ids come back). Decode steps only are
+// timed (wall clock around each synchronous step, host planning included; two more steps before
+// them are warm-up). The prefix is capped at the model's context minus the steps.
+// Modes: tpp (the TPP kernel: the shared prefix read once per step for all rows), paged (every
+// row reads its whole context; skipped when B x prefix > --max-paged-tokens, since it costs
+// about B x prefix x 0.5 MiB of KV reads per 7B step), none (attention skipped, projections
+// kept: the no-attention ceiling). For tpp the table also gives the TPP work plan's host cost
+// per decode step: full builds (shape changes) and span-end updates, each with its upload.
+// The KV pool is sized for the largest batch of a prefix (--kv-gib caps it when > 0).
+// A summary table gives tok/s per mode and the ratios tpp/none and tpp/paged.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -41,11 +50,12 @@ using engine::CudaBackend;
 struct Options {
   std::vector<std::string> models;  // paths, or "shape:<name>"
   std::vector<int> batches = {1, 32, 256};
-  int prefix = 2048;
+  std::vector<int> prefixes = {2048};
   int steps = 32;
-  std::vector<std::string> modes = {"paged", "none"};
-  double kv_gib = 24;
+  std::vector<std::string> modes = {"tpp", "paged", "none"};
+  double kv_gib = 0;  // 0: as many chunks as the runs need
   int chunk = 64;
+  int64_t max_paged_tokens = 2500000;
 };
 
 AttentionMode ModeOf(const std::string& m) {
@@ -94,8 +104,11 @@ class Stepper {
     return b_->ForwardGreedy(batch, out);
   }
 
-  // rows: the sequences, each having just appended one token (write flags per sequence).
+  // rows: the sequences, each having just appended one token (write flags and that token per
+  // sequence; the token is passed in because PrefixTree::Tokens is O(length), which at B = 1024
+  // and a 16K prefix would add ~10 ms of host copying per step).
   absl::Status Decode(const std::unordered_map<kvcache::SeqId, bool>& writes,
+                      const std::unordered_map<kvcache::SeqId, int32_t>& last,
                       std::span<const kvcache::ChunkCopy> copies, std::vector<kvcache::SeqId>* rows,
                       std::vector<int32_t>* out) {
     if (absl::Status s = b_->CopyChunks(copies); !s.ok()) return s;
@@ -114,7 +127,7 @@ class Stepper {
       const int32_t len = tree_->Length(s);
       engine::SeqWork w;
       w.pos0 = len - 1;
-      w.tokens = {tree_->Tokens(s).back()};
+      w.tokens = {last.at(s)};
       w.slots = tree_->Slots(s, len - 1, len);
       w.write_kv = {static_cast<uint8_t>(writes.at(s) ? 1 : 0)};
       batch.decode.push_back(std::move(w));
@@ -132,6 +145,7 @@ class Stepper {
 struct Result {
   double ms_per_step = 0;
   double tokens_per_s = 0;
+  engine::CudaAttentionStats attention;  // over the timed steps
 };
 
 absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& cfg,
@@ -179,6 +193,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   int timed_steps = 0;
   std::vector<kvcache::SeqId> rows;
   for (int step = 0; step < steps + 2; ++step) {
+    if (step == 2) backend->ResetAttentionStats();
     std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
     for (kvcache::SeqId s : seqs) appends.emplace_back(s, next[s]);
     const auto t0 = std::chrono::steady_clock::now();
@@ -190,7 +205,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
       writes[p.seq] = !p.new_slots.empty();
       copies.insert(copies.end(), p.copies.begin(), p.copies.end());
     }
-    if (absl::Status s = stepper.Decode(writes, copies, &rows, &out); !s.ok()) return s;
+    if (absl::Status s = stepper.Decode(writes, next, copies, &rows, &out); !s.ok()) return s;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (size_t r = 0; r < rows.size(); ++r) next[rows[r]] = out[r];
     if (step >= 2) {
@@ -202,6 +217,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   Result r;
   r.ms_per_step = 1000.0 * timed / timed_steps;
   r.tokens_per_s = B * timed_steps / timed;
+  r.attention = backend->attention_stats();
   return r;
 }
 
@@ -213,7 +229,12 @@ int Main(const Options& o) {
     return 1;
   }
   std::printf("device: %s (%d SMs)\n\n", prop.name, prop.multiProcessorCount);
-  std::printf("| model | prefix | B | mode | ms/step | decode tok/s |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| model | prefix | B | mode | ms/step | decode tok/s | TPP plan: builds / updates | "
+      "build us (upload B) | update us (upload B) |\n|---|---|---|---|---|---|---|---|---|\n");
+  // (model, prefix, B) -> mode -> tok/s
+  std::map<std::tuple<std::string, int, int>, std::map<std::string, double>> table;
+  int failures = 0;
   for (const std::string& m : o.models) {
     const bool dummy = m.rfind("shape:", 0) == 0;
     engine::ModelConfig cfg;
@@ -234,37 +255,102 @@ int Main(const Options& o) {
       weights = std::make_unique<engine::ModelWeights>(std::move(*w));
       cfg = weights->config;
     }
-    const int prefix = std::max(1, std::min(o.prefix, cfg.max_seq_len - o.steps - 8));
     const std::string name = dummy ? m.substr(6) + " (dummy)" : m.substr(m.find_last_of('/') + 1);
-    for (const std::string& mode_name : o.modes) {
-      engine::CudaBackendOptions opt;
-      opt.chunk_size = o.chunk;
-      opt.attention = ModeOf(mode_name);
-      const int64_t per_chunk = CudaBackend::ChunkBytes(cfg, o.chunk, opt.dtype);
-      const int64_t budget = static_cast<int64_t>(o.kv_gib * (1 << 30));
-      // Small models: no more chunks than the runs can use.
-      const int64_t needed = (int64_t{prefix} / o.chunk + 2) +
-                             int64_t{*std::max_element(o.batches.begin(), o.batches.end())} *
-                                 ((o.steps + 4) / o.chunk + 3);
-      opt.num_chunks = static_cast<int32_t>(std::min(budget / per_chunk, needed * 2));
-      auto backend = dummy ? CudaBackend::CreateDummy(cfg, 1234, opt)
-                           : CudaBackend::Create(weights.get(), opt);
-      if (!backend.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
-        return 1;
-      }
-      for (int B : o.batches) {
-        auto r = RunOne(backend->get(), cfg, opt.attention, B, prefix, o.steps, o.chunk);
-        if (!r.ok()) {
-          std::fprintf(stderr, "%s B=%d %s: %s\n", name.c_str(), B, mode_name.c_str(),
-                       std::string(r.status().message()).c_str());
-          return 1;
+    for (int want_prefix : o.prefixes) {
+      const int prefix = std::max(1, std::min(want_prefix, cfg.max_seq_len - o.steps - 8));
+      for (const std::string& mode_name : o.modes) {
+        const AttentionMode mode = ModeOf(mode_name);
+        std::vector<int> batches;
+        for (int B : o.batches) {
+          if (mode == AttentionMode::kPaged && int64_t{B} * prefix > o.max_paged_tokens) {
+            std::printf("| %s | %d | %d | %s | skipped (B x prefix > %lld) | | | | |\n",
+                        name.c_str(), prefix, B, mode_name.c_str(),
+                        static_cast<long long>(o.max_paged_tokens));
+            continue;
+          }
+          batches.push_back(B);
         }
-        std::printf("| %s | %d | %d | %s | %.2f | %.0f |\n", name.c_str(), prefix, B,
-                    mode_name.c_str(), r->ms_per_step, r->tokens_per_s);
-        std::fflush(stdout);
+        if (batches.empty()) continue;
+        engine::CudaBackendOptions opt;
+        opt.chunk_size = o.chunk;
+        opt.attention = mode;
+        // Chunks the largest batch needs: the prefix once, then per row a leaf that starts in
+        // (a copy of) the prefix's last chunk when the prefix ends inside one, and holds the
+        // row's own token plus steps + 2 decoded tokens; plus a little slack.
+        const int64_t per_chunk = CudaBackend::ChunkBytes(cfg, o.chunk, opt.dtype);
+        const int64_t max_b = *std::max_element(batches.begin(), batches.end());
+        const int64_t leaf_tokens = prefix % o.chunk + o.steps + 3;
+        const int64_t needed = (int64_t{prefix} + o.chunk - 1) / o.chunk +
+                               max_b * ((leaf_tokens + o.chunk - 1) / o.chunk);
+        int64_t chunks = needed + needed / 32 + 8;
+        if (o.kv_gib > 0) {
+          chunks = std::min(chunks, static_cast<int64_t>(o.kv_gib * (1 << 30)) / per_chunk);
+        }
+        opt.num_chunks = static_cast<int32_t>(chunks);
+        auto backend = dummy ? CudaBackend::CreateDummy(cfg, 1234, opt)
+                             : CudaBackend::Create(weights.get(), opt);
+        if (!backend.ok()) {
+          std::printf("| %s | %d | - | %s | error: %s | | | | |\n", name.c_str(), prefix,
+                      mode_name.c_str(), std::string(backend.status().message()).c_str());
+          ++failures;
+          continue;
+        }
+        for (int B : batches) {
+          auto r = RunOne(backend->get(), cfg, mode, B, prefix, o.steps, o.chunk);
+          if (!r.ok()) {
+            std::printf("| %s | %d | %d | %s | error: %s | | | | |\n", name.c_str(), prefix, B,
+                        mode_name.c_str(), std::string(r.status().message()).c_str());
+            std::fflush(stdout);
+            ++failures;
+            continue;
+          }
+          const engine::CudaAttentionStats& a = r->attention;
+          std::string plan = "-", build = "-", update = "-";
+          if (a.tpp_steps > 0) {
+            plan = std::to_string(a.tpp_plan_builds) + " / " + std::to_string(a.tpp_plan_updates);
+            char buf[96];
+            if (a.tpp_plan_builds > 0) {
+              std::snprintf(buf, sizeof(buf), "%.1f (%lld)", a.build_host_us / a.tpp_plan_builds,
+                            static_cast<long long>(a.build_upload_bytes / a.tpp_plan_builds));
+              build = buf;
+            }
+            if (a.tpp_plan_updates > 0) {
+              std::snprintf(buf, sizeof(buf), "%.2f (%lld)", a.update_host_us / a.tpp_plan_updates,
+                            static_cast<long long>(a.update_upload_bytes / a.tpp_plan_updates));
+              update = buf;
+            }
+          }
+          std::printf("| %s | %d | %d | %s | %.2f | %.0f | %s | %s | %s |\n", name.c_str(), prefix,
+                      B, mode_name.c_str(), r->ms_per_step, r->tokens_per_s, plan.c_str(),
+                      build.c_str(), update.c_str());
+          std::fflush(stdout);
+          table[{name, prefix, B}][mode_name] = r->tokens_per_s;
+        }
       }
     }
+  }
+  std::printf("\n| model | prefix | B | tpp tok/s | paged tok/s | none tok/s | tpp/none | tpp/paged |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  for (const auto& [key, modes] : table) {
+    auto get = [&](const char* mode) {
+      auto it = modes.find(mode);
+      return it == modes.end() ? 0.0 : it->second;
+    };
+    auto cell = [](double v) { return v > 0 ? std::to_string(static_cast<long long>(v + 0.5)) : std::string("-"); };
+    auto ratio = [](double a, double b) {
+      if (a <= 0 || b <= 0) return std::string("-");
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2f", a / b);
+      return std::string(buf);
+    };
+    const double t = get("tpp"), p = get("paged"), n = get("none");
+    std::printf("| %s | %d | %d | %s | %s | %s | %s | %s |\n", std::get<0>(key).c_str(),
+                std::get<1>(key), std::get<2>(key), cell(t).c_str(), cell(p).c_str(),
+                cell(n).c_str(), ratio(t, n).c_str(), ratio(t, p).c_str());
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "gpu_decode_bench: %d case(s) failed\n", failures);
+    return 1;
   }
   return 0;
 }
@@ -298,7 +384,17 @@ int main(int argc, char** argv) {
         o.batches.push_back(b);
       }
     } else if (a == "--prefix") {
-      o.prefix = std::atoi(value().c_str());
+      o.prefixes.clear();
+      for (absl::string_view s : absl::StrSplit(value(), ',')) {
+        int p = 0;
+        if (!absl::SimpleAtoi(s, &p) || p < 1) {
+          std::fprintf(stderr, "bad prefix length\n");
+          return 2;
+        }
+        o.prefixes.push_back(p);
+      }
+    } else if (a == "--max-paged-tokens") {
+      o.max_paged_tokens = std::atoll(value().c_str());
     } else if (a == "--steps") {
       o.steps = std::max(1, std::atoi(value().c_str()));
     } else if (a == "--modes") {
@@ -310,7 +406,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] "
-                   "[--prefix 2048] [--steps 32] [--modes paged,none] [--kv-gib 24] [--chunk 64]\n");
+                   "[--prefix 2048[,16384]] [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] "
+                   "[--chunk 64] [--max-paged-tokens 2500000]\n");
       return 2;
     }
   }

@@ -4,7 +4,10 @@
 # benchmark, and a compute-sanitizer pass over the fast kernels. Logs go to $OUT (at most 8
 # files come back); a summary is printed last.
 #   BENCH_ARGS="..."   extra arguments for gpu_decode_bench
-#   SKIP="bench sanitizer ..."   steps to leave out (tests oracle bench sanitizer)
+#   BENCH_TIMEOUT=400   seconds the benchmark may run (it is killed after; its log comes back)
+#   SKIP="bench sanitizer ..."   steps to leave out: tests (both test binaries), kernels
+#     (gpu_kernels_test), backend (gpu_backend_test), oracle, bench, sanitizer
+#   GTEST_FILTER=...   narrows the test binaries as usual
 set -uo pipefail
 out=${OUT:-/tmp/banyan-gpu-out}
 mkdir -p "$out"
@@ -28,10 +31,10 @@ step() {  # step NAME LOG COMMAND...
   "$@" >"$log" 2>&1
   local rc=$?
   echo "$name: rc=$rc ($((SECONDS - t0)) s)" >>"$summary"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) |rel err|OOM message|transformers oracle|batch vs solo|diverges' "$log" >>"$summary" || true
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |rel err|OOM message|transformers oracle|batch vs solo|tpp vs paged|TPP kernel|diverges|Failure|error' "$log" >>"$summary" || true
 }
 
-if [[ $skip != *" tests "* ]]; then
+if [[ $skip != *" tests "* && $skip != *" kernels "* ]]; then
   step gpu_kernels_test "$out/gpu_kernels_test.log" "$dest/bin/gpu_kernels_test"
 fi
 if [[ $skip != *" oracle "* ]]; then
@@ -39,12 +42,12 @@ if [[ $skip != *" oracle "* ]]; then
   grep -E 'rotary|logits rms|^torch' "$out/hf_oracle.log" >>"$summary"
   export BANYAN_HF_ORACLE_DIR=/tmp/banyan-hf-oracle
 fi
-if [[ $skip != *" tests "* ]]; then
+if [[ $skip != *" tests "* && $skip != *" backend "* ]]; then
   step gpu_backend_test "$out/gpu_backend_test.log" "$dest/bin/gpu_backend_test"
 fi
 if [[ $skip != *" bench "* ]]; then
   # shellcheck disable=SC2086
-  step gpu_decode_bench "$out/bench.md" "$dest/bin/gpu_decode_bench" ${BENCH_ARGS:-}
+  step gpu_decode_bench "$out/bench.md" timeout "${BENCH_TIMEOUT:-400}" "$dest/bin/gpu_decode_bench" ${BENCH_ARGS:-}
   cat "$out/bench.md" >>"$summary"
 fi
 if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; then

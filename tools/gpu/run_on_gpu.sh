@@ -14,36 +14,24 @@
 #     unpacks the bundle, runs the GPU tests, the transformers oracle and the benchmark with
 #     LD_LIBRARY_PATH=<bundle>/lib:/usr/local/cuda/lib64, and leaves logs in $OUT.
 #
-# Until the parent CMakeLists add the CUDA folders (kernels/cuda, engine/cuda, tests/gpu,
-# bench/cuda.cmake), the build goes through an overlay top level in build-gpu-overlay/ that
-# links every folder of the checkout and appends those lines.
+#   BUILD_DIR=build tools/gpu/run_on_gpu.sh   # reuse an existing CUDA-on build folder instead
+#
+# The build folder must have been configured from this checkout (an older build-gpu/ made from
+# the former overlay top level is wiped and configured again).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-build=$root/build-gpu
-src=$root
-if ! grep -qs 'add_subdirectory(gpu)' tests/CMakeLists.txt; then
-  src=$root/build-gpu-overlay
-  mkdir -p "$src"
-  for f in "$root"/*; do
-    name=$(basename "$f")
-    case $name in CMakeLists.txt | build*) continue ;; esac
-    ln -sfn "$f" "$src/$name"
-  done
-  cp "$root/CMakeLists.txt" "$src/CMakeLists.txt"
-  cat >>"$src/CMakeLists.txt" <<'CMAKE'
-if(BANYAN_HAVE_CUDA)
-  add_subdirectory(kernels/cuda)
-  add_subdirectory(engine/cuda)
-  if(BANYAN_TESTS)
-    add_subdirectory(tests/gpu)
-  endif()
-  include(bench/cuda.cmake)
-endif()
-CMAKE
+build=${BUILD_DIR:-$root/build-gpu}
+case $build in /*) ;; *) build=$root/$build ;; esac
+if [[ -f $build/CMakeCache.txt ]] &&
+  ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$root" "$build/CMakeCache.txt"; then
+  echo "run_on_gpu.sh: $build was configured from another source folder; configuring it again"
+  rm -rf "$build"
 fi
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=OFF \
-  -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+fi
 ninja -C "$build" -j2 gpu_kernels_test gpu_backend_test gpu_decode_bench
 
 grep -qxs '/.gpu/' .git/info/exclude || echo '/.gpu/' >>.git/info/exclude
