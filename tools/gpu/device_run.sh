@@ -4,7 +4,7 @@
 # benchmark, and a compute-sanitizer pass over the fast kernels. Logs go to $OUT (at most 8
 # files come back); a summary is printed last.
 #   BENCH_ARGS="..."   extra arguments for gpu_decode_bench
-#   BENCH_TIMEOUT=400   seconds the benchmark may run (it is killed after; its log comes back)
+#   BENCH_TIMEOUT=400, TEST_TIMEOUT=300   seconds the benchmark / each test binary may run
 #   SKIP="bench sanitizer ..."   steps to leave out: tests (both test binaries), kernels
 #     (gpu_kernels_test), backend (gpu_backend_test), oracle, bench, sanitizer
 #   GTEST_FILTER=...   narrows the test binaries as usual
@@ -35,7 +35,7 @@ step() {  # step NAME LOG COMMAND...
 }
 
 if [[ $skip != *" tests "* && $skip != *" kernels "* ]]; then
-  step gpu_kernels_test "$out/gpu_kernels_test.log" "$dest/bin/gpu_kernels_test"
+  step gpu_kernels_test "$out/gpu_kernels_test.log" timeout "${TEST_TIMEOUT:-300}" "$dest/bin/gpu_kernels_test"
 fi
 if [[ $skip != *" oracle "* ]]; then
   step hf_oracle "$out/hf_oracle.log" python3 tools/gpu/hf_oracle.py /tmp/banyan-hf-oracle
@@ -43,7 +43,7 @@ if [[ $skip != *" oracle "* ]]; then
   export BANYAN_HF_ORACLE_DIR=/tmp/banyan-hf-oracle
 fi
 if [[ $skip != *" tests "* && $skip != *" backend "* ]]; then
-  step gpu_backend_test "$out/gpu_backend_test.log" "$dest/bin/gpu_backend_test"
+  step gpu_backend_test "$out/gpu_backend_test.log" timeout "${TEST_TIMEOUT:-300}" "$dest/bin/gpu_backend_test"
 fi
 if [[ $skip != *" bench "* ]]; then
   # shellcheck disable=SC2086
