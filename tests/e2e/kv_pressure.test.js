@@ -35,7 +35,7 @@ test(
   async (t) => {
     const d = await startDaemon({ args: SMALL_POOL });
     t.after(() => d.kill());
-    const [a, b] = await Promise.all([complete(d, BODY, 15000), complete(d, BODY, 15000)]);
+    const [a, b] = await Promise.all([complete(d, BODY, 10000), complete(d, BODY, 10000)]);
     const m = await scrape(d);
     const state =
       `running ${value(m, 'banyan_requests_running')}, waiting ${value(m, 'banyan_requests_waiting')}, ` +
