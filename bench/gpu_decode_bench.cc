@@ -16,7 +16,9 @@
 // Modes: tpp (the TPP kernel: the shared prefix read once per step for all rows), paged (every
 // row reads its whole context; skipped when B x prefix > --max-paged-tokens, since it costs
 // about B x prefix x 0.5 MiB of KV reads per 7B step), none (attention skipped, projections
-// kept: the no-attention ceiling). For tpp the table also gives the TPP work plan's host cost
+// kept: the no-attention ceiling), and tpp variants "tpp:defer", "tpp:fused", "tpp:m64",
+// "tpp:m128", "tpp:nopdl" (joined by '+') that change the TPP work plan's options (main table
+// only). With nothing shared (B = 1) tpp runs the paged kernel. For tpp the table also gives the TPP work plan's host cost
 // per decode step: full builds (shape changes) and span-end updates, each with its upload.
 // The KV pool is sized for the largest batch of a prefix (--kv-gib caps it when > 0).
 // A summary table gives tok/s per mode and the ratios tpp/none and tpp/paged.
@@ -61,8 +63,30 @@ struct Options {
 
 AttentionMode ModeOf(const std::string& m) {
   if (m == "none") return AttentionMode::kNone;
-  if (m == "tpp") return AttentionMode::kTpp;
+  if (m == "tpp" || m.rfind("tpp:", 0) == 0) return AttentionMode::kTpp;
   return AttentionMode::kPaged;
+}
+
+// "tpp:<knob>[+<knob>...]" runs tpp with TppOptions changed: defer (deferred merge, phase 2
+// beside phase 1 on a side stream), fused (never deferred), m64 / m128 (phase-1 M tile), nopdl.
+bool TppVariant(const std::string& m, kernels::cuda::tpp::TppOptions* t) {
+  if (m.rfind("tpp:", 0) != 0) return true;
+  for (absl::string_view k : absl::StrSplit(m.substr(4), '+')) {
+    if (k == "defer") {
+      t->defer_merge = 1;
+    } else if (k == "fused") {
+      t->defer_merge = 0;
+    } else if (k == "m64") {
+      t->p1_block_m = 64;
+    } else if (k == "m128") {
+      t->p1_block_m = 128;
+    } else if (k == "nopdl") {
+      t->pdl = false;
+    } else {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::string SourceDir() {
@@ -283,6 +307,10 @@ int Main(const Options& o) {
         engine::CudaBackendOptions opt;
         opt.chunk_size = o.chunk;
         opt.attention = mode;
+        if (!TppVariant(mode_name, &opt.tpp)) {
+          std::fprintf(stderr, "unknown tpp variant in %s\n", mode_name.c_str());
+          return 2;
+        }
         // Chunks the largest batch needs: the prefix once, then per row a leaf that starts in
         // (a copy of) the prefix's last chunk when the prefix ends inside one, and holds the
         // row's own token plus steps + 2 decoded tokens; plus a little slack.
@@ -403,6 +431,7 @@ int main(int argc, char** argv) {
         o.prefixes.push_back(p);
       }
     } else if (a == "--max-paged-tokens") {
+      // (B x prefix above which paged is skipped)
       o.max_paged_tokens = std::atoll(value().c_str());
     } else if (a == "--steps") {
       o.steps = std::max(1, std::atoi(value().c_str()));

@@ -234,7 +234,7 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
   problem.num_kv_heads = cfg_.n_kv_heads;
   problem.head_dim = cfg_.head_dim();
   problem.chunk_size = options_.chunk_size;
-  tpp::TppOptions topt;
+  tpp::TppOptions topt = options_.tpp;
   topt.num_sms = m.num_sms;
   absl::StatusOr<tpp::TppWorkPlan> built = tpp::TppWorkPlan::Build(ViewOf(plan), problem, topt);
   if (!built.ok()) return built.status();
@@ -410,8 +410,9 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
   kc::tpp::TppRunArgs ta;
   kc::PrefillParams pp;
   bool attention_ready = false;
-  // Decode rows through the TPP kernel (kTpp, head_dim 64/128); the paged kernel otherwise.
-  const bool use_tpp = m.tpp && num_decode > 0;
+  // Decode rows through the TPP kernel (kTpp, head_dim 64/128, shared segments in the plan); the
+  // paged kernel otherwise (a plan without segments is paged work).
+  const bool use_tpp = m.tpp && num_decode > 0 && batch.plan->num_segments() > 0;
   if (num_decode > 0) ++stats_.decode_steps;
 
   for (int l = 0; l < c.n_layers; ++l) {

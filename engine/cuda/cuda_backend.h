@@ -14,13 +14,16 @@
 //
 // KV memory: [layer][chunk][k|v][kv_head][chunk_size][head_dim] in the model dtype, one
 // allocation sized at creation (kernels/cuda/kv_view.h). Attention modes (backend.h):
-//  - kTpp with head_dim 64 or 128: decode rows run the two-phase-partition kernel
+//  - kTpp with head_dim 64 or 128: decode steps whose plan has shared segments run the
+//    two-phase-partition kernel
 //    (kernels/cuda/tpp/): each plan segment's shared KV is read once for all its rows on the
 //    tensor cores, then each row's private tail, merged by log-sum-exp. The TppWorkPlan (host
 //    work partition, one int32 image) is rebuilt only when the AttentionPlan's shape changes
 //    (its version, rows or chunk lists); otherwise only the span ends AdvanceLengths moved are
 //    patched and re-uploaded. Either is done on the host after layer 0's QKV kernels are
-//    enqueued and before its attention, so it overlaps GPU work. Other head dims: paged kernel.
+//    enqueued and before its attention, so it overlaps GPU work. A plan without segments (nothing
+//    shared) runs the paged kernel: the same work without phase 1, so `tpp` costs what `paged`
+//    costs when nothing is shared. Other head dims: the paged kernel.
 //  - kPaged: the backend's paged decode kernel (plans built without segments).
 //  - kNone: attention skipped, projections kept.
 //
@@ -37,6 +40,7 @@
 #include "engine/backend.h"
 #include "engine/model/model.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/tpp/tpp_attention.h"
 
 namespace banyan::engine {
 
@@ -69,6 +73,8 @@ struct CudaBackendOptions {
   int device = 0;
   // Memory kept free for activations when the KV pool is sized from free memory, bytes.
   int64_t workspace_reserve_bytes = int64_t{2} << 30;
+  // Knobs of the TPP work partition (kTpp); num_sms is replaced by the device's.
+  kernels::cuda::tpp::TppOptions tpp;
 };
 
 class CudaBackend final : public Backend {
@@ -99,7 +105,8 @@ class CudaBackend final : public Backend {
 
   const CudaAttentionStats& attention_stats() const { return stats_; }
   void ResetAttentionStats() { stats_ = {}; }
-  // True when decode rows run the TPP kernel (kTpp mode and a head_dim it supports).
+  // True when decode steps with shared segments run the TPP kernel (kTpp mode and a head_dim it
+  // supports).
   bool uses_tpp_kernel() const;
 
   const ModelConfig& config() const { return cfg_; }

@@ -149,14 +149,15 @@ std::vector<std::vector<int32_t>> HierarchicalPrompts(int vocab, std::mt19937_64
 }
 
 // Prefills `prompts` on both sides in one step, then decodes `steps` steps feeding both the CPU's
-// greedy tokens; returns the largest relative error over all steps. When the GPU side runs the
-// TPP kernel, checks that every decode step did and that the plans had shared segments.
+// greedy tokens; returns the largest relative error over all steps. In tpp mode with a head_dim
+// the TPP kernel supports, checks that exactly the decode steps whose plan has shared segments
+// ran it (all of them when `shared`, none otherwise: those run the paged kernel).
 double CompareSteps(Side& cpu, Side& gpu, int vocab, const std::vector<std::vector<int32_t>>& prompts,
-                    int steps, const std::string& label) {
+                    int steps, const std::string& label, bool shared = true) {
   double worst = 0;
   CudaBackend& cuda = CudaOf(gpu);
   cuda.ResetAttentionStats();
-  int32_t max_segments = 0;
+  int32_t max_segments = 0, steps_with_segments = 0;
   std::vector<kvcache::SeqId> seqs[2];
   Side* sides[2] = {&cpu, &gpu};
   std::vector<float> logits[2];
@@ -207,7 +208,10 @@ double CompareSteps(Side& cpu, Side& gpu, int vocab, const std::vector<std::vect
       logits[s] = out.logits;
       order[s] = out.decode_rows;
     }
-    max_segments = std::max(max_segments, cuda.attention_stats().last_segments);
+    // The plan the step ran (same tree, same rows).
+    const int32_t segments = kvcache::BuildAttentionPlan(gpu.tree, order[1]).num_segments();
+    max_segments = std::max(max_segments, segments);
+    if (segments > 0) ++steps_with_segments;
     EXPECT_EQ(order[0].size(), order[1].size());
     const double err = RelErr(logits[1], logits[0]);
     worst = std::max(worst, err);
@@ -222,10 +226,10 @@ double CompareSteps(Side& cpu, Side& gpu, int vocab, const std::vector<std::vect
   }
   const CudaAttentionStats& st = cuda.attention_stats();
   EXPECT_EQ(st.decode_steps, steps) << label;
+  EXPECT_EQ(steps_with_segments, shared ? steps : 0) << label;
   if (cuda.uses_tpp_kernel()) {
-    EXPECT_EQ(st.tpp_steps, steps) << label;
-    EXPECT_GT(max_segments, 0) << label << ": no decode plan had a shared segment";
-    EXPECT_EQ(st.tpp_plan_builds + st.tpp_plan_updates, steps) << label;
+    EXPECT_EQ(st.tpp_steps, steps_with_segments) << label;
+    EXPECT_EQ(st.tpp_plan_builds + st.tpp_plan_updates, steps_with_segments) << label;
     std::printf("[ %s ] TPP kernel: %lld plan builds, %lld span-end updates, up to %d segments\n",
                 label.c_str(), static_cast<long long>(st.tpp_plan_builds),
                 static_cast<long long>(st.tpp_plan_updates), max_segments);
@@ -323,8 +327,9 @@ TEST_F(CudaBackendTest, TppHierarchicalBatchMatchesCpu) {
       auto gpu = MakeCuda(&w, AttentionMode::kTpp, dt, kBigPool);
       ASSERT_NE(gpu, nullptr);
       ASSERT_TRUE(CudaOf(*gpu).uses_tpp_kernel());
-      const std::string label = absl::StrCat("hierarchical d", s.head_dim, " gqa",
-                                             s.heads / s.kv_heads, " ", kernels::cuda::DTypeName(dt));
+      const std::string label =
+          absl::StrCat("hierarchical d", s.head_dim, " heads ", s.heads, "/", s.kv_heads, " ",
+                       kernels::cuda::DTypeName(dt));
       const auto prompts = HierarchicalPrompts(cfg.vocab_size, rng, 72, 160, 6, 32, 5);
       EXPECT_LT(CompareSteps(*cpu, *gpu, cfg.vocab_size, prompts, 14, label), Tol(dt)) << label;
       const CudaAttentionStats& st = CudaOf(*gpu).attention_stats();
@@ -333,6 +338,27 @@ TEST_F(CudaBackendTest, TppHierarchicalBatchMatchesCpu) {
       EXPECT_GE(st.last_segments, 7) << label;  // the global prefix and the 6 group prefixes
     }
   }
+}
+
+// tpp mode over a batch that shares nothing: the plans have no segments, so the paged kernel
+// runs (the TPP kernel is never launched), and the logits match the CPU.
+TEST_F(CudaBackendTest, TppWithoutSharingRunsPagedKernel) {
+  BANYAN_SEEDED_RNG(rng);
+  const ModelConfig cfg = SmallConfig(128, 4, 1);
+  const ModelWeights w = MakeDummyWeights(cfg, rng());
+  const ModelWeights rounded = Rounded(w, DType::kBf16);
+  auto cpu = MakeCpu(&rounded, AttentionMode::kTpp);
+  auto gpu = MakeCuda(&w, AttentionMode::kTpp, DType::kBf16);
+  ASSERT_NE(gpu, nullptr);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = RandomTokens(20 + 9 * i, cfg.vocab_size, rng);
+    p[0] = 1 + i;  // distinct first tokens: no shared node
+    prompts.push_back(p);
+  }
+  EXPECT_LT(CompareSteps(*cpu, *gpu, cfg.vocab_size, prompts, 4, "no sharing tpp", false),
+            Tol(DType::kBf16));
+  EXPECT_EQ(CudaOf(*gpu).attention_stats().tpp_steps, 0);
 }
 
 // Greedy decoding of a shared-prefix batch gives the same tokens with `tpp` (the TPP kernel) as
