@@ -34,7 +34,9 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
 fi
 ninja -C "$build" -j2 gpu_kernels_test gpu_backend_test gpu_decode_bench
 
-grep -qxs '/.gpu/' .git/info/exclude || echo '/.gpu/' >>.git/info/exclude
+if [[ -d .git ]]; then
+  grep -qxs '/.gpu/' .git/info/exclude || echo '/.gpu/' >>.git/info/exclude
+fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
