@@ -34,10 +34,9 @@ absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
     batch.plan = &plan_;
     for (kvcache::SeqId s : out->decode_rows) {
       const int32_t len = tree_->Length(s);
-      std::vector<int32_t> last = tree_->Tokens(s);  // O(len); fine next to the forward pass
       SeqWork w;
       w.pos0 = len - 1;
-      w.tokens = {last.back()};
+      w.tokens = {tree_->LastToken(s)};
       w.slots = tree_->Slots(s, len - 1, len);
       w.write_kv = {static_cast<uint8_t>(by_seq[s]->write_kv ? 1 : 0)};
       batch.decode.push_back(std::move(w));

@@ -59,18 +59,27 @@ const PrefixTree::Node* PrefixTree::FindRoot(std::string_view ns) const {
   return it == roots_.end() ? nullptr : it->second.get();
 }
 
-PrefixTree::Cursor PrefixTree::Walk(Node* start, std::span<const int32_t> tokens) const {
+PrefixTree::Cursor PrefixTree::Walk(Node* start, std::span<const int32_t> tokens,
+                                    bool decode) const {
   Cursor cur;
   cur.node = start;
   size_t pos = 0;
   while (pos < tokens.size()) {
-    auto it = cur.node->children.find(tokens[pos]);
-    if (it == cur.node->children.end()) break;
-    Node* child = it->second.get();
+    // The child with the longest match among those starting with tokens[pos].
+    Node* child = nullptr;
     int32_t l = 0;
-    while (l < child->size() && pos + l < tokens.size() && child->tokens[l] == tokens[pos + l]) {
-      ++l;
+    auto [lo, hi] = cur.node->children.equal_range(tokens[pos]);
+    for (auto it = lo; it != hi; ++it) {
+      Node* c = it->second.get();
+      if (decode && c->size() != 1) continue;
+      int32_t m = 0;
+      while (m < c->size() && pos + m < tokens.size() && c->tokens[m] == tokens[pos + m]) ++m;
+      if (child == nullptr || m > l) {
+        child = c;
+        l = m;
+      }
     }
+    if (child == nullptr) break;
     pos += l;
     if (l < child->size()) {
       cur.mid = child;
@@ -179,12 +188,13 @@ PrefixTree::Node* PrefixTree::Split(Node* node, int32_t at, std::vector<ChunkCop
   node->tokens.erase(node->tokens.begin(), node->tokens.begin() + at);
   node->depth_tokens += at;
 
-  auto& slot_in_parent = parent->children[upper->tokens[0]];
-  BANYAN_CHECK(slot_in_parent.get() == node) << "split node not found under its parent";
-  std::unique_ptr<Node> lower_owned = std::move(slot_in_parent);
+  auto [lo, hi] = parent->children.equal_range(upper->tokens[0]);
+  auto slot_in_parent = std::find_if(lo, hi, [&](auto& kv) { return kv.second.get() == node; });
+  BANYAN_CHECK(slot_in_parent != hi) << "split node not found under its parent";
+  std::unique_ptr<Node> lower_owned = std::move(slot_in_parent->second);
   node->parent = upper;
   upper->children.emplace(node->tokens[0], std::move(lower_owned));
-  slot_in_parent = std::move(upper_owned);
+  slot_in_parent->second = std::move(upper_owned);
   ++shape_version_;
   return upper;
 }
@@ -207,7 +217,8 @@ void PrefixTree::AppendTokens(Node* node, std::span<const int32_t> tokens,
 absl::StatusOr<PlaceResult> PrefixTree::Place(Node* start, Node* own_leaf, SeqId seq,
                                               std::span<const int32_t> tokens,
                                               bool allow_evict, Node** end_out) {
-  Cursor cur = Walk(start, tokens);
+  const bool decode = own_leaf != nullptr && tokens.size() == 1;
+  Cursor cur = Walk(start, tokens, decode);
   int32_t remaining = static_cast<int32_t>(tokens.size()) - cur.matched;
   int32_t needed = ChunksNeeded(cur, own_leaf, remaining);
   if (pool_->chunks_free() < needed && allow_evict) {
@@ -277,11 +288,38 @@ absl::StatusOr<PlaceResult> PrefixTree::Extend(SeqId seq, std::span<const int32_
   empty.seq = seq;
   if (tokens.empty()) return empty;
   Node* leaf = it->second.leaf;
+  if (tokens.size() == 1) DropStaleContinuation(leaf, tokens[0]);
   Node* end = nullptr;
   auto result = Place(leaf, leaf, seq, tokens, allow_evict, &end);
   if (!result.ok()) return result.status();
   it->second.leaf = end;
   return result;
+}
+
+void PrefixTree::DropStaleContinuation(Node* leaf, int32_t token) {
+  // A decoding sequence does not split a longer child (see Walk's decode mode). A cached one
+  // would only stay as a stale duplicate of what the sequence recomputes: drop it (no live
+  // sequence uses any node of it), so that the leaf can grow in place.
+  std::vector<Node*> stale;
+  auto [lo, hi] = leaf->children.equal_range(token);
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second->refcount == 0 && it->second->size() > 1) stale.push_back(it->second.get());
+  }
+  for (Node* c : stale) {
+    FreeNode(c);
+    Unlink(c);
+  }
+}
+
+void PrefixTree::Unlink(Node* child) {
+  auto [lo, hi] = child->parent->children.equal_range(child->tokens[0]);
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second.get() == child) {
+      child->parent->children.erase(it);
+      return;
+    }
+  }
+  BANYAN_CHECK(false) << "node not found under its parent";
 }
 
 absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
@@ -308,17 +346,32 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
     }
     return true;
   };
-  // Upper bound of the chunks needed: a shared growth needs at most one; other appends what each
-  // needs alone (appends of one batch can only share what they create, never need more).
-  int32_t bound = 0;
-  for (auto& [node, idx] : groups) {
-    if (grows_together(node, idx)) {
-      bound += (node->first_slot + node->size()) % chunk_size_ == 0 ? 1 : 0;
-    } else {
-      for (size_t i : idx) bound += AppendChunksNeeded(items[i].first, items[i].second);
+  // Upper bound of the chunks needed, whatever order the appends run in: a shared growth needs
+  // at most one; any other one-token append at most one (a new chunk in place or a new child;
+  // decode appends never split). It needs none only when it grows in place into a spare slot of
+  // a leaf that no other append of the batch can enter (one longer than a token).
+  auto bound_of = [&]() {
+    int32_t bound = 0;
+    for (auto& [node, idx] : groups) {
+      if (grows_together(node, idx)) {
+        bound += (node->first_slot + node->size()) % chunk_size_ == 0 ? 1 : 0;
+        continue;
+      }
+      for (size_t i : idx) {
+        (void)i;
+        const bool spare_in_place = idx.size() == 1 && node->refcount == 1 &&
+                                    node->children.empty() && node->size() > 1 &&
+                                    (node->first_slot + node->size()) % chunk_size_ != 0;
+        bound += spare_in_place ? 0 : 1;
+      }
     }
+    return bound;
+  };
+  int32_t bound = bound_of();
+  if (pool_->chunks_free() < bound && allow_evict) {
+    Evict(bound - pool_->chunks_free());
+    bound = bound_of();  // eviction may have removed children: recount
   }
-  if (pool_->chunks_free() < bound && allow_evict) Evict(bound - pool_->chunks_free());
   if (absl::Status s = Reserve(bound); !s.ok()) return s;
 
   std::vector<PlaceResult> results(items.size());
@@ -349,8 +402,10 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
 
 int32_t PrefixTree::AppendChunksNeeded(SeqId seq, int32_t token) const {
   Node* leaf = seqs_.at(seq).leaf;
-  Cursor cur = Walk(leaf, std::span<const int32_t>(&token, 1));
-  return ChunksNeeded(cur, leaf, 1 - cur.matched);
+  Cursor cur = Walk(leaf, std::span<const int32_t>(&token, 1), /*decode=*/true);
+  // Dropping a stale continuation first can only free chunks and let the leaf grow in place:
+  // at most one chunk either way.
+  return std::min(1, ChunksNeeded(cur, leaf, 1 - cur.matched));
 }
 
 int32_t PrefixTree::ChunksOnlyUsedBy(std::span<const SeqId> seqs) const {
@@ -423,7 +478,7 @@ int32_t PrefixTree::Evict(int32_t n_chunks) {
     for (ChunkId c : n->chunks) pool_->Free(c);
     freed += static_cast<int32_t>(n->chunks.size());
     Node* parent = n->parent;
-    parent->children.erase(n->tokens[0]);  // destroys n
+    Unlink(n);  // destroys n
     if (evictable(parent)) heap.emplace(parent->last_use, parent);
   }
   return freed;
@@ -442,6 +497,8 @@ std::vector<const PrefixTree::Node*> PrefixTree::Path(SeqId seq) const {
   std::reverse(path.begin(), path.end());
   return path;
 }
+
+int32_t PrefixTree::LastToken(SeqId seq) const { return seqs_.at(seq).leaf->tokens.back(); }
 
 std::vector<int32_t> PrefixTree::Tokens(SeqId seq) const {
   std::vector<int32_t> tokens;

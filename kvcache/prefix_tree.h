@@ -8,7 +8,9 @@
 //    in global slot g = first_slot + i of the node: chunk chunks[g / c], slot g % c. Slots are
 //    contiguous, so every chunk of a node is full except possibly the first (which starts at
 //    first_slot, only after a mid-chunk split) and the last.
-//  - Children are keyed by their first token; a node's children start with distinct tokens.
+//  - Children are keyed by their first token. Matching takes the child with the longest match;
+//    two children may start with the same token only when a decoding sequence declined to split
+//    a live sibling (see Appending).
 //  - A live sequence is a path root → leaf node and always ends at the end of its leaf node.
 //    Several sequences may end at the same node (right after Fork).
 //  - refcount(node) = number of live sequences whose path contains the node.
@@ -25,8 +27,11 @@
 //
 // Appending. A sequence grows in place when it alone uses its leaf and the leaf has no children;
 // otherwise the new token goes into a child node. If a child starting with that token already
-// exists (cached, or written in the same step by another row), the sequence moves into it and
-// its KV is reused (needs_write == false).
+// exists (written in the same step by another row, or a one-token cached node), the sequence
+// moves into it and its KV is reused (needs_write == false). A longer child starting with the
+// token is never split by a one-token append (a sequence following another one token behind
+// would split it at every step: a node and a chunk per token): a cached one is dropped (the
+// sequence recomputes those tokens anyway), a live one gets a sibling with the same first token.
 //
 // Memory errors. Every operation that needs chunks computes how many it needs first and fails
 // with ResourceExhausted before changing anything when the pool cannot supply them (after
@@ -155,6 +160,7 @@ class PrefixTree {
   bool IsLive(SeqId seq) const { return seqs_.contains(seq); }
   int32_t Length(SeqId seq) const;
   std::vector<int32_t> Tokens(SeqId seq) const;
+  int32_t LastToken(SeqId seq) const;  // O(1)
   // Slots of positions [begin, end) of `seq`.
   std::vector<SlotRef> Slots(SeqId seq, int32_t begin, int32_t end) const;
   // Nodes of the sequence's path, root's child first.
@@ -180,7 +186,10 @@ class PrefixTree {
     int32_t depth_tokens = 0;     // tokens on the path above this node
     uint64_t last_use = 0;        // LRU clock value of the last release / use
     std::set<SeqId> seqs_ending;  // live sequences whose leaf is this node
-    std::map<int32_t, std::unique_ptr<Node>> children;  // keyed by first token
+    // Keyed by first token. Usually one child per token; a decoding sequence that diverges from
+    // a *live* longer sibling only in timing (it would follow it one token behind, splitting it
+    // at every step) gets a sibling of its own with the same first token instead.
+    std::multimap<int32_t, std::unique_ptr<Node>> children;
 
     int32_t size() const { return static_cast<int32_t>(tokens.size()); }
     SlotRef SlotOf(int32_t i, int32_t chunk_size) const;
@@ -197,15 +206,18 @@ class PrefixTree {
 
   Node* Root(std::string_view ns);
   const Node* FindRoot(std::string_view ns) const;
-  Cursor Walk(Node* start, std::span<const int32_t> tokens) const;
+  // decode: a one-token append, which only enters a child that it matches whole.
+  Cursor Walk(Node* start, std::span<const int32_t> tokens, bool decode = false) const;
   int32_t ChunksNeeded(const Cursor& cur, Node* own_leaf, int32_t remaining) const;
   absl::Status Reserve(int32_t needed) const;
   Node* Split(Node* node, int32_t at, std::vector<ChunkCopy>* copies);
+  static void Unlink(Node* child);  // removes (and destroys) child from its parent's children
   absl::StatusOr<PlaceResult> Place(Node* start, Node* own_leaf, SeqId seq,
                                     std::span<const int32_t> tokens, bool allow_evict,
                                     Node** end_out);
   void AppendTokens(Node* node, std::span<const int32_t> tokens, std::vector<SlotRef>* slots);
   void FreeNode(Node* node);
+  void DropStaleContinuation(Node* leaf, int32_t token);
 
   ChunkPool* pool_;
   int32_t chunk_size_;

@@ -25,7 +25,9 @@ IterationPlan Schedule(const PolicyInput& in) {
   int64_t need = 0;
   for (const PolicyRequest& r : running) need += r.decoding ? r.chunks_needed : 0;
   std::vector<bool> preempted(running.size(), false);
-  for (size_t v = running.size(); need > available && v > 0; --v) {
+  // Never the last one: alone it always fits (Submit refuses requests larger than the whole
+  // cache), and preempting it would only re-admit it (livelock).
+  for (size_t v = running.size(); need > available && v > 1; --v) {
     const PolicyRequest& victim = running[v - 1];
     preempted[v - 1] = true;
     plan.preempt.push_back(victim.handle);
@@ -62,10 +64,11 @@ IterationPlan Schedule(const PolicyInput& in) {
   std::vector<PolicyRequest> waiting = in.waiting;
   std::sort(waiting.begin(), waiting.end(), Before);
   for (const PolicyRequest& w : waiting) {
-    if (sequences + w.sequences > in.max_sequences) break;
+    if (sequences + w.sequences > in.max_sequences && sequences > 0) break;
     // Headroom of one chunk per running sequence for its next appends, so that admitting does
-    // not immediately force a preemption (thrash).
-    if (need + committed + w.chunks_needed + sequences > available) break;
+    // not immediately force a preemption (thrash). With nothing running the head request is
+    // admitted whatever the estimate says: alone it fits, and waiting could not change that.
+    if (need + committed + w.chunks_needed + sequences > available && sequences > 0) break;
     int32_t t;
     if (w.resume || w.remaining_prefill == 0) {
       t = w.remaining_prefill;  // recompute in one go / nothing to prefill

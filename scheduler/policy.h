@@ -12,9 +12,11 @@
 //     then earlier arrival, first), each taking up to the remaining prefill token budget.
 //  4. Admission, only when nothing was preempted this iteration (no thrash): waiting requests by
 //     priority then arrival, while the decode-row cap allows their sequences and the memory not
-//     yet committed covers their whole uncached prompt. The first request that does not fit
-//     stops admission (no overtaking, so large requests cannot starve). A request needing no
-//     prefill budget (fully cached, or resuming) is still admitted when the budget is spent.
+//     yet committed covers their whole uncached prompt plus one chunk per running sequence. The
+//     first request that does not fit stops admission (no overtaking, so large requests cannot
+//     starve). A request needing no prefill budget (fully cached, or resuming) is still admitted
+//     when the budget is spent. With nothing running, the head request is always admitted.
+//  The last running request is never preempted (alone it fits; see Scheduler::Submit).
 #pragma once
 
 #include <cstdint>

@@ -115,7 +115,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Submit(Request r) {
   const int64_t worst = CeilDiv(static_cast<int64_t>(r.prompt.size()), c) +
                         int64_t{r.n} * (CeilDiv(r.params.max_tokens, c) + 2);
   if (worst > metrics_.kv_chunks_total) {
-    return absl::ResourceExhaustedError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "the request may need ", worst, " KV chunks, more than the whole cache (",
         metrics_.kv_chunks_total, " chunks of ", c, " tokens)"));
   }
@@ -509,6 +509,10 @@ bool Scheduler::Iterate() {
     in.running.push_back(p);
   }
   IterationPlan plan = Schedule(in);
+  if (plan.empty()) {  // nothing can move until a request finishes or arrives: do not spin
+    PublishMetrics();
+    return took || cancelled;
+  }
 
   for (uint64_t h : plan.preempt) Preempt(*by_handle[h]);
   std::vector<kvcache::ChunkCopy> copies;
@@ -520,9 +524,19 @@ bool Scheduler::Iterate() {
     if (absl::Status s = PlacePrefill(l, tokens, &copies, &prefill, &logit_owners); !s.ok()) {
       // The policy budgets memory; failing here means the estimate was short: retry later.
       // Pending copies stay valid: copies run before any KV write of the step.
-      Log()->warn("[kv] request {}: prefill deferred: {}", l.req.id, std::string(s.message()));
       prefill.resize(items_before);
       logit_owners.resize(owners_before);
+      const bool alone = std::none_of(running_.begin(), running_.end(), [&](const LivePtr& r) {
+        return r.get() != &l && r->state != RequestState::kWaiting;
+      });
+      if (alone) {
+        // Nothing else holds memory: waiting cannot help. Fail instead of retrying forever.
+        Finish(l, absl::ResourceExhaustedError(absl::StrCat(
+                      "the KV cache cannot hold this request: ", s.message())),
+               FinishReason::kError);
+        continue;
+      }
+      Log()->warn("[kv] request {}: prefill deferred: {}", l.req.id, std::string(s.message()));
       Preempt(l);
     }
   }

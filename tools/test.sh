@@ -2,8 +2,9 @@
 # Set-up (packages, configure, build), then the whole test suite through ctest:
 #  1. every test of the Release build in build/ (GPU tests carry the label `gpu` and skip
 #     themselves where no device exists);
-#  2. the memory-safety pass: the kvcache, scheduler (with its soak) and server tests rebuilt
-#     with AddressSanitizer in build-asan/ (BANYAN_ASAN=0 skips it).
+#  2. the memory-safety pass: the kvcache, scheduler (with its soak) and server tests and the
+#     end-to-end soak against banyand, rebuilt with AddressSanitizer in build-asan/
+#     (BANYAN_ASAN=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh "$@"
@@ -11,11 +12,12 @@ JOBS="${BANYAN_JOBS:-$(nproc)}"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
-  ASAN_TESTS=(kvcache_test scheduler_test server_http_server_test grpc_server_test)
+  ASAN_TESTS=(kvcache_test scheduler_test server_http_server_test grpc_server_test e2e_soak)
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBANYAN_SANITIZE=address \
     -DBANYAN_CUDA=OFF "$@" >/dev/null
-  cmake --build build-asan -j "$JOBS" --target "${ASAN_TESTS[@]}" banyand
+  cmake --build build-asan -j "$JOBS" --target kvcache_test scheduler_test \
+    server_http_server_test grpc_server_test banyand banyan-grpc-client
   regex="^($(IFS='|'; echo "${ASAN_TESTS[*]}"))$"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$JOBS" -R "$regex"
+    ctest --test-dir build-asan --output-on-failure -j 1 -R "$regex"
 fi

@@ -10,7 +10,6 @@ const assert = require('node:assert/strict');
 const { test } = require('node:test');
 const { startDaemon, MODEL_NAME, scaled } = require('./lib/daemon');
 const { post } = require('./lib/http');
-const { knownBug } = require('./lib/known_bugs');
 const { scrape, value, waitIdle } = require('./lib/metrics');
 
 // 256 chunks of 16 tokens: 4096 token slots.
@@ -31,7 +30,7 @@ async function complete(d, body, timeoutMs) {
 // chunk size (--kv-memory 5MiB: 64 chunks of 64).
 test(
   'two identical greedy requests over a small pool complete (preemption recovers)',
-  { todo: knownBug('livelock: preempted requests are never re-admitted while the pool is all cached') },
+  {},
   async (t) => {
     const d = await startDaemon({ args: SMALL_POOL });
     t.after(() => d.kill());
@@ -57,7 +56,7 @@ test(
 //   RESOURCE_EXHAUSTED: [kv] not enough KV cache: need 1 chunks, 0 free of 256
 test(
   '16 concurrent long requests over a small pool: no crash, outputs as alone',
-  { todo: knownBug('CHECK failure in PrefixTree append when the pool is full (prefix_tree.cc:343)') },
+  {},
   async (t) => {
     const d = await startDaemon({ args: SMALL_POOL });
     t.after(() => d.kill());

@@ -7,7 +7,6 @@ const { after, before, describe, test } = require('node:test');
 const { startDaemon, MODEL_NAME, sleep } = require('./lib/daemon');
 const { collectStream, openaiClient, post } = require('./lib/http');
 const { scrape, value, waitIdle } = require('./lib/metrics');
-const { knownBug } = require('./lib/known_bugs');
 const { STORY } = require('./lib/text');
 
 const CHUNK = 16;
@@ -149,7 +148,7 @@ describe('prefix sharing under concurrency', () => {
   // "temperature":0,"ignore_eos":true} twice: peak banyan_kv_chunks_live 26, then 398.
   test(
     'warm cache: the same 16 streams again share the cached prefix and continuations',
-    { todo: knownBug('decoding along a cached continuation takes one KV chunk per token') },
+    {},
     async () => {
       const { tokens, chunks } = await promptChunks();
       // 'together' cached prompt and outputs above (the test before this one ran them).

@@ -19,7 +19,6 @@ const OpenAI = require('openai');
 const { startDaemon, MODEL_NAME, scaled, sleep } = require('./lib/daemon');
 const g = require('./lib/grpc');
 const { assertErrorBody, collectStream, openaiClient, post } = require('./lib/http');
-const { knownBug } = require('./lib/known_bugs');
 const { scrape, value } = require('./lib/metrics');
 const { STORY } = require('./lib/text');
 
@@ -47,7 +46,7 @@ test('soak: mixed requests over HTTP and gRPC, then no leaked chunks and a clean
 
 test(
   'soak with a KV pool that fills with cached prefixes (eviction)',
-  { todo: knownBug('the daemon aborts when the pool is full: prefix_tree.cc:343') },
+  {},
   async (t) => {
     await soak(t, '12MiB');
   },

@@ -222,8 +222,10 @@ TEST_F(SchedulerTest, RejectsBadRequestsWithReasons) {
   r.params.top_p = 2;
   EXPECT_NE(sched_->Submit(r).status().message().find("top_p"), std::string::npos);
   r = Greedy("x", 400);
-  r.n = 8;  // 8 x 400 tokens cannot fit in 64 chunks of 16
-  EXPECT_EQ(sched_->Submit(r).status().code(), absl::StatusCode::kResourceExhausted);
+  r.n = 8;  // 8 x 400 tokens cannot fit in 64 chunks of 16: never, so not "retry later"
+  auto big = sched_->Submit(r);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("more than the whole cache"), std::string::npos);
 }
 
 TEST_F(SchedulerTest, DeadlineCancels) {
