@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "engine/plan_view.h"
 #include "kernels/cpu/tpp_attention.h"
@@ -152,8 +153,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{128, 1, 8, 64}, Case{128, 4, 1, 32}),
     [](const auto& info) {
       const Case& c = info.param;
-      return "d" + std::to_string(c.head_dim) + "_kv" + std::to_string(c.kv_heads) + "_g" +
-             std::to_string(c.gqa) + "_c" + std::to_string(c.chunk_size);
+      // Built with absl::StrCat: GCC 12's -Wrestrict misfires on chains of std::string '+'.
+      return absl::StrCat("d", c.head_dim, "_kv", c.kv_heads, "_g", c.gqa, "_c", c.chunk_size);
     });
 
 TEST(MergeStateTest, EmptyStatesNeverProduceNaN) {

@@ -80,8 +80,9 @@ TEST(PolicyTest, ChunkedPrefillNeverStallsDecodes) {
   int32_t remaining = 300;
   int iterations = 0;
   while (remaining > 0) {
-    PolicyInput in{.running = {Decoding(1, 1, 3), Prefilling(2, remaining)}, .chunks_free = 100,
-                   .chunk_size = 16, .max_sequences = 8, .prefill_token_budget = 128};
+    PolicyInput in{.waiting = {}, .running = {Decoding(1, 1, 3), Prefilling(2, remaining)},
+                   .chunks_free = 100, .chunks_cached = 0, .chunk_size = 16,
+                   .max_sequences = 8, .prefill_token_budget = 128};
     IterationPlan p = Schedule(in);
     ASSERT_EQ(p.decode, std::vector<uint64_t>{1});
     ASSERT_EQ(p.prefill.size(), 1u);

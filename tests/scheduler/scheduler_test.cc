@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model_bundle.h"
 #include "gtest/gtest.h"
@@ -75,7 +76,7 @@ class SchedulerTest : public ::testing::Test {
   }
   Request Greedy(const std::string& text, int max_tokens = 40) {
     Request r;
-    r.id = "t" + std::to_string(++ids_);
+    r.id = absl::StrCat("t", ++ids_);  // not '+': GCC 12's -Wrestrict misfires on it
     r.prompt = bundle_->tokenizer->Encode(text, true);
     r.params.temperature = 0;
     r.params.max_tokens = max_tokens;
