@@ -6,7 +6,8 @@
 #   BENCH_ARGS="..."   extra arguments for gpu_decode_bench
 #   BENCH_TIMEOUT=400, TEST_TIMEOUT=300   seconds the benchmark / each test binary may run
 #   SKIP="bench sanitizer ..."   steps to leave out: tests (both test binaries), kernels
-#     (gpu_kernels_test), backend (gpu_backend_test), oracle, bench, sanitizer
+#     (gpu_kernels_test), tpp (tpp_gpu_test), backend (gpu_backend_test), oracle, bench,
+#     sanitizer
 #   GTEST_FILTER=...   narrows the test binaries as usual
 set -uo pipefail
 out=${OUT:-/tmp/banyan-gpu-out}
@@ -36,6 +37,9 @@ step() {  # step NAME LOG COMMAND...
 
 if [[ $skip != *" tests "* && $skip != *" kernels "* ]]; then
   step gpu_kernels_test "$out/gpu_kernels_test.log" timeout "${TEST_TIMEOUT:-300}" "$dest/bin/gpu_kernels_test"
+fi
+if [[ $skip != *" tests "* && $skip != *" tpp "* && -x "$dest/bin/tpp_gpu_test" ]]; then
+  step tpp_gpu_test "$out/tpp_gpu_test.log" timeout "${TEST_TIMEOUT:-300}" "$dest/bin/tpp_gpu_test"
 fi
 if [[ $skip != *" oracle "* ]]; then
   step hf_oracle "$out/hf_oracle.log" python3 tools/gpu/hf_oracle.py /tmp/banyan-hf-oracle

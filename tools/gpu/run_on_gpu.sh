@@ -5,7 +5,7 @@
 #
 # Steps (on the dev machine, which has nvcc but no GPU):
 #  1. configure and build Release, sm_90, -DBANYAN_SERVER=OFF into build-gpu/ (-j2): the targets
-#     gpu_kernels_test, gpu_backend_test and gpu_decode_bench;
+#     gpu_kernels_test, gpu_backend_test, tpp_gpu_test and gpu_decode_bench;
 #  2. copy them (stripped) plus the shared libraries `ldd` lists -- except libc, libm,
 #     libstdc++, libgcc_s, ld-linux, the CUDA driver and the CUDA toolkit's libraries, which the
 #     GPU machine has in /usr/local/cuda/lib64 -- into .gpu/bundle.tar.xz (git-ignored; about
@@ -32,7 +32,7 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 fi
-ninja -C "$build" -j2 gpu_kernels_test gpu_backend_test gpu_decode_bench
+ninja -C "$build" -j2 gpu_kernels_test gpu_backend_test tpp_gpu_test gpu_decode_bench
 
 if [[ -d .git ]]; then
   grep -qxs '/.gpu/' .git/info/exclude || echo '/.gpu/' >>.git/info/exclude
@@ -40,7 +40,7 @@ fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-for t in gpu_kernels_test gpu_backend_test gpu_decode_bench; do
+for t in gpu_kernels_test gpu_backend_test tpp_gpu_test gpu_decode_bench; do
   bin=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
   cp "$bin" "$stage/bin/"
 done
