@@ -33,23 +33,27 @@ Generator::Generator(const ModelConfig& config, Backend* backend, kvcache::Prefi
                      GeneratorOptions options)
     : config_(config), backend_(backend), tree_(tree), options_(options) {}
 
-absl::Status Generator::Validate(const GenerationRequest& r) const {
-  if (r.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  for (int32_t t : r.prompt) {
-    if (t < 0 || t >= config_.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt token id ", t, " is outside the vocabulary [0, ",
-                       config_.vocab_size, ")"));
+absl::Status ValidateGeneration(const ModelConfig& config, std::span<const int32_t> prompt,
+                                const SamplingParams& params, int n) {
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt token id ", t, " is outside the vocabulary [0, ", config.vocab_size, ")"));
     }
   }
-  if (r.n < 1) return absl::InvalidArgumentError(absl::StrCat("n must be >= 1, got ", r.n));
-  const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens;
-  if (need > config_.max_seq_len) {
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat("n must be >= 1, got ", n));
+  const int64_t total = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  if (total > config.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt (", r.prompt.size(), " tokens) plus max_tokens (", r.params.max_tokens,
-        ") exceeds the model's context of ", config_.max_seq_len, " tokens"));
+        "the prompt (", prompt.size(), " tokens) plus max_tokens (", params.max_tokens, ") is ",
+        total, " tokens, more than the model's context of ", config.max_seq_len));
   }
-  return engine::Validate(r.params, config_.vocab_size);
+  return Validate(params, config.vocab_size);
+}
+
+absl::Status Generator::Validate(const GenerationRequest& r) const {
+  return ValidateGeneration(config_, r.prompt, r.params, r.n);
 }
 
 absl::StatusOr<std::vector<GenerationResult>> Generator::Run(

@@ -62,13 +62,18 @@ struct GeneratorStats {
   kvcache::MemoryStats peak;  // at the step with the most live chunks
 };
 
+// Checks a request against the model: non-empty prompt, ids in the vocabulary, prompt plus
+// max_tokens within the context (the message gives both numbers), valid sampling parameters,
+// n >= 1. The one engine-side check, shared by Generator and the daemon's Scheduler.
+absl::Status ValidateGeneration(const ModelConfig& config, std::span<const int32_t> prompt,
+                                const SamplingParams& params, int n);
+
 class Generator {
  public:
   Generator(const ModelConfig& config, Backend* backend, kvcache::PrefixTree* tree,
             GeneratorOptions options = {});
 
-  // Checks a request against the model: non-empty prompt, ids in the vocabulary, prompt plus
-  // max_tokens within the context, valid sampling parameters, n >= 1.
+  // ValidateGeneration for this model.
   absl::Status Validate(const GenerationRequest& request) const;
 
   // Runs every request to completion. Their sequences are released at the end (their KV stays

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "engine/generator.h"
 #include "engine/sampler/sampler.h"
 #include "engine/step_runner.h"
 #include "scheduler/policy.h"
@@ -91,26 +92,14 @@ void Scheduler::Start() {
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Submit(Request r) {
-  if (r.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  for (int32_t t : r.prompt) {
-    if (t < 0 || t >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt token id ", t, " is outside the vocabulary [0, ", config_.vocab_size, ")"));
-    }
+  if (absl::Status s = engine::ValidateGeneration(config_, r.prompt, r.params, r.n); !s.ok()) {
+    return s;
   }
-  if (r.n < 1) return absl::InvalidArgumentError(absl::StrCat("n must be >= 1, got ", r.n));
   if (r.n > options_.max_running_sequences) {
     return absl::InvalidArgumentError(absl::StrCat("n is ", r.n, ", more than the ",
                                                    options_.max_running_sequences,
                                                    " sequences the server runs at once"));
   }
-  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens;
-  if (total > config_.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt (", r.prompt.size(), " tokens) plus max_tokens (", r.params.max_tokens,
-        ") is ", total, " tokens, more than the model's context of ", config_.max_seq_len));
-  }
-  if (absl::Status s = engine::Validate(r.params, config_.vocab_size); !s.ok()) return s;
   const int32_t c = tree_->chunk_size();
   const int64_t worst = CeilDiv(static_cast<int64_t>(r.prompt.size()), c) +
                         int64_t{r.n} * (CeilDiv(r.params.max_tokens, c) + 2);

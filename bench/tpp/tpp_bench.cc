@@ -25,6 +25,7 @@
 
 #include "bench/tpp/bench_fill.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
+#include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/prefix_tree.h"
 
@@ -63,27 +64,6 @@ struct Case {
   int groups = 0;        // hierarchical: per-group prefixes
   int group_len = 0;
 };
-
-PlanView ViewOf(const AttentionPlan& p) {
-  PlanView v;
-  v.num_rows = p.num_rows();
-  v.num_segments = p.num_segments();
-  v.num_partials = p.num_partials;
-  v.span_chunk = p.span_chunk.data();
-  v.span_begin = p.span_begin.data();
-  v.span_end = p.span_end.data();
-  v.seg_row_begin = p.seg_row_begin.data();
-  v.seg_row_end = p.seg_row_end.data();
-  v.seg_span_begin = p.seg_span_begin.data();
-  v.seg_span_end = p.seg_span_end.data();
-  v.seg_partial_offset = p.seg_partial_offset.data();
-  v.row_span_begin = p.row_span_begin.data();
-  v.row_span_end = p.row_span_end.data();
-  v.row_seg_begin = p.row_seg_begin.data();
-  v.row_seg_end = p.row_seg_end.data();
-  v.row_seg_ids = p.row_seg_ids.data();
-  return v;
-}
 
 struct Timing {
   double median_us = 0;
@@ -259,7 +239,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   auto run_mode = [&](const std::string& mode, const AttentionPlan& plan, bool paged,
                       TppOptions opt, void* out) {
     opt.num_sms = runner.num_sms();
-    auto wp = TppWorkPlan::Build(ViewOf(plan), problem, opt);
+    auto wp = TppWorkPlan::Build(engine::ViewOf(plan), problem, opt);
     if (!wp.ok()) {
       std::fprintf(stderr, "plan: %s\n", std::string(wp.status().message()).c_str());
       std::exit(1);

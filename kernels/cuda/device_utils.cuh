@@ -62,19 +62,6 @@ __device__ __forceinline__ __half2 FromFloat2<__half>(float a, float b) {
   return __floats2half2_rn(a, b);
 }
 
-// Eight elements, one 16-byte load. `p` must be 16-byte aligned.
-template <typename T>
-__device__ __forceinline__ void Load8(const T* p, float (&out)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const auto* h = reinterpret_cast<const typename PairOf<T>::Type*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = ToFloat2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
 // Converts a raw 16-byte vector of eight elements.
 template <typename T>
 __device__ __forceinline__ void Unpack8(const uint4& raw, float (&out)[8]) {
@@ -85,6 +72,12 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float (&out)[8]) {
     out[2 * i] = f.x;
     out[2 * i + 1] = f.y;
   }
+}
+
+// Eight elements, one 16-byte load. `p` must be 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float (&out)[8]) {
+  Unpack8<T>(*reinterpret_cast<const uint4*>(p), out);
 }
 
 // Eight elements, one 16-byte store, rounded to nearest.

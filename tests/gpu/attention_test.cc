@@ -15,6 +15,7 @@
 #include "kernels/cpu/tpp_attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_work.h"
+#include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
@@ -74,33 +75,12 @@ std::vector<float> RandomRounded(DType dt, size_t n, std::mt19937_64& rng, float
   return v;
 }
 
-PlanView ViewOf(const kvcache::AttentionPlan& p) {
-  PlanView v;
-  v.num_rows = p.num_rows();
-  v.num_segments = p.num_segments();
-  v.num_partials = p.num_partials;
-  v.span_chunk = p.span_chunk.data();
-  v.span_begin = p.span_begin.data();
-  v.span_end = p.span_end.data();
-  v.seg_row_begin = p.seg_row_begin.data();
-  v.seg_row_end = p.seg_row_end.data();
-  v.seg_span_begin = p.seg_span_begin.data();
-  v.seg_span_end = p.seg_span_end.data();
-  v.seg_partial_offset = p.seg_partial_offset.data();
-  v.row_span_begin = p.row_span_begin.data();
-  v.row_span_end = p.row_span_end.data();
-  v.row_seg_begin = p.row_seg_begin.data();
-  v.row_seg_end = p.row_seg_end.data();
-  v.row_seg_ids = p.row_seg_ids.data();
-  return v;
-}
-
 // Runs the CUDA paged decode kernel over `plan`; returns the output as floats.
 std::vector<float> RunGpuDecode(const Case& c, const TestKv& kv, const kvcache::AttentionPlan& plan,
                                 const std::vector<float>& q, int item_tokens) {
   const int hq = c.kv_heads * c.gqa;
   DecodeWork w;
-  BuildDecodeWork(ViewOf(plan), item_tokens, &w);
+  BuildDecodeWork(engine::ViewOf(plan), item_tokens, &w);
   DeviceArray<int32_t> span_chunk(w.span_chunk), span_begin(w.span_begin), span_end(w.span_end);
   DeviceArray<int32_t> item_row(w.item_row), item_sb(w.item_span_begin), item_se(w.item_span_end);
   DeviceArray<int32_t> item_part(w.item_partial), merge_row(w.merge_row);
@@ -144,7 +124,7 @@ std::vector<float> RunCpuDecode(const Case& c, const TestKv& kv, const kvcache::
   p.q = q.data();
   p.out = out.data();
   p.kv = kv.cpu;
-  p.plan = ViewOf(plan);
+  p.plan = engine::ViewOf(plan);
   p.num_q_heads = hq;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.partial_o = po.data();

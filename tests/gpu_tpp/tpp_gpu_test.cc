@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/tpp_attention.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
+#include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/testing/random.h"
@@ -50,27 +51,6 @@ bool HaveDevice() {
 
 #define SKIP_WITHOUT_GPU() \
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device"
-
-PlanView ViewOf(const AttentionPlan& p) {
-  PlanView v;
-  v.num_rows = p.num_rows();
-  v.num_segments = p.num_segments();
-  v.num_partials = p.num_partials;
-  v.span_chunk = p.span_chunk.data();
-  v.span_begin = p.span_begin.data();
-  v.span_end = p.span_end.data();
-  v.seg_row_begin = p.seg_row_begin.data();
-  v.seg_row_end = p.seg_row_end.data();
-  v.seg_span_begin = p.seg_span_begin.data();
-  v.seg_span_end = p.seg_span_end.data();
-  v.seg_partial_offset = p.seg_partial_offset.data();
-  v.row_span_begin = p.row_span_begin.data();
-  v.row_span_end = p.row_span_end.data();
-  v.row_seg_begin = p.row_seg_begin.data();
-  v.row_seg_end = p.row_seg_end.data();
-  v.row_seg_ids = p.row_seg_ids.data();
-  return v;
-}
 
 uint16_t ToBits(float x, KvDType dt) {
   if (dt == KvDType::kBf16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
@@ -180,7 +160,7 @@ class Fixture {
     p.q = q_host_.data();
     p.out = out.data();
     p.kv = kv;
-    p.plan = ViewOf(plan);
+    p.plan = engine::ViewOf(plan);
     p.num_q_heads = hq();
     p.scale = 1.0f / std::sqrt(static_cast<float>(s_.head_dim));
     p.partial_o = po.data();
@@ -194,7 +174,7 @@ class Fixture {
   std::vector<float> RunGpu(const AttentionPlan& plan, const TppOptions& options, bool paged,
                             TppWorkPlan* out_plan = nullptr) {
     TppProblem pr{hq(), s_.kv_heads, s_.head_dim, s_.chunk};
-    auto wp = TppWorkPlan::Build(ViewOf(plan), pr, options);
+    auto wp = TppWorkPlan::Build(engine::ViewOf(plan), pr, options);
     EXPECT_TRUE(wp.ok()) << wp.status();
     if (!wp.ok()) return {};
     DevBuf<int32_t> image(wp->image().size());
@@ -441,7 +421,7 @@ void GraphReplay(bool deferred) {
   TppProblem pr{s.kv_heads * s.gqa, s.kv_heads, s.head_dim, s.chunk};
   TppOptions opt;
   opt.defer_merge = deferred ? 1 : 0;
-  auto wp = TppWorkPlan::Build(ViewOf(plan), pr, opt);
+  auto wp = TppWorkPlan::Build(engine::ViewOf(plan), pr, opt);
   ASSERT_TRUE(wp.ok()) << wp.status();
   ASSERT_EQ(wp->deferred_merge(), deferred);
   DevBuf<int32_t> image(wp->image().size());
@@ -516,7 +496,7 @@ TEST(TppGpuTest, RejectsMismatchedArguments) {
   f.FillData(rng, rows);
   AttentionPlan plan = kvcache::BuildAttentionPlan(f.tree(), rows, {.share = true});
   TppProblem pr{8, 2, 128, 64};
-  auto wp = TppWorkPlan::Build(ViewOf(plan), pr, TppOptions{});
+  auto wp = TppWorkPlan::Build(engine::ViewOf(plan), pr, TppOptions{});
   ASSERT_TRUE(wp.ok());
   DevBuf<int32_t> image(wp->image().size());
   DevBuf<uint8_t> ws(wp->workspace_bytes());

@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
+#include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
 #include "tests/testing/random.h"
 #include "tests/testing/random_tree.h"
@@ -17,27 +18,6 @@ namespace banyan::kernels::cuda::tpp {
 namespace {
 
 using kvcache::AttentionPlan;
-
-PlanView ViewOf(const AttentionPlan& p) {
-  PlanView v;
-  v.num_rows = p.num_rows();
-  v.num_segments = p.num_segments();
-  v.num_partials = p.num_partials;
-  v.span_chunk = p.span_chunk.data();
-  v.span_begin = p.span_begin.data();
-  v.span_end = p.span_end.data();
-  v.seg_row_begin = p.seg_row_begin.data();
-  v.seg_row_end = p.seg_row_end.data();
-  v.seg_span_begin = p.seg_span_begin.data();
-  v.seg_span_end = p.seg_span_end.data();
-  v.seg_partial_offset = p.seg_partial_offset.data();
-  v.row_span_begin = p.row_span_begin.data();
-  v.row_span_end = p.row_span_end.data();
-  v.row_seg_begin = p.row_seg_begin.data();
-  v.row_seg_end = p.row_seg_end.data();
-  v.row_seg_ids = p.row_seg_ids.data();
-  return v;
-}
 
 const int32_t* At(const TppWorkPlan& wp, int64_t offset) { return wp.image().data() + offset; }
 
@@ -149,7 +129,7 @@ TEST(TppWorkPlanTest, PartitionCoversThePlanExactly) {
       opt.p1_block_m = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? 64 : 128);
       opt.p2_min_split_tokens = 256;
       opt.defer_merge = trial % 3 - 1;
-      auto wp = TppWorkPlan::Build(ViewOf(plan), pr, opt);
+      auto wp = TppWorkPlan::Build(engine::ViewOf(plan), pr, opt);
       ASSERT_TRUE(wp.ok()) << wp.status();
       CheckPartition(plan, *wp, g);
       if (!share) {
@@ -174,7 +154,7 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
   AttentionPlan plan = kvcache::BuildAttentionPlan(tree, rows, {.share = true});
   ASSERT_EQ(plan.num_segments(), 1);
   // Hydragen shape: 8 q heads, 1 kv head, M = 8192: already >= one wave of M tiles.
-  auto big = TppWorkPlan::Build(ViewOf(plan), TppProblem{8, 1, 128, 64}, TppOptions{});
+  auto big = TppWorkPlan::Build(engine::ViewOf(plan), TppProblem{8, 1, 128, 64}, TppOptions{});
   ASSERT_TRUE(big.ok());
   EXPECT_EQ(big->p1_block_m(), 128);
   EXPECT_LE(big->max_p1_splits(), 4);
@@ -182,7 +162,7 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
   // Two rows only: the segment is split to fill the SMs.
   std::vector<kvcache::SeqId> two(rows.begin(), rows.begin() + 2);
   AttentionPlan small = kvcache::BuildAttentionPlan(tree, two, {.share = true});
-  auto wp = TppWorkPlan::Build(ViewOf(small), TppProblem{8, 1, 128, 64}, TppOptions{});
+  auto wp = TppWorkPlan::Build(engine::ViewOf(small), TppProblem{8, 1, 128, 64}, TppOptions{});
   ASSERT_TRUE(wp.ok());
   EXPECT_GT(wp->max_p1_splits(), 16);
   EXPECT_EQ(wp->p1_block_m(), 64);
@@ -190,9 +170,9 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
 
 TEST(TppWorkPlanTest, RejectsBadProblems) {
   AttentionPlan empty;
-  EXPECT_FALSE(TppWorkPlan::Build(ViewOf(empty), TppProblem{6, 4, 128, 64}).ok());
-  EXPECT_FALSE(TppWorkPlan::Build(ViewOf(empty), TppProblem{8, 2, 100, 64}).ok());
-  auto wp = TppWorkPlan::Build(ViewOf(empty), TppProblem{8, 2, 128, 64});
+  EXPECT_FALSE(TppWorkPlan::Build(engine::ViewOf(empty), TppProblem{6, 4, 128, 64}).ok());
+  EXPECT_FALSE(TppWorkPlan::Build(engine::ViewOf(empty), TppProblem{8, 2, 100, 64}).ok());
+  auto wp = TppWorkPlan::Build(engine::ViewOf(empty), TppProblem{8, 2, 128, 64});
   ASSERT_TRUE(wp.ok());
   EXPECT_EQ(wp->num_p2_items(), 0);
   EXPECT_GT(wp->workspace_bytes(), 0u);
