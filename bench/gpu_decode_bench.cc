@@ -3,7 +3,7 @@
 //
 //   gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] [--prefix 2048[,16384]]
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
-//                    [--max-paged-tokens 2500000]
+//                    [--max-paged-tokens 2500000] [--graphs on|off|both]
 //
 // Without --model/--shape it runs the bundled stories260K and the llama-2-7b shape with dummy
 // weights generated on the device. Per (model, prefix, mode, batch B): one prompt of `prefix`
@@ -22,6 +22,11 @@
 // per decode step: full builds (shape changes) and span-end updates, each with its upload.
 // The KV pool is sized for the largest batch of a prefix (--kv-gib caps it when > 0).
 // A summary table gives tok/s per mode and the ratios tpp/none and tpp/paged.
+// --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
+// eagerly (off), or both on the same backend (off first). With graphs the table gives the
+// captures in the timed steps and in the whole run (warm-up included; a TPP plan rebuild or a
+// new row count captures again) and the mean host cost of one capture (stream capture plus
+// cudaGraphExecUpdate or instantiation; the replay that follows is in ms/step).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -59,6 +64,7 @@ struct Options {
   double kv_gib = 0;  // 0: as many chunks as the runs need
   int chunk = 64;
   int64_t max_paged_tokens = 2500000;
+  std::vector<bool> graphs = {true};
 };
 
 AttentionMode ModeOf(const std::string& m) {
@@ -171,6 +177,7 @@ struct Result {
   double ms_per_step = 0;
   double tokens_per_s = 0;
   engine::CudaAttentionStats attention;  // over the timed steps
+  engine::cuda::DecodeGraphStats run_graph;  // over all decode steps, warm-up included
 };
 
 absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& cfg,
@@ -217,8 +224,13 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   double timed = 0;
   int timed_steps = 0;
   std::vector<kvcache::SeqId> rows;
+  backend->ResetAttentionStats();
+  engine::cuda::DecodeGraphStats warm;
   for (int step = 0; step < steps + 2; ++step) {
-    if (step == 2) backend->ResetAttentionStats();
+    if (step == 2) {
+      warm = backend->attention_stats().graph;
+      backend->ResetAttentionStats();
+    }
     std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
     for (kvcache::SeqId s : seqs) appends.emplace_back(s, next[s]);
     const auto t0 = std::chrono::steady_clock::now();
@@ -243,7 +255,22 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   r.ms_per_step = 1000.0 * timed / timed_steps;
   r.tokens_per_s = B * timed_steps / timed;
   r.attention = backend->attention_stats();
+  r.run_graph = r.attention.graph;
+  r.run_graph.captures += warm.captures;
+  r.run_graph.steps += warm.steps;
+  r.run_graph.capture_host_us += warm.capture_host_us;
+  r.run_graph.fallbacks += warm.fallbacks;
   return r;
+}
+
+// (B, graphs) pairs: each batch with graphs off, then on, as asked for.
+std::vector<std::pair<int, bool>> BatchesTimesGraphs(const std::vector<int>& batches,
+                                                     const std::vector<bool>& graphs) {
+  std::vector<std::pair<int, bool>> out;
+  for (int B : batches) {
+    for (bool g : graphs) out.emplace_back(B, g);
+  }
+  return out;
 }
 
 int Main(const Options& o) {
@@ -256,9 +283,10 @@ int Main(const Options& o) {
   std::printf("device: %s (%d SMs)\n\n", prop.name, prop.multiProcessorCount);
   std::printf(
       "| model | prefix | B | mode | ms/step | decode tok/s | TPP plan: builds / updates | "
-      "build us (upload B) | update us (upload B) |\n|---|---|---|---|---|---|---|---|---|\n");
-  // (model, prefix, B) -> mode -> tok/s
-  std::map<std::tuple<std::string, int, int>, std::map<std::string, double>> table;
+      "build us (upload B) | update us (upload B) | graphs | captures (timed / run) | "
+      "capture ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  // (model, prefix, B, graphs) -> mode -> tok/s
+  std::map<std::tuple<std::string, int, int, std::string>, std::map<std::string, double>> table;
   int failures = 0;
   for (const std::string& m : o.models) {
     const bool dummy = m.rfind("shape:", 0) == 0;
@@ -296,7 +324,7 @@ int Main(const Options& o) {
         std::vector<int> batches;
         for (int B : o.batches) {
           if (mode == AttentionMode::kPaged && int64_t{B} * prefix > o.max_paged_tokens) {
-            std::printf("| %s | %d | %d | %s | skipped (B x prefix > %lld) | | | | |\n",
+            std::printf("| %s | %d | %d | %s | skipped (B x prefix > %lld) | | | | | | | |\n",
                         name.c_str(), prefix, B, mode_name.c_str(),
                         static_cast<long long>(o.max_paged_tokens));
             continue;
@@ -327,16 +355,19 @@ int Main(const Options& o) {
         auto backend = dummy ? CudaBackend::CreateDummy(cfg, 1234, opt)
                              : CudaBackend::Create(weights.get(), opt);
         if (!backend.ok()) {
-          std::printf("| %s | %d | - | %s | error: %s | | | | |\n", name.c_str(), prefix,
+          std::printf("| %s | %d | - | %s | error: %s | | | | | | | |\n", name.c_str(), prefix,
                       mode_name.c_str(), std::string(backend.status().message()).c_str());
           ++failures;
           continue;
         }
-        for (int B : batches) {
+        for (const auto& [B, graphs] : BatchesTimesGraphs(batches, o.graphs)) {
+          (*backend)->SetCudaGraphs(graphs);
+          const std::string on = graphs ? "on" : "off";
           auto r = RunOne(backend->get(), cfg, mode, B, prefix, o.steps, o.chunk);
           if (!r.ok()) {
-            std::printf("| %s | %d | %d | %s | error: %s | | | | |\n", name.c_str(), prefix, B,
-                        mode_name.c_str(), std::string(r.status().message()).c_str());
+            std::printf("| %s | %d | %d | %s | error: %s | | | | | %s | | |\n", name.c_str(), prefix,
+                        B, mode_name.c_str(), std::string(r.status().message()).c_str(),
+                        on.c_str());
             std::fflush(stdout);
             ++failures;
             continue;
@@ -357,17 +388,29 @@ int Main(const Options& o) {
               update = buf;
             }
           }
-          std::printf("| %s | %d | %d | %s | %.2f | %.0f | %s | %s | %s |\n", name.c_str(), prefix,
-                      B, mode_name.c_str(), r->ms_per_step, r->tokens_per_s, plan.c_str(),
-                      build.c_str(), update.c_str());
+          std::string captures = "-", capture_ms = "-";
+          const engine::cuda::DecodeGraphStats& g = r->run_graph;
+          if (g.fallbacks > 0) {
+            captures = "failed: " + (*backend)->graph_error();
+          } else if (g.steps > 0) {
+            captures = std::to_string(a.graph.captures) + " / " + std::to_string(g.captures);
+            char buf[32];
+            std::snprintf(buf, sizeof(buf), "%.2f",
+                          g.captures > 0 ? g.capture_host_us / g.captures / 1000 : 0.0);
+            capture_ms = buf;
+          }
+          std::printf("| %s | %d | %d | %s | %.2f | %.0f | %s | %s | %s | %s | %s | %s |\n",
+                      name.c_str(), prefix, B, mode_name.c_str(), r->ms_per_step, r->tokens_per_s,
+                      plan.c_str(), build.c_str(), update.c_str(), on.c_str(), captures.c_str(),
+                      capture_ms.c_str());
           std::fflush(stdout);
-          table[{name, prefix, B}][mode_name] = r->tokens_per_s;
+          table[{name, prefix, B, on}][mode_name] = r->tokens_per_s;
         }
       }
     }
   }
-  std::printf("\n| model | prefix | B | tpp tok/s | paged tok/s | none tok/s | tpp/none | tpp/paged |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| model | prefix | B | graphs | tpp tok/s | paged tok/s | none tok/s | tpp/none | "
+              "tpp/paged |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [key, modes] : table) {
     auto get = [&](const char* mode) {
       auto it = modes.find(mode);
@@ -381,9 +424,9 @@ int Main(const Options& o) {
       return std::string(buf);
     };
     const double t = get("tpp"), p = get("paged"), n = get("none");
-    std::printf("| %s | %d | %d | %s | %s | %s | %s | %s |\n", std::get<0>(key).c_str(),
-                std::get<1>(key), std::get<2>(key), cell(t).c_str(), cell(p).c_str(),
-                cell(n).c_str(), ratio(t, n).c_str(), ratio(t, p).c_str());
+    std::printf("| %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", std::get<0>(key).c_str(),
+                std::get<1>(key), std::get<2>(key), std::get<3>(key).c_str(), cell(t).c_str(),
+                cell(p).c_str(), cell(n).c_str(), ratio(t, n).c_str(), ratio(t, p).c_str());
   }
   if (failures > 0) {
     std::fprintf(stderr, "gpu_decode_bench: %d case(s) failed\n", failures);
@@ -441,11 +484,23 @@ int main(int argc, char** argv) {
       o.kv_gib = std::atof(value().c_str());
     } else if (a == "--chunk") {
       o.chunk = std::atoi(value().c_str());
+    } else if (a == "--graphs") {
+      const std::string g = value();
+      if (g == "on") {
+        o.graphs = {true};
+      } else if (g == "off") {
+        o.graphs = {false};
+      } else if (g == "both") {
+        o.graphs = {false, true};
+      } else {
+        std::fprintf(stderr, "--graphs takes on, off or both\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] "
                    "[--prefix 2048[,16384]] [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] "
-                   "[--chunk 64] [--max-paged-tokens 2500000]\n");
+                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both]\n");
       return 2;
     }
   }

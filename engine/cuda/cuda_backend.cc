@@ -55,6 +55,23 @@ double MicrosSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Launch arguments of the step's attention (PrepareAttention fills them; the layers copy them
+// and set the layer's KV view).
+struct AttentionArgs {
+  bool use_tpp = false;  // decode rows through the TPP kernel
+  bool paged = false;    // decode rows through the paged kernel
+  bool prefill = false;  // prefill rows through the prefill kernel
+  kc::tpp::TppRunArgs ta;
+  kc::PagedDecodeParams dp;
+  kc::PrefillParams pp;
+};
+
+// The smallest power of two >= n (at least 16).
+int64_t RoundUpPow2(int64_t n) {
+  int64_t p = 16;
+  while (p < n) p *= 2;
+  return p;
+}
 
 }  // namespace
 
@@ -70,6 +87,7 @@ struct CudaBackend::Impl {
   DeviceBuffer x, xb, q, att, scratch, h, xo, logits, partial_o, partial_lse, out_tokens;
   StagedInts step_ints, attn_ints;
   PinnedBuffer host_out;
+  AttentionArgs attn;
   kc::DecodeWork decode_work;
   kc::PrefillWork prefill_work;
 
@@ -77,13 +95,20 @@ struct CudaBackend::Impl {
   bool tpp = false;
   std::optional<kc::tpp::TppWorkPlan> tpp_plan;
   kvcache::AttentionPlan tpp_key;  // the plan tpp_plan was built from (its shape)
+  int64_t tpp_plan_generation = 0;  // TppWorkPlan builds so far (a graph key part)
   PinnedBuffer tpp_host_image;     // staging of the image for the async copies
   DeviceBuffer tpp_image, tpp_workspace;
   // Deferred-merge plans run phase 2 on side_stream beside phase 1 (fork / join events).
   cudaStream_t side_stream = nullptr;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
 
+  // CUDA graphs of decode-only steps; cuBLAS runs on cublas_workspace so capture never allocates.
+  bool graphs_on = false;
+  cuda::DecodeGraphCache graphs;
+  DeviceBuffer cublas_workspace;
+
   ~Impl() {
+    graphs.Clear();
     if (fork_event != nullptr) cudaEventDestroy(fork_event);
     if (join_event != nullptr) cudaEventDestroy(join_event);
     if (side_stream != nullptr) cudaStreamDestroy(side_stream);
@@ -146,6 +171,14 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   BANYAN_RETURN_IF_ERROR(CublasStatus(cublasCreate(&m.cublas), "cublasCreate"));
   BANYAN_RETURN_IF_ERROR(CublasStatus(cublasSetStream(m.cublas, m.stream), "cublasSetStream"));
+  // An explicit workspace (the size cuBLAS recommends for Hopper), used by eager and captured
+  // GEMMs alike: capture must not allocate, and both paths then pick the same algorithms.
+  constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
+  BANYAN_RETURN_IF_ERROR(m.cublas_workspace.Reserve(kCublasWorkspaceBytes, "cuBLAS workspace"));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(
+      cublasSetWorkspace(m.cublas, m.cublas_workspace.get(), kCublasWorkspaceBytes),
+      "cublasSetWorkspace"));
+  m.graphs_on = options_.cuda_graphs;
   m.tpp = options_.attention == AttentionMode::kTpp && kc::tpp::TppSupportsHeadDim(d);
   if (m.tpp) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.side_stream, cudaStreamNonBlocking));
@@ -258,6 +291,7 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
                                               static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
                                               m.stream));
   m.tpp_plan = std::move(*built);
+  ++m.tpp_plan_generation;
   m.tpp_key = plan;
   ++stats_.tpp_plan_builds;
   stats_.build_upload_bytes += bytes;
@@ -290,21 +324,30 @@ absl::Status CudaBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies)
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
+// The host side of one step: the flattened int32 inputs and where they sit in step_ints.
+struct CudaBackend::StepInputs {
+  std::vector<int32_t> tokens, positions, slot_chunk, slot_index, writes, logit_rows;
+  std::vector<kc::PrefillSeq> prefill_seqs;
+  int num_decode = 0;
+  int T = 0;      // tokens of the step: decode rows, then prefill tokens
+  int n_out = 0;  // rows of logits
+  int64_t o_tokens = 0, o_pos = 0, o_chunk = 0, o_slot = 0, o_write = 0, o_rows = 0;
+  bool use_tpp = false;
+};
+
+absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, StepInputs* in) {
   Impl& m = *impl_;
   const ModelConfig& c = cfg_;
   const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
   const int hidden = c.hidden_dim, vocab = c.vocab_size;
   const int qkv_cols = (hq + 2 * hkv) * d;
-  const kc::DType dt = options_.dtype;
-  const int64_t es = kc::DTypeBytes(dt);
+  const int64_t es = kc::DTypeBytes(options_.dtype);
   if (!batch.decode.empty() &&
       (batch.plan == nullptr || batch.plan->num_rows() != static_cast<int>(batch.decode.size()))) {
     return absl::InvalidArgumentError("decode rows and attention plan disagree");
   }
 
   // ---- flatten the step's tokens: decode rows first, then prefill tokens.
-  std::vector<int32_t> tokens, positions, slot_chunk, slot_index, writes, logit_rows;
   auto add_work = [&](const SeqWork& s) -> absl::Status {
     if (s.tokens.empty() || s.slots.size() != s.tokens.size() ||
         s.write_kv.size() != s.tokens.size()) {
@@ -320,20 +363,19 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
         return absl::InvalidArgumentError(absl::StrCat("slot (", s.slots[i].chunk, ", ",
                                                        s.slots[i].slot, ") outside the KV pool"));
       }
-      tokens.push_back(s.tokens[i]);
-      positions.push_back(s.pos0 + static_cast<int32_t>(i));
-      slot_chunk.push_back(s.slots[i].chunk);
-      slot_index.push_back(s.slots[i].slot);
-      writes.push_back(s.write_kv[i] ? 1 : 0);
+      in->tokens.push_back(s.tokens[i]);
+      in->positions.push_back(s.pos0 + static_cast<int32_t>(i));
+      in->slot_chunk.push_back(s.slots[i].chunk);
+      in->slot_index.push_back(s.slots[i].slot);
+      in->writes.push_back(s.write_kv[i] ? 1 : 0);
     }
-    if (s.want_logits) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+    if (s.want_logits) in->logit_rows.push_back(static_cast<int32_t>(in->tokens.size()) - 1);
     return absl::OkStatus();
   };
   for (const SeqWork& s : batch.decode) BANYAN_RETURN_IF_ERROR(add_work(s));
-  const int num_decode = static_cast<int>(tokens.size());
-  std::vector<kc::PrefillSeq> prefill_seqs;
+  in->num_decode = static_cast<int>(in->tokens.size());
   for (const SeqWork& s : batch.prefill) {
-    const int32_t q_row = static_cast<int32_t>(tokens.size());
+    const int32_t q_row = static_cast<int32_t>(in->tokens.size());
     BANYAN_RETURN_IF_ERROR(add_work(s));
     if (s.span_chunk.size() != s.span_begin.size() || s.span_chunk.size() != s.span_end.size()) {
       return absl::InvalidArgumentError("a prefill sequence's span arrays disagree");
@@ -351,12 +393,14 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
                                                      span_tokens, " tokens, it needs ",
                                                      s.pos0 + s.tokens.size()));
     }
-    prefill_seqs.push_back(kc::PrefillSeq{s.span_chunk, s.span_begin, s.span_end, s.pos0,
-                                          static_cast<int32_t>(s.tokens.size()), q_row});
+    in->prefill_seqs.push_back(kc::PrefillSeq{s.span_chunk, s.span_begin, s.span_end, s.pos0,
+                                              static_cast<int32_t>(s.tokens.size()), q_row});
   }
-  const int T = static_cast<int>(tokens.size());
-  const int n_out = static_cast<int>(logit_rows.size());
-  *out_rows = n_out;
+  const int T = in->T = static_cast<int>(in->tokens.size());
+  const int n_out = in->n_out = static_cast<int>(in->logit_rows.size());
+  // Decode rows through the TPP kernel (kTpp, head_dim 64/128, shared segments in the plan); the
+  // paged kernel otherwise (a plan without segments is paged work).
+  in->use_tpp = m.tpp && in->num_decode > 0 && batch.plan->num_segments() > 0;
   if (T == 0) return absl::OkStatus();
 
   // ---- workspace.
@@ -369,15 +413,153 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
   BANYAN_RETURN_IF_ERROR(m.h.Reserve(int64_t{T} * hidden * es, "MLP activations"));
   BANYAN_RETURN_IF_ERROR(m.xo.Reserve(std::max(1, n_out) * int64_t{dim} * es, "final norm"));
   BANYAN_RETURN_IF_ERROR(m.logits.Reserve(std::max(1, n_out) * int64_t{vocab} * 4, "logits"));
+  if (greedy) {
+    BANYAN_RETURN_IF_ERROR(m.out_tokens.Reserve(std::max(1, n_out) * 4, "sampled tokens"));
+  }
 
   m.step_ints.Clear();
-  const int64_t o_tokens = m.step_ints.Add(tokens);
-  const int64_t o_pos = m.step_ints.Add(positions);
-  const int64_t o_chunk = m.step_ints.Add(slot_chunk);
-  const int64_t o_slot = m.step_ints.Add(slot_index);
-  const int64_t o_write = m.step_ints.Add(writes);
-  const int64_t o_rows = m.step_ints.Add(logit_rows);
-  BANYAN_RETURN_IF_ERROR(m.step_ints.Upload(m.stream, "step inputs"));
+  in->o_tokens = m.step_ints.Add(in->tokens);
+  in->o_pos = m.step_ints.Add(in->positions);
+  in->o_chunk = m.step_ints.Add(in->slot_chunk);
+  in->o_slot = m.step_ints.Add(in->slot_index);
+  in->o_write = m.step_ints.Add(in->writes);
+  in->o_rows = m.step_ints.Add(in->logit_rows);
+  return m.step_ints.Upload(m.stream, "step inputs");
+}
+
+absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInputs& in,
+                                           bool fixed_layout) {
+  Impl& m = *impl_;
+  const int d = cfg_.head_dim(), hq = cfg_.n_heads, hkv = cfg_.n_kv_heads;
+  const kc::DType dt = options_.dtype;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  AttentionArgs& a = m.attn;
+  a = {};
+  if (options_.attention == AttentionMode::kNone) return absl::OkStatus();
+  // With a fixed layout every table gets a power-of-two capacity, so offsets inside attn_ints
+  // (and so the graph's kernel arguments) only move when a table outgrows its bucket.
+  auto add = [&](const std::vector<int32_t>& v) {
+    return fixed_layout ? m.attn_ints.Add(v, RoundUpPow2(static_cast<int64_t>(v.size())))
+                        : m.attn_ints.Add(v);
+  };
+  m.attn_ints.Clear();
+  int64_t od[10] = {};
+  a.use_tpp = in.use_tpp;
+  a.paged = in.num_decode > 0 && !in.use_tpp;
+  a.prefill = !in.prefill_seqs.empty();
+  if (a.use_tpp) {
+    BANYAN_RETURN_IF_ERROR(PrepareTpp(*batch.plan));
+    const kc::tpp::TppWorkPlan& wp = *m.tpp_plan;
+    ++stats_.tpp_steps;
+    stats_.last_segments = wp.num_segments();
+    stats_.last_p1_items = wp.num_p1_items();
+    stats_.last_p2_items = wp.num_p2_items();
+    stats_.last_merge_rows = wp.num_merge_rows();
+    stats_.last_deferred_merge = wp.deferred_merge();
+    kc::tpp::TppRunArgs& ta = a.ta;
+    ta.q = m.q.get();
+    ta.out = m.att.get();
+    ta.dtype = dt == kc::DType::kBf16 ? kc::tpp::KvDType::kBf16 : kc::tpp::KvDType::kFp16;
+    ta.scale = scale;
+    ta.image = m.tpp_image.as<int32_t>();
+    ta.workspace = m.tpp_workspace.get();
+    ta.side_stream = m.side_stream;
+    ta.fork_event = m.fork_event;
+    ta.join_event = m.join_event;
+  } else if (a.paged) {
+    kc::BuildDecodeWork(ViewOf(*batch.plan), kc::kDefaultItemTokens, &m.decode_work);
+    const kc::DecodeWork& w = m.decode_work;
+    od[0] = add(w.span_chunk);
+    od[1] = add(w.span_begin);
+    od[2] = add(w.span_end);
+    od[3] = add(w.item_row);
+    od[4] = add(w.item_span_begin);
+    od[5] = add(w.item_span_end);
+    od[6] = add(w.item_partial);
+    od[7] = add(w.merge_row);
+    od[8] = add(w.merge_partial_begin);
+    od[9] = add(w.merge_count);
+    BANYAN_RETURN_IF_ERROR(m.partial_o.Reserve(std::max(1, w.num_partials) * int64_t{hq} * d * 4,
+                                               "attention partials"));
+    BANYAN_RETURN_IF_ERROR(m.partial_lse.Reserve(std::max(1, w.num_partials) * int64_t{hq} * 4,
+                                                 "attention partials"));
+  }
+  int64_t op[12] = {};
+  if (a.prefill) {
+    kc::BuildPrefillWork(in.prefill_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
+    const kc::PrefillWork& w = m.prefill_work;
+    op[0] = add(w.span_chunk);
+    op[1] = add(w.span_begin);
+    op[2] = add(w.span_end);
+    op[3] = add(w.span_pos);
+    op[4] = add(w.seq_span_begin);
+    op[5] = add(w.seq_span_end);
+    op[6] = add(w.seq_pos0);
+    op[7] = add(w.seq_num_q);
+    op[8] = add(w.seq_q_row);
+    op[9] = add(w.tile_seq);
+    op[10] = add(w.tile_m0);
+    op[11] = add(w.token_seq);
+  }
+  BANYAN_RETURN_IF_ERROR(m.attn_ints.Upload(m.stream, "attention work"));
+  if (a.paged) {
+    const kc::DecodeWork& w = m.decode_work;
+    kc::PagedDecodeParams& dp = a.dp;
+    dp.q = m.q.get();
+    dp.out = m.att.get();
+    dp.span_chunk = m.attn_ints.Dev(od[0]);
+    dp.span_begin = m.attn_ints.Dev(od[1]);
+    dp.span_end = m.attn_ints.Dev(od[2]);
+    dp.item_row = m.attn_ints.Dev(od[3]);
+    dp.item_span_begin = m.attn_ints.Dev(od[4]);
+    dp.item_span_end = m.attn_ints.Dev(od[5]);
+    dp.item_partial = m.attn_ints.Dev(od[6]);
+    dp.merge_row = m.attn_ints.Dev(od[7]);
+    dp.merge_partial_begin = m.attn_ints.Dev(od[8]);
+    dp.merge_count = m.attn_ints.Dev(od[9]);
+    dp.num_items = w.num_items();
+    dp.num_merge_rows = w.num_merge_rows();
+    dp.num_q_heads = hq;
+    dp.scale = scale;
+    dp.partial_o = m.partial_o.as<float>();
+    dp.partial_lse = m.partial_lse.as<float>();
+  }
+  if (a.prefill) {
+    const kc::PrefillWork& w = m.prefill_work;
+    kc::PrefillParams& pp = a.pp;
+    pp.q = m.q.get();
+    pp.out = m.att.get();
+    pp.span_chunk = m.attn_ints.Dev(op[0]);
+    pp.span_begin = m.attn_ints.Dev(op[1]);
+    pp.span_end = m.attn_ints.Dev(op[2]);
+    pp.span_pos = m.attn_ints.Dev(op[3]);
+    pp.seq_span_begin = m.attn_ints.Dev(op[4]);
+    pp.seq_span_end = m.attn_ints.Dev(op[5]);
+    pp.seq_pos0 = m.attn_ints.Dev(op[6]);
+    pp.seq_num_q = m.attn_ints.Dev(op[7]);
+    pp.seq_q_row = m.attn_ints.Dev(op[8]);
+    pp.tile_seq = m.attn_ints.Dev(op[9]);
+    pp.tile_m0 = m.attn_ints.Dev(op[10]);
+    pp.token_seq = m.attn_ints.Dev(op[11]);
+    pp.num_tiles = w.num_tiles();
+    pp.num_tokens = w.num_tokens;
+    pp.q_row_begin = w.q_row_begin;
+    pp.num_q_heads = hq;
+    pp.scale = scale;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, bool greedy,
+                                  bool prepare_in_layer0) {
+  Impl& m = *impl_;
+  const ModelConfig& c = cfg_;
+  const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
+  const int hidden = c.hidden_dim, vocab = c.vocab_size;
+  const int qkv_cols = (hq + 2 * hkv) * d;
+  const kc::DType dt = options_.dtype;
+  const int64_t es = kc::DTypeBytes(dt);
+  const int T = in.T, n_out = in.n_out;
 
   const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
   const cudaDataType_t ctype = dt == kc::DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -392,7 +574,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
 
   kc::EmbeddingParams ep;
   ep.table = m.weights.embeddings;
-  ep.tokens = m.step_ints.Dev(o_tokens);
+  ep.tokens = m.step_ints.Dev(in.o_tokens);
   ep.x = m.x.as<float>();
   ep.rows = T;
   ep.dim = dim;
@@ -409,15 +591,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
   kv0.chunk_size = options_.chunk_size;
   kv0.num_kv_heads = hkv;
   kv0.head_dim = d;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  kc::PagedDecodeParams dp;
-  kc::tpp::TppRunArgs ta;
-  kc::PrefillParams pp;
-  bool attention_ready = false;
-  // Decode rows through the TPP kernel (kTpp, head_dim 64/128, shared segments in the plan); the
-  // paged kernel otherwise (a plan without segments is paged work).
-  const bool use_tpp = m.tpp && num_decode > 0 && batch.plan->num_segments() > 0;
-  if (num_decode > 0) ++stats_.decode_steps;
+  const AttentionArgs& a = m.attn;
 
   for (int l = 0; l < c.n_layers; ++l) {
     const cuda::DeviceLayer& lw = m.weights.layers[l];
@@ -438,131 +612,31 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
     rp.qkv = m.scratch.as<float>();
     rp.q_out = m.q.get();
     rp.kv = kv;
-    rp.positions = m.step_ints.Dev(o_pos);
-    rp.slot_chunk = m.step_ints.Dev(o_chunk);
-    rp.slot_index = m.step_ints.Dev(o_slot);
-    rp.write_kv = m.step_ints.Dev(o_write);
+    rp.positions = m.step_ints.Dev(in.o_pos);
+    rp.slot_chunk = m.step_ints.Dev(in.o_chunk);
+    rp.slot_index = m.step_ints.Dev(in.o_slot);
+    rp.write_kv = m.step_ints.Dev(in.o_write);
     rp.inv_freq = m.inv_freq.as<float>();
     rp.tokens = T;
     rp.num_q_heads = hq;
     rp.interleaved = c.rope_style == RopeStyle::kInterleaved;
     BANYAN_RETURN_IF_ERROR(kc::RopeWriteKv(dt, rp, m.stream));
 
-    if (!attention_ready && options_.attention != AttentionMode::kNone) {
-      // Built on the host while the GPU runs layer 0 up to here.
-      m.attn_ints.Clear();
-      int64_t od[10] = {};
-      if (use_tpp) {
-        BANYAN_RETURN_IF_ERROR(PrepareTpp(*batch.plan));
-        const kc::tpp::TppWorkPlan& wp = *m.tpp_plan;
-        ++stats_.tpp_steps;
-        stats_.last_segments = wp.num_segments();
-        stats_.last_p1_items = wp.num_p1_items();
-        stats_.last_p2_items = wp.num_p2_items();
-        stats_.last_merge_rows = wp.num_merge_rows();
-        stats_.last_deferred_merge = wp.deferred_merge();
-        ta.q = m.q.get();
-        ta.out = m.att.get();
-        ta.dtype = dt == kc::DType::kBf16 ? kc::tpp::KvDType::kBf16 : kc::tpp::KvDType::kFp16;
-        ta.scale = scale;
-        ta.image = m.tpp_image.as<int32_t>();
-        ta.workspace = m.tpp_workspace.get();
-        ta.side_stream = m.side_stream;
-        ta.fork_event = m.fork_event;
-        ta.join_event = m.join_event;
-      } else if (num_decode > 0) {
-        kc::BuildDecodeWork(ViewOf(*batch.plan), kc::kDefaultItemTokens, &m.decode_work);
-        const kc::DecodeWork& w = m.decode_work;
-        od[0] = m.attn_ints.Add(w.span_chunk);
-        od[1] = m.attn_ints.Add(w.span_begin);
-        od[2] = m.attn_ints.Add(w.span_end);
-        od[3] = m.attn_ints.Add(w.item_row);
-        od[4] = m.attn_ints.Add(w.item_span_begin);
-        od[5] = m.attn_ints.Add(w.item_span_end);
-        od[6] = m.attn_ints.Add(w.item_partial);
-        od[7] = m.attn_ints.Add(w.merge_row);
-        od[8] = m.attn_ints.Add(w.merge_partial_begin);
-        od[9] = m.attn_ints.Add(w.merge_count);
-        BANYAN_RETURN_IF_ERROR(m.partial_o.Reserve(
-            std::max(1, w.num_partials) * int64_t{hq} * d * 4, "attention partials"));
-        BANYAN_RETURN_IF_ERROR(m.partial_lse.Reserve(std::max(1, w.num_partials) * int64_t{hq} * 4,
-                                                     "attention partials"));
-      }
-      int64_t op[15] = {};
-      if (!prefill_seqs.empty()) {
-        kc::BuildPrefillWork(prefill_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
-        const kc::PrefillWork& w = m.prefill_work;
-        op[0] = m.attn_ints.Add(w.span_chunk);
-        op[1] = m.attn_ints.Add(w.span_begin);
-        op[2] = m.attn_ints.Add(w.span_end);
-        op[3] = m.attn_ints.Add(w.span_pos);
-        op[4] = m.attn_ints.Add(w.seq_span_begin);
-        op[5] = m.attn_ints.Add(w.seq_span_end);
-        op[6] = m.attn_ints.Add(w.seq_pos0);
-        op[7] = m.attn_ints.Add(w.seq_num_q);
-        op[8] = m.attn_ints.Add(w.seq_q_row);
-        op[9] = m.attn_ints.Add(w.tile_seq);
-        op[10] = m.attn_ints.Add(w.tile_m0);
-        op[11] = m.attn_ints.Add(w.token_seq);
-      }
-      BANYAN_RETURN_IF_ERROR(m.attn_ints.Upload(m.stream, "attention work"));
-      if (num_decode > 0 && !use_tpp) {
-        const kc::DecodeWork& w = m.decode_work;
-        dp.q = m.q.get();
-        dp.out = m.att.get();
-        dp.span_chunk = m.attn_ints.Dev(od[0]);
-        dp.span_begin = m.attn_ints.Dev(od[1]);
-        dp.span_end = m.attn_ints.Dev(od[2]);
-        dp.item_row = m.attn_ints.Dev(od[3]);
-        dp.item_span_begin = m.attn_ints.Dev(od[4]);
-        dp.item_span_end = m.attn_ints.Dev(od[5]);
-        dp.item_partial = m.attn_ints.Dev(od[6]);
-        dp.merge_row = m.attn_ints.Dev(od[7]);
-        dp.merge_partial_begin = m.attn_ints.Dev(od[8]);
-        dp.merge_count = m.attn_ints.Dev(od[9]);
-        dp.num_items = w.num_items();
-        dp.num_merge_rows = w.num_merge_rows();
-        dp.num_q_heads = hq;
-        dp.scale = scale;
-        dp.partial_o = m.partial_o.as<float>();
-        dp.partial_lse = m.partial_lse.as<float>();
-      }
-      if (!prefill_seqs.empty()) {
-        const kc::PrefillWork& w = m.prefill_work;
-        pp.q = m.q.get();
-        pp.out = m.att.get();
-        pp.span_chunk = m.attn_ints.Dev(op[0]);
-        pp.span_begin = m.attn_ints.Dev(op[1]);
-        pp.span_end = m.attn_ints.Dev(op[2]);
-        pp.span_pos = m.attn_ints.Dev(op[3]);
-        pp.seq_span_begin = m.attn_ints.Dev(op[4]);
-        pp.seq_span_end = m.attn_ints.Dev(op[5]);
-        pp.seq_pos0 = m.attn_ints.Dev(op[6]);
-        pp.seq_num_q = m.attn_ints.Dev(op[7]);
-        pp.seq_q_row = m.attn_ints.Dev(op[8]);
-        pp.tile_seq = m.attn_ints.Dev(op[9]);
-        pp.tile_m0 = m.attn_ints.Dev(op[10]);
-        pp.token_seq = m.attn_ints.Dev(op[11]);
-        pp.num_tiles = w.num_tiles();
-        pp.num_tokens = w.num_tokens;
-        pp.q_row_begin = w.q_row_begin;
-        pp.num_q_heads = hq;
-        pp.scale = scale;
-      }
-      attention_ready = true;
+    // Built on the host while the GPU runs layer 0 up to here.
+    if (l == 0 && prepare_in_layer0) BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, false));
+    if (a.use_tpp) {
+      kc::tpp::TppRunArgs ta = a.ta;
+      ta.kv = kv;
+      BANYAN_RETURN_IF_ERROR(kc::tpp::TppDecodeAttention(*m.tpp_plan, ta, m.stream));
+    } else if (a.paged) {
+      kc::PagedDecodeParams dp = a.dp;
+      dp.kv = kv;
+      BANYAN_RETURN_IF_ERROR(kc::PagedDecodeAttention(dt, dp, m.stream));
     }
-    if (options_.attention != AttentionMode::kNone) {
-      if (use_tpp) {
-        ta.kv = kv;
-        BANYAN_RETURN_IF_ERROR(kc::tpp::TppDecodeAttention(*m.tpp_plan, ta, m.stream));
-      } else if (num_decode > 0) {
-        dp.kv = kv;
-        BANYAN_RETURN_IF_ERROR(kc::PagedDecodeAttention(dt, dp, m.stream));
-      }
-      if (!prefill_seqs.empty()) {
-        pp.kv = kv;
-        BANYAN_RETURN_IF_ERROR(kc::PrefillAttention(dt, pp, m.stream));
-      }
+    if (a.prefill) {
+      kc::PrefillParams pp = a.pp;
+      pp.kv = kv;
+      BANYAN_RETURN_IF_ERROR(kc::PrefillAttention(dt, pp, m.stream));
     }
     BANYAN_RETURN_IF_ERROR(gemm(lw.wo, m.att.get(), m.x.as<float>(), T, dim, hq * d, &one));
 
@@ -581,20 +655,87 @@ absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows) {
   if (n_out == 0) return absl::OkStatus();
   kc::RmsNormParams fp;
   fp.x = m.x.as<float>();
-  fp.row_index = m.step_ints.Dev(o_rows);
+  fp.row_index = m.step_ints.Dev(in.o_rows);
   fp.weight = m.weights.final_norm;
   fp.out = m.xo.get();
   fp.rows = n_out;
   fp.dim = dim;
   fp.eps = c.norm_eps;
   BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, fp, m.stream));
-  return gemm(m.weights.output, m.xo.get(), m.logits.as<float>(), n_out, vocab, dim, &zero);
+  BANYAN_RETURN_IF_ERROR(
+      gemm(m.weights.output, m.xo.get(), m.logits.as<float>(), n_out, vocab, dim, &zero));
+  if (!greedy) return absl::OkStatus();
+  kc::ArgmaxParams ap;
+  ap.logits = m.logits.as<float>();
+  ap.out = m.out_tokens.as<int32_t>();
+  ap.rows = n_out;
+  ap.vocab = vocab;
+  return kc::ArgmaxRows(ap, m.stream);
 }
+
+cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) const {
+  const Impl& m = *impl_;
+  const AttentionArgs& a = m.attn;
+  cuda::DecodeGraphKey k;
+  k.shape = {in.T, in.n_out, greedy ? 1 : 0, a.use_tpp ? 1 : 0, a.paged ? 1 : 0};
+  auto ptr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
+  // Buffers a launch points into (they move when they grow); the step_ints offsets follow from
+  // T and n_out.
+  k.params = {ptr(m.x.get()),      ptr(m.xb.get()),        ptr(m.q.get()),
+              ptr(m.att.get()),    ptr(m.scratch.get()),   ptr(m.h.get()),
+              ptr(m.xo.get()),     ptr(m.logits.get()),    ptr(m.out_tokens.get()),
+              ptr(m.step_ints.Dev(0)), ptr(m.attn_ints.Dev(0))};
+  if (a.use_tpp) {
+    // The TPP launches bake in the plan's geometry (grid sizes, kernel variants, schedule, table
+    // offsets inside the image, the split of the workspace): every build counts as a change, so
+    // nothing the plan may add later can be missed. Span-end updates keep the geometry.
+    k.params.insert(k.params.end(),
+                    {ptr(a.ta.image), ptr(a.ta.workspace), m.tpp_plan_generation});
+  } else if (a.paged) {
+    const kc::PagedDecodeParams& dp = a.dp;
+    k.params.insert(k.params.end(),
+                    {dp.num_items, dp.num_merge_rows, ptr(dp.partial_o), ptr(dp.partial_lse),
+                     ptr(dp.span_chunk), ptr(dp.span_begin), ptr(dp.span_end), ptr(dp.item_row),
+                     ptr(dp.item_span_begin), ptr(dp.item_span_end), ptr(dp.item_partial),
+                     ptr(dp.merge_row), ptr(dp.merge_partial_begin), ptr(dp.merge_count)});
+  }
+  return k;
+}
+
+absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_rows) {
+  Impl& m = *impl_;
+  StepInputs in;
+  BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, greedy, &in));
+  *out_rows = in.n_out;
+  if (in.T == 0) return absl::OkStatus();
+  if (in.num_decode > 0) ++stats_.decode_steps;
+  const bool graph = m.graphs_on && batch.prefill.empty() && in.num_decode > 0;
+  if (!graph) return Enqueue(batch, in, greedy, /*prepare_in_layer0=*/true);
+
+  // The graph path: all host work and uploads first, then one launch.
+  BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, /*fixed_layout=*/true));
+  const absl::Status launched =
+      m.graphs.Launch(GraphKey(in, greedy), m.stream,
+                      [&] { return Enqueue(batch, in, greedy, false); }, &stats_.graph);
+  if (launched.ok()) return launched;
+  // Nothing of this step was launched: turn graphs off and run it eagerly.
+  graph_error_ = std::string(launched.message());
+  ++stats_.graph.fallbacks;
+  SetCudaGraphs(false);
+  return Enqueue(batch, in, greedy, false);
+}
+
+void CudaBackend::SetCudaGraphs(bool on) {
+  impl_->graphs_on = on;
+  if (!on) impl_->graphs.Clear();
+}
+
+bool CudaBackend::cuda_graphs() const { return impl_->graphs_on; }
 
 absl::Status CudaBackend::Forward(const StepBatch& batch, std::vector<float>* logits) {
   Impl& m = *impl_;
   int32_t rows = 0;
-  absl::Status s = Run(batch, &rows);
+  absl::Status s = Run(batch, /*greedy=*/false, &rows);
   if (!s.ok()) {
     cudaStreamSynchronize(m.stream);  // leave no work in flight on a failed step
     return s;
@@ -614,19 +755,12 @@ absl::Status CudaBackend::Forward(const StepBatch& batch, std::vector<float>* lo
 absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens) {
   Impl& m = *impl_;
   int32_t rows = 0;
-  absl::Status s = Run(batch, &rows);
+  absl::Status s = Run(batch, /*greedy=*/true, &rows);
   if (!s.ok()) {
     cudaStreamSynchronize(m.stream);
     return s;
   }
-  BANYAN_RETURN_IF_ERROR(m.out_tokens.Reserve(std::max(1, rows) * 4, "sampled tokens"));
   BANYAN_RETURN_IF_ERROR(m.host_out.Reserve(std::max(1, rows) * 4, "sampled tokens (host)"));
-  kc::ArgmaxParams ap;
-  ap.logits = m.logits.as<float>();
-  ap.out = m.out_tokens.as<int32_t>();
-  ap.rows = rows;
-  ap.vocab = cfg_.vocab_size;
-  BANYAN_RETURN_IF_ERROR(kc::ArgmaxRows(ap, m.stream));
   if (rows > 0) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_out.get(), m.out_tokens.get(), rows * 4,
                                                 cudaMemcpyDeviceToHost, m.stream));

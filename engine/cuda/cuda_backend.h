@@ -27,6 +27,16 @@
 //  - kPaged: the backend's paged decode kernel (plans built without segments).
 //  - kNone: attention skipped, projections kept.
 //
+// CUDA graphs (CudaBackendOptions::cuda_graphs): a step whose rows are all decode rows (no
+// prefill) is captured once per launch shape and replayed (engine/cuda/decode_graph.h). Its
+// inputs and attention tables are copied into fixed device buffers on the stream before the
+// replay; the key holds the row count, the attention path, which TPP plan build is in use (or
+// the paged kernel's grid sizes and table offsets) and the buffer addresses, so a TPP plan
+// rebuild or a new row count captures again (patched into the cached executable by
+// cudaGraphExecUpdate when the topology allows). Steps with prefill rows
+// run eagerly. cuBLAS runs on a fixed workspace (cublasSetWorkspace) so that capture never
+// allocates.
+//
 // Not thread-safe: the engine thread owns it. Forward synchronizes on its stream before it
 // returns.
 #pragma once
@@ -34,10 +44,12 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
+#include "engine/cuda/decode_graph.h"
 #include "engine/model/model.h"
 #include "kernels/cuda/dtype.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
@@ -60,6 +72,8 @@ struct CudaAttentionStats {
   int32_t last_p2_items = 0;
   int32_t last_merge_rows = 0;
   bool last_deferred_merge = false;
+  // CUDA graphs of decode-only steps (captures, replays, updates vs instantiations, host cost).
+  cuda::DecodeGraphStats graph;
 };
 
 struct CudaBackendOptions {
@@ -75,6 +89,8 @@ struct CudaBackendOptions {
   int64_t workspace_reserve_bytes = int64_t{2} << 30;
   // Knobs of the TPP work partition (kTpp); num_sms is replaced by the device's.
   kernels::cuda::tpp::TppOptions tpp;
+  // Decode-only steps are captured in CUDA graphs and replayed (see the top of this file).
+  bool cuda_graphs = true;
 };
 
 class CudaBackend final : public Backend {
@@ -108,6 +124,12 @@ class CudaBackend final : public Backend {
   // True when decode steps with shared segments run the TPP kernel (kTpp mode and a head_dim it
   // supports).
   bool uses_tpp_kernel() const;
+  // Turns the graph path on or off for the following steps (off drops the cached graphs). It
+  // also turns off by itself if a capture fails (stats: graph.fallbacks, graph_error()).
+  void SetCudaGraphs(bool on);
+  bool cuda_graphs() const;
+  // Why the graph path was turned off after a failure; empty if it never failed.
+  const std::string& graph_error() const { return graph_error_; }
 
   const ModelConfig& config() const { return cfg_; }
   int32_t num_chunks() const { return num_chunks_; }
@@ -117,10 +139,25 @@ class CudaBackend final : public Backend {
 
  private:
   struct Impl;
+  struct StepInputs;
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
   absl::Status Init(const ModelWeights* weights, uint64_t dummy_seed);
-  // Runs the model up to the logits, left on the device; *rows receives their number.
-  absl::Status Run(const StepBatch& batch, int32_t* rows);
+  // Runs the model up to the logits, left on the device (and their argmax when `greedy`);
+  // *rows receives their number. Decode-only steps go through a CUDA graph when enabled.
+  absl::Status Run(const StepBatch& batch, bool greedy, int32_t* rows);
+  // Flattens and checks the step's inputs, sizes the workspace, uploads the inputs.
+  absl::Status PrepareInputs(const StepBatch& batch, bool greedy, StepInputs* in);
+  // Builds the attention work of the step (TPP plan, paged items, prefill tiles), uploads it,
+  // and fills the launch arguments. `fixed_layout`: tables at offsets that change only when a
+  // capacity bucket grows (the graph path).
+  absl::Status PrepareAttention(const StepBatch& batch, const StepInputs& in, bool fixed_layout);
+  // Enqueues the model on the stream: embedding, layers, final norm, LM head (+ argmax). With
+  // `prepare_in_layer0`, PrepareAttention runs on the host after layer 0's QKV work is
+  // enqueued (the eager path); otherwise it must have run before (the graph path).
+  absl::Status Enqueue(const StepBatch& batch, const StepInputs& in, bool greedy,
+                       bool prepare_in_layer0);
+  // What the captured launches of this step depend on (decode_graph.h).
+  cuda::DecodeGraphKey GraphKey(const StepInputs& in, bool greedy) const;
   // Brings the TPP work plan and its device image up to date with `plan` (host work + async
   // copies on the stream).
   absl::Status PrepareTpp(const kvcache::AttentionPlan& plan);
@@ -131,6 +168,7 @@ class CudaBackend final : public Backend {
   int64_t weight_bytes_ = 0;
   int64_t kv_bytes_ = 0;
   CudaAttentionStats stats_;
+  std::string graph_error_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -108,6 +108,13 @@ class StagedInts {
     host_.resize((host_.size() + 3) & ~size_t{3}, 0);
     return off;
   }
+  // Appends `v` into a region of `capacity` >= v.size() elements (zero-filled beyond v), so the
+  // offsets of what follows depend only on the capacities.
+  int64_t Add(std::span<const int32_t> v, int64_t capacity) {
+    const int64_t off = Add(v);
+    host_.resize(static_cast<size_t>(off) + ((static_cast<size_t>(capacity) + 3) & ~size_t{3}), 0);
+    return off;
+  }
   absl::Status Upload(cudaStream_t stream, const char* what) {
     const int64_t bytes = static_cast<int64_t>(host_.size() * sizeof(int32_t));
     if (bytes == 0) return absl::OkStatus();
