@@ -3,7 +3,7 @@
 //
 //   gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] [--prefix 2048[,16384]]
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
-//                    [--max-paged-tokens 2500000] [--graphs on|off|both]
+//                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]
 //
 // Without --model/--shape it runs the bundled stories260K and the llama-2-7b shape with dummy
 // weights generated on the device. Per (model, prefix, mode, batch B): one prompt of `prefix`
@@ -25,8 +25,12 @@
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
 // eagerly (off), or both on the same backend (off first). With graphs the table gives the
 // captures in the timed steps and in the whole run (warm-up included; a TPP plan rebuild or a
-// new row count captures again) and the mean host cost of one capture (stream capture plus
-// cudaGraphExecUpdate or instantiation; the replay that follows is in ms/step).
+// new row count captures again, on the key's second step: the first runs eagerly) and the mean
+// host cost of one capture, stream capture plus cudaGraphExecUpdate / plus instantiation (the
+// replay that follows is in ms/step), and the timed steps that ran eagerly because their key was
+// new. --stagger gives row i i % chunk more prompt tokens, so rows start new chunks on different
+// steps (with B >= chunk, some row does at every step: the TPP plan, and with it the graph key,
+// changes at every step; the realistic serving case that the default's aligned rows avoid).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -64,6 +68,7 @@ struct Options {
   double kv_gib = 0;  // 0: as many chunks as the runs need
   int chunk = 64;
   int64_t max_paged_tokens = 2500000;
+  bool stagger = false;  // row i's prompt gets i % chunk more tokens: rows start chunks apart
   std::vector<bool> graphs = {true};
 };
 
@@ -181,7 +186,8 @@ struct Result {
 };
 
 absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& cfg,
-                              AttentionMode mode, int B, int prefix, int steps, int chunk) {
+                              AttentionMode mode, int B, int prefix, int steps, int chunk,
+                              bool stagger) {
   auto pool = kvcache::ChunkPool::Create(backend->num_chunks(), chunk);
   if (!pool.ok()) return pool.status();
   kvcache::PrefixTree tree(&*pool);
@@ -211,6 +217,9 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   for (int i = 0; i < B; ++i) {
     std::vector<int32_t> p = prompt;
     p.push_back(3 + static_cast<int32_t>((i * 7919) % (cfg.vocab_size - 3)));
+    for (int k = 0; stagger && k < i % chunk; ++k) {
+      p.push_back(3 + static_cast<int32_t>((i * 31 + k * 17) % (cfg.vocab_size - 3)));
+    }
     auto pl = tree.Insert("", p);
     if (!pl.ok()) return pl.status();
     seqs.push_back(pl->seq);
@@ -256,10 +265,18 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   r.tokens_per_s = B * timed_steps / timed;
   r.attention = backend->attention_stats();
   r.run_graph = r.attention.graph;
-  r.run_graph.captures += warm.captures;
-  r.run_graph.steps += warm.steps;
-  r.run_graph.capture_host_us += warm.capture_host_us;
-  r.run_graph.fallbacks += warm.fallbacks;
+  engine::cuda::DecodeGraphStats& g = r.run_graph;
+  g.steps += warm.steps;
+  g.replays += warm.replays;
+  g.captures += warm.captures;
+  g.updates += warm.updates;
+  g.instantiations += warm.instantiations;
+  g.update_refusals += warm.update_refusals;
+  g.capture_host_us += warm.capture_host_us;
+  g.update_host_us += warm.update_host_us;
+  g.instantiate_host_us += warm.instantiate_host_us;
+  g.unstable += warm.unstable;
+  g.fallbacks += warm.fallbacks;
   return r;
 }
 
@@ -284,7 +301,8 @@ int Main(const Options& o) {
   std::printf(
       "| model | prefix | B | mode | ms/step | decode tok/s | TPP plan: builds / updates | "
       "build us (upload B) | update us (upload B) | graphs | captures (timed / run) | "
-      "capture ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "capture ms: update / instantiate | eager steps, new key (timed) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   // (model, prefix, B, graphs) -> mode -> tok/s
   std::map<std::tuple<std::string, int, int, std::string>, std::map<std::string, double>> table;
   int failures = 0;
@@ -324,7 +342,7 @@ int Main(const Options& o) {
         std::vector<int> batches;
         for (int B : o.batches) {
           if (mode == AttentionMode::kPaged && int64_t{B} * prefix > o.max_paged_tokens) {
-            std::printf("| %s | %d | %d | %s | skipped (B x prefix > %lld) | | | | | | | |\n",
+            std::printf("| %s | %d | %d | %s | skipped (B x prefix > %lld) | | | | | | | | |\n",
                         name.c_str(), prefix, B, mode_name.c_str(),
                         static_cast<long long>(o.max_paged_tokens));
             continue;
@@ -344,7 +362,7 @@ int Main(const Options& o) {
         // row's own token plus steps + 2 decoded tokens; plus a little slack.
         const int64_t per_chunk = CudaBackend::ChunkBytes(cfg, o.chunk, opt.dtype);
         const int64_t max_b = *std::max_element(batches.begin(), batches.end());
-        const int64_t leaf_tokens = prefix % o.chunk + o.steps + 3;
+        const int64_t leaf_tokens = prefix % o.chunk + o.steps + 3 + (o.stagger ? o.chunk : 0);
         const int64_t needed = (int64_t{prefix} + o.chunk - 1) / o.chunk +
                                max_b * ((leaf_tokens + o.chunk - 1) / o.chunk);
         int64_t chunks = needed + needed / 32 + 8;
@@ -355,7 +373,7 @@ int Main(const Options& o) {
         auto backend = dummy ? CudaBackend::CreateDummy(cfg, 1234, opt)
                              : CudaBackend::Create(weights.get(), opt);
         if (!backend.ok()) {
-          std::printf("| %s | %d | - | %s | error: %s | | | | | | | |\n", name.c_str(), prefix,
+          std::printf("| %s | %d | - | %s | error: %s | | | | | | | | |\n", name.c_str(), prefix,
                       mode_name.c_str(), std::string(backend.status().message()).c_str());
           ++failures;
           continue;
@@ -363,9 +381,9 @@ int Main(const Options& o) {
         for (const auto& [B, graphs] : BatchesTimesGraphs(batches, o.graphs)) {
           (*backend)->SetCudaGraphs(graphs);
           const std::string on = graphs ? "on" : "off";
-          auto r = RunOne(backend->get(), cfg, mode, B, prefix, o.steps, o.chunk);
+          auto r = RunOne(backend->get(), cfg, mode, B, prefix, o.steps, o.chunk, o.stagger);
           if (!r.ok()) {
-            std::printf("| %s | %d | %d | %s | error: %s | | | | | %s | | |\n", name.c_str(), prefix,
+            std::printf("| %s | %d | %d | %s | error: %s | | | | | %s | | | |\n", name.c_str(), prefix,
                         B, mode_name.c_str(), std::string(r.status().message()).c_str(),
                         on.c_str());
             std::fflush(stdout);
@@ -388,21 +406,26 @@ int Main(const Options& o) {
               update = buf;
             }
           }
-          std::string captures = "-", capture_ms = "-";
+          std::string captures = "-", capture_ms = "-", unstable = "-";
           const engine::cuda::DecodeGraphStats& g = r->run_graph;
           if (g.fallbacks > 0) {
             captures = "failed: " + (*backend)->graph_error();
           } else if (g.steps > 0) {
             captures = std::to_string(a.graph.captures) + " / " + std::to_string(g.captures);
-            char buf[32];
-            std::snprintf(buf, sizeof(buf), "%.2f",
-                          g.captures > 0 ? g.capture_host_us / g.captures / 1000 : 0.0);
-            capture_ms = buf;
+            auto ms = [](double us, int64_t n) {
+              if (n == 0) return std::string("-");
+              char buf[32];
+              std::snprintf(buf, sizeof(buf), "%.2f", us / n / 1000);
+              return std::string(buf);
+            };
+            capture_ms = ms(g.update_host_us, g.updates) + " / " +
+                         ms(g.instantiate_host_us, g.instantiations);
+            unstable = std::to_string(a.graph.unstable);
           }
-          std::printf("| %s | %d | %d | %s | %.2f | %.0f | %s | %s | %s | %s | %s | %s |\n",
+          std::printf("| %s | %d | %d | %s | %.2f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
                       name.c_str(), prefix, B, mode_name.c_str(), r->ms_per_step, r->tokens_per_s,
                       plan.c_str(), build.c_str(), update.c_str(), on.c_str(), captures.c_str(),
-                      capture_ms.c_str());
+                      capture_ms.c_str(), unstable.c_str());
           std::fflush(stdout);
           table[{name, prefix, B, on}][mode_name] = r->tokens_per_s;
         }
@@ -484,6 +507,8 @@ int main(int argc, char** argv) {
       o.kv_gib = std::atof(value().c_str());
     } else if (a == "--chunk") {
       o.chunk = std::atoi(value().c_str());
+    } else if (a == "--stagger") {
+      o.stagger = true;
     } else if (a == "--graphs") {
       const std::string g = value();
       if (g == "on") {
@@ -500,7 +525,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] "
                    "[--prefix 2048[,16384]] [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] "
-                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both]\n");
+                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]\n");
       return 2;
     }
   }

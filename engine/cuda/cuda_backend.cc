@@ -104,11 +104,11 @@ struct CudaBackend::Impl {
 
   // CUDA graphs of decode-only steps; cuBLAS runs on cublas_workspace so capture never allocates.
   bool graphs_on = false;
-  cuda::DecodeGraphCache graphs;
+  std::unique_ptr<cuda::DecodeGraphCache> graphs;
   DeviceBuffer cublas_workspace;
 
   ~Impl() {
-    graphs.Clear();
+    graphs.reset();
     if (fork_event != nullptr) cudaEventDestroy(fork_event);
     if (join_event != nullptr) cudaEventDestroy(join_event);
     if (side_stream != nullptr) cudaStreamDestroy(side_stream);
@@ -179,6 +179,8 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
       cublasSetWorkspace(m.cublas, m.cublas_workspace.get(), kCublasWorkspaceBytes),
       "cublasSetWorkspace"));
   m.graphs_on = options_.cuda_graphs;
+  m.graphs = std::make_unique<cuda::DecodeGraphCache>(options_.graph_cache_shapes,
+                                                      options_.graph_min_stable_steps);
   m.tpp = options_.attention == AttentionMode::kTpp && kc::tpp::TppSupportsHeadDim(d);
   if (m.tpp) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.side_stream, cudaStreamNonBlocking));
@@ -681,10 +683,11 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) co
   auto ptr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
   // Buffers a launch points into (they move when they grow); the step_ints offsets follow from
   // T and n_out.
-  k.params = {ptr(m.x.get()),      ptr(m.xb.get()),        ptr(m.q.get()),
-              ptr(m.att.get()),    ptr(m.scratch.get()),   ptr(m.h.get()),
-              ptr(m.xo.get()),     ptr(m.logits.get()),    ptr(m.out_tokens.get()),
-              ptr(m.step_ints.Dev(0)), ptr(m.attn_ints.Dev(0))};
+  k.params = {ptr(m.x.get()),       ptr(m.xb.get()),      ptr(m.q.get()),
+              ptr(m.att.get()),     ptr(m.scratch.get()), ptr(m.h.get()),
+              ptr(m.xo.get()),      ptr(m.logits.get()),  ptr(m.step_ints.Dev(0)),
+              ptr(m.attn_ints.Dev(0))};
+  if (greedy) k.params.push_back(ptr(m.out_tokens.get()));
   if (a.use_tpp) {
     // The TPP launches bake in the plan's geometry (grid sizes, kernel variants, schedule, table
     // offsets inside the image, the split of the workspace): every build counts as a change, so
@@ -714,20 +717,23 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
 
   // The graph path: all host work and uploads first, then one launch.
   BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, /*fixed_layout=*/true));
-  const absl::Status launched =
-      m.graphs.Launch(GraphKey(in, greedy), m.stream,
-                      [&] { return Enqueue(batch, in, greedy, false); }, &stats_.graph);
-  if (launched.ok()) return launched;
-  // Nothing of this step was launched: turn graphs off and run it eagerly.
-  graph_error_ = std::string(launched.message());
-  ++stats_.graph.fallbacks;
-  SetCudaGraphs(false);
+  bool launched = false;
+  const absl::Status s =
+      m.graphs->Launch(GraphKey(in, greedy), m.stream,
+                      [&] { return Enqueue(batch, in, greedy, false); }, &stats_.graph, &launched);
+  if (s.ok() && launched) return s;
+  if (!s.ok()) {
+    // Nothing of this step was launched: turn graphs off and run it eagerly.
+    graph_error_ = std::string(s.message());
+    ++stats_.graph.fallbacks;
+    SetCudaGraphs(false);
+  }
   return Enqueue(batch, in, greedy, false);
 }
 
 void CudaBackend::SetCudaGraphs(bool on) {
   impl_->graphs_on = on;
-  if (!on) impl_->graphs.Clear();
+  if (!on && impl_->graphs != nullptr) impl_->graphs->Clear();
 }
 
 bool CudaBackend::cuda_graphs() const { return impl_->graphs_on; }

@@ -33,7 +33,8 @@
 // replay; the key holds the row count, the attention path, which TPP plan build is in use (or
 // the paged kernel's grid sizes and table offsets) and the buffer addresses, so a TPP plan
 // rebuild or a new row count captures again (patched into the cached executable by
-// cudaGraphExecUpdate when the topology allows). Steps with prefill rows
+// cudaGraphExecUpdate when the topology allows), once the new key has lasted
+// graph_min_stable_steps steps (the steps before run eagerly). Steps with prefill rows
 // run eagerly. cuBLAS runs on a fixed workspace (cublasSetWorkspace) so that capture never
 // allocates.
 //
@@ -91,6 +92,11 @@ struct CudaBackendOptions {
   kernels::cuda::tpp::TppOptions tpp;
   // Decode-only steps are captured in CUDA graphs and replayed (see the top of this file).
   bool cuda_graphs = true;
+  // A launch shape is captured once its key has been asked for this many steps in a row (the
+  // steps before run eagerly); 1 captures at once. engine/cuda/decode_graph.h says why.
+  int32_t graph_min_stable_steps = 2;
+  // Shapes (row count, greedy or not, attention path) whose executables are kept, LRU.
+  int32_t graph_cache_shapes = 8;
 };
 
 class CudaBackend final : public Backend {

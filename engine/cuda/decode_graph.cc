@@ -27,63 +27,84 @@ absl::Status DecodeGraphCache::Capture(cudaStream_t stream,
 
 absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t stream,
                                       absl::FunctionRef<absl::Status()> enqueue,
-                                      DecodeGraphStats* stats) {
+                                      DecodeGraphStats* stats, bool* launched) {
+  *launched = false;
   ++clock_;
-  auto same_shape = std::find_if(entries_.begin(), entries_.end(),
-                                 [&](const Entry& e) { return e.key.shape == key.shape; });
-  if (same_shape == entries_.end() || same_shape->key.params != key.params) {
+  auto it = std::find_if(entries_.begin(), entries_.end(),
+                         [&](const Entry& e) { return e.shape == key.shape; });
+  if (it == entries_.end()) {
+    if (static_cast<int>(entries_.size()) >= capacity_) {
+      auto lru = std::min_element(entries_.begin(), entries_.end(),
+                                  [](const Entry& a, const Entry& b) {
+                                    return a.last_use < b.last_use;
+                                  });
+      if (lru->exec != nullptr) cudaGraphExecDestroy(lru->exec);
+      entries_.erase(lru);
+    }
+    entries_.push_back(Entry{key.shape, nullptr, {}, {}, 0, 0});
+    it = entries_.end() - 1;
+  }
+  Entry& e = *it;
+  e.last_use = clock_;
+  if (e.seen_params == key.params) {
+    ++e.seen;
+  } else {
+    e.seen_params = key.params;
+    e.seen = 1;
+  }
+  if (e.exec != nullptr && e.exec_params == key.params) {
+    ++stats->replays;
+  } else {
+    if (e.seen < min_stable_steps_) {
+      ++stats->unstable;
+      return absl::OkStatus();
+    }
     const auto t0 = std::chrono::steady_clock::now();
     cudaGraph_t graph = nullptr;
     BANYAN_RETURN_IF_ERROR(Capture(stream, enqueue, &graph));
     bool updated = false;
-    if (same_shape != entries_.end()) {
+    if (e.exec != nullptr) {
       cudaGraphExecUpdateResultInfo info;
-      updated = cudaGraphExecUpdate(same_shape->exec, graph, &info) == cudaSuccess;
+      updated = cudaGraphExecUpdate(e.exec, graph, &info) == cudaSuccess;
       if (!updated) {
         cudaGetLastError();  // a refused update is not sticky
         ++stats->update_refusals;
-        cudaGraphExecDestroy(same_shape->exec);
-        entries_.erase(same_shape);
-        same_shape = entries_.end();
+        cudaGraphExecDestroy(e.exec);
+        e.exec = nullptr;
       }
     }
     if (!updated) {
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+      const cudaError_t err = cudaGraphInstantiate(&e.exec, graph, 0);
       if (err != cudaSuccess) {
+        e.exec = nullptr;
         cudaGraphDestroy(graph);
         return kernels::cuda::CudaStatus(err, "cudaGraphInstantiate (decode step)");
       }
-      if (static_cast<int>(entries_.size()) >= capacity_) {
-        auto lru = std::min_element(entries_.begin(), entries_.end(),
-                                    [](const Entry& a, const Entry& b) {
-                                      return a.last_use < b.last_use;
-                                    });
-        cudaGraphExecDestroy(lru->exec);
-        entries_.erase(lru);
-      }
-      entries_.push_back(Entry{key, exec, clock_});
-      same_shape = entries_.end() - 1;
-      ++stats->instantiations;
-    } else {
-      same_shape->key.params = key.params;
-      ++stats->updates;
     }
     cudaGraphDestroy(graph);
-    ++stats->captures;
-    stats->capture_host_us +=
+    e.exec_params = key.params;
+    const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  } else {
-    ++stats->replays;
+    ++stats->captures;
+    stats->capture_host_us += us;
+    if (updated) {
+      ++stats->updates;
+      stats->update_host_us += us;
+    } else {
+      ++stats->instantiations;
+      stats->instantiate_host_us += us;
+    }
   }
-  same_shape->last_use = clock_;
   ++stats->steps;
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(same_shape->exec, stream));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(e.exec, stream));
+  *launched = true;
   return absl::OkStatus();
 }
 
 void DecodeGraphCache::Clear() {
-  for (Entry& e : entries_) cudaGraphExecDestroy(e.exec);
+  for (Entry& e : entries_) {
+    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  }
   entries_.clear();
 }
 

@@ -8,13 +8,17 @@
 //    same stream *before* Launch. The graph itself holds no host-to-device copies.
 //  - The key has two parts. `shape` picks the cached executable: rows, logit rows, greedy or
 //    not, the attention path. `params` is everything else a launch bakes in: buffer addresses,
-//    grid sizes, offsets of the tables inside their buffers, the TPP plan's geometry. When both
-//    equal a cached entry's, Launch replays it (no capture). When only `params` differ, the step
-//    is captured again and cudaGraphExecUpdate patches the executable in place; if the update is
-//    refused (the new capture has another topology, e.g. cuBLAS picked a different kernel
-//    sequence, or the TPP schedule switched between fused and deferred merge) the executable is
-//    instantiated again. A new `shape` is captured and instantiated, evicting the least recently
-//    used entry beyond `capacity`.
+//    grid sizes, offsets of the tables inside their buffers, which TPP plan build is in use. When
+//    both equal a cached executable's, Launch replays it (no capture).
+//  - A key not cached yet is captured only once it has been asked for `min_stable_steps` times
+//    in a row (per shape); before that Launch returns false and the caller runs the step
+//    eagerly. A capture costs several eager steps' worth of host time, so a key that lasts one
+//    step (rows that start new chunks at every step) is never captured.
+//  - Captured again with the same `shape`, cudaGraphExecUpdate patches the executable in place;
+//    if the update is refused (the new capture has another topology, e.g. cuBLAS picked a
+//    different kernel sequence, or the TPP schedule switched between fused and deferred merge)
+//    the executable is instantiated again. A new `shape` is instantiated, evicting the least
+//    recently used shape beyond `capacity`.
 //  - `enqueue` must only enqueue work on the stream (and on streams it forks from it by events):
 //    no allocation, no synchronization, no host reads of device results. Capture runs in
 //    cudaStreamCaptureModeThreadLocal, so an unsafe call on this thread fails the capture instead
@@ -42,6 +46,9 @@ struct DecodeGraphStats {
   int64_t instantiations = 0;  // captures instantiated (new shape, or the update was refused)
   int64_t update_refusals = 0; // of the instantiations: cudaGraphExecUpdate was tried and refused
   double capture_host_us = 0;  // summed host time of capture + update / instantiate
+  double update_host_us = 0;       // of which the captures that were updates
+  double instantiate_host_us = 0;  // and those that were instantiations
+  int64_t unstable = 0;  // decode steps run eagerly: their key was not stable long enough yet
   int64_t fallbacks = 0;       // graph failures: the step ran eagerly and graphs were turned off
 };
 
@@ -52,15 +59,18 @@ struct DecodeGraphKey {
 
 class DecodeGraphCache {
  public:
-  explicit DecodeGraphCache(int capacity = 8) : capacity_(capacity) {}
+  explicit DecodeGraphCache(int capacity = 8, int min_stable_steps = 2)
+      : capacity_(capacity), min_stable_steps_(min_stable_steps) {}
   ~DecodeGraphCache() { Clear(); }
   DecodeGraphCache(const DecodeGraphCache&) = delete;
   DecodeGraphCache& operator=(const DecodeGraphCache&) = delete;
 
-  // Replays the executable cached for `key`, capturing `enqueue` on `stream` first when there is
-  // none. On an error the stream is left out of capture and nothing of this step was launched.
+  // Replays the executable cached for `key`, capturing `enqueue` on `stream` first when the key
+  // is new but stable (see above); *launched = false when the caller must run the step itself.
+  // On an error the stream is left out of capture and nothing of this step was launched.
   absl::Status Launch(const DecodeGraphKey& key, cudaStream_t stream,
-                      absl::FunctionRef<absl::Status()> enqueue, DecodeGraphStats* stats);
+                      absl::FunctionRef<absl::Status()> enqueue, DecodeGraphStats* stats,
+                      bool* launched);
 
   // Destroys every cached executable.
   void Clear();
@@ -68,8 +78,11 @@ class DecodeGraphCache {
 
  private:
   struct Entry {
-    DecodeGraphKey key;
-    cudaGraphExec_t exec = nullptr;
+    std::vector<int64_t> shape;
+    cudaGraphExec_t exec = nullptr;    // null until the first capture of this shape
+    std::vector<int64_t> exec_params;  // the params `exec` was captured with
+    std::vector<int64_t> seen_params;  // the params asked for last, and how many times in a row
+    int seen = 0;
     uint64_t last_use = 0;
   };
   // Captures `enqueue` into *graph.
@@ -77,6 +90,7 @@ class DecodeGraphCache {
                               cudaGraph_t* graph);
 
   int capacity_;
+  int min_stable_steps_;
   uint64_t clock_ = 0;
   std::vector<Entry> entries_;
 };

@@ -13,7 +13,9 @@
 // workspace, so nothing may differ (the relative error is printed as well); device argmax equals
 // the host argmax of the graph logits; every decode-only step went through a graph and no step
 // with prefill did; a step whose attention plan was only advanced (same shape) and that follows
-// a graph step replays without capturing; captures and replays both happened. tpp (head_dim 128 GQA 4
+// a graph step replays without capturing; captures and replays both happened. With
+// graph_min_stable_steps = 2 (the default) a new key runs eagerly once and is captured on its
+// second step. tpp (head_dim 128 GQA 4
 // with the deferred-merge schedule forced, so the side-stream fork is captured; head_dim 64 MHA
 // with the default schedule) and paged (head_dim 128).
 #include <algorithm>
@@ -141,6 +143,7 @@ struct Case {
   int head_dim, heads, kv_heads;
   AttentionMode mode;
   int32_t defer_merge;  // TppOptions::defer_merge
+  int32_t min_stable;   // CudaBackendOptions::graph_min_stable_steps
 };
 
 // Runs the scenario of the file comment for one case.
@@ -163,6 +166,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
     o.attention = c.mode;
     o.tpp.defer_merge = c.defer_merge;
     o.cuda_graphs = g == 1;
+    o.graph_min_stable_steps = c.min_stable;
     auto b = CudaBackend::Create(&w, o);
     ASSERT_TRUE(b.ok()) << b.status();
     lanes[g] = std::make_unique<Lane>(std::move(*b), c.mode);
@@ -186,7 +190,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
   int decode_only_steps = 0, replay_steps = 0, bitwise_steps = 0, steps = 0;
   int rebuild_steps = 0;
   double worst = 0;
-  bool prev_graph_step = false;
+  int run_len = 0;  // decode-only steps in a row with the same plan shape, this one included
   // One step on both lanes: decode every live sequence, prefill `joining` new prompts.
   auto step = [&](const std::vector<std::vector<int32_t>>& joining) {
     const bool decode_only = joining.empty();
@@ -229,12 +233,14 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
     if (decode_only) {
       ++decode_only_steps;
       if (rebuilt[1]) ++rebuild_steps;
-      // Forward and ForwardGreedy both ran through a graph.
-      EXPECT_EQ(after.steps - before.steps, 2) << c.label << " step " << steps;
+      run_len = rebuilt[1] ? 1 : run_len + 1;
+      // Forward and ForwardGreedy both ran, through a graph or eagerly while their key was new.
+      EXPECT_EQ(after.steps - before.steps + after.unstable - before.unstable, 2)
+          << c.label << " step " << steps;
       const int64_t captures = after.captures - before.captures;
-      if (!rebuilt[1] && prev_graph_step) {
+      if (run_len > c.min_stable) {
         EXPECT_EQ(captures, 0) << c.label << " step " << steps
-                               << ": same shape after a graph step, yet captured";
+                               << ": the same shape was captured already, yet captured again";
       }
       if (captures == 0) ++replay_steps;
       ASSERT_EQ(greedy.size(), rows[1].size());
@@ -243,8 +249,8 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
       }
     } else {
       EXPECT_EQ(after.steps, before.steps) << c.label << ": a step with prefill used a graph";
+      run_len = 0;
     }
-    prev_graph_step = decode_only;
     // Teacher forcing from the graphs-off logits: decode rows, then the joining sequences.
     for (size_t r = 0; r < rows[0].size(); ++r) {
       next[std::find(live.begin(), live.end(), rows[0][r]) - live.begin()] =
@@ -290,18 +296,20 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
   std::printf(
       "[ %s ] %d steps (%d decode-only, %d with a plan rebuild): logits bitwise equal in %d, "
       "largest rel err %.3g; graph steps %lld: %lld replays, %lld captures (%lld updates, %lld "
-      "instantiations of which %lld after a refused update), capture+instantiate %.0f us "
-      "total; TPP steps %lld, plan builds %lld; fallbacks %lld %s\n",
+      "instantiations of which %lld after a refused update), capture+update %.0f us, "
+      "capture+instantiate %.0f us; %lld eager (unstable key); TPP steps %lld, plan builds "
+      "%lld; fallbacks %lld %s\n",
       c.label, steps, decode_only_steps, rebuild_steps, bitwise_steps, worst,
       static_cast<long long>(g.steps), static_cast<long long>(g.replays),
       static_cast<long long>(g.captures), static_cast<long long>(g.updates),
       static_cast<long long>(g.instantiations), static_cast<long long>(g.update_refusals),
-      g.capture_host_us, static_cast<long long>(st.tpp_steps),
+      g.update_host_us, g.instantiate_host_us, static_cast<long long>(g.unstable),
+      static_cast<long long>(st.tpp_steps),
       static_cast<long long>(st.tpp_plan_builds), static_cast<long long>(g.fallbacks),
       on.graph_error().c_str());
   EXPECT_EQ(g.fallbacks, 0) << on.graph_error();
   EXPECT_EQ(bitwise_steps, steps) << c.label;
-  EXPECT_EQ(g.steps, 2 * decode_only_steps);
+  EXPECT_EQ(g.steps + g.unstable, 2 * decode_only_steps);
   EXPECT_EQ(g.replays + g.captures, g.steps);
   EXPECT_EQ(g.updates + g.instantiations, g.captures);
   EXPECT_GT(g.captures, 0);
@@ -320,9 +328,12 @@ class DecodeGraphTest : public ::testing::Test {
 
 TEST_F(DecodeGraphTest, GraphsOnEqualGraphsOffAcrossShapeChanges) {
   BANYAN_SEEDED_RNG(rng);
-  for (const Case& c : {Case{"tpp d128 gqa4 deferred", 128, 4, 1, AttentionMode::kTpp, 1},
-                        Case{"tpp d64 mha", 64, 4, 4, AttentionMode::kTpp, -1},
-                        Case{"paged d128 gqa4", 128, 4, 1, AttentionMode::kPaged, -1}}) {
+  for (const Case& c :
+       {Case{"tpp d128 gqa4 deferred", 128, 4, 1, AttentionMode::kTpp, 1, 1},
+        Case{"tpp d64 mha", 64, 4, 4, AttentionMode::kTpp, -1, 1},
+        Case{"paged d128 gqa4", 128, 4, 1, AttentionMode::kPaged, -1, 1},
+        Case{"tpp d128 gqa4 stable 2", 128, 4, 1, AttentionMode::kTpp, -1, 2},
+        Case{"paged d128 gqa4 stable 2", 128, 4, 1, AttentionMode::kPaged, -1, 2}}) {
     SCOPED_TRACE(c.label);
     RunCase(c, rng);
     if (HasFatalFailure()) return;
@@ -345,6 +356,7 @@ TEST_F(DecodeGraphTest, SetCudaGraphsTogglesThePath) {
   CudaBackendOptions o;
   o.num_chunks = kChunks;
   o.chunk_size = kChunkSize;
+  o.graph_min_stable_steps = 1;
   auto b = CudaBackend::Create(&w, o);
   ASSERT_TRUE(b.ok()) << b.status();
   Lane lane(std::move(*b), AttentionMode::kTpp);
