@@ -10,7 +10,7 @@ DEST=${2:-.gpu-tpp}
 SHARED=${3:-../shared}
 rm -rf "$DEST"
 mkdir -p "$DEST/lib"
-for b in bench_tpp/tpp_bench gpu_tpp/tpp_gpu_test gpu_tpp/tpp_work_plan_test; do
+for b in tpp/tpp_bench gpu_tpp/tpp_gpu_test gpu_tpp/tpp_work_plan_test; do
   f=$(find "$BUILD" -path "*$b" -type f | head -1)
   cp "$f" "$DEST/"
   strip "$DEST/$(basename "$f")"

@@ -10,6 +10,10 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 M=gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
 M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed
 M=$M,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+M=$M,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+M=$M,lts__throughput.avg.pct_of_peak_sustained_elapsed
+M=$M,lts__t_sectors_srcunit_tex_op_read.sum
+M=$M,l1tex__m_xbar2l1tex_read_bytes.sum.per_second
 M=$M,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active
 M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
 M=$M,sm__warps_active.avg.pct_of_peak_sustained_active
@@ -26,7 +30,8 @@ prof() {  # name kernel-regex bench-filter
   echo "-- $1 ($2, $3)"
   grep -E "^ +(gpu__|sm__|dram__|l1tex__|smsp__)" "$OUT/ncu_$1.txt" | awk '{printf "  %s %s\n", $1, $NF}'
 }
-prof p1_hydragen_b1024 TppPhase1 hydragen_fig5_b1024
+prof p1_hydragen_b1024 TppPhase1WgmmaKernel hydragen_fig5_b1024
+prof p1mma_hydragen_b1024 TppPhase1Kernel hydragen_fig5_b1024
 [ "${TPP_PROFILE_ALL:-0}" = 1 ] || exit 0
 prof p1_chunkattn_p1024 TppPhase1 chunkattn_table_b32_p1024
 prof p2_chunkattn_p1024 TppPhase2 chunkattn_table_b32_p1024

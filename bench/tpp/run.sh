@@ -20,11 +20,12 @@ echo "== tests"
 "$DIR/tpp_work_plan_test" --gtest_brief=1 2>&1 | tail -4 | tee "$OUT/tests.txt"
 timeout ${TPP_TEST_TIMEOUT:-150} "$DIR/tpp_gpu_test" --gtest_brief=1 2>&1 | tail -40 | tee -a "$OUT/tests.txt"
 
-echo "== SASS of the phase-1 kernels (HMMA count per kernel)"
+echo "== SASS of the phase-1 kernels (tensor-core instructions per kernel)"
 if command -v cuobjdump >/dev/null; then
-  cuobjdump -sass "$DIR/tpp_bench" | awk '/Function :/{f=$3} /HMMA/{h[f]++} /LDSM/{l[f]++}
-    /LDGSTS/{g[f]++} /[^A-Z](LDL|STL)[. ]/{s[f]++}
-    END{for(k in h) printf "%s HMMA=%d LDSM=%d LDGSTS=%d local=%d\n", k, h[k], l[k], g[k], s[k]+0}' \
+  cuobjdump -sass "$DIR/tpp_bench" | awk '/Function :/{f=$3} /HMMA/{h[f]++} /HGMMA/{w[f]++}
+    /LDSM/{l[f]++} /LDGSTS/{g[f]++} /[^A-Z](LDL|STL)[. ]/{s[f]++}
+    END{for(k in l) if (h[k] + w[k] > 0) printf "%s HMMA=%d HGMMA=%d LDSM=%d LDGSTS=%d local=%d\n",
+      k, h[k], w[k], l[k], g[k], s[k]+0}' \
     | sort | tee "$OUT/sass.txt"
 fi
 

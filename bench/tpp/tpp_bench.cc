@@ -35,6 +35,7 @@ namespace {
 using kernels::PlanView;
 using kernels::cuda::tpp::KvDType;
 using kernels::cuda::tpp::TppOptions;
+using kernels::cuda::tpp::TppPhase1WgmmaAvailable;
 using kernels::cuda::tpp::TppProblem;
 using kernels::cuda::tpp::TppRunArgs;
 using kernels::cuda::tpp::TppWorkPlan;
@@ -279,6 +280,11 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   };
   run_mode("tpp", shared_plan, false, TppOptions{}, out_tpp);
   run_mode("paged", paged_plan, true, TppOptions{}, out_paged);
+  if (shared_plan.num_segments() > 0 && TppPhase1WgmmaAvailable()) {
+    TppOptions o;
+    o.p1_wgmma = 0;  // the mma.sync phase 1, measured beside the default wgmma one
+    run_mode("tpp_mma", shared_plan, false, o, out_tpp);
+  }
   if (sweep && shared_plan.num_segments() > 0) {
     TppOptions o;
     o.p1_block_m = 64;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -273,7 +274,17 @@ std::vector<SeqId> BuildHierarchical(PrefixTree& tree, std::mt19937_64& rng, int
   return out;
 }
 
-// Checks tpp (share plan) and paged (no-share plan) against the CPU reference.
+// Where phase 1 runs on wgmma by default (sm_90 devices), also checks the mma.sync phase 1.
+void CheckMmaSyncPhase1(Fixture& f, const AttentionPlan& shared, const TppOptions& opt,
+                        const std::vector<float>& want, double tol, const std::string& label) {
+  if (!TppPhase1WgmmaAvailable() || opt.p1_wgmma >= 0) return;
+  TppOptions mma = opt;
+  mma.p1_wgmma = 0;
+  EXPECT_LT(RelErr(f.RunGpu(shared, mma, false), want), tol) << label << " tpp, mma.sync phase 1";
+}
+
+// Checks tpp (share plan; phase 1 on both tensor-core paths where the device has both) and
+// paged (no-share plan) against the CPU reference.
 void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const TppOptions& opt,
                const std::string& label, bool expect_segments) {
   AttentionPlan shared = kvcache::BuildAttentionPlan(f.tree(), rows, {.share = true});
@@ -291,6 +302,7 @@ void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const
                         << ", merge rows " << wp.num_merge_rows();
   const double e_paged = RelErr(f.RunGpu(plain, opt, true), want);
   EXPECT_LT(e_paged, tol) << label << " paged";
+  CheckMmaSyncPhase1(f, shared, opt, want, tol, label);
 }
 
 class TppGpuRandomTreeTest : public ::testing::TestWithParam<Shape> {};
@@ -389,7 +401,9 @@ TEST(TppGpuTest, SplitsInBothPhases) {
     EXPECT_GT(wp.max_p2_splits(), 1);
     EXPECT_GT(wp.num_merge_rows(), 0);
     EXPECT_LT(e, Tolerance(s.dtype)) << Name(s);
+    CheckMmaSyncPhase1(f, shared, opt, want, Tolerance(s.dtype), Name(s));
   }
+  std::printf("phase 1 by default on %s\n", TppPhase1WgmmaAvailable() ? "wgmma" : "mma.sync");
 }
 
 // GQA ratios that are not powers of two, and more than 8 q heads per kv head (several phase-2

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/tpp/phase1.cuh"
+#include "kernels/cuda/tpp/phase1_wgmma_launch.h"
 #include "kernels/cuda/tpp/phase2.cuh"
 #include "kernels/cuda/tpp/tpp_launch.h"
 
@@ -102,7 +103,13 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
   cudaError_t e = cudaSuccess;
   const bool phase1 = plan.num_p1_items() > 0;
   const bool phase2 = plan.num_p2_items() > 0;
+  const int wgmma = plan.options().p1_wgmma;
+  const bool use_wgmma = wgmma > 0 || (wgmma < 0 && Phase1WgmmaAvailable());
   auto launch_phase1 = [&](cudaStream_t s) {
+    if (use_wgmma) {
+      return LaunchPhase1Wgmma(HEAD_DIM, DTYPE, plan.p1_block_m(), p,
+                               dim3(plan.num_p1_items(), plan.problem().num_kv_heads), s);
+    }
     return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, DType, 2>(plan, p, s)
                                     : LaunchPhase1<HEAD_DIM, DType, 1>(plan, p, s);
   };

@@ -16,8 +16,9 @@
 //
 // Kernels (see docs/tpp.md):
 //  - phase 1, per (item, kv head): queries of the segment's rows x the g query heads of the kv
-//    head are the M dimension of mma.sync m16n8k16 (fp32 accumulation), in tiles of 64 or 128;
-//    K/V tiles staged in shared memory by cp.async (2-3 stages); online softmax; writes a
+//    head are the M dimension of tensor-core MMAs (fp32 accumulation), in tiles of 64 or 128:
+//    wgmma m64n64k16 on sm_90 devices (one warpgroup per 64 queries), mma.sync m16n8k16
+//    elsewhere; K/V tiles staged in shared memory by cp.async (2-4 stages); online softmax; writes a
 //    partial (o, lse) per (row, q head, split).
 //  - phase 2, per (row split, kv head): attends its private spans (16-byte cp.async into a
 //    4-stage shared-memory pipeline, g heads share each K/V load), then merges the row's phase-1
@@ -69,6 +70,9 @@ struct TppOptions {
   // and the merge kernel finishes it), so the two phases can run concurrently on two streams
   // (TppRunArgs::side_stream). -1: when the cost model says the overlap pays; 0: never; 1: always.
   int32_t defer_merge = -1;
+  // Phase-1 tensor-core path: 1 wgmma (sm_90a kernels, compute capability 9.0 only; elsewhere
+  // the launch fails), 0 mma.sync (any sm_90+ device), -1 wgmma where the device runs it.
+  int32_t p1_wgmma = -1;
 };
 
 // Offsets (in int32 elements) of the arrays inside the uploaded image.
@@ -157,5 +161,9 @@ absl::Status PagedDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& arg
 
 // True when this library was built with kernels for the head_dim.
 bool TppSupportsHeadDim(int32_t head_dim);
+
+// True when phase 1 can run on wgmma here: the sm_90a kernels are built in and the current
+// device has compute capability 9.0.
+bool TppPhase1WgmmaAvailable();
 
 }  // namespace banyan::kernels::cuda::tpp

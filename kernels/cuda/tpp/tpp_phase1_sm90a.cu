@@ -1,0 +1,70 @@
+// The wgmma phase-1 kernels (sm_90a), every (head_dim, dtype, M tile) compiled here, and their
+// launcher. Built into banyan_tpp_sm90a with CUDA_ARCHITECTURES 90a.
+#include <atomic>
+
+#include "kernels/cuda/tpp/phase1_wgmma.cuh"
+#include "kernels/cuda/tpp/phase1_wgmma_launch.h"
+
+namespace banyan::kernels::cuda::tpp {
+namespace {
+
+template <int HEAD_DIM, typename DType, int WGS>
+cudaError_t Launch(const TppParams& p, dim3 grid, cudaStream_t stream) {
+  using Cfg = Phase1WgmmaConfig<HEAD_DIM, WGS>;
+  auto kernel = TppPhase1WgmmaKernel<HEAD_DIM, DType, WGS>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Cfg::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int HEAD_DIM, typename DType>
+cudaError_t ForBlockM(int block_m, const TppParams& p, dim3 grid, cudaStream_t stream) {
+  switch (block_m) {
+    case 64: return Launch<HEAD_DIM, DType, 1>(p, grid, stream);
+    case 128: return Launch<HEAD_DIM, DType, 2>(p, grid, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+template <int HEAD_DIM>
+cudaError_t ForDType(KvDType dtype, int block_m, const TppParams& p, dim3 grid,
+                     cudaStream_t stream) {
+  return dtype == KvDType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, p, grid, stream)
+                                 : ForBlockM<HEAD_DIM, __half>(block_m, p, grid, stream);
+}
+
+}  // namespace
+
+bool Phase1WgmmaAvailable() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 yes, 2 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return false;
+  int known = cache[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    int major = 0, minor = 0;
+    const bool ok =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+    known = ok && major == 9 && minor == 0 ? 1 : 2;
+    cache[device].store(known, std::memory_order_relaxed);
+  }
+  return known == 1;
+}
+
+cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, const TppParams& p,
+                              dim3 grid, cudaStream_t stream) {
+  switch (head_dim) {
+#ifdef BANYAN_TPP_HAS_D64
+    case 64: return ForDType<64>(dtype, block_m, p, grid, stream);
+#endif
+#ifdef BANYAN_TPP_HAS_D128
+    case 128: return ForDType<128>(dtype, block_m, p, grid, stream);
+#endif
+    default: return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace banyan::kernels::cuda::tpp
