@@ -284,6 +284,8 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     TppOptions o;
     o.p1_wgmma = 0;  // the mma.sync phase 1, measured beside the default wgmma one
     run_mode("tpp_mma", shared_plan, false, o, out_tpp);
+    o.p1_wgmma = 2;  // wgmma without warp specialisation
+    run_mode("tpp_nows", shared_plan, false, o, out_tpp);
   }
   if (sweep && shared_plan.num_segments() > 0) {
     TppOptions o;

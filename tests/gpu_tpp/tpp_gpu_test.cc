@@ -274,13 +274,17 @@ std::vector<SeqId> BuildHierarchical(PrefixTree& tree, std::mt19937_64& rng, int
   return out;
 }
 
-// Where phase 1 runs on wgmma by default (sm_90 devices), also checks the mma.sync phase 1.
-void CheckMmaSyncPhase1(Fixture& f, const AttentionPlan& shared, const TppOptions& opt,
-                        const std::vector<float>& want, double tol, const std::string& label) {
+// Where phase 1 runs on wgmma by default (sm_90 devices: warp-specialised for 128-query tiles),
+// also checks the mma.sync phase 1 and the wgmma kernel without warp specialisation.
+void CheckOtherPhase1Paths(Fixture& f, const AttentionPlan& shared, const TppOptions& opt,
+                           const std::vector<float>& want, double tol, const std::string& label) {
   if (!TppPhase1WgmmaAvailable() || opt.p1_wgmma >= 0) return;
-  TppOptions mma = opt;
-  mma.p1_wgmma = 0;
-  EXPECT_LT(RelErr(f.RunGpu(shared, mma, false), want), tol) << label << " tpp, mma.sync phase 1";
+  for (int path : {0, 2}) {
+    TppOptions other = opt;
+    other.p1_wgmma = path;
+    EXPECT_LT(RelErr(f.RunGpu(shared, other, false), want), tol)
+        << label << (path == 0 ? " tpp, mma.sync phase 1" : " tpp, wgmma phase 1 without warp specialisation");
+  }
 }
 
 // Checks tpp (share plan; phase 1 on both tensor-core paths where the device has both) and
@@ -302,7 +306,7 @@ void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const
                         << ", merge rows " << wp.num_merge_rows();
   const double e_paged = RelErr(f.RunGpu(plain, opt, true), want);
   EXPECT_LT(e_paged, tol) << label << " paged";
-  CheckMmaSyncPhase1(f, shared, opt, want, tol, label);
+  CheckOtherPhase1Paths(f, shared, opt, want, tol, label);
 }
 
 class TppGpuRandomTreeTest : public ::testing::TestWithParam<Shape> {};
@@ -401,7 +405,7 @@ TEST(TppGpuTest, SplitsInBothPhases) {
     EXPECT_GT(wp.max_p2_splits(), 1);
     EXPECT_GT(wp.num_merge_rows(), 0);
     EXPECT_LT(e, Tolerance(s.dtype)) << Name(s);
-    CheckMmaSyncPhase1(f, shared, opt, want, Tolerance(s.dtype), Name(s));
+    CheckOtherPhase1Paths(f, shared, opt, want, Tolerance(s.dtype), Name(s));
   }
   std::printf("phase 1 by default on %s\n", TppPhase1WgmmaAvailable() ? "wgmma" : "mma.sync");
 }

@@ -15,9 +15,10 @@ struct TppParams;
 // capability 9.0). Cached per device.
 bool Phase1WgmmaAvailable();
 
-// Launches phase 1 on wgmma: grid (items, kv heads), M tile block_m (64 or 128).
-// cudaErrorNotSupported when head_dim / block_m has no kernel or the kernels are not built.
-cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, const TppParams& p,
-                              dim3 grid, cudaStream_t stream);
+// Launches phase 1 on wgmma: grid (items, kv heads), M tile block_m (64 or 128; 128 with the
+// warp-specialised kernel unless !warp_specialized). cudaErrorNotSupported when head_dim /
+// block_m has no kernel or the kernels are not built.
+cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, bool warp_specialized,
+                              const TppParams& p, dim3 grid, cudaStream_t stream);
 
 }  // namespace banyan::kernels::cuda::tpp

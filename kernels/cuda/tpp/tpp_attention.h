@@ -71,7 +71,8 @@ struct TppOptions {
   // (TppRunArgs::side_stream). -1: when the cost model says the overlap pays; 0: never; 1: always.
   int32_t defer_merge = -1;
   // Phase-1 tensor-core path: 1 wgmma (sm_90a kernels, compute capability 9.0 only; elsewhere
-  // the launch fails), 0 mma.sync (any sm_90+ device), -1 wgmma where the device runs it.
+  // the launch fails; M tile 128 on the warp-specialised kernel), 2 wgmma without warp
+  // specialisation, 0 mma.sync (any sm_90+ device), -1 wgmma where the device runs it.
   int32_t p1_wgmma = -1;
 };
 

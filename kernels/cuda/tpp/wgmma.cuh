@@ -14,6 +14,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/mma.cuh"
+
 namespace banyan::kernels::cuda::tpp {
 
 // Byte offset of 16-byte vector c (0..7) of row r inside a 128B-swizzled tile.
@@ -126,5 +128,41 @@ __device__ __forceinline__ void WgmmaRSTransB<__half>(float (&d)[8][4], const ui
 
 #undef BANYAN_WGMMA_D32
 #undef BANYAN_WGMMA_D32_OPERANDS
+
+// Resizes this warpgroup's register allocation (every thread of the warpgroup executes it).
+template <int REGS, bool INC>
+__device__ __forceinline__ void SetMaxRegs() {
+  if constexpr (INC) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+  }
+}
+
+// Shared-memory mbarriers (sm_90), for the warp-specialised kernel: a producer warp fills
+// pipeline stages, the consumer warpgroups wait on a stage's "full" barrier and release it
+// through its "empty" barrier. Phases alternate; waits name the parity of the phase awaited.
+__device__ __forceinline__ void MbarInit(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(SmemAddr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(
+                   SmemAddr(bar))
+               : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued before has landed.
+__device__ __forceinline__ void CpAsyncMbarArrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(SmemAddr(bar))
+               : "memory");
+}
 
 }  // namespace banyan::kernels::cuda::tpp
