@@ -24,13 +24,20 @@ M=$M,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct
 M=$M,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct
 M=$M,smsp__warp_issue_stalled_wait_per_warp_active.pct
 M=$M,smsp__issue_active.avg.pct_of_peak_sustained_active
+M=$M,smsp__inst_executed.sum,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
+M=$M,smsp__warp_issue_stalled_sleeping_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_membar_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_misc_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_dispatch_stall_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct
+M=$M,smsp__warp_issue_stalled_selected_per_warp_active.pct
 prof() {  # name kernel-regex bench-filter
   timeout 120 "$NCU" --clock-control none -k "regex:$2" --launch-count 1 --metrics "$M" \
     "$DIR/tpp_bench" --only "$3" --reps 1 > "$OUT/ncu_$1.txt" 2>&1
   echo "-- $1 ($2, $3)"
   grep -E "^ +(gpu__|sm__|dram__|l1tex__|smsp__)" "$OUT/ncu_$1.txt" | awk '{printf "  %s %s\n", $1, $NF}'
 }
-prof p1_hydragen_b1024 TppPhase1WgmmaKernel hydragen_fig5_b1024
+prof p1_hydragen_b1024 TppPhase1WgmmaWsKernel hydragen_fig5_b1024
 prof p1mma_hydragen_b1024 TppPhase1Kernel hydragen_fig5_b1024
 [ "${TPP_PROFILE_ALL:-0}" = 1 ] || exit 0
 prof p1_chunkattn_p1024 TppPhase1 chunkattn_table_b32_p1024

@@ -283,7 +283,7 @@ void CheckOtherPhase1Paths(Fixture& f, const AttentionPlan& shared, const TppOpt
     TppOptions other = opt;
     other.p1_wgmma = path;
     EXPECT_LT(RelErr(f.RunGpu(shared, other, false), want), tol)
-        << label << (path == 0 ? " tpp, mma.sync phase 1" : " tpp, wgmma phase 1 without warp specialisation");
+        << label << " tpp, phase-1 path " << path << " (TppOptions::p1_wgmma)";
   }
 }
 

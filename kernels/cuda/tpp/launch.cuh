@@ -107,7 +107,9 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
   const bool use_wgmma = wgmma > 0 || (wgmma < 0 && Phase1WgmmaAvailable());
   auto launch_phase1 = [&](cudaStream_t s) {
     if (use_wgmma) {
-      return LaunchPhase1Wgmma(HEAD_DIM, DTYPE, plan.p1_block_m(), wgmma != 2, p,
+      const Phase1Variant v =
+          wgmma == 2 ? Phase1Variant::kCooperative : Phase1Variant::kWarpSpecialized;
+      return LaunchPhase1Wgmma(HEAD_DIM, DTYPE, plan.p1_block_m(), v, p,
                                dim3(plan.num_p1_items(), plan.problem().num_kv_heads), s);
     }
     return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, DType, 2>(plan, p, s)

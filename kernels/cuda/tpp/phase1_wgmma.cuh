@@ -60,7 +60,7 @@ struct Phase1WgmmaWsConfig : WgmmaTile<HEAD_DIM> {
   static constexpr int kConsumerRegs = 232;
   static constexpr int kBlockM = kConsumers * 64;
   static constexpr int kStages = HEAD_DIM == 128 ? 5 : 8;
-  static constexpr int kBarrierBytes = 1024;  // full[kStages], empty[kStages], q_full
+  static constexpr int kBarrierBytes = 1024;  // full[kStages], empty[kStages], q_full, stage_n
   static constexpr int kSmemBytes =
       (kConsumers + kStages * 2) * WgmmaTile<HEAD_DIM>::kTileBytes + kBarrierBytes + 1024;
 };
@@ -149,6 +149,20 @@ __device__ __forceinline__ void LoadQFragments(uint32_t (&qf)[HEAD_DIM / 16][4],
   }
 }
 
+// Number of tiles (of at most TILE slots, never crossing a span) in spans [lo, hi), the same
+// sequence TileIter walks; every lane of the warp returns it.
+template <int TILE>
+__device__ __forceinline__ int CountTiles(const TppTables& t, int lo, int hi, int lane) {
+  int count = 0;
+  for (int s = lo + lane; s < hi; s += 32) {
+    const int len = t.span_end[s] - t.span_begin[s];
+    if (len > 0) count += (len + TILE - 1) / TILE;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  return count;
+}
+
 // S = Q K^T of the K tile at shared address k_addr into d (issued and committed, not waited):
 // 16 head dims per step, 32 bytes into a 128-byte swizzled K row.
 template <int HEAD_DIM, typename DType>
@@ -164,11 +178,11 @@ __device__ __forceinline__ void IssueS(float (&d)[8][4], const uint32_t (&qf)[HE
   WgmmaCommit();
 }
 
-// The softmax of one tile's scores s (n valid slots) and O += P V with the V tile at v_addr,
-// waited for (every wgmma of the warpgroup complete on return, also an S issued before).
+// The softmax of one tile's scores s (n valid slots): updates the running max and sum (and
+// rescales O when the max moves), and packs P as the register A operand of P V.
 template <int HEAD_DIM, typename DType>
-__device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4], int n,
-                                          float scale, uint32_t v_addr, int lane) {
+__device__ __forceinline__ void SoftmaxToP(WgAcc<HEAD_DIM>& acc, float (&s)[8][4], int n,
+                                           float scale, int lane, uint32_t (&a)[4][4]) {
   using T = WgmmaTile<HEAD_DIM>;
   if (n < T::kBlockN) {
 #pragma unroll
@@ -224,8 +238,6 @@ __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4]
     }
   }
 
-  // O += P V: 16 tokens per step (2048 bytes of V rows), one MMA per 64 head dims.
-  uint32_t a[4][4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     a[kk][0] = DTypeTraits<DType>::Pack(s[2 * kk][0], s[2 * kk][1]);
@@ -233,6 +245,14 @@ __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4]
     a[kk][2] = DTypeTraits<DType>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     a[kk][3] = DTypeTraits<DType>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
+}
+
+// O += P V with the V tile at v_addr (issued and committed, not waited): 16 tokens per step
+// (2048 bytes of V rows), one MMA per 64 head dims.
+template <int HEAD_DIM, typename DType>
+__device__ __forceinline__ void IssuePv(WgAcc<HEAD_DIM>& acc, const uint32_t (&a)[4][4],
+                                        uint32_t v_addr) {
+  using T = WgmmaTile<HEAD_DIM>;
 #pragma unroll
   for (int h = 0; h < T::kHalves; ++h) FenceRegs(acc.o[h]);
   WgmmaFence();
@@ -245,9 +265,19 @@ __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4]
     }
   }
   WgmmaCommit();
+}
+
+// The softmax of one tile and O += P V, waited for (every wgmma of the warpgroup complete on
+// return, also an S issued before).
+template <int HEAD_DIM, typename DType>
+__device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4], int n,
+                                          float scale, uint32_t v_addr, int lane) {
+  uint32_t a[4][4];
+  SoftmaxToP<HEAD_DIM, DType>(acc, s, n, scale, lane, a);
+  IssuePv<HEAD_DIM, DType>(acc, a, v_addr);
   WgmmaWait<0>();
 #pragma unroll
-  for (int h = 0; h < T::kHalves; ++h) FenceRegs(acc.o[h]);
+  for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
 }
 
 // Writes the warp's 16 rows of a warpgroup's 64 (query m0 + ...) as normalised partial states.
@@ -373,6 +403,10 @@ __global__ void __launch_bounds__(WGS * 128)
 #endif
 }
 
+// The producer also writes each stage's valid slot count (stage_n) and arrives on its full
+// barrier once more after that store (release), so the consumers read the tile sizes from shared
+// memory; they count the split's tiles once up front instead of walking the span tables in
+// global memory between tiles (which ncu showed as long-scoreboard stalls).
 template <int HEAD_DIM, typename DType>
 __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
     TppPhase1WgmmaWsKernel(const __grid_constant__ TppParams p) {
@@ -390,6 +424,7 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + (Cfg::kConsumers + 2 * STAGES) * TILE);
   uint64_t* empty = full + STAGES;
   uint64_t* q_full = empty + STAGES;
+  int32_t* stage_n = reinterpret_cast<int32_t*>(q_full + 1);  // valid slots of each stage's tile
 
   LaunchDependents();
 
@@ -403,7 +438,7 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      MbarInit(&full[s], 128);              // one cp.async arrival per producer thread
+      MbarInit(&full[s], 129);  // a cp.async arrival per producer thread + stage_n's
       MbarInit(&empty[s], CONSUMER_WARPS);  // one arrival per consumer warp
     }
     MbarInit(q_full, 128);
@@ -421,10 +456,12 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
     for (int i = 0; load_it.span < span_hi; ++i) {
       const int stage = i % STAGES;
       if (i >= STAGES) MbarWait(&empty[stage], ((i / STAGES) + 1) & 1);
-      LoadKvTile<HEAD_DIM, DType, 128>(p, kvh, t.span_chunk[load_it.span], load_it.slot,
-                                       min(BN, t.span_end[load_it.span] - load_it.slot),
+      const int n = min(BN, t.span_end[load_it.span] - load_it.slot);
+      if (ptid == 0) stage_n[stage] = n;
+      LoadKvTile<HEAD_DIM, DType, 128>(p, kvh, t.span_chunk[load_it.span], load_it.slot, n,
                                        k_tile(stage), ptid);
       CpAsyncMbarArrive(&full[stage]);
+      if (ptid == 0) MbarArrive(&full[stage]);  // publishes stage_n[stage]
       load_it.Next(t, span_hi);
     }
     CpAsyncCommit();
@@ -442,10 +479,9 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
   FenceProxyAsync();
   LoadQFragments<HEAD_DIM>(qf, smem + wg * TILE, warp_in_wg, lane);
 
-  TileIter<BN> comp_it;
-  comp_it.Start(t, it.span_lo, span_hi);
+  const int num_tiles = CountTiles<BN>(t, it.span_lo, span_hi, lane);
   float s_a[8][4], s_b[8][4];  // S of tiles i and i + 1, alternating
-  if (comp_it.span < span_hi) {
+  if (num_tiles > 0) {
     MbarWait(&full[0], 0);
     FenceProxyAsync();
   }
@@ -455,26 +491,23 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
 
   int i = 0;  // tile index
   auto step = [&](float (&cur)[8][4], float (&nxt)[8][4]) {
-    TileIter<BN> next_it = comp_it;
-    next_it.Next(t, span_hi);
     const int stage = i % STAGES;
     const int next_stage = (i + 1) % STAGES;
-    if (next_it.span < span_hi) {
+    const int n = stage_n[stage];
+    if (i + 1 < num_tiles) {
       MbarWait(&full[next_stage], ((i + 1) / STAGES) & 1);
       FenceProxyAsync();
     }
     IssueS<HEAD_DIM, DType>(nxt, qf, SmemAddr(k_tile(next_stage)));
-    const int n = min(BN, t.span_end[comp_it.span] - comp_it.slot);
     SoftmaxPv<HEAD_DIM, DType>(acc, cur, n, p.scale_log2, SmemAddr(k_tile(stage)) + TILE, lane);
     FenceRegs(nxt);
     __syncwarp();
-    if (lane == 0) MbarArrive(&empty[stage]);  // this warp is done with tile i's K and V
-    comp_it = next_it;
+    if (lane == 0) MbarArrive(&empty[stage]);  // this warp is done with tile i's K, V and n
     ++i;
   };
-  while (comp_it.span < span_hi) {
+  while (i < num_tiles) {
     step(s_a, s_b);
-    if (comp_it.span >= span_hi) break;
+    if (i >= num_tiles) break;
     step(s_b, s_a);
   }
   StorePartials<HEAD_DIM>(p, it, kvh, acc, wg * 64 + warp_in_wg * 16, lane);

@@ -15,10 +15,15 @@ struct TppParams;
 // capability 9.0). Cached per device.
 bool Phase1WgmmaAvailable();
 
-// Launches phase 1 on wgmma: grid (items, kv heads), M tile block_m (64 or 128; 128 with the
-// warp-specialised kernel unless !warp_specialized). cudaErrorNotSupported when head_dim /
-// block_m has no kernel or the kernels are not built.
-cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, bool warp_specialized,
+// Which wgmma kernel runs 128-query tiles (64-query tiles always run TppPhase1WgmmaKernel<.., 1>).
+enum class Phase1Variant {
+  kWarpSpecialized,  // TppPhase1WgmmaWsKernel
+  kCooperative,      // TppPhase1WgmmaKernel<.., 2>: no producer, one barrier per tile
+};
+
+// Launches phase 1 on wgmma: grid (items, kv heads), M tile block_m (64 or 128).
+// cudaErrorNotSupported when head_dim / block_m has no kernel or the kernels are not built.
+cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, Phase1Variant variant,
                               const TppParams& p, dim3 grid, cudaStream_t stream);
 
 }  // namespace banyan::kernels::cuda::tpp

@@ -25,8 +25,18 @@ namespace {
 
 // Attainable rates used by the split model (H200, measured for these kernels; docs/tpp.md).
 constexpr double kBytesPerSecond = 3.6e12;
-constexpr double kMmaFlopsPerSecond = 350e12;
 constexpr double kWaveSeconds = 1e-6;  // Q tile load + first K/V tiles of a CTA
+
+// The phase-1 kernel's resident CTAs per SM and its attainable MMA rate.
+struct Phase1Rates {
+  int32_t occupancy;
+  double flops_per_second;
+};
+Phase1Rates RatesFor(bool wgmma, int32_t block_m) {
+  if (!wgmma) return {2, 350e12};            // mma.sync, M tile 64 or 128
+  if (block_m == 128) return {1, 460e12};    // warp-specialised wgmma, 384 threads
+  return {2, 360e12};                        // wgmma, one warpgroup
+}
 
 struct Range {
   int32_t lo;
@@ -122,7 +132,11 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     block_m = (weight > 0 && weighted_m / weight >= 128) ? 128 : 64;
   }
   wp.p1_block_m_ = block_m;
-  constexpr int32_t occupancy = 2;  // resident phase-1 CTAs per SM (shared memory)
+  const bool wgmma =
+      options.p1_wgmma > 0 || (options.p1_wgmma < 0 && TppPhase1WgmmaAvailable());
+  const Phase1Rates rates = RatesFor(wgmma && options.p1_wgmma != 2, block_m);
+  const int32_t occupancy = rates.occupancy;  // resident phase-1 CTAs per SM
+  const double kMmaFlopsPerSecond = rates.flops_per_second;
 
   int64_t max_tokens = 0;
   for (int32_t s = 0; s < nseg; ++s) max_tokens = std::max(max_tokens, seg_tokens[s]);
@@ -135,7 +149,7 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   };
   auto estimate = [&](int64_t len) {
     double bytes = 0, partial_bytes = 0, flops = 0, items = 0, item_time = 0;
-    const double cta_bytes_per_second = kBytesPerSecond / (2.0 * options.num_sms);
+    const double cta_bytes_per_second = kBytesPerSecond / (occupancy * options.num_sms);
     const double cta_flops_per_second = kMmaFlopsPerSecond / (occupancy * options.num_sms);
     for (int32_t s = 0; s < nseg; ++s) {
       const int32_t k = splits_for(s, len);
@@ -151,9 +165,10 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
       item_time = std::max(item_time, std::max(seg_bytes / (k * hkv) / cta_bytes_per_second,
                                                seg_flops / (k * tiles * hkv) / cta_flops_per_second));
     }
-    // One CTA per SM cannot stream at the SM's share of bandwidth (a tile's latency is exposed):
-    // count full bandwidth from two CTAs per SM.
-    const double mem_util = std::min(1.0, items / (2.0 * options.num_sms));
+    // One mma.sync CTA per SM cannot stream at the SM's share of bandwidth (a tile's latency
+    // is exposed): count full bandwidth from `occupancy` CTAs per SM (the warp-specialised
+    // kernel's producer keeps four tiles in flight on its own).
+    const double mem_util = std::min(1.0, items / (occupancy * static_cast<double>(options.num_sms)));
     const double capacity = static_cast<double>(options.num_sms) * occupancy;
     const double waves = std::ceil(items / capacity);
     const double flop_util = items / (waves * capacity);
