@@ -52,7 +52,7 @@ struct Phase1WgmmaConfig : WgmmaTile<HEAD_DIM> {
 
 template <int HEAD_DIM>
 struct Phase1WgmmaWsConfig : WgmmaTile<HEAD_DIM> {
-  static constexpr int kConsumers = 2;                      // warpgroups, 64 queries each
+  static constexpr int kConsumers = 2;                     // warpgroups, 64 queries each
   static constexpr int kThreads = kConsumers * 128 + 128;  // + the producer warpgroup
   // Registers are granted per warpgroup: the producer gives most of its share to the consumers
   // (setmaxnreg), 40 x 128 + 232 x 256 = 64,512 of the SM's 65,536.
@@ -260,8 +260,7 @@ __device__ __forceinline__ void IssuePv(WgAcc<HEAD_DIM>& acc, const uint32_t (&a
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
     for (int h = 0; h < T::kHalves; ++h) {
-      WgmmaRSTransB<DType>(acc.o[h], a[kk],
-                           SwizzledDesc(v_addr + h * T::kHalfBytes + kk * 2048));
+      WgmmaRSTransB<DType>(acc.o[h], a[kk], SwizzledDesc(v_addr + h * T::kHalfBytes + kk * 2048));
     }
   }
   WgmmaCommit();
@@ -301,8 +300,8 @@ __device__ __forceinline__ void StorePartials(const TppParams& p, const Phase1It
         p.partial_o + (static_cast<int64_t>(state) * hq + head) * HEAD_DIM + (lane & 3) * 2;
 #pragma unroll
     for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
-      *reinterpret_cast<float2*>(dst + dn * 8) = make_float2(
-          acc.o[dn >> 3][dn & 7][2 * i] * inv, acc.o[dn >> 3][dn & 7][2 * i + 1] * inv);
+      *reinterpret_cast<float2*>(dst + dn * 8) =
+          make_float2(acc.o[dn >> 3][dn & 7][2 * i] * inv, acc.o[dn >> 3][dn & 7][2 * i + 1] * inv);
     }
     if ((lane & 3) == 0) {
       p.partial_lse[static_cast<int64_t>(state) * hq + head] =
@@ -375,7 +374,7 @@ __global__ void __launch_bounds__(WGS * 128)
   // Tile i, S_i in `cur`: S_{i+1} into `nxt` runs on the tensor cores under the softmax of tile
   // i; then O += P_i V_i. Both complete before the next barrier, which frees the stage of tile
   // i - 1 for a load.
-  auto step = [&](float (&cur)[8][4], float (&nxt)[8][4]) {
+  auto step = [&](float(&cur)[8][4], float(&nxt)[8][4]) {
     TileIter<BN> next_it = comp_it;
     next_it.Next(t, span_hi);
     CpAsyncWait<Cfg::kAhead - 2>();  // tile i + 1 landed
@@ -438,7 +437,7 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      MbarInit(&full[s], 129);  // a cp.async arrival per producer thread + stage_n's
+      MbarInit(&full[s], 129);              // a cp.async arrival per producer thread + stage_n's
       MbarInit(&empty[s], CONSUMER_WARPS);  // one arrival per consumer warp
     }
     MbarInit(q_full, 128);
@@ -490,7 +489,7 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
   FenceRegs(s_a);
 
   int i = 0;  // tile index
-  auto step = [&](float (&cur)[8][4], float (&nxt)[8][4]) {
+  auto step = [&](float(&cur)[8][4], float(&nxt)[8][4]) {
     const int stage = i % STAGES;
     const int next_stage = (i + 1) % STAGES;
     const int n = stage_n[stage];

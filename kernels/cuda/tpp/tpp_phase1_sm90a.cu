@@ -12,8 +12,8 @@ template <int HEAD_DIM, typename DType, int WGS>
 cudaError_t Launch(const TppParams& p, dim3 grid, cudaStream_t stream) {
   using Cfg = Phase1WgmmaConfig<HEAD_DIM, WGS>;
   auto kernel = TppPhase1WgmmaKernel<HEAD_DIM, DType, WGS>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Cfg::kSmemBytes);
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
@@ -23,8 +23,8 @@ template <int HEAD_DIM, typename DType>
 cudaError_t LaunchWs(const TppParams& p, dim3 grid, cudaStream_t stream) {
   using Cfg = Phase1WgmmaWsConfig<HEAD_DIM>;
   auto kernel = TppPhase1WgmmaWsKernel<HEAD_DIM, DType>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Cfg::kSmemBytes);
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
@@ -34,20 +34,21 @@ template <int HEAD_DIM, typename DType>
 cudaError_t ForBlockM(int block_m, Phase1Variant v, const TppParams& p, dim3 grid,
                       cudaStream_t stream) {
   switch (block_m) {
-    case 64: return Launch<HEAD_DIM, DType, 1>(p, grid, stream);
+    case 64:
+      return Launch<HEAD_DIM, DType, 1>(p, grid, stream);
     case 128:
       return v == Phase1Variant::kWarpSpecialized ? LaunchWs<HEAD_DIM, DType>(p, grid, stream)
                                                   : Launch<HEAD_DIM, DType, 2>(p, grid, stream);
-    default: return cudaErrorNotSupported;
+    default:
+      return cudaErrorNotSupported;
   }
 }
 
 template <int HEAD_DIM>
 cudaError_t ForDType(KvDType dtype, int block_m, Phase1Variant v, const TppParams& p, dim3 grid,
                      cudaStream_t stream) {
-  return dtype == KvDType::kBf16
-             ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, v, p, grid, stream)
-             : ForBlockM<HEAD_DIM, __half>(block_m, v, p, grid, stream);
+  return dtype == KvDType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, v, p, grid, stream)
+                                 : ForBlockM<HEAD_DIM, __half>(block_m, v, p, grid, stream);
 }
 
 }  // namespace
@@ -73,12 +74,15 @@ cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, Phase1Va
                               const TppParams& p, dim3 grid, cudaStream_t stream) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
-    case 64: return ForDType<64>(dtype, block_m, variant, p, grid, stream);
+    case 64:
+      return ForDType<64>(dtype, block_m, variant, p, grid, stream);
 #endif
 #ifdef BANYAN_TPP_HAS_D128
-    case 128: return ForDType<128>(dtype, block_m, variant, p, grid, stream);
+    case 128:
+      return ForDType<128>(dtype, block_m, variant, p, grid, stream);
 #endif
-    default: return cudaErrorNotSupported;
+    default:
+      return cudaErrorNotSupported;
   }
 }
 

@@ -168,7 +168,8 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     // One mma.sync CTA per SM cannot stream at the SM's share of bandwidth (a tile's latency
     // is exposed): count full bandwidth from `occupancy` CTAs per SM (the warp-specialised
     // kernel's producer keeps four tiles in flight on its own).
-    const double mem_util = std::min(1.0, items / (occupancy * static_cast<double>(options.num_sms)));
+    const double mem_util =
+        std::min(1.0, items / (occupancy * static_cast<double>(options.num_sms)));
     const double capacity = static_cast<double>(options.num_sms) * occupancy;
     const double waves = std::ceil(items / capacity);
     const double flop_util = items / (waves * capacity);

@@ -9,10 +9,10 @@
 // K = head_dim) and V (B operand, transposed / N-major: K = token rows, N = head_dim).
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstdint>
 
 #include "kernels/cuda/mma.cuh"
 
@@ -58,16 +58,16 @@ __device__ __forceinline__ void FenceRegs(float (&d)[8][4]) {
   }
 }
 
-#define BANYAN_WGMMA_D32                                                                      \
+#define BANYAN_WGMMA_D32                                                                        \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define BANYAN_WGMMA_D32_OPERANDS(d)                                                          \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),   \
-      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]),              \
-      "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),              \
-      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),              \
-      "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]),              \
-      "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define BANYAN_WGMMA_D32_OPERANDS(d)                                                            \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),     \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), \
+      "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), \
+      "+f"(d[7][2]), "+f"(d[7][3])
 
 // Accumulator layout of the m64n64 MMAs below (per warp w of the warpgroup, lane l):
 // d[i][0..1] = row 16w + l/4, columns 8i + 2(l%4) + 0..1; d[i][2..3] = row 16w + l/4 + 8, same
@@ -155,9 +155,9 @@ __device__ __forceinline__ void MbarWait(uint64_t* bar, int parity) {
       : "memory");
 }
 __device__ __forceinline__ void MbarArrive(uint64_t* bar) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(
-                   SmemAddr(bar))
-               : "memory");
+  asm volatile(
+      "{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(SmemAddr(bar))
+      : "memory");
 }
 // One arrival on `bar` once every cp.async this thread issued before has landed.
 __device__ __forceinline__ void CpAsyncMbarArrive(uint64_t* bar) {
