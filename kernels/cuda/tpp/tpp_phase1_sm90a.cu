@@ -8,26 +8,29 @@
 namespace banyan::kernels::cuda::tpp {
 namespace {
 
+// One phase-1 launch: raise the kernel's dynamic shared-memory limit, launch.
+template <typename Kernel>
+cudaError_t LaunchWith(Kernel kernel, int threads, int smem_bytes, const TppParams& p, dim3 grid,
+                       cudaStream_t stream) {
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, threads, smem_bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
 template <int HEAD_DIM, typename DType, int WGS>
 cudaError_t Launch(const TppParams& p, dim3 grid, cudaStream_t stream) {
   using Cfg = Phase1WgmmaConfig<HEAD_DIM, WGS>;
-  auto kernel = TppPhase1WgmmaKernel<HEAD_DIM, DType, WGS>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchWith(TppPhase1WgmmaKernel<HEAD_DIM, DType, WGS>, Cfg::kThreads, Cfg::kSmemBytes, p,
+                    grid, stream);
 }
 
 template <int HEAD_DIM, typename DType>
 cudaError_t LaunchWs(const TppParams& p, dim3 grid, cudaStream_t stream) {
   using Cfg = Phase1WgmmaWsConfig<HEAD_DIM>;
-  auto kernel = TppPhase1WgmmaWsKernel<HEAD_DIM, DType>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchWith(TppPhase1WgmmaWsKernel<HEAD_DIM, DType>, Cfg::kThreads, Cfg::kSmemBytes, p,
+                    grid, stream);
 }
 
 template <int HEAD_DIM, typename DType>
