@@ -109,18 +109,23 @@ template <int HEAD_DIM, typename DType, int THREADS>
 __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chunk, int slot, int n,
                                            uint8_t* s_k, int tid) {
   using T = WgmmaTile<HEAD_DIM>;
+  static_assert(THREADS % T::kVecs == 0 && (THREADS / T::kVecs) % 8 == 0,
+                "each thread keeps one vector column and one row phase (row & 7)");
+  constexpr int kRowStep = THREADS / T::kVecs;  // rows between a thread's copies
   const DType* k_src = static_cast<const DType*>(p.kv.base) +
                        static_cast<int64_t>(chunk) * p.kv.chunk_stride +
                        (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM;
+  // Row tid / kVecs + kRowStep i, vector tid % kVecs: the swizzled offset moves by a constant.
+  const int row0 = tid / T::kVecs;
+  const int c = tid % T::kVecs;
+  const uint32_t off0 = T::Off(row0, c);
+  const DType* src0 = k_src + row0 * HEAD_DIM + c * 8;
   uint8_t* s_v = s_k + T::kTileBytes;
 #pragma unroll
-  for (int i = 0; i < T::kBlockN * T::kVecs / THREADS; ++i) {
-    const int v = tid + i * THREADS;
-    const int row = v / T::kVecs;
-    const int c = v % T::kVecs;
-    const bool valid = row < n;
-    const DType* src = valid ? k_src + row * HEAD_DIM + c * 8 : k_src;
-    const uint32_t off = T::Off(row, c);
+  for (int i = 0; i < T::kBlockN / kRowStep; ++i) {
+    const bool valid = row0 + i * kRowStep < n;
+    const DType* src = valid ? src0 + i * kRowStep * HEAD_DIM : k_src;
+    const uint32_t off = off0 + i * kRowStep * 128;
     CpAsync16(s_k + off, src, valid);
     CpAsync16(s_v + off, src + p.kv.v_offset, valid);
   }
@@ -169,11 +174,11 @@ template <int HEAD_DIM, typename DType>
 __device__ __forceinline__ void IssueS(float (&d)[8][4], const uint32_t (&qf)[HEAD_DIM / 16][4],
                                        uint32_t k_addr) {
   using T = WgmmaTile<HEAD_DIM>;
+  const uint64_t k_desc = SwizzledDesc(k_addr);  // + byte offset / 16 moves its start address
   WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-    WgmmaRS<DType>(d, qf[kk], SwizzledDesc(k_addr + (kk >> 2) * T::kHalfBytes + (kk & 3) * 32),
-                   kk > 0);
+    WgmmaRS<DType>(d, qf[kk], k_desc + (((kk >> 2) * T::kHalfBytes + (kk & 3) * 32) >> 4), kk > 0);
   }
   WgmmaCommit();
 }
@@ -253,6 +258,7 @@ template <int HEAD_DIM, typename DType>
 __device__ __forceinline__ void IssuePv(WgAcc<HEAD_DIM>& acc, const uint32_t (&a)[4][4],
                                         uint32_t v_addr) {
   using T = WgmmaTile<HEAD_DIM>;
+  const uint64_t v_desc = SwizzledDesc(v_addr);
 #pragma unroll
   for (int h = 0; h < T::kHalves; ++h) FenceRegs(acc.o[h]);
   WgmmaFence();
@@ -260,7 +266,7 @@ __device__ __forceinline__ void IssuePv(WgAcc<HEAD_DIM>& acc, const uint32_t (&a
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
     for (int h = 0; h < T::kHalves; ++h) {
-      WgmmaRSTransB<DType>(acc.o[h], a[kk], SwizzledDesc(v_addr + h * T::kHalfBytes + kk * 2048));
+      WgmmaRSTransB<DType>(acc.o[h], a[kk], v_desc + ((h * T::kHalfBytes + kk * 2048) >> 4));
     }
   }
   WgmmaCommit();

@@ -23,7 +23,9 @@ __device__ __forceinline__ uint32_t Sw128(int r, int c) {
   return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
 }
 
-// Descriptor of a 128B-swizzled operand starting at shared address `addr`. Both byte offsets
+// Descriptor of a 128B-swizzled operand starting at shared address `addr`. Its low 14 bits are
+// addr / 16, so adding offset / 16 to the descriptor moves the start by `offset` bytes (shared
+// addresses stay below 2^18: no carry out of the field). Both byte offsets
 // are 1024: the stride between 8-row groups. The other field (the stride between 64-element
 // column blocks) is never used, because every operand here is at most 64 elements wide along
 // its contiguous dimension; setting both keeps the descriptor right whichever field the
