@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -166,6 +167,20 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
   ASSERT_TRUE(wp.ok());
   EXPECT_GT(wp->max_p1_splits(), 16);
   EXPECT_EQ(wp->p1_block_m(), 64);
+
+  // The phase-1 path is resolved once, at Build; auto follows the device.
+  const std::pair<int32_t, Phase1Path> paths[] = {{0, Phase1Path::kMmaSync},
+                                                  {1, Phase1Path::kWgmma},
+                                                  {2, Phase1Path::kWgmmaCooperative}};
+  for (const auto& [option, path] : paths) {
+    TppOptions o;
+    o.p1_wgmma = option;
+    auto forced = TppWorkPlan::Build(engine::ViewOf(plan), TppProblem{8, 1, 128, 64}, o);
+    ASSERT_TRUE(forced.ok());
+    EXPECT_EQ(forced->p1_path(), path) << "p1_wgmma " << option;
+  }
+  EXPECT_EQ(big->p1_path(),
+            TppPhase1WgmmaAvailable() ? Phase1Path::kWgmma : Phase1Path::kMmaSync);
 }
 
 TEST(TppWorkPlanTest, RejectsBadProblems) {

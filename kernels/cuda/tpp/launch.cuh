@@ -103,13 +103,10 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
   cudaError_t e = cudaSuccess;
   const bool phase1 = plan.num_p1_items() > 0;
   const bool phase2 = plan.num_p2_items() > 0;
-  const int wgmma = plan.options().p1_wgmma;
-  const bool use_wgmma = wgmma > 0 || (wgmma < 0 && Phase1WgmmaAvailable());
   auto launch_phase1 = [&](cudaStream_t s) {
-    if (use_wgmma) {
-      const Phase1Variant v =
-          wgmma == 2 ? Phase1Variant::kCooperative : Phase1Variant::kWarpSpecialized;
-      return LaunchPhase1Wgmma(HEAD_DIM, DTYPE, plan.p1_block_m(), v, p,
+    if (plan.p1_path() != Phase1Path::kMmaSync) {
+      return LaunchPhase1Wgmma(HEAD_DIM, DTYPE, plan.p1_block_m(),
+                               plan.p1_path() == Phase1Path::kWgmma, p,
                                dim3(plan.num_p1_items(), plan.problem().num_kv_heads), s);
     }
     return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, DType, 2>(plan, p, s)

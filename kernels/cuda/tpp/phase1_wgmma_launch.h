@@ -1,6 +1,6 @@
-// Launcher of the wgmma phase-1 kernel (phase1_wgmma.cuh), compiled for sm_90a alone in
-// tpp_phase1_sm90a.cu and called by the sm_90 launch code (launch.cuh) when the device is an
-// sm_90 part (H100 / H200) and TppOptions::p1_wgmma allows it.
+// Launcher of the wgmma phase-1 kernels (phase1_wgmma.cuh), compiled for sm_90a alone in
+// tpp_phase1_sm90a.cu and called by the sm_90 launch code (launch.cuh) for plans whose
+// p1_path() is a wgmma one.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,19 +11,11 @@ namespace banyan::kernels::cuda::tpp {
 
 struct TppParams;
 
-// True when this build holds the sm_90a kernels and the current device runs them (compute
-// capability 9.0). Cached per device.
-bool Phase1WgmmaAvailable();
-
-// Which wgmma kernel runs 128-query tiles (64-query tiles always run TppPhase1WgmmaKernel<.., 1>).
-enum class Phase1Variant {
-  kWarpSpecialized,  // TppPhase1WgmmaWsKernel
-  kCooperative,      // TppPhase1WgmmaKernel<.., 2>: no producer, one barrier per tile
-};
-
-// Launches phase 1 on wgmma: grid (items, kv heads), M tile block_m (64 or 128).
-// cudaErrorNotSupported when head_dim / block_m has no kernel or the kernels are not built.
-cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, Phase1Variant variant,
+// Launches phase 1 on wgmma: grid (items, kv heads), M tile block_m (64 or 128). 128-query
+// tiles run TppPhase1WgmmaWsKernel when `warp_specialized`, else TppPhase1WgmmaKernel<.., 2>;
+// 64-query tiles always TppPhase1WgmmaKernel<.., 1>. cudaErrorNotSupported when head_dim /
+// block_m has no kernel. (TppPhase1WgmmaAvailable, tpp_attention.h, is defined beside it.)
+cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, bool warp_specialized,
                               const TppParams& p, dim3 grid, cudaStream_t stream);
 
 }  // namespace banyan::kernels::cuda::tpp

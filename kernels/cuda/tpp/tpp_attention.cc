@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/tpp/phase1_wgmma_launch.h"
 #include "kernels/cuda/tpp/tpp_launch.h"
 
 namespace banyan::kernels::cuda::tpp {
@@ -75,8 +74,6 @@ bool TppSupportsHeadDim(int32_t head_dim) {
     default: return false;
   }
 }
-
-bool TppPhase1WgmmaAvailable() { return Phase1WgmmaAvailable(); }
 
 absl::Status TppDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& args,
                                 cudaStream_t stream) {

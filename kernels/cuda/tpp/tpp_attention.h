@@ -49,6 +49,13 @@ namespace banyan::kernels::cuda::tpp {
 
 enum class KvDType { kBf16, kFp16 };
 
+// The phase-1 kernel family a work plan is built for and launched with.
+enum class Phase1Path {
+  kMmaSync,          // mma.sync m16n8k16, any sm_90 device
+  kWgmma,            // wgmma (sm_90a): warp-specialised for 128-query tiles
+  kWgmmaCooperative  // wgmma without warp specialisation (measurement baseline)
+};
+
 struct TppProblem {
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
@@ -116,6 +123,9 @@ class TppWorkPlan {
   int32_t num_merge_rows() const { return num_merge_rows_; }
   int32_t num_states() const { return num_states_; }
   int32_t p1_block_m() const { return p1_block_m_; }
+  // TppOptions::p1_wgmma resolved at Build (for -1: on the current device); the split model and
+  // the launch both follow it.
+  Phase1Path p1_path() const { return p1_path_; }
   int32_t p2_head_group() const { return p2_group_; }   // q heads per phase-2 CTA (1,2,4,8)
   int32_t p2_head_groups() const { return p2_groups_; } // phase-2 CTAs per (row split, kv head)
   int32_t max_p1_splits() const { return max_p1_splits_; }
@@ -130,6 +140,7 @@ class TppWorkPlan {
   int32_t num_rows_ = 0, num_segments_ = 0, num_spans_ = 0;
   int32_t num_p1_ = 0, num_p2_ = 0, num_merge_rows_ = 0, num_states_ = 0;
   int32_t p1_block_m_ = 64, p2_group_ = 1, p2_groups_ = 1;
+  Phase1Path p1_path_ = Phase1Path::kMmaSync;
   int32_t max_p1_splits_ = 0, max_p2_splits_ = 0;
   bool deferred_ = false;
 };
@@ -164,7 +175,7 @@ absl::Status PagedDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& arg
 bool TppSupportsHeadDim(int32_t head_dim);
 
 // True when phase 1 can run on wgmma here: the sm_90a kernels are built in and the current
-// device has compute capability 9.0.
+// device has compute capability 9.0. Cached per device (tpp_phase1_sm90a.cu).
 bool TppPhase1WgmmaAvailable();
 
 }  // namespace banyan::kernels::cuda::tpp

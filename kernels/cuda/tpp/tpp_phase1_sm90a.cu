@@ -34,29 +34,28 @@ cudaError_t LaunchWs(const TppParams& p, dim3 grid, cudaStream_t stream) {
 }
 
 template <int HEAD_DIM, typename DType>
-cudaError_t ForBlockM(int block_m, Phase1Variant v, const TppParams& p, dim3 grid,
-                      cudaStream_t stream) {
+cudaError_t ForBlockM(int block_m, bool ws, const TppParams& p, dim3 grid, cudaStream_t stream) {
   switch (block_m) {
     case 64:
       return Launch<HEAD_DIM, DType, 1>(p, grid, stream);
     case 128:
-      return v == Phase1Variant::kWarpSpecialized ? LaunchWs<HEAD_DIM, DType>(p, grid, stream)
-                                                  : Launch<HEAD_DIM, DType, 2>(p, grid, stream);
+      return ws ? LaunchWs<HEAD_DIM, DType>(p, grid, stream)
+                : Launch<HEAD_DIM, DType, 2>(p, grid, stream);
     default:
       return cudaErrorNotSupported;
   }
 }
 
 template <int HEAD_DIM>
-cudaError_t ForDType(KvDType dtype, int block_m, Phase1Variant v, const TppParams& p, dim3 grid,
+cudaError_t ForDType(KvDType dtype, int block_m, bool ws, const TppParams& p, dim3 grid,
                      cudaStream_t stream) {
-  return dtype == KvDType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, v, p, grid, stream)
-                                 : ForBlockM<HEAD_DIM, __half>(block_m, v, p, grid, stream);
+  return dtype == KvDType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, ws, p, grid, stream)
+                                 : ForBlockM<HEAD_DIM, __half>(block_m, ws, p, grid, stream);
 }
 
 }  // namespace
 
-bool Phase1WgmmaAvailable() {
+bool TppPhase1WgmmaAvailable() {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 yes, 2 no
   int device = 0;
@@ -73,16 +72,16 @@ bool Phase1WgmmaAvailable() {
   return known == 1;
 }
 
-cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, Phase1Variant variant,
+cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, bool warp_specialized,
                               const TppParams& p, dim3 grid, cudaStream_t stream) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
     case 64:
-      return ForDType<64>(dtype, block_m, variant, p, grid, stream);
+      return ForDType<64>(dtype, block_m, warp_specialized, p, grid, stream);
 #endif
 #ifdef BANYAN_TPP_HAS_D128
     case 128:
-      return ForDType<128>(dtype, block_m, variant, p, grid, stream);
+      return ForDType<128>(dtype, block_m, warp_specialized, p, grid, stream);
 #endif
     default:
       return cudaErrorNotSupported;

@@ -32,10 +32,19 @@ struct Phase1Rates {
   int32_t occupancy;
   double flops_per_second;
 };
-Phase1Rates RatesFor(bool wgmma, int32_t block_m) {
-  if (!wgmma) return {2, 350e12};            // mma.sync, M tile 64 or 128
-  if (block_m == 128) return {1, 460e12};    // warp-specialised wgmma, 384 threads
-  return {2, 360e12};                        // wgmma, one warpgroup
+Phase1Rates RatesFor(Phase1Path path, int32_t block_m) {
+  if (path != Phase1Path::kWgmma) return {2, 350e12};  // mma.sync (and the cooperative wgmma)
+  if (block_m == 128) return {1, 460e12};              // warp-specialised wgmma, 384 threads
+  return {2, 360e12};                                  // wgmma, one warpgroup
+}
+
+Phase1Path ResolvePath(int32_t p1_wgmma) {
+  switch (p1_wgmma) {
+    case 0: return Phase1Path::kMmaSync;
+    case 2: return Phase1Path::kWgmmaCooperative;
+    case 1: return Phase1Path::kWgmma;
+    default: return TppPhase1WgmmaAvailable() ? Phase1Path::kWgmma : Phase1Path::kMmaSync;
+  }
 }
 
 struct Range {
@@ -132,9 +141,8 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     block_m = (weight > 0 && weighted_m / weight >= 128) ? 128 : 64;
   }
   wp.p1_block_m_ = block_m;
-  const bool wgmma =
-      options.p1_wgmma > 0 || (options.p1_wgmma < 0 && TppPhase1WgmmaAvailable());
-  const Phase1Rates rates = RatesFor(wgmma && options.p1_wgmma != 2, block_m);
+  wp.p1_path_ = ResolvePath(options.p1_wgmma);
+  const Phase1Rates rates = RatesFor(wp.p1_path_, block_m);
   const int32_t occupancy = rates.occupancy;  // resident phase-1 CTAs per SM
   const double kMmaFlopsPerSecond = rates.flops_per_second;
 
