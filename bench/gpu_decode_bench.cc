@@ -265,18 +265,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   r.tokens_per_s = B * timed_steps / timed;
   r.attention = backend->attention_stats();
   r.run_graph = r.attention.graph;
-  engine::cuda::DecodeGraphStats& g = r.run_graph;
-  g.steps += warm.steps;
-  g.replays += warm.replays;
-  g.captures += warm.captures;
-  g.updates += warm.updates;
-  g.instantiations += warm.instantiations;
-  g.update_refusals += warm.update_refusals;
-  g.capture_host_us += warm.capture_host_us;
-  g.update_host_us += warm.update_host_us;
-  g.instantiate_host_us += warm.instantiate_host_us;
-  g.unstable += warm.unstable;
-  g.fallbacks += warm.fallbacks;
+  r.run_graph += warm;
   return r;
 }
 

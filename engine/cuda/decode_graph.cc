@@ -86,7 +86,6 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     ++stats->captures;
-    stats->capture_host_us += us;
     if (updated) {
       ++stats->updates;
       stats->update_host_us += us;

@@ -45,11 +45,24 @@ struct DecodeGraphStats {
   int64_t updates = 0;         // captures applied to a cached executable by cudaGraphExecUpdate
   int64_t instantiations = 0;  // captures instantiated (new shape, or the update was refused)
   int64_t update_refusals = 0; // of the instantiations: cudaGraphExecUpdate was tried and refused
-  double capture_host_us = 0;  // summed host time of capture + update / instantiate
-  double update_host_us = 0;       // of which the captures that were updates
-  double instantiate_host_us = 0;  // and those that were instantiations
+  double update_host_us = 0;       // summed host time of capture + update
+  double instantiate_host_us = 0;  // summed host time of capture + instantiate
   int64_t unstable = 0;  // decode steps run eagerly: their key was not stable long enough yet
   int64_t fallbacks = 0;       // graph failures: the step ran eagerly and graphs were turned off
+
+  DecodeGraphStats& operator+=(const DecodeGraphStats& o) {
+    steps += o.steps;
+    replays += o.replays;
+    captures += o.captures;
+    updates += o.updates;
+    instantiations += o.instantiations;
+    update_refusals += o.update_refusals;
+    update_host_us += o.update_host_us;
+    instantiate_host_us += o.instantiate_host_us;
+    unstable += o.unstable;
+    fallbacks += o.fallbacks;
+    return *this;
+  }
 };
 
 struct DecodeGraphKey {
