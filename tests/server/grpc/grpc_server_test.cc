@@ -80,14 +80,21 @@ class GrpcServerTest : public ::testing::Test {
 
 TEST_F(GrpcServerTest, GenerateByTextStreamsTheEnginesGreedyOutput) {
   const std::string prompt = "Once upon a time, there was a little";
-  GenerateResult r = Generate(*stub_, GreedyText(prompt, 40));
+  const std::vector<int32_t> ids = Bundle().tokenizer->Encode(prompt, true);
+  // The whole remaining context, EOS ignored: the generation lasts several of the pump's polls
+  // even on an idle fast machine (40 tokens took ~1 ms there and arrived in one message).
+  const int max_tokens =
+      server_->context().model_config->max_seq_len - static_cast<int>(ids.size());
+  v1::GenerateRequest req = GreedyText(prompt, max_tokens);
+  req.mutable_sampling()->set_ignore_eos(true);
+  GenerateResult r = Generate(*stub_, req);
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   ASSERT_EQ(r.choices.size(), 1u);
   const ChoiceResult& c = r.choices[0];
-  const std::vector<int32_t> ids = Bundle().tokenizer->Encode(prompt, true);
   engine::SamplingParams greedy;
   greedy.temperature = 0;
-  greedy.max_tokens = 40;
+  greedy.max_tokens = max_tokens;
+  greedy.ignore_eos = true;
   EXPECT_EQ(c.token_ids, EngineTokens(ids, greedy)[0]);
   // The text continues the prompt's (a leading space included).
   std::vector<int32_t> all = ids;
