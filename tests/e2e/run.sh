@@ -2,10 +2,15 @@
 # Runs end-to-end test files with Node's built-in test runner:
 #   tests/e2e/run.sh FILE.test.js...
 # Environment: BANYAND, GRPC_CLIENT, BANYAN_SOURCE_DIR, E2E_TIME_SCALE (see lib/daemon.js).
-# Exits 77 (ctest SKIP_RETURN_CODE) with a message when Node.js >= 20 or the npm packages
+# Uses tests/e2e/.node's Node.js when tools/setup.sh fetched one (the system's was older than
+# 20). Exits 77 (ctest SKIP_RETURN_CODE) with a message when Node.js >= 20 or the npm packages
 # (tests/e2e/node_modules, from `npm ci --prefix tests/e2e`) are missing.
 case "$0" in */*) here=${0%/*} ;; *) here=. ;; esac
 here=$(cd "$here" && pwd)
+# The Node.js 20 runtime tools/setup.sh fetches where the system's is older, if there.
+for n in "$here"/.node/node_modules/node-linux-*/bin/node; do
+  if [ -x "$n" ]; then PATH="${n%/node}:$PATH"; export PATH; fi
+done
 if ! command -v node >/dev/null 2>&1; then
   echo "e2e: SKIPPED: node is not installed (Debian: apt-get install nodejs npm)"
   exit 77
