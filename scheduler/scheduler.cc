@@ -146,7 +146,7 @@ void Scheduler::Drain(std::chrono::milliseconds timeout) {
     absl::MutexLock lock(&mu_);
     draining_ = true;
   }
-  while (Clock::now() < deadline) {
+  for (auto now = Clock::now(); now < deadline; now = Clock::now()) {
     {
       absl::MutexLock lock(&mu_);
       if (incoming_.empty() && metrics_.requests_waiting == 0 &&
@@ -154,7 +154,9 @@ void Scheduler::Drain(std::chrono::milliseconds timeout) {
         return;
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Poll every 10 ms, but never sleep past the deadline: the cut comes when it was asked for.
+    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(10),
+                                                          deadline - now));
   }
   {
     absl::MutexLock lock(&mu_);

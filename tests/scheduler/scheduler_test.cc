@@ -119,8 +119,8 @@ const std::string kSystem =
 TEST_F(SchedulerTest, ConcurrentSharedPrefixRequestsEqualSoloRuns) {
   Make(512, 16, {.prefill_token_budget = 64});
   sched_->Start();
-  const char* tails[] = {" One day", " The bird", " Max was", " Then", " In the park",
-                         " Suddenly", " The sun", " Lily"};
+  const char* tails[] = {" One day",     " The bird", " Max was", " Then",
+                         " In the park", " Suddenly", " The sun", " Lily"};
   std::vector<Request> reqs;
   for (const char* t : tails) reqs.push_back(Greedy(kSystem + t));
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -273,11 +273,17 @@ TEST_F(SchedulerTest, DrainFinishesThenRefuses) {
 TEST_F(SchedulerTest, DrainTimeoutCutsLongRequests) {
   Make(256);
   sched_->Start();
-  Request r = Greedy(kSystem, 400);
+  // Four samples to the end of the context, EOS ignored: well over the 5 ms drain timeout even
+  // on a fast idle machine (one 400-token sample once finished in time there, under ASan).
+  Request r = Greedy(kSystem);
+  r.params.max_tokens = bundle_->weights.config.max_seq_len - static_cast<int32_t>(r.prompt.size());
   r.params.ignore_eos = true;
+  r.params.temperature = 1.0f;
+  r.n = 4;
   auto a = *sched_->Submit(r);
   sched_->Drain(5ms);
-  EXPECT_EQ(Collect(*a, 1).finish[0], FinishReason::kCancelled);
+  const Result res = Collect(*a, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(res.finish[i], FinishReason::kCancelled) << "sample " << i;
 }
 
 // A few hundred mixed requests from several threads: shared prefixes, n > 1, stops, cancels,
