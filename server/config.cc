@@ -1,18 +1,148 @@
 #include "server/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cctype>
-#include <fstream>
+#include <limits>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/auth.h"
+#include "server/json_depth.h"
 
 namespace banyan::server {
 namespace {
 
+constexpr int64_t kMinBodyBytes = 1024;
+constexpr int64_t kMaxBodyBytes = int64_t{1} << 30;
+constexpr int64_t kDefaultMaxPromptBytes = int64_t{1} << 20;
+constexpr size_t kMaxConfigFileBytes = size_t{1} << 20;
+
+// Whether `path` (followed through symlinks) is a regular file, or a folder when `allow_dir`.
+absl::Status CheckInputPath(const char* what, const std::string& path, bool allow_dir) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(what, ": cannot read ", path, " (does it exist?)"));
+  }
+  if (S_ISREG(st.st_mode) || (allow_dir && S_ISDIR(st.st_mode))) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": ", path, " is not a regular file", allow_dir ? " or a folder" : "",
+                   " (a FIFO, device or socket would block or never end)"));
+}
+
+// The bytes of a small regular file, opened without blocking (a FIFO would block the open)
+// and checked to be a regular file before reading.
+absl::StatusOr<std::string> ReadRegularFile(const char* what, const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(what, ": cannot read ", path));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", path, " is not a regular file (a FIFO, device or socket would "
+                                       "block or never end)"));
+  }
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxConfigFileBytes) {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", path, " is larger than ",
+                                                     kMaxConfigFileBytes, " bytes"));
+    }
+  }
+  close(fd);
+  return text;
+}
+
+// A JSON file's DOM, nesting checked on the raw text first.
+absl::StatusOr<nlohmann::json> ReadJsonFile(const char* what, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadRegularFile(what, path);
+  if (!text.ok()) return text.status();
+  if (JsonNestsDeeperThan(*text, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": nests arrays/objects more than ", kMaxJsonDepth, " levels deep"));
+  }
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(path + ": not valid JSON");
+  return j;
+}
+
+// The "tenants" list (server/auth.h for the meaning). `where` prefixes messages.
+absl::StatusOr<std::vector<TenantSpec>> ParseTenants(const nlohmann::json& j,
+                                                     const std::string& where) {
+  if (!j.is_array()) {
+    return absl::InvalidArgumentError(where + ": tenants must be a list of {\"name\", \"keys\", "
+                                              "...} objects");
+  }
+  std::vector<TenantSpec> out;
+  for (const nlohmann::json& t : j) {
+    const std::string at = absl::StrCat(where, ": tenants[", out.size(), "]");
+    if (!t.is_object()) return absl::InvalidArgumentError(at + " must be an object");
+    TenantSpec spec;
+    for (const auto& [k, v] : t.items()) {
+      if (k == "name" && v.is_string()) {
+        spec.name = v.get<std::string>();
+      } else if (k == "keys" && v.is_array()) {
+        for (const nlohmann::json& key : v) {
+          if (!key.is_string()) return absl::InvalidArgumentError(at + ".keys must be strings");
+          spec.keys.push_back(key.get<std::string>());
+        }
+      } else if ((k == "max_concurrent_requests" || k == "max_kv_chunks") &&
+                 v.is_number_integer()) {
+        const int64_t limit = v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t{1} << 40)
+                                  ? -1
+                                  : v.get<int64_t>();
+        const int64_t max = k == "max_kv_chunks" ? int64_t{1} << 30 : int64_t{1} << 20;
+        if (limit < 0 || limit > max) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(at, ".", k, ": expected an integer in [0, ", max, "]"));
+        }
+        if (k == "max_kv_chunks") {
+          spec.max_kv_chunks = limit;
+        } else {
+          spec.max_concurrent_requests = static_cast<int>(limit);
+        }
+      } else if (k == "name" || k == "keys" || k == "max_concurrent_requests" ||
+                 k == "max_kv_chunks") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ".", k, " has the wrong type (name: string, keys: list of strings, limits: "
+                        "integers)"));
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": unknown key '", k.substr(0, 64),
+            "' (name, keys, max_concurrent_requests, max_kv_chunks)"));
+      }
+    }
+    out.push_back(std::move(spec));
+  }
+  if (absl::Status s = ValidateTenantSpecs(out); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  }
+  return out;
+}
+
 using Setter = absl::Status (*)(DaemonConfig&, const std::string&);
+
+absl::Status Bytes(const std::string& key, const std::string& v, int64_t lo, int64_t hi,
+                   int64_t* out) {
+  absl::StatusOr<int64_t> b = ParseBytes(v);
+  if (!b.ok()) return absl::InvalidArgumentError(absl::StrCat(key, ": ", b.status().message()));
+  if (*b < lo || *b > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": expected a byte count in [", lo, ", ", hi, "], got '", v, "'"));
+  }
+  *out = *b;
+  return absl::OkStatus();
+}
 
 absl::Status Int(const std::string& key, const std::string& v, int lo, int hi, int* out) {
   int x;
@@ -68,12 +198,13 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return Int("grpc-port", v, 0, 65535, &c.server.grpc_port);
        }},
+      {"listen-backlog",
+       [](DaemonConfig& c, const std::string& v) {
+         return Int("listen-backlog", v, 1, 65535, &c.server.listen_backlog);
+       }},
       {"kv-memory",
        [](DaemonConfig& c, const std::string& v) {
-         auto b = ParseBytes(v);
-         if (!b.ok()) return absl::InvalidArgumentError(absl::StrCat("kv-memory: ", b.status().message()));
-         c.kv_memory_bytes = *b;
-         return absl::OkStatus();
+         return Bytes("kv-memory", v, 1, std::numeric_limits<int64_t>::max(), &c.kv_memory_bytes);
        }},
       {"chunk-size",
        [](DaemonConfig& c, const std::string& v) { return Int("chunk-size", v, 16, 256, &c.chunk_size); }},
@@ -87,15 +218,32 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) { return Int("queue-limit", v, 1, 1 << 20, &c.queue_limit); }},
       {"api-key",
        [](DaemonConfig& c, const std::string& v) {
-         if (v.empty()) return absl::InvalidArgumentError("api-key: empty key");
+         if (!IsWellFormedApiKey(v)) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "api-key: a key must be 1..", kMaxApiKeyBytes,
+               " bytes of visible ASCII (0x21..0x7e: no space, no control byte)"));
+         }
          c.server.api_keys.push_back(v);
+         return absl::OkStatus();
+       }},
+      {"tenants",
+       [](DaemonConfig& c, const std::string& v) {
+         absl::StatusOr<nlohmann::json> j = ReadJsonFile("tenants", v);
+         if (!j.ok()) return j.status();
+         absl::StatusOr<std::vector<TenantSpec>> t = ParseTenants(*j, v);
+         if (!t.ok()) return t.status();
+         c.server.tenants = *std::move(t);
          return absl::OkStatus();
        }},
       {"max-body-bytes",
        [](DaemonConfig& c, const std::string& v) {
-         auto b = ParseBytes(v);
-         if (!b.ok()) return absl::InvalidArgumentError(absl::StrCat("max-body-bytes: ", b.status().message()));
-         c.server.max_body_bytes = *b;
+         return Bytes("max-body-bytes", v, kMinBodyBytes, kMaxBodyBytes, &c.server.max_body_bytes);
+       }},
+      {"max-prompt-bytes",
+       [](DaemonConfig& c, const std::string& v) {
+         int64_t b = 0;
+         if (absl::Status s = Bytes("max-prompt-bytes", v, 1, kMaxBodyBytes, &b); !s.ok()) return s;
+         c.max_prompt_bytes = b;
          return absl::OkStatus();
        }},
       {"max-n",
@@ -130,22 +278,25 @@ absl::Status Apply(DaemonConfig& c, const std::string& key, const std::string& v
 }
 
 absl::Status ApplyFile(DaemonConfig& c, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError("cannot read config file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(path + ": not a JSON object");
-  }
-  for (auto& [k, v] : j.items()) {
+  absl::StatusOr<nlohmann::json> j = ReadJsonFile("config", path);
+  if (!j.ok()) return j.status();
+  if (!j->is_object()) return absl::InvalidArgumentError(path + ": not a JSON object");
+  for (auto& [k, v] : j->items()) {
     std::string key = k;
     for (char& ch : key) ch = ch == '_' ? '-' : ch;
     if (key == "api-keys" && v.is_array()) {
       for (auto& item : v) {
         if (!item.is_string()) return absl::InvalidArgumentError(path + ": api_keys must be strings");
-        if (absl::Status s = Apply(c, "api-key", item.get<std::string>()); !s.ok()) return s;
+        if (absl::Status s = Apply(c, "api-key", item.get<std::string>()); !s.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+        }
       }
+      continue;
+    }
+    if (key == "tenants") {
+      absl::StatusOr<std::vector<TenantSpec>> t = ParseTenants(v, path);
+      if (!t.ok()) return t.status();
+      c.server.tenants = *std::move(t);
       continue;
     }
     std::string value;
@@ -154,10 +305,52 @@ absl::Status ApplyFile(DaemonConfig& c, const std::string& path) {
     } else if (v.is_number_integer()) {
       value = std::to_string(v.get<int64_t>());
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", k, " must be a string or integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", k.substr(0, 64), " must be a string or integer"));
     }
     if (absl::Status s = Apply(c, key, value); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What depends on several options, once all are applied: the plain keys join the tenant
+// "default", the prompt limit follows the body limit, the input paths are checked.
+absl::Status Finish(DaemonConfig& c) {
+  ServerOptions& o = c.server;
+  if (!o.api_keys.empty()) {
+    TenantSpec* def = nullptr;
+    for (TenantSpec& t : o.tenants) {
+      if (t.name == kDefaultTenant) def = &t;
+    }
+    if (def == nullptr) {
+      def = &o.tenants.emplace_back();
+      def->name = kDefaultTenant;
+    }
+    def->keys.insert(def->keys.end(), o.api_keys.begin(), o.api_keys.end());
+  }
+  if (absl::Status s = ValidateTenantSpecs(o.tenants); !s.ok()) return s;
+  o.api_keys.clear();
+  for (const TenantSpec& t : o.tenants) o.api_keys.insert(o.api_keys.end(), t.keys.begin(), t.keys.end());
+
+  if (c.max_prompt_bytes.has_value()) {
+    if (*c.max_prompt_bytes > o.max_body_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max-prompt-bytes (", *c.max_prompt_bytes, ") is larger than max-body-bytes (",
+          o.max_body_bytes, "): no request could carry such a prompt"));
+    }
+    o.max_prompt_bytes = *c.max_prompt_bytes;
+  } else {
+    o.max_prompt_bytes = std::min(kDefaultMaxPromptBytes, o.max_body_bytes);
+  }
+
+  if (!c.model.empty()) {
+    if (absl::Status s = CheckInputPath("model", c.model, /*allow_dir=*/true); !s.ok()) return s;
+  }
+  if (!c.tokenizer.empty()) {
+    if (absl::Status s = CheckInputPath("tokenizer", c.tokenizer, /*allow_dir=*/false); !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();
@@ -180,7 +373,48 @@ absl::StatusOr<int64_t> ParseBytes(std::string_view text) {
   if (unit == kUnits.end()) {
     return absl::InvalidArgumentError(absl::StrCat("unknown unit in '", std::string(text), "'"));
   }
+  if (n > std::numeric_limits<int64_t>::max() / unit->second) {
+    return absl::InvalidArgumentError(absl::StrCat("'", std::string(text), "' is too large"));
+  }
   return n * unit->second;
+}
+
+absl::Status CheckMemoryBudget(std::string_view what, int64_t budget_bytes,
+                               int64_t available_bytes, std::string_view where) {
+  if (budget_bytes <= available_bytes) return absl::OkStatus();
+  auto mib = [](int64_t b) { return b >> 20; };
+  return absl::ResourceExhaustedError(absl::StrCat(
+      absl::string_view(what.data(), what.size()), " asks for ", mib(budget_bytes),
+      " MiB but the ", absl::string_view(where.data(), where.size()), " has ",
+      mib(available_bytes), " MiB available; lower it"));
+}
+
+absl::StatusOr<int64_t> ParseMemAvailable(std::string_view meminfo) {
+  constexpr std::string_view kKey = "MemAvailable:";
+  size_t at = meminfo.find(kKey);
+  if (at == std::string_view::npos) return absl::NotFoundError("no MemAvailable in /proc/meminfo");
+  at += kKey.size();
+  while (at < meminfo.size() && meminfo[at] == ' ') ++at;
+  size_t end = at;
+  while (end < meminfo.size() && std::isdigit(static_cast<unsigned char>(meminfo[end]))) ++end;
+  int64_t kib = 0;
+  if (!absl::SimpleAtoi(std::string(meminfo.substr(at, end - at)), &kib) ||
+      kib > std::numeric_limits<int64_t>::max() / 1024) {
+    return absl::InvalidArgumentError("unreadable MemAvailable in /proc/meminfo");
+  }
+  return kib * 1024;  // the kernel's "kB" are KiB
+}
+
+absl::StatusOr<int64_t> AvailableHostMemoryBytes() {
+  absl::StatusOr<std::string> meminfo = ReadRegularFile("meminfo", "/proc/meminfo");
+  if (meminfo.ok()) {
+    absl::StatusOr<int64_t> avail = ParseMemAvailable(*meminfo);
+    if (avail.ok()) return avail;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return absl::UnavailableError("cannot tell the host's free memory");
+  return static_cast<int64_t>(pages) * page;
 }
 
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(int argc, char** argv) {
@@ -213,6 +447,7 @@ absl::StatusOr<DaemonConfig> LoadDaemonConfig(int argc, char** argv) {
     }
     if (absl::Status s = Apply(c, k, v); !s.ok()) return absl::InvalidArgumentError("--" + std::string(s.message()));
   }
+  if (absl::Status s = Finish(c); !s.ok()) return s;
   return c;
 }
 

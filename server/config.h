@@ -3,16 +3,37 @@
 //   banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]
 //           [--backend cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]
 //           [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]
-//           [--prefill-budget N] [--queue-limit N] [--api-key KEY]... [--max-body-bytes N]
+//           [--prefill-budget N] [--queue-limit N] [--api-key KEY]... [--tenants FILE]
+//           [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N]
 //           [--chat-template plain|llama2|chatml] [--drain-timeout-ms N] [--log-level LEVEL]
 //
 // With no arguments it serves the bundled stories260K on 127.0.0.1, HTTP 8000, gRPC 50051, on
 // the CPU. JSON keys are the flag names with '_' for '-' (e.g. "http_port"); unknown keys are an
-// error, so a typo cannot silently fall back to a default. BYTES accepts K/M/G/KiB/MiB/GiB
-// suffixes.
+// error, so a typo cannot silently fall back to a default. BYTES accepts K/M/G/T and
+// KiB/MiB/GiB/TiB suffixes.
+//
+// Start-up inputs are checked before anything is opened or allocated:
+//   - --config, --tenants and --tokenizer must name regular files, --model a regular file or a
+//     folder (Hugging Face); a FIFO, device or socket is refused (reading one blocks forever).
+//     Files are followed through symlinks.
+//   - JSON files nest at most kMaxJsonDepth (server/json_depth.h) levels.
+//   - Ranges: ports 0..65535; max_body_bytes 1 KiB..1 GiB; max_prompt_bytes 1..max_body_bytes
+//     (unset: min(1 MiB, max_body_bytes)); listen_backlog 1..65535; kv_memory >= 1 byte (and
+//     within the host's or device's free memory: CheckMemoryBudget, run by banyand).
+//
+// Tenants (server/auth.h). The config file's "tenants" (or the file --tenants names, which
+// replaces it) is a list of
+//   {"name": "alice", "keys": ["sk-..."], "max_concurrent_requests": 8, "max_kv_chunks": 0}
+// (the limits optional, 0 = unlimited; max_kv_chunks is not enforced yet). Keys given with
+// --api-key / "api_keys" belong to the tenant "default" (declared in "tenants" or not): they
+// all share one prefix-cache namespace, so give clients that must not share one their own
+// tenant. --api-key flags replace the file's "api_keys". No key anywhere: one open tenant,
+// "default".
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,6 +54,9 @@ struct DaemonConfig {
   int queue_limit = 256;
   std::string log_level = "info";
   ServerOptions server;
+  // As set by --max-prompt-bytes / "max_prompt_bytes"; LoadDaemonConfig resolves
+  // server.max_prompt_bytes from it.
+  std::optional<int64_t> max_prompt_bytes;
 };
 
 // Parses "--flag value" / "--flag=value" arguments over the config file named by --config (if
@@ -42,5 +66,15 @@ absl::StatusOr<DaemonConfig> LoadDaemonConfig(int argc, char** argv);
 // "512MiB" -> 536870912. InvalidArgument for anything else than a number with an optional
 // K/M/G/T (x1000) or KiB/MiB/GiB/TiB (x1024) suffix.
 absl::StatusOr<int64_t> ParseBytes(std::string_view text);
+
+// Memory budgets against what the machine has. `available` in bytes; `where` names it in the
+// message ("host (MemAvailable)", "GPU 0"). ResourceExhausted naming `what` (the flag) when the
+// budget is larger.
+absl::Status CheckMemoryBudget(std::string_view what, int64_t budget_bytes,
+                               int64_t available_bytes, std::string_view where);
+// MemAvailable of /proc/meminfo text, in bytes.
+absl::StatusOr<int64_t> ParseMemAvailable(std::string_view meminfo);
+// This host's available memory: /proc/meminfo MemAvailable, else sysconf's free pages.
+absl::StatusOr<int64_t> AvailableHostMemoryBytes();
 
 }  // namespace banyan::server

@@ -3,21 +3,29 @@
 // Start-up: configuration → model + tokenizer → backend and KV pool (from the memory budget) →
 // scheduler → HTTP and gRPC front ends → ready. SIGTERM / SIGINT drain: /ready and gRPC health
 // go false, new requests are refused (503 / UNAVAILABLE), running ones finish or are cut at
-// drain_timeout_ms, then the process exits 0. The signals are taken by sigwait in the main
-// thread (blocked in every other thread), so no work happens in a signal handler.
-#include <pthread.h>
+// drain_timeout_ms, then the process exits 0. A signal during start-up exits 0 at once; more
+// signals during the drain are logged and ignored. The signals are blocked in every thread from
+// before the first library constructor (kBlockShutdownSignals below) and taken by sigwait in one
+// thread (server/shutdown_signals.h), so no work happens in a signal handler.
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <new>
 
 #include "engine/cpu/cpu_backend.h"
 #ifdef BANYAN_HAVE_CUDA_BACKEND
+#include <cuda_runtime_api.h>
+
 #include "engine/cuda/cuda_backend.h"
 #endif
+#include "absl/strings/str_cat.h"
 #include "engine/model_bundle.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
@@ -25,7 +33,22 @@
 #include "server/config.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
+#include "server/shutdown_signals.h"
 #include "spdlog/spdlog.h"
+
+// Blocks SIGTERM and SIGINT before anything else runs. The dynamic loader calls the
+// executable's DT_PREINIT_ARRAY functions before any shared library's constructors, and
+// libopenblas starts its worker threads in one: they inherit this mask, as does every thread
+// started later. Raw syscall: sigprocmask / sigaddset may be sanitizer interceptors that are
+// not initialised yet. The kernel's sigset is one 64-bit word; signal n is bit n - 1.
+extern "C" {
+static void BlockShutdownSignals(int, char**, char**) {
+  const uint64_t mask = (uint64_t{1} << (SIGTERM - 1)) | (uint64_t{1} << (SIGINT - 1));
+  syscall(SYS_rt_sigprocmask, SIG_BLOCK, &mask, nullptr, sizeof(mask));
+}
+__attribute__((section(".preinit_array"), used)) static void (*kBlockShutdownSignals)(
+    int, char**, char**) = &BlockShutdownSignals;
+}
 
 namespace banyan::server {
 namespace {
@@ -34,8 +57,9 @@ constexpr char kUsage[] =
     "usage: banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]\n"
     "               [--backend cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]\n"
     "               [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]\n"
-    "               [--prefill-budget N] [--queue-limit N] [--api-key KEY]... [--max-body-bytes N]\n"
-    "               [--max-n N] [--chat-template plain|llama2|chatml] [--drain-timeout-ms N]\n"
+    "               [--prefill-budget N] [--queue-limit N] [--api-key KEY]... [--tenants FILE]\n"
+    "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
+    "               [--chat-template plain|llama2|chatml] [--drain-timeout-ms N]\n"
     "               [--log-level trace|debug|info|warn|error]\n"
     "With no arguments: the bundled stories260K on the CPU, 127.0.0.1, HTTP 8000, gRPC 50051.\n";
 
@@ -58,13 +82,10 @@ int Run(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(cfg->log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [%n] %l: %v");
 
-  // Block the shutdown signals before any thread starts, so that every thread inherits the mask
-  // and only sigwait below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // From here a signal ends start-up with exit 0; once serving, it starts the drain.
+  ShutdownSignals signals;
+  absl::StatusOr<Auth> auth = Auth::Create(cfg->server.tenants);
+  if (!auth.ok()) return Fail(auth.status());
 
   std::atomic<bool> ready = false;
   std::string model_path = cfg->model.empty() ? engine::FindBundledModel(argv[0]) : cfg->model;
@@ -83,6 +104,16 @@ int Run(int argc, char** argv) {
   int64_t chunks = 0;
   if (cfg->backend == "cuda") {
 #ifdef BANYAN_HAVE_CUDA_BACKEND
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      return Fail(absl::UnavailableError("--backend cuda: no usable CUDA device"));
+    }
+    if (absl::Status s = CheckMemoryBudget("--kv-memory", cfg->kv_memory_bytes,
+                                           static_cast<int64_t>(free_bytes),
+                                           "GPU (free memory, before the weights are loaded)");
+        !s.ok()) {
+      return Fail(s);
+    }
     chunks = cfg->kv_memory_bytes /
              engine::CudaBackend::ChunkBytes(mc, cfg->chunk_size, kernels::cuda::DType::kBf16);
     engine::CudaBackendOptions co;
@@ -99,13 +130,26 @@ int Run(int argc, char** argv) {
         "this banyand was built without CUDA (configure with nvcc available); use --backend cpu"));
 #endif
   } else {
+    // The weights are loaded already, so MemAvailable is what the KV pool may take.
+    absl::StatusOr<int64_t> avail = AvailableHostMemoryBytes();
+    if (!avail.ok()) return Fail(avail.status());
+    if (absl::Status s =
+            CheckMemoryBudget("--kv-memory", cfg->kv_memory_bytes, *avail, "host (MemAvailable)");
+        !s.ok()) {
+      return Fail(s);
+    }
     chunks = engine::CpuBackend::ChunksForBudget(mc, cfg->chunk_size, cfg->kv_memory_bytes);
     engine::CpuBackendOptions bo;
     bo.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
     bo.chunk_size = cfg->chunk_size;
     bo.attention = attention;
     if (bo.num_chunks >= 1) {
-      auto cpu = engine::CpuBackend::Create(&bundle->weights, bo);
+      absl::StatusOr<std::unique_ptr<engine::CpuBackend>> cpu;
+      try {  // the budget check above should make this unreachable; it stays a clean error
+        cpu = engine::CpuBackend::Create(&bundle->weights, bo);
+      } catch (const std::bad_alloc&) {
+        cpu = absl::ResourceExhaustedError("--kv-memory: could not allocate the KV pool");
+      }
       if (!cpu.ok()) return Fail(cpu.status());
       backend = std::move(*cpu);
     }
@@ -142,20 +186,24 @@ int Run(int argc, char** argv) {
   ctx.tokenizer = bundle->tokenizer.get();
   ctx.scheduler = &sched;
   ctx.options = cfg->server;
+  ctx.auth = *std::move(auth);
   ctx.ready = &ready;
 
   http::HttpFrontEnd http(&ctx);
   if (absl::Status s = http.Start(); !s.ok()) return Fail(s);
   GrpcFrontEnd grpc_server(&ctx);
   if (absl::Status s = grpc_server.Start(); !s.ok()) return Fail(s);
+  signals.Serving();
   ready = true;
   grpc_server.UpdateHealth();
   spdlog::info("serving model '{}': HTTP http://{}:{} (OpenAI API), gRPC {}:{}{}", ctx.model_name,
                ctx.options.host, http.port(), ctx.options.host, grpc_server.port(),
-               ctx.options.api_keys.empty() ? "" : " (API keys required)");
+               ctx.auth.keys_required()
+                   ? absl::StrCat(" (API keys required; ", ctx.auth.tenants().size(), " tenants)")
+                   : std::string(" (no API key: one tenant)"));
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  // The drain. Further signals meanwhile are logged and ignored by `signals`' thread.
+  const int sig = signals.WaitForDrain();
   spdlog::info("signal {}: draining (up to {} ms)", sig, ctx.options.drain_timeout_ms);
   ready = false;
   grpc_server.UpdateHealth();

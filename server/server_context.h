@@ -13,6 +13,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "scheduler/scheduler.h"
+#include "server/auth.h"
 
 namespace banyan::server {
 
@@ -23,15 +24,26 @@ enum class ChatTemplate {
   kPlain,   // "{role}: {content}\n" ... "assistant:" -- for small story models with no chat tuning
 };
 
+// Operational settings; banyand fills them from its config (server/config.h checks ranges).
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int http_port = 8000;
   int grpc_port = 50051;
-  std::vector<std::string> api_keys;           // empty: no auth
-  int64_t max_body_bytes = 8 << 20;            // larger HTTP bodies: 413
+  // Tenants and their keys (server/auth.h); ServerContext::auth is built from them. Keys given
+  // as --api-key / "api_keys" are the tenant "default"'s.
+  std::vector<TenantSpec> tenants;
+  // Every key of every tenant; empty: no auth. Kept for the HTTP front end until it calls
+  // Authenticate (server/auth.h); the tenants above are the truth.
+  std::vector<std::string> api_keys;
+  int64_t max_body_bytes = 8 << 20;            // larger HTTP bodies: 413; gRPC messages too
+  // Largest prompt text in bytes, checked before tokenizing (CheckPromptBytes); 1 MiB holds a
+  // 128K-token context of ordinary text (~4 bytes a token) twice, and stays within the body
+  // limit. Unset in the config, it is min(1 MiB, max_body_bytes).
+  int64_t max_prompt_bytes = 1 << 20;
   int max_n = 16;                              // largest `n` accepted
   ChatTemplate chat_template = ChatTemplate::kPlain;
   int drain_timeout_ms = 30000;                // SIGTERM: running requests get this long
+  int listen_backlog = 1024;                   // pending connections the kernel queues (1..65535)
 };
 
 struct ServerContext {
@@ -40,6 +52,8 @@ struct ServerContext {
   const engine::Tokenizer* tokenizer = nullptr;
   scheduler::Scheduler* scheduler = nullptr;
   ServerOptions options;
+  // Who may call, as which tenant. The default: no key, one tenant "default".
+  Auth auth;
   // True once serving; false while loading or draining (/ready answers 503, gRPC health is
   // NOT_SERVING, new requests are refused). Null means always ready (tests).
   std::atomic<bool>* ready = nullptr;

@@ -7,6 +7,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/utf8.h"
+#include "server/server_context.h"
 
 namespace banyan::server {
 namespace {
@@ -55,12 +56,26 @@ bool IsValidUtf8(std::string_view s, size_t* bad_offset) {
   return true;
 }
 
-std::string CacheNamespace(std::string_view user, std::string_view cache_salt) {
-  if (user.empty() && cache_salt.empty()) return "";
-  // Length-prefixed, so ("ab", "c") and ("a", "bc") differ.
-  return absl::StrCat("u", user.size(), ":", absl::string_view(user.data(), user.size()), "|s",
-                      cache_salt.size(), ":",
-                      absl::string_view(cache_salt.data(), cache_salt.size()));
+std::string CacheNamespace(std::string_view tenant, std::string_view user,
+                           std::string_view cache_salt) {
+  auto sv = [](std::string_view v) { return absl::string_view(v.data(), v.size()); };
+  return absl::StrCat("t", tenant.size(), ":", sv(tenant), "|u", user.size(), ":", sv(user), "|s",
+                      cache_salt.size(), ":", sv(cache_salt));
+}
+
+absl::Status CheckPromptBytes(std::string_view prompt, const ServerOptions& options,
+                              std::string_view param) {
+  return CheckPromptSize(static_cast<int64_t>(prompt.size()), options, param);
+}
+
+absl::Status CheckPromptSize(int64_t bytes, const ServerOptions& options,
+                             std::string_view param) {
+  if (bytes <= options.max_prompt_bytes) return absl::OkStatus();
+  return InvalidParam(param,
+                      absl::StrCat("the prompt is ", bytes, " bytes long; this server "
+                                   "accepts at most ", options.max_prompt_bytes,
+                                   " bytes (max_prompt_bytes)"),
+                      "prompt_too_long");
 }
 
 absl::Status ValidatePromptTokens(std::span<const int32_t> prompt, int vocab_size,
@@ -214,7 +229,7 @@ absl::StatusOr<scheduler::Request> BuildRequest(GenerationInput input, const Mod
   r.stop = std::move(input.stop);
   r.n = static_cast<int>(input.n);
   r.priority = static_cast<int>(input.priority);
-  r.cache_namespace = CacheNamespace(input.user, input.cache_salt);
+  r.cache_namespace = CacheNamespace(input.tenant, input.user, input.cache_salt);
   return r;
 }
 

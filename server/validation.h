@@ -24,6 +24,8 @@
 
 namespace banyan::server {
 
+struct ServerOptions;  // server/server_context.h
+
 // Most stop strings one request may carry, and the longest of them in bytes.
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxStopStringBytes = 1024;
@@ -70,17 +72,31 @@ struct GenerationInput {
   std::vector<std::string> stop;
   // Scheduler priority: larger is admitted first and preempted last.
   int64_t priority = 0;
-  std::string user;        // OpenAI `user`: the tenant
-  std::string cache_salt;  // vLLM `cache_salt`: an extra secret splitting the prefix cache
+  // The authenticated tenant's name (Tenant::name(), server/auth.h): the prefix-cache
+  // namespace. Front ends must set it from Authenticate, never from the request body.
+  std::string tenant = "default";
+  std::string user;        // OpenAI `user`: narrows the cache namespace within the tenant
+  std::string cache_salt;  // vLLM `cache_salt`: narrows it further
   // The wire names of the prompt and max_tokens fields, for error messages.
   std::string prompt_field = "prompt";
   std::string max_tokens_field = "max_tokens";
 };
 
-// The prefix-cache namespace: requests share cached prefixes only within one namespace, so a
-// tenant can not learn (by timing) whether another tenant sent a prompt. Empty user and salt
-// give the shared default namespace "".
-std::string CacheNamespace(std::string_view user, std::string_view cache_salt);
+// The prefix-cache namespace: requests share cached prefixes only within one namespace. It is
+// the authenticated tenant, narrowed by the request's user and cache_salt: a tenant can not
+// learn (from cached_tokens or by timing) whether another tenant sent a prompt, whatever it
+// writes in `user`. Each part is length-prefixed ("t<len>:<tenant>|u<len>:<user>|s<len>:
+// <salt>"), so no choice of user / salt bytes spells another tenant's namespace.
+std::string CacheNamespace(std::string_view tenant, std::string_view user,
+                           std::string_view cache_salt);
+
+// The prompt text's size against options.max_prompt_bytes, before it is tokenized (a long text
+// costs the tokenizer seconds of CPU). InvalidArgument naming `param` otherwise.
+absl::Status CheckPromptBytes(std::string_view prompt, const ServerOptions& options,
+                              std::string_view param = "prompt");
+// The same check for a prompt of `bytes` bytes (several texts, or a rendered conversation).
+absl::Status CheckPromptSize(int64_t bytes, const ServerOptions& options,
+                             std::string_view param = "prompt");
 
 // Field checks, each naming its field. vocab_size > 0.
 absl::Status ValidatePromptTokens(std::span<const int32_t> prompt, int vocab_size,

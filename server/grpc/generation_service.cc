@@ -1,8 +1,8 @@
 #include "server/grpc/generation_service.h"
 
-#include <algorithm>
-#include <cctype>
 #include <chrono>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,14 +41,6 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   return out;
 }
 
-// Compares without an early exit, so response timing does not reveal how much of a key matched.
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 // gRPC's deadline as a steady-clock time point; nullopt for "no deadline" (gRPC reports its
 // infinite deadline as a time point centuries ahead).
 std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
@@ -64,29 +56,24 @@ std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
 GenerationService::GenerationService(const ServerContext* ctx, StreamPump* pump)
     : ctx_(ctx), pump_(pump) {}
 
-absl::Status GenerationService::Authenticate(const grpc::CallbackServerContext& call) const {
-  if (ctx_->options.api_keys.empty()) return absl::OkStatus();
-  constexpr std::string_view kBearer = "bearer ";  // the scheme is case-insensitive (RFC 6750)
+absl::StatusOr<const Tenant*> GenerationService::Authenticate(
+    const grpc::CallbackServerContext& call) const {
   const auto [begin, end] = call.client_metadata().equal_range("authorization");
-  for (auto it = begin; it != end; ++it) {
-    const std::string_view value(it->second.data(), it->second.size());
-    if (value.size() < kBearer.size() ||
-        !std::equal(kBearer.begin(), kBearer.end(), value.begin(),
-                    [](char want, char c) { return want == std::tolower(c); })) {
-      continue;
+  std::optional<std::string_view> value;
+  if (begin != end) {
+    if (std::next(begin) != end && ctx_->auth.keys_required()) {
+      return absl::UnauthenticatedError(
+          "more than one 'authorization' metadata entry; send exactly one 'Bearer <key>'");
     }
-    const std::string_view key = value.substr(kBearer.size());
-    bool match = false;
-    for (const std::string& k : ctx_->options.api_keys) match |= ConstantTimeEquals(key, k);
-    if (match) return absl::OkStatus();
+    value = std::string_view(begin->second.data(), begin->second.size());
   }
-  return absl::UnauthenticatedError(
-      "missing or invalid API key; send the metadata 'authorization: Bearer <key>'");
+  return ctx_->auth.Authenticate(value);
 }
 
 absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackServerContext* call,
                                                                const grpc::ByteBuffer& request) {
-  if (absl::Status s = Authenticate(*call); !s.ok()) return s;
+  absl::StatusOr<const Tenant*> tenant = Authenticate(*call);
+  if (!tenant.ok()) return tenant.status();
   v1::GenerateRequest req;
   if (absl::Status s = ParseRequest(Flatten(request), &req); !s.ok()) return s;
   if (ctx_->ready != nullptr && !ctx_->ready->load()) {
@@ -94,7 +81,10 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackSer
   }
   absl::StatusOr<std::string> id = ResolveRequestId(req.request_id());
   if (!id.ok()) return id.status();
-  absl::StatusOr<scheduler::Request> r = ToSchedulerRequest(req, *ctx_, *id);
+  // Before tokenizing: a tenant at its limit costs nothing more.
+  absl::StatusOr<TenantSlot> slot = TenantSlot::Acquire(**tenant);
+  if (!slot.ok()) return slot.status();
+  absl::StatusOr<scheduler::Request> r = ToSchedulerRequest(req, *ctx_, *id, (*tenant)->name());
   if (!r.ok()) return r.status();
   r->deadline = SteadyDeadline(call->deadline());
   const size_t prompt_tokens = r->prompt.size();
@@ -103,9 +93,10 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackSer
   absl::StatusOr<std::shared_ptr<scheduler::RequestStream>> stream =
       ctx_->scheduler->Submit(*std::move(r));
   if (!stream.ok()) return stream.status();
-  GrpcLog().info("req={} admitted from {}: prompt {} tokens, n={}, max_tokens={}", *id,
-                 call->peer(), prompt_tokens, n, max_tokens);
-  return new GenerateCall(pump_, *std::move(stream), *id, req.sampling().has_logprobs());
+  GrpcLog().info("req={} admitted from {} (tenant {}): prompt {} tokens, n={}, max_tokens={}",
+                 *id, call->peer(), (*tenant)->name(), prompt_tokens, n, max_tokens);
+  return new GenerateCall(pump_, *std::move(stream), *id, req.sampling().has_logprobs(),
+                          *std::move(slot));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
@@ -122,10 +113,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* call,
                                                       const grpc::ByteBuffer* request,
                                                       grpc::ByteBuffer* response) {
-  if (absl::Status s = Authenticate(*call); !s.ok()) return FinishUnary(call, s);
+  if (auto t = Authenticate(*call); !t.ok()) return FinishUnary(call, t.status());
   v1::TokenizeRequest req;
   if (absl::Status s = ParseRequest(Flatten(*request), &req); !s.ok()) return FinishUnary(call, s);
   if (absl::Status s = CheckModel(req.model(), *ctx_); !s.ok()) return FinishUnary(call, s);
+  if (absl::Status s = CheckPromptBytes(req.text(), ctx_->options, "text"); !s.ok()) {
+    return FinishUnary(call, s);
+  }
   absl::StatusOr<std::vector<int32_t>> ids =
       TokenizeText(req.text(), !req.has_add_bos() || req.add_bos(), *ctx_->tokenizer);
   if (!ids.ok()) return FinishUnary(call, ids.status());
@@ -147,7 +141,7 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerContext* call,
                                                         const v1::DetokenizeRequest* request,
                                                         v1::DetokenizeResponse* response) {
-  if (absl::Status s = Authenticate(*call); !s.ok()) return FinishUnary(call, s);
+  if (auto t = Authenticate(*call); !t.ok()) return FinishUnary(call, t.status());
   if (absl::Status s = CheckModel(request->model(), *ctx_); !s.ok()) return FinishUnary(call, s);
   const std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
   if (!ids.empty()) {
@@ -163,7 +157,7 @@ grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* call,
                                                         const v1::ListModelsRequest* /*request*/,
                                                         v1::ListModelsResponse* response) {
-  if (absl::Status s = Authenticate(*call); !s.ok()) return FinishUnary(call, s);
+  if (auto t = Authenticate(*call); !t.ok()) return FinishUnary(call, t.status());
   v1::Model* m = response->add_models();
   m->set_id(ctx_->model_name);
   m->set_max_context_length(ctx_->model_config->max_seq_len);

@@ -38,9 +38,10 @@ class GenerationService final : public GenerationServiceBase {
                                        v1::ListModelsResponse* response) override;
 
  private:
-  // OK when the server has no API keys or the call carries `authorization: Bearer <key>` with
-  // one of them; Unauthenticated otherwise.
-  absl::Status Authenticate(const grpc::CallbackServerContext& call) const;
+  // The caller's tenant, from the metadata `authorization` under the rules of server/auth.h
+  // (the same as HTTP's, on the raw value). With keys configured, more than one
+  // `authorization` entry is refused. Unauthenticated otherwise.
+  absl::StatusOr<const Tenant*> Authenticate(const grpc::CallbackServerContext& call) const;
   // Generate minus the reactor: the admitted request's stream, or why not.
   absl::StatusOr<GenerateCall*> StartGenerate(grpc::CallbackServerContext* call,
                                               const grpc::ByteBuffer& request);

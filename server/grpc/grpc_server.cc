@@ -38,6 +38,11 @@ absl::Status GrpcFrontEnd::Start() {
     return absl::InvalidArgumentError(
         absl::StrCat("grpc_port must be in [0, 65535], got ", ctx_->options.grpc_port));
   }
+  if (!ctx_->options.api_keys.empty() && !ctx_->auth.keys_required()) {
+    // The keys are enforced through ctx->auth; options alone would leave the server open.
+    return absl::FailedPreconditionError(
+        "API keys are configured but ServerContext::auth has none: build it with Auth::Create");
+  }
   const std::string address = ListenAddress(ctx_->options.host, ctx_->options.grpc_port);
   pump_ = std::make_unique<StreamPump>([this] { UpdateHealth(); });
   service_ = std::make_unique<GenerationService>(ctx_, pump_.get());
@@ -64,7 +69,7 @@ absl::Status GrpcFrontEnd::Start() {
   UpdateHealth();
   GrpcLog().info("gRPC listening on {} (banyan.v1.Generation, grpc.health.v1.Health){}",
                  ListenAddress(ctx_->options.host, port_),
-                 ctx_->options.api_keys.empty() ? "" : ", API keys required");
+                 ctx_->auth.keys_required() ? ", API keys required" : "");
   return absl::OkStatus();
 }
 

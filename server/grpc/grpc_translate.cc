@@ -121,7 +121,8 @@ absl::StatusOr<std::vector<int32_t>> TokenizeText(std::string_view text, bool ad
 }
 
 absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest& req,
-                                                      const ServerContext& ctx, std::string id) {
+                                                      const ServerContext& ctx, std::string id,
+                                                      std::string_view tenant) {
   if (absl::Status s = CheckModel(req.model(), ctx); !s.ok()) return s;
   if (req.user().size() > kMaxTenantFieldBytes) {
     return InvalidParam("user", absl::StrCat("user is ", req.user().size(),
@@ -139,6 +140,7 @@ absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest&
       if (req.text().empty()) {
         return InvalidParam("text", "the prompt is empty; send at least one token of text");
       }
+      if (absl::Status s = CheckPromptBytes(req.text(), ctx.options, "text"); !s.ok()) return s;
       absl::StatusOr<std::vector<int32_t>> ids =
           TokenizeText(req.text(), !req.has_add_bos() || req.add_bos(), *ctx.tokenizer);
       if (!ids.ok()) return ids.status();
@@ -161,6 +163,7 @@ absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest&
   in.n = s.has_n() ? s.n() : 1;
   in.stop.assign(s.stop().begin(), s.stop().end());
   in.priority = req.priority();
+  in.tenant = std::string(tenant);
   in.user = req.user();
   in.cache_salt = req.cache_salt();
 

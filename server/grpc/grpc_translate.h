@@ -36,11 +36,14 @@ absl::StatusOr<std::string> ResolveRequestId(std::string_view client_id);
 // else is NotFound naming both.
 absl::Status CheckModel(std::string_view requested, const ServerContext& ctx);
 
-// The validated scheduler request for `req`: text is tokenized (with BOS unless add_bos is
-// false), unset fields take their defaults, every field is checked against the model's limits.
-// InvalidArgument names the field. The caller sets the deadline.
+// The validated scheduler request for `req` from the authenticated `tenant` (its name is the
+// prefix-cache namespace; req.user / cache_salt only narrow it): text is checked against
+// max_prompt_bytes, then tokenized (with BOS unless add_bos is false), unset fields take their
+// defaults, every field is checked against the model's limits. InvalidArgument names the
+// field. The caller sets the deadline.
 absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest& req,
-                                                      const ServerContext& ctx, std::string id);
+                                                      const ServerContext& ctx, std::string id,
+                                                      std::string_view tenant);
 
 // The token ids `text` becomes; InvalidArgument when it is not UTF-8.
 absl::StatusOr<std::vector<int32_t>> TokenizeText(std::string_view text, bool add_bos,

@@ -13,11 +13,12 @@
 namespace banyan::server {
 
 GenerateCall::GenerateCall(StreamPump* pump, std::shared_ptr<scheduler::RequestStream> stream,
-                           std::string request_id, bool with_logprobs)
+                           std::string request_id, bool with_logprobs, TenantSlot slot)
     : pump_(pump),
       stream_(std::move(stream)),
       request_id_(std::move(request_id)),
       with_logprobs_(with_logprobs),
+      slot_(std::move(slot)),
       start_(std::chrono::steady_clock::now()) {}
 
 void GenerateCall::OnWriteDone(bool ok) {

@@ -35,6 +35,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "scheduler/request_stream.h"
+#include "server/auth.h"
 
 namespace banyan::server {
 
@@ -44,8 +45,9 @@ class StreamPump;
 // OnDone. Messages are serialized here, as the service uses raw (ByteBuffer) methods.
 class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
+  // `slot`: the tenant's in-flight slot, held until the call is done (OnDone).
   GenerateCall(StreamPump* pump, std::shared_ptr<scheduler::RequestStream> stream,
-               std::string request_id, bool with_logprobs);
+               std::string request_id, bool with_logprobs, TenantSlot slot = {});
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -66,6 +68,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const std::shared_ptr<scheduler::RequestStream> stream_;
   const std::string request_id_;
   const bool with_logprobs_;
+  const TenantSlot slot_;
   const std::chrono::steady_clock::time_point start_;
   std::atomic<bool> cancelled_{false};
   Phase phase_ = Phase::kIdle;  // guarded by pump_->mu_

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "server/json_depth.h"
 #include "server/validation.h"
 
 namespace banyan::server::http {
@@ -75,6 +76,25 @@ Json ErrorJson(const ApiError& error) {
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
+std::string JsonPreview(const Json& j) {
+  constexpr size_t kMaxStringBytes = 48;
+  if (j.is_array()) {
+    return absl::StrCat("[...] (", j.size(), j.size() == 1 ? " element)" : " elements)");
+  }
+  if (j.is_object()) {
+    return absl::StrCat("{...} (", j.size(), j.size() == 1 ? " member)" : " members)");
+  }
+  if (j.is_string()) {
+    const std::string& s = j.get_ref<const std::string&>();
+    if (s.size() <= kMaxStringBytes) return Dump(j);
+    size_t cut = kMaxStringBytes;
+    // Back to the start of a UTF-8 character (continuation bytes are 10xxxxxx).
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    return absl::StrCat(Dump(Json(s.substr(0, cut))), "... (", s.size(), " bytes)");
+  }
+  return Dump(j);  // a number, boolean or null: a few bytes
+}
+
 absl::StatusOr<Json> ParseBody(std::string_view body) {
   size_t bad = 0;
   if (!IsValidUtf8(body, &bad)) {
@@ -83,6 +103,13 @@ absl::StatusOr<Json> ParseBody(std::string_view body) {
                                      "offset ",
                                      bad, ")"),
                         "invalid_utf8");
+  }
+  // Before any DOM: nothing later (dump, copy, compare) may recurse deeper than this.
+  if (JsonNestsDeeperThan(body, kMaxJsonDepth)) {
+    return InvalidParam("",
+                        absl::StrCat("the JSON body nests arrays/objects more than ", kMaxJsonDepth,
+                                     " levels deep; this server accepts at most ", kMaxJsonDepth),
+                        "json_too_deep");
   }
   // nlohmann's exceptions stay inside this function.
   Json j;
@@ -282,7 +309,7 @@ absl::Status ReadTokenIds(const Json& value, std::string_view name, std::vector<
       return InvalidParam(name, absl::StrCat(Sv(name),
                                              " must be an array of token ids "
                                              "(integers), found ",
-                                             Sv(JsonTypeName(e)), " ", Sv(Dump(e))));
+                                             Sv(JsonTypeName(e)), " ", JsonPreview(e)));
     }
     list.push_back(static_cast<int32_t>(e.get<int64_t>()));
   }

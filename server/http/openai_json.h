@@ -39,10 +39,17 @@ ApiError ErrorForHttpStatus(int http_status, std::string message, std::string co
 Json ErrorJson(const ApiError& error);
 
 // Serialises without ever throwing: invalid UTF-8 (which should not occur) becomes U+FFFD.
+// Recursive: only for values of bounded depth (what ParseBody returns, what we build).
 std::string Dump(const Json& j);
 
-// Parses a request body: valid UTF-8 (400 naming the byte offset otherwise), valid JSON
-// (400 with the parser's position), and a JSON object.
+// A short rendering of a client's value for an error message, never recursing and bounded (a
+// few hundred bytes at most): scalars as JSON (strings cut at a character boundary, then
+// "... (N bytes)"), arrays and objects as "[...] (3 elements)" / "{...} (1 member)".
+std::string JsonPreview(const Json& j);
+
+// Parses a request body: valid UTF-8 (400 naming the byte offset otherwise), nesting at most
+// kMaxJsonDepth (server/json_depth.h; checked on the raw text before any DOM is built), valid
+// JSON (400 with the parser's position), and a JSON object.
 absl::StatusOr<Json> ParseBody(std::string_view body);
 
 // Reads optional fields of one JSON object with type checks. An absent or null field leaves the

@@ -2,10 +2,13 @@
 // model, on a free loopback port, driven through the generated stubs.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "server/validation.h"
 #include "tests/server/grpc/test_server.h"
 
 namespace banyan::server::testing {
@@ -16,6 +19,14 @@ using grpc::health::v1::HealthCheckResponse;
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
+}
+
+TenantSpec MakeTenant(std::string name, std::vector<std::string> keys, int max_concurrent = 0) {
+  TenantSpec t;
+  t.name = std::move(name);
+  t.keys = std::move(keys);
+  t.max_concurrent_requests = max_concurrent;
+  return t;
 }
 
 class GrpcServerTest : public ::testing::Test {
@@ -516,6 +527,129 @@ TEST(GrpcServerAuthTest, ApiKeysAreRequiredExceptForHealth) {
   HealthCheckResponse hresp;
   ASSERT_TRUE(health->Check(&c4, HealthCheckRequest(), &hresp).ok());
   EXPECT_EQ(hresp.status(), HealthCheckResponse::SERVING);
+}
+
+// Issue 14, finding 9: over gRPC a trailing space after the key was kept (HTTP trimmed it);
+// both now refuse it (server/auth.h). Two authorization entries are refused too.
+TEST(GrpcServerAuthTest, RawKeyRulesAndDuplicateEntries) {
+  TestServerOptions options;
+  options.api_keys = {"key-one"};
+  TestServer server(options);
+  auto stub = v1::Generation::NewStub(server.NewChannel());
+  auto call = [&](std::vector<std::string> values) {
+    grpc::ClientContext ctx;
+    for (const std::string& v : values) ctx.AddMetadata("authorization", v);
+    v1::ListModelsResponse models;
+    return stub->ListModels(&ctx, v1::ListModelsRequest(), &models).error_code();
+  };
+  EXPECT_EQ(call({"Bearer key-one"}), grpc::StatusCode::OK);
+  EXPECT_EQ(call({"Bearer key-one "}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call({"Bearer  key-one"}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call({"Bearer %6Bey-one"}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call({"Bearer key-one", "Bearer key-one"}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call({"Bearer nope", "Bearer key-one"}), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// Issue 14, finding 4: the prefix-cache namespace came from the request's `user`, so another
+// key sending the same `user` read alice's cache (cached_tokens). Now it is the tenant.
+TEST(GrpcServerTenantTest, TenantsNeverShareTheCacheWhateverUserTheyClaim) {
+  TestServerOptions options;
+  options.num_chunks = 1024;
+  options.tenants = {MakeTenant("alice", {"sk-alice"}), MakeTenant("bob", {"sk-bob"})};
+  TestServer server(options);
+  auto stub = v1::Generation::NewStub(server.NewChannel());
+  auto as = [](const std::string& key) {
+    return [key](grpc::ClientContext* ctx) { ctx->AddMetadata("authorization", "Bearer " + key); };
+  };
+  const std::string prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her big red ball and her little brown dog named Max.";
+  auto request = [&](const std::string& user) {
+    v1::GenerateRequest r = GreedyText(prompt, 2);
+    r.set_user(user);
+    return r;
+  };
+  auto cached = [](const GenerateResult& r) {
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+    return r.usage.has_value() ? r.usage->cached_prompt_tokens() : -1;
+  };
+
+  EXPECT_EQ(cached(Generate(*stub, request("u"), as("sk-alice"))), 0);
+  // Within alice's tenant the prefix is shared: that is the point.
+  const int64_t alice_again = cached(Generate(*stub, request("u"), as("sk-alice")));
+  EXPECT_GT(alice_again, 0);
+  // bob, claiming the same user, or none, finds nothing of alice's.
+  EXPECT_EQ(cached(Generate(*stub, request("u"), as("sk-bob"))), 0);
+  EXPECT_EQ(cached(Generate(*stub, request(""), as("sk-bob"))), 0);
+  // A user string spelling alice's namespace does not reach it either.
+  EXPECT_EQ(cached(Generate(*stub, request(CacheNamespace("alice", "u", "")), as("sk-bob"))), 0);
+  // bob's own repeat is cached within bob; user narrows within the tenant.
+  EXPECT_GT(cached(Generate(*stub, request("u"), as("sk-bob"))), 0);
+  EXPECT_EQ(cached(Generate(*stub, request("other"), as("sk-alice"))), 0);
+}
+
+TEST(GrpcServerTenantTest, ConcurrencyLimitPerTenant) {
+  TestServerOptions options;
+  options.num_chunks = 2048;
+  options.tenants = {MakeTenant("alice", {"sk-alice"}, 1), MakeTenant("bob", {"sk-bob"})};
+  TestServer server(options);
+  auto stub = v1::Generation::NewStub(server.NewChannel());
+  auto as = [](const std::string& key) {
+    return [key](grpc::ClientContext* ctx) { ctx->AddMetadata("authorization", "Bearer " + key); };
+  };
+  // alice's first call streams the whole context; hold it open by reading one message.
+  v1::GenerateRequest long_req = GreedyText("Once upon a time", 400);
+  long_req.mutable_sampling()->set_ignore_eos(true);
+  long_req.mutable_sampling()->set_n(4);
+  grpc::ClientContext first_ctx;
+  first_ctx.AddMetadata("authorization", "Bearer sk-alice");
+  auto reader = stub->Generate(&first_ctx, long_req);
+  v1::GenerateResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));
+
+  GenerateResult second = Generate(*stub, GreedyText("Hi", 2), as("sk-alice"));
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << second.status.error_message();
+  EXPECT_TRUE(Contains(second.status.error_message(), "alice")) << second.status.error_message();
+  EXPECT_TRUE(Generate(*stub, GreedyText("Hi", 2), as("sk-bob")).status.ok());
+
+  first_ctx.TryCancel();
+  while (reader->Read(&msg)) {
+  }
+  reader->Finish();
+  // The slot is free again once the call is done.
+  bool ok = false;
+  for (int i = 0; i < 200 && !ok; ++i) {
+    ok = Generate(*stub, GreedyText("Hi", 2), as("sk-alice")).status.ok();
+    if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(ok);
+}
+
+// Issue 14, finding 9: a 7 MB prompt to Tokenize cost seconds of CPU before it was refused.
+TEST(GrpcServerLimitsTest, LongPromptsAreRefusedBeforeTokenizing) {
+  TestServerOptions options;
+  options.max_prompt_bytes = 4096;
+  TestServer server(options);
+  auto stub = v1::Generation::NewStub(server.NewChannel());
+  const std::string big(2 << 20, 'a');
+  grpc::ClientContext c1;
+  v1::TokenizeRequest treq;
+  treq.set_text(big);
+  v1::TokenizeResponse tresp;
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::Status s = stub->Tokenize(&c1, treq, &tresp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(Contains(s.error_message(), "4096")) << s.error_message();
+  GenerateResult g = Generate(*stub, GreedyText(big, 2));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.status.error_message();
+  EXPECT_TRUE(Contains(g.status.error_message(), "max_prompt_bytes")) << g.status.error_message();
+  std::printf("two refused 2 MiB prompts: %.0f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count());
+  grpc::ClientContext c2;
+  treq.set_text(std::string(4096, 'a'));
+  EXPECT_TRUE(stub->Tokenize(&c2, treq, &tresp).ok());
 }
 
 TEST(GrpcServerStartTest, BusyPortIsAnError) {

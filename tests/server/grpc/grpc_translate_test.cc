@@ -37,7 +37,7 @@ engine::ModelBundle* TranslateTest::bundle_ = nullptr;
 TEST_F(TranslateTest, UnsetFieldsTakeTheDocumentedDefaults) {
   v1::GenerateRequest req;
   req.set_text("Once upon a time");
-  auto r = ToSchedulerRequest(req, ctx_, "id-1");
+  auto r = ToSchedulerRequest(req, ctx_, "id-1", "default");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->id, "id-1");
   EXPECT_EQ(r->prompt, ctx_.tokenizer->Encode("Once upon a time", /*add_bos=*/true));
@@ -50,7 +50,7 @@ TEST_F(TranslateTest, UnsetFieldsTakeTheDocumentedDefaults) {
   EXPECT_EQ(r->params.logprobs, 0);
   EXPECT_EQ(r->n, 1);
   EXPECT_EQ(r->priority, 0);
-  EXPECT_EQ(r->cache_namespace, "");
+  EXPECT_EQ(r->cache_namespace, CacheNamespace("default", "", ""));
   EXPECT_FALSE(r->deadline.has_value());
 }
 
@@ -75,7 +75,7 @@ TEST_F(TranslateTest, SetFieldsCarryOver) {
   s->add_stop_token_ids(13);
   s->set_ignore_eos(true);
   s->set_logprobs(0);
-  auto r = ToSchedulerRequest(req, ctx_, "x");
+  auto r = ToSchedulerRequest(req, ctx_, "x", "default");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->prompt, ctx_.tokenizer->Encode("Hi", /*add_bos=*/false));
   EXPECT_EQ(r->params.max_tokens, 5);
@@ -93,14 +93,39 @@ TEST_F(TranslateTest, SetFieldsCarryOver) {
   EXPECT_EQ(r->params.stop_token_ids, std::vector<int32_t>{13});
   EXPECT_TRUE(r->params.ignore_eos);
   EXPECT_EQ(r->priority, 7);
-  EXPECT_NE(r->cache_namespace, "");
+  EXPECT_EQ(r->cache_namespace, CacheNamespace("default", "", "tenant-a"));
+}
+
+// The namespace is the authenticated tenant's; what the request says only narrows it.
+TEST_F(TranslateTest, TheTenantIsTheCacheNamespace) {
+  v1::GenerateRequest req;
+  req.set_text("Hi");
+  req.set_user("alice");
+  auto a = ToSchedulerRequest(req, ctx_, "x", "tenant-a");
+  auto b = ToSchedulerRequest(req, ctx_, "x", "tenant-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->cache_namespace, b->cache_namespace);
+  EXPECT_EQ(a->cache_namespace, CacheNamespace("tenant-a", "alice", ""));
+}
+
+// The prompt's size is checked before it is tokenized.
+TEST_F(TranslateTest, PromptBytesAreLimitedBeforeTokenizing) {
+  ctx_.options.max_prompt_bytes = 64;
+  v1::GenerateRequest req;
+  req.set_text(std::string(65, 'a'));
+  auto r = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatusParam(r.status()), "text");
+  req.set_text(std::string(64, 'a'));
+  EXPECT_TRUE(ToSchedulerRequest(req, ctx_, "x", "default").ok());
 }
 
 TEST_F(TranslateTest, TokenIdsAreUsedAsTheyAre) {
   v1::GenerateRequest req;
   for (int id : {5, 6, 7}) req.mutable_token_ids()->add_ids(id);
   req.set_add_bos(true);  // ignored for token ids
-  auto r = ToSchedulerRequest(req, ctx_, "x");
+  auto r = ToSchedulerRequest(req, ctx_, "x", "default");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->prompt, (std::vector<int32_t>{5, 6, 7}));
 }
@@ -188,7 +213,7 @@ TEST_F(TranslateTest, BadRequestsNameTheirField) {
     v1::GenerateRequest req;
     req.set_text("Once upon a time");
     c.edit(&req);
-    auto r = ToSchedulerRequest(req, ctx_, "x");
+    auto r = ToSchedulerRequest(req, ctx_, "x", "default");
     ASSERT_FALSE(r.ok()) << c.what;
     EXPECT_EQ(r.status().code(), c.code) << c.what << ": " << r.status();
     for (const std::string& part : c.message_has) {

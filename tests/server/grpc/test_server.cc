@@ -34,7 +34,20 @@ TestServer::TestServer(TestServerOptions options)
   ctx_.scheduler = scheduler_.get();
   ctx_.options.host = "127.0.0.1";
   ctx_.options.grpc_port = 0;
-  ctx_.options.api_keys = options.api_keys;
+  ctx_.options.max_prompt_bytes = options.max_prompt_bytes;
+  std::vector<TenantSpec> tenants = options.tenants;
+  if (!options.api_keys.empty()) {
+    TenantSpec plain;
+    plain.name = kDefaultTenant;
+    plain.keys = options.api_keys;
+    tenants.push_back(std::move(plain));
+  }
+  for (const TenantSpec& t : tenants) {
+    ctx_.options.api_keys.insert(ctx_.options.api_keys.end(), t.keys.begin(), t.keys.end());
+  }
+  absl::StatusOr<Auth> auth = Auth::Create(tenants);
+  BANYAN_CHECK(auth.ok()) << auth.status().ToString();
+  ctx_.auth = *std::move(auth);
   ctx_.ready = &ready_;
   front_end_ = std::make_unique<GrpcFrontEnd>(&ctx_);
   absl::Status s = front_end_->Start();

@@ -33,7 +33,9 @@ struct TestServerOptions {
   int32_t num_chunks = 512;
   int32_t chunk_size = 16;
   scheduler::SchedulerOptions scheduler;
-  std::vector<std::string> api_keys;
+  std::vector<std::string> api_keys;  // the tenant "default"'s
+  std::vector<TenantSpec> tenants;     // more tenants (server/auth.h)
+  int64_t max_prompt_bytes = int64_t{1} << 20;
 };
 
 class TestServer {

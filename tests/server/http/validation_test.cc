@@ -52,12 +52,12 @@ TEST(Utf8Test, AcceptsValidRejectsInvalid) {
   EXPECT_FALSE(IsValidUtf8("\xE2\x82"));          // truncated
 }
 
-TEST(CacheNamespaceTest, SeparatesTenantsUnambiguously) {
-  EXPECT_EQ(CacheNamespace("", ""), "");
-  EXPECT_NE(CacheNamespace("alice", ""), CacheNamespace("bob", ""));
-  EXPECT_NE(CacheNamespace("ab", "c"), CacheNamespace("a", "bc"));
-  EXPECT_NE(CacheNamespace("alice", "s1"), CacheNamespace("alice", "s2"));
-  EXPECT_EQ(CacheNamespace("alice", "s1"), CacheNamespace("alice", "s1"));
+TEST(CacheNamespaceTest, SeparatesUsersUnambiguously) {
+  EXPECT_NE(CacheNamespace("t", "", ""), "");
+  EXPECT_NE(CacheNamespace("t", "alice", ""), CacheNamespace("t", "bob", ""));
+  EXPECT_NE(CacheNamespace("t", "ab", "c"), CacheNamespace("t", "a", "bc"));
+  EXPECT_NE(CacheNamespace("t", "alice", "s1"), CacheNamespace("t", "alice", "s2"));
+  EXPECT_EQ(CacheNamespace("t", "alice", "s1"), CacheNamespace("t", "alice", "s1"));
 }
 
 TEST(ResolveMaxTokensTest, DefaultsAndLimits) {
@@ -103,7 +103,7 @@ TEST(BuildRequestTest, TranslatesAValidInput) {
   EXPECT_EQ(r->n, 2);
   EXPECT_EQ(r->stop, std::vector<std::string>{"END"});
   EXPECT_EQ(r->priority, 3);
-  EXPECT_EQ(r->cache_namespace, CacheNamespace("alice", ""));
+  EXPECT_EQ(r->cache_namespace, CacheNamespace("default", "alice", ""));
 }
 
 TEST(BuildRequestTest, EveryBadFieldIsNamed) {

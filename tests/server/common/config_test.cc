@@ -1,0 +1,188 @@
+// Tests of banyand's configuration (server/config.h): start-up inputs are checked before
+// anything is opened or allocated.
+#include "server/config.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/json_depth.h"
+
+namespace banyan::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("banyan_config_test_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  std::string Fifo(const std::string& name) {
+    const fs::path p = dir_ / name;
+    EXPECT_EQ(mkfifo(p.c_str(), 0600), 0);
+    return p.string();
+  }
+
+  static absl::StatusOr<DaemonConfig> Load(std::vector<std::string> args) {
+    args.insert(args.begin(), "banyand");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    return LoadDaemonConfig(static_cast<int>(argv.size()), argv.data());
+  }
+  static std::string Error(const absl::StatusOr<DaemonConfig>& c) {
+    return c.ok() ? "OK" : std::string(c.status().message());
+  }
+
+  fs::path dir_;
+};
+
+bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Issue 14, finding 8: a FIFO as --model hung banyand forever at "loading model".
+TEST_F(ConfigTest, InputPathsMustBeRegularFilesOrModelFolders) {
+  const std::string fifo = Fifo("model.fifo");
+  auto c = Load({"--model", fifo});
+  EXPECT_FALSE(c.ok());
+  EXPECT_TRUE(Has(Error(c), "regular file")) << Error(c);
+  EXPECT_FALSE(Load({"--tokenizer", fifo}).ok());
+  EXPECT_TRUE(Has(Error(Load({"--config", fifo})), "regular file")) << Error(Load({"--config", fifo}));
+  EXPECT_FALSE(Load({"--tenants", fifo}).ok());
+  EXPECT_FALSE(Load({"--model", "/dev/zero"}).ok());
+  EXPECT_FALSE(Load({"--model", (dir_ / "absent.gguf").string()}).ok());
+  EXPECT_FALSE(Load({"--tokenizer", dir_.string()}).ok());  // a folder is no tokenizer
+
+  // A Hugging Face folder and plain files pass (their content is the loaders' business).
+  const std::string file = Write("m.gguf", "x");
+  EXPECT_TRUE(Load({"--model", file, "--tokenizer", file}).ok()) << Error(Load({"--model", file}));
+  EXPECT_TRUE(Load({"--model", dir_.string()}).ok());
+  // A symlink to a regular file is that file.
+  fs::create_symlink(file, dir_ / "link.gguf");
+  EXPECT_TRUE(Load({"--model", (dir_ / "link.gguf").string()}).ok());
+}
+
+// Issue 14, finding 8: --max-body-bytes 0 started and refused every POST.
+TEST_F(ConfigTest, NonsenseLimitsAreRefused) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--max-body-bytes", "0"},
+           {"--max-body-bytes", "1023"},
+           {"--max-body-bytes", "2GiB"},
+           {"--kv-memory", "0"},
+           {"--kv-memory", "99999999999999TiB"},  // overflows int64
+           {"--kv-memory", "-5"},
+           {"--http-port", "65536"},
+           {"--grpc-port", "-1"},
+           {"--listen-backlog", "0"},
+           {"--listen-backlog", "100000"},
+           {"--max-prompt-bytes", "0"},
+           {"--max-body-bytes", "4096", "--max-prompt-bytes", "8192"},
+           {"--queue-limit", "0"},
+           {"--drain-timeout-ms", "-1"},
+       }) {
+    std::string joined;
+    for (const std::string& a : args) joined += a + " ";
+    EXPECT_FALSE(Load(args).ok()) << joined;
+  }
+  auto ok = Load({"--max-body-bytes", "1024", "--listen-backlog", "64"});
+  ASSERT_TRUE(ok.ok()) << Error(ok);
+  EXPECT_EQ(ok->server.max_body_bytes, 1024);
+  EXPECT_EQ(ok->server.listen_backlog, 64);
+  // An unset prompt limit follows a smaller body limit.
+  EXPECT_EQ(ok->server.max_prompt_bytes, 1024);
+  auto d = Load({});
+  ASSERT_TRUE(d.ok()) << Error(d);
+  EXPECT_EQ(d->server.listen_backlog, 1024);
+  EXPECT_EQ(d->server.max_prompt_bytes, int64_t{1} << 20);
+  EXPECT_LE(d->server.max_prompt_bytes, d->server.max_body_bytes);
+}
+
+TEST_F(ConfigTest, ParseBytesRefusesOverflow) {
+  EXPECT_EQ(*ParseBytes("64TiB"), int64_t{64} << 40);
+  EXPECT_FALSE(ParseBytes("9000000TiB").ok());
+  EXPECT_FALSE(ParseBytes("99999999999999999999").ok());
+}
+
+// Issue 14, finding 8: --kv-memory 64TiB aborted with an uncaught std::bad_alloc.
+TEST_F(ConfigTest, KvBudgetIsCheckedAgainstTheHost) {
+  EXPECT_EQ(*ParseMemAvailable("MemTotal:       24684000 kB\nMemFree:  100 kB\n"
+                               "MemAvailable:   23760096 kB\nBuffers: 1 kB\n"),
+            int64_t{23760096} * 1024);
+  EXPECT_FALSE(ParseMemAvailable("MemTotal: 5 kB\n").ok());
+  const int64_t gib = int64_t{1} << 30;
+  EXPECT_TRUE(CheckMemoryBudget("--kv-memory", gib, 4 * gib, "host").ok());
+  absl::Status s = CheckMemoryBudget("--kv-memory", int64_t{64} << 40, 4 * gib, "host");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Has(std::string(s.message()), "--kv-memory")) << s;
+  // This machine: MemAvailable exists and is positive.
+  absl::StatusOr<int64_t> avail = AvailableHostMemoryBytes();
+  ASSERT_TRUE(avail.ok()) << avail.status();
+  EXPECT_GT(*avail, 0);
+}
+
+TEST_F(ConfigTest, TenantsFromTheConfigFileAndTheTenantsFlag) {
+  const std::string cfg = Write("c.json", R"({
+    "api_keys": ["sk-plain"],
+    "tenants": [{"name": "alice", "keys": ["sk-a"], "max_concurrent_requests": 4},
+                {"name": "bob", "keys": ["sk-b1", "sk-b2"], "max_kv_chunks": 100}]})");
+  auto c = Load({"--config", cfg});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  const std::vector<TenantSpec>& t = c->server.tenants;
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].name, "alice");
+  EXPECT_EQ(t[0].max_concurrent_requests, 4);
+  EXPECT_EQ(t[1].keys, (std::vector<std::string>{"sk-b1", "sk-b2"}));
+  EXPECT_EQ(t[1].max_kv_chunks, 100);
+  EXPECT_EQ(t[2].name, kDefaultTenant);  // the plain keys' tenant
+  EXPECT_EQ(t[2].keys, (std::vector<std::string>{"sk-plain"}));
+
+  // --tenants FILE replaces the file's section; --api-key flags replace its keys.
+  const std::string tf = Write("t.json", R"([{"name": "carol", "keys": ["sk-c"]}])");
+  c = Load({"--config", cfg, "--tenants", tf, "--api-key", "sk-flag"});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  ASSERT_EQ(c->server.tenants.size(), 2u);
+  EXPECT_EQ(c->server.tenants[0].name, "carol");
+  EXPECT_EQ(c->server.tenants[1].keys, (std::vector<std::string>{"sk-flag"}));
+
+  for (const char* bad : {
+           R"([{"name": "a", "keys": ["k"], "colour": "red"}])",     // unknown key
+           R"([{"name": "a", "keys": "k"}])",                         // keys not a list
+           R"([{"name": "a", "keys": ["k"]}, {"name": "b", "keys": ["k"]}])",
+           R"([{"name": "a b", "keys": ["k"]}])",
+           R"([{"name": "a", "keys": ["k "]}])",
+           R"([{"name": "a", "keys": ["k"], "max_concurrent_requests": -1}])",
+           R"([{"name": "a", "keys": ["k"], "max_concurrent_requests": 1.5}])",
+           R"({"name": "a"})",
+       }) {
+    EXPECT_FALSE(Load({"--tenants", Write("bad.json", bad)}).ok()) << bad;
+  }
+  // A key with a trailing space can not be configured (it could never be sent).
+  EXPECT_FALSE(Load({"--api-key", "sk-x "}).ok());
+}
+
+TEST_F(ConfigTest, DeeplyNestedConfigIsAClearError) {
+  const std::string deep = "{\"model\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto c = Load({"--config", Write("deep.json", deep)});
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Has(Error(c), "nest")) << Error(c);
+  auto t = Load({"--tenants", Write("deep_t.json", std::string(100000, '[') + std::string(100000, ']'))});
+  EXPECT_TRUE(Has(Error(t), "nest")) << Error(t);
+}
+
+}  // namespace
+}  // namespace banyan::server
