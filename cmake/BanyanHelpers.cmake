@@ -12,6 +12,31 @@ function(banyan_setup_sanitizers)
   add_link_options(-fsanitize=${BANYAN_SANITIZE})
 endfunction()
 
+# BANYAN_FUZZ: every C++ object gets libFuzzer's coverage instrumentation without its main
+# (fuzzer-no-link) plus ASan and UBSan, with UB fatal so that libFuzzer reports it as a crash.
+# The harnesses themselves add -fsanitize=fuzzer (tests/fuzz/CMakeLists.txt).
+function(banyan_setup_fuzzing)
+  if(NOT BANYAN_FUZZ)
+    return()
+  endif()
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "BANYAN_FUZZ needs clang (libFuzzer), e.g. CXX=clang++-15 "
+                        "(tools/fuzz.sh sets it up); got ${CMAKE_CXX_COMPILER_ID}")
+  endif()
+  if(BANYAN_SANITIZE)
+    message(FATAL_ERROR "BANYAN_FUZZ brings its own sanitizers; leave BANYAN_SANITIZE empty")
+  endif()
+  if(NOT BANYAN_TESTS)
+    message(FATAL_ERROR "BANYAN_FUZZ needs BANYAN_TESTS=ON (the harnesses live in tests/fuzz)")
+  endif()
+  set(flags -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+            -fno-omit-frame-pointer)
+  foreach(flag ${flags})
+    add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${flag}>)
+  endforeach()
+  add_link_options(-fsanitize=address,undefined)
+endfunction()
+
 # Enables CUDA when BANYAN_CUDA is on and nvcc exists (PATH or /usr/local/cuda).
 macro(banyan_setup_cuda)
   set(BANYAN_HAVE_CUDA OFF)

@@ -4,7 +4,8 @@
 #     themselves where no device exists);
 #  2. the memory-safety pass: the kvcache, scheduler (with its soak) and server tests and the
 #     end-to-end soak against banyand, rebuilt with AddressSanitizer in build-asan/
-#     (BANYAN_ASAN=0 skips it).
+#     (BANYAN_ASAN=0 skips it);
+#  3. the libFuzzer targets for BANYAN_FUZZ_SECONDS each (tools/fuzz.sh; BANYAN_FUZZ=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh "$@"
@@ -20,4 +21,10 @@ if [ "${BANYAN_ASAN:-1}" != "0" ]; then
   regex="^($(IFS='|'; echo "${ASAN_TESTS[*]}"))$"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j 1 -R "$regex"
+fi
+
+# Fuzzing: every libFuzzer target (tests/fuzz) with ASan + UBSan for BANYAN_FUZZ_SECONDS
+# (default 60) each, in build-fuzz/ (BANYAN_FUZZ=0 skips it; see docs/fuzzing.md).
+if [ "${BANYAN_FUZZ:-1}" != "0" ]; then
+  tools/fuzz.sh
 fi

@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   }
   for (const auto& [name, e] : header.items()) {
     if (name == "__metadata__") continue;
-    auto bad = [&](absl::string_view why) {
+    // An init-capture, not [&]: clang before 16 can not capture a structured binding.
+    auto bad = [&path, &name = name](absl::string_view why) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": safetensors entry ", name, ": ", why));
     };

@@ -1,0 +1,2 @@
+
+stories260KOnce upon a time*Jreq-1
