@@ -24,9 +24,11 @@
 // A missing or malformed value, or an unknown key, is Unauthenticated with a message that never
 // quotes the key.
 //
-// Limits. max_concurrent_requests bounds a tenant's requests in flight over both front ends
-// together (a TenantSlot each; ResourceExhausted when full: HTTP 429, gRPC
-// RESOURCE_EXHAUSTED). max_kv_chunks is parsed and kept but NOT enforced yet (the scheduler's
+// Limits. max_concurrent_requests bounds a tenant's generation requests in flight (gRPC
+// Generate; HTTP completions and chat once the HTTP front end takes slots) over both front ends
+// together: a TenantSlot each, held until the answer is delivered or the call is cancelled;
+// ResourceExhausted when full (HTTP 429, gRPC RESOURCE_EXHAUSTED). Tokenize, Detokenize and
+// ListModels take no slot (they are bounded by max_prompt_bytes and the message size). max_kv_chunks is parsed and kept but NOT enforced yet (the scheduler's
 // admission does not know tenants); see issue 14.
 //
 // Thread safety: an Auth is immutable after Create except for the tenants' in-flight counters,
