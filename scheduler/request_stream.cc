@@ -40,16 +40,36 @@ Usage RequestStream::usage() const {
   return usage_;
 }
 
-void RequestStream::Push(TokenEvent event) {
+void RequestStream::SetListener(std::function<void()> listener) {
+  auto l = listener ? std::make_shared<const std::function<void()>>(std::move(listener)) : nullptr;
   absl::MutexLock lock(&mu_);
-  events_.push_back(std::move(event));
+  listener_ = std::move(l);
+}
+
+void RequestStream::Notify(std::shared_ptr<const std::function<void()>> listener) {
+  if (listener != nullptr) (*listener)();
+}
+
+void RequestStream::Push(TokenEvent event) {
+  std::shared_ptr<const std::function<void()>> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(std::move(event));
+    listener = listener_;
+  }
+  Notify(std::move(listener));
 }
 
 void RequestStream::Finish(absl::Status status, Usage usage) {
-  absl::MutexLock lock(&mu_);
-  finished_ = true;
-  status_ = std::move(status);
-  usage_ = usage;
+  std::shared_ptr<const std::function<void()>> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    finished_ = true;
+    status_ = std::move(status);
+    usage_ = usage;
+    listener = listener_;
+  }
+  Notify(std::move(listener));
 }
 
 bool RequestStream::cancel_requested() const {

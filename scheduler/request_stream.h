@@ -8,6 +8,8 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -29,6 +31,12 @@ class RequestStream {
   bool Read(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout);
   // The client went away or gave up.
   void Cancel();
+  // `listener` is called after every Push and Finish, on the producer's thread and outside the
+  // stream's lock, so a writer waiting for output can be woken instead of polling. It must be
+  // cheap and must not call back into this stream's producer side. Replaces any earlier one;
+  // an empty function removes it. Events pushed before it is set are not announced: read once
+  // after setting it.
+  void SetListener(std::function<void()> listener);
   // Final status and usage; meaningful once Read returned false.
   absl::Status status() const;
   Usage usage() const;
@@ -46,6 +54,9 @@ class RequestStream {
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   Usage usage_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::function<void()>> listener_ ABSL_GUARDED_BY(mu_);
+
+  void Notify(std::shared_ptr<const std::function<void()>> listener);
 };
 
 }  // namespace banyan::scheduler

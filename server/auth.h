@@ -14,9 +14,11 @@
 //
 // The Authorization value (HTTP header `Authorization`, gRPC metadata `authorization`) is
 // checked on its raw bytes:
-//   - the scheme "Bearer" in any letter case, then exactly one space (0x20), then the key;
-//   - the key is everything after that space, byte for byte: nothing is trimmed (a trailing
-//     space or tab makes it another key, which is refused), nothing is percent-decoded;
+//   - spaces and tabs around the whole value are not part of it: HTTP's field syntax (RFC 9110
+//     section 5.5) drops them before any server sees the value, so they are dropped here for
+//     gRPC too, and "Bearer KEY " means the same on both front ends;
+//   - then the scheme "Bearer" in any letter case, exactly one space (0x20), and the key;
+//   - the key is the rest, byte for byte: nothing inside is trimmed or percent-decoded;
 //   - a key with any byte outside visible ASCII (0x21..0x7e), a NUL included, is refused before
 //     any comparison; configured keys must obey the same rule (checked at start-up);
 //   - the key is compared with every configured key, in time that depends only on the

@@ -207,8 +207,21 @@ int Run(int argc, char** argv) {
   spdlog::info("signal {}: draining (up to {} ms)", sig, ctx.options.drain_timeout_ms);
   ready = false;
   grpc_server.UpdateHealth();
+  // One deadline for the whole drain: generation ends (or is cut) first, then every accepted
+  // answer must reach its client, slow readers included; what is left at the deadline is cut,
+  // a stream with a final error event.
+  const auto drain_end = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(ctx.options.drain_timeout_ms);
   sched.Drain(std::chrono::milliseconds(ctx.options.drain_timeout_ms));
-  grpc_server.Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (!http.WaitDelivered(drain_end)) {
+    spdlog::warn("drain timeout: {} HTTP answers not yet delivered are cut",
+                 http.responses_in_flight());
+  }
+  // gRPC calls still open get the rest of the drain (at least 2 s) to reach their clients.
+  const auto grpc_left = std::max<std::chrono::steady_clock::duration>(
+      drain_end - std::chrono::steady_clock::now(), std::chrono::seconds(2));
+  grpc_server.Shutdown(std::chrono::system_clock::now() +
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(grpc_left));
   http.Stop();
   sched.Stop();
   spdlog::info("stopped");

@@ -13,11 +13,13 @@ JOBS="${BANYAN_JOBS:-$(nproc)}"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
-  ASAN_TESTS=(kvcache_test scheduler_test server_http_server_test grpc_server_test e2e_soak)
+  ASAN_TESTS=(kvcache_test scheduler_test server_http_server_test server_http_hardening_test
+    grpc_server_test e2e_soak)
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBANYAN_SANITIZE=address \
     -DBANYAN_CUDA=OFF "$@" >/dev/null
   cmake --build build-asan -j "$JOBS" --target kvcache_test scheduler_test \
-    server_http_server_test grpc_server_test banyand banyan-grpc-client
+    server_http_server_test server_http_hardening_test grpc_server_test banyand \
+    banyan-grpc-client
   regex="^($(IFS='|'; echo "${ASAN_TESTS[*]}"))$"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j 1 -R "$regex"

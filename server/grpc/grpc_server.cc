@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -98,9 +99,14 @@ void GrpcFrontEnd::Shutdown(std::chrono::system_clock::time_point deadline) {
   }
   if (server_ == nullptr) return;
   GrpcLog().info("gRPC shutting down; open calls: {}", pump_->open_calls());
-  // Refuses new calls, waits for open ones until the deadline, then cancels them; their
-  // reactors finish through the pump, so it must keep running until this returns.
-  server_->Shutdown(deadline);
+  // Open Generate calls get until `deadline` to finish and reach their clients (a shutdown
+  // path, so a short poll is fine). Then the server refuses new calls and gives whatever else
+  // is open (a health Watch, an idle stream) a short grace before cancelling it; reactors
+  // finish through the pump, so it must keep running until this returns.
+  while (pump_->open_calls() > 0 && std::chrono::system_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  server_->Shutdown(std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(2)));
   server_->Wait();
   pump_->Stop();
   GrpcLog().info("gRPC stopped");

@@ -4,19 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/http/http_util.h"
-#include "server/http/openai_response.h"
 
 namespace banyan::server::http {
 namespace {
 
 using Events = std::vector<std::pair<int, scheduler::TokenEvent>>;
-using std::chrono::milliseconds;
-
-// How long one streaming read waits before the provider returns to httplib (which checks for
-// server shutdown between calls).
-constexpr milliseconds kStreamPoll{250};
-// With several prompts, the wait on one stream while the others are polled.
-constexpr milliseconds kMultiPoll{5};
 
 std::string SseEvent(const Json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
 
@@ -25,82 +17,6 @@ void FillUsage(const scheduler::Usage& u, AccessRecord* r) {
   r->cached_tokens = u.cached_prompt_tokens;
   r->completion_tokens = u.completion_tokens;
 }
-
-// Everything one SSE response needs, shared by httplib's content provider and its releaser.
-struct SseState {
-  SseState(int n, ResponseBuilder b, std::shared_ptr<AccessRecord> r)
-      : group(n), builder(std::move(b)), record(std::move(r)) {}
-
-  // One call of httplib's content provider: write what is ready. false aborts the connection.
-  bool Provide(httplib::DataSink& sink) {
-    std::string out;
-    if (!started) {
-      started = true;
-      for (const Json& j : builder.StartChunks()) out += SseEvent(j);
-    }
-    Events events;
-    const bool more = group.Read(&events, kStreamPoll);
-    for (const auto& [choice, ev] : events) {
-      tokens_seen += ev.token >= 0;
-      Json chunk = builder.Chunk(choice, ev);
-      if (!chunk.is_null()) out += SseEvent(chunk);
-    }
-    if (!more) {
-      absl::Status st = group.status();
-      if (!st.ok()) {
-        out += SseEvent(ErrorJson(ErrorFromStatus(st)));
-        record->note = absl::StrCat("failed: ", st.message());
-      } else if (include_usage) {
-        out += SseEvent(builder.UsageChunk(group.usage()));
-      }
-      out += "data: [DONE]\n\n";
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (out.empty() && now - last_write >= kKeepAliveInterval) out = ": keep-alive\n\n";
-    if (!out.empty()) {
-      if (!sink.write(out.data(), out.size())) {
-        record->note = "client disconnected";
-        group.CancelUnfinished();
-        return false;
-      }
-      last_write = now;
-    }
-    if (!more) {
-      completed = true;
-      sink.done();
-    }
-    return true;
-  }
-
-  // httplib tears the response down: cancel whatever still runs, then log the request.
-  void Release() {
-    if (released) return;
-    released = true;
-    if (!group.all_done()) {
-      group.CancelUnfinished();
-      if (record->note.empty()) record->note = "stream not completed; cancelled";
-    }
-    if (group.all_done()) {
-      FillUsage(group.usage(), record.get());
-    } else {
-      // The scheduler has not reported usage yet: log what this side knows.
-      record->prompt_tokens = prompt_tokens;
-      record->completion_tokens = tokens_seen;
-    }
-    LogAccess(*record);
-  }
-
-  StreamGroup group;
-  ResponseBuilder builder;
-  std::shared_ptr<AccessRecord> record;
-  bool include_usage = false;
-  int64_t prompt_tokens = 0;  // over all prompts
-  int64_t tokens_seen = 0;    // generated tokens read so far
-  bool started = false;
-  bool completed = false;
-  bool released = false;
-  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
-};
 
 absl::Status NotReady() {
   return absl::UnavailableError("the server is not ready (loading or draining); retry later");
@@ -112,29 +28,25 @@ void StreamGroup::Add(std::shared_ptr<scheduler::RequestStream> stream) {
   entries_.push_back({std::move(stream), false});
 }
 
-bool StreamGroup::Read(Events* out, milliseconds timeout) {
+void StreamGroup::SetListener(const std::function<void()>& listener) {
+  for (Entry& e : entries_) e.stream->SetListener(listener);
+}
+
+bool StreamGroup::Poll(Events* out) {
   std::vector<scheduler::TokenEvent> got;
-  auto drain = [&](size_t i, milliseconds t) {
-    got.clear();
-    if (!entries_[i].stream->Read(&got, t)) entries_[i].done = true;
-    for (scheduler::TokenEvent& ev : got) {
-      out->emplace_back(static_cast<int>(i) * n_ + ev.sample, std::move(ev));
-    }
-  };
-  size_t active = 0, first_active = 0;
   for (size_t i = 0; i < entries_.size(); ++i) {
-    if (!entries_[i].done && active++ == 0) first_active = i;
-  }
-  if (active == 0) return false;
-  if (active == 1) {
-    drain(first_active, timeout);
-  } else {
-    const size_t before = out->size();
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      if (!entries_[i].done) drain(i, milliseconds(0));
-    }
-    if (out->size() == before && !entries_[first_active].done) {
-      drain(first_active, std::min(timeout, kMultiPoll));
+    Entry& e = entries_[i];
+    if (e.done) continue;
+    // Read until nothing is left: a stream that finished after pushing its last events returns
+    // those first and its end only on the next call, and will not announce anything again.
+    for (;;) {
+      got.clear();
+      const bool more = e.stream->Read(&got, std::chrono::milliseconds(0));
+      for (scheduler::TokenEvent& ev : got) {
+        out->emplace_back(static_cast<int>(i) * n_ + ev.sample, std::move(ev));
+      }
+      if (!more) e.done = true;
+      if (!more || got.empty()) break;
     }
   }
   return !all_done();
@@ -175,21 +87,118 @@ scheduler::Usage StreamGroup::usage() const {
   return sum;
 }
 
-void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
-                      httplib::Response& res, std::shared_ptr<AccessRecord> record,
-                      const std::atomic<bool>* stopping) {
+GenerationJob::GenerationJob(int n, ResponseBuilder builder, std::shared_ptr<AccessRecord> record,
+                             bool stream, bool include_usage)
+    : group_(n),
+      builder_(std::move(builder)),
+      record_(std::move(record)),
+      stream_(stream),
+      include_usage_(include_usage) {}
+
+GenerationJob::~GenerationJob() {
+  group_.SetListener({});
+  if (!group_.all_done()) {
+    group_.CancelUnfinished();
+    if (record_->note.empty()) record_->note = "not completed; cancelled";
+  }
+  if (complete_ && !delivered_ && record_->note.empty()) {
+    record_->note = "answer not delivered";
+  }
+  if (group_.all_done()) {
+    FillUsage(group_.usage(), record_.get());
+  } else {
+    // The scheduler has not reported usage yet: log what this side knows.
+    record_->prompt_tokens = prompt_tokens_;
+    record_->completion_tokens = tokens_seen_;
+  }
+  LogAccess(*record_);
+}
+
+void GenerationJob::Add(std::shared_ptr<scheduler::RequestStream> s, int64_t prompt_tokens) {
+  prompt_tokens_ += prompt_tokens;
+  group_.Add(std::move(s));
+}
+
+void GenerationJob::SetWaker(std::function<void()> wake) { group_.SetListener(wake); }
+
+bool GenerationJob::PumpStream(std::string* out) {
+  if (complete_) return true;
+  if (!started_) {
+    started_ = true;
+    for (const Json& j : builder_.StartChunks()) *out += SseEvent(j);
+  }
+  Events events;
+  const bool more = group_.Poll(&events);
+  for (const auto& [choice, ev] : events) {
+    tokens_seen_ += ev.token >= 0;
+    Json chunk = builder_.Chunk(choice, ev);
+    if (!chunk.is_null()) *out += SseEvent(chunk);
+  }
+  if (more) return false;
+  absl::Status st = group_.status();
+  if (st.ok() && !cut_.empty()) st = absl::UnavailableError(cut_);
+  if (!st.ok()) {
+    *out += SseEvent(ErrorJson(ErrorFromStatus(st)));
+    record_->note = absl::StrCat("failed: ", st.message());
+  } else if (include_usage_) {
+    *out += SseEvent(builder_.UsageChunk(group_.usage()));
+  }
+  *out += "data: [DONE]\n\n";
+  complete_ = true;
+  slot_.Release();  // the work is done: a client that waits for this answer may send the next
+  return true;
+}
+
+bool GenerationJob::PumpWhole(HttpResponse* res) {
+  if (complete_) return true;
+  Events events;
+  const bool more = group_.Poll(&events);
+  for (const auto& [choice, ev] : events) {
+    tokens_seen_ += ev.token >= 0;
+    builder_.Add(choice, ev);
+  }
+  if (more) return false;
+  complete_ = true;
+  slot_.Release();  // the work is done: a client that waits for this answer may send the next
+  const scheduler::Usage usage = group_.usage();
+  if (absl::Status s = group_.status(); !s.ok()) {
+    SendStatus(*res, s);
+    record_->note = std::string(s.message());
+  } else {
+    SendJson(*res, 200, builder_.Final(usage));
+  }
+  record_->status = res->status;
+  return true;
+}
+
+void GenerationJob::ClientGone() {
+  if (complete_) return;
+  group_.CancelUnfinished();
+  if (record_->note.empty()) record_->note = "client disconnected";
+}
+
+void GenerationJob::Cut(std::string_view why) {
+  if (complete_ || !cut_.empty()) return;
+  cut_ = std::string(why);
+  group_.CancelUnfinished();
+  record_->note = "cut: " + std::string(why);
+}
+
+std::shared_ptr<GenerationJob> StartGeneration(ServerContext* ctx, Api api, const Tenant& tenant,
+                                               const HttpRequest& req, HttpResponse* res,
+                                               std::shared_ptr<AccessRecord> record) {
   record->id = MakeRequestId(api == Api::kChat ? "chatcmpl-" : "cmpl-");
-  res.set_header("X-Request-Id", record->id);
-  auto fail = [&](const absl::Status& s) {
-    SendStatus(res, s);
-    record->status = res.status;
+  res->SetHeader("X-Request-Id", record->id);
+  auto fail = [&](const absl::Status& s) -> std::shared_ptr<GenerationJob> {
+    SendStatus(*res, s);
+    record->status = res->status;
     record->note = std::string(s.message());
+    return nullptr;
   };
 
-  if (RejectOversizedBody(req, ctx->options.max_body_bytes, res)) {
-    record->status = 413;
-    return;
-  }
+  // Before parsing and tokenizing: a tenant at its limit costs nothing more.
+  absl::StatusOr<TenantSlot> slot = TenantSlot::Acquire(tenant);
+  if (!slot.ok()) return fail(slot.status());
   absl::StatusOr<Json> body = ParseBody(req.body);
   if (!body.ok()) return fail(body.status());
   absl::StatusOr<ParsedGeneration> parsed =
@@ -203,6 +212,7 @@ void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
   const int n = static_cast<int>(parsed->inputs.front().n);
   std::vector<scheduler::Request> requests;
   for (size_t i = 0; i < parsed->inputs.size(); ++i) {
+    parsed->inputs[i].tenant = tenant.name();
     std::string sub_id = parsed->inputs.size() == 1 ? record->id : absl::StrCat(record->id, "-", i);
     absl::StatusOr<scheduler::Request> r =
         BuildRequest(parsed->inputs[i], limits, parsed->default_max_tokens, std::move(sub_id));
@@ -218,52 +228,27 @@ void HandleGeneration(ServerContext* ctx, Api api, const httplib::Request& req,
     requests.push_back(*std::move(r));
   }
 
-  auto state = std::make_shared<SseState>(
+  record->status = 200;
+  auto job = std::make_shared<GenerationJob>(
       n, ResponseBuilder(*parsed, record->id, UnixSeconds(), ctx->model_name, ctx->tokenizer, n),
-      record);
-  state->include_usage = parsed->include_usage;
+      record, parsed->stream, parsed->include_usage);
+  job->Hold(*std::move(slot));
   for (scheduler::Request& r : requests) {
-    state->prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size());
     absl::StatusOr<std::shared_ptr<scheduler::RequestStream>> stream =
         ctx->scheduler->Submit(std::move(r));
     if (!stream.ok()) {
-      state->group.CancelUnfinished();
-      return fail(stream.status());
+      job->Cut("refused");
+      record->deferred = true;  // the job's destructor logs it
+      SendStatus(*res, stream.status());
+      record->status = res->status;
+      record->note = std::string(stream.status().message());
+      return nullptr;
     }
-    state->group.Add(*std::move(stream));
+    job->Add(*std::move(stream), prompt_tokens);
   }
-
-  if (!parsed->stream) {
-    Events events;
-    bool cancelled = false;
-    while (state->group.Read(&events, milliseconds(250))) {
-      for (const auto& [choice, ev] : events) state->builder.Add(choice, ev);
-      events.clear();
-      if (!cancelled && stopping != nullptr && stopping->load()) {
-        // The front end is stopping: cut the request; the answer says "abort".
-        state->group.CancelUnfinished();
-        cancelled = true;
-        record->note = "cut by shutdown";
-      }
-    }
-    for (const auto& [choice, ev] : events) state->builder.Add(choice, ev);
-    const scheduler::Usage usage = state->group.usage();
-    FillUsage(usage, record.get());
-    if (absl::Status s = state->group.status(); !s.ok()) return fail(s);
-    SendJson(res, 200, state->builder.Final(usage));
-    record->status = 200;
-    return;
-  }
-
-  record->status = 200;
   record->deferred = true;
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state](size_t /*offset*/, httplib::DataSink& sink) { return state->Provide(sink); },
-      [state](bool /*success*/) { state->Release(); });
+  return job;
 }
 
 }  // namespace banyan::server::http

@@ -1,47 +1,41 @@
-// HttpFrontEnd: the OpenAI-compatible HTTP API of banyand (cpp-httplib), a thin translation
-// layer over the scheduler.
+// HttpFrontEnd: the OpenAI-compatible HTTP API of banyand (endpoints.h), served by an
+// event-driven HTTP/1.1 server (Boost.Beast over Asio) with a small fixed pool of threads.
 //
-// Endpoints:
-//   POST /v1/completions, POST /v1/chat/completions   generation (generation.h), SSE streaming
-//   GET  /v1/models, GET /v1/models/{id}              the one served model
-//   POST /tokenize   {prompt | messages, add_special_tokens, add_generation_prompt, model}
-//                    -> {tokens, count, max_model_len}
-//   POST /detokenize {tokens, model} -> {prompt}
-//   GET  /health     200 while the process runs
-//   GET  /ready      200 when *ctx->ready, else 503 (loading or draining)
-//   GET  /metrics    Prometheus text 0.0.4 (server/metrics_text.h, docs/metrics.md)
+// Connections cost no thread: each is a coroutine on its own strand. A generation request's
+// connection sleeps on a timer that the scheduler's streams cancel when they push a token
+// (RequestStream::SetListener), so output is written as soon as it exists, with no polling.
 //
-// Auth: with ctx->options.api_keys non-empty, every endpoint except /health and /ready (which
-// orchestrators probe without credentials) needs "Authorization: Bearer <key>"; otherwise 401
-// with code "invalid_api_key". /metrics is protected too: Prometheus sends a bearer token with
-// `authorization: {credentials: ...}` in its scrape config.
+// HTTP behaviour:
+//  - keep-alive and pipelining: requests on one connection are answered in order;
+//  - limits: request head 16 KiB (431), body ctx->options.max_body_bytes before and after
+//    Content-Encoding gzip/deflate (413), other encodings 415;
+//  - timeouts: a request head must arrive within `head_timeout` (also the keep-alive idle
+//    limit), its body within `body_timeout`; a response write that makes no progress for
+//    `write_timeout` ends the connection (and cancels its request);
+//  - "Expect: 100-continue" is answered; HEAD is served for the GET endpoints;
+//  - the listening socket is exclusive (SO_REUSEADDR only, never SO_REUSEPORT): a second daemon
+//    on the same port fails to start instead of splitting the traffic.
 //
-// Errors are always OpenAI JSON {"error":{"message","type","param","code"}}: unknown path 404,
-// known path with the wrong method 405 (with an Allow header), body over
-// ctx->options.max_body_bytes 413, and the mapping in openai_json.h for everything else.
-//
-// Every request gets an id (cmpl-/chatcmpl- for generation, req- otherwise), returned in the
-// X-Request-Id header, and one info line in the "http" log when it completes.
-//
-// Threads: httplib serves each connection on a pool thread; a streaming response holds its
-// thread until it ends, so `threads` bounds the number of concurrent streams.
+// Draining: while *ctx->ready is false, every response closes its connection. WaitDelivered
+// waits until every accepted generation answer has been written to its socket; Stop cuts what
+// is left: a stream gets a final error event and [DONE], a whole answer finish_reason "abort".
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <memory>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "server/server_context.h"
 
-namespace httplib {
-class Server;
-}  // namespace httplib
-
 namespace banyan::server::http {
 
 struct HttpFrontEndOptions {
-  int threads = 64;  // connection-serving threads
+  int threads = 0;  // I/O threads; 0: between 2 and 4 by the machine's cores
+  std::chrono::milliseconds head_timeout{60000};
+  std::chrono::milliseconds body_timeout{60000};
+  std::chrono::milliseconds write_timeout{60000};
+  std::chrono::milliseconds keep_alive_interval{10000};  // SSE comment when nothing happens
+  std::chrono::milliseconds stop_write_timeout{2000};    // writing the last event while stopping
 };
 
 class HttpFrontEnd {
@@ -52,25 +46,26 @@ class HttpFrontEnd {
   HttpFrontEnd(const HttpFrontEnd&) = delete;
   HttpFrontEnd& operator=(const HttpFrontEnd&) = delete;
 
-  // Binds ctx->options.host:http_port (0: a free port) and serves on its own threads.
-  // Returns once the socket listens; Unavailable when it can not bind.
+  // Binds ctx->options.host:http_port (0: a free port), listens with
+  // ctx->options.listen_backlog, and serves on its own threads. Unavailable when it can not bind.
   absl::Status Start();
   // The bound port; -1 before Start.
-  int port() const { return port_; }
-  // Stops accepting, ends open streams and cuts running non-streaming requests (cancelling
-  // them in the scheduler), then joins the threads. Idempotent. For a graceful drain, set
-  // *ctx->ready false and Drain the scheduler first.
+  int port() const;
+
+  // Generation answers accepted and not yet completely written.
+  int64_t responses_in_flight() const;
+  // Waits until responses_in_flight() is 0 or `deadline` passes; true when it reached 0.
+  bool WaitDelivered(std::chrono::steady_clock::time_point deadline);
+
+  // Stops accepting, cuts the answers still running (see above), closes every connection and
+  // joins the threads. Idempotent. For a graceful drain, set *ctx->ready false, drain the
+  // scheduler and WaitDelivered first.
   void Stop();
 
- private:
-  void RegisterRoutes();
+  struct Impl;
 
-  ServerContext* ctx_;
-  HttpFrontEndOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  std::atomic<bool> stopping_{false};
-  int port_ = -1;
+ private:
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace banyan::server::http

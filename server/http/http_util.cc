@@ -6,30 +6,24 @@
 
 namespace banyan::server::http {
 
-void SendJson(httplib::Response& res, int http_status, const Json& body) {
+void SendJson(HttpResponse& res, int http_status, const Json& body) {
   res.status = http_status;
-  res.set_content(Dump(body), "application/json");
+  res.content_type = "application/json";
+  res.body = Dump(body);
 }
 
-void SendError(httplib::Response& res, const ApiError& error) {
-  if (error.http_status == 429 || error.http_status == 503) res.set_header("Retry-After", "1");
+void SendError(HttpResponse& res, const ApiError& error) {
+  if (error.http_status == 429 || error.http_status == 503) res.SetHeader("Retry-After", "1");
   SendJson(res, error.http_status, ErrorJson(error));
 }
 
-void SendStatus(httplib::Response& res, const absl::Status& status) {
+void SendStatus(HttpResponse& res, const absl::Status& status) {
   SendError(res, ErrorFromStatus(status));
 }
 
 std::string BodyTooLargeMessage(int64_t max_body_bytes) {
   return "The request body is larger than this server's limit of " +
          std::to_string(max_body_bytes) + " bytes.";
-}
-
-bool RejectOversizedBody(const httplib::Request& req, int64_t max_body_bytes,
-                         httplib::Response& res) {
-  if (max_body_bytes <= 0 || req.body.size() <= static_cast<size_t>(max_body_bytes)) return false;
-  SendError(res, ErrorForHttpStatus(413, BodyTooLargeMessage(max_body_bytes), "request_too_large"));
-  return true;
 }
 
 std::string MakeRequestId(std::string_view prefix) {

@@ -134,9 +134,17 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
                         "array of either");
   }
   const engine::Tokenizer& tok = *ctx.tokenizer;
+  size_t text_bytes = 0;  // over all prompts of the request: each is tokenized
   auto add_text = [&](const std::string& s) -> absl::Status {
     if (s.empty()) return InvalidParam("prompt", "the prompt is empty; send some text");
     if (!IsValidUtf8(s)) return InvalidParam("prompt", "the prompt is not valid UTF-8");
+    // Before tokenizing: a long text costs the tokenizer seconds of CPU.
+    text_bytes += s.size();
+    if (absl::Status st = CheckPromptBytes(s, ctx.options); !st.ok()) return st;
+    if (absl::Status st = CheckPromptSize(static_cast<int64_t>(text_bytes), ctx.options);
+        !st.ok()) {
+      return st;
+    }
     prompts->push_back(tok.Encode(s, add_special));
     texts->push_back(s);
     return absl::OkStatus();
@@ -336,6 +344,10 @@ absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const Server
   absl::StatusOr<std::vector<ChatSegment>> segments =
       RenderChat(ctx.options.chat_template, *messages);
   if (!segments.ok()) return segments.status();
+  // Before tokenizing: a long conversation costs the tokenizer seconds of CPU.
+  int64_t text_bytes = 0;
+  for (const ChatSegment& seg : *segments) text_bytes += static_cast<int64_t>(seg.text.size());
+  if (absl::Status st = CheckPromptSize(text_bytes, ctx.options, "messages"); !st.ok()) return st;
   common.prompt = EncodeChat(*segments, *ctx.tokenizer);
   out.inputs.push_back(std::move(common));
   return out;

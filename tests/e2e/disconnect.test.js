@@ -6,7 +6,6 @@ const assert = require('node:assert/strict');
 const { after, before, describe, test } = require('node:test');
 const { startDaemon, MODEL_NAME, scaled, sleep } = require('./lib/daemon');
 const { openaiClient } = require('./lib/http');
-const { knownBug } = require('./lib/known_bugs');
 const { scrape, value, waitIdle } = require('./lib/metrics');
 
 // Long enough to be running for seconds on the CPU: 8 samples of 500 tokens.
@@ -72,7 +71,7 @@ describe('client disconnect', () => {
   }
 
   test('openai client aborts a streaming completion mid-stream (AbortController)', async () => {
-    const before = await scrape(d);
+    const before = await waitIdle(d);
     const controller = new AbortController();
     const stream = await client.completions.create({ ...LONG, stream: true }, { signal: controller.signal });
     let chunks = 0;
@@ -97,7 +96,7 @@ describe('client disconnect', () => {
   });
 
   test('raw fetch: the client closes a streaming chat response after the first bytes', async () => {
-    const before = await scrape(d);
+    const before = await waitIdle(d);
     const controller = new AbortController();
     const r = await fetch(`${d.http}/v1/chat/completions`, {
       method: 'POST',
@@ -124,13 +123,12 @@ describe('client disconnect', () => {
     await assertFreedWithinASecond(before, abortedAt);
   });
 
-  // Known gap: a non-streaming request runs to its end after its client is gone (the handler
-  // only waits on the scheduler; httplib 0.11 does not report the closed connection).
+  // The connection watches its socket while the answer is pending: a client that closes it
+  // cancels its request, streaming or not.
   test(
     'a non-streaming client that disconnects frees its chunks',
-    { todo: knownBug('non-streaming requests are not cancelled when the client disconnects') },
     async () => {
-      const before = await scrape(d);
+      const before = await waitIdle(d);
       const controller = new AbortController();
       const pending = client.completions
         .create(LONG, { signal: controller.signal })

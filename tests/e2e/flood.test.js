@@ -39,7 +39,7 @@ describe('queue flood', () => {
     for (let i = 0; i < PROMPTS.length; ++i) {
       expected.push((await client.completions.create(body(i))).choices[0].text);
     }
-    const before = await scrape(d);
+    const before = await waitIdle(d);
 
     const results = await Promise.all(
       Array.from({ length: FLOOD }, async (_, i) => {

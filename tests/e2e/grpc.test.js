@@ -10,7 +10,7 @@ const { promisify } = require('node:util');
 const { startDaemon, GRPC_CLIENT, MODEL_NAME, scaled, sleep } = require('./lib/daemon');
 const g = require('./lib/grpc');
 const { post } = require('./lib/http');
-const { scrape, value } = require('./lib/metrics');
+const { scrape, value, waitIdle } = require('./lib/metrics');
 
 const PROMPT = 'Once upon a time';
 // Runs for seconds: 8 samples of 500 tokens.
@@ -108,7 +108,7 @@ describe('gRPC Generation', () => {
   });
 
   test('cancelling mid-stream frees the chunks at once', async () => {
-    const before = await scrape(d);
+    const before = await waitIdle(d);
     let cancelledAt = 0;
     let messages = 0;
     await assert.rejects(
@@ -126,7 +126,7 @@ describe('gRPC Generation', () => {
   });
 
   test('a deadline that passes cancels the request: DEADLINE_EXCEEDED, chunks freed', async () => {
-    const before = await scrape(d);
+    const before = await waitIdle(d);
     const start = Date.now();
     await assert.rejects(g.generate(rpc.generation, LONG, { deadlineMs: 300 }), (e) => e.code === g.status.DEADLINE_EXCEEDED);
     await assertFreed(before, start + 300, 'deadline');

@@ -123,7 +123,9 @@ describe('prefix sharing under concurrency', () => {
       assert.ok(r.texts[0].length > 0, `request ${i} alone gave no text`);
       alone.push(r);
     }
-    const before = await scrape(d);
+    // The counters are published at the end of the engine iteration that finished the last
+    // request, which can come after its client read [DONE]: wait for that state, not for time.
+    const before = await waitIdle(d);
     const { outputs, samples } = await concurrently('together');
     for (let i = 0; i < STREAMS; ++i) {
       assert.equal(outputs[i].texts[0], alone[i].texts[0], `request ${i}: concurrent != alone`);

@@ -1,0 +1,268 @@
+#include "server/http/endpoints.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/auth.h"
+#include "server/http/chat_template.h"
+#include "server/http/http_util.h"
+#include "server/http/openai_json.h"
+#include "server/http/openai_request.h"
+#include "server/metrics_text.h"
+#include "server/validation.h"
+
+namespace banyan::server::http {
+namespace {
+
+// Probes and scrapes arrive every few seconds; their access lines go to debug level.
+bool IsQuietPath(const std::string& path) {
+  return path == "/health" || path == "/ready" || path == "/metrics";
+}
+
+// The methods each known path accepts; "" for unknown paths.
+std::string AllowedMethods(const std::string& path) {
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
+      path == "/detokenize") {
+    return "POST";
+  }
+  if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/") || path == "/health" ||
+      path == "/ready" || path == "/metrics") {
+    return "GET, HEAD";
+  }
+  return "";
+}
+
+bool IsJsonContentType(std::string_view value) {
+  const size_t semi = value.find(';');
+  std::string_view media = value.substr(0, semi);
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
+  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
+  return EqualsIgnoreCase(media, "application/json");
+}
+
+// "localhost", an IPv4 address in 127.0.0.0/8 or the IPv6 loopback ::1.
+bool IsLoopbackAddress(std::string_view host) {
+  if (EqualsIgnoreCase(host, "localhost")) return true;
+  const std::string h(host);
+  in_addr v4{};
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, h.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+Json ModelCard(const ServerContext& ctx, int64_t created) {
+  return Json{{"id", ctx.model_name},
+              {"object", "model"},
+              {"created", created},
+              {"owned_by", "banyan"},
+              {"root", ctx.model_name},
+              {"parent", nullptr},
+              {"max_model_len", ctx.model_config->max_seq_len}};
+}
+
+void Tokenize(const ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  absl::StatusOr<Json> body = ParseBody(req.body);
+  if (!body.ok()) return SendStatus(res, body.status());
+  if (absl::Status s = CheckModel(*body, ctx); !s.ok()) return SendStatus(res, s);
+  FieldReader f(*body);
+  bool add_special = true;
+  f.Bool("add_special_tokens", &add_special);
+  bool add_generation_prompt = true;
+  f.Bool("add_generation_prompt", &add_generation_prompt);
+  if (!f.status().ok()) return SendStatus(res, f.status());
+  std::vector<int32_t> tokens;
+  if (f.Has("messages")) {
+    absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(*body);
+    if (!messages.ok()) return SendStatus(res, messages.status());
+    absl::StatusOr<std::vector<ChatSegment>> segments =
+        RenderChat(ctx.options.chat_template, *messages);
+    if (!segments.ok()) return SendStatus(res, segments.status());
+    int64_t text_bytes = 0;
+    for (const ChatSegment& seg : *segments) text_bytes += static_cast<int64_t>(seg.text.size());
+    if (absl::Status s = CheckPromptSize(text_bytes, ctx.options, "messages"); !s.ok()) {
+      return SendStatus(res, s);
+    }
+    tokens = EncodeChat(*segments, *ctx.tokenizer);
+  } else {
+    if (!f.Has("prompt")) {
+      return SendStatus(res, InvalidParam("prompt", "send either prompt (a string) or messages"));
+    }
+    std::string prompt;
+    f.String("prompt", &prompt);
+    if (!f.status().ok()) return SendStatus(res, f.status());
+    if (absl::Status s = CheckPromptBytes(prompt, ctx.options); !s.ok()) {
+      return SendStatus(res, s);
+    }
+    tokens = ctx.tokenizer->Encode(prompt, add_special);
+  }
+  SendJson(res, 200,
+           Json{{"tokens", tokens},
+                {"count", tokens.size()},
+                {"max_model_len", ctx.model_config->max_seq_len}});
+}
+
+void Detokenize(const ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  absl::StatusOr<Json> body = ParseBody(req.body);
+  if (!body.ok()) return SendStatus(res, body.status());
+  if (absl::Status s = CheckModel(*body, ctx); !s.ok()) return SendStatus(res, s);
+  FieldReader f(*body);
+  if (!f.Has("tokens")) {
+    return SendStatus(res, InvalidParam("tokens", "tokens is required: an array of token ids"));
+  }
+  std::vector<int32_t> tokens;
+  f.IntList("tokens", &tokens);
+  if (!f.status().ok()) return SendStatus(res, f.status());
+  for (int32_t id : tokens) {
+    if (id < 0 || id >= ctx.tokenizer->vocab_size()) {
+      return SendStatus(
+          res,
+          InvalidParam("tokens", absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                              ctx.tokenizer->vocab_size(), ")")));
+    }
+  }
+  SendJson(res, 200, Json{{"prompt", ctx.tokenizer->Decode(tokens)}});
+}
+
+void Models(const ServerContext& ctx, const std::string& path, HttpResponse& res) {
+  static const int64_t created = UnixSeconds();
+  if (path == "/v1/models") {
+    SendJson(res, 200, Json{{"object", "list"}, {"data", Json::array({ModelCard(ctx, created)})}});
+    return;
+  }
+  const std::string id = path.substr(std::string_view("/v1/models/").size());
+  if (id != ctx.model_name) {
+    absl::Status st = absl::NotFoundError(absl::StrCat(
+        "The model `", id, "` does not exist. This server serves `", ctx.model_name, "`."));
+    SetStatusParam(&st, "model");
+    SetStatusCode(&st, "model_not_found");
+    return SendStatus(res, st);
+  }
+  SendJson(res, 200, ModelCard(ctx, created));
+}
+
+// Fills *res for everything but generation; returns false for a generation path.
+bool Route(ServerContext* ctx, const HttpRequest& req, HttpResponse& res) {
+  const std::string& path = req.path;
+  if (path == "/health") {
+    SendJson(res, 200, Json{{"status", "ok"}});
+  } else if (path == "/ready") {
+    if (ctx->ready != nullptr && !ctx->ready->load()) {
+      SendError(res,
+                ErrorForHttpStatus(503, "not ready: loading or draining", "service_unavailable"));
+    } else {
+      SendJson(res, 200, Json{{"status", "ready"}});
+    }
+  } else if (path == "/metrics") {
+    res.status = 200;
+    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    res.body = RenderPrometheus(ctx->scheduler->Metrics(), ctx->model_name);
+  } else if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
+    Models(*ctx, path, res);
+  } else if (path == "/tokenize") {
+    Tokenize(*ctx, req, res);
+  } else if (path == "/detokenize") {
+    Detokenize(*ctx, req, res);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsLoopbackHostHeader(std::string_view host) {
+  std::string_view name = host;
+  if (name.substr(0, 1) == "[") {
+    const size_t close = name.find(']');
+    if (close == std::string_view::npos) return false;
+    const std::string_view rest = name.substr(close + 1);
+    if (!rest.empty() && rest[0] != ':') return false;
+    name = name.substr(1, close - 1);
+  } else if (const size_t colon = name.rfind(':'); colon != std::string_view::npos) {
+    name = name.substr(0, colon);
+  }
+  return IsLoopbackAddress(name);
+}
+
+void LogRequest(const AccessRecord& r) {
+  if (IsQuietPath(r.path) && r.status < 400) {
+    if (HttpLog().should_log(spdlog::level::debug)) {
+      HttpLog().debug("[http] {} {} {} {}", r.id, r.method, r.path, r.status);
+    }
+    return;
+  }
+  LogAccess(r);
+}
+
+std::shared_ptr<GenerationJob> Dispatch(ServerContext* ctx, const HttpRequest& req,
+                                        HttpResponse* res,
+                                        const std::shared_ptr<AccessRecord>& record) {
+  const ServerOptions& opts = ctx->options;
+  auto finish = [&]() -> std::shared_ptr<GenerationJob> {
+    if (record->id.empty()) {
+      record->id = MakeRequestId("req-");
+      res->SetHeader("X-Request-Id", record->id);
+    }
+    record->status = res->status;
+    return nullptr;
+  };
+  if (!ctx->auth.keys_required() && IsLoopbackAddress(opts.host) &&
+      !IsLoopbackHostHeader(req.Header("Host"))) {
+    SendError(*res, ErrorForHttpStatus(403,
+                                       "This server listens on a loopback address without API "
+                                       "keys and only answers requests whose Host header names "
+                                       "a loopback host (localhost, 127.0.0.1, [::1]).",
+                                       "forbidden_host"));
+    return finish();
+  }
+  // The caller's tenant (server/auth.h): from the raw Authorization bytes, never from the body.
+  const Tenant* tenant = nullptr;
+  if (req.path != "/health" && req.path != "/ready") {
+    std::optional<std::string_view> authorization;
+    if (req.HasHeader("Authorization")) authorization = req.Header("Authorization");
+    absl::StatusOr<const Tenant*> t = ctx->auth.Authenticate(authorization);
+    if (!t.ok()) {
+      res->SetHeader("WWW-Authenticate", "Bearer");
+      SendError(*res, ErrorForHttpStatus(401, std::string(t.status().message()),
+                                         "invalid_api_key"));
+      return finish();
+    }
+    tenant = *t;
+  }
+  const std::string allowed = AllowedMethods(req.path);
+  if (allowed.empty()) {
+    SendError(*res, ErrorForHttpStatus(
+                        404, absl::StrCat("Invalid URL (", req.method, " ", req.path, ")"),
+                        "not_found"));
+    return finish();
+  }
+  const bool get_like = req.method == "GET" || req.method == "HEAD";
+  if ((allowed == "POST") != (req.method == "POST") || (allowed != "POST" && !get_like)) {
+    res->SetHeader("Allow", allowed);
+    SendError(*res, ErrorForHttpStatus(405,
+                                       absl::StrCat("Method ", req.method, " is not allowed on ",
+                                                    req.path, "; use ", allowed),
+                                       "method_not_allowed"));
+    return finish();
+  }
+  if (req.method == "POST" && !IsJsonContentType(req.Header("Content-Type"))) {
+    SendError(*res, ErrorForHttpStatus(
+                        415, "Send the request body as JSON with 'Content-Type: application/json'.",
+                        "unsupported_media_type"));
+    return finish();
+  }
+  if (Route(ctx, req, *res)) return finish();
+  const Api api = req.path == "/v1/chat/completions" ? Api::kChat : Api::kCompletions;
+  std::shared_ptr<GenerationJob> job = StartGeneration(ctx, api, *tenant, req, res, record);
+  if (job == nullptr) return finish();
+  return job;
+}
+
+}  // namespace banyan::server::http
