@@ -63,8 +63,21 @@ IterationPlan Schedule(const PolicyInput& in) {
   if (!plan.preempt.empty()) return plan;
   std::vector<PolicyRequest> waiting = in.waiting;
   std::sort(waiting.begin(), waiting.end(), Before);
+  std::vector<PolicyTenant> tenants = in.tenants;
+  std::vector<bool> tenant_running(tenants.size(), false);
+  for (size_t i = 0; i < running.size(); ++i) {
+    const int32_t t = running[i].tenant;
+    if (t >= 0 && t < static_cast<int32_t>(tenants.size())) tenant_running[t] = true;
+  }
   for (const PolicyRequest& w : waiting) {
     if (sequences + w.sequences > in.max_sequences && sequences > 0) break;
+    if (w.tenant >= 0 && w.tenant < static_cast<int32_t>(tenants.size())) {
+      PolicyTenant& tenant = tenants[w.tenant];
+      if (tenant_running[w.tenant] &&
+          tenant.chunks_used + w.chunks_needed > tenant.chunks_budget) {
+        continue;  // held by its tenant's budget; others may still be admitted
+      }
+    }
     // Headroom of one chunk per running sequence for its next appends, so that admitting does
     // not immediately force a preemption (thrash). With nothing running the head request is
     // admitted whatever the estimate says: alone it fits, and waiting could not change that.
@@ -81,6 +94,10 @@ IterationPlan Schedule(const PolicyInput& in) {
     budget -= t;
     sequences += w.sequences;
     need += w.chunks_needed;
+    if (w.tenant >= 0 && w.tenant < static_cast<int32_t>(tenants.size())) {
+      tenants[w.tenant].chunks_used += w.chunks_needed;
+      tenant_running[w.tenant] = true;
+    }
   }
   return plan;
 }

@@ -17,6 +17,12 @@
 //     starve). A request needing no prefill budget (fully cached, or resuming) is still admitted
 //     when the budget is spent. With nothing running, the head request is always admitted.
 //  The last running request is never preempted (alone it fits; see Scheduler::Submit).
+//  Tenant KV budgets (admission only): a waiting request whose tenant has a budget is admitted
+//  only while the chunks its tenant's running requests hold plus its own chunks_needed fit the
+//  budget, or when its tenant has nothing running (so that one large request still runs). A
+//  request held back by its tenant's budget does not stop the admission of other tenants'
+//  requests behind it (a tenant at its budget must not block the others). Decoding may take a
+//  tenant past its budget by its running requests' growth; preemption ignores budgets.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +43,13 @@ struct PolicyRequest {
   int32_t chunks_private = 0;    // running: chunks only it uses (cached again if preempted)
   bool decoding = false;         // running and past its prefill
   bool resume = false;           // waiting after a preemption: recomputes in one go
+  int32_t tenant = -1;           // index into PolicyInput::tenants; -1: no budget
+};
+
+// A tenant with a KV chunk budget.
+struct PolicyTenant {
+  int64_t chunks_budget = 0;  // > 0
+  int64_t chunks_used = 0;    // chunks its running requests hold (shared ones once)
 };
 
 struct PolicyInput {
@@ -47,6 +60,7 @@ struct PolicyInput {
   int32_t chunk_size = 64;
   int32_t max_sequences = 256;
   int32_t prefill_token_budget = 1024;
+  std::vector<PolicyTenant> tenants;  // indexed by PolicyRequest::tenant
 };
 
 struct IterationPlan {

@@ -41,6 +41,10 @@ struct Request {
   int n = 1;          // samples of the prompt; they share its KV
   int priority = 0;   // larger is more important: admitted first, preempted last
   std::string cache_namespace;  // tenant / cache salt: prefixes shared only within it
+  // The authenticated tenant and its KV budget in chunks (0: none): the policy admits the
+  // tenant's requests only while its running ones hold fewer chunks (policy.h).
+  std::string tenant;
+  int64_t tenant_kv_chunks = 0;
   std::optional<std::chrono::steady_clock::time_point> deadline;  // cancelled when it passes
 };
 

@@ -456,10 +456,22 @@ bool Scheduler::Iterate() {
   in.max_sequences = options_.max_running_sequences;
   in.prefill_token_budget = options_.prefill_token_budget;
   std::unordered_map<uint64_t, Live*> by_handle;
+  // Tenants with a KV budget: an index each, and the sequences their running requests hold.
+  std::unordered_map<std::string, int32_t> tenant_index;
+  std::vector<std::vector<kvcache::SeqId>> tenant_seqs;
+  auto tenant_of = [&](const Live& l) -> int32_t {
+    if (l.req.tenant_kv_chunks <= 0) return -1;
+    auto [it, added] = tenant_index.emplace(l.req.tenant, static_cast<int32_t>(in.tenants.size()));
+    if (added) {
+      in.tenants.push_back({.chunks_budget = l.req.tenant_kv_chunks});
+      tenant_seqs.emplace_back();
+    }
+    return it->second;
+  };
   for (LivePtr& l : waiting_) {
     by_handle[l->handle] = l.get();
     PolicyRequest p{.handle = l->handle, .priority = l->req.priority, .arrival = l->arrival,
-                    .sequences = l->req.n, .resume = l->resume};
+                    .sequences = l->req.n, .resume = l->resume, .tenant = tenant_of(*l)};
     // Chunks needed: the uncached tokens, the cached chunks the match turns live, and room for
     // a split copy and the first appends.
     int32_t cached_chunks = 0;
@@ -483,7 +495,7 @@ bool Scheduler::Iterate() {
   for (LivePtr& l : running_) {
     by_handle[l->handle] = l.get();
     PolicyRequest p{.handle = l->handle, .priority = l->req.priority, .arrival = l->arrival,
-                    .sequences = l->req.n};
+                    .sequences = l->req.n, .tenant = tenant_of(*l)};
     std::vector<kvcache::SeqId> seqs;
     if (l->state == RequestState::kDecoding) {
       p.decoding = true;
@@ -497,7 +509,14 @@ bool Scheduler::Iterate() {
       p.remaining_prefill = static_cast<int32_t>(l->req.prompt.size()) - l->placed;
     }
     p.chunks_private = tree_->ChunksOnlyUsedBy(seqs);
+    if (p.tenant >= 0) {
+      tenant_seqs[p.tenant].insert(tenant_seqs[p.tenant].end(), seqs.begin(), seqs.end());
+    }
     in.running.push_back(p);
+  }
+  // Tenants own disjoint namespaces, so the chunks only their sequences use are theirs.
+  for (size_t t = 0; t < in.tenants.size(); ++t) {
+    if (!tenant_seqs[t].empty()) in.tenants[t].chunks_used = tree_->ChunksOnlyUsedBy(tenant_seqs[t]);
   }
   IterationPlan plan = Schedule(in);
   if (plan.empty()) {  // nothing can move until a request finishes or arrives: do not spin

@@ -27,11 +27,12 @@
 // quotes the key.
 //
 // Limits. max_concurrent_requests bounds a tenant's generation requests in flight (gRPC
-// Generate; HTTP completions and chat once the HTTP front end takes slots) over both front ends
-// together: a TenantSlot each, held until the answer is delivered or the call is cancelled;
-// ResourceExhausted when full (HTTP 429, gRPC RESOURCE_EXHAUSTED). Tokenize, Detokenize and
-// ListModels take no slot (they are bounded by max_prompt_bytes and the message size). max_kv_chunks is parsed and kept but NOT enforced yet (the scheduler's
-// admission does not know tenants); see issue 14.
+// Generate, HTTP completions and chat) over both front ends together: a TenantSlot each, held
+// until the answer is complete or the call is cancelled; ResourceExhausted when full (HTTP 429,
+// gRPC RESOURCE_EXHAUSTED). Tokenize, Detokenize and ListModels take no slot (they are bounded
+// by max_prompt_bytes and the message size). max_kv_chunks is a KV budget the scheduler's
+// admission applies (scheduler::Request::tenant_kv_chunks, scheduler/policy.h): the tenant's
+// next request waits while its running ones hold the budget, without blocking other tenants.
 //
 // Thread safety: an Auth is immutable after Create except for the tenants' in-flight counters,
 // which are atomic; Authenticate and Acquire may run on any thread. Copies of an Auth share
@@ -64,7 +65,7 @@ struct TenantSpec {
   std::string name;
   std::vector<std::string> keys;
   int max_concurrent_requests = 0;  // requests in flight, both front ends; 0: unlimited
-  int64_t max_kv_chunks = 0;        // 0: unlimited. Parsed, not enforced yet.
+  int64_t max_kv_chunks = 0;        // 0: unlimited. A KV budget for admission (policy.h).
 };
 
 // Checks names (unique, well formed), keys (well formed, each in one tenant only) and limits

@@ -24,7 +24,7 @@
 // Tenants (server/auth.h). The config file's "tenants" (or the file --tenants names, which
 // replaces it) is a list of
 //   {"name": "alice", "keys": ["sk-..."], "max_concurrent_requests": 8, "max_kv_chunks": 0}
-// (the limits optional, 0 = unlimited; max_kv_chunks is not enforced yet). Keys given with
+// (the limits optional, 0 = unlimited). Keys given with
 // --api-key / "api_keys" belong to the tenant "default" (declared in "tenants" or not): they
 // all share one prefix-cache namespace, so give clients that must not share one their own
 // tenant. --api-key flags replace the file's "api_keys". No key anywhere: one open tenant,

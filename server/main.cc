@@ -8,6 +8,7 @@
 // before the first library constructor (kBlockShutdownSignals below) and taken by sigwait in one
 // thread (server/shutdown_signals.h), so no work happens in a signal handler.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -63,6 +64,19 @@ constexpr char kUsage[] =
     "               [--log-level trace|debug|info|warn|error]\n"
     "With no arguments: the bundled stories260K on the CPU, 127.0.0.1, HTTP 8000, gRPC 50051.\n";
 
+// Every connection holds a file descriptor, and the front ends hold thousands of connections
+// without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->
+// 524288), as servers that expect many clients do.
+void RaiseOpenFileLimit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
+  const rlim_t before = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    spdlog::info("open files limit raised from {} to {}", before, lim.rlim_cur);
+  }
+}
+
 int Fail(const absl::Status& s) {
   spdlog::error("{}", std::string(s.message()));
   return 1;
@@ -86,6 +100,7 @@ int Run(int argc, char** argv) {
   ShutdownSignals signals;
   absl::StatusOr<Auth> auth = Auth::Create(cfg->server.tenants);
   if (!auth.ok()) return Fail(auth.status());
+  RaiseOpenFileLimit();
 
   std::atomic<bool> ready = false;
   std::string model_path = cfg->model.empty() ? engine::FindBundledModel(argv[0]) : cfg->model;

@@ -32,8 +32,8 @@ struct ServerOptions {
   // Tenants and their keys (server/auth.h); ServerContext::auth is built from them. Keys given
   // as --api-key / "api_keys" are the tenant "default"'s.
   std::vector<TenantSpec> tenants;
-  // Every key of every tenant; empty: no auth. Kept for the HTTP front end until it calls
-  // Authenticate (server/auth.h); the tenants above are the truth.
+  // Every key of every tenant (filled by the config; a start-up cross-check against
+  // ServerContext::auth). The front ends authenticate with ServerContext::auth only.
   std::vector<std::string> api_keys;
   int64_t max_body_bytes = 8 << 20;            // larger HTTP bodies: 413; gRPC messages too
   // Largest prompt text in bytes, checked before tokenizing (CheckPromptBytes); 1 MiB holds a

@@ -87,6 +87,8 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackSer
   absl::StatusOr<scheduler::Request> r = ToSchedulerRequest(req, *ctx_, *id, (*tenant)->name());
   if (!r.ok()) return r.status();
   r->deadline = SteadyDeadline(call->deadline());
+  r->tenant = (*tenant)->name();
+  r->tenant_kv_chunks = (*tenant)->max_kv_chunks();
   const size_t prompt_tokens = r->prompt.size();
   const int n = r->n;
   const int max_tokens = r->params.max_tokens;

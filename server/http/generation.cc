@@ -225,6 +225,8 @@ std::shared_ptr<GenerationJob> StartGeneration(ServerContext* ctx, Api api, cons
       }
       return fail(s);
     }
+    r->tenant = tenant.name();
+    r->tenant_kv_chunks = tenant.max_kv_chunks();
     requests.push_back(*std::move(r));
   }
 

@@ -243,29 +243,31 @@ net::awaitable<bool> Connection::ReadRequest(HttpRequest* req, unsigned* version
   co_return true;
 }
 
+// The status line and headers of `res` on a Beast response of any body type.
+template <class Body>
+void FillHead(const HttpResponse& res, unsigned version, bool keep_alive,
+              bhttp::response<Body>* r) {
+  r->version(version);
+  r->result(static_cast<unsigned>(res.status));
+  r->set(bhttp::field::server, "banyand");
+  r->set(bhttp::field::content_type, res.content_type);
+  for (const auto& [k, v] : res.headers) r->set(k, v);
+  r->keep_alive(keep_alive);
+}
+
 net::awaitable<bool> Connection::WriteResponse(const HttpResponse& res, const HttpRequest& req,
                                                unsigned version, bool keep_alive) {
   error_code ec;
   ArmWriteTimeout();
   if (req.method == "HEAD") {
     bhttp::response<bhttp::empty_body> r;
-    r.version(version);
-    r.result(static_cast<unsigned>(res.status));
-    r.set(bhttp::field::server, "banyand");
-    r.set(bhttp::field::content_type, res.content_type);
-    for (const auto& [k, v] : res.headers) r.set(k, v);
+    FillHead(res, version, keep_alive, &r);
     r.content_length(res.body.size());
-    r.keep_alive(keep_alive);
     co_await bhttp::async_write(stream_, r, net::redirect_error(net::use_awaitable, ec));
   } else {
     bhttp::response<bhttp::string_body> r;
-    r.version(version);
-    r.result(static_cast<unsigned>(res.status));
-    r.set(bhttp::field::server, "banyand");
-    r.set(bhttp::field::content_type, res.content_type);
-    for (const auto& [k, v] : res.headers) r.set(k, v);
+    FillHead(res, version, keep_alive, &r);
     r.body() = res.body;
-    r.keep_alive(keep_alive);
     r.prepare_payload();
     co_await bhttp::async_write(stream_, r, net::redirect_error(net::use_awaitable, ec));
   }
@@ -488,7 +490,7 @@ absl::Status HttpFrontEnd::Impl::Start() {
   for (int i = 0; i < n; ++i) threads.emplace_back([this] { ioc->run(); });
   HttpLog().info("[http] listening on {}:{} (model {}, chat template {}, auth {}, {} threads)",
                  o.host, port.load(), ctx->model_name, ChatTemplateName(o.chat_template),
-                 o.api_keys.empty() ? "off" : "on", n);
+                 ctx->auth.keys_required() ? "on" : "off", n);
   return absl::OkStatus();
 }
 

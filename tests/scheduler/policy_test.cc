@@ -95,3 +95,52 @@ TEST(PolicyTest, ChunkedPrefillNeverStallsDecodes) {
 
 }  // namespace
 }  // namespace banyan::scheduler
+
+namespace banyan::scheduler {
+namespace {
+
+PolicyRequest OfTenant(PolicyRequest r, int32_t tenant) {
+  r.tenant = tenant;
+  return r;
+}
+
+// Tenant KV budgets (issue 14): a tenant at its budget waits, without blocking other tenants.
+TEST(PolicyTest, TenantKvBudgets) {
+  auto input = [](std::vector<PolicyRequest> w, std::vector<PolicyRequest> r,
+                  std::vector<PolicyTenant> tenants) {
+    return PolicyInput{.waiting = w, .running = r, .chunks_free = 1000, .chunks_cached = 0,
+                       .chunk_size = 16, .max_sequences = 64, .prefill_token_budget = 1024,
+                       .tenants = tenants};
+  };
+  struct TenantCase {
+    const char* name;
+    PolicyInput in;
+    std::vector<uint64_t> admit;
+  };
+  // Waiting(h, prompt tokens): chunks_needed = ceil(tokens / 16) + 2.
+  const std::vector<TenantCase> cases = {
+      {"within budget: admitted",
+       input({OfTenant(Waiting(1, 64), 0)}, {OfTenant(Decoding(9, 1, 1), 0)}, {{20, 10}}), {1}},
+      {"over budget while the tenant runs: held",
+       input({OfTenant(Waiting(1, 64), 0)}, {OfTenant(Decoding(9, 1, 1), 0)}, {{12, 10}}), {}},
+      {"held requests do not block another tenant behind them",
+       input({OfTenant(Waiting(1, 64), 0), OfTenant(Waiting(2, 64), 1)},
+             {OfTenant(Decoding(9, 1, 1), 0)}, {{12, 10}, {100, 0}}),
+       {2}},
+      {"nothing of the tenant runs: its head request is admitted whatever its size",
+       input({OfTenant(Waiting(1, 640), 0)}, {Decoding(9, 1, 1)}, {{12, 0}}), {1}},
+      {"admissions in one iteration add up",
+       input({OfTenant(Waiting(1, 64), 0), OfTenant(Waiting(2, 64), 0),
+              OfTenant(Waiting(3, 64), 0)},
+             {OfTenant(Decoding(9, 1, 1), 0)}, {{15, 2}}),
+       {1, 2}},
+      {"no budget (-1): unlimited", input({Waiting(1, 640)}, {Decoding(9, 1, 1)}, {}), {1}},
+  };
+  for (const TenantCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(Schedule(c.in).admit, c.admit);
+  }
+}
+
+}  // namespace
+}  // namespace banyan::scheduler

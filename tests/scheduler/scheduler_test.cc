@@ -336,3 +336,44 @@ TEST_F(SchedulerTest, Soak) {
 
 }  // namespace
 }  // namespace banyan::scheduler
+
+namespace banyan::scheduler {
+namespace {
+
+// Tenant KV budgets (issue 14): while tenant a's running request holds its budget, a's next
+// request waits, and tenant b's request behind it is admitted and finishes meanwhile.
+TEST_F(SchedulerTest, TenantKvBudgetHoldsOnlyThatTenant) {
+  Make(512);
+  sched_->Start();
+  auto of = [](Request r, const char* tenant, int64_t budget) {
+    r.tenant = tenant;
+    r.cache_namespace = tenant;
+    r.tenant_kv_chunks = budget;
+    return r;
+  };
+  Request a1 = of(Greedy(kSystem, 400), "a", 3);
+  a1.params.ignore_eos = true;
+  auto s_a1 = sched_->Submit(a1);
+  ASSERT_TRUE(s_a1.ok());
+  for (int i = 0; i < 2000 && sched_->Metrics().requests_running == 0; ++i) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(sched_->Metrics().requests_running, 1);
+  auto s_a2 = sched_->Submit(of(Greedy("Once upon a time", 5), "a", 3));
+  auto s_b1 = sched_->Submit(of(Greedy("Once upon a time", 5), "b", 0));
+  ASSERT_TRUE(s_a2.ok() && s_b1.ok());
+  Result b1 = Collect(**s_b1, 1);
+  EXPECT_TRUE(b1.status.ok()) << b1.status;
+  EXPECT_FALSE((*s_a1)->finished()) << "a1 should still run when b1 is done";
+  std::vector<TokenEvent> early;
+  (*s_a2)->Read(&early, 0ms);
+  EXPECT_TRUE(early.empty()) << "a2 ran while a's budget was held";
+  Result a2 = Collect(**s_a2, 1);
+  Result a1_result = Collect(**s_a1, 1);
+  EXPECT_TRUE(a2.status.ok()) << a2.status;
+  EXPECT_EQ(a1_result.usage.completion_tokens, 400);
+  EXPECT_EQ(a2.tokens[0], b1.tokens[0]) << "the same greedy prompt in both tenants";
+}
+
+}  // namespace
+}  // namespace banyan::scheduler

@@ -342,13 +342,6 @@ TEST(HttpAuthRawTest, KeysAreComparedOnRawBytes) {
   EXPECT_NE(status_for("Bearer sk-A%41 x"), 200);
 }
 
-}  // namespace
-}  // namespace banyan::server::http
-
-namespace banyan::server::http {
-namespace {
-
-using namespace http_test;  // NOLINT
 
 // Finding 4: the cache namespace came from the request's `user`, not from the key. Now each key
 // is a tenant, and `user` only narrows within it.
@@ -400,13 +393,6 @@ TEST(HttpTenantTest, ConcurrencyLimitPerTenant) {
   EXPECT_EQ(first_status.load(), 200);
 }
 
-}  // namespace
-}  // namespace banyan::server::http
-
-namespace banyan::server::http {
-namespace {
-
-using namespace http_test;  // NOLINT
 
 // Finding 2: the drain waited for generation to end, not for the output to reach the clients,
 // and cut streams that slow readers were still receiving. Four n = 16 streams with logprobs
@@ -483,13 +469,6 @@ TEST(HttpDrainTest, StopCutsStreamsWithAnErrorEvent) {
   EXPECT_TRUE(absl::EndsWith(received, "0\r\n\r\n"));
 }
 
-}  // namespace
-}  // namespace banyan::server::http
-
-namespace banyan::server::http {
-namespace {
-
-using namespace http_test;  // NOLINT
 
 // A non-streaming request whose client hangs up is cancelled too (it used to run to its end).
 TEST(HttpDisconnectTest, NonStreamingClientThatLeavesIsCancelled) {
