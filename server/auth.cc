@@ -142,14 +142,17 @@ const Tenant* Auth::Find(std::string_view name) const {
   return nullptr;
 }
 
+std::string_view StripOptionalWhitespace(std::string_view value) {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  return value;
+}
+
 absl::StatusOr<const Tenant*> Auth::Authenticate(
     std::optional<std::string_view> authorization) const {
   if (!keys_required()) return tenants_.front().get();
   if (!authorization.has_value()) return Unauthenticated("missing API key");
-  std::string_view value = *authorization;
-  // Optional whitespace around a field value is not part of it (RFC 9110, section 5.5).
-  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  const std::string_view value = StripOptionalWhitespace(*authorization);
   constexpr std::string_view kScheme = "bearer";
   bool scheme_ok = value.size() > kScheme.size() && value[kScheme.size()] == ' ';
   for (size_t i = 0; scheme_ok && i < kScheme.size(); ++i) {

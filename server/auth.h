@@ -143,6 +143,10 @@ class Auth {
   std::vector<Key> keys_;  // every key of every tenant
 };
 
+// `value` without the spaces and tabs around it: HTTP's optional whitespace (RFC 9110 section
+// 5.5), which is not part of a field value. Used for every header value the server reads.
+std::string_view StripOptionalWhitespace(std::string_view value);
+
 // Free-function form of Auth::Authenticate.
 inline absl::StatusOr<const Tenant*> Authenticate(std::optional<std::string_view> authorization,
                                                   const Auth& auth) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "server/auth.h"
 #include "server/http/http_types.h"
 
 namespace banyan::server::http {
@@ -49,9 +50,7 @@ absl::Status Inflate(int window_bits, int64_t max_bytes, const std::string& in, 
 }  // namespace
 
 absl::Status DecodeBody(std::string_view content_encoding, int64_t max_bytes, std::string* body) {
-  std::string_view enc = content_encoding;
-  while (!enc.empty() && (enc.back() == ' ' || enc.back() == '\t')) enc.remove_suffix(1);
-  while (!enc.empty() && (enc.front() == ' ' || enc.front() == '\t')) enc.remove_prefix(1);
+  const std::string_view enc = StripOptionalWhitespace(content_encoding);
   if (enc.empty() || EqualsIgnoreCase(enc, "identity")) return absl::OkStatus();
   int window_bits = 0;
   if (EqualsIgnoreCase(enc, "gzip") || EqualsIgnoreCase(enc, "x-gzip")) {

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/auth.h"
@@ -41,10 +40,7 @@ std::string AllowedMethods(const std::string& path) {
 
 bool IsJsonContentType(std::string_view value) {
   const size_t semi = value.find(';');
-  std::string_view media = value.substr(0, semi);
-  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
-  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
-  return EqualsIgnoreCase(media, "application/json");
+  return EqualsIgnoreCase(StripOptionalWhitespace(value.substr(0, semi)), "application/json");
 }
 
 // "localhost", an IPv4 address in 127.0.0.0/8 or the IPv6 loopback ::1.

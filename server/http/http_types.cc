@@ -1,18 +1,13 @@
 #include "server/http/http_types.h"
 
-#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 
 namespace banyan::server::http {
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (absl::ascii_tolower(static_cast<unsigned char>(a[i])) !=
-        absl::ascii_tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
+  // Debian's abseil has its own string_view type, not std::string_view.
+  return absl::EqualsIgnoreCase(absl::string_view(a.data(), a.size()),
+                                absl::string_view(b.data(), b.size()));
 }
 
 namespace {

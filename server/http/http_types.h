@@ -15,7 +15,7 @@ namespace banyan::server::http {
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
-// ASCII case-insensitive equality (header names, media types, schemes).
+// ASCII case-insensitive equality (header names, media types, schemes) on std::string_view.
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 
 struct HttpRequest {

@@ -6,40 +6,8 @@ const assert = require('node:assert/strict');
 const { describe, test } = require('node:test');
 const OpenAI = require('openai');
 const { startDaemon, MODEL_NAME, scaled, sleep } = require('./lib/daemon');
-const { assertErrorBody, openaiClient, post } = require('./lib/http');
+const { assertErrorBody, openaiClient, post, startStream } = require('./lib/http');
 const { scrape, value } = require('./lib/metrics');
-
-// Starts a streaming completion and returns { firstChunk, done } promises: firstChunk resolves
-// when the first chunk arrived, done with the collected result.
-function startStream(client, body) {
-  let gotFirst;
-  const firstChunk = new Promise((r) => {
-    gotFirst = r;
-  });
-  const done = (async () => {
-    const stream = await client.completions.create({
-      ...body,
-      stream: true,
-      stream_options: { include_usage: true },
-    });
-    const finish = [];
-    const tokens = [];
-    let usage = null;
-    let sawDone = false;
-    for await (const chunk of stream) {
-      gotFirst();
-      if (chunk.usage) usage = chunk.usage;
-      for (const c of chunk.choices) {
-        if (c.finish_reason) finish[c.index] = c.finish_reason;
-        tokens[c.index] = (tokens[c.index] || 0) + (c.text ? 1 : 0);
-      }
-    }
-    sawDone = true;
-    return { finish, usage, sawDone, endedAt: Date.now() };
-  })();
-  done.catch(() => gotFirst());
-  return { firstChunk, done };
-}
 
 // Polls /ready until it answers `status`; returns the milliseconds it took.
 async function waitReadyStatus(d, status, limitMs) {

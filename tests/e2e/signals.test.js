@@ -10,27 +10,7 @@ const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const { describe, test } = require('node:test');
 const { startDaemon, freePort, sleep, scaled, BANYAND, SOURCE_DIR, MODEL_NAME } = require('./lib/daemon');
-const { openaiClient } = require('./lib/http');
-
-// Reads a streaming completion to its end; resolves { finish, firstChunk } where firstChunk
-// is a promise settled at the first chunk.
-function startStream(client, body) {
-  let gotFirst;
-  const firstChunk = new Promise((r) => {
-    gotFirst = r;
-  });
-  const done = (async () => {
-    const stream = await client.completions.create({ ...body, stream: true });
-    const finish = [];
-    for await (const chunk of stream) {
-      gotFirst();
-      for (const c of chunk.choices) if (c.finish_reason) finish[c.index] = c.finish_reason;
-    }
-    return { finish };
-  })();
-  done.catch(() => gotFirst());
-  return { firstChunk, done };
-}
+const { openaiClient, startStream } = require('./lib/http');
 
 describe('shutdown signals', () => {
   test('SIGTERM during start-up exits 0 at once, never -15', async (t) => {

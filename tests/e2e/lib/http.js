@@ -91,4 +91,34 @@ async function collectStream(stream) {
   return { texts, finish, usage, chunks };
 }
 
-module.exports = { openaiClient, post, assertErrorBody, readSse, collectStream };
+// Starts a streaming completion and returns { firstChunk, done } promises: firstChunk resolves
+// when the first chunk arrived, done with the collected result.
+function startStream(client, body) {
+  let gotFirst;
+  const firstChunk = new Promise((r) => {
+    gotFirst = r;
+  });
+  const done = (async () => {
+    const stream = await client.completions.create({
+      ...body,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const finish = [];
+    let usage = null;
+    let sawDone = false;
+    for await (const chunk of stream) {
+      gotFirst();
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        if (c.finish_reason) finish[c.index] = c.finish_reason;
+      }
+    }
+    sawDone = true;
+    return { finish, usage, sawDone, endedAt: Date.now() };
+  })();
+  done.catch(() => gotFirst());
+  return { firstChunk, done };
+}
+
+module.exports = { openaiClient, post, assertErrorBody, readSse, collectStream, startStream };

@@ -126,24 +126,7 @@ std::string Gzip(const std::string& data) {
   return out;
 }
 
-class HttpHardeningTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    ServerOptions opts;
-    opts.max_body_bytes = kBodyLimit;
-    stack_ = new Stack({}, opts);
-  }
-  static void TearDownTestSuite() {
-    delete stack_;
-    stack_ = nullptr;
-  }
-  static int port() { return stack_->port(); }
-  static void ExpectServes() {
-    Reply r = Post(port(), "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}});
-    EXPECT_EQ(r.status, 200) << r.body;
-  }
-  static inline Stack* stack_ = nullptr;
-};
+class HttpHardeningTest : public SharedStackTest {};
 
 // Finding 7: only the first of several pipelined requests was answered.
 TEST_F(HttpHardeningTest, PipelinedRequestsAreAnsweredInOrder) {

@@ -19,31 +19,8 @@ namespace {
 
 using namespace http_test;  // NOLINT
 
-class HttpServerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    ServerOptions opts;
-    opts.max_body_bytes = kBodyLimit;
-    stack_ = new Stack({}, opts);
-  }
-  static void TearDownTestSuite() {
-    delete stack_;
-    stack_ = nullptr;
-  }
-  static int port() { return stack_->port(); }
-
-  // A small greedy completion: the server works.
-  static void ExpectServes() {
-    Reply r = Post(port(), "/v1/completions",
-                   {{"prompt", "Once"}, {"max_tokens", 2}, {"temperature", 0}});
-    EXPECT_EQ(r.status, 200) << r.body;
-    if (r.status == 200) {
-      EXPECT_EQ(r.json["object"], "text_completion");
-    }
-  }
-
-  static inline Stack* stack_ = nullptr;
-};
+// One stack for the whole suite (http_test_util.h).
+class HttpServerTest : public SharedStackTest {};
 
 TEST_F(HttpServerTest, CompletionShapeAndUsage) {
   Reply r = Post(port(), "/v1/completions",

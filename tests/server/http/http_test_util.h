@@ -182,4 +182,32 @@ bool WaitFor(Pred pred, std::chrono::milliseconds timeout) {
 
 inline constexpr char kStoryPrompt[] = "Once upon a time, there was a little girl named Lily.";
 
+// A suite whose tests share one Stack with the body limit kBodyLimit. gtest runs
+// SetUpTestSuite / TearDownTestSuite once per derived suite, so each gets a fresh stack.
+class SharedStackTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ServerOptions opts;
+    opts.max_body_bytes = kBodyLimit;
+    stack_ = new Stack({}, opts);
+  }
+  static void TearDownTestSuite() {
+    delete stack_;
+    stack_ = nullptr;
+  }
+  static int port() { return stack_->port(); }
+
+  // A small greedy completion: the server works.
+  static void ExpectServes() {
+    Reply r = Post(port(), "/v1/completions",
+                   {{"prompt", "Once"}, {"max_tokens", 2}, {"temperature", 0}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (r.status == 200) {
+      EXPECT_EQ(r.json["object"], "text_completion");
+    }
+  }
+
+  static inline Stack* stack_ = nullptr;
+};
+
 }  // namespace banyan::server::http::http_test
