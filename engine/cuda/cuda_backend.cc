@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/device_memory.h"
+#include "engine/cuda/device_sampler.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/model/weights_layout.h"
 #include "engine/plan_view.h"
@@ -87,6 +88,7 @@ struct CudaBackend::Impl {
   DeviceBuffer x, xb, q, att, scratch, h, xo, logits, partial_o, partial_lse, out_tokens;
   StagedInts step_ints, attn_ints;
   PinnedBuffer host_out;
+  cuda::DeviceSampler sampler;  // ForwardSample
   AttentionArgs attn;
   kc::DecodeWork decode_work;
   kc::PrefillWork prefill_work;
@@ -755,6 +757,21 @@ absl::Status CudaBackend::Forward(const StepBatch& batch, std::vector<float>* lo
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   logits->resize(static_cast<size_t>(rows) * cfg_.vocab_size);
   if (bytes > 0) std::memcpy(logits->data(), m.host_out.get(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
+                                        std::vector<SampleResult>* out) {
+  Impl& m = *impl_;
+  int32_t rows = 0;
+  absl::Status s = Run(batch, /*greedy=*/false, &rows);
+  if (s.ok()) s = m.sampler.Enqueue(m.logits.as<float>(), rows, cfg_.vocab_size, specs, m.stream);
+  if (!s.ok()) {
+    cudaStreamSynchronize(m.stream);  // leave no work in flight on a failed step
+    return s;
+  }
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  m.sampler.Collect(out);
   return absl::OkStatus();
 }
 

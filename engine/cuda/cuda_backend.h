@@ -121,6 +121,13 @@ class CudaBackend final : public Backend {
   absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) override;
   absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) override;
 
+  // Runs the model and samples every spec on the device (kernels/cuda/sampling.h, the contract
+  // of engine/sampler/sampler.h); only tokens, logprobs and the asked-for top entries come back,
+  // in one copy. Always through the sampling kernel, greedy specs included: the argmax path of
+  // ForwardGreedy has no logprob, and SampleResult::logprob is reported for every token.
+  absl::Status ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
+                             std::vector<SampleResult>* out) override;
+
   // Like Forward, but greedy sampling runs on the device: tokens[i] = argmax of logits row i
   // (lowest id on ties), and only the token ids come back to the host.
   absl::Status ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens);

@@ -1,0 +1,199 @@
+// DeviceSampler: the host side of the device sampler (kernels/cuda/sampling.h) for the CUDA
+// backend. Per step it packs the samples' parameters and their penalty entries into one upload,
+// launches the kernel on the logits the model left on the device, and copies back, through one
+// pinned buffer, only the tokens, their logprobs and the top entries that were asked for.
+//
+// Host work per step: O(samples) plus one entry per penalised token of the samples whose
+// penalties are not the defaults (their SequenceSamplingState's generated tokens, and its prompt
+// tokens when repetition_penalty != 1).
+//
+// Header-only so that it needs no build change beside the backend. Not thread-safe: the engine
+// thread owns it with the backend; buffers are reused across steps, which is safe because the
+// backend synchronizes its stream at the end of every step.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/backend.h"
+#include "engine/cuda/device_memory.h"
+#include "engine/sampler/sampler.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/sampling.h"
+
+namespace banyan::engine::cuda {
+
+// One step's samples packed for the kernel.
+struct PackedSamples {
+  std::vector<kernels::cuda::SampleSpecDev> specs;
+  std::vector<kernels::cuda::SamplePenaltyEntry> entries;  // the specs' penalty entries
+  int64_t num_top = 0;         // sum of the specs' num_top_logprobs
+  int32_t penalized_rows = 0;  // specs with penalty entries (rows of the penalised scratch)
+};
+
+// The entries of step 3 for one sample, as ApplyPenalties visits them: every generated token,
+// and the prompt-only tokens when repetition_penalty != 1. None when the penalties are off.
+inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSamplingState& st,
+                                      int32_t vocab, kernels::cuda::SampleSpecDev* d,
+                                      std::vector<kernels::cuda::SamplePenaltyEntry>* entries) {
+  const bool repetition = p.repetition_penalty != 1.0f;
+  if (!repetition && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) {
+    return absl::OkStatus();
+  }
+  d->penalty_begin = static_cast<int32_t>(entries->size());
+  const auto check = [vocab](int32_t id) {
+    return id >= 0 && id < vocab
+               ? absl::OkStatus()
+               : absl::InternalError(absl::StrCat("penalised token id ", id,
+                                                  " outside a vocabulary of ", vocab));
+  };
+  for (const auto& [id, count] : st.generated_counts()) {
+    BANYAN_RETURN_IF_ERROR(check(id));
+    entries->push_back({id, count, st.prompt_tokens().contains(id) ? 1 : 0});
+  }
+  if (repetition) {
+    for (int32_t id : st.prompt_tokens()) {
+      if (st.generated_counts().contains(id)) continue;
+      BANYAN_RETURN_IF_ERROR(check(id));
+      entries->push_back({id, 0, 1});
+    }
+  }
+  d->penalty_count = static_cast<int32_t>(entries->size()) - d->penalty_begin;
+  return absl::OkStatus();
+}
+
+// Packs `specs` (rows of a [rows, vocab] logits array). InternalError for a spec outside the rows
+// or a penalised token outside the vocabulary (the CPU sampler's invariants).
+inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows, int32_t vocab,
+                                PackedSamples* out) {
+  namespace kc = kernels::cuda;
+  out->specs.resize(specs.size());
+  out->entries.clear();
+  out->num_top = 0;
+  out->penalized_rows = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const SampleSpec& in = specs[i];
+    if (in.row < 0 || in.row >= rows || in.params == nullptr || in.state == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("sample ", i, " reads logits row ", in.row, " of ", rows));
+    }
+    const SamplingParams& p = *in.params;
+    const SequenceSamplingState& st = *in.state;
+    kc::SampleSpecDev& d = out->specs[i];
+    d = kc::SampleSpecDev{};
+    d.row = in.row;
+    d.greedy = p.temperature < kGreedyTemperature ? 1 : 0;
+    d.temperature = p.temperature;
+    d.top_k = p.top_k;
+    d.top_p = p.top_p;
+    d.min_p = p.min_p;
+    d.repetition_penalty = p.repetition_penalty;
+    d.frequency_penalty = p.frequency_penalty;
+    d.presence_penalty = p.presence_penalty;
+    d.num_top_logprobs = std::clamp(p.logprobs, 0, std::min(kc::kSampleMaxTopLogprobs, vocab));
+    d.top_offset = static_cast<int32_t>(out->num_top);
+    out->num_top += d.num_top_logprobs;
+    d.seed = st.seed();
+    d.stream = st.stream();
+    d.step = st.step();
+    BANYAN_RETURN_IF_ERROR(AddPenaltyEntries(p, st, vocab, &d, &out->entries));
+    if (d.penalty_count > 0) d.penalized_row = out->penalized_rows++;
+  }
+  return absl::OkStatus();
+}
+
+// Unpacks the kernel's outputs: tokens [specs.size()] and top entries [num_top].
+inline void UnpackSamples(const PackedSamples& packed, const kernels::cuda::SampleTokenDev* tokens,
+                          const kernels::cuda::SampleTopDev* top, std::vector<SampleResult>* out) {
+  out->clear();
+  out->resize(packed.specs.size());
+  for (size_t i = 0; i < packed.specs.size(); ++i) {
+    SampleResult& r = (*out)[i];
+    r.token = tokens[i].token;
+    r.logprob = tokens[i].logprob;
+    if (r.token < 0) continue;
+    const kernels::cuda::SampleSpecDev& d = packed.specs[i];
+    r.top_logprobs.reserve(d.num_top_logprobs);
+    for (int32_t j = 0; j < d.num_top_logprobs; ++j) {
+      r.top_logprobs.emplace_back(top[d.top_offset + j].token, top[d.top_offset + j].logprob);
+    }
+  }
+}
+
+class DeviceSampler {
+ public:
+  // Enqueues on `stream` the upload, the sampling of every spec over `logits` (device,
+  // [rows, vocab]) and the copy of the results to pinned memory. Synchronize the stream, then
+  // call Collect(). The specs' params and states are read here only.
+  absl::Status Enqueue(const float* logits, int32_t rows, int32_t vocab,
+                       std::span<const SampleSpec> specs, cudaStream_t stream) {
+    namespace kc = kernels::cuda;
+    packed_.specs.clear();
+    if (specs.empty()) return absl::OkStatus();
+    BANYAN_RETURN_IF_ERROR(PackSamples(specs, rows, vocab, &packed_));
+
+    // Inputs: [specs][penalty entries], one copy.
+    const int64_t spec_bytes =
+        static_cast<int64_t>(packed_.specs.size() * sizeof(kc::SampleSpecDev));
+    const int64_t entry_bytes =
+        static_cast<int64_t>(packed_.entries.size() * sizeof(kc::SamplePenaltyEntry));
+    const int64_t in_bytes = spec_bytes + entry_bytes;
+    BANYAN_RETURN_IF_ERROR(host_in_.Reserve(in_bytes, "sampling inputs (host)"));
+    BANYAN_RETURN_IF_ERROR(dev_in_.Reserve(in_bytes, "sampling inputs"));
+    std::memcpy(host_in_.get(), packed_.specs.data(), spec_bytes);
+    if (entry_bytes > 0) {
+      std::memcpy(host_in_.as<char>() + spec_bytes, packed_.entries.data(), entry_bytes);
+    }
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_in_.get(), host_in_.get(), in_bytes,
+                                                cudaMemcpyHostToDevice, stream));
+
+    // Outputs: [tokens][top entries], one copy back.
+    const int64_t n = static_cast<int64_t>(packed_.specs.size());
+    const int64_t out_bytes = n * static_cast<int64_t>(sizeof(kc::SampleTokenDev)) +
+                              packed_.num_top * static_cast<int64_t>(sizeof(kc::SampleTopDev));
+    BANYAN_RETURN_IF_ERROR(dev_out_.Reserve(out_bytes, "sampling results"));
+    BANYAN_RETURN_IF_ERROR(host_out_.Reserve(out_bytes, "sampling results (host)"));
+    if (packed_.penalized_rows > 0) {
+      BANYAN_RETURN_IF_ERROR(penalized_.Reserve(int64_t{packed_.penalized_rows} * vocab * 4,
+                                                "penalised logits"));
+    }
+
+    kc::SampleParams sp;
+    sp.logits = logits;
+    sp.specs = dev_in_.as<kc::SampleSpecDev>();
+    sp.penalties =
+        reinterpret_cast<const kc::SamplePenaltyEntry*>(dev_in_.as<char>() + spec_bytes);
+    sp.penalized = penalized_.as<float>();
+    sp.out = dev_out_.as<kc::SampleTokenDev>();
+    sp.top = reinterpret_cast<kc::SampleTopDev*>(sp.out + n);
+    sp.rows = rows;
+    sp.vocab = vocab;
+    sp.num_specs = static_cast<int32_t>(n);
+    BANYAN_RETURN_IF_ERROR(kc::SampleRows(sp, stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_.get(), dev_out_.get(), out_bytes,
+                                                cudaMemcpyDeviceToHost, stream));
+    return absl::OkStatus();
+  }
+
+  // The results of the last Enqueue (its stream synchronized). Token -1: no distribution.
+  void Collect(std::vector<SampleResult>* out) const {
+    const auto* tokens = host_out_.as<const kernels::cuda::SampleTokenDev>();
+    UnpackSamples(packed_, tokens,
+                  reinterpret_cast<const kernels::cuda::SampleTopDev*>(tokens + packed_.specs.size()),
+                  out);
+  }
+
+ private:
+  PackedSamples packed_;
+  PinnedBuffer host_in_, host_out_;
+  DeviceBuffer dev_in_, dev_out_, penalized_;
+};
+
+}  // namespace banyan::engine::cuda
