@@ -1,0 +1,30 @@
+// One benchmark run: dispatches a workload's requests by the arrival process, follows their
+// streams, polls GET /metrics for the KV gauges, and returns the run's JSON report.
+//
+// Arrivals: request i is released at t0 + sum of the first i inter-arrival gaps, gaps drawn from
+// a gamma distribution of shape `burstiness` and mean 1 / rate (shape 1: Poisson arrivals; below
+// 1: burstier; above 1: more even); rate 0 releases everything at t0. With a concurrency cap, a
+// released request also waits for a free slot, so it may start after its arrival time (its
+// latencies are measured from when it is sent). All on one io_context thread.
+#pragma once
+
+#include <vector>
+
+#include "bench/serve/client.h"
+#include "bench/serve/options.h"
+#include "bench/serve/stats.h"
+#include "bench/serve/workload.h"
+
+namespace banyan::bench::serve {
+
+// `bodies[i]` is the request body of w.requests[i] (CompletionBody, stream true).
+Json RunOnce(const Options& o, const Target& t, const Workload& w,
+             const std::vector<std::string>& bodies, const RunConfig& rc);
+
+// Parses a Prometheus text page for the KV gauges. Returns false when a gauge is missing.
+struct KvSample {
+  int64_t chunk_size = 0, total = 0, free = 0, live = 0;
+};
+bool ParseKvMetrics(const std::string& page, KvSample* out);
+
+}  // namespace banyan::bench::serve
