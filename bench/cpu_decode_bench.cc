@@ -15,10 +15,8 @@
 
 #include "absl/strings/numbers.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/generator.h"
 #include "engine/model_bundle.h"
-#include "kvcache/chunk_pool.h"
-#include "kvcache/prefix_tree.h"
+#include "scheduler/generate.h"
 
 namespace banyan {
 namespace {
@@ -47,13 +45,13 @@ int Run(const Options& o) {
       if (B == 1 && shared) continue;
       for (engine::AttentionMode mode : {engine::AttentionMode::kTpp,
                                          engine::AttentionMode::kPaged}) {
-        std::vector<engine::GenerationRequest> reqs;
+        std::vector<scheduler::Request> reqs;
         auto make_prompt = [&]() {
           std::vector<int32_t> p = {cfg.bos_id};
           for (int i = 1; i < o.prompt_tokens; ++i) p.push_back(3 + rng() % (cfg.vocab_size - 3));
           return p;
         };
-        engine::GenerationRequest base;
+        scheduler::Request base;
         base.params.temperature = 0;
         base.params.max_tokens = o.max_tokens;
         base.params.ignore_eos = true;
@@ -74,17 +72,23 @@ int Run(const Options& o) {
         }
         const int chunk = 64;
         const int chunks = B * ((o.prompt_tokens + o.max_tokens) / chunk + 3);
-        auto pool = kvcache::ChunkPool::Create(chunks, chunk);
         auto backend = engine::CpuBackend::Create(
             &bundle->weights, {.num_chunks = chunks, .chunk_size = chunk, .attention = mode});
-        kvcache::PrefixTree tree(&*pool);
-        engine::Generator gen(cfg, backend->get(), &tree, {.attention = mode});
-        auto res = gen.Run(reqs);
+        if (!backend.ok()) {
+          std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
+          return 1;
+        }
+        // The engine loop with batch settings: every request admitted and prefilled at once.
+        scheduler::EngineLoop loop(cfg, nullptr, *std::move(backend),
+                                   {.max_running_sequences = 1 << 16,
+                                    .prefill_token_budget = 1 << 24,
+                                    .attention = mode});
+        auto res = scheduler::GenerateAll(loop, reqs);
         if (!res.ok()) {
           std::fprintf(stderr, "%s\n", std::string(res.status().message()).c_str());
           return 1;
         }
-        const auto& st = gen.stats();
+        const scheduler::LoopStats& st = loop.stats();
         std::printf("| %d | %s | %s | %.0f | %.0f | %d |\n", B, shared ? "shared" : "distinct",
                     mode == engine::AttentionMode::kTpp ? "tpp" : "paged",
                     st.decode_tokens / st.decode_seconds, st.prefill_tokens / st.prefill_seconds,

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/sampler/sampler.h"
+#include "engine/sampler/sampling_params.h"
 #include "kvcache/attention_plan.h"
 
 namespace banyan::engine {
@@ -44,15 +46,40 @@ enum class AttentionMode {
   kNone,   // attention skipped, projections kept: the no-attention ceiling for benchmarks
 };
 
+// One token to sample from one row of a step's logits: the row's index among the rows Forward
+// would return, and the sampler's inputs (engine/sampler/sampler.h). Several samples may read the
+// same row (the n samples of a prompt, each with its own state).
+struct SampleSpec {
+  int32_t row = 0;
+  const SamplingParams* params = nullptr;
+  const SequenceSamplingState* state = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // The KV pool this backend holds: its chunk count and tokens per chunk. The engine loop sizes
+  // its ChunkPool and prefix tree from these, so the two always agree.
+  virtual int32_t num_chunks() const = 0;
+  virtual int32_t chunk_size() const = 0;
   // Applies the KV copies that node splits request, in order.
   virtual absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) = 0;
   // Runs the model. logits: [rows, vocab] for every SeqWork with want_logits, decode rows first
   // then prefill sequences, each in batch order.
   virtual absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) = 0;
+  // Runs the model and samples: (*out)[i] is the token drawn for specs[i] by the contract of
+  // sampler.h, with its raw logprob and params->logprobs top entries. Only these cross back to
+  // the host. A row with no distribution gives token -1 (the caller fails that request with
+  // NoDistributionMessage()). The default runs Forward and the CPU sampler; a GPU backend
+  // samples on the device.
+  virtual absl::Status ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
+                                     std::vector<SampleResult>* out);
 };
+
+// What a row with token -1 from ForwardSample means.
+inline constexpr char kNoDistributionMessage[] =
+    "sampler: every logit is NaN or -inf (or the penalties pushed them there); the model "
+    "produced no usable distribution";
 
 }  // namespace banyan::engine

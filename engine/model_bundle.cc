@@ -3,7 +3,12 @@
 #include <filesystem>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "engine/model/dummy_weights.h"
+#include "engine/model/weights_layout.h"
 #include "engine/model/gguf_loader.h"
 #include "engine/model/model_io.h"
 
@@ -81,6 +86,99 @@ std::string FindBundledModel(const char* argv0) {
     if (fs::exists(c, ec)) return c.string();
   }
   return "";
+}
+
+}  // namespace banyan::engine
+
+namespace banyan::engine {
+
+bool IsDummyModel(const std::string& model_path) { return model_path.starts_with("dummy:"); }
+
+absl::StatusOr<DummyModelSpec> ParseDummyModel(const std::string& model_path) {
+  if (!IsDummyModel(model_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("not a dummy model: ", model_path));
+  }
+  std::vector<std::string> parts = absl::StrSplit(model_path.substr(6), ':');
+  auto config = NamedShapeConfig(parts[0]);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", model_path, ": ", config.status().message(),
+        " (form: dummy:<shape>[:vocab=N][:context=N][:seed=N])"));
+  }
+  DummyModelSpec spec{.config = *config};
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(kv.second, &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--model ", model_path, ": '", parts[i],
+                                                     "' is not <key>=<positive integer>"));
+    }
+    if (kv.first == "vocab") {
+      if (v < 259 || v > (int64_t{1} << 24)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--model ", model_path, ": vocab must be in [259, 2^24], got ", v));
+      }
+      spec.config.vocab_size = static_cast<int>(v);
+    } else if (kv.first == "context") {
+      if (v > (int64_t{1} << 22)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--model ", model_path, ": context must be at most 2^22, got ", v));
+      }
+      spec.config.max_seq_len = static_cast<int>(v);
+    } else if (kv.first == "seed") {
+      spec.seed = static_cast<uint64_t>(v);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model ", model_path, ": unknown key '", kv.first, "' (vocab, context, seed)"));
+    }
+  }
+  spec.config.bos_id = 1;
+  spec.config.eos_id = 2;
+  if (absl::Status s = ValidateConfig(spec.config, model_path); !s.ok()) return s;
+  return spec;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size) {
+  if (vocab_size < 259) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a synthetic vocabulary needs at least 259 pieces, got ", vocab_size));
+  }
+  SpmVocab v;
+  v.model_type = SpmModelType::kBpe;
+  v.byte_fallback = true;
+  v.unk_id = 0;
+  v.bos_id = 1;
+  v.eos_id = 2;
+  auto add = [&](std::string piece, float score, PieceType type) {
+    v.pieces.push_back(std::move(piece));
+    v.scores.push_back(score);
+    v.types.push_back(type);
+  };
+  add("<unk>", 0, PieceType::kUnknown);
+  add("<s>", 0, PieceType::kControl);
+  add("</s>", 0, PieceType::kControl);
+  for (int b = 0; b < 256; ++b) add(absl::StrFormat("<0x%02X>", b), 0, PieceType::kByte);
+  for (int i = static_cast<int>(v.pieces.size()); i < vocab_size; ++i) {
+    add(absl::StrCat("\xE2\x96\x81t", i), -static_cast<float>(i), PieceType::kNormal);
+  }
+  return Tokenizer::FromVocab(std::move(v));
+}
+
+absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights) {
+  auto spec = ParseDummyModel(model_path);
+  if (!spec.ok()) return spec.status();
+  ModelBundle b;
+  auto tok = SyntheticTokenizer(spec->config.vocab_size);
+  if (!tok.ok()) return tok.status();
+  b.tokenizer = std::move(*tok);
+  b.tokenizer_path = "<synthetic>";
+  if (host_weights) {
+    b.weights = MakeDummyWeights(spec->config, spec->seed);
+  } else {
+    b.weights.config = spec->config;
+  }
+  b.weights.source = model_path;
+  return b;
 }
 
 }  // namespace banyan::engine

@@ -23,6 +23,25 @@ struct ModelBundle {
 absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
                                             const std::string& tokenizer_path = "");
 
+// Dummy models, for benchmarks at real shapes without real weights:
+//   dummy:<shape>[:vocab=<n>][:context=<n>][:seed=<n>]
+// with a shape NamedShapeConfig knows (e.g. dummy:llama-2-7b-shape:vocab=128256). The weights
+// are synthetic (MakeDummyWeights, or generated on the GPU by the CUDA backend) and the tokenizer
+// is SyntheticTokenizer(vocab). IsDummyModel tells such a path apart from a file.
+bool IsDummyModel(const std::string& model_path);
+struct DummyModelSpec {
+  ModelConfig config;
+  uint64_t seed = 1;
+};
+absl::StatusOr<DummyModelSpec> ParseDummyModel(const std::string& model_path);
+// A SentencePiece BPE vocabulary of `vocab_size` pieces (>= 259): <unk>, <s>, </s>, the 256 byte
+// pieces (byte fallback, so any text encodes), then synthetic pieces "▁t<i>". Text round-trips;
+// generated text from dummy weights is meaningless by design.
+absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size);
+// The bundle of a dummy model: config, tokenizer, and host weights only when `host_weights`
+// (the CPU backend needs them; the CUDA backend generates its own on the device).
+absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights);
+
 // The bundled stories260K checkpoint, looked up from the working directory and from the
 // executable's location (build/<dir>/<exe> inside a checkout). Empty when not found.
 std::string FindBundledModel(const char* argv0);

@@ -1,5 +1,6 @@
 #include "engine/step_runner.h"
 
+#include <chrono>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -9,12 +10,18 @@ namespace banyan::engine {
 StepRunner::StepRunner(Backend* backend, kvcache::PrefixTree* tree, AttentionMode mode)
     : backend_(backend), tree_(tree), plan_options_{.share = mode != AttentionMode::kPaged} {}
 
-absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
-                             std::span<const DecodeItem> decode,
-                             std::span<const PrefillItem> prefill, StepOutput* out) {
+absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
+                                 std::span<const DecodeItem> decode,
+                                 std::span<const PrefillItem> prefill, bool sample,
+                                 StepBatch* batch_out, std::vector<SampleSpec>* specs_out,
+                                 StepOutput* out) {
   if (absl::Status s = backend_->CopyChunks(copies); !s.ok()) return s;
-  StepBatch batch;
+  StepBatch& batch = *batch_out;
+  std::vector<SampleSpec>& specs = *specs_out;
   out->decode_rows.clear();
+  out->samples.clear();
+  out->logits.clear();
+  out->forward_seconds = 0;
   if (!decode.empty()) {
     std::unordered_map<kvcache::SeqId, const DecodeItem*> by_seq;
     for (const DecodeItem& d : decode) by_seq[d.seq] = &d;
@@ -39,9 +46,13 @@ absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
       w.tokens = {tree_->LastToken(s)};
       w.slots = tree_->Slots(s, len - 1, len);
       w.write_kv = {static_cast<uint8_t>(by_seq[s]->write_kv ? 1 : 0)};
+      SampleSpec spec = by_seq[s]->sample;
+      spec.row = static_cast<int32_t>(batch.decode.size());
+      specs.push_back(spec);
       batch.decode.push_back(std::move(w));
     }
   }
+  int32_t logit_row = static_cast<int32_t>(batch.decode.size());
   for (const PrefillItem& p : prefill) {
     if (!tree_->IsLive(p.seq) || p.begin < 0 || p.end > tree_->Length(p.seq) || p.begin >= p.end) {
       return absl::InternalError(absl::StrCat("bad prefill range [", p.begin, ", ", p.end,
@@ -55,6 +66,13 @@ absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
     w.write_kv.resize(w.tokens.size());
     for (int32_t i = p.begin; i < p.end; ++i) w.write_kv[i - p.begin] = i >= p.cached_end;
     w.want_logits = p.want_logits;
+    if (p.want_logits) {
+      for (SampleSpec spec : p.samples) {
+        spec.row = logit_row;
+        specs.push_back(spec);
+      }
+      ++logit_row;
+    }
     kvcache::AttentionPlan row = kvcache::BuildAttentionPlan(
         *tree_, std::span<const kvcache::SeqId>(&p.seq, 1), {.share = false});
     // The row's spans cover the whole sequence; attention masks beyond each query's position.
@@ -63,11 +81,50 @@ absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
     w.span_end = std::move(row.span_end);
     batch.prefill.push_back(std::move(w));
   }
-  if (batch.decode.empty() && batch.prefill.empty()) {
-    out->logits.clear();
-    return absl::OkStatus();
+  if (sample) {
+    for (const SampleSpec& spec : specs) {
+      if (spec.params == nullptr || spec.state == nullptr) {
+        return absl::InternalError("a row to sample has no sampling parameters");
+      }
+    }
   }
-  return backend_->Forward(batch, &out->logits);
+  return absl::OkStatus();
+}
+
+namespace {
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
+                             std::span<const DecodeItem> decode,
+                             std::span<const PrefillItem> prefill, StepOutput* out) {
+  StepBatch batch;
+  std::vector<SampleSpec> specs;
+  if (absl::Status s = Prepare(copies, decode, prefill, true, &batch, &specs, out); !s.ok()) {
+    return s;
+  }
+  if (batch.decode.empty() && batch.prefill.empty()) return absl::OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = backend_->ForwardSample(batch, specs, &out->samples);
+  out->forward_seconds = SecondsSince(t0);
+  return s;
+}
+
+absl::Status StepRunner::RunLogits(std::span<const kvcache::ChunkCopy> copies,
+                                   std::span<const DecodeItem> decode,
+                                   std::span<const PrefillItem> prefill, StepOutput* out) {
+  StepBatch batch;
+  std::vector<SampleSpec> specs;
+  if (absl::Status s = Prepare(copies, decode, prefill, false, &batch, &specs, out); !s.ok()) {
+    return s;
+  }
+  if (batch.decode.empty() && batch.prefill.empty()) return absl::OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = backend_->Forward(batch, &out->logits);
+  out->forward_seconds = SecondsSince(t0);
+  return s;
 }
 
 }  // namespace banyan::engine

@@ -1,12 +1,13 @@
 // StepRunner: carries out one engine step whose tokens the caller has already placed in the
-// prefix tree. Shared by the batch Generator and the daemon's Scheduler.
+// prefix tree: the "run" stage of the one engine loop (scheduler/engine_loop.h).
 //
 // Order of work (see kvcache/prefix_tree.h on uncomputed tokens):
 //  1. the split copies of all placements are applied;
 //  2. every new token's slot is read from the tree *now*, after all placements;
 //  3. decode rows are put in tree DFS order and the AttentionPlan is rebuilt only when the tree's
 //     shape version or the row set changed (otherwise its lengths are advanced);
-//  4. one forward pass runs.
+//  4. one forward pass runs, with sampling on the backend (Backend::ForwardSample): only the
+//     sampled tokens come back.
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
@@ -24,6 +25,7 @@ namespace banyan::engine {
 struct DecodeItem {
   kvcache::SeqId seq;
   bool write_kv = true;  // false: the token's KV was reused from the tree
+  SampleSpec sample;     // how to sample the row (row is filled in by the runner)
 };
 
 // A sequence whose positions [begin, end) are new this step (prompt prefill, a chunk of it, or
@@ -36,12 +38,20 @@ struct PrefillItem {
   // cached prompt recompute its last token's logits without rewriting its KV.
   int32_t cached_end = 0;
   bool want_logits = true;
+  // With want_logits: the samples drawn from the last token's row (the n samples of a prompt,
+  // each with its own state); row is filled in by the runner.
+  std::vector<SampleSpec> samples;
 };
 
 struct StepOutput {
-  std::vector<kvcache::SeqId> decode_rows;  // the decode sequences in the order of the logits
-  // [rows, vocab]: decode_rows first, then each PrefillItem with want_logits, in order.
+  std::vector<kvcache::SeqId> decode_rows;  // the decode sequences in the order of the rows
+  // The sampled tokens: one per decode row in decode_rows order, then each PrefillItem's
+  // samples in order.
+  std::vector<SampleResult> samples;
+  // RunLogits only: [rows, vocab], the decode rows first, then each PrefillItem with
+  // want_logits, in order.
   std::vector<float> logits;
+  double forward_seconds = 0;  // wall time of the backend's forward pass
 };
 
 struct StepStats {
@@ -55,10 +65,21 @@ class StepRunner {
 
   absl::Status Run(std::span<const kvcache::ChunkCopy> copies, std::span<const DecodeItem> decode,
                    std::span<const PrefillItem> prefill, StepOutput* out);
+  // The same step returning the logits instead of sampling (tests compare them across
+  // backends); the items' sampling specs are ignored.
+  absl::Status RunLogits(std::span<const kvcache::ChunkCopy> copies,
+                         std::span<const DecodeItem> decode, std::span<const PrefillItem> prefill,
+                         StepOutput* out);
 
   const StepStats& stats() const { return stats_; }
 
  private:
+  // Steps 1-3: the copies applied, the batch and the specs (rows filled in) built.
+  absl::Status Prepare(std::span<const kvcache::ChunkCopy> copies,
+                       std::span<const DecodeItem> decode, std::span<const PrefillItem> prefill,
+                       bool sample, StepBatch* batch, std::vector<SampleSpec>* specs,
+                       StepOutput* out);
+
   Backend* backend_;
   kvcache::PrefixTree* tree_;
   kvcache::PlanOptions plan_options_;

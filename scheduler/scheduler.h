@@ -1,22 +1,16 @@
-// Scheduler: the iteration-level (continuous batching) engine loop.
+// Scheduler: the daemon's engine thread around the one engine loop (engine_loop.h), with a
+// bounded queue of incoming requests and the drain.
 //
 // Threads: Submit / Drain / Metrics may be called from any thread. One engine thread, owned by
-// the scheduler, runs iterations: each one asks the pure policy (policy.h) for an IterationPlan,
-// carries it out on the prefix tree and the backend, samples, and pushes TokenEvents.
+// the scheduler, moves incoming requests into the loop and runs EngineLoop::Step.
 //
-// Guarantees:
-//  - a request's samples are independent of what else runs (per-sample seeded streams,
-//    exact attention), including after preemption by recompute;
+// Guarantees (beyond the loop's):
 //  - a full waiting queue refuses new requests at once (ResourceExhausted);
-//  - a cancelled request (client, deadline, shutdown) has its KV released before the next
-//    iteration;
 //  - Drain stops admission, lets running requests finish until the timeout, cancels the rest.
 #pragma once
 
 #include <chrono>
 #include <deque>
-#include <span>
-#include <string>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -25,11 +19,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
-#include "engine/sampler/sampler.h"
-#include "engine/step_runner.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "kvcache/prefix_tree.h"
+#include "scheduler/engine_loop.h"
 #include "scheduler/metrics.h"
 #include "scheduler/request.h"
 #include "scheduler/request_stream.h"
@@ -45,9 +37,10 @@ struct SchedulerOptions {
 
 class Scheduler {
  public:
-  // All pointers must outlive the scheduler. The tree must use the backend's chunk pool.
+  // `config` and `tokenizer` must outlive the scheduler; the loop owns the backend and sizes its
+  // KV pool and prefix tree from it.
   Scheduler(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
-            engine::Backend* backend, kvcache::PrefixTree* tree, SchedulerOptions options);
+            std::unique_ptr<engine::Backend> backend, SchedulerOptions options);
   ~Scheduler();  // Stop()
 
   void Start();
@@ -65,53 +58,34 @@ class Scheduler {
   bool draining() const;
   MetricsSnapshot Metrics() const;
   const SchedulerOptions& options() const { return options_; }
+  int32_t kv_chunks_total() const { return loop_->kv_chunks_total(); }
+  // The loop, for tests that inspect its tree: only while the engine thread is not running
+  // (before Start or after Stop).
+  EngineLoop& loop() { return *loop_; }
 
  private:
-  struct Live;  // engine-thread state of one request
-  using LivePtr = std::unique_ptr<Live>;
+  struct Incoming {
+    Request request;
+    std::shared_ptr<RequestStream> stream;
+    std::chrono::steady_clock::time_point submitted;
+  };
   void Loop();
-  bool Iterate();  // one iteration; false when there was nothing to do
-
-  // Engine-thread helpers of Iterate.
+  // Moves incoming requests into the loop; true when there were any.
   bool TakeIncoming();
-  void CancelDue(bool cancel_all);
-  void Preempt(Live& live);
-  // Places up to `tokens` prompt tokens (or the whole recompute of a resumed request).
-  absl::Status PlacePrefill(Live& live, int32_t tokens, std::vector<kvcache::ChunkCopy>* copies,
-                            std::vector<engine::PrefillItem>* items,
-                            std::vector<Live*>* logit_owners);
-  // Turns a prefilled prompt into n samples and samples their first tokens.
-  void StartSamples(Live& live, std::span<const float> logits);
-  void SampleNext(Live& live, size_t sample, std::span<const float> logits);
-  // Ends a sample (its KV is released) / the whole request.
-  void EndSample(Live& live, size_t sample, FinishReason reason, std::string text);
-  void Finish(Live& live, absl::Status status, FinishReason reason);
-  void ReleaseAll(Live& live);
   void PublishMetrics();
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const engine::ModelConfig& config_;
-  const engine::Tokenizer* tokenizer_;
-  engine::Backend* backend_;
-  kvcache::PrefixTree* tree_;
   SchedulerOptions options_;
+  std::unique_ptr<EngineLoop> loop_;  // engine thread only, after Start
 
   mutable absl::Mutex mu_;
   absl::CondVar work_cv_;
-  std::deque<std::unique_ptr<Live>> incoming_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar idle_cv_;
+  std::deque<Incoming> incoming_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;  // drain timed out / stopping
   MetricsSnapshot metrics_ ABSL_GUARDED_BY(mu_);
-
-  // Engine-thread only.
-  std::vector<LivePtr> waiting_;
-  std::vector<LivePtr> running_;
-  uint64_t arrival_counter_ = 0;
-  std::unique_ptr<engine::StepRunner> runner_;
-  engine::SamplerScratch scratch_;
-  // Metrics as the engine thread keeps them; copied to metrics_ at the end of each iteration
-  // (requests_rejected_total is counted by Submit directly in metrics_).
-  MetricsSnapshot engine_metrics_;
   std::thread thread_;
 };
 

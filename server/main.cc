@@ -62,7 +62,9 @@ constexpr char kUsage[] =
     "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
     "               [--chat-template plain|llama2|chatml] [--drain-timeout-ms N]\n"
     "               [--log-level trace|debug|info|warn|error]\n"
-    "With no arguments: the bundled stories260K on the CPU, 127.0.0.1, HTTP 8000, gRPC 50051.\n";
+    "With no arguments: the bundled stories260K on the CPU, 127.0.0.1, HTTP 8000, gRPC 50051.\n"
+    "--model dummy:<shape>[:vocab=N][:context=N][:seed=N]: synthetic weights and tokenizer of a\n"
+    "named shape (llama-2-7b-shape, llama-2-13b-shape, llama-3-8b-shape, ...), for benchmarks.\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->
@@ -108,7 +110,10 @@ int Run(int argc, char** argv) {
     return Fail(absl::NotFoundError("no --model given and the bundled stories260K was not found"));
   }
   spdlog::info("loading model {}", model_path);
-  auto bundle = engine::LoadModelBundle(model_path, cfg->tokenizer);
+  const bool dummy = engine::IsDummyModel(model_path);
+  // A dummy model's weights are generated on the GPU by the CUDA backend: no host copy.
+  auto bundle = dummy ? engine::LoadDummyBundle(model_path, cfg->backend != "cuda")
+                      : engine::LoadModelBundle(model_path, cfg->tokenizer);
   if (!bundle.ok()) return Fail(bundle.status());
   const engine::ModelConfig& mc = bundle->weights.config;
 
@@ -136,7 +141,9 @@ int Run(int argc, char** argv) {
     co.chunk_size = cfg->chunk_size;
     co.attention = attention;
     if (co.num_chunks >= 1) {
-      auto cuda = engine::CudaBackend::Create(&bundle->weights, co);
+      auto cuda = dummy ? engine::CudaBackend::CreateDummy(
+                              mc, engine::ParseDummyModel(model_path)->seed, co)
+                        : engine::CudaBackend::Create(&bundle->weights, co);
       if (!cuda.ok()) return Fail(cuda.status());
       backend = std::move(*cuda);
     }
@@ -174,10 +181,6 @@ int Run(int argc, char** argv) {
         "--kv-memory " + std::to_string(cfg->kv_memory_bytes) + " bytes holds no KV chunk of " +
         std::to_string(cfg->chunk_size) + " tokens for this model"));
   }
-  auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30)),
-                                         cfg->chunk_size);
-  if (!pool.ok()) return Fail(pool.status());
-  kvcache::PrefixTree tree(&*pool);
   spdlog::info(
       "model: dim {}, {} layers, {} heads ({} kv), vocab {}, context {}; backend {}, attention {}",
       mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.vocab_size, mc.max_seq_len,
@@ -190,12 +193,12 @@ int Run(int argc, char** argv) {
   so.prefill_token_budget = cfg->prefill_budget;
   so.queue_limit = cfg->queue_limit;
   so.attention = attention;
-  scheduler::Scheduler sched(mc, bundle->tokenizer.get(), backend.get(), &tree, so);
+  scheduler::Scheduler sched(mc, bundle->tokenizer.get(), std::move(backend), so);
   sched.Start();
 
   ServerContext ctx;
   ctx.model_name = cfg->served_model_name.empty()
-                       ? std::filesystem::path(model_path).stem().string()
+                       ? (dummy ? model_path : std::filesystem::path(model_path).stem().string())
                        : cfg->served_model_name;
   ctx.model_config = &mc;
   ctx.tokenizer = bundle->tokenizer.get();

@@ -2,9 +2,12 @@
 //
 //   banyan generate [--model PATH] [--tokenizer FILE] [--prompt TEXT] [--max-tokens N]
 //                   [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N]
-//                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged]
+//                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged] [--backend cpu|cuda]
+//                   [--prompts-file FILE]
 //       Prints the completion (generated text only). With --n > 1 the samples share the
 //       prompt's KV and are printed one after another under "--- sample i ---" headers.
+//       --prompts-file: one prompt per line, all run as one batch on the engine loop (the loop
+//       the daemon runs); each completion is printed on one line, newlines escaped as \n.
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,
 //       tokenizer.model).
@@ -19,12 +22,16 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/generator.h"
 #include "engine/model/model_io.h"
 #include "engine/model_bundle.h"
-#include "kvcache/chunk_pool.h"
-#include "kvcache/prefix_tree.h"
+#include "scheduler/generate.h"
+#include "spdlog/spdlog.h"
+#ifdef BANYAN_HAVE_CUDA_BACKEND
+#include "engine/cuda/cuda_backend.h"
+#endif
+#include <fstream>
 
 namespace banyan {
 namespace {
@@ -83,7 +90,7 @@ absl::Status Generate(const Args& a, const char* argv0) {
   if (!bundle.ok()) return bundle.status();
   const engine::ModelConfig& cfg = bundle->weights.config;
 
-  engine::GenerationRequest req;
+  scheduler::Request req;
   req.prompt = bundle->tokenizer->Encode(a.Get("prompt"), /*add_bos=*/true);
   req.params.max_tokens = 256;
   int32_t chunk_size = 64, kv_mb = 256;
@@ -101,34 +108,72 @@ absl::Status Generate(const Args& a, const char* argv0) {
     req.params.seed = static_cast<uint64_t>(seed);
     req.params.has_seed = true;
   }
-  engine::CpuBackendOptions opts;
-  opts.chunk_size = chunk_size;
-  opts.num_chunks = static_cast<int32_t>(
-      engine::CpuBackend::ChunksForBudget(cfg, chunk_size, int64_t{kv_mb} << 20));
   std::string attention = a.Get("attention", "tpp");
   if (attention != "tpp" && attention != "paged") {
     return absl::InvalidArgumentError("--attention must be tpp or paged, got " + attention);
   }
-  opts.attention = attention == "tpp" ? engine::AttentionMode::kTpp : engine::AttentionMode::kPaged;
-  auto pool = kvcache::ChunkPool::Create(opts.num_chunks, chunk_size);
-  if (!pool.ok()) return pool.status();
-  auto backend = engine::CpuBackend::Create(&bundle->weights, opts);
-  if (!backend.ok()) return backend.status();
-  kvcache::PrefixTree tree(&*pool);
-  engine::Generator gen(cfg, backend->get(), &tree, {.attention = opts.attention});
-  auto results = gen.Run(std::span<const engine::GenerationRequest>(&req, 1));
-  if (!results.ok()) return results.status();
-  const auto& samples = (*results)[0].samples;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    if (samples.size() > 1) std::printf("--- sample %zu ---\n", i + 1);
-    std::printf("%s\n", bundle->tokenizer->Decode(samples[i].tokens).c_str());
+  const engine::AttentionMode mode =
+      attention == "tpp" ? engine::AttentionMode::kTpp : engine::AttentionMode::kPaged;
+  std::unique_ptr<engine::Backend> backend;
+  const std::string backend_name = a.Get("backend", "cpu");
+  if (backend_name == "cpu") {
+    engine::CpuBackendOptions opts;
+    opts.chunk_size = chunk_size;
+    opts.num_chunks = static_cast<int32_t>(
+        engine::CpuBackend::ChunksForBudget(cfg, chunk_size, int64_t{kv_mb} << 20));
+    opts.attention = mode;
+    auto cpu = engine::CpuBackend::Create(&bundle->weights, opts);
+    if (!cpu.ok()) return cpu.status();
+    backend = std::move(*cpu);
+  } else if (backend_name == "cuda") {
+#ifdef BANYAN_HAVE_CUDA_BACKEND
+    engine::CudaBackendOptions opts;
+    opts.chunk_size = chunk_size;
+    opts.kv_memory_bytes = int64_t{kv_mb} << 20;
+    opts.attention = mode;
+    auto cuda = engine::CudaBackend::Create(&bundle->weights, opts);
+    if (!cuda.ok()) return cuda.status();
+    backend = std::move(*cuda);
+#else
+    return absl::UnimplementedError("this banyan was built without CUDA; use --backend cpu");
+#endif
+  } else {
+    return absl::InvalidArgumentError("--backend must be cpu or cuda, got " + backend_name);
   }
-  const auto& st = gen.stats();
+  std::vector<scheduler::Request> requests;
+  if (std::string file = a.Get("prompts-file"); !file.empty()) {
+    std::ifstream in(file);
+    if (!in) return absl::NotFoundError("cannot read --prompts-file " + file);
+    for (std::string line; std::getline(in, line);) {
+      scheduler::Request r = req;
+      r.prompt = bundle->tokenizer->Encode(line, /*add_bos=*/true);
+      requests.push_back(std::move(r));
+    }
+  } else {
+    requests.push_back(req);
+  }
+  // Batch settings: every request admitted at once, whole prompts prefilled in one step.
+  scheduler::EngineLoop loop(cfg, bundle->tokenizer.get(), std::move(backend),
+                             {.max_running_sequences = 1 << 16,
+                              .prefill_token_budget = 1 << 24,
+                              .attention = mode});
+  auto results = scheduler::GenerateAll(loop, requests);
+  if (!results.ok()) return results.status();
+  for (const scheduler::GenerationResult& result : *results) {
+    const auto& samples = result.samples;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (samples.size() > 1) std::printf("--- sample %zu ---\n", i + 1);
+      std::string text = bundle->tokenizer->Decode(samples[i].tokens);
+      if (requests.size() > 1) text = absl::StrReplaceAll(text, {{"\\", "\\\\"}, {"\n", "\\n"}});
+      std::printf("%s\n", text.c_str());
+    }
+  }
+  const scheduler::LoopStats& st = loop.stats();
   std::fprintf(stderr,
-               "[banyan] %s: %lld prompt tokens, %lld decode steps, %.1f tok/s decode; "
+               "[banyan] %s on %s: %lld prompt tokens, %lld decode steps, %.1f tok/s decode; "
                "[kv] peak %d live chunks, %lld saved by sharing\n",
-               model.c_str(), static_cast<long long>(st.prefill_tokens),
-               static_cast<long long>(st.steps),
+               model.c_str(), backend_name.c_str(), static_cast<long long>(st.prefill_tokens),
+               static_cast<long long>(st.decode_steps),
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,
                st.peak.chunks_live, static_cast<long long>(st.peak.chunks_saved_by_sharing));
   return absl::OkStatus();
@@ -170,6 +215,7 @@ absl::Status Convert(const Args& a) {
 }  // namespace banyan
 
 int main(int argc, char** argv) {
+  spdlog::set_level(spdlog::level::warn);  // the engine loop's per-request lines are for banyand
   auto args = banyan::Parse(argc, argv);
   absl::Status s = args.status();
   if (s.ok()) {

@@ -30,6 +30,8 @@ class CpuBackend final : public Backend {
   static int64_t ChunksForBudget(const ModelConfig& config, int32_t chunk_size, int64_t bytes);
 
   std::string_view name() const override { return "cpu"; }
+  int32_t num_chunks() const override { return options_.num_chunks; }
+  int32_t chunk_size() const override { return options_.chunk_size; }
   absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) override;
   absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) override;
 

@@ -145,8 +145,8 @@ class CudaBackend final : public Backend {
   const std::string& graph_error() const { return graph_error_; }
 
   const ModelConfig& config() const { return cfg_; }
-  int32_t num_chunks() const { return num_chunks_; }
-  int32_t chunk_size() const { return options_.chunk_size; }
+  int32_t num_chunks() const override { return num_chunks_; }
+  int32_t chunk_size() const override { return options_.chunk_size; }
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t kv_bytes() const { return kv_bytes_; }
 

@@ -25,12 +25,12 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/generator.h"
 #include "engine/model_bundle.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/model/model_io.h"
 #include "engine/model/weights_layout.h"
 #include "engine/step_runner.h"
+#include "scheduler/generate.h"
 #include "gtest/gtest.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
@@ -67,6 +67,11 @@ ModelConfig SmallConfig(int head_dim, int heads, int kv_heads) {
   c.max_seq_len = 1024;
   c.rope_style = RopeStyle::kHalf;
   return c;
+}
+
+// The engine loop with batch settings: every request admitted and prefilled at once.
+scheduler::LoopOptions BatchLoopOptions(AttentionMode mode) {
+  return {.max_running_sequences = 1 << 16, .prefill_token_budget = 1 << 24, .attention = mode};
 }
 
 // A backend with its own pool, tree and step runner.
@@ -175,7 +180,7 @@ double CompareSteps(Side& cpu, Side& gpu, int vocab, const std::vector<std::vect
                        placed->matched_tokens, true});
     }
     StepOutput out;
-    const absl::Status st = sides[s]->runner.Run(copies, {}, items, &out);
+    const absl::Status st = sides[s]->runner.RunLogits(copies, {}, items, &out);
     EXPECT_TRUE(st.ok()) << st;
     logits[s] = out.logits;
   }
@@ -203,7 +208,7 @@ double CompareSteps(Side& cpu, Side& gpu, int vocab, const std::vector<std::vect
         decode.push_back({p.seq, !p.new_slots.empty()});
       }
       StepOutput out;
-      const absl::Status st = sides[s]->runner.Run(copies, decode, {}, &out);
+      const absl::Status st = sides[s]->runner.RunLogits(copies, decode, {}, &out);
       EXPECT_TRUE(st.ok()) << st;
       logits[s] = out.logits;
       order[s] = out.decode_rows;
@@ -377,9 +382,9 @@ TEST_F(CudaBackendTest, TppGreedyEqualsPaged) {
   for (const Shape& s : {Shape{64, 4, 4}, Shape{128, 4, 1}}) {
     const ModelConfig cfg = SmallConfig(s.head_dim, s.heads, s.kv_heads);
     const ModelWeights w = MakeDummyWeights(cfg, rng());
-    std::vector<GenerationRequest> reqs;
+    std::vector<scheduler::Request> reqs;
     for (const auto& p : HierarchicalPrompts(cfg.vocab_size, rng, 24, 100, 3, 20, 3)) {
-      GenerationRequest r;
+      scheduler::Request r;
       r.prompt = p;
       r.params.temperature = 0;
       r.params.max_tokens = 32;
@@ -393,13 +398,12 @@ TEST_F(CudaBackendTest, TppGreedyEqualsPaged) {
       o.attention = mode;
       auto b = CudaBackend::Create(&w, o);
       EXPECT_TRUE(b.ok()) << b.status();
-      auto pool = *kvcache::ChunkPool::Create(1024, kChunkSize);
-      kvcache::PrefixTree tree(&pool);
-      Generator gen(w.config, b->get(), &tree, GeneratorOptions{.attention = mode});
-      auto out = gen.Run(reqs);
+      CudaBackend* cuda = b->get();
+      scheduler::EngineLoop loop(w.config, nullptr, *std::move(b), BatchLoopOptions(mode));
+      auto out = scheduler::GenerateAll(loop, reqs);
       EXPECT_TRUE(out.ok()) << out.status();
-      *tpp_steps = (*b)->attention_stats().tpp_steps;
-      return out.ok() ? *out : std::vector<GenerationResult>{};
+      *tpp_steps = cuda->attention_stats().tpp_steps;
+      return out.ok() ? *out : std::vector<scheduler::GenerationResult>{};
     };
     int64_t tpp_steps = 0, paged_tpp_steps = 0;
     const auto tpp = run(AttentionMode::kTpp, &tpp_steps);
@@ -426,7 +430,7 @@ TEST_F(CudaBackendTest, TppGreedyEqualsPaged) {
       ASSERT_TRUE(placed.ok());
       const int32_t n = static_cast<int32_t>(context.size());
       StepOutput out;
-      ASSERT_TRUE(side->runner.Run(placed->copies, {}, std::vector<PrefillItem>{{placed->seq, 0, n, 0, true}}, &out).ok());
+      ASSERT_TRUE(side->runner.RunLogits(placed->copies, {}, std::vector<PrefillItem>{{placed->seq, 0, n, 0, true}}, &out).ok());
       const float gap = std::fabs(out.logits[a[j]] - out.logits[b[j]]);
       std::printf("d%d request %zu: tpp and paged diverge at token %zu: %d vs %d, logit gap %.4f\n",
                   s.head_dim, i, j, a[j], b[j], gap);
@@ -460,7 +464,7 @@ TEST_F(CudaBackendTest, DeviceDummyWeightsEqualHostDummyWeights) {
     auto placed = sides[s]->tree.Insert("", prompt);
     ASSERT_TRUE(placed.ok());
     StepOutput out;
-    ASSERT_TRUE(sides[s]->runner.Run({}, {}, std::vector<PrefillItem>{{placed->seq, 0, 40, 0, true}}, &out).ok());
+    ASSERT_TRUE(sides[s]->runner.RunLogits({}, {}, std::vector<PrefillItem>{{placed->seq, 0, 40, 0, true}}, &out).ok());
     logits[s] = out.logits;
   }
   EXPECT_EQ(logits[0], logits[1]);  // same rounded weights, same kernels: bit for bit
@@ -485,29 +489,27 @@ TEST_F(CudaBackendTest, SharedPrefixBatchEqualsSoloRuns) {
       "with his friend, a small bird. The bird could sing very well and Max loved to listen. Every "
       "morning they met by the old tree near the pond, where the ducks swam and the flowers were "
       "red.";
-  std::vector<GenerationRequest> reqs;
+  std::vector<scheduler::Request> reqs;
   for (const char* q : {" One day", " The bird said", " Max was sad because", " Then", "",
                         " Lily came to the park and"}) {
-    GenerationRequest r;
+    scheduler::Request r;
     r.prompt = tok.Encode(system + q, true);
     r.params.temperature = 0;
     r.params.max_tokens = 40;
     r.params.ignore_eos = true;
     reqs.push_back(r);
   }
-  auto run = [&](std::span<const GenerationRequest> rs, AttentionMode mode) {
+  auto run = [&](std::span<const scheduler::Request> rs, AttentionMode mode) {
     CudaBackendOptions o;
     o.num_chunks = 1024;
     o.chunk_size = kChunkSize;
     o.attention = mode;
     auto b = CudaBackend::Create(&w, o);
     EXPECT_TRUE(b.ok()) << b.status();
-    auto pool = *kvcache::ChunkPool::Create(1024, kChunkSize);
-    kvcache::PrefixTree tree(&pool);
-    Generator gen(w.config, b->get(), &tree, GeneratorOptions{.attention = mode});
-    auto out = gen.Run(rs);
+    scheduler::EngineLoop loop(w.config, nullptr, *std::move(b), BatchLoopOptions(mode));
+    auto out = scheduler::GenerateAll(loop, rs);
     EXPECT_TRUE(out.ok()) << out.status();
-    return out.ok() ? *out : std::vector<GenerationResult>{};
+    return out.ok() ? *out : std::vector<scheduler::GenerationResult>{};
   };
   // Logits after `context`, from a solo prefill.
   auto solo_logits = [&](const std::vector<int32_t>& context) {
@@ -516,7 +518,7 @@ TEST_F(CudaBackendTest, SharedPrefixBatchEqualsSoloRuns) {
     EXPECT_TRUE(placed.ok());
     const int32_t n = static_cast<int32_t>(context.size());
     StepOutput out;
-    EXPECT_TRUE(side->runner.Run(placed->copies, {}, std::vector<PrefillItem>{{placed->seq, 0, n, 0, true}}, &out).ok());
+    EXPECT_TRUE(side->runner.RunLogits(placed->copies, {}, std::vector<PrefillItem>{{placed->seq, 0, n, 0, true}}, &out).ok());
     return out.logits;
   };
   int equal = 0, near_ties = 0;
@@ -647,7 +649,7 @@ void CheckOracleFolder(const std::string& dir) {
       StepOutput out;
       const PrefillItem item{placed->seq, std::min(placed->matched_tokens, half - 1), half,
                              placed->matched_tokens, true};
-      ASSERT_TRUE(side->runner.Run(placed->copies, {}, std::vector<PrefillItem>{item}, &out).ok());
+      ASSERT_TRUE(side->runner.RunLogits(placed->copies, {}, std::vector<PrefillItem>{item}, &out).ok());
       auto slice = [&](int pos) {
         return std::vector<float>(want[i].begin() + int64_t{pos} * vocab,
                                   want[i].begin() + int64_t{pos + 1} * vocab);
@@ -657,7 +659,7 @@ void CheckOracleFolder(const std::string& dir) {
         auto appended = side->tree.Append(placed->seq, s[pos]);
         ASSERT_TRUE(appended.ok());
         const DecodeItem d{placed->seq, !appended->new_slots.empty()};
-        ASSERT_TRUE(side->runner.Run(appended->copies, std::vector<DecodeItem>{d}, {}, &out).ok());
+        ASSERT_TRUE(side->runner.RunLogits(appended->copies, std::vector<DecodeItem>{d}, {}, &out).ok());
         worst = std::max(worst, RelErr(out.logits, slice(pos)));
       }
     }

@@ -58,19 +58,19 @@ class SchedulerTest : public ::testing::Test {
   static void TearDownTestSuite() { delete bundle_; }
 
   void Make(int chunks, int chunk_size = 16, SchedulerOptions opts = {}) {
-    pool_ = std::make_unique<kvcache::ChunkPool>(*kvcache::ChunkPool::Create(chunks, chunk_size));
-    tree_ = std::make_unique<kvcache::PrefixTree>(pool_.get());
-    backend_ = *engine::CpuBackend::Create(&bundle_->weights,
-                                           {.num_chunks = chunks, .chunk_size = chunk_size});
-    sched_ = std::make_unique<Scheduler>(bundle_->weights.config, bundle_->tokenizer.get(),
-                                         backend_.get(), tree_.get(), opts);
+    sched_ = std::make_unique<Scheduler>(
+        bundle_->weights.config, bundle_->tokenizer.get(),
+        *engine::CpuBackend::Create(&bundle_->weights,
+                                    {.num_chunks = chunks, .chunk_size = chunk_size}),
+        opts);
   }
   void TearDown() override {
-    if (sched_) sched_->Stop();
-    if (tree_) {
-      EXPECT_TRUE(tree_->CheckInvariants().ok()) << tree_->CheckInvariants();
-      EXPECT_EQ(tree_->Stats().live_sequences, 0);
-      EXPECT_EQ(tree_->Stats().chunks_live, 0);
+    if (sched_) {
+      sched_->Stop();
+      const kvcache::PrefixTree& tree = sched_->loop().tree();
+      EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+      EXPECT_EQ(tree.Stats().live_sequences, 0);
+      EXPECT_EQ(tree.Stats().chunks_live, 0);
     }
     sched_.reset();
   }
@@ -84,29 +84,17 @@ class SchedulerTest : public ::testing::Test {
   }
   Result Solo(const Request& r) {
     auto saved = std::move(sched_);
-    auto pool = std::move(pool_);
-    auto tree = std::move(tree_);
-    auto backend = std::move(backend_);
     Make(512);
     sched_->Start();
     auto s = sched_->Submit(r);
     EXPECT_TRUE(s.ok());
     Result res = Collect(**s, r.n);
     sched_.reset();
-    tree_.reset();  // before its pool
-    backend_.reset();
-    pool_.reset();
     sched_ = std::move(saved);
-    pool_ = std::move(pool);
-    tree_ = std::move(tree);
-    backend_ = std::move(backend);
     return res;
   }
 
   static engine::ModelBundle* bundle_;
-  std::unique_ptr<kvcache::ChunkPool> pool_;
-  std::unique_ptr<kvcache::PrefixTree> tree_;
-  std::unique_ptr<engine::CpuBackend> backend_;
   std::unique_ptr<Scheduler> sched_;
   int ids_ = 0;
 };

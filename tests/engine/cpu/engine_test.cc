@@ -6,13 +6,13 @@
 #include <random>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/generator.h"
 #include "engine/model/gguf_loader.h"
 #include "engine/model/model_io.h"
 #include "engine/model_bundle.h"
 #include "gtest/gtest.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
+#include "scheduler/generate.h"
 #include "tests/testing/random.h"
 
 namespace banyan::engine {
@@ -22,15 +22,19 @@ namespace fs = std::filesystem;
 
 const std::string kModelDir = std::string(BANYAN_SOURCE_DIR) + "/models/stories260K";
 
-// A model with its own KV pool, tree and backend.
+// A model on the engine loop, with its own backend, KV pool and tree. Run() uses the batch
+// settings of `banyan generate` (every request admitted at once, whole prompts prefilled).
 struct Engine {
   explicit Engine(const ModelWeights* w, int chunks = 512, int chunk_size = 16,
                   AttentionMode mode = AttentionMode::kTpp)
-      : pool(*kvcache::ChunkPool::Create(chunks, chunk_size)), tree(&pool) {
-    backend = *CpuBackend::Create(w, {.num_chunks = chunks, .chunk_size = chunk_size,
-                                      .attention = mode});
-    gen = std::make_unique<Generator>(w->config, backend.get(), &tree,
-                                      GeneratorOptions{.attention = mode});
+      : loop(w->config, nullptr,
+             *CpuBackend::Create(w, {.num_chunks = chunks, .chunk_size = chunk_size,
+                                     .attention = mode}),
+             {.max_running_sequences = 1024, .prefill_token_budget = 1 << 20, .attention = mode}),
+        tree(loop.tree()), backend(&loop.backend()) {}
+  absl::StatusOr<std::vector<scheduler::GenerationResult>> Run(
+      std::span<const scheduler::Request> requests) {
+    return scheduler::GenerateAll(loop, requests);
   }
   // Logits of the last prompt position, prefilling the whole prompt in one forward pass.
   std::vector<float> PrefillLogits(const std::vector<int32_t>& prompt) {
@@ -52,10 +56,9 @@ struct Engine {
     tree.Release(placed->seq).IgnoreError();
     return all;
   }
-  kvcache::ChunkPool pool;
-  kvcache::PrefixTree tree;
-  std::unique_ptr<CpuBackend> backend;
-  std::unique_ptr<Generator> gen;
+  scheduler::EngineLoop loop;
+  kvcache::PrefixTree& tree;
+  Backend* backend;
 };
 
 // Independent single-sequence LLaMA forward (llama2.c style, plain arrays, no tree, no plan).
@@ -194,11 +197,11 @@ TEST_F(EngineTest, BinGgufAndHfGiveIdenticalLogits) {
 
 TEST_F(EngineTest, GreedyStoryFromEmptyPrompt) {
   Engine e(&bundle_->weights);
-  GenerationRequest r;
+  scheduler::Request r;
   r.prompt = {bundle_->tokenizer->bos_id()};
   r.params.temperature = 0;
   r.params.max_tokens = 40;
-  auto out = e.gen->Run(std::span(&r, 1));
+  auto out = e.Run(std::span(&r, 1));
   ASSERT_TRUE(out.ok()) << out.status();
   std::string text = bundle_->tokenizer->Decode((*out)[0].samples[0].tokens);
   EXPECT_TRUE(text.starts_with("Once upon a time, there was a little girl named Lily. She loved "
@@ -214,16 +217,16 @@ TEST_F(EngineTest, SharedPrefixBatchEqualsSoloRuns) {
                        "the big green park with his friend, a small bird. The bird could sing "
                        "very well and Max loved to listen. Every morning they met by the old "
                        "tree near the pond, where the ducks swam and the flowers were red.";
-  std::vector<GenerationRequest> reqs;
+  std::vector<scheduler::Request> reqs;
   const char* questions[] = {" One day", " The bird said", " Max was sad because", " Then"};
   for (const char* q : questions) {
-    GenerationRequest r;
+    scheduler::Request r;
     r.prompt = tok.Encode(system + q, true);
     r.params.temperature = 0;
     r.params.max_tokens = 30;
     reqs.push_back(r);
   }
-  GenerationRequest nway;  // n-way sampling of one prompt
+  scheduler::Request nway;  // n-way sampling of one prompt
   nway.prompt = tok.Encode(system, true);
   nway.n = 4;
   nway.params.temperature = 0.9f;
@@ -234,11 +237,11 @@ TEST_F(EngineTest, SharedPrefixBatchEqualsSoloRuns) {
 
   for (AttentionMode mode : {AttentionMode::kTpp, AttentionMode::kPaged}) {
     Engine batch(&bundle_->weights, 512, 16, mode);
-    auto all = batch.gen->Run(reqs);
+    auto all = batch.Run(reqs);
     ASSERT_TRUE(all.ok()) << all.status();
     for (size_t i = 0; i < reqs.size(); ++i) {
       Engine solo(&bundle_->weights, 512, 16, AttentionMode::kPaged);
-      auto one = solo.gen->Run(std::span(&reqs[i], 1));
+      auto one = solo.Run(std::span(&reqs[i], 1));
       ASSERT_TRUE(one.ok());
       ASSERT_EQ((*all)[i].samples.size(), (*one)[0].samples.size());
       for (size_t k = 0; k < (*one)[0].samples.size(); ++k) {
@@ -252,7 +255,7 @@ TEST_F(EngineTest, SharedPrefixBatchEqualsSoloRuns) {
     // sharing; each divergence point may cost up to 2 partly used chunks.
     size_t shared = tok.Encode(system, true).size() - 1;
     const int64_t full_chunks = static_cast<int64_t>(shared) / 16;
-    const auto& peak = batch.gen->stats().peak;
+    const auto& peak = batch.loop.stats().peak;
     EXPECT_EQ(peak.live_sequences, 8);
     EXPECT_GE(full_chunks, 5);
     EXPECT_GE(peak.chunks_saved_by_sharing, 7 * full_chunks - 2 * 8)
@@ -262,43 +265,45 @@ TEST_F(EngineTest, SharedPrefixBatchEqualsSoloRuns) {
 
 TEST_F(EngineTest, CachedPromptIsReusedAndGivesSameOutput) {
   Engine e(&bundle_->weights);
-  GenerationRequest r;
+  scheduler::Request r;
   r.prompt = bundle_->tokenizer->Encode("The little cat sat on the mat and", true);
   r.params.temperature = 0;
   r.params.max_tokens = 20;
-  auto first = e.gen->Run(std::span(&r, 1));
-  auto second = e.gen->Run(std::span(&r, 1));
+  auto first = e.Run(std::span(&r, 1));
+  auto second = e.Run(std::span(&r, 1));
   ASSERT_TRUE(first.ok() && second.ok());
-  EXPECT_EQ((*first)[0].cached_prompt_tokens, 0);
-  EXPECT_EQ((*second)[0].cached_prompt_tokens, static_cast<int32_t>(r.prompt.size()));
+  EXPECT_EQ((*first)[0].usage.cached_prompt_tokens, 0);
+  EXPECT_EQ((*second)[0].usage.cached_prompt_tokens, static_cast<int32_t>(r.prompt.size()));
   EXPECT_EQ((*first)[0].samples[0].tokens, (*second)[0].samples[0].tokens);
   // Another tenant does not see the cache.
   r.cache_namespace = "tenant-b";
-  auto third = e.gen->Run(std::span(&r, 1));
-  EXPECT_EQ((*third)[0].cached_prompt_tokens, 0);
+  auto third = e.Run(std::span(&r, 1));
+  EXPECT_EQ((*third)[0].usage.cached_prompt_tokens, 0);
 }
 
 TEST_F(EngineTest, RejectsBadRequests) {
   Engine e(&bundle_->weights);
-  GenerationRequest r;
-  EXPECT_EQ(e.gen->Validate(r).code(), absl::StatusCode::kInvalidArgument);  // empty
+  scheduler::Request r;
+  EXPECT_EQ(e.loop.Check(r).code(), absl::StatusCode::kInvalidArgument);  // empty
   r.prompt = {1, 600};
-  EXPECT_NE(e.gen->Validate(r).message().find("vocabulary"), std::string::npos);
+  EXPECT_NE(e.loop.Check(r).message().find("vocabulary"), std::string::npos);
   r.prompt = {1, 5};
   r.params.max_tokens = 100000;
-  auto s = e.gen->Validate(r);
+  auto s = e.loop.Check(r);
   EXPECT_NE(s.message().find("100000"), std::string::npos) << s;
   EXPECT_NE(s.message().find("512"), std::string::npos) << s;
 }
 
 TEST_F(EngineTest, TooSmallKvPoolIsAnErrorNotACrash) {
   Engine e(&bundle_->weights, /*chunks=*/2, /*chunk_size=*/16);
-  GenerationRequest r;
+  scheduler::Request r;
   r.prompt = bundle_->tokenizer->Encode("Once upon a time, there was a big red ball.", true);
   r.params.temperature = 0;
   r.params.max_tokens = 100;
-  auto out = e.gen->Run(std::span(&r, 1));
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted) << out.status();
+  auto out = e.Run(std::span(&r, 1));
+  // Refused before it runs: its worst case cannot fit in the whole cache.
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
+  EXPECT_NE(out.status().message().find("KV chunks"), std::string::npos) << out.status();
   EXPECT_EQ(e.tree.Stats().live_sequences, 0);  // nothing leaked
 }
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "common/check.h"
-#include "engine/generator.h"
+#include "scheduler/generate.h"
 
 namespace banyan::server::testing {
 
@@ -18,15 +18,13 @@ const engine::ModelBundle& Bundle() {
   return *bundle;
 }
 
-TestServer::TestServer(TestServerOptions options)
-    : pool_(*kvcache::ChunkPool::Create(options.num_chunks, options.chunk_size)), tree_(&pool_) {
+TestServer::TestServer(TestServerOptions options) {
   const engine::ModelBundle& b = Bundle();
   auto backend = engine::CpuBackend::Create(
       &b.weights, {.num_chunks = options.num_chunks, .chunk_size = options.chunk_size});
   BANYAN_CHECK(backend.ok()) << backend.status().ToString();
-  backend_ = *std::move(backend);
   scheduler_ = std::make_unique<scheduler::Scheduler>(b.weights.config, b.tokenizer.get(),
-                                                      backend_.get(), &tree_, options.scheduler);
+                                                      *std::move(backend), options.scheduler);
   scheduler_->Start();
   ctx_.model_name = kModelName;
   ctx_.model_config = &b.weights.config;
@@ -113,19 +111,18 @@ std::vector<std::vector<int32_t>> EngineTokens(const std::vector<int32_t>& promp
                                                const engine::SamplingParams& params, int n) {
   const engine::ModelBundle& b = Bundle();
   constexpr int32_t kChunks = 512, kChunkSize = 16;
-  kvcache::ChunkPool pool = *kvcache::ChunkPool::Create(kChunks, kChunkSize);
-  kvcache::PrefixTree tree(&pool);
-  auto backend =
-      *engine::CpuBackend::Create(&b.weights, {.num_chunks = kChunks, .chunk_size = kChunkSize});
-  engine::Generator gen(b.weights.config, backend.get(), &tree);
-  engine::GenerationRequest r;
+  scheduler::EngineLoop loop(
+      b.weights.config, b.tokenizer.get(),
+      *engine::CpuBackend::Create(&b.weights, {.num_chunks = kChunks, .chunk_size = kChunkSize}),
+      {});
+  scheduler::Request r;
   r.prompt = prompt;
   r.params = params;
   r.n = n;
-  auto out = gen.Run(std::span(&r, 1));
+  auto out = scheduler::GenerateAll(loop, std::span(&r, 1));
   BANYAN_CHECK(out.ok()) << out.status().ToString();
   std::vector<std::vector<int32_t>> tokens;
-  for (const engine::SampleOutput& s : (*out)[0].samples) tokens.push_back(s.tokens);
+  for (const scheduler::SampleOutput& s : (*out)[0].samples) tokens.push_back(s.tokens);
   return tokens;
 }
 

@@ -56,9 +56,6 @@ class TestServer {
                       std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
  private:
-  kvcache::ChunkPool pool_;
-  kvcache::PrefixTree tree_;
-  std::unique_ptr<engine::CpuBackend> backend_;
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::atomic<bool> ready_{true};
   ServerContext ctx_;
@@ -89,8 +86,8 @@ GenerateResult Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& r
 // A request for `text` with greedy decoding and `max_tokens`.
 v1::GenerateRequest GreedyText(const std::string& text, int max_tokens);
 
-// The engine's own answer (engine::Generator on a private KV pool): the oracle the server's
-// output is compared with.
+// The engine loop's own answer, driven directly on a private KV pool (scheduler::GenerateAll):
+// the oracle the server's output is compared with (what the front end adds must not change it).
 std::vector<std::vector<int32_t>> EngineTokens(const std::vector<int32_t>& prompt,
                                                const engine::SamplingParams& params, int n = 1);
 

@@ -1,5 +1,5 @@
 // What the in-process HTTP front-end tests share: the bundled stories260K model, a whole serving
-// stack (pool, tree, CPU backend, scheduler, HttpFrontEnd) on a free loopback port, and small
+// stack (CPU backend, scheduler, HttpFrontEnd) on a free loopback port, and small
 // httplib::Client helpers.
 #pragma once
 
@@ -44,16 +44,15 @@ inline const engine::ModelBundle& Bundle() {
   return *bundle;
 }
 
-// Pool, tree, backend, scheduler, context and front end: one serving stack.
+// Backend, scheduler (with its loop's pool and tree), context and front end: one serving stack.
 struct Stack {
   explicit Stack(scheduler::SchedulerOptions sopts = {}, ServerOptions opts = {}, int chunks = 1024,
-                 int chunk_size = 16)
-      : pool(*kvcache::ChunkPool::Create(chunks, chunk_size)), tree(&pool) {
+                 int chunk_size = 16) {
     const engine::ModelBundle& b = Bundle();
-    backend =
-        *engine::CpuBackend::Create(&b.weights, {.num_chunks = chunks, .chunk_size = chunk_size});
-    sched = std::make_unique<scheduler::Scheduler>(b.weights.config, b.tokenizer.get(),
-                                                   backend.get(), &tree, sopts);
+    sched = std::make_unique<scheduler::Scheduler>(
+        b.weights.config, b.tokenizer.get(),
+        *engine::CpuBackend::Create(&b.weights, {.num_chunks = chunks, .chunk_size = chunk_size}),
+        sopts);
     sched->Start();
     ctx.model_name = kModel;
     ctx.model_config = &b.weights.config;
@@ -80,9 +79,6 @@ struct Stack {
   }
   int port() const { return http->port(); }
 
-  kvcache::ChunkPool pool;
-  kvcache::PrefixTree tree;
-  std::unique_ptr<engine::CpuBackend> backend;
   std::unique_ptr<scheduler::Scheduler> sched;
   std::atomic<bool> ready{true};
   ServerContext ctx;

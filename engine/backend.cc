@@ -1,0 +1,38 @@
+#include "engine/backend.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace banyan::engine {
+
+absl::Status Backend::ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
+                                    std::vector<SampleResult>* out) {
+  std::vector<float> logits;
+  if (absl::Status s = Forward(batch, &logits); !s.ok()) return s;
+  out->clear();
+  out->resize(specs.size());
+  if (specs.empty()) return absl::OkStatus();
+  const size_t rows = batch.decode.size() + [&] {
+    size_t n = 0;
+    for (const SeqWork& w : batch.prefill) n += w.want_logits ? 1 : 0;
+    return n;
+  }();
+  const size_t vocab = logits.size() / std::max<size_t>(rows, 1);
+  SamplerScratch scratch;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const SampleSpec& spec = specs[i];
+    if (spec.row < 0 || static_cast<size_t>(spec.row) >= rows) {
+      return absl::InternalError(absl::StrCat("sample ", i, " reads logits row ", spec.row,
+                                              " of ", rows));
+    }
+    auto r = Sample(std::span<const float>(logits).subspan(spec.row * vocab, vocab), *spec.params,
+                    *spec.state, &scratch);
+    if (r.ok()) {
+      (*out)[i] = std::move(*r);
+    } else {
+      (*out)[i].token = -1;  // no distribution: the caller fails the request
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace banyan::engine

@@ -1,0 +1,589 @@
+#include "scheduler/engine_loop.h"
+
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "engine/request_check.h"
+#include "scheduler/policy.h"
+#include "scheduler/sample_text.h"
+#include "spdlog/spdlog.h"
+
+namespace banyan::scheduler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
+
+// The tokens a running sample has in the tree: the prompt and every generated token except the
+// last, which is its pending next_token (sampled; the next decode step appends it).
+std::vector<int32_t> InTree(const std::vector<int32_t>& prompt,
+                            const std::vector<int32_t>& generated) {
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), generated.begin(), generated.end() - (generated.empty() ? 0 : 1));
+  return all;
+}
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::shared_ptr<spdlog::logger> Log() {
+  static std::shared_ptr<spdlog::logger> logger = [] {
+    auto l = spdlog::get("scheduler");
+    return l ? l : spdlog::default_logger()->clone("scheduler");
+  }();
+  return logger;
+}
+
+kvcache::ChunkPool MakePool(const engine::Backend& backend) {
+  auto pool = kvcache::ChunkPool::Create(backend.num_chunks(), backend.chunk_size());
+  BANYAN_CHECK(pool.ok()) << "the backend's KV pool shape: " << pool.status();
+  return std::move(*pool);
+}
+
+}  // namespace
+
+// One request.
+struct EngineLoop::Live {
+  struct Sample {
+    kvcache::SeqId seq = -1;
+    engine::SequenceSamplingState sampling;
+    std::optional<SampleText> text;  // absent without a tokenizer
+    std::vector<int32_t> generated;  // in the tree (or to be re-placed after preemption)
+    int32_t next_token = -1;         // sampled, not yet in the tree
+    bool finished = false;
+    Clock::time_point last_token;
+  };
+
+  uint64_t handle = 0;
+  uint64_t arrival = 0;
+  Request req;
+  std::shared_ptr<RequestStream> stream;
+  RequestState state = RequestState::kWaiting;
+  bool resume = false;             // waiting after a preemption
+  kvcache::SeqId prompt_seq = -1;  // while prefilling
+  int32_t placed = 0;              // prompt tokens placed in the tree (prefilling)
+  std::vector<Sample> samples;     // from the step that computes the prompt's last token
+  Usage usage;
+  Clock::time_point submitted;
+  bool first_token_seen = false;
+};
+
+EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
+                       std::unique_ptr<engine::Backend> backend, LoopOptions options)
+    : config_(config), tokenizer_(tokenizer), backend_(std::move(backend)),
+      pool_(MakePool(*backend_)), tree_(&pool_),
+      runner_(backend_.get(), &tree_, options.attention), options_(options),
+      chunks_total_(pool_.chunks_total()), chunk_size_(pool_.chunk_size()) {
+  MetricsSnapshot& m = metrics_;
+  m.time_to_first_token_seconds = Histogram(LatencyBuckets());
+  m.inter_token_latency_seconds = Histogram(LatencyBuckets());
+  m.e2e_request_latency_seconds = Histogram(LatencyBuckets());
+  m.chunk_size = tree_.chunk_size();
+  PublishMetrics();
+}
+
+EngineLoop::~EngineLoop() {
+  for (auto* list : {&waiting_, &running_}) {
+    for (LivePtr& l : *list) Finish(*l, absl::OkStatus(), FinishReason::kCancelled);
+    list->clear();
+  }
+}
+
+absl::Status EngineLoop::Check(const Request& r) const {
+  if (absl::Status s = engine::ValidateGeneration(config_, r.prompt, r.params, r.n); !s.ok()) {
+    return s;
+  }
+  if (r.n > options_.max_running_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("n is ", r.n, ", more than the ",
+                                                   options_.max_running_sequences,
+                                                   " sequences the server runs at once"));
+  }
+  const int32_t c = chunk_size_;
+  const int64_t worst = CeilDiv(static_cast<int64_t>(r.prompt.size()), c) +
+                        int64_t{r.n} * (CeilDiv(r.params.max_tokens, c) + 2);
+  if (worst > chunks_total_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request may need ", worst, " KV chunks, more than the whole cache (",
+                     chunks_total_, " chunks of ", c, " tokens)"));
+  }
+  return absl::OkStatus();
+}
+
+void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
+                     Clock::time_point submitted) {
+  auto live = std::make_unique<Live>();
+  live->req = std::move(request);
+  live->stream = std::move(stream);
+  live->submitted = submitted;
+  live->usage.prompt_tokens = static_cast<int32_t>(live->req.prompt.size());
+  live->handle = live->arrival = ++arrival_counter_;
+  waiting_.push_back(std::move(live));
+  added_ = true;
+}
+
+void EngineLoop::ReleaseAll(Live& live) {
+  if (live.prompt_seq >= 0) {
+    tree_.Release(live.prompt_seq).IgnoreError();
+    live.prompt_seq = -1;
+  }
+  for (Live::Sample& s : live.samples) {
+    if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
+    s.seq = -1;
+  }
+}
+
+void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
+  for (size_t i = 0; i < live.samples.size(); ++i) {
+    if (!live.samples[i].finished) EndSample(live, i, reason, "");
+  }
+  if (live.samples.empty() && reason != FinishReason::kNone) {
+    // Ended before its first token: one terminal event per requested sample.
+    for (int i = 0; i < live.req.n; ++i) {
+      TokenEvent e;
+      e.sample = i;
+      e.finish = reason;
+      live.stream->Push(std::move(e));
+    }
+  }
+  ReleaseAll(live);
+  MetricsSnapshot& m = metrics_;
+  ++m.requests_finished_total;
+  if (reason == FinishReason::kCancelled) ++m.requests_cancelled_total;
+  if (!status.ok()) ++m.requests_failed_total;
+  m.e2e_request_latency_seconds.Observe(Seconds(live.submitted, Clock::now()));
+  live.state = status.ok() ? (reason == FinishReason::kCancelled ? RequestState::kCancelled
+                                                                 : RequestState::kFinished)
+                           : RequestState::kFailed;
+  Log()->info("request {} {}: prompt {} (cached {}), completion {}{}", live.req.id,
+              !status.ok() ? "failed"
+              : reason == FinishReason::kNone ? "finished"
+                                              : std::string(FinishReasonName(reason)),
+              live.usage.prompt_tokens, live.usage.cached_prompt_tokens,
+              live.usage.completion_tokens,
+              status.ok() ? "" : ": " + std::string(status.message()));
+  live.stream->Finish(std::move(status), live.usage);
+}
+
+void EngineLoop::EndSample(Live& live, size_t i, FinishReason reason, std::string text) {
+  Live::Sample& s = live.samples[i];
+  s.finished = true;
+  if (s.seq >= 0) {
+    tree_.Release(s.seq).IgnoreError();
+    s.seq = -1;
+  }
+  TokenEvent e;
+  e.sample = static_cast<int>(i);
+  e.text = std::move(text);
+  e.finish = reason;
+  live.stream->Push(std::move(e));
+}
+
+void EngineLoop::CancelDue(bool cancel_all) {
+  const auto now = Clock::now();
+  for (auto* list : {&waiting_, &running_}) {
+    for (LivePtr& l : *list) {
+      const bool due = cancel_all || l->stream->cancel_requested() ||
+                       (l->req.deadline && now >= *l->req.deadline);
+      if (due) {
+        Finish(*l, absl::OkStatus(), FinishReason::kCancelled);
+        l.reset();
+      }
+    }
+    std::erase(*list, nullptr);
+  }
+}
+
+void EngineLoop::Preempt(Live& live) {
+  // Samples keep their generated tokens and sampling state; only the KV goes (to the cache,
+  // where the recompute will most likely find it).
+  ReleaseAll(live);
+  live.placed = 0;
+  live.resume = !live.samples.empty();
+  live.state = RequestState::kWaiting;
+  ++metrics_.preemptions_total;
+  Log()->info("[kv] request {} preempted (recompute later)", live.req.id);
+}
+
+absl::Status EngineLoop::PlacePrefill(Live& live, int32_t tokens,
+                                     std::vector<kvcache::ChunkCopy>* copies,
+                                     std::vector<engine::PrefillItem>* items,
+                                     std::vector<Live*>* logit_owners) {
+  const Request& r = live.req;
+  if (live.resume) {
+    // Re-place every running sample's tokens; recompute what the cache lost. No logits needed:
+    // each sample's next token was sampled before the preemption.
+    for (Live::Sample& s : live.samples) {
+      if (s.finished) continue;
+      std::vector<int32_t> all = InTree(r.prompt, s.generated);
+      auto placed = tree_.Insert(r.cache_namespace, all, /*allow_evict=*/true);
+      if (!placed.ok()) return placed.status();
+      s.seq = placed->seq;
+      copies->insert(copies->end(), placed->copies.begin(), placed->copies.end());
+      const int32_t len = static_cast<int32_t>(all.size());
+      if (placed->matched_tokens < len) {
+        items->push_back(engine::PrefillItem{.seq = s.seq, .begin = placed->matched_tokens,
+                                             .end = len, .cached_end = placed->matched_tokens,
+                                             .want_logits = false, .samples = {}});
+      }
+    }
+    live.resume = false;
+    live.state = RequestState::kDecoding;
+    return absl::OkStatus();
+  }
+  const int32_t len = static_cast<int32_t>(r.prompt.size());
+  const int32_t begin = live.placed;
+  const int32_t match_hint =
+      live.prompt_seq < 0 ? tree_.Match(r.cache_namespace, r.prompt) : begin;
+  const int32_t end = std::min(len, std::max(match_hint, begin) + std::max(tokens, 1));
+  std::span<const int32_t> chunk(r.prompt.data() + begin, end - begin);
+  absl::StatusOr<kvcache::PlaceResult> placed =
+      live.prompt_seq < 0 ? tree_.Insert(r.cache_namespace, chunk, /*allow_evict=*/true)
+                          : tree_.Extend(live.prompt_seq, chunk, /*allow_evict=*/true);
+  if (!placed.ok()) return placed.status();
+  if (live.prompt_seq < 0) live.usage.cached_prompt_tokens = placed->matched_tokens;
+  live.prompt_seq = placed->seq;
+  live.placed = end;
+  live.state = RequestState::kPrefilling;
+  copies->insert(copies->end(), placed->copies.begin(), placed->copies.end());
+  const int32_t cached_end = begin + placed->matched_tokens;
+  const bool last = end == len;
+  if (cached_end < end || last) {
+    // A fully cached prompt still recomputes its last token for the logits (KV not rewritten).
+    items->push_back(engine::PrefillItem{.seq = live.prompt_seq,
+                                         .begin = std::min(cached_end, end - 1), .end = end,
+                                         .cached_end = cached_end, .want_logits = last, .samples = {}});
+    if (last) {
+      // The samples' states exist before the forward pass: the backend samples their first
+      // tokens from this row.
+      StartSamples(live);
+      for (const Live::Sample& smp : live.samples) {
+        items->back().samples.push_back({.params = &r.params, .state = &smp.sampling});
+      }
+      logit_owners->push_back(&live);
+    }
+  }
+  metrics_.prompt_tokens_total += end - begin;
+  metrics_.prefix_cache_hit_tokens_total += placed->matched_tokens;
+  return absl::OkStatus();
+}
+
+void EngineLoop::StartSamples(Live& live) {
+  const Request& r = live.req;
+  engine::SequenceSamplingState base(engine::AdmissionSeed(r.params), r.prompt, 0);
+  live.samples.clear();
+  for (int k = 0; k < r.n; ++k) {
+    Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
+                   .generated = {}, .next_token = -1, .finished = false, .last_token = {}};
+    if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
+    live.samples.push_back(std::move(s));
+  }
+}
+
+void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& res) {
+  Live::Sample& s = live.samples[i];
+  if (s.finished) return;
+  const Request& r = live.req;
+  if (res.token < 0) {
+    Finish(live, absl::InternalError(engine::kNoDistributionMessage), FinishReason::kError);
+    return;
+  }
+  const auto now = Clock::now();
+  MetricsSnapshot& m = metrics_;
+  if (!live.first_token_seen) {
+    live.first_token_seen = true;
+    m.time_to_first_token_seconds.Observe(Seconds(live.submitted, now));
+  } else if (!s.generated.empty()) {
+    m.inter_token_latency_seconds.Observe(Seconds(s.last_token, now));
+  }
+  s.last_token = now;
+  ++m.generation_tokens_total;
+  ++live.usage.completion_tokens;
+  s.sampling.Accept(res.token);
+  const int count = static_cast<int>(s.generated.size()) + 1;
+  engine::FinishReason fin = engine::CheckStop(res.token, count, r.params, config_.eos_id);
+  TokenEvent e;
+  e.sample = static_cast<int>(i);
+  e.token = res.token;
+  e.logprob = res.logprob;
+  e.top_logprobs = res.top_logprobs;
+  bool stopped = false;
+  if (fin != engine::FinishReason::kStop && s.text) e.text = s.text->Push(res.token, &stopped);
+  if (stopped || fin == engine::FinishReason::kStop) {
+    e.finish = FinishReason::kStop;
+  } else if (fin == engine::FinishReason::kLength) {
+    e.finish = FinishReason::kLength;
+    if (s.text) e.text += s.text->Finish();
+  }
+  if (e.finish == FinishReason::kNone) {
+    s.generated.push_back(res.token);
+    s.next_token = res.token;
+  } else {
+    s.finished = true;
+    if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
+    s.seq = -1;
+  }
+  live.stream->Push(std::move(e));
+}
+
+void EngineLoop::PublishMetrics() {
+  MetricsSnapshot& m = metrics_;
+  kvcache::MemoryStats kv = tree_.Stats();
+  m.kv_chunks_total = kv.chunks_total;
+  m.kv_chunks_free = kv.chunks_free;
+  m.kv_chunks_live = kv.chunks_live;
+  m.kv_chunks_cached = kv.chunks_cached;
+  m.kv_chunks_saved_by_sharing = kv.chunks_saved_by_sharing;
+  m.sequences_running = kv.live_sequences;
+  m.requests_running = static_cast<int32_t>(running_.size());
+  m.requests_waiting = static_cast<int32_t>(waiting_.size());
+  if (kv.chunks_live >= stats_.peak.chunks_live) stats_.peak = kv;
+}
+
+bool EngineLoop::Step(bool cancel_all) {
+  const auto t_start = Clock::now();
+  const bool took = added_;
+  added_ = false;
+  const size_t before = waiting_.size() + running_.size();
+  CancelDue(cancel_all);
+  const bool cancelled = waiting_.size() + running_.size() != before;
+  if (waiting_.empty() && running_.empty()) {
+    if (took || cancelled) PublishMetrics();
+    return took || cancelled;
+  }
+
+  // Summarise the state for the policy.
+  const int32_t c = tree_.chunk_size();
+  PolicyInput in;
+  kvcache::MemoryStats kv = tree_.Stats();
+  in.chunks_free = kv.chunks_free;
+  in.chunks_cached = kv.chunks_cached;
+  in.chunk_size = c;
+  in.max_sequences = options_.max_running_sequences;
+  in.prefill_token_budget = options_.prefill_token_budget;
+  std::unordered_map<uint64_t, Live*> by_handle;
+  // Tenants with a KV budget: an index each, and the sequences their running requests hold.
+  std::unordered_map<std::string, int32_t> tenant_index;
+  std::vector<std::vector<kvcache::SeqId>> tenant_seqs;
+  auto tenant_of = [&](const Live& l) -> int32_t {
+    if (l.req.tenant_kv_chunks <= 0) return -1;
+    auto [it, added] = tenant_index.emplace(l.req.tenant, static_cast<int32_t>(in.tenants.size()));
+    if (added) {
+      in.tenants.push_back({.chunks_budget = l.req.tenant_kv_chunks});
+      tenant_seqs.emplace_back();
+    }
+    return it->second;
+  };
+  for (LivePtr& l : waiting_) {
+    by_handle[l->handle] = l.get();
+    PolicyRequest p{.handle = l->handle, .priority = l->req.priority, .arrival = l->arrival,
+                    .sequences = l->req.n, .resume = l->resume, .tenant = tenant_of(*l)};
+    // Chunks needed: the uncached tokens, the cached chunks the match turns live, and room for
+    // a split copy and the first appends.
+    int32_t cached_chunks = 0;
+    if (l->resume) {
+      for (const Live::Sample& s : l->samples) {
+        if (s.finished) continue;
+        std::vector<int32_t> all = InTree(l->req.prompt, s.generated);
+        p.remaining_prefill += static_cast<int32_t>(all.size()) -
+                               tree_.Match(l->req.cache_namespace, all, &cached_chunks);
+        p.chunks_needed += cached_chunks + 2;
+      }
+      p.chunks_needed += CeilDiv(p.remaining_prefill, c);
+    } else {
+      const int32_t len = static_cast<int32_t>(l->req.prompt.size());
+      p.remaining_prefill =
+          len - tree_.Match(l->req.cache_namespace, l->req.prompt, &cached_chunks);
+      p.chunks_needed = CeilDiv(p.remaining_prefill, c) + cached_chunks + 1 + l->req.n;
+    }
+    in.waiting.push_back(p);
+  }
+  for (LivePtr& l : running_) {
+    by_handle[l->handle] = l.get();
+    PolicyRequest p{.handle = l->handle, .priority = l->req.priority, .arrival = l->arrival,
+                    .sequences = l->req.n, .tenant = tenant_of(*l)};
+    std::vector<kvcache::SeqId> seqs;
+    if (l->state == RequestState::kDecoding) {
+      p.decoding = true;
+      for (const Live::Sample& s : l->samples) {
+        if (s.finished) continue;
+        seqs.push_back(s.seq);
+        p.chunks_needed += tree_.AppendChunksNeeded(s.seq, s.next_token);
+      }
+    } else {
+      seqs.push_back(l->prompt_seq);
+      p.remaining_prefill = static_cast<int32_t>(l->req.prompt.size()) - l->placed;
+    }
+    p.chunks_private = tree_.ChunksOnlyUsedBy(seqs);
+    if (p.tenant >= 0) {
+      tenant_seqs[p.tenant].insert(tenant_seqs[p.tenant].end(), seqs.begin(), seqs.end());
+    }
+    in.running.push_back(p);
+  }
+  // Tenants own disjoint namespaces, so the chunks only their sequences use are theirs.
+  for (size_t t = 0; t < in.tenants.size(); ++t) {
+    if (!tenant_seqs[t].empty()) in.tenants[t].chunks_used = tree_.ChunksOnlyUsedBy(tenant_seqs[t]);
+  }
+  IterationPlan plan = Schedule(in);
+  if (plan.empty()) {  // nothing can move until a request finishes or arrives: do not spin
+    PublishMetrics();
+    return took || cancelled;
+  }
+
+  for (uint64_t h : plan.preempt) Preempt(*by_handle[h]);
+  std::vector<kvcache::ChunkCopy> copies;
+  std::vector<engine::PrefillItem> prefill;
+  std::vector<Live*> logit_owners;
+  for (auto& [h, tokens] : plan.prefill) {
+    Live& l = *by_handle[h];
+    const size_t items_before = prefill.size(), owners_before = logit_owners.size();
+    if (absl::Status s = PlacePrefill(l, tokens, &copies, &prefill, &logit_owners); !s.ok()) {
+      // The policy budgets memory; failing here means the estimate was short: retry later.
+      // Pending copies stay valid: copies run before any KV write of the step.
+      prefill.resize(items_before);
+      logit_owners.resize(owners_before);
+      const bool alone = std::none_of(running_.begin(), running_.end(), [&](const LivePtr& r) {
+        return r.get() != &l && r->state != RequestState::kWaiting;
+      });
+      if (alone) {
+        // Nothing else holds memory: waiting cannot help. Fail instead of retrying forever.
+        Finish(l, absl::ResourceExhaustedError(absl::StrCat(
+                      "the KV cache cannot hold this request: ", s.message())),
+               FinishReason::kError);
+        continue;
+      }
+      Log()->warn("[kv] request {}: prefill deferred: {}", l.req.id, std::string(s.message()));
+      Preempt(l);
+    }
+  }
+  // Decode appends: one batch so agreeing samples keep sharing their node.
+  std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
+  std::unordered_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;
+  for (uint64_t h : plan.decode) {
+    Live& l = *by_handle[h];
+    for (size_t i = 0; i < l.samples.size(); ++i) {
+      if (l.samples[i].finished) continue;
+      appends.emplace_back(l.samples[i].seq, l.samples[i].next_token);
+      owner[l.samples[i].seq] = {&l, i};
+    }
+  }
+  std::vector<engine::DecodeItem> decode;
+  while (!appends.empty()) {
+    auto placed = tree_.AppendBatch(appends, /*allow_evict=*/true);
+    if (placed.ok()) {
+      for (const kvcache::PlaceResult& p : *placed) {
+        copies.insert(copies.end(), p.copies.begin(), p.copies.end());
+        decode.push_back(engine::DecodeItem{.seq = p.seq, .write_kv = !p.new_slots.empty(), .sample = {}});
+      }
+      break;
+    }
+    // The policy's estimate fell short (e.g. this iteration's admissions used the cache):
+    // preempt the least important decoding request and retry without it.
+    Live* victim = nullptr;
+    for (uint64_t h : plan.decode) {
+      Live* l = by_handle[h];
+      if (l->state != RequestState::kDecoding) continue;
+      if (victim == nullptr || l->req.priority < victim->req.priority ||
+          (l->req.priority == victim->req.priority && l->arrival > victim->arrival)) {
+        victim = l;
+      }
+    }
+    if (victim == nullptr) break;
+    Log()->warn("[kv] decode appends failed ({}); preempting {}",
+                std::string(placed.status().message()), victim->req.id);
+    Preempt(*victim);
+    std::erase_if(appends, [&](const auto& a) { return owner.at(a.first).first == victim; });
+  }
+  // Every decode row samples with its own request's parameters and state.
+  for (engine::DecodeItem& d : decode) {
+    auto [l, k] = owner.at(d.seq);
+    d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling};
+  }
+  const auto t_run = Clock::now();
+  engine::StepOutput out;
+  absl::Status run = runner_.Run(copies, decode, prefill, &out);
+  const auto t_done = Clock::now();
+  if (!run.ok()) {
+    Log()->error("engine step failed: {}", std::string(run.message()));
+    for (auto* list : {&waiting_, &running_}) {
+      for (LivePtr& l : *list) Finish(*l, run, FinishReason::kError);
+      list->clear();
+    }
+    PublishMetrics();
+    return true;
+  }
+  ++metrics_.iterations_total;
+  size_t next = 0;  // out.samples: the decode rows in out.decode_rows order, then the prompts'
+  for (kvcache::SeqId seq : out.decode_rows) {
+    auto [l, k] = owner.at(seq);
+    const engine::SampleResult& r = out.samples[next++];
+    if (l->state == RequestState::kDecoding) TakeSample(*l, k, r);
+  }
+  for (Live* l : logit_owners) {
+    const size_t first = next;
+    next += l->samples.size();
+    if (l->state != RequestState::kPrefilling) continue;  // failed meanwhile
+    auto ids = tree_.Fork(l->prompt_seq, l->req.n);
+    if (!ids.ok()) {
+      Finish(*l, ids.status(), FinishReason::kError);
+      continue;
+    }
+    l->prompt_seq = -1;  // now owned by samples[0]
+    l->state = RequestState::kDecoding;
+    for (size_t k = 0; k < l->samples.size(); ++k) {
+      l->samples[k].seq = (*ids)[k];
+      l->samples[k].last_token = t_done;
+      TakeSample(*l, k, out.samples[first + k]);
+    }
+  }
+  BANYAN_CHECK(next == out.samples.size()) << next << " of " << out.samples.size() << " samples";
+  ++stats_.steps;
+  const double step_seconds = Seconds(t_start, Clock::now());
+  stats_.host_seconds += step_seconds - (out.forward_seconds);
+  (void)t_run;
+  if (prefill.empty()) {
+    ++stats_.decode_steps;
+    stats_.decode_seconds += step_seconds;
+  } else {
+    stats_.prefill_seconds += step_seconds;
+  }
+  stats_.decode_tokens += static_cast<int64_t>(decode.size());
+  for (const engine::PrefillItem& p : prefill) stats_.prefill_tokens += p.end - p.begin;
+  stats_.plan_builds = runner_.stats().plan_builds;
+
+  // Move admitted requests to running; retire finished ones.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->state != RequestState::kWaiting) {
+      running_.push_back(std::move(*it));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = running_.begin(); it != running_.end();) {
+    Live& l = **it;
+    if (l.state == RequestState::kWaiting) {  // preempted
+      waiting_.push_back(std::move(*it));
+      it = running_.erase(it);
+      continue;
+    }
+    const bool done =
+        l.state == RequestState::kFailed || l.state == RequestState::kFinished ||
+        (l.state == RequestState::kDecoding &&
+         std::all_of(l.samples.begin(), l.samples.end(), [](auto& s) { return s.finished; }));
+    if (done) {
+      if (l.state == RequestState::kDecoding) Finish(l, absl::OkStatus(), FinishReason::kNone);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  PublishMetrics();
+  return true;
+}
+
+}  // namespace banyan::scheduler

@@ -1,0 +1,141 @@
+// EngineLoop: the one engine loop. The daemon's scheduler thread, the CLI, the benchmarks and the
+// tests all drive it; nothing else places, forks, stops, appends or releases sequences.
+//
+// One Step():
+//  1. summarize: the prefix tree and the queues become the pure policy's input (policy.h);
+//  2. schedule: Schedule() decides preemption, decode rows, chunked prefill and admission;
+//  3. place: prompts are inserted / extended, decode tokens appended (one batch, so agreeing
+//     samples keep sharing their node), split copies collected;
+//  4. run: one forward pass with sampling on the backend (engine::StepRunner,
+//     Backend::ForwardSample): only token ids and the logprobs asked for come back;
+//  5. retire: stop checks, stop strings, TokenEvents pushed to each request's RequestStream,
+//     finished sequences released (their KV stays cached in the tree).
+//
+// The loop owns the backend, the chunk pool and the prefix tree, sized together from the
+// backend (Backend::num_chunks, chunk_size): they cannot disagree.
+//
+// Guarantees:
+//  - a request's samples are independent of what else runs (per-sample seeded streams, exact
+//    attention), including after preemption by recompute;
+//  - a cancelled request (stream Cancel, deadline, cancel_all) has its KV released in the next
+//    Step before anything else runs.
+//
+// Single-threaded: one thread calls everything except Check() and the const accessors of the
+// configuration, which are safe from any thread. Scheduler (scheduler.h) adds the thread, the
+// bounded incoming queue and the drain around it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/model/model.h"
+#include "engine/sampler/sampler.h"
+#include "engine/step_runner.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "kvcache/chunk_pool.h"
+#include "kvcache/prefix_tree.h"
+#include "scheduler/metrics.h"
+#include "scheduler/request.h"
+#include "scheduler/request_stream.h"
+
+namespace banyan::scheduler {
+
+struct LoopOptions {
+  int max_running_sequences = 256;  // decode rows per step
+  int prefill_token_budget = 1024;  // prompt tokens prefilled per step (chunked prefill)
+  engine::AttentionMode attention = engine::AttentionMode::kTpp;
+};
+
+// Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).
+struct LoopStats {
+  int64_t steps = 0;
+  int64_t decode_steps = 0;        // steps with decode rows and no prefill
+  int64_t prefill_tokens = 0;      // prompt tokens computed (cached ones excluded)
+  int64_t decode_tokens = 0;       // decode rows run
+  double decode_seconds = 0;       // wall time of the decode-only steps
+  double prefill_seconds = 0;      // wall time of the steps with prefill
+  double host_seconds = 0;         // of all steps: the time outside the backend's forward pass
+  int64_t plan_builds = 0;         // full AttentionPlan rebuilds (others only advanced lengths)
+  kvcache::MemoryStats peak;       // at the step with the most live chunks
+};
+
+class EngineLoop {
+ public:
+  // `tokenizer` may be null: events then carry token ids and no text (stop strings need it).
+  // `config`, `tokenizer` must outlive the loop.
+  EngineLoop(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
+             std::unique_ptr<engine::Backend> backend, LoopOptions options);
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // The engine-side checks of a request (any thread): ValidateGeneration, n within the running
+  // sequences, and its worst-case KV within the whole cache. InvalidArgument names the problem.
+  absl::Status Check(const Request& request) const;
+
+  // Queues a checked request; its events go to `stream`. `submitted`: for latency metrics.
+  void Add(Request request, std::shared_ptr<RequestStream> stream,
+           std::chrono::steady_clock::time_point submitted);
+
+  // One iteration (see the top of this file). cancel_all: cancel every request first.
+  // Returns false when there was nothing to do (no request, or none could move).
+  bool Step(bool cancel_all = false);
+
+  // No request waiting or running.
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  int32_t waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  int32_t running() const { return static_cast<int32_t>(running_.size()); }
+
+  // Counters as of the last Step (requests_rejected_total is the front end's).
+  const MetricsSnapshot& metrics() const { return metrics_; }
+  const LoopStats& stats() const { return stats_; }
+  const LoopOptions& options() const { return options_; }
+  const engine::ModelConfig& config() const { return config_; }
+  engine::Backend& backend() { return *backend_; }
+  kvcache::PrefixTree& tree() { return tree_; }
+  int32_t kv_chunks_total() const { return chunks_total_; }
+
+ private:
+  struct Live;  // one request
+  using LivePtr = std::unique_ptr<Live>;
+
+  void CancelDue(bool cancel_all);
+  void Preempt(Live& live);
+  // Places up to `tokens` prompt tokens (or the whole recompute of a resumed request).
+  absl::Status PlacePrefill(Live& live, int32_t tokens, std::vector<kvcache::ChunkCopy>* copies,
+                            std::vector<engine::PrefillItem>* items,
+                            std::vector<Live*>* logit_owners);
+  // Turns a prefilled prompt into n samples (forks its sequence); their sampling states are
+  // ready before the forward pass so that the backend samples the first tokens.
+  void StartSamples(Live& live);
+  void TakeSample(Live& live, size_t sample, const engine::SampleResult& result);
+  // Ends a sample (its KV is released) / the whole request.
+  void EndSample(Live& live, size_t sample, FinishReason reason, std::string text);
+  void Finish(Live& live, absl::Status status, FinishReason reason);
+  void ReleaseAll(Live& live);
+  void PublishMetrics();
+
+  const engine::ModelConfig& config_;
+  const engine::Tokenizer* tokenizer_;
+  std::unique_ptr<engine::Backend> backend_;
+  kvcache::ChunkPool pool_;
+  kvcache::PrefixTree tree_;
+  engine::StepRunner runner_;
+  LoopOptions options_;
+  const int32_t chunks_total_;
+  const int32_t chunk_size_;
+
+  std::vector<LivePtr> waiting_;
+  std::vector<LivePtr> running_;
+  uint64_t arrival_counter_ = 0;
+  bool added_ = false;  // Add() since the last Step
+  MetricsSnapshot metrics_;
+  LoopStats stats_;
+};
+
+}  // namespace banyan::scheduler
