@@ -82,6 +82,10 @@ bool FoldEvent(const std::string& data, double now_s, StreamState* st, RequestRe
     if (st->last_text_s[idx]) r->itl_s.push_back(now_s - *st->last_text_s[idx]);
     st->last_text_s[idx] = now_s;
     ++r->text_events;
+    if (r->keep_text) {
+      if (idx >= r->text.size()) r->text.resize(idx + 1);
+      r->text[idx] += text->get_ref<const std::string&>();
+    }
   }
   return true;
 }
@@ -168,6 +172,7 @@ net::awaitable<void> RunStreaming(const Target& t, const std::string& body, Cloc
   auto fail = [&](std::string what) {
     r->ok = false;
     r->error = std::move(what);
+    r->end_s = Seconds(Clock::now() - t0);
     r->done = true;
   };
   const tcp::endpoint ep = t.endpoint;
@@ -191,6 +196,7 @@ net::awaitable<void> RunStreaming(const Target& t, const std::string& body, Cloc
                                     net::redirect_error(net::use_awaitable, ec));
   if (ec) co_return fail("read header: " + ec.message());
   const int status = static_cast<int>(parser.get().result_int());
+  if (status == 200) r->headers_s = Seconds(Clock::now() - t0);
 
   SseReader sse;
   StreamState st;
@@ -234,6 +240,7 @@ net::awaitable<void> RunStreaming(const Target& t, const std::string& body, Cloc
   if (!r->usage_seen) r->output_tokens = r->text_events;
   if (r->ttft_s < 0) co_return fail("no token received");
   r->ok = true;
+  r->end_s = Seconds(Clock::now() - t0);
   r->done = true;
 }
 

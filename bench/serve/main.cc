@@ -1,6 +1,7 @@
 // banyan_serve_bench: a serving load generator for banyand (see docs/serve_bench.md).
 // Exit status: 0 when every request of the run(s) completed (a sweep: always 0 once it ran),
-// 1 when requests failed or the server could not be reached, 2 on a usage error.
+// 1 when requests failed, --verify-greedy found a wrong text or the server could not be reached,
+// 2 on a usage error.
 #include <sys/resource.h>
 
 #include <csignal>
@@ -13,6 +14,7 @@
 #include "bench/serve/probe.h"
 #include "bench/serve/runner.h"
 #include "bench/serve/stats.h"
+#include "bench/serve/verify.h"
 #include "bench/serve/workload.h"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/io_context.hpp"
@@ -136,10 +138,18 @@ int Main(int argc, char** argv) {
 
   if (o.sweep_rates.empty()) {
     RunConfig rc{o.request_rate, o.burstiness, o.concurrency};
-    Json report = RunOnce(o, t, w, bodies, rc);
+    std::vector<RequestResult> results;
+    Json report = RunOnce(o, t, w, bodies, rc, o.verify_greedy ? &results : nullptr);
+    bool ok = report["failed"].get<int64_t>() == 0;
+    if (o.verify_greedy) {
+      Json v = VerifyGreedy(o, t, w, results);
+      ok = ok && v["mismatches"].get<int64_t>() == 0 && v["errors"].get<int64_t>() == 0;
+      report["verify"] = std::move(v);
+    }
     Emit(o, report);
     std::fputs(ReadableSummary(report).c_str(), stderr);
-    return report["failed"].get<int64_t>() == 0 ? 0 : 1;
+    if (o.verify_greedy) std::fputs(ReadableVerifySummary(report["verify"]).c_str(), stderr);
+    return ok ? 0 : 1;
   }
 
   // Each rate runs fresh prompts (the seed advances), so a later rate does not find the

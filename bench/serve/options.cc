@@ -86,6 +86,7 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"num-groups", OptInt(&Options::num_groups, 1, 1 << 20, "num-groups")},
       {"prompts-per-group", OptInt(&Options::prompts_per_group, 1, 1 << 20, "prompts-per-group")},
       {"n", OptInt(&Options::n, 1, 1024, "n")},
+      {"suffix-pool", Int(&Options::suffix_pool, 0, 1 << 24, "suffix-pool")},
       {"min-prefix-tokens", Int(&Options::min_prefix_tokens, 1, 1 << 24, "min-prefix-tokens")},
       {"max-prefix-tokens", Int(&Options::max_prefix_tokens, 1, 1 << 24, "max-prefix-tokens")},
       {"min-token", Int(&Options::min_token, 0, 1 << 30, "min-token")},
@@ -98,6 +99,7 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
          return err;
        }},
       {"temperature", Double(&Options::temperature, 0.0, "temperature")},
+      {"verify-samples", Int(&Options::verify_samples, 0, 1 << 24, "verify-samples")},
       {"concurrency", Int(&Options::concurrency, 0, 1 << 24, "concurrency")},
       {"request-rate", Double(&Options::request_rate, 0.0, "request-rate")},
       {"burstiness", Double(&Options::burstiness, 1e-6, "burstiness")},
@@ -156,10 +158,11 @@ std::string ParseOptions(int argc, char** argv, Options* out, bool* help) {
       key = key.substr(0, eq);
       has_value = true;
     }
-    if (key == "probe" || key == "no-ignore-eos") {
+    if (key == "probe" || key == "no-ignore-eos" || key == "verify-greedy") {
       if (has_value) return "--" + key + " takes no value";
       if (key == "probe") o.probe = true;
       if (key == "no-ignore-eos") o.ignore_eos = false;
+      if (key == "verify-greedy") o.verify_greedy = true;
       continue;
     }
     auto it = Setters().find(key);
@@ -177,6 +180,14 @@ std::string ParseOptions(int argc, char** argv, Options* out, bool* help) {
   if (o.min_prefix_tokens > o.max_prefix_tokens) {
     return "--min-prefix-tokens must not exceed --max-prefix-tokens";
   }
+  if (o.verify_greedy && o.temperature != 0.0) {
+    return "--verify-greedy compares texts that only greedy decoding makes reproducible: it "
+           "needs --temperature 0, got " + std::to_string(o.temperature);
+  }
+  if (o.verify_greedy && (o.probe || !o.sweep_rates.empty())) {
+    return "--verify-greedy checks one load run: it does not combine with --probe or "
+           "--sweep-rates";
+  }
   if (std::isinf(o.request_rate)) o.request_rate = 0.0;
   *out = std::move(o);
   return "";
@@ -193,9 +204,14 @@ Workloads:  --workload generated-shared-prefix | prefix-repetition | multi-tenan
                        long-document | n-way | no-sharing | shared-prefix
             --num-prompts K --prefix-tokens P --suffix-tokens S --output-tokens O
             --num-groups G --prompts-per-group Q --n N
+            --suffix-pool K: each private suffix is one of K drawn once, so prompts repeat
             --min-prefix-tokens/--max-prefix-tokens (multi-tenant system prompts, 1024..4096)
             --vocab V (512) --min-token T (3): token ids are drawn from [T, V)  --seed S
 Requests:   --temperature 0  --no-ignore-eos  --request-timeout-s 0 (none)
+Verify:     --verify-greedy (temperature 0 only): requests with the same prompt must stream
+            the same text, and up to --verify-samples K (64) distinct prompts are sent again
+            alone without streaming after the load, their text compared with the streamed
+            one; the report gets "verify", and any mismatch exits 1
 Arrivals:   --concurrency N (cap on requests in flight; 0: none)
             --request-rate R (requests/s, Poisson; inf or 0: all at once) --burstiness G (1)
             --sweep-rates r1,r2,...: run each rate in turn, stop after the first that breaks

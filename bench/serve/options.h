@@ -28,6 +28,7 @@ struct Options {
   std::optional<int> num_groups;     // groups (generated-shared-prefix), prefixes, tenants
   std::optional<int> prompts_per_group;
   std::optional<int> n;              // samples per request (n-way)
+  int suffix_pool = 0;               // > 0: private suffixes are picked from this many; 0: fresh
   int min_prefix_tokens = 1024;      // multi-tenant: system prompt lengths, uniform
   int max_prefix_tokens = 4096;
   int min_token = 3;                 // token ids are drawn from [min_token, vocab)
@@ -37,6 +38,10 @@ struct Options {
   // --- request body
   double temperature = 0.0;
   bool ignore_eos = true;
+
+  // --- greedy verification (temperature 0 only; one run, not a sweep or the probe)
+  bool verify_greedy = false;
+  int verify_samples = 64;           // distinct prompts re-sent without streaming, at most
 
   // --- arrivals
   int concurrency = 0;               // 0: no cap on requests in flight

@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <string_view>
+#include <utility>
 
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/detached.hpp"
@@ -55,6 +56,7 @@ class Run {
       results_[i].prompt_tokens = static_cast<int64_t>(w.requests[i].prompt.size());
       results_[i].max_tokens = w.requests[i].output_tokens;
       results_[i].itl_s.reserve(static_cast<size_t>(w.requests[i].output_tokens));
+      results_[i].keep_text = o.verify_greedy;
     }
     metrics_target_ = t;
     metrics_target_.timeout_s = 10;
@@ -70,7 +72,7 @@ class Run {
   }
 
   double duration_s() const { return std::chrono::duration<double>(end_ - t0_).count(); }
-  const std::vector<RequestResult>& results() const { return results_; }
+  std::vector<RequestResult>& results() { return results_; }
   const KvObservation& kv() const { return kv_; }
   int max_in_flight() const { return max_in_flight_; }
 
@@ -192,10 +194,14 @@ bool ParseKvMetrics(const std::string& page, KvSample* out) {
 }
 
 Json RunOnce(const Options& o, const Target& t, const Workload& w,
-             const std::vector<std::string>& bodies, const RunConfig& rc) {
+             const std::vector<std::string>& bodies, const RunConfig& rc,
+             std::vector<RequestResult>* results_out) {
   Run run(o, t, w, bodies, rc);
   run.Go();
-  return RunReport(o, w, rc, run.results(), run.duration_s(), run.kv(), run.max_in_flight());
+  Json report =
+      RunReport(o, w, rc, run.results(), run.duration_s(), run.kv(), run.max_in_flight());
+  if (results_out != nullptr) *results_out = std::move(run.results());
+  return report;
 }
 
 }  // namespace banyan::bench::serve

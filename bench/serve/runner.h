@@ -17,9 +17,12 @@
 
 namespace banyan::bench::serve {
 
-// `bodies[i]` is the request body of w.requests[i] (CompletionBody, stream true).
+// `bodies[i]` is the request body of w.requests[i] (CompletionBody, stream true). With
+// `results_out`, the per-request results are moved there (with o.verify_greedy they hold the
+// streamed texts).
 Json RunOnce(const Options& o, const Target& t, const Workload& w,
-             const std::vector<std::string>& bodies, const RunConfig& rc);
+             const std::vector<std::string>& bodies, const RunConfig& rc,
+             std::vector<RequestResult>* results_out = nullptr);
 
 // Parses a Prometheus text page for the KV gauges. Returns false when a gauge is missing.
 struct KvSample {

@@ -7,6 +7,7 @@
 #include "bench/serve/runner.h"
 #include "bench/serve/sse.h"
 #include "bench/serve/stats.h"
+#include "bench/serve/verify.h"
 #include "bench/serve/workload.h"
 #include "gtest/gtest.h"
 
@@ -114,6 +115,30 @@ TEST(WorkloadTest, DefaultsAndOverrides) {
   EXPECT_NE(BuildWorkload(o, &w), "");
 }
 
+TEST(WorkloadTest, SuffixPoolRepeatsWholePrompts) {
+  Options o;
+  o.workload = "shared-prefix";
+  o.num_prompts = 40;
+  o.prefix_tokens = 8;
+  o.suffix_tokens = 6;
+  o.suffix_pool = 3;
+  Workload w;
+  ASSERT_EQ(BuildWorkload(o, &w), "");
+  std::set<std::vector<int32_t>> prompts;
+  for (const RequestSpec& r : w.requests) prompts.insert(r.prompt);
+  EXPECT_EQ(prompts.size(), 3u);
+  o.suffix_pool = 0;
+  Workload fresh;
+  ASSERT_EQ(BuildWorkload(o, &fresh), "");
+  EXPECT_EQ(std::vector<int32_t>(fresh.requests[0].prompt.begin(),
+                                 fresh.requests[0].prompt.begin() + 8),
+            std::vector<int32_t>(w.requests[0].prompt.begin(), w.requests[0].prompt.begin() + 8))
+      << "the pool is drawn after the shared prefix, which stays the same";
+  o.suffix_pool = 2;
+  o.workload = "no-sharing";
+  EXPECT_NE(BuildWorkload(o, &w), "");
+}
+
 TEST(OptionsTest, ParsesRatesAndRejectsBadValues) {
   const char* argv[] = {"bench", "--request-rate", "inf", "--sweep-rates=1,2.5,8",
                         "--num-prompts", "9", "--probe"};
@@ -128,6 +153,117 @@ TEST(OptionsTest, ParsesRatesAndRejectsBadValues) {
   EXPECT_NE(ParseOptions(3, const_cast<char**>(bad), &o, &help), "");
   const char* unknown[] = {"bench", "--nope", "1"};
   EXPECT_NE(ParseOptions(3, const_cast<char**>(unknown), &o, &help), "");
+}
+
+TEST(OptionsTest, VerifyGreedyNeedsTemperatureZeroAndOneRun) {
+  Options o;
+  bool help = false;
+  const char* ok[] = {"bench", "--verify-greedy", "--verify-samples", "5"};
+  ASSERT_EQ(ParseOptions(4, const_cast<char**>(ok), &o, &help), "");
+  EXPECT_TRUE(o.verify_greedy);
+  EXPECT_EQ(o.verify_samples, 5);
+  const char* warm[] = {"bench", "--verify-greedy", "--temperature", "0.7"};
+  EXPECT_NE(ParseOptions(4, const_cast<char**>(warm), &o, &help).find("--temperature 0"),
+            std::string::npos);
+  const char* sweep[] = {"bench", "--verify-greedy", "--sweep-rates", "1,2"};
+  EXPECT_NE(ParseOptions(4, const_cast<char**>(sweep), &o, &help), "");
+  const char* probe[] = {"bench", "--probe", "--verify-greedy"};
+  EXPECT_NE(ParseOptions(3, const_cast<char**>(probe), &o, &help), "");
+}
+
+TEST(StatsTest, MaxStreamsOpenCountsOverlappingStreams) {
+  std::vector<RequestResult> r(4);
+  r[0].headers_s = 0, r[0].end_s = 10;
+  r[1].headers_s = 1, r[1].end_s = 3;
+  r[2].headers_s = 3, r[2].end_s = 4;  // starts as r[1] ends: no overlap with it
+  r[3].headers_s = -1, r[3].end_s = 2; // never got a 200 header
+  EXPECT_EQ(MaxStreamsOpen(r), 2);
+  EXPECT_EQ(MaxStreamsOpen({}), 0);
+}
+
+// Three requests, two of them identical; each result's text per choice.
+struct VerifyFixture {
+  Workload w;
+  std::vector<RequestResult> results;
+  VerifyFixture(std::vector<std::vector<std::string>> texts) {
+    for (std::vector<int32_t> p : {std::vector<int32_t>{5, 6}, {5, 7}, {5, 6}}) {
+      RequestSpec s;
+      s.prompt = p;
+      s.output_tokens = 4;
+      s.n = 2;
+      w.requests.push_back(s);
+    }
+    for (auto& t : texts) {
+      RequestResult r;
+      r.ok = true;
+      r.text = std::move(t);
+      results.push_back(std::move(r));
+    }
+  }
+};
+
+TEST(VerifyTest, GroupsIdenticalRequestsAndComparesEveryChoice) {
+  VerifyFixture f({{"a b", "a b"}, {"x", "y"}, {"a b", "a b"}});
+  VerifyTally tally;
+  auto groups = CheckGroups(f.w, f.results, &tally);
+  EXPECT_EQ(groups, (std::vector<std::vector<size_t>>{{0, 2}, {1}}));
+  EXPECT_EQ(tally.groups, 2);
+  EXPECT_EQ(tally.compared, 1);
+  EXPECT_EQ(tally.mismatches, 0);
+  EXPECT_EQ(tally.distinct_texts, 2);
+  EXPECT_TRUE(tally.first_mismatch.is_null());
+
+  VerifyFixture bad({{"a b", "a b"}, {"x", "y"}, {"a b", "a c!"}});
+  VerifyTally t2;
+  CheckGroups(bad.w, bad.results, &t2);
+  EXPECT_EQ(t2.mismatches, 1);
+  const Json& m = t2.first_mismatch;
+  EXPECT_EQ(m["kind"], "group");
+  EXPECT_EQ(m["request"], 2);
+  EXPECT_EQ(m["reference"], 0);
+  EXPECT_EQ(m["choice"], 1);
+  EXPECT_EQ(m["offset"], 2);
+  EXPECT_EQ(m["want"], "a b");
+  EXPECT_EQ(m["got"], "a c!");
+
+  // A failed request is no member; a missing choice counts as empty text.
+  VerifyFixture partial({{"a b", ""}, {"x", "y"}, {"a b"}});
+  partial.results[1].ok = false;
+  VerifyTally t3;
+  EXPECT_EQ(CheckGroups(partial.w, partial.results, &t3).size(), 1u);
+  EXPECT_EQ(t3.mismatches, 0);
+}
+
+TEST(VerifyTest, NonStreamingTextsAndExcerptsKeepUtf8Whole) {
+  std::vector<std::string> texts;
+  ASSERT_EQ(NonStreamingTexts(R"({"choices":[{"index":1,"text":"b"},{"index":0,"text":"a"}]})",
+                              &texts),
+            "");
+  EXPECT_EQ(texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_NE(NonStreamingTexts(R"({"choices":[{"text":"a"}]})", &texts), "");
+  EXPECT_NE(NonStreamingTexts("not json", &texts), "");
+
+  // The difference starts inside a 3-byte character, and 16 bytes before it is the middle of
+  // another: the excerpts keep both characters whole.
+  const std::string want = "a\xe2\x82\xac" + std::string(13, 'x') + "\xe2\x82\xac";
+  const std::string got = "a\xe2\x82\xac" + std::string(13, 'x') + "\xe2\x82\xad";
+  VerifyTally tally;
+  CompareChoices("non_streaming", 3, 3, {want}, {got}, &tally);
+  EXPECT_EQ(tally.mismatches, 1);
+  EXPECT_EQ(tally.first_mismatch["offset"], 19);
+  EXPECT_EQ(tally.first_mismatch["want"], want.substr(1));
+  EXPECT_EQ(tally.first_mismatch["got"], got.substr(1));
+  EXPECT_NO_THROW(tally.ToJson().dump());
+}
+
+TEST(VerifyTest, SpreadSampleIsEvenAndDeterministic) {
+  EXPECT_EQ(SpreadSample(3, 64), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(SpreadSample(10, 4), (std::vector<size_t>{0, 2, 5, 7}));
+  EXPECT_TRUE(SpreadSample(10, 0).empty());
+  const std::vector<size_t> s = SpreadSample(4096, 64);
+  EXPECT_EQ(s.size(), 64u);
+  EXPECT_EQ(std::set<size_t>(s.begin(), s.end()).size(), 64u);
+  EXPECT_EQ(s.back(), 63u * 4096 / 64);
 }
 
 }  // namespace

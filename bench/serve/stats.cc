@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <utility>
 
 namespace banyan::bench::serve {
 namespace {
@@ -37,6 +38,22 @@ Quantiles Summarize(std::vector<double> values) {
   q.p99 = Percentile(values, 0.99);
   q.max = values.back();
   return q;
+}
+
+int MaxStreamsOpen(const std::vector<RequestResult>& results) {
+  std::vector<std::pair<double, int>> edges;  // (time, +1 header / -1 end); ends sort first
+  for (const RequestResult& r : results) {
+    if (r.headers_s < 0 || r.end_s < 0) continue;
+    edges.emplace_back(r.headers_s, 1);
+    edges.emplace_back(r.end_s, -1);
+  }
+  std::sort(edges.begin(), edges.end());
+  int open = 0, most = 0;
+  for (const auto& [at, step] : edges) {
+    open += step;
+    most = std::max(most, open);
+  }
+  return most;
 }
 
 Json RunReport(const Options& o, const Workload& w, const RunConfig& rc,
@@ -92,7 +109,8 @@ Json RunReport(const Options& o, const Workload& w, const RunConfig& rc,
   j["arrivals"] = {{"request_rate", rc.request_rate > 0 ? Json(rc.request_rate) : Json("inf")},
                    {"burstiness", rc.burstiness},
                    {"concurrency", rc.concurrency},
-                   {"max_in_flight", max_in_flight}};
+                   {"max_in_flight", max_in_flight},
+                   {"max_streams_open", MaxStreamsOpen(results)}};
   j["num_requests"] = results.size();
   j["completed"] = completed;
   j["failed"] = failed;
@@ -148,7 +166,7 @@ std::string ReadableSummary(const Json& r) {
   const std::string rate = a["request_rate"].is_string() ? "inf" : a["request_rate"].dump();
   std::snprintf(buf, sizeof(buf),
                 "==== %s: %lld requests (rate %s, concurrency %d) ====\n"
-                "completed %lld  failed %lld  duration %.2f s  max in flight %d\n"
+                "completed %lld  failed %lld  duration %.2f s  max in flight %d (streams open %d)\n"
                 "requests/s %.2f  output tok/s %.1f  total tok/s %.1f  (in %lld, out %lld)\n"
                 "goodput %.2f req/s (SLO TTFT <= %.0f ms, TPOT <= %.0f ms; attainment %.1f%%)\n"
                 "TTFT ms  %s\nTPOT ms  %s\nITL ms   %s\nE2E ms   %s\n"
@@ -158,7 +176,8 @@ std::string ReadableSummary(const Json& r) {
                 static_cast<long long>(r["num_requests"].get<int64_t>()), rate.c_str(),
                 a["concurrency"].get<int>(), static_cast<long long>(r["completed"].get<int64_t>()),
                 static_cast<long long>(r["failed"].get<int64_t>()), r["duration_s"].get<double>(),
-                a["max_in_flight"].get<int>(), r["request_throughput"].get<double>(),
+                a["max_in_flight"].get<int>(), a["max_streams_open"].get<int>(),
+                r["request_throughput"].get<double>(),
                 r["output_throughput"].get<double>(), r["total_token_throughput"].get<double>(),
                 static_cast<long long>(r["total_input_tokens"].get<int64_t>()),
                 static_cast<long long>(r["total_output_tokens"].get<int64_t>()),

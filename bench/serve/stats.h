@@ -36,7 +36,12 @@ struct RequestResult {
   double start_s = 0;             // since the run's start
   double ttft_s = -1;             // -1: no token arrived
   double e2e_s = -1;
+  double headers_s = -1;          // a 200 response header arrived, since the run's start; -1: never
+  double end_s = -1;              // the exchange ended (any outcome), since the run's start
   std::vector<double> itl_s;
+  // --verify-greedy only: per choice index, its `text` fields concatenated in arrival order.
+  bool keep_text = false;
+  std::vector<std::string> text;
 };
 
 // The KV figures polled from GET /metrics during a run.
@@ -65,6 +70,10 @@ struct RunConfig {
   double burstiness = 1;
   int concurrency = 0;
 };
+
+// Most streams open at once: responses whose header had arrived and whose exchange had not yet
+// ended (intervals [headers_s, end_s]; an end and a header at the same instant do not overlap).
+int MaxStreamsOpen(const std::vector<RequestResult>& results);
 
 // The JSON object of one run ("type": "run").
 Json RunReport(const Options& o, const Workload& w, const RunConfig& rc,

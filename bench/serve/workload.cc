@@ -93,6 +93,18 @@ std::string BuildWorkload(const Options& o, Workload* out) {
     r.user = std::move(user);
     w.requests.push_back(std::move(r));
   };
+  std::vector<std::vector<int32_t>> suffix_pool;  // drawn at the first use, after shared parts
+  auto suffix = [&]() {
+    if (o.suffix_pool <= 0) return src.Draw(w.suffix_tokens);
+    if (suffix_pool.empty()) {
+      for (int k = 0; k < o.suffix_pool; ++k) suffix_pool.push_back(src.Draw(w.suffix_tokens));
+    }
+    std::uniform_int_distribution<int> pick(0, o.suffix_pool - 1);
+    return suffix_pool[static_cast<size_t>(pick(rng))];
+  };
+  if (o.suffix_pool > 0 && (w.name == "n-way" || w.name == "no-sharing")) {
+    return "--suffix-pool: the " + w.name + " workload has no private suffix to repeat";
+  }
 
   if (w.name == "generated-shared-prefix" || w.name == "multi-tenant") {
     // Group g serves prompts g, g + G, g + 2G, ... so --num-prompts cuts evenly across groups.
@@ -105,7 +117,7 @@ std::string BuildWorkload(const Options& o, Workload* out) {
     }
     for (int i = 0; i < w.num_prompts; ++i) {
       const int g = i % w.num_groups;
-      add(Concat(systems[g], src.Draw(w.suffix_tokens)),
+      add(Concat(systems[g], suffix()),
           tenants ? "tenant-" + std::to_string(g) : "");
     }
     std::shuffle(w.requests.begin(), w.requests.end(), rng);
@@ -117,13 +129,13 @@ std::string BuildWorkload(const Options& o, Workload* out) {
     w.prompts_per_group = w.num_prompts / w.num_groups;  // on average
     for (int i = 0; i < w.num_prompts; ++i) {
       const int g = pick(rng);
-      add(Concat(prefixes[g], src.Draw(w.suffix_tokens)));
+      add(Concat(prefixes[g], suffix()));
     }
   } else if (w.name == "long-document" || w.name == "shared-prefix") {
     w.num_groups = 1;
     w.prompts_per_group = w.num_prompts;
     const std::vector<int32_t> shared = src.Draw(w.prefix_tokens);
-    for (int i = 0; i < w.num_prompts; ++i) add(Concat(shared, src.Draw(w.suffix_tokens)));
+    for (int i = 0; i < w.num_prompts; ++i) add(Concat(shared, suffix()));
   } else if (w.name == "n-way" || w.name == "no-sharing") {
     w.num_groups = w.num_prompts;
     w.prompts_per_group = 1;

@@ -15,6 +15,9 @@
 //   n-way                    16 prompts of 1024 tokens, each sent with n = 16, 256 output
 //   no-sharing               1000 random 1024-token prompts, 128 output
 //   shared-prefix            one 1024-token prefix, 64-token suffixes, 128 output, 256 prompts
+// With suffix_pool K > 0, each private suffix (question, suffix) is one of K suffixes drawn once
+// after the shared parts, picked uniformly, so whole prompts repeat while their ids stay drawn
+// from the whole range (n-way and no-sharing have no private suffix and refuse it).
 #pragma once
 
 #include <cstdint>
