@@ -5,6 +5,8 @@
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
 //                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]
 //
+// --model also takes banyand's dummy spelling, dummy:<shape>[:vocab=N] (engine/model_bundle.h),
+// so the daemon and this benchmark run the same shape and vocabulary.
 // Without --model/--shape it runs the bundled stories260K and the llama-2-7b shape with dummy
 // weights generated on the device. Per (model, prefix, mode, batch B): one prompt of `prefix`
 // random tokens is prefilled, then B sequences = that prefix + one distinct token each (the
@@ -49,6 +51,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/model/model_io.h"
+#include "engine/model_bundle.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
@@ -198,7 +201,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   prompt[0] = cfg.bos_id;
   std::vector<int32_t> out;
   // Prefill the shared prefix once (in pieces of at most 2048 tokens).
-  auto placed = tree.Insert("", prompt);
+  auto placed = tree.Insert("", prompt, /*allow_evict=*/true);
   if (!placed.ok()) return placed.status();
   for (int32_t b = 0; b < prefix; b += 2048) {
     const int32_t e = std::min(prefix, b + 2048);
@@ -220,7 +223,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
     for (int k = 0; stagger && k < i % chunk; ++k) {
       p.push_back(3 + static_cast<int32_t>((i * 31 + k * 17) % (cfg.vocab_size - 3)));
     }
-    auto pl = tree.Insert("", p);
+    auto pl = tree.Insert("", p, /*allow_evict=*/true);  // earlier batches left their leaves cached
     if (!pl.ok()) return pl.status();
     seqs.push_back(pl->seq);
     copies.insert(copies.end(), pl->copies.begin(), pl->copies.end());
@@ -243,7 +246,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
     std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
     for (kvcache::SeqId s : seqs) appends.emplace_back(s, next[s]);
     const auto t0 = std::chrono::steady_clock::now();
-    auto app = tree.AppendBatch(appends);
+    auto app = tree.AppendBatch(appends, /*allow_evict=*/true);
     if (!app.ok()) return app.status();
     std::unordered_map<kvcache::SeqId, bool> writes;
     copies.clear();
@@ -296,11 +299,18 @@ int Main(const Options& o) {
   std::map<std::tuple<std::string, int, int, std::string>, std::map<std::string, double>> table;
   int failures = 0;
   for (const std::string& m : o.models) {
-    const bool dummy = m.rfind("shape:", 0) == 0;
+    const bool dummy = m.rfind("shape:", 0) == 0 || engine::IsDummyModel(m);
     engine::ModelConfig cfg;
     std::unique_ptr<engine::ModelWeights> weights;
     if (dummy) {
-      auto c = engine::NamedShapeConfig(m.substr(6));
+      // "shape:<name>", or banyand's spelling "dummy:<name>[:vocab=N]..." (model_bundle.h).
+      auto c = engine::IsDummyModel(m)
+                   ? [&]() -> absl::StatusOr<engine::ModelConfig> {
+                       auto spec = engine::ParseDummyModel(m);
+                       if (!spec.ok()) return spec.status();
+                       return spec->config;
+                     }()
+                   : engine::NamedShapeConfig(m.substr(6));
       if (!c.ok()) {
         std::fprintf(stderr, "%s\n", std::string(c.status().message()).c_str());
         return 1;

@@ -503,7 +503,7 @@ bool EngineLoop::Step(bool cancel_all) {
     auto [l, k] = owner.at(d.seq);
     d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling};
   }
-  const auto t_run = Clock::now();
+  const double device_before = backend_->device_seconds();
   engine::StepOutput out;
   absl::Status run = runner_.Run(copies, decode, prefill, &out);
   const auto t_done = Clock::now();
@@ -543,11 +543,16 @@ bool EngineLoop::Step(bool cancel_all) {
   BANYAN_CHECK(next == out.samples.size()) << next << " of " << out.samples.size() << " samples";
   ++stats_.steps;
   const double step_seconds = Seconds(t_start, Clock::now());
-  stats_.host_seconds += step_seconds - (out.forward_seconds);
-  (void)t_run;
+  stats_.host_seconds += step_seconds - out.forward_seconds;
   if (prefill.empty()) {
+    const double device = backend_->device_seconds() - device_before;
     ++stats_.decode_steps;
     stats_.decode_seconds += step_seconds;
+    stats_.decode_device_seconds += device;
+    ++metrics_.decode_steps_total;
+    metrics_.decode_rows_total += static_cast<int64_t>(decode.size());
+    metrics_.decode_step_seconds_total += step_seconds;
+    metrics_.decode_device_seconds_total += device;
   } else {
     stats_.prefill_seconds += step_seconds;
   }

@@ -60,6 +60,7 @@ struct LoopStats {
   double decode_seconds = 0;       // wall time of the decode-only steps
   double prefill_seconds = 0;      // wall time of the steps with prefill
   double host_seconds = 0;         // of all steps: the time outside the backend's forward pass
+  double decode_device_seconds = 0;  // device busy time in the decode-only steps (GPU only)
   int64_t plan_builds = 0;         // full AttentionPlan rebuilds (others only advanced lengths)
   kvcache::MemoryStats peak;       // at the step with the most live chunks
 };

@@ -38,6 +38,12 @@ struct MetricsSnapshot {
   int64_t requests_cancelled_total = 0;
   int64_t requests_failed_total = 0;
   int64_t iterations_total = 0;
+  // Engine steps with decode rows and no prefill: their number, rows, wall time of the whole
+  // step (host work included), and the device's busy time within them (0 on the CPU backend).
+  int64_t decode_steps_total = 0;
+  int64_t decode_rows_total = 0;
+  double decode_step_seconds_total = 0;
+  double decode_device_seconds_total = 0;
   Histogram time_to_first_token_seconds;
   Histogram inter_token_latency_seconds;
   Histogram e2e_request_latency_seconds;

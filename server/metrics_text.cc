@@ -133,6 +133,17 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
            static_cast<double>(m.requests_failed_total));
   w.Scalar("banyan_iterations_total", "counter", "Engine iterations run.",
            static_cast<double>(m.iterations_total));
+  w.Scalar("banyan_decode_steps_total", "counter",
+           "Engine steps with decode rows and no prefill.",
+           static_cast<double>(m.decode_steps_total));
+  w.Scalar("banyan_decode_rows_total", "counter", "Decode rows run in those steps.",
+           static_cast<double>(m.decode_rows_total));
+  w.Scalar("banyan_decode_step_seconds_total", "counter",
+           "Wall time of those steps, host work included, seconds.",
+           m.decode_step_seconds_total);
+  w.Scalar("banyan_decode_device_seconds_total", "counter",
+           "Device busy time within those steps (0 on the CPU backend), seconds.",
+           m.decode_device_seconds_total);
 
   // --- banyan_* histograms
   w.Hist("banyan_time_to_first_token_seconds", "Arrival to first generated token, seconds.",

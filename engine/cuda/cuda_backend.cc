@@ -103,6 +103,10 @@ struct CudaBackend::Impl {
   // Deferred-merge plans run phase 2 on side_stream beside phase 1 (fork / join events).
   cudaStream_t side_stream = nullptr;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
+  // Timing of ForwardSample steps on the device: from the first kernel to the sampled tokens.
+  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  double device_seconds = 0;
+  bool step_begin_recorded = false;  // by Run, for this step
 
   // CUDA graphs of decode-only steps; cuBLAS runs on cublas_workspace so capture never allocates.
   bool graphs_on = false;
@@ -111,6 +115,8 @@ struct CudaBackend::Impl {
 
   ~Impl() {
     graphs.reset();
+    if (step_begin != nullptr) cudaEventDestroy(step_begin);
+    if (step_end != nullptr) cudaEventDestroy(step_end);
     if (fork_event != nullptr) cudaEventDestroy(fork_event);
     if (join_event != nullptr) cudaEventDestroy(join_event);
     if (side_stream != nullptr) cudaStreamDestroy(side_stream);
@@ -189,6 +195,8 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.fork_event, cudaEventDisableTiming));
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.join_event, cudaEventDisableTiming));
   }
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m.step_begin));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m.step_end));
 
   // Memory plan, checked before anything big is allocated.
   size_t free_b = 0, total_b = 0;
@@ -715,10 +723,17 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   if (in.T == 0) return absl::OkStatus();
   if (in.num_decode > 0) ++stats_.decode_steps;
   const bool graph = m.graphs_on && batch.prefill.empty() && in.num_decode > 0;
-  if (!graph) return Enqueue(batch, in, greedy, /*prepare_in_layer0=*/true);
+  if (!graph) {
+    // (The host work of PrepareAttention inside layer 0 counts as device time here.)
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_begin, m.stream));
+    m.step_begin_recorded = true;
+    return Enqueue(batch, in, greedy, /*prepare_in_layer0=*/true);
+  }
 
   // The graph path: all host work and uploads first, then one launch.
   BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, /*fixed_layout=*/true));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_begin, m.stream));
+  m.step_begin_recorded = true;
   bool launched = false;
   const absl::Status s =
       m.graphs->Launch(GraphKey(in, greedy), m.stream,
@@ -764,16 +779,26 @@ absl::Status CudaBackend::ForwardSample(const StepBatch& batch, std::span<const 
                                         std::vector<SampleResult>* out) {
   Impl& m = *impl_;
   int32_t rows = 0;
+  m.step_begin_recorded = false;
   absl::Status s = Run(batch, /*greedy=*/false, &rows);
   if (s.ok()) s = m.sampler.Enqueue(m.logits.as<float>(), rows, cfg_.vocab_size, specs, m.stream);
   if (!s.ok()) {
     cudaStreamSynchronize(m.stream);  // leave no work in flight on a failed step
     return s;
   }
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_end, m.stream));
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   m.sampler.Collect(out);
+  if (m.step_begin_recorded) {
+    m.step_begin_recorded = false;
+    float ms = 0;
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, m.step_begin, m.step_end));
+    m.device_seconds += ms * 1e-3;
+  }
   return absl::OkStatus();
 }
+
+double CudaBackend::device_seconds() const { return impl_->device_seconds; }
 
 absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens) {
   Impl& m = *impl_;

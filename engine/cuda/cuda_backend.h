@@ -119,6 +119,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) override;
+  double device_seconds() const override;
   absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) override;
 
   // Runs the model and samples every spec on the device (kernels/cuda/sampling.h, the contract

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Served decode throughput against the engine's own, on one GPU, in one run:
+#   1. gpu_decode_bench (the engine's steps driven directly, device argmax, graphs on) on
+#      dummy:<shape>:vocab=<V> at B = each client count, a PREFIX-token shared prefix plus one
+#      distinct token per sequence;
+#   2. banyand --backend cuda on the same dummy model, and banyan_serve_bench with C streaming
+#      clients at once, each a prompt of the same shared prefix plus one token, OUTPUT_TOKENS greedy
+#      with ignore_eos. banyand's /metrics before and after each load give its decode steps, rows,
+#      their wall time and the GPU's busy time within them (CUDA events).
+# It prints one Markdown table per vocabulary: engine tok/s, served tok/s as the clients saw it
+# (output tokens / wall time of the load, prefill and ramp included), the daemon's decode-step
+# rate, served / engine, host time per decode step, and the device's idle share of a step.
+#
+#   bench/serve/served_vs_engine.sh BIN_DIR
+#     BIN_DIR holds banyand, gpu_decode_bench and banyan_serve_bench (a build folder's
+#     binaries copied together, or set BANYAND, ENGINE_BENCH, SERVE_BENCH to their paths).
+#   Environment: SHAPE (llama-2-7b-shape), VOCABS ("32000 128256"), CLIENTS ("32 256 1024"),
+#   PREFIX (2048), OUTPUT_TOKENS (120), KV_BYTES (80e9), PORT (18080), ATTENTION (tpp).
+set -euo pipefail
+BIN=${1:?usage: served_vs_engine.sh BIN_DIR}
+BANYAND=${BANYAND:-$BIN/banyand}
+ENGINE_BENCH=${ENGINE_BENCH:-$BIN/gpu_decode_bench}
+SERVE_BENCH=${SERVE_BENCH:-$BIN/banyan_serve_bench}
+SHAPE=${SHAPE:-llama-2-7b-shape}
+VOCABS=${VOCABS:-"32000 128256"}
+CLIENTS=${CLIENTS:-"32 256 1024"}
+PREFIX=${PREFIX:-2048}
+OUTPUT_TOKENS=${OUTPUT_TOKENS:-120}
+KV_BYTES=${KV_BYTES:-80000000000}
+PORT=${PORT:-18080}
+ATTENTION=${ATTENTION:-tpp}
+WORK=${WORK:-$(mktemp -d)}
+mkdir -p "$WORK"
+max_clients=$(tr ' ' '\n' <<<"$CLIENTS" | sort -n | tail -1)
+
+metric() {  # metric FILE NAME: the value of an unlabelled sample
+  awk -v n="$2" '$1 == n { print $2 }' "$1"
+}
+
+for V in $VOCABS; do
+  model="dummy:$SHAPE:vocab=$V:context=$((PREFIX + OUTPUT_TOKENS + 64))"
+  echo "== $model" >&2
+  "$ENGINE_BENCH" --model "$model" --batches "$(tr ' ' ',' <<<"$CLIENTS")" --prefix "$PREFIX" \
+    --steps 32 --modes "$ATTENTION" --graphs on >"$WORK/engine_$V.txt" 2>&1 ||
+    echo "gpu_decode_bench failed; see $WORK/engine_$V.txt" >&2
+  "$BANYAND" --backend cuda --model "$model" --attention "$ATTENTION" --http-port "$PORT" \
+    --grpc-port $((PORT + 1)) --kv-memory "$KV_BYTES" --max-batch "$max_clients" \
+    --prefill-budget 8192 --queue-limit $((max_clients * 2)) --listen-backlog 4096 \
+    --log-level warn >"$WORK/banyand_$V.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
+    kill -0 "$pid" 2>/dev/null || { cat "$WORK/banyand_$V.log" >&2; exit 1; }
+    sleep 0.5
+  done
+  echo "| clients | engine tok/s | served tok/s (clients) | daemon decode-step tok/s | served / engine | daemon / engine | host ms per decode step | device idle share of a decode step |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for C in $CLIENTS; do
+    curl -sf "http://127.0.0.1:$PORT/metrics" >"$WORK/m0"
+    "$SERVE_BENCH" --port "$PORT" --workload shared-prefix --prefix-tokens "$PREFIX" \
+      --suffix-tokens 1 --output-tokens "$OUTPUT_TOKENS" --num-prompts "$C" --concurrency "$C" \
+      --vocab "$V" --seed "$C" >"$WORK/serve_${V}_$C.json" 2>"$WORK/serve_${V}_$C.log" || {
+      cat "$WORK/serve_${V}_$C.log" >&2
+    }
+    curl -sf "http://127.0.0.1:$PORT/metrics" >"$WORK/m1"
+    # The engine bench's tpp row for this batch: "| model | prefix | B | mode | ... tok/s ..."
+    engine=$(awk -F'|' -v b="$C" -v mode="$ATTENTION" '
+      $4+0 == b && $5 ~ "^ *" mode " *$" && $3+0 > 0 { gsub(/ /, "", $7); print $7; exit }' \
+      "$WORK/engine_$V.txt")
+    python3 - "$WORK/serve_${V}_$C.json" "$WORK/m0" "$WORK/m1" "$C" "${engine:-0}" <<'PY'
+import json, sys
+res = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+def m(path):
+    out = {}
+    for line in open(path):
+        if line.startswith('#') or ' ' not in line: continue
+        k, v = line.split()[:2]
+        out[k] = float(v)
+    return out
+a, b = m(sys.argv[2]), m(sys.argv[3])
+d = lambda k: b.get(k, 0) - a.get(k, 0)
+steps, rows = d('banyan_decode_steps_total'), d('banyan_decode_rows_total')
+wall, dev = d('banyan_decode_step_seconds_total'), d('banyan_decode_device_seconds_total')
+engine = float(sys.argv[5])
+served = res.get('output_throughput', 0.0)
+daemon = rows / wall if wall > 0 else 0
+host_ms = (wall - dev) / steps * 1e3 if steps else 0
+idle = (wall - dev) / wall if wall > 0 else 0
+r = lambda x: f"{x / engine:.2f}" if engine > 0 else "n/a"
+fails = res.get('failed', 0)
+print(f"| {sys.argv[4]} | {engine:,.0f} | {served:,.0f}{' (' + str(fails) + ' failed)' if fails else ''} "
+      f"| {daemon:,.0f} | {r(served)} | {r(daemon)} | {host_ms:.2f} | {idle:.1%} |")
+PY
+  done
+  kill -TERM "$pid"
+  wait "$pid" || true
+done
+echo "(logs and raw outputs in $WORK)" >&2
