@@ -1,0 +1,130 @@
+// Host cost of the engine loop per step, without a model: scheduler::EngineLoop driven with a
+// backend whose forward pass does nothing and returns a token per sample at once. What it
+// measures is what the loop adds on top of the device's work in a synchronous step: the policy
+// summary, placement in the prefix tree, the attention plan, the step's inputs, detokenization,
+// stop checks and stream pushes.
+//
+//   engine_loop_bench [--batches 32,256,1024] [--prefix 2048] [--steps 128] [--vocab 32000]
+//                     [--chunk 64]
+//
+// Per batch B: B requests of a shared `prefix`-token prompt plus one distinct token each, greedy,
+// ignore_eos, `steps` output tokens, all submitted at once (as banyan_serve_bench sends them).
+// Prints host microseconds per decode step (mean over the decode-only steps) and per row.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend.h"
+#include "engine/model/dummy_weights.h"
+#include "engine/model_bundle.h"
+#include "scheduler/engine_loop.h"
+#include "scheduler/generate.h"
+#include "spdlog/spdlog.h"
+
+namespace banyan {
+namespace {
+
+// Returns, for every sample, a token that depends only on the row's position in the step and the
+// step count: no model, no device.
+class NullBackend final : public engine::Backend {
+ public:
+  NullBackend(int32_t chunks, int32_t chunk_size, int32_t vocab)
+      : chunks_(chunks), chunk_size_(chunk_size), vocab_(vocab) {}
+  std::string_view name() const override { return "null"; }
+  int32_t num_chunks() const override { return chunks_; }
+  int32_t chunk_size() const override { return chunk_size_; }
+  absl::Status CopyChunks(std::span<const kvcache::ChunkCopy>) override {
+    return absl::OkStatus();
+  }
+  absl::Status Forward(const engine::StepBatch&, std::vector<float>*) override {
+    return absl::UnimplementedError("the null backend only samples");
+  }
+  absl::Status ForwardSample(const engine::StepBatch& batch,
+                             std::span<const engine::SampleSpec> specs,
+                             std::vector<engine::SampleResult>* out) override {
+    ++steps_;
+    out->resize(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      (*out)[i].token = 3 + static_cast<int32_t>((i * 7919 + steps_ * 104729) % (vocab_ - 3));
+      (*out)[i].logprob = -1.0f;
+    }
+    (void)batch;
+    return absl::OkStatus();
+  }
+
+ private:
+  int32_t chunks_, chunk_size_, vocab_;
+  int64_t steps_ = 0;
+};
+
+int Main(int argc, char** argv) {
+  spdlog::set_level(spdlog::level::warn);  // the loop's per-request lines
+  std::vector<int> batches = {32, 256, 1024};
+  int prefix = 2048, steps = 128, vocab = 32000, chunk = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--batches") {
+      batches.clear();
+      for (absl::string_view s : absl::StrSplit(v, ',')) {
+        int b = 0;
+        if (!absl::SimpleAtoi(s, &b) || b < 1) return 2;
+        batches.push_back(b);
+      }
+    } else if (k == "--prefix") {
+      prefix = std::stoi(v);
+    } else if (k == "--steps") {
+      steps = std::stoi(v);
+    } else if (k == "--vocab") {
+      vocab = std::stoi(v);
+    } else if (k == "--chunk") {
+      chunk = std::stoi(v);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  auto tokenizer = engine::SyntheticTokenizer(vocab);
+  if (!tokenizer.ok()) return 1;
+  engine::ModelConfig cfg = *engine::NamedShapeConfig("llama-2-7b-shape");
+  cfg.vocab_size = vocab;
+  cfg.max_seq_len = prefix + steps + 16;
+  std::printf("| B | prefix | decode steps | host us per decode step | host us per row |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (int B : batches) {
+    const int32_t chunks = (prefix + chunk - 1) / chunk + B * ((steps + 2) / chunk + 2) + 16;
+    scheduler::EngineLoop loop(
+        cfg, tokenizer->get(), std::make_unique<NullBackend>(chunks, chunk, vocab),
+        {.max_running_sequences = B, .prefill_token_budget = 8192,
+         .attention = engine::AttentionMode::kTpp});
+    std::vector<scheduler::Request> requests(B);
+    std::vector<int32_t> shared(prefix);
+    for (int i = 0; i < prefix; ++i) shared[i] = 3 + (i * 31) % (vocab - 3);
+    for (int b = 0; b < B; ++b) {
+      requests[b].prompt = shared;
+      requests[b].prompt.push_back(3 + (b * 7919) % (vocab - 3));
+      requests[b].params.temperature = 0;
+      requests[b].params.max_tokens = steps;
+      requests[b].params.ignore_eos = true;
+    }
+    auto out = scheduler::GenerateAll(loop, requests);
+    if (!out.ok()) {
+      std::fprintf(stderr, "B=%d: %s\n", B, std::string(out.status().message()).c_str());
+      return 1;
+    }
+    const scheduler::LoopStats& st = loop.stats();
+    const double per_step = st.decode_seconds / std::max<int64_t>(st.decode_steps, 1) * 1e6;
+    std::printf("| %d | %d | %lld | %.0f | %.2f |\n", B, prefix,
+                static_cast<long long>(st.decode_steps), per_step,
+                per_step * st.decode_steps / std::max<int64_t>(st.decode_tokens, 1));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace banyan
+
+int main(int argc, char** argv) { return banyan::Main(argc, argv); }
