@@ -386,19 +386,21 @@ bool EngineLoop::Step(bool cancel_all) {
     // a split copy and the first appends.
     int32_t cached_chunks = 0;
     if (l->resume) {
+      int32_t samples = 0, cached_total = 0;
       for (const Live::Sample& s : l->samples) {
         if (s.finished) continue;
         std::vector<int32_t> all = InTree(l->req.prompt, s.generated);
         p.remaining_prefill += static_cast<int32_t>(all.size()) -
                                tree_.Match(l->req.cache_namespace, all, &cached_chunks);
-        p.chunks_needed += cached_chunks + 2;
+        cached_total += cached_chunks;
+        ++samples;
       }
-      p.chunks_needed += CeilDiv(p.remaining_prefill, c);
+      p.chunks_needed = ResumeChunks(p.remaining_prefill, cached_total, samples, c);
     } else {
       const int32_t len = static_cast<int32_t>(l->req.prompt.size());
       p.remaining_prefill =
           len - tree_.Match(l->req.cache_namespace, l->req.prompt, &cached_chunks);
-      p.chunks_needed = CeilDiv(p.remaining_prefill, c) + cached_chunks + 1 + l->req.n;
+      p.chunks_needed = AdmissionChunks(p.remaining_prefill, cached_chunks, l->req.n, c);
     }
     in.waiting.push_back(p);
   }
@@ -483,15 +485,14 @@ bool EngineLoop::Step(bool cancel_all) {
     }
     // The policy's estimate fell short (e.g. this iteration's admissions used the cache):
     // preempt the least important decoding request and retry without it.
-    Live* victim = nullptr;
+    std::vector<PolicyRequest> candidates;
     for (uint64_t h : plan.decode) {
-      Live* l = by_handle[h];
+      const Live* l = by_handle[h];
       if (l->state != RequestState::kDecoding) continue;
-      if (victim == nullptr || l->req.priority < victim->req.priority ||
-          (l->req.priority == victim->req.priority && l->arrival > victim->arrival)) {
-        victim = l;
-      }
+      candidates.push_back({.handle = h, .priority = l->req.priority, .arrival = l->arrival});
     }
+    const uint64_t victim_handle = ChooseAppendVictim(candidates);
+    Live* victim = victim_handle == 0 ? nullptr : by_handle[victim_handle];
     if (victim == nullptr) break;
     Log()->warn("[kv] decode appends failed ({}); preempting {}",
                 std::string(placed.status().message()), victim->req.id);

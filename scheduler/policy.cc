@@ -102,4 +102,22 @@ IterationPlan Schedule(const PolicyInput& in) {
   return plan;
 }
 
+int32_t AdmissionChunks(int32_t uncached_tokens, int32_t cached_chunks, int32_t samples,
+                        int32_t chunk_size) {
+  return CeilDiv(uncached_tokens, chunk_size) + cached_chunks + 1 + samples;
+}
+
+int32_t ResumeChunks(int32_t uncached_tokens, int32_t cached_chunks, int32_t samples,
+                     int32_t chunk_size) {
+  return CeilDiv(uncached_tokens, chunk_size) + cached_chunks + 2 * samples;
+}
+
+uint64_t ChooseAppendVictim(const std::vector<PolicyRequest>& candidates) {
+  const PolicyRequest* victim = nullptr;
+  for (const PolicyRequest& r : candidates) {
+    if (victim == nullptr || Before(*victim, r)) victim = &r;
+  }
+  return victim == nullptr ? 0 : victim->handle;
+}
+
 }  // namespace banyan::scheduler

@@ -76,4 +76,21 @@ struct IterationPlan {
 
 IterationPlan Schedule(const PolicyInput& input);
 
+// The memory cost model, in chunks, that the loop's summary uses for PolicyRequest::chunks_needed
+// of a waiting request:
+//  - admitting a prompt: its uncached tokens, the cached chunks its match turns live, one chunk
+//    for a split copy, and one per sample for its first appends;
+//  - resuming after a preemption (all samples re-placed at once): per sample the cached chunks
+//    its match turns live plus two (a split copy and its next append), and the uncached tokens.
+int32_t AdmissionChunks(int32_t uncached_tokens, int32_t cached_chunks, int32_t samples,
+                        int32_t chunk_size);
+int32_t ResumeChunks(int32_t uncached_tokens, int32_t cached_chunks, int32_t samples,
+                     int32_t chunk_size);
+
+// The request to preempt when the decode appends the plan budgeted still do not fit (the
+// estimate fell short, e.g. this iteration's admissions used the cache): among `candidates`
+// (running requests that are decoding), the least important, the same order as rule 1's
+// victims: lowest priority, then latest arrival. Returns its handle; 0 when there is none.
+uint64_t ChooseAppendVictim(const std::vector<PolicyRequest>& candidates);
+
 }  // namespace banyan::scheduler

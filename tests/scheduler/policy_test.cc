@@ -33,7 +33,7 @@ TEST(PolicyTest, Table) {
                   int cached = 0, int budget = 64, int max_seq = 8) {
     return PolicyInput{.waiting = w, .running = r, .chunks_free = free, .chunks_cached = cached,
                        .chunk_size = 16, .max_sequences = max_seq,
-                       .prefill_token_budget = budget};
+                       .prefill_token_budget = budget, .tenants = {}};
   };
   std::vector<Case> cases = {
       {"idle", input({}, {}, 100), {}, {}, {}, {}},
@@ -82,7 +82,7 @@ TEST(PolicyTest, ChunkedPrefillNeverStallsDecodes) {
   while (remaining > 0) {
     PolicyInput in{.waiting = {}, .running = {Decoding(1, 1, 3), Prefilling(2, remaining)},
                    .chunks_free = 100, .chunks_cached = 0, .chunk_size = 16,
-                   .max_sequences = 8, .prefill_token_budget = 128};
+                   .max_sequences = 8, .prefill_token_budget = 128, .tenants = {}};
     IterationPlan p = Schedule(in);
     ASSERT_EQ(p.decode, std::vector<uint64_t>{1});
     ASSERT_EQ(p.prefill.size(), 1u);
@@ -139,6 +139,41 @@ TEST(PolicyTest, TenantKvBudgets) {
   for (const TenantCase& c : cases) {
     SCOPED_TRACE(c.name);
     EXPECT_EQ(Schedule(c.in).admit, c.admit);
+  }
+}
+
+TEST(PolicyTest, MemoryCostModel) {
+  // Admission: ceil(uncached / c) + cached chunks turned live + a split copy + one per sample.
+  EXPECT_EQ(AdmissionChunks(0, 0, 1, 16), 2);
+  EXPECT_EQ(AdmissionChunks(1, 0, 1, 16), 3);
+  EXPECT_EQ(AdmissionChunks(16, 0, 1, 16), 3);
+  EXPECT_EQ(AdmissionChunks(17, 3, 4, 16), 2 + 3 + 1 + 4);
+  // Resume: ceil(uncached / c) + cached chunks + two per sample.
+  EXPECT_EQ(ResumeChunks(0, 0, 1, 16), 2);
+  EXPECT_EQ(ResumeChunks(33, 5, 3, 16), 3 + 5 + 6);
+}
+
+TEST(PolicyTest, AppendVictimIsTheLeastImportant) {
+  struct VictimCase {
+    const char* name;
+    std::vector<PolicyRequest> candidates;
+    uint64_t victim;
+  };
+  const std::vector<VictimCase> cases = {
+      {"none", {}, 0},
+      {"one", {Decoding(4, 1, 1)}, 4},
+      {"latest arrival among equals", {Decoding(1, 1, 1), Decoding(3, 1, 1), Decoding(2, 1, 1)},
+       3},
+      {"lowest priority first",
+       {Decoding(1, 1, 1, /*priority=*/0), Decoding(2, 1, 1, /*priority=*/5),
+        Decoding(3, 1, 1, /*priority=*/1)},
+       1},
+      {"priority beats arrival",
+       {Decoding(9, 1, 1, /*priority=*/2), Decoding(1, 1, 1, /*priority=*/-1)},
+       1},
+  };
+  for (const VictimCase& c : cases) {
+    EXPECT_EQ(ChooseAppendVictim(c.candidates), c.victim) << c.name;
   }
 }
 
