@@ -274,7 +274,14 @@ absl::Status EngineLoop::PlacePrefill(Live& live, int32_t tokens,
 
 void EngineLoop::StartSamples(Live& live) {
   const Request& r = live.req;
-  engine::SequenceSamplingState base(engine::AdmissionSeed(r.params), r.prompt, 0);
+  // The prompt's distinct tokens are kept only where the repetition penalty reads them, and a
+  // greedy request draws no OS entropy (its seed is never used).
+  const bool greedy = r.params.temperature < engine::kGreedyTemperature;
+  const uint64_t seed = greedy && !r.params.has_seed ? 0 : engine::AdmissionSeed(r.params);
+  engine::SequenceSamplingState base(
+      seed, r.params.repetition_penalty != 1.0f ? std::span<const int32_t>(r.prompt)
+                                                : std::span<const int32_t>(),
+      0);
   live.samples.clear();
   for (int k = 0; k < r.n; ++k) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
