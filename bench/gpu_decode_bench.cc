@@ -364,7 +364,9 @@ int Main(const Options& o) {
         const int64_t leaf_tokens = prefix % o.chunk + o.steps + 3 + (o.stagger ? o.chunk : 0);
         const int64_t needed = (int64_t{prefix} + o.chunk - 1) / o.chunk +
                                max_b * ((leaf_tokens + o.chunk - 1) / o.chunk);
-        int64_t chunks = needed + needed / 32 + 8;
+        // Slack of one chunk per row: the first append after a one-token leaf is bounded by a
+        // chunk per row (PrefixTree::AppendBatch's order-proof reservation).
+        int64_t chunks = needed + max_b + 8;
         if (o.kv_gib > 0) {
           chunks = std::min(chunks, static_cast<int64_t>(o.kv_gib * (1 << 30)) / per_chunk);
         }
