@@ -71,6 +71,7 @@ struct EngineLoop::Live {
   Usage usage;
   Clock::time_point submitted;
   bool first_token_seen = false;
+  uint64_t touched_step = 0;  // the last step that pushed to its stream
 };
 
 EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
@@ -88,10 +89,13 @@ EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenize
 }
 
 EngineLoop::~EngineLoop() {
+  ++step_serial_;
   for (auto* list : {&waiting_, &running_}) {
     for (LivePtr& l : *list) Finish(*l, absl::OkStatus(), FinishReason::kCancelled);
     list->clear();
   }
+  announcer_ = nullptr;  // its thread may be gone: announce here
+  AnnounceTouched();
 }
 
 absl::Status EngineLoop::Check(const Request& r) const {
@@ -147,7 +151,7 @@ void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
       TokenEvent e;
       e.sample = i;
       e.finish = reason;
-      live.stream->Push(std::move(e));
+      Emit(live, std::move(e));
     }
   }
   ReleaseAll(live);
@@ -166,7 +170,8 @@ void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
               live.usage.prompt_tokens, live.usage.cached_prompt_tokens,
               live.usage.completion_tokens,
               status.ok() ? "" : ": " + std::string(status.message()));
-  live.stream->Finish(std::move(status), live.usage);
+  live.stream->Finish(std::move(status), live.usage, /*announce=*/false);
+  Touch(live);
 }
 
 void EngineLoop::EndSample(Live& live, size_t i, FinishReason reason, std::string text) {
@@ -180,7 +185,7 @@ void EngineLoop::EndSample(Live& live, size_t i, FinishReason reason, std::strin
   e.sample = static_cast<int>(i);
   e.text = std::move(text);
   e.finish = reason;
-  live.stream->Push(std::move(e));
+  Emit(live, std::move(e));
 }
 
 void EngineLoop::CancelDue(bool cancel_all) {
@@ -334,7 +339,7 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
     if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
     s.seq = -1;
   }
-  live.stream->Push(std::move(e));
+  Emit(live, std::move(e));
 }
 
 void EngineLoop::PublishMetrics() {
@@ -351,7 +356,35 @@ void EngineLoop::PublishMetrics() {
   if (kv.chunks_live >= stats_.peak.chunks_live) stats_.peak = kv;
 }
 
+void EngineLoop::Touch(Live& live) {
+  if (live.touched_step == step_serial_) return;
+  live.touched_step = step_serial_;
+  touched_.push_back(live.stream);
+}
+
+void EngineLoop::Emit(Live& live, TokenEvent event) {
+  live.stream->Push(std::move(event), /*announce=*/false);
+  Touch(live);
+}
+
+void EngineLoop::AnnounceTouched() {
+  if (touched_.empty()) return;
+  if (announcer_) {
+    announcer_(std::move(touched_));
+  } else {
+    for (const std::shared_ptr<RequestStream>& s : touched_) s->Announce();
+  }
+  touched_.clear();
+}
+
 bool EngineLoop::Step(bool cancel_all) {
+  ++step_serial_;
+  const bool moved = StepUnannounced(cancel_all);
+  AnnounceTouched();
+  return moved;
+}
+
+bool EngineLoop::StepUnannounced(bool cancel_all) {
   const auto t_start = Clock::now();
   const bool took = added_;
   added_ = false;
@@ -560,6 +593,7 @@ bool EngineLoop::Step(bool cancel_all) {
     ++metrics_.decode_steps_total;
     metrics_.decode_rows_total += static_cast<int64_t>(decode.size());
     metrics_.decode_step_seconds_total += step_seconds;
+    metrics_.decode_forward_seconds_total += out.forward_seconds;
     metrics_.decode_device_seconds_total += device;
   } else {
     stats_.prefill_seconds += step_seconds;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,7 +86,12 @@ class EngineLoop {
 
   // One iteration (see the top of this file). cancel_all: cancel every request first.
   // Returns false when there was nothing to do (no request, or none could move).
+  // Events are pushed to the streams without waking their readers; at the end of the step the
+  // streams that got any are announced once each (RequestStream::Announce), by `announcer` when
+  // one is set (it may hand them to another thread), else here.
   bool Step(bool cancel_all = false);
+  using Announcer = std::function<void(std::vector<std::shared_ptr<RequestStream>>)>;
+  void set_announcer(Announcer announcer) { announcer_ = std::move(announcer); }
 
   // No request waiting or running.
   bool idle() const { return waiting_.empty() && running_.empty(); }
@@ -120,6 +126,11 @@ class EngineLoop {
   void Finish(Live& live, absl::Status status, FinishReason reason);
   void ReleaseAll(Live& live);
   void PublishMetrics();
+  bool StepUnannounced(bool cancel_all);
+  // Pushes to / finishes a request's stream, remembering it for this step's announcement.
+  void Emit(Live& live, TokenEvent event);
+  void Touch(Live& live);
+  void AnnounceTouched();
 
   const engine::ModelConfig& config_;
   const engine::Tokenizer* tokenizer_;
@@ -135,6 +146,9 @@ class EngineLoop {
   std::vector<LivePtr> running_;
   uint64_t arrival_counter_ = 0;
   bool added_ = false;  // Add() since the last Step
+  uint64_t step_serial_ = 0;  // Steps begun, for Touch
+  std::vector<std::shared_ptr<RequestStream>> touched_;  // streams with events this step
+  Announcer announcer_;
   MetricsSnapshot metrics_;
   LoopStats stats_;
 };

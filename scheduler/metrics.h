@@ -43,6 +43,7 @@ struct MetricsSnapshot {
   int64_t decode_steps_total = 0;
   int64_t decode_rows_total = 0;
   double decode_step_seconds_total = 0;
+  double decode_forward_seconds_total = 0;  // of which the backend's ForwardSample call
   double decode_device_seconds_total = 0;
   Histogram time_to_first_token_seconds;
   Histogram inter_token_latency_seconds;

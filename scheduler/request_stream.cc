@@ -50,23 +50,32 @@ void RequestStream::Notify(std::shared_ptr<const std::function<void()>> listener
   if (listener != nullptr) (*listener)();
 }
 
-void RequestStream::Push(TokenEvent event) {
+void RequestStream::Push(TokenEvent event, bool announce) {
   std::shared_ptr<const std::function<void()>> listener;
   {
     absl::MutexLock lock(&mu_);
     events_.push_back(std::move(event));
-    listener = listener_;
+    if (announce) listener = listener_;
   }
   Notify(std::move(listener));
 }
 
-void RequestStream::Finish(absl::Status status, Usage usage) {
+void RequestStream::Finish(absl::Status status, Usage usage, bool announce) {
   std::shared_ptr<const std::function<void()>> listener;
   {
     absl::MutexLock lock(&mu_);
     finished_ = true;
     status_ = std::move(status);
     usage_ = usage;
+    if (announce) listener = listener_;
+  }
+  Notify(std::move(listener));
+}
+
+void RequestStream::Announce() {
+  std::shared_ptr<const std::function<void()>> listener;
+  {
+    absl::MutexLock lock(&mu_);
     listener = listener_;
   }
   Notify(std::move(listener));

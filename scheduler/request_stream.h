@@ -42,8 +42,13 @@ class RequestStream {
   Usage usage() const;
 
   // --- producer side (engine thread)
-  void Push(TokenEvent event);
-  void Finish(absl::Status status, Usage usage);
+  // `announce`: call the listener now (true), or leave it to the producer, which then calls
+  // Announce() once it has pushed a batch (the engine loop announces once per step, from another
+  // thread when the scheduler gives it one).
+  void Push(TokenEvent event, bool announce = true);
+  void Finish(absl::Status status, Usage usage, bool announce = true);
+  // Calls the listener, if one is set (any thread).
+  void Announce();
   bool cancel_requested() const;
   bool finished() const;
 

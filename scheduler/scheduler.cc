@@ -25,11 +25,35 @@ Scheduler::Scheduler(const engine::ModelConfig& config, const engine::Tokenizer*
 
 Scheduler::~Scheduler() {
   Stop();
-  loop_.reset();  // cancels what never ran (Stop without Start)
+  loop_.reset();  // cancels what never ran (Stop without Start), announcing on this thread
 }
 
 void Scheduler::Start() {
+  loop_->set_announcer([this](std::vector<std::shared_ptr<RequestStream>> streams) {
+    absl::MutexLock lock(&announce_mu_);
+    if (to_announce_.empty()) {
+      to_announce_ = std::move(streams);
+    } else {
+      to_announce_.insert(to_announce_.end(), streams.begin(), streams.end());
+    }
+    announce_cv_.Signal();
+  });
+  announce_thread_ = std::thread([this] { AnnounceLoop(); });
   thread_ = std::thread([this] { Loop(); });
+}
+
+void Scheduler::AnnounceLoop() {
+  std::vector<std::shared_ptr<RequestStream>> batch;
+  for (;;) {
+    {
+      absl::MutexLock lock(&announce_mu_);
+      while (to_announce_.empty() && !announce_stop_) announce_cv_.Wait(&announce_mu_);
+      if (to_announce_.empty()) return;  // stopping, and everything announced
+      batch.swap(to_announce_);
+    }
+    for (const std::shared_ptr<RequestStream>& s : batch) s->Announce();
+    batch.clear();
+  }
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Submit(Request r) {
@@ -47,6 +71,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Submit(Request r) {
         "the request queue is full (", options_.queue_limit, " waiting); retry later"));
   }
   incoming_.push_back(Incoming{std::move(r), stream, Clock::now()});
+  ++submitted_;
   work_cv_.Signal();
   return stream;
 }
@@ -62,7 +87,9 @@ MetricsSnapshot Scheduler::Metrics() const {
 }
 
 bool Scheduler::Idle() const {
-  return incoming_.empty() && metrics_.requests_waiting == 0 && metrics_.requests_running == 0;
+  // Counted, not read from the queues: a request the engine thread has taken from incoming_ but
+  // not yet published as waiting or running must not look idle (a drain would return at once).
+  return metrics_.requests_finished_total == submitted_;
 }
 
 void Scheduler::Drain(std::chrono::milliseconds timeout) {
@@ -86,6 +113,14 @@ void Scheduler::Stop() {
     work_cv_.Signal();
   }
   if (thread_.joinable()) thread_.join();
+  // The engine thread is gone: announce what it left, then stop the announcer.
+  {
+    absl::MutexLock lock(&announce_mu_);
+    announce_stop_ = true;
+    announce_cv_.Signal();
+  }
+  if (announce_thread_.joinable()) announce_thread_.join();
+  loop_->set_announcer(nullptr);
 }
 
 bool Scheduler::TakeIncoming() {

@@ -2,7 +2,10 @@
 // bounded queue of incoming requests and the drain.
 //
 // Threads: Submit / Drain / Metrics may be called from any thread. One engine thread, owned by
-// the scheduler, moves incoming requests into the loop and runs EngineLoop::Step.
+// the scheduler, moves incoming requests into the loop and runs EngineLoop::Step. A second one,
+// the announcer, wakes the readers of the streams each step pushed to (their listeners post to
+// the front ends' I/O threads), so that this per-stream work is off the engine thread: measured
+// on the H200 at 1,024 streams it was most of the loop's host time per step.
 //
 // Guarantees (beyond the loop's):
 //  - a full waiting queue refuses new requests at once (ResourceExhausted);
@@ -74,6 +77,7 @@ class Scheduler {
   bool TakeIncoming();
   void PublishMetrics();
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnnounceLoop();
 
   SchedulerOptions options_;
   std::unique_ptr<EngineLoop> loop_;  // engine thread only, after Start
@@ -86,7 +90,14 @@ class Scheduler {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;  // drain timed out / stopping
   MetricsSnapshot metrics_ ABSL_GUARDED_BY(mu_);
+  int64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;  // accepted by Submit; idle when all finished
   std::thread thread_;
+
+  absl::Mutex announce_mu_;
+  absl::CondVar announce_cv_;
+  std::vector<std::shared_ptr<RequestStream>> to_announce_ ABSL_GUARDED_BY(announce_mu_);
+  bool announce_stop_ ABSL_GUARDED_BY(announce_mu_) = false;
+  std::thread announce_thread_;
 };
 
 }  // namespace banyan::scheduler

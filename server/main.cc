@@ -242,6 +242,19 @@ int Run(int argc, char** argv) {
                        std::chrono::duration_cast<std::chrono::system_clock::duration>(grpc_left));
   http.Stop();
   sched.Stop();
+  const scheduler::LoopStats& st = sched.loop().stats();
+  spdlog::info("engine: {} steps, {} decode-only ({} rows, {:.3f} s, of which {:.3f} s on the "
+               "device); host time outside the forward pass {:.3f} s",
+               st.steps, st.decode_steps, st.decode_tokens, st.decode_seconds,
+               st.decode_device_seconds, st.host_seconds);
+#ifdef BANYAN_HAVE_CUDA_BACKEND
+  if (auto* cuda = dynamic_cast<engine::CudaBackend*>(&sched.loop().backend())) {
+    const engine::cuda::DecodeGraphStats& g = cuda->attention_stats().graph;
+    spdlog::info("cuda graphs: {} decode steps replayed, {} captured ({} updates, {} "
+                 "instantiations), {} eager while a new key settled, {} fallbacks",
+                 g.replays, g.captures, g.updates, g.instantiations, g.unstable, g.fallbacks);
+  }
+#endif
   spdlog::info("stopped");
   return 0;
 }

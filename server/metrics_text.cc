@@ -141,6 +141,10 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
   w.Scalar("banyan_decode_step_seconds_total", "counter",
            "Wall time of those steps, host work included, seconds.",
            m.decode_step_seconds_total);
+  w.Scalar("banyan_decode_forward_seconds_total", "counter",
+           "Of that, the backend's forward pass and sampling call (its host work included), "
+           "seconds.",
+           m.decode_forward_seconds_total);
   w.Scalar("banyan_decode_device_seconds_total", "counter",
            "Device busy time within those steps (0 on the CPU backend), seconds.",
            m.decode_device_seconds_total);

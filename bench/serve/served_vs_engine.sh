@@ -7,9 +7,12 @@
 #      clients at once, each a prompt of the same shared prefix plus one token, OUTPUT_TOKENS greedy
 #      with ignore_eos. banyand's /metrics before and after each load give its decode steps, rows,
 #      their wall time and the GPU's busy time within them (CUDA events).
-# It prints one Markdown table per vocabulary: engine tok/s, served tok/s as the clients saw it
-# (output tokens / wall time of the load, prefill and ramp included), the daemon's decode-step
-# rate, served / engine, host time per decode step, and the device's idle share of a step.
+# It prints one Markdown table per vocabulary: engine tok/s; served decode tok/s as the clients saw
+# it (clients / mean time per output token) and its ratio to the engine's; served tok/s over the
+# whole load (output tokens / wall time, the shared prefix's prefill and the ramp included); the
+# daemon's decode-step rate and its ratio; host time per decode step (the loop's own, outside the
+# backend call, and the backend's, inside it but off the device); the device's idle share of a
+# decode step.
 #
 #   bench/serve/served_vs_engine.sh BIN_DIR
 #     BIN_DIR holds banyand, gpu_decode_bench and banyan_serve_bench (a build folder's
@@ -46,15 +49,15 @@ for V in $VOCABS; do
   "$BANYAND" --backend cuda --model "$model" --attention "$ATTENTION" --http-port "$PORT" \
     --grpc-port $((PORT + 1)) --kv-memory "$KV_BYTES" --max-batch "$max_clients" \
     --prefill-budget 8192 --queue-limit $((max_clients * 2)) --listen-backlog 4096 \
-    --log-level warn >"$WORK/banyand_$V.log" 2>&1 &
+    >"$WORK/banyand_$V.log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
     kill -0 "$pid" 2>/dev/null || { cat "$WORK/banyand_$V.log" >&2; exit 1; }
     sleep 0.5
   done
-  echo "| clients | engine tok/s | served tok/s (clients) | daemon decode-step tok/s | served / engine | daemon / engine | host ms per decode step | device idle share of a decode step |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| clients | engine tok/s | served decode tok/s (clients: C / mean TPOT) | served / engine | served tok/s, whole run (prefill, ramp) | daemon decode-step tok/s | daemon / engine | host ms per decode step: loop / backend | device idle share of a decode step |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for C in $CLIENTS; do
     curl -sf "http://127.0.0.1:$PORT/metrics" >"$WORK/m0"
     "$SERVE_BENCH" --port "$PORT" --workload shared-prefix --prefix-tokens "$PREFIX" \
@@ -81,18 +84,24 @@ a, b = m(sys.argv[2]), m(sys.argv[3])
 d = lambda k: b.get(k, 0) - a.get(k, 0)
 steps, rows = d('banyan_decode_steps_total'), d('banyan_decode_rows_total')
 wall, dev = d('banyan_decode_step_seconds_total'), d('banyan_decode_device_seconds_total')
+fwd = d('banyan_decode_forward_seconds_total')
 engine = float(sys.argv[5])
 served = res.get('output_throughput', 0.0)
+tpot = res.get('tpot_ms', {}).get('mean', 0.0)
+decode = float(sys.argv[4]) / (tpot * 1e-3) if tpot > 0 else 0.0
 daemon = rows / wall if wall > 0 else 0
-host_ms = (wall - dev) / steps * 1e3 if steps else 0
+loop_ms = (wall - fwd) / steps * 1e3 if steps else 0
+backend_ms = (fwd - dev) / steps * 1e3 if steps else 0
 idle = (wall - dev) / wall if wall > 0 else 0
 r = lambda x: f"{x / engine:.2f}" if engine > 0 else "n/a"
 fails = res.get('failed', 0)
-print(f"| {sys.argv[4]} | {engine:,.0f} | {served:,.0f}{' (' + str(fails) + ' failed)' if fails else ''} "
-      f"| {daemon:,.0f} | {r(served)} | {r(daemon)} | {host_ms:.2f} | {idle:.1%} |")
+print(f"| {sys.argv[4]} | {engine:,.0f} | {decode:,.0f} | {r(decode)} "
+      f"| {served:,.0f}{' (' + str(fails) + ' failed)' if fails else ''} ({r(served)}) "
+      f"| {daemon:,.0f} | {r(daemon)} | {loop_ms:.2f} / {backend_ms:.2f} | {idle:.1%} |")
 PY
   done
   kill -TERM "$pid"
   wait "$pid" || true
+  grep -E "engine:|cuda graphs:" "$WORK/banyand_$V.log" >&2 || true
 done
 echo "(logs and raw outputs in $WORK)" >&2

@@ -37,6 +37,7 @@ void GenerateCall::OnCancel() {
 }
 
 void GenerateCall::OnDone() {
+  stream_->SetListener({});  // a listener already running only touches pending_ and the pump
   pump_->Remove(this);
   delete this;
 }
@@ -104,6 +105,11 @@ StreamPump::StreamPump(std::function<void()> tick) : tick_(std::move(tick)) {
 StreamPump::~StreamPump() { Stop(); }
 
 void StreamPump::Add(GenerateCall* call) {
+  // Pushes wake the pump from here on; pending_ starts set, so what came before is read too.
+  call->stream_->SetListener([this, pending = call->pending_] {
+    pending->store(true);
+    Wake();
+  });
   absl::MutexLock l(&mu_);
   BANYAN_CHECK(!stop_) << "a Generate call arrived after the pump was stopped";
   calls_.push_back(call);
@@ -140,6 +146,9 @@ void StreamPump::WriteDone(GenerateCall* call) {
   absl::MutexLock l(&mu_);
   // After StartWriteAndFinish the call is kDone and stays so.
   if (call->phase_ == GenerateCall::Phase::kBusy) call->phase_ = GenerateCall::Phase::kIdle;
+  // Read again after every write: the finish (or events) announced while the write was in
+  // flight may have been announced before the read that started it, and not since.
+  call->pending_->store(true);
   woken_ = true;
   cv_.Signal();
 }
@@ -161,17 +170,13 @@ void StreamPump::Loop() {
     ready.clear();
     {
       absl::MutexLock l(&mu_);
-      if (!progress && !woken_) {
-        // Poll soon while some call waits on its stream; otherwise only the tick is due.
-        const bool polling = std::any_of(calls_.begin(), calls_.end(), [](GenerateCall* c) {
-          return c->phase_ == GenerateCall::Phase::kIdle;
-        });
-        cv_.WaitWithTimeout(&mu_, absl::FromChrono(polling ? kPollInterval : kTickInterval));
-      }
+      if (!progress && !woken_) cv_.WaitWithTimeout(&mu_, absl::FromChrono(kTickInterval));
       woken_ = false;
       if (stop_ && calls_.empty()) return;
       for (GenerateCall* c : calls_) {
-        if (c->phase_ == GenerateCall::Phase::kIdle) {
+        // Only calls with something new: a push or finish of their stream, or a cancellation.
+        if (c->phase_ == GenerateCall::Phase::kIdle &&
+            (c->cancelled_.load() || c->pending_->exchange(false))) {
           c->phase_ = GenerateCall::Phase::kBusy;
           ready.push_back(c);
         }

@@ -5,11 +5,13 @@
 // threads mostly asleep. With grpc::CallbackService each stream is a GenerateCall reactor that
 // holds no thread while it waits.
 //
-// Why a pump: scheduler::RequestStream offers only a timed Read (it has no way to wake a reactor
-// when the engine pushes), so one StreamPump thread polls every call that has no write in
-// flight, at most kPollInterval apart when nothing arrives, and starts the writes. A call with
-// a write in flight is skipped, which is the backpressure: events of a slow client pile up in
-// its RequestStream (bounded by max_tokens), never in gRPC.
+// Why a pump: gRPC allows one write in flight per call, and a reactor's operations must not
+// race, so one StreamPump thread starts every call's writes. It sleeps until something happens:
+// each call's RequestStream announces its pushes (RequestStream::SetListener) by marking the call
+// pending and waking the pump, which then reads only the pending calls. Nothing polls; the pump
+// wakes on its own only every kTickInterval, for `tick`. A call with a write in flight is
+// skipped, which is the backpressure: events of a slow client pile up in its RequestStream
+// (bounded by max_tokens), never in gRPC; once its write is done the call is read again.
 //
 // Call lifecycle (phase_, guarded by the pump's mutex):
 //   kIdle  --pump takes it-->  kBusy  --StartWrite--> (OnWriteDone) --> kIdle
@@ -71,6 +73,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const TenantSlot slot_;
   const std::chrono::steady_clock::time_point start_;
   std::atomic<bool> cancelled_{false};
+  // Set by the stream's listener on every push and finish, cleared by the pump before it reads.
+  // Shared with the listener, which may still run (on the engine thread) after the call is gone.
+  const std::shared_ptr<std::atomic<bool>> pending_ = std::make_shared<std::atomic<bool>>(true);
   Phase phase_ = Phase::kIdle;  // guarded by pump_->mu_
   // Pump thread only; alive until the write that sends them is done.
   std::vector<scheduler::TokenEvent> events_;
@@ -80,9 +85,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 class StreamPump {
  public:
-  // How long the pump waits for a stream with nothing new before it polls again.
-  static constexpr std::chrono::milliseconds kPollInterval{1};
-  // How often `tick` runs when no call is open.
+  // How often `tick` runs when nothing else wakes the pump.
   static constexpr std::chrono::milliseconds kTickInterval{100};
 
   // `tick` runs on the pump thread on every pass, at least every kTickInterval (the front end

@@ -148,9 +148,15 @@ TEST_F(HttpHardeningTest, PipelinedRequestsAreAnsweredInOrder) {
     SCOPED_TRACE(i);
     EXPECT_EQ(responses[i].first, 200) << responses[i].second;
     const Json j = Json::parse(responses[i].second, nullptr, false);
-    if (i % 3 == 0) EXPECT_EQ(j["status"], "ok");
-    if (i % 3 == 1) EXPECT_TRUE(j.contains("tokens"));
-    if (i % 3 == 2) EXPECT_EQ(j["object"], "text_completion");
+    if (i % 3 == 0) {
+      EXPECT_EQ(j["status"], "ok");
+    }
+    if (i % 3 == 1) {
+      EXPECT_TRUE(j.contains("tokens"));
+    }
+    if (i % 3 == 2) {
+      EXPECT_EQ(j["object"], "text_completion");
+    }
   }
 }
 
@@ -241,7 +247,7 @@ TEST_F(HttpHardeningTest, LoopbackWithoutKeysChecksHost) {
     ASSERT_EQ(r.size(), 1u);
     EXPECT_EQ(r[0].first, 403) << host;
   }
-  for (const std::string host : {std::string("localhost"), absl::StrCat("127.0.0.1:", port()),
+  for (const std::string& host : {std::string("localhost"), absl::StrCat("127.0.0.1:", port()),
                                  std::string("[::1]:8000"), std::string("LOCALHOST:1")}) {
     RawClient c(port());
     ASSERT_TRUE(c.Send(absl::StrCat("GET /v1/models HTTP/1.1\r\nHost: ", host, "\r\n\r\n")));
