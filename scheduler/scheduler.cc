@@ -50,9 +50,13 @@ void Scheduler::AnnounceLoop() {
       while (to_announce_.empty() && !announce_stop_) announce_cv_.Wait(&announce_mu_);
       if (to_announce_.empty()) return;  // stopping, and everything announced
       batch.swap(to_announce_);
+      announcing_ = true;
     }
     for (const std::shared_ptr<RequestStream>& s : batch) s->Announce();
     batch.clear();
+    absl::MutexLock lock(&announce_mu_);
+    announcing_ = false;
+    if (to_announce_.empty()) announce_idle_cv_.SignalAll();
   }
 }
 
@@ -93,16 +97,29 @@ bool Scheduler::Idle() const {
 }
 
 void Scheduler::Drain(std::chrono::milliseconds timeout) {
-  absl::MutexLock lock(&mu_);
-  draining_ = true;
-  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
-  while (!Idle() && thread_.joinable()) {
-    if (idle_cv_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+    while (!Idle() && thread_.joinable()) {
+      if (idle_cv_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+    }
+    if (!Idle() && thread_.joinable()) {
+      cancel_all_ = true;
+      work_cv_.Signal();
+      while (!Idle()) idle_cv_.Wait(&mu_);
+    }
   }
-  if (Idle() || !thread_.joinable()) return;
-  cancel_all_ = true;
-  work_cv_.Signal();
-  while (!Idle()) idle_cv_.Wait(&mu_);
+  // Every stream's last events are pushed; their readers must be woken before the front ends
+  // decide what is still undelivered.
+  WaitAnnounced();
+}
+
+void Scheduler::WaitAnnounced() {
+  absl::MutexLock lock(&announce_mu_);
+  while ((!to_announce_.empty() || announcing_) && announce_thread_.joinable()) {
+    announce_idle_cv_.Wait(&announce_mu_);
+  }
 }
 
 void Scheduler::Stop() {

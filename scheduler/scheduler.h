@@ -78,6 +78,8 @@ class Scheduler {
   void PublishMetrics();
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnnounceLoop();
+  // Returns once every stream the engine pushed to has been announced.
+  void WaitAnnounced();
 
   SchedulerOptions options_;
   std::unique_ptr<EngineLoop> loop_;  // engine thread only, after Start
@@ -97,6 +99,8 @@ class Scheduler {
   absl::CondVar announce_cv_;
   std::vector<std::shared_ptr<RequestStream>> to_announce_ ABSL_GUARDED_BY(announce_mu_);
   bool announce_stop_ ABSL_GUARDED_BY(announce_mu_) = false;
+  bool announcing_ ABSL_GUARDED_BY(announce_mu_) = false;  // a batch is being announced
+  absl::CondVar announce_idle_cv_;
   std::thread announce_thread_;
 };
 
