@@ -250,9 +250,15 @@ int Run(int argc, char** argv) {
 #ifdef BANYAN_HAVE_CUDA_BACKEND
   if (auto* cuda = dynamic_cast<engine::CudaBackend*>(&sched.loop().backend())) {
     const engine::cuda::DecodeGraphStats& g = cuda->attention_stats().graph;
-    spdlog::info("cuda graphs: {} decode steps replayed, {} captured ({} updates, {} "
-                 "instantiations), {} eager while a new key settled, {} fallbacks",
-                 g.replays, g.captures, g.updates, g.instantiations, g.unstable, g.fallbacks);
+    spdlog::info("cuda graphs: {} decode steps replayed ({} after updating the attention "
+                 "nodes, {:.0f} us), {} captured ({} updates, {} instantiations), {} eager "
+                 "while a new key settled, {} fallbacks",
+                 g.replays, g.patches, g.patch_host_us, g.captures, g.updates, g.instantiations,
+                 g.unstable, g.fallbacks);
+    if (g.patch_failures > 0) {
+      spdlog::warn("cuda graphs: {} attention-node updates failed (captured instead): {}",
+                   g.patch_failures, cuda->graph_update_error());
+    }
   }
 #endif
   spdlog::info("stopped");

@@ -30,16 +30,19 @@
 // CUDA graphs (CudaBackendOptions::cuda_graphs): a step whose rows are all decode rows (no
 // prefill) is captured once per launch shape and replayed (engine/cuda/decode_graph.h). Its
 // inputs and attention tables are copied into fixed device buffers on the stream before the
-// replay; the key holds the row count, the attention path, which TPP plan build is in use (or
-// the paged kernel's grid sizes and table offsets) and the buffer addresses, so a TPP plan
-// rebuild or a new row count captures again (patched into the cached executable by
-// cudaGraphExecUpdate when the topology allows), once the new key has lasted
-// graph_min_stable_steps steps (the steps before run eagerly). Steps with prefill rows
-// run eagerly. cuBLAS runs on a fixed workspace (cublasSetWorkspace) so that capture never
-// allocates.
+// replay. The shape is the row count rounded up to a bucket (pad_decode_rows) and the attention
+// path; a capture also bakes in the buffer addresses and the attention's launch signature
+// (which kernels run, and how). A new TPP plan or paged work list of the same signature (rows
+// that cross chunk boundaries, rows that join or leave within the bucket) does not capture: the
+// attention kernel nodes of the cached executable get the new grids and tables
+// (cudaGraphExecKernelNodeSetParams, UpdateAttentionNodes). A new shape or signature captures
+// again (patched into the cached executable by cudaGraphExecUpdate when the topology allows)
+// once it has lasted graph_min_stable_steps steps (the steps before run eagerly). Steps with
+// prefill rows run eagerly. cuBLAS runs on a fixed workspace (cublasSetWorkspace) so that
+// capture never allocates.
 //
-// Not thread-safe: the engine thread owns it. Forward synchronizes on its stream before it
-// returns.
+// Not thread-safe: the engine thread owns it. Forward, ForwardGreedy and ForwardSample
+// synchronize on the step before they return; LaunchSample does not (CollectSample waits).
 #pragma once
 
 #include <cstdint>
@@ -97,7 +100,15 @@ struct CudaBackendOptions {
   int32_t graph_min_stable_steps = 2;
   // Shapes (row count, greedy or not, attention path) whose executables are kept, LRU.
   int32_t graph_cache_shapes = 8;
+  // Decode-only steps run on a row count rounded up to a bucket (DecodeRowBucket), so that a
+  // batch that gains or loses a few rows keeps its graph shape; the padding rows cost GEMM
+  // rows only (no attention, no KV write) and their logits are ignored.
+  bool pad_decode_rows = true;
 };
+
+// The row count a decode-only step of `rows` rows runs at with pad_decode_rows: multiples of 8
+// up to 64, 16 up to 256, 32 up to 1024, then 64.
+int DecodeRowBucket(int rows);
 
 class CudaBackend final : public Backend {
  public:
@@ -128,6 +139,12 @@ class CudaBackend final : public Backend {
   // ForwardGreedy has no logprob, and SampleResult::logprob is reported for every token.
   absl::Status ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                              std::vector<SampleResult>* out) override;
+  // The same in two halves: LaunchSample enqueues the step, its sampling and the copy of the
+  // results into pinned memory, records an event and returns; CollectSample waits for that
+  // event only (no device-wide or stream sync).
+  absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs) override;
+  absl::Status CollectSample(std::vector<SampleResult>* out) override;
+  bool launches_async() const override { return true; }
 
   // Like Forward, but greedy sampling runs on the device: tokens[i] = argmax of logits row i
   // (lowest id on ties), and only the token ids come back to the host.
@@ -144,6 +161,8 @@ class CudaBackend final : public Backend {
   bool cuda_graphs() const;
   // Why the graph path was turned off after a failure; empty if it never failed.
   const std::string& graph_error() const { return graph_error_; }
+  // Why the last attention-node update of a cached graph failed (empty if none did).
+  const std::string& graph_update_error() const;
 
   const ModelConfig& config() const { return cfg_; }
   int32_t num_chunks() const override { return num_chunks_; }
@@ -172,6 +191,10 @@ class CudaBackend final : public Backend {
                        bool prepare_in_layer0);
   // What the captured launches of this step depend on (decode_graph.h).
   cuda::DecodeGraphKey GraphKey(const StepInputs& in, bool greedy) const;
+  // Moves the attention nodes of a captured step to this step's work partition (the TPP plan
+  // or the paged work list); fails unless every layer's nodes were found.
+  absl::Status UpdateAttentionNodes(const std::vector<kernels::cuda::KernelNode>& kernels,
+                                    cudaGraphExec_t exec, int* nodes);
   // Brings the TPP work plan and its device image up to date with `plan` (host work + async
   // copies on the stream).
   absl::Status PrepareTpp(const kvcache::AttentionPlan& plan);

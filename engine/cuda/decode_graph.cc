@@ -25,8 +25,15 @@ absl::Status DecodeGraphCache::Capture(cudaStream_t stream,
   return absl::OkStatus();
 }
 
+void DecodeGraphCache::Destroy(Entry& e) {
+  if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  if (e.graph != nullptr) cudaGraphDestroy(e.graph);
+  e.exec = nullptr;
+  e.graph = nullptr;
+}
+
 absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t stream,
-                                      absl::FunctionRef<absl::Status()> enqueue,
+                                      absl::FunctionRef<absl::Status()> enqueue, Update update,
                                       DecodeGraphStats* stats, bool* launched) {
   *launched = false;
   ++clock_;
@@ -38,10 +45,10 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
                                   [](const Entry& a, const Entry& b) {
                                     return a.last_use < b.last_use;
                                   });
-      if (lru->exec != nullptr) cudaGraphExecDestroy(lru->exec);
+      Destroy(*lru);
       entries_.erase(lru);
     }
-    entries_.push_back(Entry{key.shape, nullptr, {}, {}, 0, 0});
+    entries_.push_back(Entry{key.shape, nullptr, nullptr, {}, {}, {}, {}, 0, 0});
     it = entries_.end() - 1;
   }
   Entry& e = *it;
@@ -52,7 +59,27 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
     e.seen_params = key.params;
     e.seen = 1;
   }
-  if (e.exec != nullptr && e.exec_params == key.params) {
+  bool ready = e.exec != nullptr && e.exec_params == key.params;
+  if (ready && e.exec_patch != key.patch) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int nodes = 0;
+    const absl::Status updated = update(e.kernels, e.exec, &nodes);
+    if (updated.ok()) {
+      e.exec_patch = key.patch;
+      ++stats->patches;
+      stats->patched_nodes += nodes;
+      stats->patch_host_us +=
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+              .count();
+    } else {
+      cudaGetLastError();  // capture below instead; a refused node update is not sticky
+      ++stats->patch_failures;
+      update_error_ = std::string(updated.message());
+      ready = false;
+      e.seen = min_stable_steps_;
+    }
+  }
+  if (ready) {
     ++stats->replays;
   } else {
     if (e.seen < min_stable_steps_) {
@@ -69,8 +96,7 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
       if (!updated) {
         cudaGetLastError();  // a refused update is not sticky
         ++stats->update_refusals;
-        cudaGraphExecDestroy(e.exec);
-        e.exec = nullptr;
+        Destroy(e);
       }
     }
     if (!updated) {
@@ -81,8 +107,15 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
         return kernels::cuda::CudaStatus(err, "cudaGraphInstantiate (decode step)");
       }
     }
-    cudaGraphDestroy(graph);
+    // Keep the template: node updates name its nodes.
+    if (e.graph != nullptr) cudaGraphDestroy(e.graph);
+    e.graph = graph;
+    if (!kernels::cuda::ListKernelNodes(graph, &e.kernels).ok()) {
+      cudaGetLastError();
+      e.kernels.clear();  // updates then fail their node count and capture instead
+    }
     e.exec_params = key.params;
+    e.exec_patch = key.patch;
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     ++stats->captures;
@@ -101,9 +134,7 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
 }
 
 void DecodeGraphCache::Clear() {
-  for (Entry& e : entries_) {
-    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
-  }
+  for (Entry& e : entries_) Destroy(e);
   entries_.clear();
 }
 

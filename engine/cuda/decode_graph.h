@@ -6,10 +6,15 @@
 //    positions, KV slots, attention work tables, the TPP image) lives in device buffers whose
 //    addresses are part of the key, and the caller copies the step's contents into them on the
 //    same stream *before* Launch. The graph itself holds no host-to-device copies.
-//  - The key has two parts. `shape` picks the cached executable: rows, logit rows, greedy or
-//    not, the attention path. `params` is everything else a launch bakes in: buffer addresses,
-//    grid sizes, offsets of the tables inside their buffers, which TPP plan build is in use. When
-//    both equal a cached executable's, Launch replays it (no capture).
+//  - The key has three parts. `shape` picks the cached executable: rows, logit rows, greedy or
+//    not, the attention path. `params` is what a launch bakes in that only a capture can change:
+//    buffer addresses, the attention's launch signature (which kernels, launched how). `patch`
+//    is the attention's work partition (which TPP plan build, the paged work list's length):
+//    what the caller's `update` moves in the executable's kernel nodes without a capture
+//    (kernels/cuda/graph_update.h). When shape and params equal a cached executable's, Launch
+//    replays it, calling `update` first when the patch differs. Serving changes the partition
+//    whenever rows cross chunk boundaries at different steps or the row set changes; those steps
+//    stay on the graph.
 //  - A key not cached yet is captured only once it has been asked for `min_stable_steps` times
 //    in a row (per shape); before that Launch returns false and the caller runs the step
 //    eagerly. A capture costs several eager steps' worth of host time, so a key that lasts one
@@ -30,10 +35,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "kernels/cuda/graph_update.h"
 
 namespace banyan::engine::cuda {
 
@@ -49,6 +56,10 @@ struct DecodeGraphStats {
   double instantiate_host_us = 0;  // summed host time of capture + instantiate
   int64_t unstable = 0;  // decode steps run eagerly: their key was not stable long enough yet
   int64_t fallbacks = 0;       // graph failures: the step ran eagerly and graphs were turned off
+  int64_t patches = 0;         // replays whose attention nodes were updated first (no capture)
+  int64_t patched_nodes = 0;   // kernel nodes those updates changed
+  double patch_host_us = 0;    // summed host time of the updates
+  int64_t patch_failures = 0;  // updates that failed (the step was captured instead)
 
   DecodeGraphStats& operator+=(const DecodeGraphStats& o) {
     steps += o.steps;
@@ -61,6 +72,10 @@ struct DecodeGraphStats {
     instantiate_host_us += o.instantiate_host_us;
     unstable += o.unstable;
     fallbacks += o.fallbacks;
+    patches += o.patches;
+    patched_nodes += o.patched_nodes;
+    patch_host_us += o.patch_host_us;
+    patch_failures += o.patch_failures;
     return *this;
   }
 };
@@ -68,6 +83,7 @@ struct DecodeGraphStats {
 struct DecodeGraphKey {
   std::vector<int64_t> shape;
   std::vector<int64_t> params;
+  std::vector<int64_t> patch;
 };
 
 class DecodeGraphCache {
@@ -78,32 +94,46 @@ class DecodeGraphCache {
   DecodeGraphCache(const DecodeGraphCache&) = delete;
   DecodeGraphCache& operator=(const DecodeGraphCache&) = delete;
 
-  // Replays the executable cached for `key`, capturing `enqueue` on `stream` first when the key
-  // is new but stable (see above); *launched = false when the caller must run the step itself.
-  // On an error the stream is left out of capture and nothing of this step was launched.
+  // Updates the attention nodes of `exec` to this step's partition; `kernels`: the kernel nodes
+  // of its template (kernels::cuda::ListKernelNodes, listed once per capture); *nodes: how many
+  // it changed.
+  using Update = absl::FunctionRef<absl::Status(
+      const std::vector<kernels::cuda::KernelNode>& kernels, cudaGraphExec_t exec, int* nodes)>;
+  // Replays the executable cached for `key`, updated by `update` when only key.patch differs,
+  // or captured from `enqueue` on `stream` first when the key is new but stable (see above);
+  // *launched = false when the caller must run the step itself. A failed update captures
+  // instead. On an error the stream is left out of capture and nothing of this step was
+  // launched.
   absl::Status Launch(const DecodeGraphKey& key, cudaStream_t stream,
-                      absl::FunctionRef<absl::Status()> enqueue, DecodeGraphStats* stats,
-                      bool* launched);
+                      absl::FunctionRef<absl::Status()> enqueue, Update update,
+                      DecodeGraphStats* stats, bool* launched);
 
   // Destroys every cached executable.
   void Clear();
+  // Why the last failed attention-node update failed (empty if none did).
+  const std::string& update_error() const { return update_error_; }
   int size() const { return static_cast<int>(entries_.size()); }
 
  private:
   struct Entry {
     std::vector<int64_t> shape;
+    cudaGraph_t graph = nullptr;       // the template `exec` was made from (its node handles)
     cudaGraphExec_t exec = nullptr;    // null until the first capture of this shape
     std::vector<int64_t> exec_params;  // the params `exec` was captured with
+    std::vector<int64_t> exec_patch;   // the patch it holds now
+    std::vector<kernels::cuda::KernelNode> kernels;  // of `graph`, for updates
     std::vector<int64_t> seen_params;  // the params asked for last, and how many times in a row
     int seen = 0;
     uint64_t last_use = 0;
   };
+  static void Destroy(Entry& e);
   // Captures `enqueue` into *graph.
   static absl::Status Capture(cudaStream_t stream, absl::FunctionRef<absl::Status()> enqueue,
                               cudaGraph_t* graph);
 
   int capacity_;
   int min_stable_steps_;
+  std::string update_error_;
   uint64_t clock_ = 0;
   std::vector<Entry> entries_;
 };

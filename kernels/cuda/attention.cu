@@ -4,6 +4,7 @@
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/decode_attention.cuh"
+#include "kernels/cuda/graph_update.h"
 
 namespace banyan::kernels::cuda {
 namespace {
@@ -22,26 +23,50 @@ absl::Status CheckShape(const KvViewDev& kv, int32_t num_q_heads, const char* wh
   return absl::OkStatus();
 }
 
+// Launches the decode kernels, or with `describe` only lists them as node updates for `p`.
 template <typename T>
-cudaError_t DecodeByHeadDim(const PagedDecodeParams& p, cudaStream_t s) {
+cudaError_t DecodeByHeadDim(const PagedDecodeParams& p, cudaStream_t s,
+                            std::vector<KernelNodeUpdate>* describe = nullptr) {
   const bool mha = p.num_q_heads == p.kv.num_kv_heads;
+  LaunchShape shape;
+  LaunchShape* d = describe != nullptr ? &shape : nullptr;
   cudaError_t err;
   switch (p.kv.head_dim) {
     case 64:
-      err = mha ? PagedDecodeDispatched<64, 1, T>(p, s) : PagedDecodeDispatched<64, 4, T>(p, s);
+      err = mha ? PagedDecodeDispatched<64, 1, T>(p, s, d) : PagedDecodeDispatched<64, 4, T>(p, s, d);
       break;
     case 128:
-      err = mha ? PagedDecodeDispatched<128, 1, T>(p, s) : PagedDecodeDispatched<128, 4, T>(p, s);
+      err = mha ? PagedDecodeDispatched<128, 1, T>(p, s, d)
+                : PagedDecodeDispatched<128, 4, T>(p, s, d);
       break;
     default: {
       const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>((p.num_q_heads + 3) / 4));
+      if (d != nullptr) {
+        shape = {reinterpret_cast<const void*>(GenericDecodeKernel<T>), grid};
+        err = cudaSuccess;
+        break;
+      }
       GenericDecodeKernel<T><<<grid, 128, 0, s>>>(p);
       err = cudaGetLastError();
     }
   }
+  const dim3 merge_grid(static_cast<unsigned>(p.num_merge_rows),
+                        static_cast<unsigned>(p.num_q_heads));
+  if (describe != nullptr) {
+    // Everything but the layer's KV view comes from `p`.
+    auto patch = [p](void* params) {
+      auto* node = static_cast<PagedDecodeParams*>(params);
+      PagedDecodeParams fresh = p;
+      fresh.kv = node->kv;
+      *node = fresh;
+    };
+    describe->push_back({shape.func, shape.grid, sizeof(PagedDecodeParams), patch});
+    describe->push_back({reinterpret_cast<const void*>(MergeStatesKernel<T>), merge_grid,
+                         sizeof(PagedDecodeParams), patch});
+    return err;
+  }
   if (err != cudaSuccess || p.num_merge_rows == 0) return err;
-  const dim3 grid(static_cast<unsigned>(p.num_merge_rows), static_cast<unsigned>(p.num_q_heads));
-  MergeStatesKernel<T><<<grid, 128, 0, s>>>(p);
+  MergeStatesKernel<T><<<merge_grid, 128, 0, s>>>(p);
   return cudaGetLastError();
 }
 
@@ -85,6 +110,24 @@ absl::Status PagedDecodeAttention(DType dtype, const PagedDecodeParams& p, cudaS
 #endif
   }
   return absl::InvalidArgumentError("PagedDecodeAttention: unsupported dtype");
+}
+
+absl::Status PagedDecodeNodeUpdates(DType dtype, const PagedDecodeParams& p,
+                                    std::vector<KernelNodeUpdate>* updates) {
+  BANYAN_RETURN_IF_ERROR(CheckShape(p.kv, p.num_q_heads, "PagedDecodeNodeUpdates"));
+  updates->clear();
+  switch (dtype) {
+    case DType::kBf16:
+      return CudaStatus(DecodeByHeadDim<__nv_bfloat16>(p, nullptr, updates),
+                        "PagedDecodeNodeUpdates");
+    case DType::kFp16:
+#ifdef BANYAN_CUDA_FP16
+      return CudaStatus(DecodeByHeadDim<__half>(p, nullptr, updates), "PagedDecodeNodeUpdates");
+#else
+      return NoFp16("PagedDecodeNodeUpdates");
+#endif
+  }
+  return absl::InvalidArgumentError("PagedDecodeNodeUpdates: unsupported dtype");
 }
 
 absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream) {

@@ -18,9 +18,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/graph_update.h"
 #include "kernels/cuda/kv_view.h"
 
 namespace banyan::kernels::cuda {
@@ -48,6 +50,12 @@ struct PagedDecodeParams {
   float* partial_lse = nullptr;  // [num_partials, num_q_heads], log2 units; -inf when empty
 };
 absl::Status PagedDecodeAttention(DType dtype, const PagedDecodeParams& p, cudaStream_t stream);
+// What a captured PagedDecodeAttention launch changes to run `p` instead (every field but the
+// KV view, and the grids): kernels/cuda/graph_update.h. Valid for a captured launch that had
+// merge rows exactly when `p` has (the merge kernel is launched only then): callers key their
+// graphs on that.
+absl::Status PagedDecodeNodeUpdates(DType dtype, const PagedDecodeParams& p,
+                                    std::vector<KernelNodeUpdate>* updates);
 
 // Device copies of PrefillWork's arrays.
 struct PrefillParams {

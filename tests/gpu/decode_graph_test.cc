@@ -13,7 +13,8 @@
 // workspace, so nothing may differ (the relative error is printed as well); device argmax equals
 // the host argmax of the graph logits; every decode-only step went through a graph and no step
 // with prefill did; a step whose attention plan was only advanced (same shape) and that follows
-// a graph step replays without capturing; captures and replays both happened. With
+// a graph step replays without capturing; captures and replays both happened; plan changes
+// within the padded row bucket updated the attention nodes instead of capturing. With
 // graph_min_stable_steps = 2 (the default) a new key runs eagerly once and is captured on its
 // second step. tpp (head_dim 128 GQA 4
 // with the deferred-merge schedule forced, so the side-stream fork is captured; head_dim 64 MHA
@@ -297,17 +298,19 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
       "[ %s ] %d steps (%d decode-only, %d with a plan rebuild): logits bitwise equal in %d, "
       "largest rel err %.3g; graph steps %lld: %lld replays, %lld captures (%lld updates, %lld "
       "instantiations of which %lld after a refused update), capture+update %.0f us, "
-      "capture+instantiate %.0f us; %lld eager (unstable key); TPP steps %lld, plan builds "
-      "%lld; fallbacks %lld %s\n",
+      "capture+instantiate %.0f us; %lld eager (unstable key); %lld attention-node updates "
+      "(%lld nodes, %.0f us); TPP steps %lld, plan builds %lld; fallbacks %lld %s\n",
       c.label, steps, decode_only_steps, rebuild_steps, bitwise_steps, worst,
       static_cast<long long>(g.steps), static_cast<long long>(g.replays),
       static_cast<long long>(g.captures), static_cast<long long>(g.updates),
       static_cast<long long>(g.instantiations), static_cast<long long>(g.update_refusals),
       g.update_host_us, g.instantiate_host_us, static_cast<long long>(g.unstable),
+      static_cast<long long>(g.patches), static_cast<long long>(g.patched_nodes), g.patch_host_us,
       static_cast<long long>(st.tpp_steps),
       static_cast<long long>(st.tpp_plan_builds), static_cast<long long>(g.fallbacks),
       on.graph_error().c_str());
   EXPECT_EQ(g.fallbacks, 0) << on.graph_error();
+  EXPECT_EQ(g.patch_failures, 0) << on.graph_update_error();
   EXPECT_EQ(bitwise_steps, steps) << c.label;
   EXPECT_EQ(g.steps + g.unstable, 2 * decode_only_steps);
   EXPECT_EQ(g.replays + g.captures, g.steps);
@@ -315,6 +318,11 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
   EXPECT_GT(g.captures, 0);
   EXPECT_GT(rebuild_steps, 3) << c.label << ": the run should change shape several times";
   EXPECT_GT(replay_steps, 0) << c.label;
+  // Rows join, fork and leave within one padded row bucket and cross chunk boundaries: the
+  // attention nodes are updated in place, which is what keeps serving on graphs. Bitwise equal
+  // logits above show the updated nodes run the new work.
+  EXPECT_GT(g.patches, 0) << c.label;
+  if (g.patches > 0) EXPECT_EQ(g.patched_nodes % g.patches, 0) << c.label;
   if (c.mode == AttentionMode::kTpp) {
     EXPECT_GT(st.tpp_steps, 0) << c.label;
     EXPECT_GT(st.tpp_plan_builds, 3) << c.label;
@@ -337,6 +345,22 @@ TEST_F(DecodeGraphTest, GraphsOnEqualGraphsOffAcrossShapeChanges) {
     SCOPED_TRACE(c.label);
     RunCase(c, rng);
     if (HasFatalFailure()) return;
+  }
+}
+
+TEST(DecodeRowBucket, RoundsUpToTheBucketOfItsRange) {
+  EXPECT_EQ(DecodeRowBucket(1), 8);
+  EXPECT_EQ(DecodeRowBucket(8), 8);
+  EXPECT_EQ(DecodeRowBucket(9), 16);
+  EXPECT_EQ(DecodeRowBucket(64), 64);
+  EXPECT_EQ(DecodeRowBucket(65), 80);
+  EXPECT_EQ(DecodeRowBucket(250), 256);
+  EXPECT_EQ(DecodeRowBucket(257), 288);
+  EXPECT_EQ(DecodeRowBucket(1000), 1024);
+  EXPECT_EQ(DecodeRowBucket(1025), 1088);
+  for (int r = 1; r < 3000; ++r) {
+    EXPECT_GE(DecodeRowBucket(r), r);
+    EXPECT_LE(DecodeRowBucket(r) - r, 63);
   }
 }
 

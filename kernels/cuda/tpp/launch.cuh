@@ -146,4 +146,50 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
   return e;
 }
 
+template <int HEAD_DIM, KvDType DTYPE>
+cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
+                                     std::vector<KernelNodeUpdate>* updates) {
+  using DType = typename DTypeOf<DTYPE>::Type;
+  updates->clear();
+  const TppParams fresh = MakeTppParams(plan, args);
+  // The plan's tables and partial states; q, out, the KV view, the scale and wait_phase1 (part
+  // of the launch signature) stay as captured.
+  auto patch = [fresh](void* params) {
+    auto* p = static_cast<TppParams*>(params);
+    p->t = fresh.t;
+    p->partial_o = fresh.partial_o;
+    p->partial_lse = fresh.partial_lse;
+  };
+  const int kvh = plan.problem().num_kv_heads;
+  if (plan.num_p1_items() > 0) {
+    const void* f = nullptr;
+    if (plan.p1_path() != Phase1Path::kMmaSync) {
+      f = Phase1WgmmaKernel(HEAD_DIM, DTYPE, plan.p1_block_m(),
+                            plan.p1_path() == Phase1Path::kWgmma);
+    } else {
+      f = plan.p1_block_m() == 128
+              ? reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, DType, 2>)
+              : reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, DType, 1>);
+    }
+    if (f == nullptr) return cudaErrorNotSupported;
+    updates->push_back({f, dim3(plan.num_p1_items(), kvh), sizeof(TppParams), patch});
+  }
+  if (plan.num_p2_items() > 0) {
+    const void* f = nullptr;
+    switch (plan.p2_head_group()) {
+      case 1: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 1>); break;
+      case 2: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 2>); break;
+      case 4: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 4>); break;
+      default: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 8>); break;
+    }
+    updates->push_back({f, dim3(plan.num_p2_items(), kvh * plan.p2_head_groups()),
+                        sizeof(TppParams), patch});
+  }
+  if (plan.num_merge_rows() > 0) {
+    updates->push_back({reinterpret_cast<const void*>(TppMergeKernel<HEAD_DIM, DType>),
+                        dim3(plan.num_merge_rows()), sizeof(TppParams), patch});
+  }
+  return cudaSuccess;
+}
+
 }  // namespace banyan::kernels::cuda::tpp

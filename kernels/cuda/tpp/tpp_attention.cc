@@ -61,7 +61,44 @@ absl::Status Run(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t s
   return absl::OkStatus();
 }
 
+template <int HEAD_DIM>
+cudaError_t UpdatesForHeadDim(const TppWorkPlan& plan, const TppRunArgs& args,
+                              std::vector<KernelNodeUpdate>* updates) {
+  return args.dtype == KvDType::kBf16
+             ? TppNodeUpdatesDispatched<HEAD_DIM, KvDType::kBf16>(plan, args, updates)
+             : TppNodeUpdatesDispatched<HEAD_DIM, KvDType::kFp16>(plan, args, updates);
+}
+
 }  // namespace
+
+std::vector<int64_t> TppLaunchSignature(const TppWorkPlan& plan, const TppRunArgs& args) {
+  const bool p1 = plan.num_p1_items() > 0, p2 = plan.num_p2_items() > 0;
+  const bool fork = plan.deferred_merge() && p1 && p2 && args.side_stream != nullptr &&
+                    args.fork_event != nullptr && args.join_event != nullptr;
+  const bool pdl = !plan.deferred_merge() && p1 && p2 && plan.options().pdl;
+  return {p1, p2, plan.num_merge_rows() > 0, static_cast<int64_t>(plan.p1_path()),
+          plan.p1_block_m(), plan.p2_head_group(), plan.deferred_merge(), fork, pdl,
+          static_cast<int64_t>(args.dtype), plan.problem().head_dim};
+}
+
+absl::Status TppNodeUpdates(const TppWorkPlan& plan, const TppRunArgs& args,
+                            std::vector<KernelNodeUpdate>* updates) {
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (plan.problem().head_dim) {
+#ifdef BANYAN_TPP_HAS_D64
+    case 64: e = UpdatesForHeadDim<64>(plan, args, updates); break;
+#endif
+#ifdef BANYAN_TPP_HAS_D128
+    case 128: e = UpdatesForHeadDim<128>(plan, args, updates); break;
+#endif
+    default: break;
+  }
+  if (e != cudaSuccess) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tpp: no graph node updates: ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
 
 bool TppSupportsHeadDim(int32_t head_dim) {
   switch (head_dim) {

@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cpu/attention_params.h"
+#include "kernels/cuda/graph_update.h"
 #include "kernels/cuda/tpp/kv_view_dev.h"
 
 namespace banyan::kernels::cuda::tpp {
@@ -170,6 +171,16 @@ absl::Status TppDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& args,
 // Returns InvalidArgument when the plan has segments.
 absl::Status PagedDecodeAttention(const TppWorkPlan& plan, const TppRunArgs& args,
                                   cudaStream_t stream);
+
+// CUDA graphs (kernels/cuda/graph_update.h): a captured TppDecodeAttention or
+// PagedDecodeAttention launch runs another plan without capturing again when both plans have
+// the same launch signature (the same kernels, launched the same way: which phases run, the
+// phase-1 path and M tile, the phase-2 head group, the merge schedule and the side-stream fork).
+// Grids, the image's table offsets and the partial-state layout may differ: TppNodeUpdates
+// lists them for `plan` with `args`'s image and workspace (the captured KV views are kept).
+std::vector<int64_t> TppLaunchSignature(const TppWorkPlan& plan, const TppRunArgs& args);
+absl::Status TppNodeUpdates(const TppWorkPlan& plan, const TppRunArgs& args,
+                            std::vector<KernelNodeUpdate>* updates);
 
 // True when this library was built with kernels for the head_dim.
 bool TppSupportsHeadDim(int32_t head_dim);

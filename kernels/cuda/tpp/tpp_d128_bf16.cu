@@ -6,4 +6,7 @@ namespace banyan::kernels::cuda::tpp {
 template cudaError_t LaunchTppDispatched<128, KvDType::kBf16>(const TppWorkPlan&,
                                                              const TppRunArgs&, cudaStream_t);
 
+template cudaError_t TppNodeUpdatesDispatched<128, KvDType::kBf16>(const TppWorkPlan&, const TppRunArgs&,
+                                                       std::vector<KernelNodeUpdate>*);
+
 }  // namespace banyan::kernels::cuda::tpp

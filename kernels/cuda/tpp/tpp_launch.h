@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <vector>
+
 #include "kernels/cuda/tpp/tpp_attention.h"
 
 namespace banyan::kernels::cuda::tpp {
@@ -13,5 +15,10 @@ namespace banyan::kernels::cuda::tpp {
 template <int HEAD_DIM, KvDType DTYPE>
 cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                 cudaStream_t stream);
+
+// The kernels and grids LaunchTppDispatched would launch for `plan`, as graph node updates.
+template <int HEAD_DIM, KvDType DTYPE>
+cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
+                                     std::vector<KernelNodeUpdate>* updates);
 
 }  // namespace banyan::kernels::cuda::tpp

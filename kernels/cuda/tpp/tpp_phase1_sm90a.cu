@@ -53,7 +53,37 @@ cudaError_t ForDType(KvDType dtype, int block_m, bool ws, const TppParams& p, di
                                  : ForBlockM<HEAD_DIM, __half>(block_m, ws, p, grid, stream);
 }
 
+template <int HEAD_DIM, typename DType>
+const void* KernelFor(int block_m, bool ws) {
+  switch (block_m) {
+    case 64:
+      return reinterpret_cast<const void*>(TppPhase1WgmmaKernel<HEAD_DIM, DType, 1>);
+    case 128:
+      return ws ? reinterpret_cast<const void*>(TppPhase1WgmmaWsKernel<HEAD_DIM, DType>)
+                : reinterpret_cast<const void*>(TppPhase1WgmmaKernel<HEAD_DIM, DType, 2>);
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
+
+const void* Phase1WgmmaKernel(int head_dim, KvDType dtype, int block_m, bool warp_specialized) {
+  switch (head_dim) {
+#ifdef BANYAN_TPP_HAS_D64
+    case 64:
+      return dtype == KvDType::kBf16 ? KernelFor<64, __nv_bfloat16>(block_m, warp_specialized)
+                                     : KernelFor<64, __half>(block_m, warp_specialized);
+#endif
+#ifdef BANYAN_TPP_HAS_D128
+    case 128:
+      return dtype == KvDType::kBf16 ? KernelFor<128, __nv_bfloat16>(block_m, warp_specialized)
+                                     : KernelFor<128, __half>(block_m, warp_specialized);
+#endif
+    default:
+      return nullptr;
+  }
+}
 
 bool TppPhase1WgmmaAvailable() {
   constexpr int kMaxDevices = 64;

@@ -1,0 +1,147 @@
+// Internals of the CUDA backend shared by its source files (cuda_backend.cc: set-up, the layer
+// loop and the graph path; cuda_backend_step.cc: a step's inputs and attention work). Not a
+// public header.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/decode_graph.h"
+#include "engine/cuda/device_memory.h"
+#include "engine/cuda/device_sampler.h"
+#include "engine/cuda/device_weights.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_work.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/layer_kernels.h"
+#include "kernels/cuda/tpp/tpp_attention.h"
+
+namespace banyan::engine {
+namespace cuda_internal {
+
+namespace kc = kernels::cuda;
+using cuda::DeviceBuffer;
+using cuda::PinnedBuffer;
+using cuda::StagedInts;
+
+inline double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+inline absl::Status CublasStatus(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(st), " (",
+                                          cublasGetStatusString(st), ")"));
+}
+
+// True when `a` and `b` have the same shape: everything a TppWorkPlan depends on except the
+// span ends (AdvanceLengths moves those; the work partition stays valid, see tpp_attention.h).
+// The version and rows are compared first (what the StepRunner keys plan reuse on); the arrays
+// as well, so that plans of another tree with a colliding version are never mistaken.
+inline bool SameShape(const kvcache::AttentionPlan& a, const kvcache::AttentionPlan& b) {
+  return a.version == b.version && a.chunk_size == b.chunk_size && a.rows == b.rows &&
+         a.span_chunk == b.span_chunk && a.span_begin == b.span_begin &&
+         a.span_end.size() == b.span_end.size() && a.seg_row_begin == b.seg_row_begin &&
+         a.seg_row_end == b.seg_row_end && a.seg_span_begin == b.seg_span_begin &&
+         a.seg_span_end == b.seg_span_end && a.row_span_begin == b.row_span_begin &&
+         a.row_span_end == b.row_span_end && a.row_seg_begin == b.row_seg_begin &&
+         a.row_seg_end == b.row_seg_end && a.row_seg_ids == b.row_seg_ids;
+}
+
+inline double MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Launch arguments of the step's attention (PrepareAttention fills them; the layers copy them
+// and set the layer's KV view).
+struct AttentionArgs {
+  bool use_tpp = false;  // decode rows through the TPP kernel
+  bool paged = false;    // decode rows through the paged kernel
+  bool prefill = false;  // prefill rows through the prefill kernel
+  kc::tpp::TppRunArgs ta;
+  kc::PagedDecodeParams dp;
+  kc::PrefillParams pp;
+};
+
+// The smallest power of two >= n (at least 16).
+inline int64_t RoundUpPow2(int64_t n) {
+  int64_t p = 16;
+  while (p < n) p *= 2;
+  return p;
+}
+
+
+}  // namespace cuda_internal
+
+using namespace cuda_internal;  // NOLINT: the backend's own source files only include this
+struct CudaBackend::Impl {
+  using AttentionArgs = cuda_internal::AttentionArgs;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  int num_sms = 0;
+  cuda::DeviceWeights weights;
+  DeviceBuffer inv_freq;  // [head_dim / 2] fp32
+  DeviceBuffer kv;
+  int64_t layer_stride = 0;  // KV elements per layer
+  // Workspace, grown on demand.
+  DeviceBuffer x, xb, q, att, scratch, h, xo, logits, partial_o, partial_lse, out_tokens;
+  StagedInts step_ints, attn_ints;
+  PinnedBuffer host_out;
+  cuda::DeviceSampler sampler;  // ForwardSample
+  AttentionArgs attn;
+  kc::DecodeWork decode_work;
+  kc::PrefillWork prefill_work;
+
+  // TPP decode attention (kTpp mode, head_dim 64/128).
+  bool tpp = false;
+  std::optional<kc::tpp::TppWorkPlan> tpp_plan;
+  kvcache::AttentionPlan tpp_key;  // the plan tpp_plan was built from (its shape)
+  int64_t tpp_plan_generation = 0;  // TppWorkPlan builds so far (a graph key part)
+  PinnedBuffer tpp_host_image;     // staging of the image for the async copies
+  DeviceBuffer tpp_image, tpp_workspace;
+  // Deferred-merge plans run phase 2 on side_stream beside phase 1 (fork / join events).
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
+  // Timing of ForwardSample steps on the device: from the first kernel to the sampled tokens.
+  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  double device_seconds = 0;
+  bool step_begin_recorded = false;  // by Run, for this step
+  bool sample_in_flight = false;     // LaunchSample done, CollectSample not yet
+
+  // CUDA graphs of decode-only steps; cuBLAS runs on cublas_workspace so capture never allocates.
+  bool graphs_on = false;
+  std::unique_ptr<cuda::DecodeGraphCache> graphs;
+  DeviceBuffer cublas_workspace;
+
+  ~Impl() {
+    graphs.reset();
+    if (step_begin != nullptr) cudaEventDestroy(step_begin);
+    if (step_end != nullptr) cudaEventDestroy(step_end);
+    if (fork_event != nullptr) cudaEventDestroy(fork_event);
+    if (join_event != nullptr) cudaEventDestroy(join_event);
+    if (side_stream != nullptr) cudaStreamDestroy(side_stream);
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+// The host side of one step: the flattened int32 inputs and where they sit in step_ints.
+struct CudaBackend::StepInputs {
+  std::vector<int32_t> tokens, positions, slot_chunk, slot_index, writes, logit_rows;
+  std::vector<kc::PrefillSeq> prefill_seqs;
+  int num_decode = 0;
+  int T = 0;      // tokens of the step: decode rows, then prefill tokens
+  int n_out = 0;  // rows of logits (padding rows included)
+  int n_real_out = 0;  // of which the batch asked for (the first ones)
+  int64_t o_tokens = 0, o_pos = 0, o_chunk = 0, o_slot = 0, o_write = 0, o_rows = 0;
+  bool use_tpp = false;
+};
+
+}  // namespace banyan::engine

@@ -1,0 +1,363 @@
+// A step's inputs and attention work on the host: flattening and checking the batch, the TPP
+// work plan, the paged and prefill work lists, and the key of the step's CUDA graph.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/cuda/cuda_backend_impl.h"
+#include "engine/plan_view.h"
+
+namespace banyan::engine {
+
+
+int DecodeRowBucket(int rows) {
+  const int step = rows <= 64 ? 8 : rows <= 256 ? 16 : rows <= 1024 ? 32 : 64;
+  return (rows + step - 1) / step * step;
+}
+
+absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
+  namespace tpp = kc::tpp;
+  Impl& m = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (m.tpp_plan.has_value() && SameShape(plan, m.tpp_key)) {
+    // Same shape: only span ends moved. Patch them and upload that range of the image.
+    tpp::TppWorkPlan& wp = *m.tpp_plan;
+    wp.UpdateSpanEnds(plan.span_end.data());
+    const size_t off = wp.span_end_offset_bytes(), n = wp.span_end_bytes();
+    if (n > 0) {
+      char* host = m.tpp_host_image.as<char>();
+      std::memcpy(host + off, reinterpret_cast<const char*>(wp.image().data()) + off, n);
+      BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.tpp_image.as<char>() + off, host + off, n,
+                                                  cudaMemcpyHostToDevice, m.stream));
+    }
+    ++stats_.tpp_plan_updates;
+    stats_.update_upload_bytes += static_cast<int64_t>(n);
+    stats_.update_host_us += MicrosSince(t0);
+    return absl::OkStatus();
+  }
+  m.tpp_plan.reset();
+  tpp::TppProblem problem;
+  problem.num_q_heads = cfg_.n_heads;
+  problem.num_kv_heads = cfg_.n_kv_heads;
+  problem.head_dim = cfg_.head_dim();
+  problem.chunk_size = options_.chunk_size;
+  tpp::TppOptions topt = options_.tpp;
+  topt.num_sms = m.num_sms;
+  absl::StatusOr<tpp::TppWorkPlan> built = tpp::TppWorkPlan::Build(ViewOf(plan), problem, topt);
+  if (!built.ok()) return built.status();
+  const int64_t bytes = static_cast<int64_t>(built->image_bytes());
+  const int64_t ws = static_cast<int64_t>(built->workspace_bytes());
+  // Growing reallocates, and cudaFree waits for the device, i.e. for the layer-0 work queued
+  // before this point (measured: ~0.34 ms at B = 1024 on the 7B shape). So grow with headroom:
+  // a quarter, and for the workspace room for one more partial state per row, which is what the
+  // plan needs when its schedule switches from fused to deferred merge as private tails grow.
+  if (bytes > m.tpp_image.capacity()) {
+    BANYAN_RETURN_IF_ERROR(m.tpp_image.Reserve(bytes + bytes / 4, "TPP work plan"));
+  }
+  BANYAN_RETURN_IF_ERROR(m.tpp_host_image.Reserve(bytes, "TPP work plan (host)"));
+  if (ws > m.tpp_workspace.capacity()) {
+    const int64_t per_row = int64_t{cfg_.n_heads} * (cfg_.head_dim() + 1) * 4;
+    const int64_t want = ws + int64_t{built->num_rows()} * per_row + 512;
+    BANYAN_RETURN_IF_ERROR(m.tpp_workspace.Reserve(want + want / 4, "TPP partial states"));
+  }
+  std::memcpy(m.tpp_host_image.get(), built->image().data(), static_cast<size_t>(bytes));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.tpp_image.get(), m.tpp_host_image.get(),
+                                              static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                              m.stream));
+  m.tpp_plan = std::move(*built);
+  ++m.tpp_plan_generation;
+  m.tpp_key = plan;
+  ++stats_.tpp_plan_builds;
+  stats_.build_upload_bytes += bytes;
+  stats_.build_host_us += MicrosSince(t0);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, StepInputs* in) {
+  Impl& m = *impl_;
+  const ModelConfig& c = cfg_;
+  const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
+  const int hidden = c.hidden_dim, vocab = c.vocab_size;
+  const int qkv_cols = (hq + 2 * hkv) * d;
+  const int64_t es = kc::DTypeBytes(options_.dtype);
+  if (!batch.decode.empty() &&
+      (batch.plan == nullptr || batch.plan->num_rows() != static_cast<int>(batch.decode.size()))) {
+    return absl::InvalidArgumentError("decode rows and attention plan disagree");
+  }
+
+  // ---- flatten the step's tokens: decode rows first, then prefill tokens.
+  auto add_work = [&](const SeqWork& s) -> absl::Status {
+    if (s.tokens.empty() || s.slots.size() != s.tokens.size() ||
+        s.write_kv.size() != s.tokens.size()) {
+      return absl::InvalidArgumentError("a sequence's tokens, slots and write flags disagree");
+    }
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      if (s.tokens[i] < 0 || s.tokens[i] >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", s.tokens[i], " outside the vocabulary of ", vocab));
+      }
+      if (s.slots[i].chunk < 0 || s.slots[i].chunk >= num_chunks_ || s.slots[i].slot < 0 ||
+          s.slots[i].slot >= options_.chunk_size) {
+        return absl::InvalidArgumentError(absl::StrCat("slot (", s.slots[i].chunk, ", ",
+                                                       s.slots[i].slot, ") outside the KV pool"));
+      }
+      in->tokens.push_back(s.tokens[i]);
+      in->positions.push_back(s.pos0 + static_cast<int32_t>(i));
+      in->slot_chunk.push_back(s.slots[i].chunk);
+      in->slot_index.push_back(s.slots[i].slot);
+      in->writes.push_back(s.write_kv[i] ? 1 : 0);
+    }
+    if (s.want_logits) in->logit_rows.push_back(static_cast<int32_t>(in->tokens.size()) - 1);
+    return absl::OkStatus();
+  };
+  for (const SeqWork& s : batch.decode) BANYAN_RETURN_IF_ERROR(add_work(s));
+  in->num_decode = static_cast<int>(in->tokens.size());
+  for (const SeqWork& s : batch.prefill) {
+    const int32_t q_row = static_cast<int32_t>(in->tokens.size());
+    BANYAN_RETURN_IF_ERROR(add_work(s));
+    if (s.span_chunk.size() != s.span_begin.size() || s.span_chunk.size() != s.span_end.size()) {
+      return absl::InvalidArgumentError("a prefill sequence's span arrays disagree");
+    }
+    int64_t span_tokens = 0;
+    for (size_t k = 0; k < s.span_chunk.size(); ++k) {
+      if (s.span_chunk[k] < 0 || s.span_chunk[k] >= num_chunks_ || s.span_begin[k] < 0 ||
+          s.span_end[k] > options_.chunk_size || s.span_begin[k] > s.span_end[k]) {
+        return absl::InvalidArgumentError("a prefill span lies outside the KV pool");
+      }
+      span_tokens += s.span_end[k] - s.span_begin[k];
+    }
+    if (span_tokens < s.pos0 + static_cast<int64_t>(s.tokens.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("a prefill sequence's spans hold ",
+                                                     span_tokens, " tokens, it needs ",
+                                                     s.pos0 + s.tokens.size()));
+    }
+    in->prefill_seqs.push_back(kc::PrefillSeq{s.span_chunk, s.span_begin, s.span_end, s.pos0,
+                                              static_cast<int32_t>(s.tokens.size()), q_row});
+  }
+  in->n_real_out = static_cast<int>(in->logit_rows.size());
+  if (options_.pad_decode_rows && batch.prefill.empty() && in->num_decode > 0) {
+    // Padding rows: token 0 at position 0, no KV write, no attention (the plan has only the real
+    // rows; their attention output rows are never read back), logits computed and ignored.
+    const int rows = DecodeRowBucket(in->num_decode);
+    for (int r = in->num_decode; r < rows; ++r) {
+      in->tokens.push_back(0);
+      in->positions.push_back(0);
+      in->slot_chunk.push_back(0);
+      in->slot_index.push_back(0);
+      in->writes.push_back(0);
+      in->logit_rows.push_back(r);
+    }
+  }
+  const int T = in->T = static_cast<int>(in->tokens.size());
+  const int n_out = in->n_out = static_cast<int>(in->logit_rows.size());
+  // Decode rows through the TPP kernel (kTpp, head_dim 64/128, shared segments in the plan); the
+  // paged kernel otherwise (a plan without segments is paged work).
+  in->use_tpp = m.tpp && in->num_decode > 0 && batch.plan->num_segments() > 0;
+  if (T == 0) return absl::OkStatus();
+
+  // ---- workspace.
+  BANYAN_RETURN_IF_ERROR(m.x.Reserve(int64_t{T} * dim * 4, "activations"));
+  BANYAN_RETURN_IF_ERROR(m.xb.Reserve(int64_t{T} * dim * es, "activations"));
+  BANYAN_RETURN_IF_ERROR(m.q.Reserve(int64_t{T} * hq * d * es, "queries"));
+  BANYAN_RETURN_IF_ERROR(m.att.Reserve(int64_t{T} * hq * d * es, "attention output"));
+  BANYAN_RETURN_IF_ERROR(
+      m.scratch.Reserve(int64_t{T} * std::max(qkv_cols, 2 * hidden) * 4, "GEMM outputs"));
+  BANYAN_RETURN_IF_ERROR(m.h.Reserve(int64_t{T} * hidden * es, "MLP activations"));
+  BANYAN_RETURN_IF_ERROR(m.xo.Reserve(std::max(1, n_out) * int64_t{dim} * es, "final norm"));
+  BANYAN_RETURN_IF_ERROR(m.logits.Reserve(std::max(1, n_out) * int64_t{vocab} * 4, "logits"));
+  if (greedy) {
+    BANYAN_RETURN_IF_ERROR(m.out_tokens.Reserve(std::max(1, n_out) * 4, "sampled tokens"));
+  }
+
+  m.step_ints.Clear();
+  in->o_tokens = m.step_ints.Add(in->tokens);
+  in->o_pos = m.step_ints.Add(in->positions);
+  in->o_chunk = m.step_ints.Add(in->slot_chunk);
+  in->o_slot = m.step_ints.Add(in->slot_index);
+  in->o_write = m.step_ints.Add(in->writes);
+  in->o_rows = m.step_ints.Add(in->logit_rows);
+  return m.step_ints.Upload(m.stream, "step inputs");
+}
+
+absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInputs& in,
+                                           bool fixed_layout) {
+  Impl& m = *impl_;
+  const int d = cfg_.head_dim(), hq = cfg_.n_heads, hkv = cfg_.n_kv_heads;
+  const kc::DType dt = options_.dtype;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  AttentionArgs& a = m.attn;
+  a = {};
+  if (options_.attention == AttentionMode::kNone) return absl::OkStatus();
+  // With a fixed layout every table gets a power-of-two capacity, so offsets inside attn_ints
+  // (and so the graph's kernel arguments) only move when a table outgrows its bucket.
+  auto add = [&](const std::vector<int32_t>& v) {
+    return fixed_layout ? m.attn_ints.Add(v, RoundUpPow2(static_cast<int64_t>(v.size())))
+                        : m.attn_ints.Add(v);
+  };
+  m.attn_ints.Clear();
+  int64_t od[10] = {};
+  a.use_tpp = in.use_tpp;
+  a.paged = in.num_decode > 0 && !in.use_tpp;
+  a.prefill = !in.prefill_seqs.empty();
+  if (a.use_tpp) {
+    BANYAN_RETURN_IF_ERROR(PrepareTpp(*batch.plan));
+    const kc::tpp::TppWorkPlan& wp = *m.tpp_plan;
+    ++stats_.tpp_steps;
+    stats_.last_segments = wp.num_segments();
+    stats_.last_p1_items = wp.num_p1_items();
+    stats_.last_p2_items = wp.num_p2_items();
+    stats_.last_merge_rows = wp.num_merge_rows();
+    stats_.last_deferred_merge = wp.deferred_merge();
+    kc::tpp::TppRunArgs& ta = a.ta;
+    ta.q = m.q.get();
+    ta.out = m.att.get();
+    ta.dtype = dt == kc::DType::kBf16 ? kc::tpp::KvDType::kBf16 : kc::tpp::KvDType::kFp16;
+    ta.scale = scale;
+    ta.image = m.tpp_image.as<int32_t>();
+    ta.workspace = m.tpp_workspace.get();
+    ta.side_stream = m.side_stream;
+    ta.fork_event = m.fork_event;
+    ta.join_event = m.join_event;
+  } else if (a.paged) {
+    kc::BuildDecodeWork(ViewOf(*batch.plan), kc::kDefaultItemTokens, &m.decode_work);
+    const kc::DecodeWork& w = m.decode_work;
+    od[0] = add(w.span_chunk);
+    od[1] = add(w.span_begin);
+    od[2] = add(w.span_end);
+    od[3] = add(w.item_row);
+    od[4] = add(w.item_span_begin);
+    od[5] = add(w.item_span_end);
+    od[6] = add(w.item_partial);
+    od[7] = add(w.merge_row);
+    od[8] = add(w.merge_partial_begin);
+    od[9] = add(w.merge_count);
+    BANYAN_RETURN_IF_ERROR(m.partial_o.Reserve(std::max(1, w.num_partials) * int64_t{hq} * d * 4,
+                                               "attention partials"));
+    BANYAN_RETURN_IF_ERROR(m.partial_lse.Reserve(std::max(1, w.num_partials) * int64_t{hq} * 4,
+                                                 "attention partials"));
+  }
+  int64_t op[12] = {};
+  if (a.prefill) {
+    kc::BuildPrefillWork(in.prefill_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
+    const kc::PrefillWork& w = m.prefill_work;
+    op[0] = add(w.span_chunk);
+    op[1] = add(w.span_begin);
+    op[2] = add(w.span_end);
+    op[3] = add(w.span_pos);
+    op[4] = add(w.seq_span_begin);
+    op[5] = add(w.seq_span_end);
+    op[6] = add(w.seq_pos0);
+    op[7] = add(w.seq_num_q);
+    op[8] = add(w.seq_q_row);
+    op[9] = add(w.tile_seq);
+    op[10] = add(w.tile_m0);
+    op[11] = add(w.token_seq);
+  }
+  BANYAN_RETURN_IF_ERROR(m.attn_ints.Upload(m.stream, "attention work"));
+  if (a.paged) {
+    const kc::DecodeWork& w = m.decode_work;
+    kc::PagedDecodeParams& dp = a.dp;
+    dp.q = m.q.get();
+    dp.out = m.att.get();
+    dp.span_chunk = m.attn_ints.Dev(od[0]);
+    dp.span_begin = m.attn_ints.Dev(od[1]);
+    dp.span_end = m.attn_ints.Dev(od[2]);
+    dp.item_row = m.attn_ints.Dev(od[3]);
+    dp.item_span_begin = m.attn_ints.Dev(od[4]);
+    dp.item_span_end = m.attn_ints.Dev(od[5]);
+    dp.item_partial = m.attn_ints.Dev(od[6]);
+    dp.merge_row = m.attn_ints.Dev(od[7]);
+    dp.merge_partial_begin = m.attn_ints.Dev(od[8]);
+    dp.merge_count = m.attn_ints.Dev(od[9]);
+    dp.num_items = w.num_items();
+    dp.num_merge_rows = w.num_merge_rows();
+    dp.num_q_heads = hq;
+    dp.scale = scale;
+    dp.partial_o = m.partial_o.as<float>();
+    dp.partial_lse = m.partial_lse.as<float>();
+  }
+  if (a.prefill) {
+    const kc::PrefillWork& w = m.prefill_work;
+    kc::PrefillParams& pp = a.pp;
+    pp.q = m.q.get();
+    pp.out = m.att.get();
+    pp.span_chunk = m.attn_ints.Dev(op[0]);
+    pp.span_begin = m.attn_ints.Dev(op[1]);
+    pp.span_end = m.attn_ints.Dev(op[2]);
+    pp.span_pos = m.attn_ints.Dev(op[3]);
+    pp.seq_span_begin = m.attn_ints.Dev(op[4]);
+    pp.seq_span_end = m.attn_ints.Dev(op[5]);
+    pp.seq_pos0 = m.attn_ints.Dev(op[6]);
+    pp.seq_num_q = m.attn_ints.Dev(op[7]);
+    pp.seq_q_row = m.attn_ints.Dev(op[8]);
+    pp.tile_seq = m.attn_ints.Dev(op[9]);
+    pp.tile_m0 = m.attn_ints.Dev(op[10]);
+    pp.token_seq = m.attn_ints.Dev(op[11]);
+    pp.num_tiles = w.num_tiles();
+    pp.num_tokens = w.num_tokens;
+    pp.q_row_begin = w.q_row_begin;
+    pp.num_q_heads = hq;
+    pp.scale = scale;
+  }
+  return absl::OkStatus();
+}
+
+cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) const {
+  const Impl& m = *impl_;
+  const AttentionArgs& a = m.attn;
+  cuda::DecodeGraphKey k;
+  k.shape = {in.T, in.n_out, greedy ? 1 : 0, a.use_tpp ? 1 : 0, a.paged ? 1 : 0};
+  auto ptr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
+  // Buffers a launch points into (they move when they grow); the step_ints offsets follow from
+  // T and n_out.
+  k.params = {ptr(m.x.get()),       ptr(m.xb.get()),      ptr(m.q.get()),
+              ptr(m.att.get()),     ptr(m.scratch.get()), ptr(m.h.get()),
+              ptr(m.xo.get()),      ptr(m.logits.get()),  ptr(m.step_ints.Dev(0))};
+  if (greedy) k.params.push_back(ptr(m.out_tokens.get()));
+  if (a.use_tpp) {
+    // Which kernels run and how is the launch signature; the plan's geometry (grids, the image's
+    // table offsets, the partial states) is what UpdateAttentionNodes moves: every build counts
+    // as a change, so nothing the plan may add later can be missed.
+    const std::vector<int64_t> sig = kc::tpp::TppLaunchSignature(*m.tpp_plan, a.ta);
+    k.params.insert(k.params.end(), sig.begin(), sig.end());
+    k.patch = {ptr(a.ta.image), ptr(a.ta.workspace), m.tpp_plan_generation};
+  } else if (a.paged) {
+    const kc::PagedDecodeParams& dp = a.dp;
+    k.params.push_back(dp.num_merge_rows > 0 ? 1 : 0);  // the merge kernel runs
+    k.patch = {dp.num_items,           dp.num_merge_rows,          ptr(dp.partial_o),
+               ptr(dp.partial_lse),    ptr(dp.span_chunk),         ptr(dp.span_begin),
+               ptr(dp.span_end),       ptr(dp.item_row),           ptr(dp.item_span_begin),
+               ptr(dp.item_span_end),  ptr(dp.item_partial),       ptr(dp.merge_row),
+               ptr(dp.merge_partial_begin), ptr(dp.merge_count)};
+  }
+  return k;
+}
+
+absl::Status CudaBackend::UpdateAttentionNodes(const std::vector<kc::KernelNode>& kernels,
+                                               cudaGraphExec_t exec, int* nodes) {
+  Impl& m = *impl_;
+  const AttentionArgs& a = m.attn;
+  std::vector<kc::KernelNodeUpdate> updates;
+  if (a.use_tpp) {
+    BANYAN_RETURN_IF_ERROR(kc::tpp::TppNodeUpdates(*m.tpp_plan, a.ta, &updates));
+  } else if (a.paged) {
+    // The layer's KV view is set per launch; the kernel choice reads its shape.
+    kc::PagedDecodeParams dp = a.dp;
+    dp.kv.head_dim = cfg_.head_dim();
+    dp.kv.num_kv_heads = cfg_.n_kv_heads;
+    dp.kv.chunk_size = options_.chunk_size;
+    BANYAN_RETURN_IF_ERROR(kc::PagedDecodeNodeUpdates(options_.dtype, dp, &updates));
+    if (a.dp.num_merge_rows == 0) updates.pop_back();  // no merge node was captured
+  }
+  BANYAN_RETURN_IF_ERROR(kc::ApplyKernelNodeUpdates(kernels, exec, updates, nodes));
+  // Every layer launches each listed kernel once: anything else means the graph holds
+  // attention nodes these updates do not describe, and replaying it would be wrong.
+  const int want = static_cast<int>(updates.size()) * cfg_.n_layers;
+  if (*nodes != want) {
+    return absl::InternalError(absl::StrCat("graph update changed ", *nodes,
+                                            " attention nodes, expected ", want));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace banyan::engine
