@@ -35,4 +35,15 @@ absl::Status Backend::ForwardSample(const StepBatch& batch, std::span<const Samp
   return absl::OkStatus();
 }
 
+absl::Status Backend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs) {
+  launched_.clear();
+  return ForwardSample(batch, specs, &launched_);
+}
+
+absl::Status Backend::CollectSample(std::vector<SampleResult>* out) {
+  *out = std::move(launched_);
+  launched_.clear();
+  return absl::OkStatus();
+}
+
 }  // namespace banyan::engine

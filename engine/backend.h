@@ -79,6 +79,21 @@ class Backend {
   // samples on the device.
   virtual absl::Status ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                                      std::vector<SampleResult>* out);
+
+  // ForwardSample in two halves, so that the caller can work while the device runs the step:
+  // LaunchSample enqueues it and returns; CollectSample waits for its tokens. One step at a time:
+  // every LaunchSample is followed by one CollectSample before the next LaunchSample, Forward or
+  // CopyChunks. The batch and the specs' parameters and states are read during LaunchSample
+  // only. The default runs ForwardSample inside LaunchSample and hands its result over in
+  // CollectSample (no overlap); a GPU backend returns from LaunchSample before the device is
+  // done.
+  virtual absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs);
+  virtual absl::Status CollectSample(std::vector<SampleResult>* out);
+  // Whether LaunchSample returns before the step is computed (the caller's overlap pays).
+  virtual bool launches_async() const { return false; }
+
+ private:
+  std::vector<SampleResult> launched_;  // the default LaunchSample's result
 };
 
 // What a row with token -1 from ForwardSample means.

@@ -100,15 +100,33 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
                              std::span<const DecodeItem> decode,
                              std::span<const PrefillItem> prefill, StepOutput* out) {
+  if (absl::Status s = Launch(copies, decode, prefill, out); !s.ok()) return s;
+  return Collect(out);
+}
+
+absl::Status StepRunner::Launch(std::span<const kvcache::ChunkCopy> copies,
+                                std::span<const DecodeItem> decode,
+                                std::span<const PrefillItem> prefill, StepOutput* out) {
   StepBatch batch;
   std::vector<SampleSpec> specs;
+  launched_ = false;
   if (absl::Status s = Prepare(copies, decode, prefill, true, &batch, &specs, out); !s.ok()) {
     return s;
   }
   if (batch.decode.empty() && batch.prefill.empty()) return absl::OkStatus();
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = backend_->ForwardSample(batch, specs, &out->samples);
+  absl::Status s = backend_->LaunchSample(batch, specs);
   out->forward_seconds = SecondsSince(t0);
+  launched_ = s.ok();
+  return s;
+}
+
+absl::Status StepRunner::Collect(StepOutput* out) {
+  if (!launched_) return absl::OkStatus();
+  launched_ = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = backend_->CollectSample(&out->samples);
+  out->forward_seconds += SecondsSince(t0);
   return s;
 }
 

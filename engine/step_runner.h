@@ -51,7 +51,9 @@ struct StepOutput {
   // RunLogits only: [rows, vocab], the decode rows first, then each PrefillItem with
   // want_logits, in order.
   std::vector<float> logits;
-  double forward_seconds = 0;  // wall time of the backend's forward pass
+  // Wall time of the backend's calls: the forward pass, or LaunchSample plus the wait in
+  // CollectSample.
+  double forward_seconds = 0;
 };
 
 struct StepStats {
@@ -65,6 +67,13 @@ class StepRunner {
 
   absl::Status Run(std::span<const kvcache::ChunkCopy> copies, std::span<const DecodeItem> decode,
                    std::span<const PrefillItem> prefill, StepOutput* out);
+  // Run in two halves (Backend::LaunchSample / CollectSample): Launch fills out->decode_rows and
+  // starts the step; Collect fills out->samples once the step is done. Between them the tree may
+  // change (sequences released, nothing placed), and nothing else may run on the backend.
+  absl::Status Launch(std::span<const kvcache::ChunkCopy> copies,
+                      std::span<const DecodeItem> decode, std::span<const PrefillItem> prefill,
+                      StepOutput* out);
+  absl::Status Collect(StepOutput* out);
   // The same step returning the logits instead of sampling (tests compare them across
   // backends); the items' sampling specs are ignored.
   absl::Status RunLogits(std::span<const kvcache::ChunkCopy> copies,
@@ -85,6 +94,7 @@ class StepRunner {
   kvcache::PlanOptions plan_options_;
   kvcache::AttentionPlan plan_;
   StepStats stats_;
+  bool launched_ = false;  // a LaunchSample awaits its CollectSample
 };
 
 }  // namespace banyan::engine

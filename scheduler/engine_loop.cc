@@ -55,7 +55,9 @@ struct EngineLoop::Live {
     std::optional<SampleText> text;  // absent without a tokenizer
     std::vector<int32_t> generated;  // in the tree (or to be re-placed after preemption)
     int32_t next_token = -1;         // sampled, not yet in the tree
-    bool finished = false;
+    bool finished = false;           // decodes no more (its KV is released)
+    bool ended = false;              // its terminal event was pushed (implies finished)
+    int32_t emitted = 0;             // token events pushed
     Clock::time_point last_token;
   };
 
@@ -79,7 +81,8 @@ EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenize
     : config_(config), tokenizer_(tokenizer), backend_(std::move(backend)),
       pool_(MakePool(*backend_)), tree_(&pool_),
       runner_(backend_.get(), &tree_, options.attention), options_(options),
-      chunks_total_(pool_.chunks_total()), chunk_size_(pool_.chunk_size()) {
+      chunks_total_(pool_.chunks_total()), chunk_size_(pool_.chunk_size()),
+      overlap_(options.overlap < 0 ? backend_->launches_async() : options.overlap > 0) {
   MetricsSnapshot& m = metrics_;
   m.time_to_first_token_seconds = Histogram(LatencyBuckets());
   m.inter_token_latency_seconds = Histogram(LatencyBuckets());
@@ -89,6 +92,10 @@ EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenize
 }
 
 EngineLoop::~EngineLoop() {
+  if (inflight_.active) {
+    engine::StepOutput out;
+    runner_.Collect(&out).IgnoreError();  // the device must be done with the KV and buffers
+  }
   ++step_serial_;
   for (auto* list : {&waiting_, &running_}) {
     for (LivePtr& l : *list) Finish(*l, absl::OkStatus(), FinishReason::kCancelled);
@@ -143,7 +150,7 @@ void EngineLoop::ReleaseAll(Live& live) {
 
 void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
   for (size_t i = 0; i < live.samples.size(); ++i) {
-    if (!live.samples[i].finished) EndSample(live, i, reason, "");
+    if (!live.samples[i].ended) EndSample(live, i, reason, "");
   }
   if (live.samples.empty() && reason != FinishReason::kNone) {
     // Ended before its first token: one terminal event per requested sample.
@@ -176,7 +183,7 @@ void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
 
 void EngineLoop::EndSample(Live& live, size_t i, FinishReason reason, std::string text) {
   Live::Sample& s = live.samples[i];
-  s.finished = true;
+  s.finished = s.ended = true;
   if (s.seq >= 0) {
     tree_.Release(s.seq).IgnoreError();
     s.seq = -1;
@@ -196,7 +203,7 @@ void EngineLoop::CancelDue(bool cancel_all) {
                        (l->req.deadline && now >= *l->req.deadline);
       if (due) {
         Finish(*l, absl::OkStatus(), FinishReason::kCancelled);
-        l.reset();
+        retired_.push_back(std::move(l));  // pending tokens may still name it
       }
     }
     std::erase(*list, nullptr);
@@ -290,48 +297,26 @@ void EngineLoop::StartSamples(Live& live) {
   live.samples.clear();
   for (int k = 0; k < r.n; ++k) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
-                   .generated = {}, .next_token = -1, .finished = false, .last_token = {}};
+                   .generated = {}, .next_token = -1, .finished = false, .ended = false,
+                   .emitted = 0, .last_token = {}};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
     live.samples.push_back(std::move(s));
   }
 }
 
-void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& res) {
+void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& res,
+                            Clock::time_point at) {
   Live::Sample& s = live.samples[i];
   if (s.finished) return;
-  const Request& r = live.req;
   if (res.token < 0) {
     Finish(live, absl::InternalError(engine::kNoDistributionMessage), FinishReason::kError);
     return;
   }
-  const auto now = Clock::now();
-  MetricsSnapshot& m = metrics_;
-  if (!live.first_token_seen) {
-    live.first_token_seen = true;
-    m.time_to_first_token_seconds.Observe(Seconds(live.submitted, now));
-  } else if (!s.generated.empty()) {
-    m.inter_token_latency_seconds.Observe(Seconds(s.last_token, now));
-  }
-  s.last_token = now;
-  ++m.generation_tokens_total;
-  ++live.usage.completion_tokens;
   s.sampling.Accept(res.token);
   const int count = static_cast<int>(s.generated.size()) + 1;
-  engine::FinishReason fin = engine::CheckStop(res.token, count, r.params, config_.eos_id);
-  TokenEvent e;
-  e.sample = static_cast<int>(i);
-  e.token = res.token;
-  e.logprob = res.logprob;
-  e.top_logprobs = res.top_logprobs;
-  bool stopped = false;
-  if (fin != engine::FinishReason::kStop && s.text) e.text = s.text->Push(res.token, &stopped);
-  if (stopped || fin == engine::FinishReason::kStop) {
-    e.finish = FinishReason::kStop;
-  } else if (fin == engine::FinishReason::kLength) {
-    e.finish = FinishReason::kLength;
-    if (s.text) e.text += s.text->Finish();
-  }
-  if (e.finish == FinishReason::kNone) {
+  const engine::FinishReason fin =
+      engine::CheckStop(res.token, count, live.req.params, config_.eos_id);
+  if (fin == engine::FinishReason::kNone) {
     s.generated.push_back(res.token);
     s.next_token = res.token;
   } else {
@@ -339,7 +324,47 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
     if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
     s.seq = -1;
   }
-  Emit(live, std::move(e));
+  pending_.push_back({.live = &live, .sample = i, .result = res, .stop = fin, .at = at});
+}
+
+void EngineLoop::EmitPending() {
+  MetricsSnapshot& m = metrics_;
+  for (PendingToken& p : pending_) {
+    Live& live = *p.live;
+    Live::Sample& s = live.samples[p.sample];
+    if (s.ended) continue;  // cancelled or failed meanwhile: the token is dropped
+    if (!live.first_token_seen) {
+      live.first_token_seen = true;
+      m.time_to_first_token_seconds.Observe(Seconds(live.submitted, p.at));
+    } else if (s.emitted > 0) {
+      m.inter_token_latency_seconds.Observe(Seconds(s.last_token, p.at));
+    }
+    s.last_token = p.at;
+    ++s.emitted;
+    ++m.generation_tokens_total;
+    ++live.usage.completion_tokens;
+    TokenEvent e;
+    e.sample = static_cast<int>(p.sample);
+    e.token = p.result.token;
+    e.logprob = p.result.logprob;
+    e.top_logprobs = std::move(p.result.top_logprobs);
+    bool stopped = false;
+    if (p.stop != engine::FinishReason::kStop && s.text) e.text = s.text->Push(e.token, &stopped);
+    if (stopped || p.stop == engine::FinishReason::kStop) {
+      e.finish = FinishReason::kStop;
+    } else if (p.stop == engine::FinishReason::kLength) {
+      e.finish = FinishReason::kLength;
+      if (s.text) e.text += s.text->Finish();
+    }
+    if (e.finish != FinishReason::kNone) {
+      // A stop string ends the sample here; a token it has in flight is dropped when it comes.
+      s.finished = s.ended = true;
+      if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
+      s.seq = -1;
+    }
+    Emit(live, std::move(e));
+  }
+  pending_.clear();
 }
 
 void EngineLoop::PublishMetrics() {
@@ -385,17 +410,78 @@ bool EngineLoop::Step(bool cancel_all) {
 }
 
 bool EngineLoop::StepUnannounced(bool cancel_all) {
-  const auto t_start = Clock::now();
+  Clock::time_point cycle_start = Clock::now();
+  bool moved = false;
+  if (inflight_.active) {
+    // Step N's tokens: wait for them, then place them (the next step needs them in the tree).
+    moved = true;
+    CollectInflight();
+    cycle_start = inflight_.collected;
+  }
+  retired_.clear();  // nothing in flight names them any more
   const bool took = added_;
   added_ = false;
   const size_t before = waiting_.size() + running_.size();
   CancelDue(cancel_all);
-  const bool cancelled = waiting_.size() + running_.size() != before;
-  if (waiting_.empty() && running_.empty()) {
-    if (took || cancelled) PublishMetrics();
-    return took || cancelled;
+  moved = moved || took || waiting_.size() + running_.size() != before;
+  if (!waiting_.empty() || !running_.empty()) {
+    if (ScheduleAndLaunch(cycle_start)) {
+      moved = true;
+      // Without overlap the step's tokens are taken at once; with it, on the next Step, and the
+      // work below (detokenizing, stop strings, stream pushes) runs while the device computes.
+      if (inflight_.active && !overlap_) CollectInflight();
+    }
   }
+  EmitPending();
+  Retire();
+  if (moved) PublishMetrics();
+  return moved || inflight_.active;
+}
 
+void EngineLoop::FailAll(const absl::Status& status) {
+  Log()->error("engine step failed: {}", std::string(status.message()));
+  for (auto* list : {&waiting_, &running_}) {
+    for (LivePtr& l : *list) {
+      Finish(*l, status, FinishReason::kError);
+      retired_.push_back(std::move(l));
+    }
+    list->clear();
+  }
+}
+
+void EngineLoop::Retire() {
+  // Admitted requests move to running; preempted ones back to waiting; finished ones leave.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->state != RequestState::kWaiting) {
+      running_.push_back(std::move(*it));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = running_.begin(); it != running_.end();) {
+    Live& l = **it;
+    if (l.state == RequestState::kWaiting) {  // preempted
+      waiting_.push_back(std::move(*it));
+      it = running_.erase(it);
+      continue;
+    }
+    const bool done =
+        l.state == RequestState::kFailed || l.state == RequestState::kFinished ||
+        l.state == RequestState::kCancelled ||
+        (l.state == RequestState::kDecoding &&
+         std::all_of(l.samples.begin(), l.samples.end(), [](auto& s) { return s.ended; }));
+    if (done) {
+      if (l.state == RequestState::kDecoding) Finish(l, absl::OkStatus(), FinishReason::kNone);
+      retired_.push_back(std::move(*it));  // the step in flight may still name it
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
   // Summarise the state for the policy.
   const int32_t c = tree_.chunk_size();
   PolicyInput in;
@@ -445,6 +531,10 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
     in.waiting.push_back(p);
   }
   for (LivePtr& l : running_) {
+    if (l->state == RequestState::kDecoding &&
+        std::all_of(l->samples.begin(), l->samples.end(), [](auto& s) { return s.finished; })) {
+      continue;  // its last events go out in this Step; it holds no KV
+    }
     by_handle[l->handle] = l.get();
     PolicyRequest p{.handle = l->handle, .priority = l->req.priority, .arrival = l->arrival,
                     .sequences = l->req.n, .tenant = tenant_of(*l)};
@@ -471,10 +561,7 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
     if (!tenant_seqs[t].empty()) in.tenants[t].chunks_used = tree_.ChunksOnlyUsedBy(tenant_seqs[t]);
   }
   IterationPlan plan = Schedule(in);
-  if (plan.empty()) {  // nothing can move until a request finishes or arrives: do not spin
-    PublishMetrics();
-    return took || cancelled;
-  }
+  if (plan.empty()) return false;  // nothing can move until a request finishes or arrives
 
   for (uint64_t h : plan.preempt) Preempt(*by_handle[h]);
   std::vector<kvcache::ChunkCopy> copies;
@@ -544,30 +631,43 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
     auto [l, k] = owner.at(d.seq);
     d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling};
   }
-  const double device_before = backend_->device_seconds();
-  engine::StepOutput out;
-  absl::Status run = runner_.Run(copies, decode, prefill, &out);
-  const auto t_done = Clock::now();
-  if (!run.ok()) {
-    Log()->error("engine step failed: {}", std::string(run.message()));
-    for (auto* list : {&waiting_, &running_}) {
-      for (LivePtr& l : *list) Finish(*l, run, FinishReason::kError);
-      list->clear();
-    }
-    PublishMetrics();
+  InFlight& f = inflight_;
+  f.owner = std::move(owner);
+  f.logit_owners = std::move(logit_owners);
+  f.decode_rows = static_cast<int64_t>(decode.size());
+  f.prefill_tokens = 0;
+  for (const engine::PrefillItem& p : prefill) f.prefill_tokens += p.end - p.begin;
+  f.t_begin = cycle_start;
+  f.device_before = backend_->device_seconds();
+  if (absl::Status run = runner_.Launch(copies, decode, prefill, &f.out); !run.ok()) {
+    FailAll(run);
     return true;
+  }
+  f.active = true;
+  return true;
+}
+
+void EngineLoop::CollectInflight() {
+  InFlight& f = inflight_;
+  f.active = false;
+  engine::StepOutput& out = f.out;
+  const absl::Status st = runner_.Collect(&out);
+  const auto t_done = f.collected = Clock::now();
+  if (!st.ok()) {
+    FailAll(st);
+    return;
   }
   ++metrics_.iterations_total;
   size_t next = 0;  // out.samples: the decode rows in out.decode_rows order, then the prompts'
   for (kvcache::SeqId seq : out.decode_rows) {
-    auto [l, k] = owner.at(seq);
+    auto [l, k] = f.owner.at(seq);
     const engine::SampleResult& r = out.samples[next++];
-    if (l->state == RequestState::kDecoding) TakeSample(*l, k, r);
+    if (l->state == RequestState::kDecoding) TakeSample(*l, k, r, t_done);
   }
-  for (Live* l : logit_owners) {
+  for (Live* l : f.logit_owners) {
     const size_t first = next;
     next += l->samples.size();
-    if (l->state != RequestState::kPrefilling) continue;  // failed meanwhile
+    if (l->state != RequestState::kPrefilling) continue;  // failed or cancelled meanwhile
     auto ids = tree_.Fork(l->prompt_seq, l->req.n);
     if (!ids.ok()) {
       Finish(*l, ids.status(), FinishReason::kError);
@@ -577,60 +677,31 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
     l->state = RequestState::kDecoding;
     for (size_t k = 0; k < l->samples.size(); ++k) {
       l->samples[k].seq = (*ids)[k];
-      l->samples[k].last_token = t_done;
-      TakeSample(*l, k, out.samples[first + k]);
+      TakeSample(*l, k, out.samples[first + k], t_done);
     }
   }
   BANYAN_CHECK(next == out.samples.size()) << next << " of " << out.samples.size() << " samples";
   ++stats_.steps;
-  const double step_seconds = Seconds(t_start, Clock::now());
+  const double step_seconds = Seconds(f.t_begin, t_done);
   stats_.host_seconds += step_seconds - out.forward_seconds;
-  if (prefill.empty()) {
-    const double device = backend_->device_seconds() - device_before;
+  if (f.prefill_tokens == 0) {
+    const double device = backend_->device_seconds() - f.device_before;
     ++stats_.decode_steps;
     stats_.decode_seconds += step_seconds;
     stats_.decode_device_seconds += device;
     ++metrics_.decode_steps_total;
-    metrics_.decode_rows_total += static_cast<int64_t>(decode.size());
+    metrics_.decode_rows_total += f.decode_rows;
     metrics_.decode_step_seconds_total += step_seconds;
     metrics_.decode_forward_seconds_total += out.forward_seconds;
     metrics_.decode_device_seconds_total += device;
   } else {
     stats_.prefill_seconds += step_seconds;
   }
-  stats_.decode_tokens += static_cast<int64_t>(decode.size());
-  for (const engine::PrefillItem& p : prefill) stats_.prefill_tokens += p.end - p.begin;
+  stats_.decode_tokens += f.decode_rows;
+  stats_.prefill_tokens += f.prefill_tokens;
   stats_.plan_builds = runner_.stats().plan_builds;
-
-  // Move admitted requests to running; retire finished ones.
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if ((*it)->state != RequestState::kWaiting) {
-      running_.push_back(std::move(*it));
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = running_.begin(); it != running_.end();) {
-    Live& l = **it;
-    if (l.state == RequestState::kWaiting) {  // preempted
-      waiting_.push_back(std::move(*it));
-      it = running_.erase(it);
-      continue;
-    }
-    const bool done =
-        l.state == RequestState::kFailed || l.state == RequestState::kFinished ||
-        (l.state == RequestState::kDecoding &&
-         std::all_of(l.samples.begin(), l.samples.end(), [](auto& s) { return s.finished; }));
-    if (done) {
-      if (l.state == RequestState::kDecoding) Finish(l, absl::OkStatus(), FinishReason::kNone);
-      it = running_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  PublishMetrics();
-  return true;
+  f.owner.clear();
+  f.logit_owners.clear();
 }
 
 }  // namespace banyan::scheduler

@@ -7,9 +7,18 @@
 //  3. place: prompts are inserted / extended, decode tokens appended (one batch, so agreeing
 //     samples keep sharing their node), split copies collected;
 //  4. run: one forward pass with sampling on the backend (engine::StepRunner,
-//     Backend::ForwardSample): only token ids and the logprobs asked for come back;
+//     Backend::LaunchSample / CollectSample): only token ids and the logprobs asked for come back;
 //  5. retire: stop checks, stop strings, TokenEvents pushed to each request's RequestStream,
 //     finished sequences released (their KV stays cached in the tree).
+//
+// The CPU a step ahead (LoopOptions::overlap, on where the backend launches asynchronously):
+// a Step launches step N and returns while the device computes it. The next Step waits for N's
+// tokens (an event on pinned memory, no device-wide sync), places them (EOS and length stops
+// included: a finished sample's KV is released before the next placement), schedules, places and
+// launches step N+1, and only then does the rest of N's work while the device runs N+1:
+// detokenizing, stop strings, stream pushes, metrics, retiring finished requests. A sample that
+// a stop string ends there has one token in flight, which is dropped when it comes. The tokens
+// and text are the same with and without overlap.
 //
 // The loop owns the backend, the chunk pool and the prefix tree, sized together from the
 // backend (Backend::num_chunks, chunk_size): they cannot disagree.
@@ -30,6 +39,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +61,9 @@ struct LoopOptions {
   int max_running_sequences = 256;  // decode rows per step
   int prefill_token_budget = 1024;  // prompt tokens prefilled per step (chunked prefill)
   engine::AttentionMode attention = engine::AttentionMode::kTpp;
+  // The CPU a step ahead (see the top of this file): 1 on, 0 off, -1 where the backend launches
+  // asynchronously (Backend::launches_async: the GPU).
+  int overlap = -1;
 };
 
 // Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).
@@ -93,8 +107,10 @@ class EngineLoop {
   using Announcer = std::function<void(std::vector<std::shared_ptr<RequestStream>>)>;
   void set_announcer(Announcer announcer) { announcer_ = std::move(announcer); }
 
-  // No request waiting or running.
-  bool idle() const { return waiting_.empty() && running_.empty(); }
+  // No request waiting or running, and no step in flight.
+  bool idle() const { return waiting_.empty() && running_.empty() && !inflight_.active; }
+  // Whether steps overlap the host's work (LoopOptions::overlap resolved).
+  bool overlap() const { return overlap_; }
   int32_t waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t running() const { return static_cast<int32_t>(running_.size()); }
 
@@ -120,7 +136,20 @@ class EngineLoop {
   // Turns a prefilled prompt into n samples (forks its sequence); their sampling states are
   // ready before the forward pass so that the backend samples the first tokens.
   void StartSamples(Live& live);
-  void TakeSample(Live& live, size_t sample, const engine::SampleResult& result);
+  // A sampled token reaches its sample: into its sampling state and generated tokens, or ending
+  // it at EOS / max_tokens (KV released at once). The event is queued for EmitPending.
+  void TakeSample(Live& live, size_t sample, const engine::SampleResult& result,
+                  std::chrono::steady_clock::time_point at);
+  // The queued tokens' events: text, stop strings, metrics, stream pushes.
+  void EmitPending();
+  // Schedules, places and launches a step; false when nothing could move.
+  bool ScheduleAndLaunch(std::chrono::steady_clock::time_point cycle_start);
+  // Waits for the step in flight and takes its tokens.
+  void CollectInflight();
+  // Moves admitted, preempted and finished requests between the lists.
+  void Retire();
+  // Fails every request (a step could not run).
+  void FailAll(const absl::Status& status);
   // Ends a sample (its KV is released) / the whole request.
   void EndSample(Live& live, size_t sample, FinishReason reason, std::string text);
   void Finish(Live& live, absl::Status status, FinishReason reason);
@@ -144,6 +173,31 @@ class EngineLoop {
 
   std::vector<LivePtr> waiting_;
   std::vector<LivePtr> running_;
+  // Requests that left since the last collect: the step in flight and the pending tokens may
+  // still name them.
+  std::vector<LivePtr> retired_;
+  const bool overlap_;
+  // The launched step, until CollectInflight.
+  struct InFlight {
+    bool active = false;
+    engine::StepOutput out;
+    std::unordered_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;  // decode row -> sample
+    std::vector<Live*> logit_owners;  // prompts whose last token's row is sampled, in order
+    int64_t decode_rows = 0;
+    int64_t prefill_tokens = 0;
+    std::chrono::steady_clock::time_point t_begin;    // its host work began
+    std::chrono::steady_clock::time_point collected;  // its tokens arrived
+    double device_before = 0;
+  };
+  InFlight inflight_;
+  struct PendingToken {
+    Live* live;
+    size_t sample;
+    engine::SampleResult result;
+    engine::FinishReason stop;  // EOS / max_tokens, from TakeSample
+    std::chrono::steady_clock::time_point at;
+  };
+  std::vector<PendingToken> pending_;
   uint64_t arrival_counter_ = 0;
   bool added_ = false;  // Add() since the last Step
   uint64_t step_serial_ = 0;  // Steps begun, for Touch

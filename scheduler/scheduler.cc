@@ -18,7 +18,8 @@ Scheduler::Scheduler(const engine::ModelConfig& config, const engine::Tokenizer*
           config, tokenizer, std::move(backend),
           LoopOptions{.max_running_sequences = options.max_running_sequences,
                       .prefill_token_budget = options.prefill_token_budget,
-                      .attention = options.attention})) {
+                      .attention = options.attention,
+                      .overlap = options.overlap})) {
   absl::MutexLock lock(&mu_);
   metrics_ = loop_->metrics();
 }

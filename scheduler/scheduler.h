@@ -36,6 +36,7 @@ struct SchedulerOptions {
   int prefill_token_budget = 1024;  // prompt tokens prefilled per iteration (chunked prefill)
   int queue_limit = 256;            // waiting requests; more are refused
   engine::AttentionMode attention = engine::AttentionMode::kTpp;
+  int overlap = -1;  // LoopOptions::overlap
 };
 
 class Scheduler {

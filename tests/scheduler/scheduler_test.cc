@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model_bundle.h"
+#include "scheduler/generate.h"
 #include "gtest/gtest.h"
 #include "kvcache/chunk_pool.h"
 #include "tests/testing/random.h"
@@ -48,7 +49,7 @@ Result Collect(RequestStream& s, int n, std::function<void(int)> on_event = null
 }
 
 class SchedulerTest : public ::testing::Test {
- protected:
+ public:
   static void SetUpTestSuite() {
     auto b = engine::LoadModelBundle(std::string(BANYAN_SOURCE_DIR) +
                                      "/models/stories260K/stories260K.bin");
@@ -276,8 +277,79 @@ TEST_F(SchedulerTest, DrainTimeoutCutsLongRequests) {
 
 // A few hundred mixed requests from several threads: shared prefixes, n > 1, stops, cancels,
 // bad requests. Nothing crashes and nothing leaks (checked in TearDown).
-TEST_F(SchedulerTest, Soak) {
-  Make(160, 16, {.max_running_sequences = 32, .prefill_token_budget = 128, .queue_limit = 64});
+// Concurrent clients with random lengths, n, sampling, stop strings, invalid requests and
+// cancellations on a small cache; `overlap`: the CPU a step ahead (engine_loop.h), which the CPU
+// backend runs as well (its launch computes the step, so nothing overlaps, but every path of the
+// pipelined loop is taken).
+void RunSoak(SchedulerTest* test, int overlap);
+
+TEST_F(SchedulerTest, Soak) { RunSoak(this, 0); }
+TEST_F(SchedulerTest, SoakWithOverlap) { RunSoak(this, 1); }
+
+// Overlap on and off give the same tokens, text, finish reasons and usage: greedy and seeded
+// sampling, n > 1, stop strings, max_tokens and EOS, shared prefixes, and preemption by recompute
+// on a cache too small for the batch.
+TEST_F(SchedulerTest, OverlapGivesTheSameOutputsAsLockstep) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 10; ++i) {
+    Request r = Greedy(i % 2 ? kSystem : "Once upon a time", 20 + 9 * i);
+    r.prompt.push_back(5 + 17 * i);
+    if (i % 3 == 1) {
+      r.params.temperature = 0.9f;
+      r.params.seed = 100 + i;
+      r.params.has_seed = true;
+      r.n = 3;
+    }
+    if (i % 4 == 2) r.stop = {"the", "Max"};
+    if (i == 7) r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  std::vector<GenerationResult> out[2];
+  for (int overlap : {0, 1}) {
+    for (int chunks : {512, 40}) {  // 40 chunks of 16: preemption
+      auto backend = engine::CpuBackend::Create(&bundle_->weights,
+                                                {.num_chunks = chunks, .chunk_size = 16});
+      ASSERT_TRUE(backend.ok());
+      EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend),
+                      {.max_running_sequences = 16, .prefill_token_budget = 64,
+                       .overlap = overlap});
+      EXPECT_EQ(loop.overlap(), overlap == 1);
+      auto res = GenerateAll(loop, reqs);
+      ASSERT_TRUE(res.ok()) << res.status();
+      EXPECT_EQ(loop.tree().Stats().chunks_live, 0);
+      EXPECT_TRUE(loop.tree().CheckInvariants().ok());
+      if (chunks == 40) {
+        EXPECT_GT(loop.metrics().preemptions_total, 0) << "overlap " << overlap;
+      }
+      out[overlap].insert(out[overlap].end(), res->begin(), res->end());
+    }
+  }
+  ASSERT_EQ(out[0].size(), out[1].size());
+  int stopped_by_string = 0;
+  for (size_t i = 0; i < out[0].size(); ++i) {
+    ASSERT_EQ(out[0][i].samples.size(), out[1][i].samples.size());
+    for (size_t k = 0; k < out[0][i].samples.size(); ++k) {
+      const SampleOutput& a = out[0][i].samples[k];
+      const SampleOutput& b = out[1][i].samples[k];
+      EXPECT_EQ(a.tokens, b.tokens) << "request " << i << " sample " << k;
+      EXPECT_EQ(a.text, b.text) << "request " << i << " sample " << k;
+      EXPECT_EQ(a.finish, b.finish) << "request " << i << " sample " << k;
+      const auto& stop = reqs[i % reqs.size()].stop;
+      if (!stop.empty() && a.finish == FinishReason::kStop &&
+          a.tokens.size() < static_cast<size_t>(reqs[i % reqs.size()].params.max_tokens)) {
+        ++stopped_by_string;
+      }
+    }
+    EXPECT_EQ(out[0][i].usage.completion_tokens, out[1][i].usage.completion_tokens) << i;
+    EXPECT_EQ(out[0][i].usage.prompt_tokens, out[1][i].usage.prompt_tokens) << i;
+  }
+  EXPECT_GT(stopped_by_string, 0);
+}
+
+void RunSoak(SchedulerTest* test, int overlap) {
+  test->Make(160, 16, {.max_running_sequences = 32, .prefill_token_budget = 128, .queue_limit = 64,
+                    .overlap = overlap});
+  auto& sched_ = test->sched_;
   sched_->Start();
   BANYAN_SEEDED_RNG(seed_rng);
   const uint64_t base = seed_rng();
@@ -287,7 +359,7 @@ TEST_F(SchedulerTest, Soak) {
     clients.emplace_back([&, t] {
       std::mt19937_64 rng(base + t);
       for (int i = 0; i < 60; ++i) {
-        Request r = Greedy(rng() % 2 ? kSystem : "The cat", 1 + rng() % 60);
+        Request r = test->Greedy(rng() % 2 ? kSystem : "The cat", 1 + rng() % 60);
         r.prompt.push_back(3 + rng() % 500);
         r.n = 1 + rng() % 3;
         r.params.temperature = (rng() % 2) ? 0.0f : 0.9f;
