@@ -9,7 +9,9 @@
 //
 // Per batch B: B requests of a shared `prefix`-token prompt plus one distinct token each, greedy,
 // ignore_eos, `steps` output tokens, all submitted at once (as banyan_serve_bench sends them).
-// Prints host microseconds per decode step (mean over the decode-only steps) and per row.
+// Prints host microseconds per decode step (mean over the decode-only steps) and per row, with the
+// CPU a step ahead off and on (engine_loop.h), and how much of it comes before the step's launch:
+// with overlap on a GPU, only that part leaves the device idle.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -92,14 +94,15 @@ int Main(int argc, char** argv) {
   engine::ModelConfig cfg = *engine::NamedShapeConfig("llama-2-7b-shape");
   cfg.vocab_size = vocab;
   cfg.max_seq_len = prefix + steps + 16;
-  std::printf("| B | prefix | decode steps | host us per decode step | host us per row |\n");
-  std::printf("|---|---|---|---|---|\n");
-  for (int B : batches) {
+  std::printf("| B | prefix | overlap | decode steps | host us per decode step | host us per row | "
+              "of which before the launch (us per step) |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (int B : batches) for (int overlap : {0, 1}) {
     const int32_t chunks = (prefix + chunk - 1) / chunk + B * ((steps + 2) / chunk + 2) + 16;
     scheduler::EngineLoop loop(
         cfg, tokenizer->get(), std::make_unique<NullBackend>(chunks, chunk, vocab),
         {.max_running_sequences = B, .prefill_token_budget = 8192,
-         .attention = engine::AttentionMode::kTpp});
+         .attention = engine::AttentionMode::kTpp, .overlap = overlap});
     std::vector<scheduler::Request> requests(B);
     std::vector<int32_t> shared(prefix);
     for (int i = 0; i < prefix; ++i) shared[i] = 3 + (i * 31) % (vocab - 3);
@@ -117,9 +120,10 @@ int Main(int argc, char** argv) {
     }
     const scheduler::LoopStats& st = loop.stats();
     const double per_step = st.decode_seconds / std::max<int64_t>(st.decode_steps, 1) * 1e6;
-    std::printf("| %d | %d | %lld | %.0f | %.2f |\n", B, prefix,
+    std::printf("| %d | %d | %s | %lld | %.0f | %.2f | %.0f |\n", B, prefix, overlap ? "on" : "off",
                 static_cast<long long>(st.decode_steps), per_step,
-                per_step * st.decode_steps / std::max<int64_t>(st.decode_tokens, 1));
+                per_step * st.decode_steps / std::max<int64_t>(st.decode_tokens, 1),
+                st.decode_launch_seconds / std::max<int64_t>(st.decode_steps, 1) * 1e6);
   }
   return 0;
 }

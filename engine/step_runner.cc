@@ -1,8 +1,8 @@
 #include "engine/step_runner.h"
 
 #include <chrono>
-#include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace banyan::engine {
@@ -23,8 +23,12 @@ absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
   out->logits.clear();
   out->forward_seconds = 0;
   if (!decode.empty()) {
-    std::unordered_map<kvcache::SeqId, const DecodeItem*> by_seq;
+    absl::flat_hash_map<kvcache::SeqId, const DecodeItem*> by_seq;
+    by_seq.reserve(decode.size());
     for (const DecodeItem& d : decode) by_seq[d.seq] = &d;
+    out->decode_rows.reserve(decode.size());
+    batch.decode.reserve(decode.size());
+    specs.reserve(decode.size() + prefill.size());
     for (kvcache::SeqId s : tree_->DfsOrder()) {
       if (by_seq.contains(s)) out->decode_rows.push_back(s);
     }

@@ -409,6 +409,18 @@ int32_t PrefixTree::AppendChunksNeeded(SeqId seq, int32_t token) const {
 }
 
 int32_t PrefixTree::ChunksOnlyUsedBy(std::span<const SeqId> seqs) const {
+  if (seqs.size() == 1) {
+    // One sequence: its private nodes are the leaf's ancestors with one reference (references
+    // only grow towards the root), so no counting map is needed.
+    auto it = seqs_.find(seqs[0]);
+    if (it == seqs_.end()) return 0;
+    int32_t chunks = 0;
+    for (const Node* p = it->second.leaf; p->parent != nullptr && p->refcount == 1;
+         p = p->parent) {
+      chunks += static_cast<int32_t>(p->chunks.size());
+    }
+    return chunks;
+  }
   std::unordered_map<const Node*, int32_t> through;
   for (SeqId s : seqs) {
     auto it = seqs_.find(s);

@@ -491,7 +491,8 @@ bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
   in.chunk_size = c;
   in.max_sequences = options_.max_running_sequences;
   in.prefill_token_budget = options_.prefill_token_budget;
-  std::unordered_map<uint64_t, Live*> by_handle;
+  absl::flat_hash_map<uint64_t, Live*> by_handle;
+  by_handle.reserve(waiting_.size() + running_.size());
   // Tenants with a KV budget: an index each, and the sequences their running requests hold.
   std::unordered_map<std::string, int32_t> tenant_index;
   std::vector<std::vector<kvcache::SeqId>> tenant_seqs;
@@ -591,7 +592,8 @@ bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
   }
   // Decode appends: one batch so agreeing samples keep sharing their node.
   std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
-  std::unordered_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;
+  absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;
+  owner.reserve(running_.size());
   for (uint64_t h : plan.decode) {
     Live& l = *by_handle[h];
     for (size_t i = 0; i < l.samples.size(); ++i) {
@@ -644,6 +646,8 @@ bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
     return true;
   }
   f.active = true;
+  f.launch_seconds = Seconds(cycle_start, Clock::now());
+  f.backend_launch_seconds = f.out.forward_seconds;  // Collect adds its wait later
   return true;
 }
 
@@ -689,6 +693,8 @@ void EngineLoop::CollectInflight() {
     ++stats_.decode_steps;
     stats_.decode_seconds += step_seconds;
     stats_.decode_device_seconds += device;
+    stats_.decode_launch_seconds += f.launch_seconds;
+    stats_.decode_backend_launch_seconds += f.backend_launch_seconds;
     ++metrics_.decode_steps_total;
     metrics_.decode_rows_total += f.decode_rows;
     metrics_.decode_step_seconds_total += step_seconds;

@@ -39,10 +39,10 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/model/model.h"
@@ -76,6 +76,11 @@ struct LoopStats {
   double prefill_seconds = 0;      // wall time of the steps with prefill
   double host_seconds = 0;         // of all steps: the time outside the backend's forward pass
   double decode_device_seconds = 0;  // device busy time in the decode-only steps (GPU only)
+  // Of the decode-only steps' wall time, the host work before the launch returned: from the
+  // previous step's tokens (or the Step call) to the step in flight. With overlap, the device
+  // waits for this part only; the rest of the loop's host work runs beside the device.
+  double decode_launch_seconds = 0;
+  double decode_backend_launch_seconds = 0;  // of which inside the backend's LaunchSample
   int64_t plan_builds = 0;         // full AttentionPlan rebuilds (others only advanced lengths)
   kvcache::MemoryStats peak;       // at the step with the most live chunks
 };
@@ -181,12 +186,14 @@ class EngineLoop {
   struct InFlight {
     bool active = false;
     engine::StepOutput out;
-    std::unordered_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;  // decode row -> sample
+    absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;  // decode row -> sample
     std::vector<Live*> logit_owners;  // prompts whose last token's row is sampled, in order
     int64_t decode_rows = 0;
     int64_t prefill_tokens = 0;
     std::chrono::steady_clock::time_point t_begin;    // its host work began
     std::chrono::steady_clock::time_point collected;  // its tokens arrived
+    double launch_seconds = 0;          // t_begin to the launch returning
+    double backend_launch_seconds = 0;  // of which in the backend's LaunchSample
     double device_before = 0;
   };
   InFlight inflight_;

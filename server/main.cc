@@ -244,12 +244,20 @@ int Run(int argc, char** argv) {
   sched.Stop();
   const scheduler::LoopStats& st = sched.loop().stats();
   spdlog::info("engine: {} steps, {} decode-only ({} rows, {:.3f} s, of which {:.3f} s on the "
-               "device); host time outside the forward pass {:.3f} s",
+               "device and {:.3f} s of host work before each launch, {:.3f} s of it in the "
+               "backend); host time outside the backend calls {:.3f} s; CPU a step ahead: {}",
                st.steps, st.decode_steps, st.decode_tokens, st.decode_seconds,
-               st.decode_device_seconds, st.host_seconds);
+               st.decode_device_seconds, st.decode_launch_seconds,
+               st.decode_backend_launch_seconds, st.host_seconds,
+               sched.loop().overlap() ? "on" : "off");
 #ifdef BANYAN_HAVE_CUDA_BACKEND
   if (auto* cuda = dynamic_cast<engine::CudaBackend*>(&sched.loop().backend())) {
-    const engine::cuda::DecodeGraphStats& g = cuda->attention_stats().graph;
+    const engine::CudaAttentionStats& a = cuda->attention_stats();
+    const engine::cuda::DecodeGraphStats& g = a.graph;
+    spdlog::info("tpp: {} steps, {} work-plan builds ({:.0f} us of host time), {} span-end "
+                 "updates ({:.0f} us)",
+                 a.tpp_steps, a.tpp_plan_builds, a.build_host_us, a.tpp_plan_updates,
+                 a.update_host_us);
     spdlog::info("cuda graphs: {} decode steps replayed ({} after updating the attention "
                  "nodes, {:.0f} us), {} captured ({} updates, {} instantiations), {} eager "
                  "while a new key settled, {} fallbacks",

@@ -18,7 +18,8 @@
 #     BIN_DIR holds banyand, gpu_decode_bench and banyan_serve_bench (a build folder's
 #     binaries copied together, or set BANYAND, ENGINE_BENCH, SERVE_BENCH to their paths).
 #   Environment: SHAPE (llama-2-7b-shape), VOCABS ("32000 128256"), CLIENTS ("32 256 1024"),
-#   PREFIX (2048), OUTPUT_TOKENS (120), KV_BYTES (80e9), PORT (18080), ATTENTION (tpp).
+#   PREFIX (2048), OUTPUT_TOKENS (120), ENGINE_STEPS (OUTPUT_TOKENS), KV_BYTES (80e9),
+#   PORT (18080), ATTENTION (tpp).
 set -euo pipefail
 BIN=${1:?usage: served_vs_engine.sh BIN_DIR}
 BANYAND=${BANYAND:-$BIN/banyand}
@@ -32,6 +33,9 @@ OUTPUT_TOKENS=${OUTPUT_TOKENS:-120}
 KV_BYTES=${KV_BYTES:-80000000000}
 PORT=${PORT:-18080}
 ATTENTION=${ATTENTION:-tpp}
+# The engine decodes as many steps as the clients ask for tokens, so that both sides attend over
+# the same private tails (a 7B MHA row's tail costs 16 KB of KV reads per token and layer).
+ENGINE_STEPS=${ENGINE_STEPS:-$OUTPUT_TOKENS}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 max_clients=$(tr ' ' '\n' <<<"$CLIENTS" | sort -n | tail -1)
@@ -44,7 +48,7 @@ for V in $VOCABS; do
   model="dummy:$SHAPE:vocab=$V:context=$((PREFIX + OUTPUT_TOKENS + 64))"
   echo "== $model" >&2
   "$ENGINE_BENCH" --model "$model" --batches "$(tr ' ' ',' <<<"$CLIENTS")" --prefix "$PREFIX" \
-    --steps 32 --modes "$ATTENTION" --graphs on >"$WORK/engine_$V.txt" 2>&1 ||
+    --steps "$ENGINE_STEPS" --modes "$ATTENTION" --graphs on >"$WORK/engine_$V.txt" 2>&1 ||
     echo "gpu_decode_bench failed; see $WORK/engine_$V.txt" >&2
   "$BANYAND" --backend cuda --model "$model" --attention "$ATTENTION" --http-port "$PORT" \
     --grpc-port $((PORT + 1)) --kv-memory "$KV_BYTES" --max-batch "$max_clients" \
