@@ -35,8 +35,11 @@ constexpr std::array kSamplingFields = {"model",
                                         "priority",
                                         "best_of",
                                         "logit_bias"};
-constexpr std::array kCompletionFields = {"prompt", "echo", "suffix", "add_special_tokens"};
-constexpr std::array kChatFields = {"messages", "max_completion_tokens", "top_logprobs"};
+constexpr std::array kCompletionFields = {"prompt", "echo", "suffix", "add_special_tokens",
+                                         "response_format"};
+constexpr std::array kChatFields = {"messages",  "max_completion_tokens", "top_logprobs",
+                                   "tools",     "tool_choice",           "functions",
+                                   "function_call", "parallel_tool_calls", "response_format"};
 
 template <size_t N>
 bool In(const std::array<const char*, N>& names, std::string_view key) {
@@ -185,6 +188,80 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
   return absl::OkStatus();
 }
 
+// Features the OpenAI API has and this server does not yet (tool calls, constrained output):
+// refused with a 400 naming the field, never silently dropped (an agent loop that sent tools and
+// got plain text back would go wrong without a word). What asks for nothing passes: an empty
+// tools list, tool_choice "none" or "auto" without tools, response_format {"type": "text"}.
+absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
+  auto present = [&](const char* key) -> const Json* {
+    auto it = body.find(key);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const Json* rf = present("response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
+      return InvalidParam("response_format",
+                          "response_format must be an object with a string 'type'");
+    }
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type != "text") {
+      return InvalidParam(
+          "response_format",
+          absl::StrCat("response_format type '", type,
+                       "' (structured output) is not supported by this server yet; only 'text'"));
+    }
+  }
+  if (api != Api::kChat) return absl::OkStatus();
+  std::string choice = "auto";
+  if (const Json* tc = present("tool_choice")) {
+    if (tc->is_string()) {
+      choice = tc->get<std::string>();
+      if (choice != "none" && choice != "auto" && choice != "required") {
+        return InvalidParam("tool_choice", absl::StrCat("unknown tool_choice '", choice,
+                                                        "'; use none, auto or required"));
+      }
+    } else if (tc->is_object()) {
+      choice = "function";
+    } else {
+      return InvalidParam("tool_choice", "tool_choice must be a string or an object");
+    }
+  }
+  const Json* tools = present("tools");
+  if (tools != nullptr && !tools->is_array()) {
+    return InvalidParam("tools", "tools must be an array");
+  }
+  const bool has_tools = tools != nullptr && !tools->empty();
+  if (has_tools && choice != "none") {
+    return InvalidParam("tools",
+                        "tool calling is not supported by this server yet; send the request "
+                        "without tools, or with tool_choice \"none\"");
+  }
+  if (!has_tools && choice != "none" && choice != "auto") {
+    return InvalidParam("tool_choice",
+                        absl::StrCat("tool_choice '", choice, "' needs tools, and tool calling "
+                                     "is not supported by this server yet"));
+  }
+  if (const Json* fns = present("functions");
+      fns != nullptr && (!fns->is_array() || !fns->empty())) {
+    std::string fc = "auto";
+    if (const Json* c = present("function_call"); c != nullptr && c->is_string()) {
+      fc = c->get<std::string>();
+    }
+    if (fc != "none") {
+      return InvalidParam("functions",
+                          "function calling is not supported by this server yet; send the "
+                          "request without functions");
+    }
+  }
+  if (const Json* c = present("function_call");
+      c != nullptr && !(c->is_string() && (c->get<std::string>() == "none" ||
+                                           c->get<std::string>() == "auto"))) {
+    return InvalidParam("function_call",
+                        "function_call is not supported by this server yet (no function "
+                        "calling)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckModel(const Json& body, const ServerContext& ctx) {
@@ -266,6 +343,7 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
 absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
                                                         const ServerContext& ctx) {
   LogUnknownFields(body, Api::kCompletions);
+  if (absl::Status s = CheckUnsupportedFeatures(body, Api::kCompletions); !s.ok()) return s;
   ParsedGeneration out;
   out.api = Api::kCompletions;
   out.default_max_tokens = 16;
@@ -313,6 +391,7 @@ absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
 
 absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx) {
   LogUnknownFields(body, Api::kChat);
+  if (absl::Status s = CheckUnsupportedFeatures(body, Api::kChat); !s.ok()) return s;
   ParsedGeneration out;
   out.api = Api::kChat;
   out.default_max_tokens = 0;

@@ -327,6 +327,60 @@ TEST_F(RequestParseTest, CompletionErrorsNameTheField) {
   }
 }
 
+// Tool calls and structured output are refused with a 400 naming the field until they exist;
+// requests that ask for neither pass.
+TEST_F(RequestParseTest, UnsupportedFeaturesAreRefusedByName) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string tool =
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+  struct Case {
+    std::string extra;
+    const char* param;  // nullptr: accepted
+  };
+  const Case cases[] = {
+      {R"("tools": )" + tool, "tools"},
+      {R"("tools": )" + tool + R"(, "tool_choice": "auto")", "tools"},
+      {R"("tools": )" + tool + R"(, "tool_choice": "required")", "tools"},
+      {R"("tools": )" + tool + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})",
+       "tools"},
+      {R"("tools": )" + tool + R"(, "tool_choice": "none")", nullptr},
+      {R"("tools": [])", nullptr},
+      {R"("tools": {})", "tools"},
+      {R"("tool_choice": "required")", "tool_choice"},
+      {R"("tool_choice": "auto")", nullptr},
+      {R"("tool_choice": "sometimes")", "tool_choice"},
+      {R"("tool_choice": 3)", "tool_choice"},
+      {R"("functions": [{"name": "f"}])", "functions"},
+      {R"("functions": [{"name": "f"}], "function_call": "none")", nullptr},
+      {R"("function_call": {"name": "f"})", "function_call"},
+      {R"("response_format": {"type": "json_object"})", "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})",
+       "response_format"},
+      {R"("response_format": "json")", "response_format"},
+      {R"("response_format": {"type": "text"})", nullptr},
+      {R"("parallel_tool_calls": false)", nullptr},
+  };
+  for (const Case& c : cases) {
+    const std::string json = "{" + msgs + ", " + c.extra + "}";
+    auto r = http::ParseChatRequest(Json::parse(json), ctx_);
+    if (c.param == nullptr) {
+      EXPECT_TRUE(r.ok()) << json << " " << r.status();
+      continue;
+    }
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << json;
+    EXPECT_EQ(StatusParam(r.status()), c.param) << json << " " << r.status();
+    EXPECT_NE(r.status().message().find(c.param), std::string::npos)
+        << json << " " << r.status();
+  }
+  auto r = http::ParseCompletionRequest(
+      Json::parse(R"({"prompt": "x", "response_format": {"type": "json_object"}})"), ctx_);
+  EXPECT_EQ(StatusParam(r.status()), "response_format");
+  EXPECT_TRUE(http::ParseCompletionRequest(
+                  Json::parse(R"({"prompt": "x", "response_format": {"type": "text"}})"), ctx_)
+                  .ok());
+}
+
 TEST_F(RequestParseTest, ChatFields) {
   Json body = Json::parse(R"({"messages": [{"role": "system", "content": "Be brief."},
       {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}],
