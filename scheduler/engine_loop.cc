@@ -410,7 +410,12 @@ bool EngineLoop::Step(bool cancel_all) {
 }
 
 bool EngineLoop::StepUnannounced(bool cancel_all) {
-  Clock::time_point cycle_start = Clock::now();
+  // A step's wall time runs from the previous step's tokens arriving when the loop went on
+  // without waiting for work (in both modes: the device is idle from then until the launch),
+  // else from this call.
+  Clock::time_point cycle_start =
+      last_collect_.has_value() ? *last_collect_ : Clock::now();
+  last_collect_.reset();
   bool moved = false;
   if (inflight_.active) {
     // Step N's tokens: wait for them, then place them (the next step needs them in the tree).
@@ -435,6 +440,12 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
   EmitPending();
   Retire();
   if (moved) PublishMetrics();
+  // Without overlap, the next step's wall time starts at this step's tokens, so that it holds
+  // this tail of host work (the device idles through it) as the overlapped loop's steps do.
+  if (!overlap_ && !inflight_.active && inflight_.collected_this_step) {
+    last_collect_ = inflight_.collected;
+  }
+  inflight_.collected_this_step = false;
   return moved || inflight_.active;
 }
 
@@ -657,6 +668,7 @@ void EngineLoop::CollectInflight() {
   engine::StepOutput& out = f.out;
   const absl::Status st = runner_.Collect(&out);
   const auto t_done = f.collected = Clock::now();
+  f.collected_this_step = true;
   if (!st.ok()) {
     FailAll(st);
     return;
@@ -699,6 +711,7 @@ void EngineLoop::CollectInflight() {
     metrics_.decode_rows_total += f.decode_rows;
     metrics_.decode_step_seconds_total += step_seconds;
     metrics_.decode_forward_seconds_total += out.forward_seconds;
+    metrics_.decode_launch_seconds_total += f.launch_seconds;
     metrics_.decode_device_seconds_total += device;
   } else {
     stats_.prefill_seconds += step_seconds;

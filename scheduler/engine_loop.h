@@ -37,6 +37,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -192,11 +193,14 @@ class EngineLoop {
     int64_t prefill_tokens = 0;
     std::chrono::steady_clock::time_point t_begin;    // its host work began
     std::chrono::steady_clock::time_point collected;  // its tokens arrived
+    bool collected_this_step = false;   // by the current Step (without overlap)
     double launch_seconds = 0;          // t_begin to the launch returning
     double backend_launch_seconds = 0;  // of which in the backend's LaunchSample
     double device_before = 0;
   };
   InFlight inflight_;
+  // Without overlap: when the last Step's step was collected, if the loop is to go on at once.
+  std::optional<std::chrono::steady_clock::time_point> last_collect_;
   struct PendingToken {
     Live* live;
     size_t sample;

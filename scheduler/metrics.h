@@ -43,7 +43,10 @@ struct MetricsSnapshot {
   int64_t decode_steps_total = 0;
   int64_t decode_rows_total = 0;
   double decode_step_seconds_total = 0;
-  double decode_forward_seconds_total = 0;  // of which the backend's ForwardSample call
+  double decode_forward_seconds_total = 0;  // of which in the backend's calls (launch + wait)
+  // Of the step's wall time, the host work before its launch returned (the device waits for
+  // it; with the CPU a step ahead, the rest of the host work runs beside the device).
+  double decode_launch_seconds_total = 0;
   double decode_device_seconds_total = 0;
   Histogram time_to_first_token_seconds;
   Histogram inter_token_latency_seconds;

@@ -214,6 +214,10 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return Int("prefill-budget", v, 16, 1 << 20, &c.prefill_budget);
        }},
+      {"overlap",
+       [](DaemonConfig& c, const std::string& v) {
+         return OneOf("overlap", v, {"auto", "on", "off"}, &c.overlap);
+       }},
       {"queue-limit",
        [](DaemonConfig& c, const std::string& v) { return Int("queue-limit", v, 1, 1 << 20, &c.queue_limit); }},
       {"api-key",

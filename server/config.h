@@ -3,7 +3,8 @@
 //   banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]
 //           [--backend cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]
 //           [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]
-//           [--prefill-budget N] [--queue-limit N] [--api-key KEY]... [--tenants FILE]
+//           [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off] [--api-key KEY]...
+//           [--tenants FILE]
 //           [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N]
 //           [--chat-template plain|llama2|chatml] [--drain-timeout-ms N] [--log-level LEVEL]
 //
@@ -52,6 +53,9 @@ struct DaemonConfig {
   int max_batch = 256;        // sequences decoded per iteration
   int prefill_budget = 2048;  // prompt tokens per iteration
   int queue_limit = 256;
+  // The CPU a step ahead (scheduler/engine_loop.h): "auto" (on where the backend launches
+  // asynchronously: the GPU), "on", "off".
+  std::string overlap = "auto";
   std::string log_level = "info";
   ServerOptions server;
   // As set by --max-prompt-bytes / "max_prompt_bytes"; LoadDaemonConfig resolves

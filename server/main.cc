@@ -58,7 +58,8 @@ constexpr char kUsage[] =
     "usage: banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]\n"
     "               [--backend cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]\n"
     "               [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]\n"
-    "               [--prefill-budget N] [--queue-limit N] [--api-key KEY]... [--tenants FILE]\n"
+    "               [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off]\n"
+    "               [--api-key KEY]... [--tenants FILE]\n"
     "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
     "               [--chat-template plain|llama2|chatml] [--drain-timeout-ms N]\n"
     "               [--log-level trace|debug|info|warn|error]\n"
@@ -192,6 +193,7 @@ int Run(int argc, char** argv) {
   so.max_running_sequences = cfg->max_batch;
   so.prefill_token_budget = cfg->prefill_budget;
   so.queue_limit = cfg->queue_limit;
+  so.overlap = cfg->overlap == "auto" ? -1 : cfg->overlap == "on" ? 1 : 0;
   so.attention = attention;
   scheduler::Scheduler sched(mc, bundle->tokenizer.get(), std::move(backend), so);
   sched.Start();

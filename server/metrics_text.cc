@@ -142,9 +142,13 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
            "Wall time of those steps, host work included, seconds.",
            m.decode_step_seconds_total);
   w.Scalar("banyan_decode_forward_seconds_total", "counter",
-           "Of that, the backend's forward pass and sampling call (its host work included), "
-           "seconds.",
+           "Of that, in the backend's calls: the step's launch and the wait for its sampled "
+           "tokens (host work included), seconds.",
            m.decode_forward_seconds_total);
+  w.Scalar("banyan_decode_launch_seconds_total", "counter",
+           "Of that, the host work from the previous step's tokens to this step's launch, which "
+           "the device waits for, seconds.",
+           m.decode_launch_seconds_total);
   w.Scalar("banyan_decode_device_seconds_total", "counter",
            "Device busy time within those steps (0 on the CPU backend), seconds.",
            m.decode_device_seconds_total);
