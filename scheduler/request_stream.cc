@@ -27,7 +27,7 @@ bool RequestStream::Read(std::vector<TokenEvent>* out, std::chrono::milliseconds
 
 void RequestStream::Cancel() {
   absl::MutexLock lock(&mu_);
-  cancel_ = true;
+  cancel_.store(true, std::memory_order_relaxed);
 }
 
 absl::Status RequestStream::status() const {
@@ -81,10 +81,7 @@ void RequestStream::Announce() {
   Notify(std::move(listener));
 }
 
-bool RequestStream::cancel_requested() const {
-  absl::MutexLock lock(&mu_);
-  return cancel_;
-}
+bool RequestStream::cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
 
 bool RequestStream::finished() const {
   absl::MutexLock lock(&mu_);

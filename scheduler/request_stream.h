@@ -7,6 +7,7 @@
 // stream with kCancelled events for the samples still running.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -56,7 +57,9 @@ class RequestStream {
   mutable absl::Mutex mu_;
   std::vector<TokenEvent> events_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancel_ ABSL_GUARDED_BY(mu_) = false;
+  // Read without the lock: the engine loop polls every request's flag at every step, and the
+  // front end's writers hold mu_ while they take events.
+  std::atomic<bool> cancel_{false};
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   Usage usage_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::function<void()>> listener_ ABSL_GUARDED_BY(mu_);
