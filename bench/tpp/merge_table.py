@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Merges tpp_bench and torch_attention_reference.py JSON lines (one device call) into one
+"""Merges tpp_bench and torch_attention_reference.py JSON lines (one run on the GPU machine) into one
 Markdown table: banyan tpp / paged against the floor and the PyTorch references.
 
 Usage: merge_table.py BENCH_JSONL TORCH_JSONL

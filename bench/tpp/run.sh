@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs, in ONE device call: the GPU tests, the TPP microbenchmark, the PyTorch reference
+# Runs, in one run on the GPU machine: the GPU tests, the TPP microbenchmark, the PyTorch reference
 # (torch_attention_reference.py), the SASS / resource facts, and prints one Markdown table.
 #
 # Expects the carried folder (default .gpu-tpp) made by bench/tpp/package.sh: tpp_bench,

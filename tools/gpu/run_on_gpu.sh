@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA tests and benchmark here and packs them for the GPU machine.
 #
-#   tools/gpu/run_on_gpu.sh            # build + pack, then print the device `run` call
+#   tools/gpu/run_on_gpu.sh            # build + pack, then print how to run it on the GPU machine
 #
 # Steps (on the dev machine, which has nvcc but no GPU):
 #  1. configure and build Release, sm_90, -DBANYAN_SERVER=OFF into build-gpu/ (-j2): the targets
@@ -10,9 +10,10 @@
 #     libstdc++, libgcc_s, ld-linux, the CUDA driver and the CUDA toolkit's libraries, which the
 #     GPU machine has in /usr/local/cuda/lib64 -- into .gpu/bundle.tar.xz (git-ignored; about
 #     10 MiB, far under the 64 MiB that travels);
-#  3. print the call for the device tool: run tools/gpu/device_run.sh with carry [".gpu"]. It
-#     unpacks the bundle, runs the GPU tests, the transformers oracle and the benchmark with
-#     LD_LIBRARY_PATH=<bundle>/lib:/usr/local/cuda/lib64, and leaves logs in $OUT.
+#  3. print how to run it on the GPU machine: copy this checkout with .gpu/ there and run
+#     tools/gpu/device_run.sh from its top folder. It unpacks the bundle, runs the GPU tests, the
+#     transformers oracle and the benchmark with LD_LIBRARY_PATH=<bundle>/lib:/usr/local/cuda/lib64,
+#     and leaves logs in $OUT (default /tmp/banyan-gpu-out).
 #
 #   BUILD_DIR=build tools/gpu/run_on_gpu.sh   # reuse an existing CUDA-on build folder instead
 #
@@ -54,6 +55,6 @@ tar -cJf .gpu/bundle.tar.xz -C "$stage" bin lib
 echo "packed .gpu/bundle.tar.xz: $(du -h .gpu/bundle.tar.xz | cut -f1) ($(ls "$stage/lib" | wc -l) libraries)"
 cat <<'RUN'
 
-Run on the GPU machine with the device tool:
-  run(command: "bash tools/gpu/device_run.sh", carry: [".gpu"], timeout_s: 600)
+On the GPU machine (a copy of this checkout with .gpu/ in it), from its top folder:
+  OUT=gpu-logs bash tools/gpu/device_run.sh
 RUN
