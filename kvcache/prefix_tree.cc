@@ -566,7 +566,9 @@ MemoryStats PrefixTree::Stats() const {
     whole += CeilDiv(s.leaf->depth_tokens + s.leaf->size(), chunk_size_);
   }
   stats.live_sequences = static_cast<int32_t>(seqs_.size());
-  stats.chunks_saved_by_sharing = whole - stats.chunks_live;
+  // Never negative: a leaf may hold one chunk more than its tokens need (room reserved for its
+  // next append), which is not a cost of sharing.
+  stats.chunks_saved_by_sharing = std::max<int64_t>(0, whole - stats.chunks_live);
   return stats;
 }
 
