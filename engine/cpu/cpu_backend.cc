@@ -237,7 +237,8 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
     MatMulT(h1_.data(), T, hidden, lw.w_down, x_.data(), 1.0f);  // x += mlp
   }
   const int n_out = static_cast<int>(logit_rows.size());
-  std::vector<float> last(static_cast<size_t>(n_out) * dim);
+  std::vector<float>& last = hidden_;
+  last.resize(static_cast<size_t>(n_out) * dim);
   for (int i = 0; i < n_out; ++i) {
     std::memcpy(last.data() + static_cast<int64_t>(i) * dim,
                 x_.data() + static_cast<int64_t>(logit_rows[i]) * dim, sizeof(float) * dim);

@@ -34,6 +34,9 @@ class CpuBackend final : public Backend {
   int32_t chunk_size() const override { return options_.chunk_size; }
   absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) override;
   absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) override;
+  // The final-norm hidden states of the last Forward's logit rows, [rows][dim]: what the LM head
+  // multiplies, and what draft heads (engine/speculative/draft_heads.h) read.
+  const std::vector<float>& last_hidden() const { return hidden_; }
 
  private:
   CpuBackend(const ModelWeights* weights, const CpuBackendOptions& options);
@@ -49,6 +52,7 @@ class CpuBackend final : public Backend {
   std::vector<float> inv_freq_;  // [head_dim / 2] RoPE frequencies
   // Scratch, reused across steps.
   std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_, partial_o_, partial_lse_;
+  std::vector<float> hidden_;  // last_hidden()
 };
 
 }  // namespace banyan::engine

@@ -1,0 +1,134 @@
+// Draft heads (engine/speculative/draft_heads.h) on the bundled stories260K with its shipped
+// heads: the loader's checks, and drafts equal to the training tool's reference values
+// (docs/hydra.md, "Reference values", computed by tools/hydra/eval_acceptance.py in PyTorch).
+#include "engine/speculative/draft_heads.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model_bundle.h"
+#include "gtest/gtest.h"
+#include "kvcache/attention_plan.h"
+#include "kvcache/chunk_pool.h"
+#include "kvcache/prefix_tree.h"
+#include "nlohmann/json.hpp"
+
+namespace banyan::engine {
+namespace {
+
+const std::string kDir = std::string(BANYAN_SOURCE_DIR) + "/models/stories260K";
+
+class DraftHeadsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto b = LoadModelBundle(kDir + "/stories260K.bin");
+    ASSERT_TRUE(b.ok()) << b.status();
+    bundle_ = new ModelBundle(std::move(*b));
+  }
+  static void TearDownTestSuite() { delete bundle_; }
+
+  // The final-norm hidden state at the prompt's last token, and the base model's next token.
+  void Hidden(const std::vector<int32_t>& prompt, std::vector<float>* h, int32_t* next) {
+    auto backend = *CpuBackend::Create(&bundle_->weights, {.num_chunks = 64, .chunk_size = 16});
+    auto pool = *kvcache::ChunkPool::Create(64, 16);
+    kvcache::PrefixTree tree(&pool);
+    auto placed = tree.Insert("", prompt);
+    ASSERT_TRUE(placed.ok());
+    SeqWork w;
+    w.tokens = prompt;
+    w.slots = tree.Slots(placed->seq, 0, static_cast<int32_t>(prompt.size()));
+    w.write_kv.assign(prompt.size(), 1);
+    auto plan = kvcache::BuildAttentionPlan(tree, std::vector{placed->seq}, {.share = false});
+    w.span_chunk = plan.span_chunk;
+    w.span_begin = plan.span_begin;
+    w.span_end = plan.span_end;
+    StepBatch b;
+    b.prefill.push_back(w);
+    std::vector<float> logits;
+    ASSERT_TRUE(backend->Forward(b, &logits).ok());
+    *h = backend->last_hidden();
+    ASSERT_EQ(h->size(), static_cast<size_t>(bundle_->weights.config.dim));
+    *next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+
+  static ModelBundle* bundle_;
+};
+ModelBundle* DraftHeadsTest::bundle_ = nullptr;
+
+TEST_F(DraftHeadsTest, ShippedHeadsDraftTheReferenceTokens) {
+  struct Case {
+    const char* config;
+    DraftHeadKind kind;
+    std::vector<int32_t> chain, head0_top4;
+  };
+  // "Once upon a time": ids 1 403 407 261 378, base next token 432.
+  const Case cases[] = {
+      {"config.json", DraftHeadKind::kHydra, {383, 286, 261, 376}, {383, 322, 358, 353}},
+      {"medusa_config.json", DraftHeadKind::kMedusa, {383, 286, 261, 376}, {383, 261, 312, 322}},
+  };
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  EXPECT_EQ(bundle_->tokenizer->Encode("Once upon a time", true), prompt);
+  std::vector<float> h;
+  int32_t next = -1;
+  Hidden(prompt, &h, &next);
+  EXPECT_EQ(next, 432);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.config);
+    auto heads = DraftHeads::Load(kDir + "/hydra/" + c.config, bundle_->weights);
+    ASSERT_TRUE(heads.ok()) << heads.status();
+    EXPECT_EQ(heads->kind(), c.kind);
+    EXPECT_EQ(heads->num_heads(), 4);
+    auto chain = heads->Chain(h, next);
+    ASSERT_TRUE(chain.ok()) << chain.status();
+    EXPECT_EQ(*chain, c.chain);
+    const int32_t branching[] = {4, 2, 2};
+    auto tree = heads->BuildTree(h, next, branching);
+    ASSERT_TRUE(tree.ok()) << tree.status();
+    ASSERT_EQ(tree->token.size(), 1u + 4 + 8 + 16);
+    EXPECT_EQ(tree->token[0], next);
+    EXPECT_EQ(std::vector<int32_t>(tree->token.begin() + 1, tree->token.begin() + 5),
+              c.head0_top4);
+    for (size_t i = 1; i < tree->token.size(); ++i) {
+      EXPECT_EQ(tree->depth[i], tree->depth[tree->parent[i]] + 1);
+    }
+  }
+}
+
+// Every refusal names what does not fit.
+TEST_F(DraftHeadsTest, LoaderRefusesHeadsThatDoNotFit) {
+  const std::string dir = ::testing::TempDir() + "/draft_heads_test";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kDir + "/hydra/heads.safetensors", dir + "/heads.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(kDir + "/hydra/config.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](nlohmann::json& c) { c["format_version"] = 2; }, "format_version"},
+      {[](nlohmann::json& c) { c["kind"] = "eagle"; }, "kind"},
+      {[](nlohmann::json& c) { c["base_model"]["dim"] = 4096; }, "base_model.dim"},
+      {[](nlohmann::json& c) { c["base_model"]["vocab_size"] = 32000; }, "base_model.vocab_size"},
+      {[](nlohmann::json& c) { c["mlp_hidden"] = 256; }, "heads.0.fc1.weight"},
+      {[](nlohmann::json& c) { c["num_heads"] = 5; }, "num_heads"},
+      {[](nlohmann::json& c) { c["kind"] = "medusa"; }, "input_size"},
+      {[](nlohmann::json& c) { c["tensors_file"] = "missing.safetensors"; }, "missing"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json cfg = good;
+    c.edit(cfg);
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    auto heads = DraftHeads::Load(dir + "/config.json", bundle_->weights);
+    ASSERT_FALSE(heads.ok()) << c.message;
+    EXPECT_NE(heads.status().message().find(c.message), std::string::npos) << heads.status();
+  }
+  std::ofstream(dir + "/config.json") << good.dump();
+  EXPECT_TRUE(DraftHeads::Load(dir + "/config.json", bundle_->weights).ok());
+}
+
+}  // namespace
+}  // namespace banyan::engine
