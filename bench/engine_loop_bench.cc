@@ -20,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/model_bundle.h"
@@ -65,6 +66,8 @@ class NullBackend final : public engine::Backend {
 
 int Main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);  // the loop's per-request lines
+  // As banyand runs: without absl::Mutex's deadlock detection (server/main.cc says why).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::vector<int> batches = {32, 256, 1024};
   int prefix = 2048, steps = 128, vocab = 32000, chunk = 64;
   for (int i = 1; i + 1 < argc; i += 2) {

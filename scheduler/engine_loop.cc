@@ -294,6 +294,8 @@ void EngineLoop::StartSamples(Live& live) {
       seed, r.params.repetition_penalty != 1.0f ? std::span<const int32_t>(r.prompt)
                                                 : std::span<const int32_t>(),
       0);
+  base.set_count_tokens(r.params.repetition_penalty != 1.0f ||
+                        r.params.frequency_penalty != 0.0f || r.params.presence_penalty != 0.0f);
   live.samples.clear();
   for (int k = 0; k < r.n; ++k) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},

@@ -153,7 +153,7 @@ SequenceSamplingState::SequenceSamplingState(uint64_t seed, std::span<const int3
 
 void SequenceSamplingState::Accept(int32_t token) {
   BANYAN_CHECK(token >= 0) << "token id " << token;
-  ++generated_counts_[token];
+  if (count_tokens_) ++generated_counts_[token];
   ++step_;
 }
 

@@ -69,6 +69,10 @@ class SequenceSamplingState {
 
   // Records a generated token and advances the step.
   void Accept(int32_t token);
+  // Whether Accept counts tokens (default on). Only the penalties read the counts: a request whose
+  // repetition, frequency and presence penalties are all off may turn counting off, which saves a
+  // hash-map insert per token on the engine's critical path. Forks inherit the setting.
+  void set_count_tokens(bool on) { count_tokens_ = on; }
 
   // A copy that samples as choice `stream` of the same request (for n > 1 after one prefill).
   SequenceSamplingState Fork(uint32_t stream) const;
@@ -88,6 +92,7 @@ class SequenceSamplingState {
   uint64_t seed_;
   uint32_t stream_;
   uint64_t step_ = 0;
+  bool count_tokens_ = true;
   absl::flat_hash_set<int32_t> prompt_tokens_;              // distinct prompt token ids
   absl::flat_hash_map<int32_t, int32_t> generated_counts_;  // token id -> times generated
 };
