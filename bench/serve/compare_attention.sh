@@ -152,8 +152,11 @@ for attention in $ATTENTIONS; do
 done
 echo "(whole run $(($(date +%s) - start)) s; outputs in $WORK)" >&2
 
-python3 - "$WORK" "$SLO_TTFT_MS" "$SLO_TPOT_MS" "$ATTENTIONS" "$WORKLOADS" <<'PY'
-import json, os, sys
+python3 - "$WORK" "$SLO_TTFT_MS" "$SLO_TPOT_MS" "$ATTENTIONS" "$WORKLOADS" "$(dirname "$0")" <<'PY'
+import os, sys
+
+sys.path.insert(0, sys.argv[6])
+from sweep_jsonl import read_sweep
 
 work, slo_ttft, slo_tpot = sys.argv[1:4]
 attentions, workloads = sys.argv[4].split(), sys.argv[5].split()
@@ -161,20 +164,8 @@ attentions, workloads = sys.argv[4].split(), sys.argv[5].split()
 
 def load(attention, workload):
     """The sweep summary and the runs (by rate) of one JSONL file; (None, {}) if absent."""
-    path = os.path.join(work, f"{attention}_{workload}.jsonl")
-    sweep, runs = None, {}
-    if not os.path.exists(path):
-        return sweep, runs
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            j = json.loads(line)
-            if j.get("type") == "sweep":
-                sweep = j
-            elif "sweep_step" in j:
-                runs[j["arrivals"]["request_rate"]] = j
-    return sweep, runs
+    sweep, steps = read_sweep(os.path.join(work, f"{attention}_{workload}.jsonl"))
+    return sweep, {j["arrivals"]["request_rate"]: j for j in steps}
 
 
 def at_best(attention, workload):

@@ -12,10 +12,12 @@ by orders of magnitude. Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
 import collections
-import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_jsonl import read_sweep  # noqa: E402
 
 try:
     import matplotlib
@@ -33,18 +35,8 @@ STYLE = {"tpp": ("tab:green", "o"), "paged": ("tab:blue", "s")}
 
 def load(path):
     """The sweep steps (in rate order) and the SLO of one JSONL file."""
-    steps, slo = [], None
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            j = json.loads(line)
-            if j.get("type") == "sweep":
-                slo = j.get("slo")
-            elif "sweep_step" in j:
-                steps.append(j)
-    steps.sort(key=lambda j: j["arrivals"]["request_rate"])
-    return steps, slo
+    summary, steps = read_sweep(path)
+    return steps, summary.get("slo") if summary else None
 
 
 def plot_workload(workload, modes, out_path, title):

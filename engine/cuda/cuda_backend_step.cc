@@ -347,7 +347,6 @@ absl::Status CudaBackend::UpdateAttentionNodes(const std::vector<kc::KernelNode>
     dp.kv.num_kv_heads = cfg_.n_kv_heads;
     dp.kv.chunk_size = options_.chunk_size;
     BANYAN_RETURN_IF_ERROR(kc::PagedDecodeNodeUpdates(options_.dtype, dp, &updates));
-    if (a.dp.num_merge_rows == 0) updates.pop_back();  // no merge node was captured
   }
   BANYAN_RETURN_IF_ERROR(kc::ApplyKernelNodeUpdates(kernels, exec, updates, nodes));
   // Every layer launches each listed kernel once: anything else means the graph holds

@@ -61,8 +61,10 @@ cudaError_t DecodeByHeadDim(const PagedDecodeParams& p, cudaStream_t s,
       *node = fresh;
     };
     describe->push_back({shape.func, shape.grid, sizeof(PagedDecodeParams), patch});
-    describe->push_back({reinterpret_cast<const void*>(MergeStatesKernel<T>), merge_grid,
-                         sizeof(PagedDecodeParams), patch});
+    if (p.num_merge_rows > 0) {  // launched only then, as below
+      describe->push_back({reinterpret_cast<const void*>(MergeStatesKernel<T>), merge_grid,
+                           sizeof(PagedDecodeParams), patch});
+    }
     return err;
   }
   if (err != cudaSuccess || p.num_merge_rows == 0) return err;

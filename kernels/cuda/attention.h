@@ -51,9 +51,9 @@ struct PagedDecodeParams {
 };
 absl::Status PagedDecodeAttention(DType dtype, const PagedDecodeParams& p, cudaStream_t stream);
 // What a captured PagedDecodeAttention launch changes to run `p` instead (every field but the
-// KV view, and the grids): kernels/cuda/graph_update.h. Valid for a captured launch that had
-// merge rows exactly when `p` has (the merge kernel is launched only then): callers key their
-// graphs on that.
+// KV view, and the grids): kernels/cuda/graph_update.h. The merge kernel is listed only when `p`
+// has merge rows (it is launched only then), so the updates fit a captured launch that had merge
+// rows exactly when `p` has: callers key their graphs on that.
 absl::Status PagedDecodeNodeUpdates(DType dtype, const PagedDecodeParams& p,
                                     std::vector<KernelNodeUpdate>* updates);
 

@@ -10,7 +10,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model_bundle.h"
 #include "gtest/gtest.h"
-#include "kvcache/attention_plan.h"
+#include "engine/step_runner.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "nlohmann/json.hpp"
@@ -36,19 +36,16 @@ class DraftHeadsTest : public ::testing::Test {
     kvcache::PrefixTree tree(&pool);
     auto placed = tree.Insert("", prompt);
     ASSERT_TRUE(placed.ok());
-    SeqWork w;
-    w.tokens = prompt;
-    w.slots = tree.Slots(placed->seq, 0, static_cast<int32_t>(prompt.size()));
-    w.write_kv.assign(prompt.size(), 1);
-    auto plan = kvcache::BuildAttentionPlan(tree, std::vector{placed->seq}, {.share = false});
-    w.span_chunk = plan.span_chunk;
-    w.span_begin = plan.span_begin;
-    w.span_end = plan.span_end;
-    StepBatch b;
-    b.prefill.push_back(w);
-    std::vector<float> logits;
-    ASSERT_TRUE(backend->Forward(b, &logits).ok());
-    *h = backend->last_hidden();
+    // The engine's own step: StepRunner builds the prefill row from the tree.
+    const CpuBackend* cpu = backend.get();
+    StepRunner runner(backend.get(), &tree, AttentionMode::kTpp);
+    const int32_t len = static_cast<int32_t>(prompt.size());
+    const PrefillItem item{.seq = placed->seq, .begin = 0, .end = len, .cached_end = 0,
+                           .want_logits = true, .samples = {}};
+    StepOutput out;
+    ASSERT_TRUE(runner.RunLogits({}, {}, std::span<const PrefillItem>(&item, 1), &out).ok());
+    const std::vector<float>& logits = out.logits;
+    *h = cpu->last_hidden();
     ASSERT_EQ(h->size(), static_cast<size_t>(bundle_->weights.config.dim));
     *next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
