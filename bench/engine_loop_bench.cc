@@ -98,8 +98,8 @@ int Main(int argc, char** argv) {
   cfg.vocab_size = vocab;
   cfg.max_seq_len = prefix + steps + 16;
   std::printf("| B | prefix | overlap | decode steps | host us per decode step | host us per row | "
-              "of which before the launch (us per step) |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+              "of which before the launch (us per step) | attention plan builds |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (int B : batches) for (int overlap : {0, 1}) {
     const int32_t chunks = (prefix + chunk - 1) / chunk + B * ((steps + 2) / chunk + 2) + 16;
     scheduler::EngineLoop loop(
@@ -123,10 +123,12 @@ int Main(int argc, char** argv) {
     }
     const scheduler::LoopStats& st = loop.stats();
     const double per_step = st.decode_seconds / std::max<int64_t>(st.decode_steps, 1) * 1e6;
-    std::printf("| %d | %d | %s | %lld | %.0f | %.2f | %.0f |\n", B, prefix, overlap ? "on" : "off",
+    std::printf("| %d | %d | %s | %lld | %.0f | %.2f | %.0f | %lld |\n", B, prefix,
+                overlap ? "on" : "off",
                 static_cast<long long>(st.decode_steps), per_step,
                 per_step * st.decode_steps / std::max<int64_t>(st.decode_tokens, 1),
-                st.decode_launch_seconds / std::max<int64_t>(st.decode_steps, 1) * 1e6);
+                st.decode_launch_seconds / std::max<int64_t>(st.decode_steps, 1) * 1e6,
+                static_cast<long long>(st.plan_builds));
   }
   return 0;
 }

@@ -22,15 +22,19 @@ absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
   out->samples.clear();
   out->logits.clear();
   out->forward_seconds = 0;
-  if (!decode.empty()) {
-    absl::flat_hash_map<kvcache::SeqId, const DecodeItem*> by_seq;
-    by_seq.reserve(decode.size());
-    for (const DecodeItem& d : decode) by_seq[d.seq] = &d;
+  batch.prefill.clear();
+  batch.plan = nullptr;
+  specs.clear();
+  if (decode.empty()) {
+    batch.decode.clear();
+  } else {
+    by_seq_.clear();
+    by_seq_.reserve(decode.size());
+    for (const DecodeItem& d : decode) by_seq_[d.seq] = &d;
     out->decode_rows.reserve(decode.size());
-    batch.decode.reserve(decode.size());
     specs.reserve(decode.size() + prefill.size());
     for (kvcache::SeqId s : tree_->DfsOrder()) {
-      if (by_seq.contains(s)) out->decode_rows.push_back(s);
+      if (by_seq_.contains(s)) out->decode_rows.push_back(s);
     }
     if (out->decode_rows.size() != decode.size()) {
       return absl::InternalError("a decode sequence is not live in the prefix tree");
@@ -43,17 +47,20 @@ absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
       ++stats_.plan_builds;
     }
     batch.plan = &plan_;
-    for (kvcache::SeqId s : out->decode_rows) {
-      const int32_t len = tree_->Length(s);
-      SeqWork w;
-      w.pos0 = len - 1;
-      w.tokens = {tree_->LastToken(s)};
-      w.slots = tree_->Slots(s, len - 1, len);
-      w.write_kv = {static_cast<uint8_t>(by_seq[s]->write_kv ? 1 : 0)};
-      SampleSpec spec = by_seq[s]->sample;
-      spec.row = static_cast<int32_t>(batch.decode.size());
+    // Rows are written in place: resize keeps the vectors of the rows that already exist.
+    batch.decode.resize(decode.size());
+    for (size_t r = 0; r < out->decode_rows.size(); ++r) {
+      const kvcache::SeqId s = out->decode_rows[r];
+      const DecodeItem& item = *by_seq_.at(s);
+      SeqWork& w = batch.decode[r];
+      w.pos0 = tree_->Length(s) - 1;
+      w.tokens.assign(1, tree_->LastToken(s));
+      w.slots.assign(1, tree_->LastSlot(s));
+      w.write_kv.assign(1, static_cast<uint8_t>(item.write_kv ? 1 : 0));
+      w.want_logits = true;
+      SampleSpec spec = item.sample;
+      spec.row = static_cast<int32_t>(r);
       specs.push_back(spec);
-      batch.decode.push_back(std::move(w));
     }
   }
   int32_t logit_row = static_cast<int32_t>(batch.decode.size());
@@ -111,8 +118,8 @@ absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
 absl::Status StepRunner::Launch(std::span<const kvcache::ChunkCopy> copies,
                                 std::span<const DecodeItem> decode,
                                 std::span<const PrefillItem> prefill, StepOutput* out) {
-  StepBatch batch;
-  std::vector<SampleSpec> specs;
+  StepBatch& batch = batch_;
+  std::vector<SampleSpec>& specs = specs_;
   launched_ = false;
   if (absl::Status s = Prepare(copies, decode, prefill, true, &batch, &specs, out); !s.ok()) {
     return s;

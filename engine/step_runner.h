@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "engine/backend.h"
 #include "kvcache/attention_plan.h"
@@ -93,6 +94,11 @@ class StepRunner {
   kvcache::PrefixTree* tree_;
   kvcache::PlanOptions plan_options_;
   kvcache::AttentionPlan plan_;
+  // Reused from step to step so that a step's rows cost no allocations once the batch size has
+  // been seen (a decode row's vectors keep their capacity).
+  StepBatch batch_;
+  std::vector<SampleSpec> specs_;
+  absl::flat_hash_map<kvcache::SeqId, const DecodeItem*> by_seq_;
   StepStats stats_;
   bool launched_ = false;  // a LaunchSample awaits its CollectSample
 };

@@ -512,6 +512,12 @@ std::vector<const PrefixTree::Node*> PrefixTree::Path(SeqId seq) const {
 
 int32_t PrefixTree::LastToken(SeqId seq) const { return seqs_.at(seq).leaf->tokens.back(); }
 
+SlotRef PrefixTree::LastSlot(SeqId seq) const {
+  const Node* leaf = seqs_.at(seq).leaf;
+  BANYAN_CHECK(leaf->size() > 0) << "sequence " << seq << " ends at an empty node";
+  return leaf->SlotOf(leaf->size() - 1, chunk_size_);
+}
+
 std::vector<int32_t> PrefixTree::Tokens(SeqId seq) const {
   std::vector<int32_t> tokens;
   for (const Node* n : Path(seq)) tokens.insert(tokens.end(), n->tokens.begin(), n->tokens.end());

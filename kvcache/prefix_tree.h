@@ -161,6 +161,7 @@ class PrefixTree {
   int32_t Length(SeqId seq) const;
   std::vector<int32_t> Tokens(SeqId seq) const;
   int32_t LastToken(SeqId seq) const;  // O(1)
+  SlotRef LastSlot(SeqId seq) const;   // the slot of the last token; O(1)
   // Slots of positions [begin, end) of `seq`.
   std::vector<SlotRef> Slots(SeqId seq, int32_t begin, int32_t end) const;
   // Nodes of the sequence's path, root's child first.

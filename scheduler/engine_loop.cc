@@ -1,5 +1,8 @@
 #include "scheduler/engine_loop.h"
 
+#include <sys/resource.h>
+#include <time.h>
+
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
@@ -46,6 +49,18 @@ kvcache::ChunkPool MakePool(const engine::Backend& backend) {
 }
 
 }  // namespace
+
+EngineLoop::ThreadClocks EngineLoop::ThreadClocks::Now() {
+  ThreadClocks c;
+  c.wall = Clock::now();
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) {
+    c.cpu_seconds = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+  rusage ru{};
+  if (getrusage(RUSAGE_THREAD, &ru) == 0) c.context_switches = ru.ru_nvcsw + ru.ru_nivcsw;
+  return c;
+}
 
 // One request.
 struct EngineLoop::Live {
@@ -415,15 +430,14 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
   // A step's wall time runs from the previous step's tokens arriving when the loop went on
   // without waiting for work (in both modes: the device is idle from then until the launch),
   // else from this call.
-  Clock::time_point cycle_start =
-      last_collect_.has_value() ? *last_collect_ : Clock::now();
+  ThreadClocks cycle = last_collect_.has_value() ? *last_collect_ : ThreadClocks::Now();
   last_collect_.reset();
   bool moved = false;
   if (inflight_.active) {
     // Step N's tokens: wait for them, then place them (the next step needs them in the tree).
     moved = true;
     CollectInflight();
-    cycle_start = inflight_.collected;
+    cycle = collected_clocks_;
   }
   retired_.clear();  // nothing in flight names them any more
   const bool took = added_;
@@ -432,7 +446,7 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
   CancelDue(cancel_all);
   moved = moved || took || waiting_.size() + running_.size() != before;
   if (!waiting_.empty() || !running_.empty()) {
-    if (ScheduleAndLaunch(cycle_start)) {
+    if (ScheduleAndLaunch(cycle)) {
       moved = true;
       // Without overlap the step's tokens are taken at once; with it, on the next Step, and the
       // work below (detokenizing, stop strings, stream pushes) runs while the device computes.
@@ -445,7 +459,7 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
   // Without overlap, the next step's wall time starts at this step's tokens, so that it holds
   // this tail of host work (the device idles through it) as the overlapped loop's steps do.
   if (!overlap_ && !inflight_.active && inflight_.collected_this_step) {
-    last_collect_ = inflight_.collected;
+    last_collect_ = collected_clocks_;
   }
   inflight_.collected_this_step = false;
   return moved || inflight_.active;
@@ -494,7 +508,9 @@ void EngineLoop::Retire() {
   }
 }
 
-bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
+bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
+  const Clock::time_point cycle_start = cycle.wall;
+  const Clock::time_point t_schedule = Clock::now();
   // Summarise the state for the policy.
   const int32_t c = tree_.chunk_size();
   PolicyInput in;
@@ -544,6 +560,7 @@ bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
     }
     in.waiting.push_back(p);
   }
+  std::vector<kvcache::SeqId> seqs;  // one request's sequences (reused: no allocation per row)
   for (LivePtr& l : running_) {
     if (l->state == RequestState::kDecoding &&
         std::all_of(l->samples.begin(), l->samples.end(), [](auto& s) { return s.finished; })) {
@@ -552,7 +569,7 @@ bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
     by_handle[l->handle] = l.get();
     PolicyRequest p{.handle = l->handle, .priority = l->req.priority, .arrival = l->arrival,
                     .sequences = l->req.n, .tenant = tenant_of(*l)};
-    std::vector<kvcache::SeqId> seqs;
+    seqs.clear();
     if (l->state == RequestState::kDecoding) {
       p.decoding = true;
       for (const Live::Sample& s : l->samples) {
@@ -576,6 +593,7 @@ bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
   }
   IterationPlan plan = Schedule(in);
   if (plan.empty()) return false;  // nothing can move until a request finishes or arrives
+  const Clock::time_point t_place = Clock::now();
 
   for (uint64_t h : plan.preempt) Preempt(*by_handle[h]);
   std::vector<kvcache::ChunkCopy> copies;
@@ -653,13 +671,20 @@ bool EngineLoop::ScheduleAndLaunch(Clock::time_point cycle_start) {
   f.prefill_tokens = 0;
   for (const engine::PrefillItem& p : prefill) f.prefill_tokens += p.end - p.begin;
   f.t_begin = cycle_start;
+  const Clock::time_point t_launch = Clock::now();
+  f.take_seconds = Seconds(cycle_start, t_schedule);
+  f.schedule_seconds = Seconds(t_schedule, t_place);
+  f.place_seconds = Seconds(t_place, t_launch);
   f.device_before = backend_->device_seconds();
   if (absl::Status run = runner_.Launch(copies, decode, prefill, &f.out); !run.ok()) {
     FailAll(run);
     return true;
   }
   f.active = true;
-  f.launch_seconds = Seconds(cycle_start, Clock::now());
+  const ThreadClocks launched = ThreadClocks::Now();
+  f.launch_seconds = Seconds(cycle_start, launched.wall);
+  f.launch_cpu_seconds = launched.cpu_seconds - cycle.cpu_seconds;
+  f.launch_context_switches = launched.context_switches - cycle.context_switches;
   f.backend_launch_seconds = f.out.forward_seconds;  // Collect adds its wait later
   return true;
 }
@@ -669,7 +694,8 @@ void EngineLoop::CollectInflight() {
   f.active = false;
   engine::StepOutput& out = f.out;
   const absl::Status st = runner_.Collect(&out);
-  const auto t_done = f.collected = Clock::now();
+  collected_clocks_ = ThreadClocks::Now();
+  const auto t_done = f.collected = collected_clocks_.wall;
   f.collected_this_step = true;
   if (!st.ok()) {
     FailAll(st);
@@ -709,6 +735,11 @@ void EngineLoop::CollectInflight() {
     stats_.decode_device_seconds += device;
     stats_.decode_launch_seconds += f.launch_seconds;
     stats_.decode_backend_launch_seconds += f.backend_launch_seconds;
+    stats_.decode_take_seconds += f.take_seconds;
+    stats_.decode_schedule_seconds += f.schedule_seconds;
+    stats_.decode_place_seconds += f.place_seconds;
+    stats_.decode_launch_cpu_seconds += f.launch_cpu_seconds;
+    stats_.decode_launch_context_switches += f.launch_context_switches;
     ++metrics_.decode_steps_total;
     metrics_.decode_rows_total += f.decode_rows;
     metrics_.decode_step_seconds_total += step_seconds;

@@ -82,6 +82,15 @@ struct LoopStats {
   // waits for this part only; the rest of the loop's host work runs beside the device.
   double decode_launch_seconds = 0;
   double decode_backend_launch_seconds = 0;  // of which inside the backend's LaunchSample
+  // The same host work split by phase: taking the previous step's tokens, summarising and
+  // scheduling, placing (appends, copies, rows); with the engine thread's CPU time over the
+  // whole of it and its context switches (a wall time well above the CPU time means the thread
+  // waited: for a lock, or for a core).
+  double decode_take_seconds = 0;
+  double decode_schedule_seconds = 0;
+  double decode_place_seconds = 0;
+  double decode_launch_cpu_seconds = 0;
+  int64_t decode_launch_context_switches = 0;
   int64_t plan_builds = 0;         // full AttentionPlan rebuilds (others only advanced lengths)
   kvcache::MemoryStats peak;       // at the step with the most live chunks
 };
@@ -148,8 +157,15 @@ class EngineLoop {
                   std::chrono::steady_clock::time_point at);
   // The queued tokens' events: text, stop strings, metrics, stream pushes.
   void EmitPending();
+  // The engine thread's clocks where a step's host work begins (wall, CPU time, context switches).
+  struct ThreadClocks {
+    std::chrono::steady_clock::time_point wall;
+    double cpu_seconds = 0;
+    int64_t context_switches = 0;
+    static ThreadClocks Now();
+  };
   // Schedules, places and launches a step; false when nothing could move.
-  bool ScheduleAndLaunch(std::chrono::steady_clock::time_point cycle_start);
+  bool ScheduleAndLaunch(const ThreadClocks& cycle);
   // Waits for the step in flight and takes its tokens.
   void CollectInflight();
   // Moves admitted, preempted and finished requests between the lists.
@@ -196,11 +212,15 @@ class EngineLoop {
     bool collected_this_step = false;   // by the current Step (without overlap)
     double launch_seconds = 0;          // t_begin to the launch returning
     double backend_launch_seconds = 0;  // of which in the backend's LaunchSample
+    double take_seconds = 0, schedule_seconds = 0, place_seconds = 0;  // see LoopStats
+    double launch_cpu_seconds = 0;
+    int64_t launch_context_switches = 0;
     double device_before = 0;
   };
+  ThreadClocks collected_clocks_;  // when the last step in flight was collected
   InFlight inflight_;
   // Without overlap: when the last Step's step was collected, if the loop is to go on at once.
-  std::optional<std::chrono::steady_clock::time_point> last_collect_;
+  std::optional<ThreadClocks> last_collect_;
   struct PendingToken {
     Live* live;
     size_t sample;

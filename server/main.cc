@@ -257,6 +257,16 @@ int Run(int argc, char** argv) {
                st.decode_device_seconds, st.decode_launch_seconds,
                st.decode_backend_launch_seconds, st.host_seconds,
                sched.loop().overlap() ? "on" : "off");
+  if (st.decode_steps > 0) {
+    const double per = 1e3 / static_cast<double>(st.decode_steps);
+    spdlog::info("engine: host work before each decode launch, ms per step: {:.3f} taking the "
+                 "previous tokens, {:.3f} scheduling, {:.3f} placing, {:.3f} in the backend; "
+                 "engine thread CPU {:.3f} ms, {:.1f} context switches per step",
+                 st.decode_take_seconds * per, st.decode_schedule_seconds * per,
+                 st.decode_place_seconds * per, st.decode_backend_launch_seconds * per,
+                 st.decode_launch_cpu_seconds * per,
+                 static_cast<double>(st.decode_launch_context_switches) * per / 1e3);
+  }
 #ifdef BANYAN_HAVE_CUDA_BACKEND
   if (auto* cuda = dynamic_cast<engine::CudaBackend*>(&sched.loop().backend())) {
     const engine::CudaAttentionStats& a = cuda->attention_stats();

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libcpp-httplib-dev
-  libgtest-dev libgmock-dev libopenblas-dev libboost-dev zlib1g-dev
+  libgtest-dev libgmock-dev libopenblas-dev libboost-dev zlib1g-dev libgoogle-perftools-dev
   python3)  # the serving-bench tests check their JSON with it (they would skip without it)
 
 missing=()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 
 namespace banyan::bench::serve {
 namespace {
@@ -94,8 +95,19 @@ std::string BuildWorkload(const Options& o, Workload* out) {
     w.requests.push_back(std::move(r));
   };
   std::vector<std::vector<int32_t>> suffix_pool;  // drawn at the first use, after shared parts
+  // Private suffixes are distinct: with short ones (one token, as the served-vs-engine runs
+  // use) random draws would collide, and two requests with the same prompt share their whole
+  // sequence in the prefix tree, which is not what a "private" suffix means here.
+  std::set<std::vector<int32_t>> drawn;
+  auto fresh = [&]() {
+    std::vector<int32_t> s = src.Draw(w.suffix_tokens);
+    for (int tries = 0; tries < 64 && !drawn.insert(s).second; ++tries) {
+      s = src.Draw(w.suffix_tokens);
+    }
+    return s;
+  };
   auto suffix = [&]() {
-    if (o.suffix_pool <= 0) return src.Draw(w.suffix_tokens);
+    if (o.suffix_pool <= 0) return fresh();
     if (suffix_pool.empty()) {
       for (int k = 0; k < o.suffix_pool; ++k) suffix_pool.push_back(src.Draw(w.suffix_tokens));
     }
