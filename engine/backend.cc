@@ -46,4 +46,9 @@ absl::Status Backend::CollectSample(std::vector<SampleResult>* out) {
   return absl::OkStatus();
 }
 
+absl::Status Backend::HiddenRows(std::span<const int32_t>, std::vector<float>*) const {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", std::string(name()), " backend does not return hidden states (draft heads)"));
+}
+
 }  // namespace banyan::engine

@@ -91,6 +91,9 @@ class Backend {
   virtual absl::Status CollectSample(std::vector<SampleResult>* out);
   // Whether LaunchSample returns before the step is computed (the caller's overlap pays).
   virtual bool launches_async() const { return false; }
+  // The final-norm hidden states [rows.size() x dim] of rows of the last step (row indices as
+  // in SampleSpec::row), for draft heads. Backends that cannot say so.
+  virtual absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const;
 
  private:
   std::vector<SampleResult> launched_;  // the default LaunchSample's result

@@ -1,5 +1,6 @@
 #include "engine/step_runner.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/container/flat_hash_map.h"
@@ -28,18 +29,57 @@ absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
   if (decode.empty()) {
     batch.decode.clear();
   } else {
-    by_seq_.clear();
-    by_seq_.reserve(decode.size());
-    for (const DecodeItem& d : decode) by_seq_[d.seq] = &d;
-    out->decode_rows.reserve(decode.size());
-    specs.reserve(decode.size() + prefill.size());
-    for (kvcache::SeqId s : tree_->DfsOrder()) {
-      if (by_seq_.contains(s)) out->decode_rows.push_back(s);
+    // Rows in the tree's depth-first order; the candidate rows of one sequence adjacent, by
+    // length (BuildAttentionPlan shares the context of adjacent rows).
+    rank_.clear();
+    rank_.reserve(decode.size());
+    bool candidates = false;
+    for (const DecodeItem& d : decode) {
+      rank_[d.seq] = -1;  // the rank comes from the walk below
+      candidates = candidates || d.length > 0;
     }
-    if (out->decode_rows.size() != decode.size()) {
+    int32_t next_rank = 0;
+    for (kvcache::SeqId s : tree_->DfsOrder()) {
+      auto it = rank_.find(s);
+      if (it != rank_.end()) it->second = next_rank++;
+    }
+    if (static_cast<size_t>(next_rank) != rank_.size()) {
       return absl::InternalError("a decode sequence is not live in the prefix tree");
     }
-    if (kvcache::PlanReusable(plan_, *tree_, out->decode_rows)) {
+    items_.clear();
+    for (const DecodeItem& d : decode) items_.push_back(&d);
+    auto length_of = [&](const DecodeItem* d) {
+      return d->length > 0 ? d->length : tree_->Length(d->seq);
+    };
+    if (candidates) {
+      std::stable_sort(items_.begin(), items_.end(), [&](const DecodeItem* a, const DecodeItem* b) {
+        const int32_t ra = rank_.at(a->seq), rb = rank_.at(b->seq);
+        return ra != rb ? ra < rb : length_of(a) < length_of(b);
+      });
+    } else {
+      if (items_.size() != rank_.size()) {
+        return absl::InternalError("a sequence appears twice among the decode rows");
+      }
+      std::sort(items_.begin(), items_.end(), [&](const DecodeItem* a, const DecodeItem* b) {
+        return rank_.at(a->seq) < rank_.at(b->seq);
+      });
+    }
+    out->decode_rows.reserve(items_.size());
+    for (const DecodeItem* d : items_) out->decode_rows.push_back(d->seq);
+    specs.reserve(decode.size() + prefill.size());
+    if (candidates) {
+      lengths_.clear();
+      for (const DecodeItem* d : items_) {
+        const int32_t len = length_of(d);
+        if (len < 1 || len > tree_->Length(d->seq)) {
+          return absl::InternalError(absl::StrCat("candidate row of length ", len, " in a ",
+                                                  tree_->Length(d->seq), "-token sequence"));
+        }
+        lengths_.push_back(len);
+      }
+      plan_ = kvcache::BuildAttentionPlan(*tree_, out->decode_rows, lengths_, plan_options_);
+      ++stats_.plan_builds;
+    } else if (kvcache::PlanReusable(plan_, *tree_, out->decode_rows)) {
       kvcache::AdvanceLengths(plan_, *tree_);
       ++stats_.plan_reuses;
     } else {
@@ -48,14 +88,20 @@ absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
     }
     batch.plan = &plan_;
     // Rows are written in place: resize keeps the vectors of the rows that already exist.
-    batch.decode.resize(decode.size());
-    for (size_t r = 0; r < out->decode_rows.size(); ++r) {
-      const kvcache::SeqId s = out->decode_rows[r];
-      const DecodeItem& item = *by_seq_.at(s);
+    batch.decode.resize(items_.size());
+    for (size_t r = 0; r < items_.size(); ++r) {
+      const DecodeItem& item = *items_[r];
+      const kvcache::SeqId s = item.seq;
       SeqWork& w = batch.decode[r];
-      w.pos0 = tree_->Length(s) - 1;
-      w.tokens.assign(1, tree_->LastToken(s));
-      w.slots.assign(1, tree_->LastSlot(s));
+      if (item.length > 0) {
+        w.pos0 = item.length - 1;
+        w.tokens.assign(1, tree_->TokenAt(s, w.pos0));
+        w.slots.assign(1, tree_->SlotAt(s, w.pos0));
+      } else {
+        w.pos0 = tree_->Length(s) - 1;
+        w.tokens.assign(1, tree_->LastToken(s));
+        w.slots.assign(1, tree_->LastSlot(s));
+      }
       w.write_kv.assign(1, static_cast<uint8_t>(item.write_kv ? 1 : 0));
       w.want_logits = true;
       SampleSpec spec = item.sample;

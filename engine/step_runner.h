@@ -27,6 +27,10 @@ struct DecodeItem {
   kvcache::SeqId seq;
   bool write_kv = true;  // false: the token's KV was reused from the tree
   SampleSpec sample;     // how to sample the row (row is filled in by the runner)
+  // 0: the row is the sequence's last token. > 0: a candidate row of speculative verification,
+  // for the token at position length - 1, attending to the sequence's first `length` tokens; a
+  // sequence may have several such rows (its candidate chain), each sampled.
+  int32_t length = 0;
 };
 
 // A sequence whose positions [begin, end) are new this step (prompt prefill, a chunk of it, or
@@ -98,7 +102,9 @@ class StepRunner {
   // been seen (a decode row's vectors keep their capacity).
   StepBatch batch_;
   std::vector<SampleSpec> specs_;
-  absl::flat_hash_map<kvcache::SeqId, const DecodeItem*> by_seq_;
+  absl::flat_hash_map<kvcache::SeqId, int32_t> rank_;  // decode sequence -> rank in DFS order
+  std::vector<const DecodeItem*> items_;              // the rows' items, in row order
+  std::vector<int32_t> lengths_;                      // candidate rows: each row's context
   StepStats stats_;
   bool launched_ = false;  // a LaunchSample awaits its CollectSample
 };

@@ -15,15 +15,20 @@ struct NodeRows {
   int32_t first = 0;
   int32_t last = 0;
   int32_t segment = -1;  // segment the node's chunks belong to, -1: read privately
+  bool cut = false;      // some row reads only a prefix of the node: never shared
 };
 
+// The spans of the node's first `tokens` tokens (all of them when tokens < 0).
 void AddNodeSpans(const Node* n, int32_t chunk_size, std::vector<int32_t>* chunk,
-                  std::vector<int32_t>* begin, std::vector<int32_t>* end) {
+                  std::vector<int32_t>* begin, std::vector<int32_t>* end, int32_t tokens = -1) {
+  const int32_t stop = n->first_slot + (tokens < 0 ? n->size() : tokens);  // global slot bound
   for (size_t k = 0; k < n->chunks.size(); ++k) {
     auto [b, e] = n->SlotRange(k, chunk_size);
+    const int32_t base = static_cast<int32_t>(k) * chunk_size;
+    if (base + b >= stop) break;
     chunk->push_back(n->chunks[k]);
     begin->push_back(b);
-    end->push_back(e);
+    end->push_back(std::min(e, stop - base));
   }
 }
 
@@ -50,17 +55,38 @@ int64_t AttentionPlan::private_tokens() const {
 
 AttentionPlan BuildAttentionPlan(const PrefixTree& tree, std::span<const SeqId> rows,
                                  PlanOptions options) {
+  return BuildAttentionPlan(tree, rows, {}, options);
+}
+
+AttentionPlan BuildAttentionPlan(const PrefixTree& tree, std::span<const SeqId> rows,
+                                 std::span<const int32_t> row_lengths, PlanOptions options) {
   const int32_t c = tree.chunk_size();
   const int32_t num_rows = static_cast<int32_t>(rows.size());
+  BANYAN_CHECK(row_lengths.empty() || row_lengths.size() == rows.size())
+      << row_lengths.size() << " row lengths for " << rows.size() << " rows";
   AttentionPlan plan;
   plan.version = tree.shape_version();
   plan.chunk_size = c;
   plan.rows.assign(rows.begin(), rows.end());
+  plan.limited = !row_lengths.empty();
 
   std::vector<std::vector<const Node*>> paths(num_rows);
+  std::vector<int32_t> limit(num_rows, -1);  // the row's context length when it cuts its path
   std::unordered_map<const Node*, NodeRows> info;
   for (int32_t r = 0; r < num_rows; ++r) {
     paths[r] = tree.Path(rows[r]);
+    if (plan.limited) {
+      const int32_t want = row_lengths[r];
+      BANYAN_CHECK(want >= 1 && want <= tree.Length(rows[r]))
+          << "row " << r << ": length " << want << " of a " << tree.Length(rows[r])
+          << "-token sequence";
+      while (!paths[r].empty() && paths[r].back()->depth_tokens >= want) paths[r].pop_back();
+      const Node* last = paths[r].back();
+      if (last->depth_tokens + last->size() > want) {
+        limit[r] = want;
+        info[last].cut = true;
+      }
+    }
     for (const Node* n : paths[r]) {
       NodeRows& ni = info[n];
       if (ni.count == 0) ni.first = r;
@@ -77,7 +103,9 @@ AttentionPlan BuildAttentionPlan(const PrefixTree& tree, std::span<const SeqId> 
     for (int32_t r = 0; r < num_rows; ++r) {
       for (const Node* n : paths[r]) {
         NodeRows& ni = info[n];
-        if (ni.first != r || ni.count < 2 || ni.last - ni.first + 1 != ni.count) continue;
+        if (ni.first != r || ni.count < 2 || ni.last - ni.first + 1 != ni.count || ni.cut) {
+          continue;
+        }
         auto parent = info.find(n->parent);
         if (parent != info.end() && parent->second.segment >= 0 &&
             parent->second.count == ni.count) {
@@ -114,15 +142,19 @@ AttentionPlan BuildAttentionPlan(const PrefixTree& tree, std::span<const SeqId> 
     int32_t length = 0;
     int32_t last_seg = -1;
     for (const Node* n : paths[r]) {
-      length += n->size();
+      const bool cut_here = n == paths[r].back() && limit[r] >= 0;
+      const int32_t tokens = cut_here ? limit[r] - n->depth_tokens : n->size();
+      length += tokens;
       const NodeRows& ni = info[n];
       if (ni.segment >= 0) {
         if (ni.segment != last_seg) plan.row_seg_ids.push_back(ni.segment);
         last_seg = ni.segment;
         continue;
       }
-      AddNodeSpans(n, c, &plan.span_chunk, &plan.span_begin, &plan.span_end);
-      if (n == paths[r].back() && ni.count == 1) plan.row_tail_span.back() = plan.num_spans() - 1;
+      AddNodeSpans(n, c, &plan.span_chunk, &plan.span_begin, &plan.span_end, tokens);
+      if (n == paths[r].back() && ni.count == 1 && !plan.limited) {
+        plan.row_tail_span.back() = plan.num_spans() - 1;
+      }
     }
     plan.row_span_end.push_back(plan.num_spans());
     plan.row_seg_end.push_back(static_cast<int32_t>(plan.row_seg_ids.size()));
@@ -133,7 +165,7 @@ AttentionPlan BuildAttentionPlan(const PrefixTree& tree, std::span<const SeqId> 
 
 bool PlanReusable(const AttentionPlan& plan, const PrefixTree& tree,
                   std::span<const SeqId> rows) {
-  return plan.version == tree.shape_version() &&
+  return !plan.limited && plan.version == tree.shape_version() &&
          std::equal(plan.rows.begin(), plan.rows.end(), rows.begin(), rows.end());
 }
 

@@ -62,6 +62,9 @@ struct AttentionPlan {
   // Span index of the row's growing tail (its leaf's last chunk) when the leaf is private to the
   // row; -1 otherwise. AdvanceLengths updates exactly these.
   std::vector<int32_t> row_tail_span;
+  // Rows limited to a prefix of their sequence (speculative verification: one row per candidate
+  // position). Such a plan is never advanced in place.
+  bool limited = false;
 
   int32_t num_rows() const { return static_cast<int32_t>(rows.size()); }
   int32_t num_segments() const { return static_cast<int32_t>(seg_row_begin.size()); }
@@ -73,6 +76,14 @@ struct AttentionPlan {
 // Builds the plan for `rows` (live sequences of `tree`, each at most once).
 AttentionPlan BuildAttentionPlan(const PrefixTree& tree, std::span<const SeqId> rows,
                                  PlanOptions options = {});
+
+// The same with a context length per row: row r attends to the first row_lengths[r] tokens of
+// its sequence (1 <= length <= the sequence's length). A sequence may then appear in several
+// rows, adjacent, with increasing lengths: the rows of one candidate chain, each query attending
+// to the context and the candidates before it. Nodes above every row's cut are shared as usual;
+// a node some row cuts is read per row, up to that row's length.
+AttentionPlan BuildAttentionPlan(const PrefixTree& tree, std::span<const SeqId> rows,
+                                 std::span<const int32_t> row_lengths, PlanOptions options = {});
 
 // True when `plan` can be brought up to date by AdvanceLengths (same tree shape, same rows).
 bool PlanReusable(const AttentionPlan& plan, const PrefixTree& tree, std::span<const SeqId> rows);

@@ -468,6 +468,65 @@ absl::Status PrefixTree::Release(SeqId seq) {
   return absl::OkStatus();
 }
 
+absl::Status PrefixTree::Truncate(SeqId seq, int32_t length, std::vector<ChunkCopy>* copies) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
+  Node* leaf = it->second.leaf;
+  const int32_t total = leaf->depth_tokens + leaf->size();
+  if (length < 1 || length > total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot truncate a ", total, "-token sequence to ", length, " tokens"));
+  }
+  if (length == total) return absl::OkStatus();
+  ++clock_;
+  ++shape_version_;  // row lengths shrink: no plan of the old shape may be advanced
+  const int32_t c = chunk_size_;
+  if (leaf->refcount == 1 && leaf->children.empty() && length > leaf->depth_tokens) {
+    // The usual case: the candidates grew this sequence's own leaf in place. Drop them there.
+    const int32_t keep = length - leaf->depth_tokens;
+    leaf->tokens.resize(static_cast<size_t>(keep));
+    const size_t chunks_kept = static_cast<size_t>((leaf->first_slot + keep - 1) / c + 1);
+    for (size_t k = chunks_kept; k < leaf->chunks.size(); ++k) pool_->Free(leaf->chunks[k]);
+    leaf->chunks.resize(std::min(chunks_kept, leaf->chunks.size()));
+    leaf->last_use = clock_;
+    return absl::OkStatus();
+  }
+  // The cut lies in a node others use (or one above the leaf): end the sequence at the cut,
+  // splitting the node there, and free what no one uses any more below it.
+  Node* end = leaf;
+  while (end->depth_tokens >= length) end = end->parent;
+  const size_t copies_before = copies->size();
+  if (end->depth_tokens + end->size() > length) {
+    end = Split(end, length - end->depth_tokens, copies);
+  }
+  for (Node* p = leaf; p != end; p = p->parent) {
+    BANYAN_CHECK(p->refcount > 0) << "refcount underflow truncating sequence " << seq;
+    --p->refcount;
+    p->last_use = clock_;
+  }
+  leaf->seqs_ending.erase(seq);
+  end->seqs_ending.insert(seq);
+  it->second.leaf = end;
+  std::set<ChunkId> freed;
+  for (Node* n = leaf; n != end && n->refcount == 0 && n->children.empty() &&
+                       n->seqs_ending.empty();) {
+    Node* parent = n->parent;
+    for (ChunkId ch : n->chunks) {
+      pool_->Free(ch);
+      freed.insert(ch);
+    }
+    n->chunks.clear();
+    Unlink(n);  // destroys n
+    n = parent;
+  }
+  // A split's copy into a chunk freed just now must not run: the chunk may be reused.
+  auto dead = [&](const ChunkCopy& cp) { return freed.contains(cp.dst); };
+  copies->erase(std::remove_if(copies->begin() + static_cast<std::ptrdiff_t>(copies_before),
+                               copies->end(), dead),
+                copies->end());
+  return absl::OkStatus();
+}
+
 int32_t PrefixTree::Evict(int32_t n_chunks) {
   if (n_chunks <= 0) return 0;
   using Entry = std::pair<uint64_t, Node*>;  // (last_use, node): oldest first
@@ -516,6 +575,26 @@ SlotRef PrefixTree::LastSlot(SeqId seq) const {
   const Node* leaf = seqs_.at(seq).leaf;
   BANYAN_CHECK(leaf->size() > 0) << "sequence " << seq << " ends at an empty node";
   return leaf->SlotOf(leaf->size() - 1, chunk_size_);
+}
+
+namespace {
+const PrefixTree::Node* NodeAt(const PrefixTree::Node* leaf, int32_t pos) {
+  const PrefixTree::Node* n = leaf;
+  while (n != nullptr && n->depth_tokens > pos) n = n->parent;
+  BANYAN_CHECK(n != nullptr && pos >= 0 && pos < n->depth_tokens + n->size())
+      << "position " << pos << " is not in the sequence";
+  return n;
+}
+}  // namespace
+
+int32_t PrefixTree::TokenAt(SeqId seq, int32_t pos) const {
+  const Node* n = NodeAt(seqs_.at(seq).leaf, pos);
+  return n->tokens[static_cast<size_t>(pos - n->depth_tokens)];
+}
+
+SlotRef PrefixTree::SlotAt(SeqId seq, int32_t pos) const {
+  const Node* n = NodeAt(seqs_.at(seq).leaf, pos);
+  return n->SlotOf(pos - n->depth_tokens, chunk_size_);
 }
 
 std::vector<int32_t> PrefixTree::Tokens(SeqId seq) const {

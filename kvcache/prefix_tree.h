@@ -152,6 +152,13 @@ class PrefixTree {
   // Ends a live sequence. Its nodes stay cached.
   absl::Status Release(SeqId seq);
 
+  // Shortens live sequence `seq` to its first `length` tokens (1 <= length <= its length): the
+  // rejected candidates of a speculative step. Tokens that only this sequence used are dropped
+  // and their chunks go back to the pool at once; a node that others use (or that is cached)
+  // and is cut inside is split, its chunk copies appended to `copies` (apply them before the
+  // next KV writes, as Place's).
+  absl::Status Truncate(SeqId seq, int32_t length, std::vector<ChunkCopy>* copies);
+
   // Frees at least `n_chunks` chunks by evicting cached leaves, least recently used first, when
   // possible. Never touches a node a live sequence uses. Returns the number freed.
   int32_t Evict(int32_t n_chunks);
@@ -162,6 +169,9 @@ class PrefixTree {
   std::vector<int32_t> Tokens(SeqId seq) const;
   int32_t LastToken(SeqId seq) const;  // O(1)
   SlotRef LastSlot(SeqId seq) const;   // the slot of the last token; O(1)
+  // Token and slot at position `pos` of `seq`; O(nodes between it and the end).
+  int32_t TokenAt(SeqId seq, int32_t pos) const;
+  SlotRef SlotAt(SeqId seq, int32_t pos) const;
   // Slots of positions [begin, end) of `seq`.
   std::vector<SlotRef> Slots(SeqId seq, int32_t begin, int32_t end) const;
   // Nodes of the sequence's path, root's child first.

@@ -56,6 +56,10 @@
 #include "scheduler/request.h"
 #include "scheduler/request_stream.h"
 
+namespace banyan::engine {
+class DraftHeads;
+}
+
 namespace banyan::scheduler {
 
 struct LoopOptions {
@@ -65,6 +69,26 @@ struct LoopOptions {
   // The CPU a step ahead (see the top of this file): 1 on, 0 off, -1 where the backend launches
   // asynchronously (Backend::launches_async: the GPU).
   int overlap = -1;
+  // Speculative decoding for greedy samples (no penalties, no logprobs): each decode row
+  // proposes a chain of candidate tokens that the same step verifies through the prefix tree
+  // (one row per candidate, attending to the context and the candidates before it; TPP reads
+  // the shared context once for all). The longest agreeing prefix is kept plus the model's own
+  // next token, so the output is the same as without speculation.
+  enum class Speculation {
+    kOff,
+    // Hydra's sequentially dependent draft heads (or Medusa's), on the host: needs a backend
+    // that returns hidden states (Backend::HiddenRows).
+    kHeads,
+    // The continuation this loop last generated greedily for the same prompt (prompt lookup):
+    // what a repeated request, or a benchmark that sends its load twice, gets right.
+    kLookup,
+  };
+  Speculation speculation = Speculation::kOff;
+  const engine::DraftHeads* draft_heads = nullptr;  // kHeads; must outlive the loop
+  int draft_tokens = 3;       // candidates per chain (kHeads: at most the heads' count)
+  // Speculate only in steps with at most this many decode rows: verification multiplies a
+  // step's rows by draft_tokens + 1, which stops paying once the step is compute-bound.
+  int speculation_max_rows = 32;
 };
 
 // Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).
@@ -157,6 +181,13 @@ class EngineLoop {
                   std::chrono::steady_clock::time_point at);
   // The queued tokens' events: text, stop strings, metrics, stream pushes.
   void EmitPending();
+  // Speculation (LoopOptions::Speculation): the candidate chain of a sample about to decode
+  // (empty when it should not speculate), and taking a verified chain's results.
+  std::vector<int32_t> DraftFor(const Live& live, size_t sample, int budget);
+  void TakeChain(Live& live, size_t sample, std::span<const engine::SampleResult> results,
+                 std::chrono::steady_clock::time_point at);
+  // kLookup: what a greedy request generated, by prompt (and cache namespace).
+  void RememberContinuation(const Live& live);
   // The engine thread's clocks where a step's host work begins (wall, CPU time, context switches).
   struct ThreadClocks {
     std::chrono::steady_clock::time_point wall;
@@ -229,6 +260,11 @@ class EngineLoop {
     std::chrono::steady_clock::time_point at;
   };
   std::vector<PendingToken> pending_;
+  // Speculation state between steps: the rows whose hidden states the heads need (by sample),
+  // and the continuations kLookup drafts from.
+  absl::flat_hash_map<uint64_t, std::vector<int32_t>> continuations_;
+  std::vector<uint64_t> continuation_order_;  // oldest first, for the bound
+  std::vector<kvcache::ChunkCopy> pending_copies_;  // from truncations, for the next step
   uint64_t arrival_counter_ = 0;
   bool added_ = false;  // Add() since the last Step
   uint64_t step_serial_ = 0;  // Steps begun, for Touch

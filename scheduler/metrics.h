@@ -32,6 +32,13 @@ struct MetricsSnapshot {
   int64_t prompt_tokens_total = 0;
   int64_t prefix_cache_hit_tokens_total = 0;
   int64_t generation_tokens_total = 0;
+  // Speculative decoding (vLLM's spec_decode counters): verification chains run, candidate
+  // tokens in them, candidates accepted, and accepted candidates by position in the chain.
+  static constexpr int kSpecPositions = 8;
+  int64_t spec_drafts_total = 0;
+  int64_t spec_draft_tokens_total = 0;
+  int64_t spec_accepted_tokens_total = 0;
+  int64_t spec_accepted_per_position[kSpecPositions] = {};
   int64_t preemptions_total = 0;
   int64_t requests_finished_total = 0;  // by any reason
   int64_t requests_rejected_total = 0;  // queue full / draining

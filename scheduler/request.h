@@ -64,6 +64,9 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t cached_prompt_tokens = 0;  // found in the prefix cache: no prefill, no new memory
   int32_t completion_tokens = 0;     // over all samples
+  // Speculative decoding: candidate tokens verified, and of those accepted (over all samples).
+  int32_t draft_tokens = 0;
+  int32_t accepted_draft_tokens = 0;
 };
 
 }  // namespace banyan::scheduler

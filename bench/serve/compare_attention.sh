@@ -17,9 +17,12 @@
 #              BANYAND_ARGS (more banyand flags, word-split)
 #   Load:      WORKLOADS ("generated-shared-prefix multi-tenant long-document no-sharing"),
 #              RATES_<workload> with '-' written '_' (e.g. RATES_no_sharing=2,4,8: req/s, comma
-#              separated, ascending), SLO_TTFT_MS (2000), SLO_TPOT_MS (40), VOCAB (32000: token
-#              ids are drawn below it; 512 for stories260K), SEED (1; workload k uses SEED+1000k)
-#   Lengths:   NUM_PROMPTS (256: requests per sweep step); the others, when unset, leave the
+#              separated, ascending; RATES_<attention>_<workload> for one mode only),
+#              SLO_TTFT_MS (2000), SLO_TPOT_MS (40), VOCAB (32000: token ids are drawn below
+#              it; 512 for stories260K), SEED (1; workload k uses SEED+1000k)
+#   Lengths:   NUM_PROMPTS (256: requests per sweep step), or SWEEP_SECONDS (each step sends
+#              rate x SWEEP_SECONDS requests, so that high rates reach a steady state); the
+#              others, when unset, leave the
 #              bench's default for the workload (docs/serve_bench.md): OUTPUT_TOKENS,
 #              PREFIX_TOKENS and SUFFIX_TOKENS (generated-shared-prefix and the other prefix
 #              workloads), NUM_GROUPS and PROMPTS_PER_GROUP (generated-shared-prefix; tenants
@@ -77,7 +80,11 @@ default_rates() {
 workload_args() {
   local w=$1 extra_var="ARGS_${1//-/_}"
   local -a a=(--workload "$w" --vocab "$VOCAB")
-  a+=(--num-prompts "$NUM_PROMPTS")
+  if [[ -n ${SWEEP_SECONDS:-} ]]; then
+    a+=(--sweep-seconds "$SWEEP_SECONDS")
+  else
+    a+=(--num-prompts "$NUM_PROMPTS")
+  fi
   [[ -n ${OUTPUT_TOKENS:-} ]] && a+=(--output-tokens "$OUTPUT_TOKENS")
   case $w in
     multi-tenant)
@@ -134,8 +141,8 @@ for attention in $ATTENTIONS; do
   done
   k=0
   for w in $WORKLOADS; do
-    rates_var="RATES_${w//-/_}"
-    rates=${!rates_var:-$(default_rates "$w")}
+    rates_var="RATES_${w//-/_}" mode_rates_var="RATES_${attention}_${w//-/_}"
+    rates=${!mode_rates_var:-${!rates_var:-$(default_rates "$w")}}
     out="$WORK/${attention}_$w.jsonl"
     : >"$out"
     mapfile -t args < <(workload_args "$w")

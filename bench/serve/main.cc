@@ -4,6 +4,8 @@
 // 2 on a usage error.
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -160,7 +162,15 @@ int Main(int argc, char** argv) {
   Options step = o;
   for (size_t i = 0; i < o.sweep_rates.size(); ++i) {
     step.seed = o.seed + i;
-    if (i > 0) Build(step, t, &w, &bodies);
+    if (o.sweep_seconds > 0) {
+      // As many requests as the rate sends in sweep_seconds: a fixed count would be over before
+      // a high rate filled the server (its requests outlive the arrivals).
+      step.num_prompts =
+          std::max(1, static_cast<int>(std::ceil(o.sweep_rates[i] * o.sweep_seconds)));
+      Build(step, t, &w, &bodies);
+    } else if (i > 0) {
+      Build(step, t, &w, &bodies);
+    }
     RunConfig rc{o.sweep_rates[i], o.burstiness, o.concurrency};
     Json report = RunOnce(step, t, w, bodies, rc);
     const bool ok = MeetsSlo(report);

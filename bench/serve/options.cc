@@ -118,6 +118,7 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
          }
          return std::string();
        }},
+      {"sweep-seconds", Double(&Options::sweep_seconds, 0.0, "sweep-seconds")},
       {"request-timeout-s", Double(&Options::request_timeout_s, 0.0, "request-timeout-s")},
       {"slo-ttft-ms", Double(&Options::slo_ttft_ms, 0.0, "slo-ttft-ms")},
       {"slo-tpot-ms", Double(&Options::slo_tpot_ms, 0.0, "slo-tpot-ms")},
@@ -216,6 +217,8 @@ Arrivals:   --concurrency N (cap on requests in flight; 0: none)
             --request-rate R (requests/s, Poisson; inf or 0: all at once) --burstiness G (1)
             --sweep-rates r1,r2,...: run each rate in turn, stop after the first that breaks
             the SLO (p99 TTFT or p99 TPOT above it); reports the highest that held
+            --sweep-seconds S: each step sends rate x S requests (instead of --num-prompts),
+            so that every rate reaches its steady state for about S seconds
 SLO:        --slo-ttft-ms 2000 --slo-tpot-ms 40
 Metrics:    --metrics-interval-ms 100 (poll GET /metrics for peak KV chunks; 0: off)
 Output:     --output FILE (JSON lines appended; default stdout) --label TEXT

@@ -48,6 +48,7 @@ struct Options {
   double request_rate = 0.0;         // requests/s; 0 (or "inf"): all at once
   double burstiness = 1.0;           // gamma shape of inter-arrival times; 1: Poisson
   std::vector<double> sweep_rates;   // non-empty: run each rate until the SLO breaks
+  double sweep_seconds = 0;          // > 0: each sweep step sends rate x this many requests
   double request_timeout_s = 0.0;    // 0: none
 
   // --- SLO and metrics

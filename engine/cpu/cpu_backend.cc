@@ -249,4 +249,19 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const {
+  const size_t dim = static_cast<size_t>(cfg_.dim);
+  const size_t have = hidden_.size() / dim;
+  out->resize(rows.size() * dim);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || static_cast<size_t>(rows[i]) >= have) {
+      return absl::OutOfRangeError(
+          absl::StrCat("hidden row ", rows[i], " of a step with ", have, " logit rows"));
+    }
+    std::copy_n(hidden_.begin() + static_cast<std::ptrdiff_t>(rows[i] * dim), dim,
+                out->begin() + static_cast<std::ptrdiff_t>(i * dim));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace banyan::engine

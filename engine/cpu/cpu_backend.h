@@ -37,6 +37,7 @@ class CpuBackend final : public Backend {
   // The final-norm hidden states of the last Forward's logit rows, [rows][dim]: what the LM head
   // multiplies, and what draft heads (engine/speculative/draft_heads.h) read.
   const std::vector<float>& last_hidden() const { return hidden_; }
+  absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const override;
 
  private:
   CpuBackend(const ModelWeights* weights, const CpuBackendOptions& options);

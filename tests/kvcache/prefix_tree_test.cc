@@ -114,6 +114,49 @@ TEST(PrefixTreeTest, ForkThenDivergeAndReuse) {
   EXPECT_EQ(order.size(), 3u);
 }
 
+// Rejected speculative candidates: a sequence's own in-place tail is cut back (its emptied chunks
+// return to the pool); candidates in a node other sequences share end the sequence at a split,
+// leaving the sharers' tokens and KV where they were.
+TEST(PrefixTreeTest, TruncateDropsRejectedCandidates) {
+  auto pool = *ChunkPool::Create(16, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> p(14, 7);
+  SeqId s = tree.Insert("", p)->seq;
+  std::vector<int32_t> chain = {1, 2, 3, 4, 5};  // crosses into a second chunk
+  ASSERT_TRUE(tree.Extend(s, chain).ok());
+  EXPECT_EQ(pool.chunks_used(), 2);
+  std::vector<ChunkCopy> copies;
+  ASSERT_TRUE(tree.Truncate(s, 16, &copies).ok());  // keeps 1, 2
+  EXPECT_EQ(tree.Length(s), 16);
+  EXPECT_EQ(tree.TokenAt(s, 15), 2);
+  EXPECT_EQ(pool.chunks_used(), 1);
+  EXPECT_TRUE(copies.empty());
+  ASSERT_TRUE(tree.Append(s, 9).ok());  // grows again where the candidates were
+  EXPECT_EQ(tree.TokenAt(s, 16), 9);
+  EXPECT_EQ(tree.SlotAt(s, 16).chunk, tree.LastSlot(s).chunk);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+
+  // Another sequence shares the prefix and the first two candidates.
+  auto ids = *tree.Fork(s, 2);
+  ASSERT_TRUE(tree.Extend(ids[0], std::vector<int32_t>{20, 21, 22}).ok());
+  ASSERT_TRUE(tree.Extend(ids[1], std::vector<int32_t>{20, 21, 30}).ok());
+  const int32_t before = pool.chunks_used();
+  ASSERT_TRUE(tree.Truncate(ids[1], tree.Length(ids[1]) - 2, &copies).ok());  // keeps 20
+  EXPECT_EQ(tree.Length(ids[1]), 18);
+  EXPECT_EQ(tree.TokenAt(ids[1], 17), 20);
+  EXPECT_EQ(tree.Length(ids[0]), 20);
+  EXPECT_EQ(tree.TokenAt(ids[0], 19), 22);
+  // The private node holding 30 is freed; the split at the cut may take a chunk for its copy.
+  EXPECT_LE(pool.chunks_used(), before);
+  EXPECT_FALSE(copies.empty());
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  EXPECT_FALSE(tree.Truncate(ids[1], 0, &copies).ok());
+  EXPECT_FALSE(tree.Truncate(ids[1], 19, &copies).ok());
+  ASSERT_TRUE(tree.Release(ids[0]).ok());
+  ASSERT_TRUE(tree.Release(ids[1]).ok());
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+}
+
 TEST(PrefixTreeTest, OutOfMemoryLeavesTreeUnchanged) {
   auto pool = *ChunkPool::Create(4, 16);
   PrefixTree tree(&pool);
@@ -393,6 +436,62 @@ TEST(AttentionPlanTest, HierarchicalSegmentsSpanWholePaths) {
   EXPECT_EQ(plan.shared_tokens(), 180);
   EXPECT_EQ(plan.private_tokens(), 6);
   VerifyPlan(tree, plan, true);
+}
+
+// Candidate-chain rows: a sequence in several adjacent rows, each attending to a prefix of it.
+// Every row must read exactly the slots of its own prefix; the prefix both sequences share stays
+// one phase-1 segment over all their rows; the cut leaves are read per row.
+TEST(AttentionPlanTest, RowLengthsReadPrefixesOfTheirSequence) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> shared(40);
+  for (int i = 0; i < 40; ++i) shared[i] = i;
+  std::vector<SeqId> seqs;
+  for (int k = 0; k < 2; ++k) {
+    std::vector<int32_t> t = shared;
+    for (int i = 0; i < 14; ++i) t.push_back(100 * (k + 1) + i);  // 10-token tail + 4 candidates
+    seqs.push_back(tree.Insert("", t)->seq);
+  }
+  std::vector<SeqId> rows;
+  std::vector<int32_t> lengths;
+  for (SeqId s : tree.DfsOrder()) {
+    for (int32_t len = 50; len <= 54; ++len) {
+      rows.push_back(s);
+      lengths.push_back(len);
+    }
+  }
+  AttentionPlan plan = BuildAttentionPlan(tree, rows, lengths);
+  EXPECT_TRUE(plan.limited);
+  EXPECT_FALSE(PlanReusable(plan, tree, rows));
+  ASSERT_EQ(plan.num_segments(), 1);
+  EXPECT_EQ(plan.seg_row_end[0] - plan.seg_row_begin[0], 10);
+  EXPECT_EQ(plan.seg_tokens[0], 40);
+  for (int32_t r = 0; r < plan.num_rows(); ++r) {
+    std::multiset<std::pair<int32_t, int32_t>> got, want;
+    auto add = [&](int32_t lo, int32_t hi) {
+      for (int32_t sp = lo; sp < hi; ++sp) {
+        for (int32_t sl = plan.span_begin[sp]; sl < plan.span_end[sp]; ++sl) {
+          got.insert({plan.span_chunk[sp], sl});
+        }
+      }
+    };
+    for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
+      add(plan.seg_span_begin[plan.row_seg_ids[i]], plan.seg_span_end[plan.row_seg_ids[i]]);
+    }
+    add(plan.row_span_begin[r], plan.row_span_end[r]);
+    for (const SlotRef& sl : tree.Slots(rows[r], 0, lengths[r])) want.insert({sl.chunk, sl.slot});
+    ASSERT_EQ(got, want) << "row " << r;
+    EXPECT_EQ(plan.row_length[r], lengths[r]);
+    EXPECT_EQ(plan.row_tail_span[r], -1);
+  }
+  // Full lengths give the same reads as the plan without lengths.
+  std::vector<SeqId> full_rows = tree.DfsOrder();
+  std::vector<int32_t> full(full_rows.size(), 54);
+  AttentionPlan a = BuildAttentionPlan(tree, full_rows, full);
+  AttentionPlan b = BuildAttentionPlan(tree, full_rows);
+  EXPECT_EQ(a.span_chunk, b.span_chunk);
+  EXPECT_EQ(a.span_end, b.span_end);
+  EXPECT_EQ(a.row_length, b.row_length);
 }
 
 }  // namespace
