@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "engine/request_check.h"
+#include "engine/speculative/draft_heads.h"
 #include "scheduler/policy.h"
 #include "scheduler/sample_text.h"
 #include "spdlog/spdlog.h"
@@ -74,6 +75,13 @@ struct EngineLoop::Live {
     bool ended = false;              // its terminal event was pushed (implies finished)
     int32_t emitted = 0;             // token events pushed
     Clock::time_point last_token;
+    // Speculation: the candidates in flight after next_token (in the tree, to verify), the
+    // hidden state at the row that sampled next_token (draft heads), and the continuation
+    // drafted from (prompt lookup) with how much of it the generated tokens were checked against.
+    std::vector<int32_t> drafts;
+    std::vector<float> hidden;
+    std::shared_ptr<const std::vector<int32_t>> lookup;
+    size_t lookup_checked = 0;
   };
 
   uint64_t handle = 0;
@@ -229,6 +237,10 @@ void EngineLoop::Preempt(Live& live) {
   // Samples keep their generated tokens and sampling state; only the KV goes (to the cache,
   // where the recompute will most likely find it).
   ReleaseAll(live);
+  for (Live::Sample& s : live.samples) {
+    s.drafts.clear();
+    s.hidden.clear();
+  }
   live.placed = 0;
   live.resume = !live.samples.empty();
   live.state = RequestState::kWaiting;
@@ -315,7 +327,8 @@ void EngineLoop::StartSamples(Live& live) {
   for (int k = 0; k < r.n; ++k) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
                    .generated = {}, .next_token = -1, .finished = false, .ended = false,
-                   .emitted = 0, .last_token = {}};
+                   .emitted = 0, .last_token = {}, .drafts = {}, .hidden = {}, .lookup = {},
+                   .lookup_checked = 0};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
     live.samples.push_back(std::move(s));
   }
@@ -340,8 +353,109 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
     s.finished = true;
     if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
     s.seq = -1;
+    if (i == 0 && options_.speculation == LoopOptions::Speculation::kLookup) {
+      s.generated.push_back(res.token);
+      RememberContinuation(live);
+      s.generated.pop_back();
+    }
   }
   pending_.push_back({.live = &live, .sample = i, .result = res, .stop = fin, .at = at});
+}
+
+namespace {
+
+// Speculation keeps the output exactly the same only where a row's token is a function of its
+// logits alone: greedy, without the penalties that read the generated counts.
+bool SpeculationApplies(const engine::SamplingParams& p) {
+  return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
+         p.presence_penalty == 0.0f;
+}
+
+uint64_t PromptKey(const Request& r) {
+  uint64_t h = std::hash<std::string>()(r.cache_namespace);
+  for (int32_t t : r.prompt) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  return h ^ r.prompt.size();
+}
+
+constexpr size_t kMaxContinuations = 4096;
+
+}  // namespace
+
+void EngineLoop::RememberContinuation(const Live& live) {
+  if (!SpeculationApplies(live.req.params) || live.samples.empty()) return;
+  const uint64_t key = PromptKey(live.req);
+  auto [it, added] = continuations_.insert_or_assign(
+      key, std::make_shared<const std::vector<int32_t>>(live.samples[0].generated));
+  if (added) continuation_order_.push_back(key);
+  if (continuation_order_.size() > kMaxContinuations) {
+    continuations_.erase(continuation_order_.front());
+    continuation_order_.erase(continuation_order_.begin());
+  }
+}
+
+std::vector<int32_t> EngineLoop::DraftFor(Live& live, size_t i, int budget) {
+  Live::Sample& s = live.samples[i];
+  std::vector<int32_t> drafts;
+  if (budget <= 0 || s.finished || s.seq < 0 || !SpeculationApplies(live.req.params)) {
+    return drafts;
+  }
+  if (options_.speculation == LoopOptions::Speculation::kHeads) {
+    if (options_.draft_heads == nullptr || s.hidden.empty()) return drafts;
+    auto chain = options_.draft_heads->Chain(s.hidden, s.next_token);
+    if (!chain.ok()) return drafts;
+    drafts.assign(chain->begin(), chain->begin() + std::min<size_t>(chain->size(), budget));
+  } else if (options_.speculation == LoopOptions::Speculation::kLookup) {
+    Live::Sample& m = live.samples[i];
+    if (!m.lookup && m.generated.size() == 1) {
+      auto it = continuations_.find(PromptKey(live.req));
+      if (it != continuations_.end()) m.lookup = it->second;
+      m.lookup_checked = 0;
+    }
+    if (!m.lookup) return drafts;
+    const std::vector<int32_t>& cont = *m.lookup;
+    for (; m.lookup_checked < m.generated.size(); ++m.lookup_checked) {
+      if (m.lookup_checked >= cont.size() || cont[m.lookup_checked] != m.generated[m.lookup_checked]) {
+        m.lookup.reset();  // diverged (another model state, or a different sample): stop
+        return drafts;
+      }
+    }
+    const size_t g = m.generated.size();
+    for (size_t j = g; j < cont.size() && drafts.size() < static_cast<size_t>(budget); ++j) {
+      drafts.push_back(cont[j]);
+    }
+  }
+  return drafts;
+}
+
+size_t EngineLoop::TakeChain(Live& live, size_t i, std::span<const engine::SampleResult> results,
+                             Clock::time_point at) {
+  Live::Sample& s = live.samples[i];
+  std::vector<int32_t> drafts = std::move(s.drafts);
+  s.drafts.clear();
+  if (s.finished) return 0;
+  const size_t k = drafts.size();
+  BANYAN_CHECK(results.size() == k + 1) << results.size() << " rows for " << k << " candidates";
+  size_t a = 0;
+  while (a < k && results[a].token == drafts[a]) ++a;
+  MetricsSnapshot& m = metrics_;
+  ++m.spec_drafts_total;
+  m.spec_draft_tokens_total += static_cast<int64_t>(k);
+  m.spec_accepted_tokens_total += static_cast<int64_t>(a);
+  for (size_t j = 0; j < a && j < static_cast<size_t>(MetricsSnapshot::kSpecPositions); ++j) {
+    ++m.spec_accepted_per_position[j];
+  }
+  live.usage.draft_tokens += static_cast<int32_t>(k);
+  live.usage.accepted_draft_tokens += static_cast<int32_t>(a);
+  const kvcache::SeqId seq = s.seq;
+  const int32_t keep = tree_.Length(seq) - static_cast<int32_t>(k - a);
+  for (size_t j = 0; j <= a; ++j) {
+    TakeSample(live, i, results[j], at);
+    if (s.finished) return j;  // EOS or length: the sequence is released
+  }
+  if (absl::Status t = tree_.Truncate(seq, keep, &pending_copies_); !t.ok()) {
+    Finish(live, t, FinishReason::kError);
+  }
+  return a;
 }
 
 void EngineLoop::EmitPending() {
@@ -596,7 +710,8 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
   const Clock::time_point t_place = Clock::now();
 
   for (uint64_t h : plan.preempt) Preempt(*by_handle[h]);
-  std::vector<kvcache::ChunkCopy> copies;
+  std::vector<kvcache::ChunkCopy> copies = std::move(pending_copies_);  // from truncations
+  pending_copies_.clear();
   std::vector<engine::PrefillItem> prefill;
   std::vector<Live*> logit_owners;
   for (auto& [h, tokens] : plan.prefill) {
@@ -659,6 +774,32 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
     Preempt(*victim);
     std::erase_if(appends, [&](const auto& a) { return owner.at(a.first).first == victim; });
   }
+  // Speculation: a candidate chain after each decode row's token, verified by this step.
+  if (options_.speculation != LoopOptions::Speculation::kOff && !decode.empty() &&
+      static_cast<int>(decode.size()) <= options_.speculation_max_rows) {
+    std::vector<engine::DecodeItem> chain_rows;
+    for (engine::DecodeItem& d : decode) {
+      auto [l, k] = owner.at(d.seq);
+      Live::Sample& s = l->samples[k];
+      const int32_t len = tree_.Length(d.seq);
+      const int budget = std::min({options_.draft_tokens,
+                                   l->req.params.max_tokens - static_cast<int>(s.generated.size()) - 1,
+                                   config_.max_seq_len - len});
+      std::vector<int32_t> drafts = DraftFor(*l, k, budget);
+      if (drafts.empty()) continue;
+      auto placed = tree_.Extend(d.seq, drafts, /*allow_evict=*/false);
+      if (!placed.ok()) continue;  // no room for candidates: decode plainly
+      copies.insert(copies.end(), placed->copies.begin(), placed->copies.end());
+      d.length = len;  // next_token's row opens the chain
+      for (size_t j = 0; j < drafts.size(); ++j) {
+        chain_rows.push_back(engine::DecodeItem{
+            .seq = d.seq, .write_kv = static_cast<int32_t>(j) >= placed->matched_tokens,
+            .sample = {}, .length = len + 1 + static_cast<int32_t>(j)});
+      }
+      s.drafts = std::move(drafts);
+    }
+    decode.insert(decode.end(), chain_rows.begin(), chain_rows.end());
+  }
   // Every decode row samples with its own request's parameters and state.
   for (engine::DecodeItem& d : decode) {
     auto [l, k] = owner.at(d.seq);
@@ -702,15 +843,35 @@ void EngineLoop::CollectInflight() {
     return;
   }
   ++metrics_.iterations_total;
-  size_t next = 0;  // out.samples: the decode rows in out.decode_rows order, then the prompts'
-  for (kvcache::SeqId seq : out.decode_rows) {
+  // out.samples: the decode rows in out.decode_rows order (a speculating sequence's candidate
+  // rows adjacent), then the prompts'. Draft heads need the hidden state of the row each
+  // continuing sample's next token came from.
+  const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
+  std::vector<std::pair<Live::Sample*, int32_t>> want_hidden;
+  const size_t rows = out.decode_rows.size();
+  size_t next = 0;
+  while (next < rows) {
+    const kvcache::SeqId seq = out.decode_rows[next];
+    size_t end = next + 1;
+    while (end < rows && out.decode_rows[end] == seq) ++end;
     auto [l, k] = f.owner.at(seq);
-    const engine::SampleResult& r = out.samples[next++];
-    if (l->state == RequestState::kDecoding) TakeSample(*l, k, r, t_done);
+    if (l->state == RequestState::kDecoding) {
+      Live::Sample& s = l->samples[k];
+      size_t last = next;
+      if (end - next == 1 && s.drafts.empty()) {
+        TakeSample(*l, k, out.samples[next], t_done);
+      } else {
+        last = next + TakeChain(*l, k, std::span(out.samples).subspan(next, end - next), t_done);
+      }
+      if (heads && !s.finished) want_hidden.emplace_back(&s, static_cast<int32_t>(last));
+    }
+    next = end;
   }
+  int32_t logit_row = static_cast<int32_t>(rows);
   for (Live* l : f.logit_owners) {
     const size_t first = next;
     next += l->samples.size();
+    const int32_t row = logit_row++;
     if (l->state != RequestState::kPrefilling) continue;  // failed or cancelled meanwhile
     auto ids = tree_.Fork(l->prompt_seq, l->req.n);
     if (!ids.ok()) {
@@ -722,6 +883,23 @@ void EngineLoop::CollectInflight() {
     for (size_t k = 0; k < l->samples.size(); ++k) {
       l->samples[k].seq = (*ids)[k];
       TakeSample(*l, k, out.samples[first + k], t_done);
+      if (heads && !l->samples[k].finished) want_hidden.emplace_back(&l->samples[k], row);
+    }
+  }
+  if (!want_hidden.empty()) {
+    std::vector<int32_t> hidden_rows;
+    for (auto& [s, row] : want_hidden) hidden_rows.push_back(row);
+    std::vector<float> h;
+    const absl::Status hs = backend_->HiddenRows(hidden_rows, &h);
+    const size_t dim = static_cast<size_t>(config_.dim);
+    for (size_t j = 0; j < want_hidden.size(); ++j) {
+      Live::Sample& s = *want_hidden[j].first;
+      if (hs.ok()) {
+        s.hidden.assign(h.begin() + static_cast<std::ptrdiff_t>(j * dim),
+                        h.begin() + static_cast<std::ptrdiff_t>((j + 1) * dim));
+      } else {
+        s.hidden.clear();  // no drafts without it
+      }
     }
   }
   BANYAN_CHECK(next == out.samples.size()) << next << " of " << out.samples.size() << " samples";

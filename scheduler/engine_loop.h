@@ -183,9 +183,10 @@ class EngineLoop {
   void EmitPending();
   // Speculation (LoopOptions::Speculation): the candidate chain of a sample about to decode
   // (empty when it should not speculate), and taking a verified chain's results.
-  std::vector<int32_t> DraftFor(const Live& live, size_t sample, int budget);
-  void TakeChain(Live& live, size_t sample, std::span<const engine::SampleResult> results,
-                 std::chrono::steady_clock::time_point at);
+  // TakeChain returns how many candidates were accepted (the row of the last token taken).
+  std::vector<int32_t> DraftFor(Live& live, size_t sample, int budget);
+  size_t TakeChain(Live& live, size_t sample, std::span<const engine::SampleResult> results,
+                   std::chrono::steady_clock::time_point at);
   // kLookup: what a greedy request generated, by prompt (and cache namespace).
   void RememberContinuation(const Live& live);
   // The engine thread's clocks where a step's host work begins (wall, CPU time, context switches).
@@ -262,7 +263,7 @@ class EngineLoop {
   std::vector<PendingToken> pending_;
   // Speculation state between steps: the rows whose hidden states the heads need (by sample),
   // and the continuations kLookup drafts from.
-  absl::flat_hash_map<uint64_t, std::vector<int32_t>> continuations_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const std::vector<int32_t>>> continuations_;
   std::vector<uint64_t> continuation_order_;  // oldest first, for the bound
   std::vector<kvcache::ChunkCopy> pending_copies_;  // from truncations, for the next step
   uint64_t arrival_counter_ = 0;
