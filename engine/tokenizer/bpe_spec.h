@@ -63,7 +63,7 @@ struct BpeDecoderSpec {
   bool byte_level = false;     // pieces spell bytes through the GPT-2 byte-to-unicode map
   bool byte_fallback = false;  // "<0xXX>" pieces are raw bytes
   std::vector<std::pair<std::string, std::string>> replacements;  // per piece, in order
-  bool metaspace = false;      // "▁" -> " ", and the first piece loses a leading space
+  bool metaspace = false;  // "▁" -> " ", and the first piece loses a leading space
   std::string metaspace_replacement = "\xE2\x96\x81";
   bool metaspace_strip_first = true;
   // Strip after Fuse: up to `strip_start` leading `strip_content` characters of the whole text.

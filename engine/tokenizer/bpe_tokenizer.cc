@@ -101,8 +101,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJsonFile(const s
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeSpec spec) {
   absl::StatusOr<TextPipeline> pipeline = TextPipeline::Create(spec);
   if (!pipeline.ok()) return pipeline.status();
-  std::unique_ptr<BpeTokenizer> tokenizer(
-      new BpeTokenizer(std::move(spec), *std::move(pipeline)));
+  std::unique_ptr<BpeTokenizer> tokenizer(new BpeTokenizer(std::move(spec), *std::move(pipeline)));
   if (absl::Status s = tokenizer->BuildIndexes(); !s.ok()) return s;
   return tokenizer;
 }
@@ -121,9 +120,8 @@ absl::Status BpeTokenizer::BuildIndexes() {
   }
   for (const BpeAddedToken& t : spec_.added_tokens) {
     if (t.id < 0 || t.id > kMaxId) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("added token '", t.content, "' has id ", t.id, ", outside [0, ", kMaxId,
-                       "]"));
+      return absl::InvalidArgumentError(absl::StrCat("added token '", t.content, "' has id ", t.id,
+                                                     ", outside [0, ", kMaxId, "]"));
     }
     if (t.content.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("added token ", t.id, " is empty"));
@@ -136,8 +134,8 @@ absl::Status BpeTokenizer::BuildIndexes() {
   byte_of_.assign(max_id + 1, -1);
   for (const auto& [piece, id] : spec_.vocab) {
     if (kinds_[id] != IdKind::kNone) {
-      return absl::InvalidArgumentError(absl::StrCat("pieces '", pieces_[id], "' and '", piece,
-                                                     "' have the same id ", id));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pieces '", pieces_[id], "' and '", piece, "' have the same id ", id));
     }
     if (!vocab_.emplace(piece, id).second) {
       return absl::InvalidArgumentError(absl::StrCat("piece '", piece, "' appears twice"));
@@ -276,8 +274,8 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids) 
   };
   bool last_unknown = false;
   for (size_t pos = 0; pos < word.size();) {
-    const size_t length = std::min<size_t>(
-        word.size() - pos, utf8::OneCharLen(static_cast<uint8_t>(word[pos])));
+    const size_t length =
+        std::min<size_t>(word.size() - pos, utf8::OneCharLen(static_cast<uint8_t>(word[pos])));
     const std::string_view ch = word.substr(pos, length);
     pos += length;
     if (const int32_t id = PieceId(ch); id >= 0) {
@@ -285,9 +283,9 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids) 
       last_unknown = false;
       continue;
     }
-    if (spec_.byte_fallback &&
-        std::all_of(ch.begin(), ch.end(),
-                    [&](char c) { return byte_piece_ids_[static_cast<uint8_t>(c)] >= 0; })) {
+    if (spec_.byte_fallback && std::all_of(ch.begin(), ch.end(), [&](char c) {
+          return byte_piece_ids_[static_cast<uint8_t>(c)] >= 0;
+        })) {
       for (const char c : ch) push(byte_piece_ids_[static_cast<uint8_t>(c)]);
       last_unknown = false;
       continue;

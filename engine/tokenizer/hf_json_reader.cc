@@ -2,10 +2,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -26,13 +25,13 @@ absl::Status Bad(const std::string& where, const std::string& what) {
 }
 
 std::string TypeOf(const Json& j) {
-  return j.is_object() && j.contains("type") && j["type"].is_string()
-             ? j["type"].get<std::string>()
-             : std::string("(no type)");
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
+                                                                      : std::string("(no type)");
 }
 
 // Typed field access with defaults; a present field of the wrong type is an error.
-absl::Status GetBool(const Json& j, const char* key, bool def, bool* out, const std::string& where) {
+absl::Status GetBool(const Json& j, const char* key, bool def, bool* out,
+                     const std::string& where) {
   *out = def;
   if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
   if (!j[key].is_boolean()) return Bad(where, absl::StrCat("'", key, "' must be true or false"));
@@ -50,7 +49,8 @@ absl::Status GetString(const Json& j, const char* key, std::string def, std::str
 }
 
 // A {"String": s} or {"Regex": r} pattern.
-absl::Status GetPattern(const Json& j, std::string* pattern, bool* regex, const std::string& where) {
+absl::Status GetPattern(const Json& j, std::string* pattern, bool* regex,
+                        const std::string& where) {
   if (!j.contains("pattern") || !j["pattern"].is_object()) {
     return Bad(where, "'pattern' must be {\"String\": ...} or {\"Regex\": ...}");
   }
@@ -240,8 +240,8 @@ absl::Status ReadDecoder(const Json& j, bool* fused, BpeSpec* spec) {
     d.replacements.emplace_back(std::move(pattern), std::move(content));
   } else if (type == "Metaspace") {
     d.metaspace = true;
-    if (absl::Status s = GetString(j, "replacement", "\xE2\x96\x81", &d.metaspace_replacement,
-                                   where);
+    if (absl::Status s =
+            GetString(j, "replacement", "\xE2\x96\x81", &d.metaspace_replacement, where);
         !s.ok()) {
       return s;
     }
@@ -322,10 +322,10 @@ absl::Status ReadPostProcessor(const Json& j, BpeSpec* spec) {
     spec->prefix_ids = {j["cls"][1].get<int32_t>()};
     spec->suffix_ids = {j["sep"][1].get<int32_t>()};
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "post_processor '", type,
-        "' is not supported (supported: Sequence, TemplateProcessing, ByteLevel, "
-        "RobertaProcessing, BertProcessing)"));
+    return absl::UnimplementedError(
+        absl::StrCat("post_processor '", type,
+                     "' is not supported (supported: Sequence, TemplateProcessing, ByteLevel, "
+                     "RobertaProcessing, BertProcessing)"));
   }
   return absl::OkStatus();
 }
@@ -349,12 +349,10 @@ absl::Status ReadModel(const Json& m, BpeSpec* spec) {
   }
   if (absl::Status s = GetString(m, "unk_token", "", &spec->unk_token, "model"); !s.ok()) return s;
   if (absl::Status s = GetBool(m, "fuse_unk", false, &spec->fuse_unk, "model"); !s.ok()) return s;
-  if (absl::Status s = GetBool(m, "byte_fallback", false, &spec->byte_fallback, "model");
-      !s.ok()) {
+  if (absl::Status s = GetBool(m, "byte_fallback", false, &spec->byte_fallback, "model"); !s.ok()) {
     return s;
   }
-  if (absl::Status s = GetBool(m, "ignore_merges", false, &spec->ignore_merges, "model");
-      !s.ok()) {
+  if (absl::Status s = GetBool(m, "ignore_merges", false, &spec->ignore_merges, "model"); !s.ok()) {
     return s;
   }
   if (!m.contains("vocab") || !m["vocab"].is_object()) {
@@ -402,9 +400,9 @@ absl::Status ReadAddedTokens(const Json& j, BpeSpec* spec) {
     token.id = t["id"].get<int64_t>() > INT32_MAX ? -1 : t["id"].get<int32_t>();
     token.content = t["content"].get<std::string>();
     const std::string where = absl::StrCat("added token '", token.content, "'");
-    for (auto [key, dst] : {std::pair{"special", &token.special}, std::pair{"lstrip", &token.lstrip},
-                            std::pair{"rstrip", &token.rstrip},
-                            std::pair{"normalized", &token.normalized}}) {
+    for (auto [key, dst] :
+         {std::pair{"special", &token.special}, std::pair{"lstrip", &token.lstrip},
+          std::pair{"rstrip", &token.rstrip}, std::pair{"normalized", &token.normalized}}) {
       if (absl::Status s = GetBool(t, key, false, dst, where); !s.ok()) return s;
     }
     spec->added_tokens.push_back(std::move(token));
@@ -439,8 +437,8 @@ absl::Status ParseDocument(const Json& doc, const Json& config, BpeSpec* spec) {
 
   spec->bos_id = spec->prefix_ids.empty() ? -1 : spec->prefix_ids.front();
   if (config.is_object()) {
-    for (auto [key, dst] : {std::pair{"bos_token", &spec->bos_id},
-                            std::pair{"eos_token", &spec->eos_id}}) {
+    for (auto [key, dst] :
+         {std::pair{"bos_token", &spec->bos_id}, std::pair{"eos_token", &spec->eos_id}}) {
       if (!config.contains(key)) continue;
       const std::string name = ConfigToken(config, key);
       if (name.empty()) {
@@ -449,8 +447,8 @@ absl::Status ParseDocument(const Json& doc, const Json& config, BpeSpec* spec) {
       }
       const std::optional<int32_t> id = FindId(*spec, name);
       if (!id) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tokenizer_config.json: ", key, " '", name, "' is not a token of tokenizer.json"));
+        return absl::InvalidArgumentError(absl::StrCat("tokenizer_config.json: ", key, " '", name,
+                                                       "' is not a token of tokenizer.json"));
       }
       *dst = *id;
     }
@@ -537,9 +535,9 @@ absl::Status ApplyGgufPreTokenizer(std::string_view pre, BpeSpec* spec) {
     byte_level.use_regex = true;
     spec->pre_tokenizers = {byte_level};
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "tokenizer.ggml.pre '", std::string(pre),
-        "' is not a known pre-tokenizer (known: llama-bpe, qwen2, gpt-2, default)"));
+    return absl::UnimplementedError(
+        absl::StrCat("tokenizer.ggml.pre '", std::string(pre),
+                     "' is not a known pre-tokenizer (known: llama-bpe, qwen2, gpt-2, default)"));
   }
   return absl::OkStatus();
 }

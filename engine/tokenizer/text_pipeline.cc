@@ -50,9 +50,9 @@ bool IsWhiteSpace(uint32_t cp) {
 // Decodes the code point at text[*pos] (valid UTF-8) and advances *pos.
 uint32_t NextCodePoint(std::string_view text, size_t* pos) {
   utf8proc_int32_t cp = 0;
-  const utf8proc_ssize_t n = utf8proc_iterate(
-      reinterpret_cast<const utf8proc_uint8_t*>(text.data() + *pos),
-      static_cast<utf8proc_ssize_t>(text.size() - *pos), &cp);
+  const utf8proc_ssize_t n =
+      utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + *pos),
+                       static_cast<utf8proc_ssize_t>(text.size() - *pos), &cp);
   *pos += n > 0 ? static_cast<size_t>(n) : 1;
   return n > 0 ? static_cast<uint32_t>(cp) : 0xFFFD;
 }
@@ -65,9 +65,10 @@ void AppendCodePoint(uint32_t cp, std::string* out) {
 
 std::string UnicodeNormalize(const std::string& text, int options) {
   utf8proc_uint8_t* mapped = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                          static_cast<utf8proc_ssize_t>(text.size()), &mapped,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &mapped,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
   if (n < 0) return text;  // cannot happen on valid UTF-8
   std::string out(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
   std::free(mapped);
@@ -78,8 +79,8 @@ std::string Lowercase(const std::string& text) {
   std::string out;
   out.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) {
-    AppendCodePoint(static_cast<uint32_t>(utf8proc_tolower(
-                        static_cast<utf8proc_int32_t>(NextCodePoint(text, &pos)))),
+    AppendCodePoint(static_cast<uint32_t>(
+                        utf8proc_tolower(static_cast<utf8proc_int32_t>(NextCodePoint(text, &pos)))),
                     &out);
   }
   return out;
@@ -111,9 +112,8 @@ absl::StatusOr<Regex> Regex::Compile(std::string_view pattern) {
   const std::string rewritten = RewriteSpaceClasses(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()),
-                                   rewritten.size(), PCRE2_UTF | PCRE2_UCP, &error, &offset,
-                                   nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
@@ -212,8 +212,7 @@ bool ByteLevelAlphabet::Unspell(std::string_view piece, std::string* out) const 
 // ---- Splitting ----
 
 std::vector<std::string> SplitText(std::string_view text, const Regex* regex,
-                                   std::string_view literal, SplitBehavior behavior,
-                                   bool invert) {
+                                   std::string_view literal, SplitBehavior behavior, bool invert) {
   // (begin, end, is_match) spans covering `text`, as `tokenizers`' find_matches.
   struct Span {
     size_t begin, end;
@@ -416,7 +415,8 @@ std::vector<std::string> TextPipeline::PreTokenize(std::string text, bool at_tex
           parts = SplitText(piece, t.regex.get(), "", SplitBehavior::kIsolated, false);
           break;
         case Kind::kByteLevel: {
-          if (s.add_prefix_space && !piece.starts_with(' ')) piece = absl::StrCat(" ", piece);  // (insert trips a GCC 12 -Wrestrict false positive)
+          // (StrCat: string::insert trips a GCC 12 -Wrestrict false positive here.)
+          if (s.add_prefix_space && !piece.starts_with(' ')) piece = absl::StrCat(" ", piece);
           std::vector<std::string> words;
           if (t.regex != nullptr) {
             words = SplitText(piece, t.regex.get(), "", SplitBehavior::kIsolated, false);
@@ -437,8 +437,8 @@ std::vector<std::string> TextPipeline::PreTokenize(std::string text, bool at_tex
               (s.prepend == PreTokenizerStep::Prepend::kFirst && at_text_start && i == 0);
           if (prepend && !replaced.starts_with(s.replacement)) replaced.insert(0, s.replacement);
           if (s.split) {
-            parts = SplitText(replaced, nullptr, s.replacement, SplitBehavior::kMergedWithNext,
-                              false);
+            parts =
+                SplitText(replaced, nullptr, s.replacement, SplitBehavior::kMergedWithNext, false);
           } else {
             parts.push_back(std::move(replaced));
           }

