@@ -11,6 +11,7 @@
 #include "engine/model/weights_layout.h"
 #include "engine/model/gguf_loader.h"
 #include "engine/model/model_io.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
 
 namespace banyan::engine {
 namespace fs = std::filesystem;
@@ -20,6 +21,10 @@ namespace {
 absl::StatusOr<std::string> FindTokenizerBeside(const fs::path& model) {
   fs::path dir = fs::is_directory(model) ? model : model.parent_path();
   if (dir.empty()) dir = ".";
+  // tokenizer.json first: its ids are what transformers' (fast) tokenizer gives, which is what
+  // the model was trained and evaluated with; tokenizer.model can differ (e.g. Llama 2's legacy
+  // handling of text after special tokens).
+  if (fs::exists(dir / "tokenizer.json")) return (dir / "tokenizer.json").string();
   if (fs::exists(dir / "tokenizer.model")) return (dir / "tokenizer.model").string();
   std::vector<fs::path> found;
   std::error_code ec;
@@ -28,7 +33,8 @@ absl::StatusOr<std::string> FindTokenizerBeside(const fs::path& model) {
   }
   if (found.size() == 1) return found[0].string();
   return absl::NotFoundError(absl::StrCat(
-      "no tokenizer for ", model.string(), ": expected tokenizer.model (or a single *.model) in ",
+      "no tokenizer for ", model.string(),
+      ": expected tokenizer.json, tokenizer.model (or a single *.model) in ",
       dir.string(), "; pass --tokenizer FILE"));
 }
 
@@ -40,12 +46,20 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
   const bool gguf = model_path.size() > 5 && model_path.ends_with(".gguf");
   if (gguf) {
     SpmVocab vocab;
-    auto w = LoadGguf(model_path, &vocab);
+    BpeSpec bpe;
+    const bool want_vocab = tokenizer_path.empty();
+    auto w = LoadGguf(model_path, want_vocab ? &vocab : nullptr, want_vocab ? &bpe : nullptr);
     if (!w.ok()) return w.status();
     b.weights = std::move(*w);
-    if (tokenizer_path.empty()) {
-      auto tok = Tokenizer::FromVocab(std::move(vocab));
-      if (!tok.ok()) return tok.status();
+    if (want_vocab) {
+      absl::StatusOr<std::unique_ptr<Tokenizer>> tok =
+          bpe.vocab.empty() ? Tokenizer::FromVocab(std::move(vocab))
+                            : absl::StatusOr<std::unique_ptr<Tokenizer>>(
+                                  BpeTokenizer::Create(std::move(bpe)));
+      if (!tok.ok()) {
+        return absl::Status(tok.status().code(), absl::StrCat(model_path, ": tokenizer metadata: ",
+                                                              tok.status().message()));
+      }
       b.tokenizer = std::move(*tok);
       b.tokenizer_path = "<gguf metadata>";
       return b;
@@ -65,7 +79,10 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
   if (!tok.ok()) return tok.status();
   b.tokenizer = std::move(*tok);
   b.tokenizer_path = tp;
-  if (b.tokenizer->vocab_size() != b.weights.config.vocab_size) {
+  // A tokenizer.json may cover fewer ids than the model's (padded) embedding, as Qwen's does.
+  const bool json = tp.ends_with(".json");
+  if (b.tokenizer->vocab_size() > b.weights.config.vocab_size ||
+      (!json && b.tokenizer->vocab_size() != b.weights.config.vocab_size)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tokenizer ", tp, " has ", b.tokenizer->vocab_size(), " pieces but the model ",
         model_path, " has a vocabulary of ", b.weights.config.vocab_size));

@@ -1,8 +1,13 @@
 // A model together with its tokenizer, found the way users expect:
 //  - an explicit tokenizer path wins;
-//  - a Hugging Face folder: <dir>/tokenizer.model;
-//  - a GGUF file: the SentencePiece vocabulary in its tokenizer.ggml.* metadata;
-//  - any other file (llama2.c .bin): tokenizer.model beside it, else the only *.model file there.
+//  - a Hugging Face folder: <dir>/tokenizer.json (with tokenizer_config.json for bos/eos) when
+//    present, else <dir>/tokenizer.model;
+//  - a GGUF file: the vocabulary in its tokenizer.ggml.* metadata (SentencePiece "llama" or
+//    byte-level BPE "gpt2");
+//  - any other file (llama2.c .bin): tokenizer.json or tokenizer.model beside it, else the only
+//    *.model file there.
+// A SentencePiece tokenizer must have exactly the model's vocabulary size; a tokenizer.json may
+// have fewer ids than a padded embedding (Qwen), never more.
 #pragma once
 
 #include <memory>

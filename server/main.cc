@@ -121,6 +121,7 @@ int Run(int argc, char** argv) {
   auto bundle = dummy ? engine::LoadDummyBundle(model_path, cfg->backend != "cuda")
                       : engine::LoadModelBundle(model_path, cfg->tokenizer);
   if (!bundle.ok()) return Fail(bundle.status());
+  spdlog::info("tokenizer: {} ({})", bundle->tokenizer->Describe(), bundle->tokenizer_path);
   const engine::ModelConfig& mc = bundle->weights.config;
 
   const engine::AttentionMode attention = cfg->attention == "paged"

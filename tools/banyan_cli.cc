@@ -201,9 +201,17 @@ absl::Status Convert(const Args& a) {
   namespace fs = std::filesystem;
   if (bundle->tokenizer_path != "<gguf metadata>") {
     std::error_code ec;
-    fs::copy_file(bundle->tokenizer_path, fs::path(out) / "tokenizer.model",
+    const fs::path source = bundle->tokenizer_path;
+    const bool json = source.extension() == ".json";
+    fs::copy_file(source, fs::path(out) / (json ? "tokenizer.json" : "tokenizer.model"),
                   fs::copy_options::overwrite_existing, ec);
     if (ec) return absl::InternalError("cannot copy the tokenizer: " + ec.message());
+    const fs::path config = source.parent_path() / "tokenizer_config.json";
+    if (json && fs::exists(config, ec)) {
+      fs::copy_file(config, fs::path(out) / "tokenizer_config.json",
+                    fs::copy_options::overwrite_existing, ec);
+      if (ec) return absl::InternalError("cannot copy tokenizer_config.json: " + ec.message());
+    }
   } else {
     std::fprintf(stderr, "[banyan] note: the GGUF's tokenizer was not written; pass --tokenizer\n");
   }

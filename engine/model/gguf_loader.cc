@@ -15,6 +15,7 @@
 #include "engine/model/mapped_file.h"
 #include "engine/model/model_log.h"
 #include "engine/model/weights_layout.h"
+#include "engine/tokenizer/hf_json_reader.h"
 
 namespace banyan::engine {
 namespace {
@@ -490,15 +491,85 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& g) {
   return c;
 }
 
+// tokenizer.ggml.* of a "gpt2" (byte-level BPE) vocabulary, as a BpeSpec; see gguf_loader.h.
+absl::Status ReadBpeVocab(const GgufFile& g, const ModelConfig& c, BpeSpec* out) {
+  const std::string& path = g.file->path();
+  const Meta m(g);
+  BpeSpec spec;
+  const GgufValue* tokens = m.Find("tokenizer.ggml.tokens");
+  if (tokens == nullptr) return m.Missing("tokenizer.ggml.tokens");
+  if (tokens->type != kArray || tokens->elem_type != kString) {
+    return m.WrongType("tokenizer.ggml.tokens", "an array of strings");
+  }
+  const size_t n = tokens->strs.size();
+  const GgufValue* merges = m.Find("tokenizer.ggml.merges");
+  if (merges == nullptr) return m.Missing("tokenizer.ggml.merges");
+  if (merges->type != kArray || merges->elem_type != kString) {
+    return m.WrongType("tokenizer.ggml.merges", "an array of strings");
+  }
+  const GgufValue* types = m.Find("tokenizer.ggml.token_type");
+  if (types != nullptr && (types->type != kArray || types->nums.size() != n)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": metadata tokenizer.ggml.token_type must be a ", n,
+        "-element numeric array like the tokens"));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double t = types == nullptr ? 1 : types->nums[i];
+    const int32_t id = static_cast<int32_t>(i);
+    if (t == 3 || t == 4) {  // control and user-defined: added tokens, matched before BPE
+      spec.added_tokens.push_back({.id = id, .content = tokens->strs[i], .special = t == 3});
+    } else {
+      spec.vocab.emplace_back(tokens->strs[i], id);
+    }
+  }
+  for (const std::string& merge : merges->strs) {
+    const size_t space = merge.find(' ');
+    if (space == std::string::npos || merge.find(' ', space + 1) != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tokenizer.ggml.merges entry '", merge, "' is not two pieces and a space"));
+    }
+    spec.merges.emplace_back(merge.substr(0, space), merge.substr(space + 1));
+  }
+  absl::StatusOr<std::string> pre = m.String("tokenizer.ggml.pre", "default");
+  if (!pre.ok()) return pre.status();
+  if (absl::Status s = ApplyGgufPreTokenizer(*pre, &spec); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  spec.ignore_merges = *pre == "llama-bpe" || *pre == "llama3";
+  spec.decoder.byte_level = true;
+  auto id = [&](const char* key, int64_t def) -> absl::StatusOr<int32_t> {
+    absl::StatusOr<int64_t> x = m.Int(key, def);
+    if (!x.ok()) return x.status();
+    return (*x >= 0 && *x < static_cast<int64_t>(n)) ? static_cast<int32_t>(*x) : -1;
+  };
+  absl::StatusOr<int32_t> bos = id("tokenizer.ggml.bos_token_id", c.bos_id);
+  absl::StatusOr<int32_t> eos = id("tokenizer.ggml.eos_token_id", c.eos_id);
+  absl::StatusOr<int32_t> unk = id("tokenizer.ggml.unknown_token_id", -1);
+  absl::StatusOr<int64_t> add_bos = m.Int("tokenizer.ggml.add_bos_token", spec.ignore_merges);
+  absl::StatusOr<int64_t> add_eos = m.Int("tokenizer.ggml.add_eos_token", 0);
+  for (const absl::Status& s : {bos.status(), eos.status(), unk.status(), add_bos.status(),
+                                add_eos.status()}) {
+    if (!s.ok()) return s;
+  }
+  spec.bos_id = *bos;
+  spec.eos_id = *eos;
+  if (*unk >= 0) spec.unk_token = tokens->strs[*unk];
+  if (*add_bos != 0 && *bos >= 0) spec.prefix_ids = {*bos};
+  if (*add_eos != 0 && *eos >= 0) spec.suffix_ids = {*eos};
+  spec.source = absl::StrCat(path, " (GGUF metadata, pre-tokenizer \"", *pre, "\")");
+  *out = std::move(spec);
+  return absl::OkStatus();
+}
+
 absl::Status ReadVocab(const GgufFile& g, const ModelConfig& c, SpmVocab* out) {
   const std::string& path = g.file->path();
   const Meta m(g);
   absl::StatusOr<std::string> model = m.String("tokenizer.ggml.model", std::nullopt);
   if (!model.ok()) return model.status();
   if (*model != "llama") {
-    return absl::UnimplementedError(
-        absl::StrCat(path, ": tokenizer.ggml.model \"", *model,
-                     "\" is not a SentencePiece vocabulary (need \"llama\")"));
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": tokenizer.ggml.model \"", *model,
+        "\" is not supported (\"llama\": SentencePiece, \"gpt2\": byte-level BPE)"));
   }
   const GgufValue* tokens = m.Find("tokenizer.ggml.tokens");
   if (tokens == nullptr) return m.Missing("tokenizer.ggml.tokens");
@@ -560,7 +631,8 @@ absl::Status ReadVocab(const GgufFile& g, const ModelConfig& c, SpmVocab* out) {
 
 }  // namespace
 
-absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out) {
+absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out,
+                                      BpeSpec* bpe_out) {
   absl::StatusOr<GgufFile> parsed = ParseGguf(path);
   if (!parsed.ok()) return parsed.status();
   const GgufFile& g = *parsed;
@@ -621,8 +693,15 @@ absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_o
     if (used.count(name) == 0) ModelLog().warn("{}: ignoring unused tensor {}", path, name);
   }
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
-  if (vocab_out != nullptr) {
-    if (absl::Status s = ReadVocab(g, w.config, vocab_out); !s.ok()) return s;
+  if (vocab_out != nullptr || bpe_out != nullptr) {
+    const Meta m(g);
+    absl::StatusOr<std::string> model = m.String("tokenizer.ggml.model", std::nullopt);
+    if (!model.ok()) return model.status();
+    if (*model == "gpt2" && bpe_out != nullptr) {
+      if (absl::Status s = ReadBpeVocab(g, w.config, bpe_out); !s.ok()) return s;
+    } else if (vocab_out != nullptr) {
+      if (absl::Status s = ReadVocab(g, w.config, vocab_out); !s.ok()) return s;
+    }
   }
   return w;
 }

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
+#include "engine/tokenizer/bpe_spec.h"
 #include "engine/tokenizer/vocab.h"
 
 namespace banyan::engine {
@@ -28,6 +29,14 @@ namespace banyan::engine {
 //   remove_extra_whitespaces (default false: llama.cpp never collapses whitespace, and Meta's
 //   Llama tokenizers set it false), byte_fallback = any piece of type kByte.
 // model_type is kBpe: llama.cpp's SPM tokenizer is score-driven BPE.
-absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out);
+// When bpe_out is non-null and tokenizer.ggml.model is "gpt2", fills bpe_out instead (vocab_out
+// is left untouched) with the byte-level BPE the file describes: tokens of token_type 3
+// (control) become special added tokens and 4 (user-defined) plain added tokens, the others the
+// vocabulary; merges ("a b") in rank order; tokenizer.ggml.pre names the pre-tokenizer
+// (ApplyGgufPreTokenizer in hf_json_reader.h: "llama-bpe" also sets ignore_merges, as Llama 3's
+// tokenizer.json does); bos/eos/unknown_token_id; add_bos_token (default: true for llama-bpe)
+// and add_eos_token decide the ids Encode adds.
+absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out,
+                                      BpeSpec* bpe_out = nullptr);
 
 }  // namespace banyan::engine

@@ -3,10 +3,10 @@
 //
 // Contract: for any id sequence, the concatenation of Push(id) over the sequence followed by
 // Flush() equals Tokenizer::Decode(sequence). Every returned string is valid UTF-8: bytes of
-// byte pieces (<0xXX>) are held back until they complete a character; a byte that cannot start
-// or continue a valid character is emitted as U+FFFD as soon as that is certain (at the latest
-// when a non-byte piece arrives, or at Flush). The dummy-prefix space is dropped exactly where
-// Decode drops it.
+// byte pieces (<0xXX>) and of byte-level pieces (where one character may span several tokens)
+// are held back until they complete a character; a byte that cannot start or continue a valid
+// character is emitted as U+FFFD as soon as that is certain (at the latest when a text piece
+// arrives, or at Flush). Leading spaces are dropped exactly where Decode drops them.
 //
 // Not thread-safe: one instance per stream. The Tokenizer must outlive it.
 #pragma once
@@ -31,8 +31,6 @@ class IncrementalDetokenizer {
 
  private:
   const Tokenizer& tokenizer_;
-  std::string pending_bytes_;  // bytes of byte pieces that do not yet form a character
-  bool text_empty_ = true;     // nothing has been emitted yet
   Tokenizer::DecodeState state_;
 };
 

@@ -1,126 +1,89 @@
-// Tokenizer: SentencePiece encoding and decoding, implemented natively.
+// Tokenizer: the interface the engine, the scheduler and the front ends use to turn text into
+// token ids and back. Two implementations:
+//  - SpmTokenizer (spm_tokenizer.h): SentencePiece `.model` files and GGUF "llama" vocabularies,
+//    reproducing sentencepiece 0.1.97;
+//  - BpeTokenizer (bpe_tokenizer.h): Hugging Face `tokenizer.json` BPE models (byte-level BPE as
+//    Llama 3 and Qwen use, and BPE with byte fallback as Llama 2 and Mistral use) and GGUF "gpt2"
+//    vocabularies, reproducing the `tokenizers` library.
 //
-// Decision: banyan does not link libsentencepiece into the daemon. Debian's libsentencepiece
-// bundles protobuf-lite 3.14 and aborts at start-up in any process that also loads the system
-// protobuf 3.21 that gRPC needs ("compiled against version 3.14.0 ... not compatible"); linking
-// protobuf statically with hidden symbols or dlopen'ing a wrapper with RTLD_DEEPBIND works in
-// release builds, but both break under AddressSanitizer. So the `.model` file is read by our own
-// protobuf wire decoder (spm_model_reader.h) and the algorithms below reproduce sentencepiece
-// 0.1.97. libsentencepiece appears only in tokenizer_oracle_test, a binary with no gRPC, which
-// compares this class with it on randomized text.
+// Decoding contract shared by both: Decode(ids) is DecodeStep over the ids followed by
+// FinishDecode, and IncrementalDetokenizer runs the same steps as the ids arrive, so streamed text
+// concatenates to exactly Decode(ids). A step appends text it is sure of to `out`; raw bytes that
+// may still be completed by the next ids (a byte piece, or a byte-level piece ending in the middle
+// of a character) wait in DecodeState::pending and are turned into UTF-8 by utf8::AppendByteRun,
+// so every emitted string is valid UTF-8 (bytes that form no character become U+FFFD).
+// Ids outside the vocabulary are skipped.
 //
-// Contracts (all as sentencepiece 0.1.97 behaves; see normalizer.h for normalization):
-// - Encode normalizes the text, then segments it:
-//   * BPE: start from single characters (user-defined pieces stay whole and never merge) and
-//     repeatedly merge the adjacent pair whose concatenation is the vocabulary piece with the
-//     highest score, leftmost first on ties; merges into kUnused pieces are undone at the end.
-//   * Unigram: the Viterbi segmentation maximizing the sum of piece scores; a character no piece
-//     covers is an unknown piece scoring (lowest score - 10); user-defined pieces get a bonus
-//     that makes them always win.
-//   An unknown segment becomes one <0xXX> piece per UTF-8 byte with byte_fallback; without it,
-//   each run of adjacent unknown segments becomes a single unk_id.
-// - Decode concatenates the pieces' text: "▁" becomes " ", control pieces (BOS, EOS, ...) give
-//   nothing, the unknown piece gives vocab.unk_surface, and runs of byte pieces are reassembled
-//   into UTF-8 where each byte that starts no valid character becomes U+FFFD. The dummy prefix:
-//   with add_dummy_prefix or remove_extra_whitespaces, while the output is still empty, a piece
-//   loses its leading "▁"; without remove_extra_whitespaces only the first such "▁" is dropped
-//   (so " x" encoded as "▁▁x" decodes back to " x"). Ids outside the vocabulary are skipped.
-// - Normalization applies the model's precompiled charsmap natively, so "nmt_nfkc" (the
-//   spm_train default) and custom rule tables behave as in sentencepiece; the bundled
-//   stories260K model uses "identity" (no charsmap).
-// - Limitations: WORD and CHAR models and treat_whitespace_as_suffix are rejected at load; the
-//   model's denormalizer_spec is ignored (trained models leave it empty); no sampling or n-best
-//   encoding; ids outside the vocabulary are skipped rather than reported.
 // A Tokenizer is immutable after construction and safe to use from many threads.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "engine/tokenizer/byte_trie.h"
-#include "engine/tokenizer/normalizer.h"
-#include "engine/tokenizer/string_hash.h"
 #include "engine/tokenizer/vocab.h"
 
 namespace banyan::engine {
 
-class IncrementalDetokenizer;
-
 class Tokenizer {
  public:
-  // Reads a SentencePiece `.model` file. Errors name the file.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
-  // Builds from a vocabulary from any source (e.g. GGUF metadata); validates it first.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromVocab(SpmVocab vocab);
-
+  virtual ~Tokenizer() = default;
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  // Token ids of `text`, preceded by bos_id() when `add_bos` (and the model has one).
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const;
+  // Reads a tokenizer file: a Hugging Face tokenizer.json when the name ends in ".json" (a
+  // tokenizer_config.json beside it supplies bos/eos), else a SentencePiece `.model`. Errors name
+  // the file.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
+  // A SentencePiece vocabulary from any source (e.g. GGUF metadata); validated first.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromVocab(SpmVocab vocab);
 
-  // The text of `ids`; see the contract above.
+  // Token ids of `text`. `add_bos`: add the model's special tokens around the text (for
+  // SentencePiece, bos_id(); for tokenizer.json, what its post-processor adds, as transformers'
+  // add_special_tokens=True does).
+  virtual std::vector<int32_t> Encode(std::string_view text, bool add_bos) const = 0;
+
+  // The text of `ids`; special (control) tokens give no text.
   std::string Decode(std::span<const int32_t> ids) const;
 
-  int bos_id() const { return vocab_.bos_id; }  // -1 when the model has none
-  int eos_id() const { return vocab_.eos_id; }  // -1 when the model has none
-  int unk_id() const { return vocab_.unk_id; }
-  int vocab_size() const { return static_cast<int>(vocab_.pieces.size()); }
-  // The piece spelled in the vocabulary (with "▁" for spaces); empty for ids out of range.
-  std::string_view Piece(int id) const;
-  const SpmVocab& vocab() const { return vocab_; }
+  virtual int bos_id() const = 0;  // -1 when the model has none
+  virtual int eos_id() const = 0;  // -1 when the model has none
+  virtual int unk_id() const = 0;  // -1 when the model has none
+  // One more than the largest id; every id below it may be decoded.
+  virtual int vocab_size() const = 0;
+  // The piece as spelled in the vocabulary ("▁" for SentencePiece spaces, "Ġ" for byte-level
+  // ones); empty for ids out of range.
+  virtual std::string_view Piece(int id) const = 0;
+  // The bytes `id` stands for on its own: a byte piece's byte, a byte-level piece's bytes, a
+  // special token's spelling. Not necessarily valid UTF-8. Empty for ids out of range.
+  virtual std::string TokenBytes(int id) const = 0;
+  // What was loaded, for the load log (e.g. "SentencePiece BPE, 32000 pieces").
+  virtual std::string Describe() const = 0;
 
- private:
-  friend class IncrementalDetokenizer;
-
-  // A piece of the normalized text and the id it maps to (unk_id when not in the vocabulary).
-  using Segment = std::pair<std::string_view, int32_t>;
-  // For each kUnused piece reached by a BPE merge: the two pieces it was merged from.
-  using RevMerges =
-      absl::flat_hash_map<std::string_view, std::pair<std::string_view, std::string_view>,
-                          StringViewHash, StringViewEq>;
-
-  Tokenizer(SpmVocab vocab, SpmNormalizer normalizer);
-  void BuildIndexes();
-
-  std::vector<Segment> SegmentBpe(std::string_view normalized) const;
-  std::vector<Segment> SegmentUnigram(std::string_view normalized) const;
-  void Resegment(std::string_view piece, const RevMerges& rev_merges,
-                 std::vector<Segment>* out) const;
-
-  // sentencepiece's PieceToId: control/unknown/byte pieces first, then the others, else unk_id.
-  int32_t PieceToId(std::string_view piece) const;
-  bool IsValidId(int32_t id) const { return id >= 0 && id < vocab_size(); }
-  // The byte a kByte piece stands for; -1 for other ids.
-  int ByteOf(int32_t id) const { return byte_value_[id]; }
-  // Where decoding stands with respect to the dummy-prefix space.
+  // Where decoding of one stream stands.
   struct DecodeState {
-    bool at_start = true;      // a leading "▁" may still be dropped
-    bool bos_ws_seen = false;  // the previous piece dropped one that counts as the dummy prefix
+    std::string pending;     // raw bytes that do not yet form a character
+    bool text_empty = true;  // nothing has been output yet
+    // SentencePiece: the dummy-prefix space (see spm_tokenizer.h). tokenizer.json: a leading
+    // space the decoder strips has not been decided on yet.
+    bool at_start = true;
+    bool bos_ws_seen = false;
+    int tokens_seen = 0;    // tokenizer.json: tokens that reached the decoder
+    int lead_stripped = 0;  // tokenizer.json: leading characters the Strip decoder removed
   };
-  // Appends the text of the non-byte piece `id`. `text_empty`: nothing has been output so far.
-  void AppendPieceText(int32_t id, bool text_empty, DecodeState* state, std::string* out) const;
+  // Decodes one more id; see the contract above.
+  virtual void DecodeStep(int32_t id, DecodeState* state, std::string* out) const = 0;
+  // Ends the stream: pending bytes become text (U+FFFD for each that forms no character).
+  static void FinishDecode(DecodeState* state, std::string* out);
 
-  SpmVocab vocab_;
-  SpmNormalizer normalizer_;
-  // kNormal, kUserDefined and kUnused pieces (sentencepiece's `pieces_`), which segmentation may
-  // produce, and the others (`reserved_id_map_`), which only PieceToId sees.
-  absl::flat_hash_map<std::string, int32_t, StringViewHash, StringViewEq> piece_ids_;
-  absl::flat_hash_map<std::string, int32_t, StringViewHash, StringViewEq> reserved_ids_;
-  ByteTrie user_defined_;                // BPE: pieces that are never split or merged
-  ByteTrie unigram_pieces_;              // unigram: the keys of piece_ids_
-  std::array<int32_t, 256> byte_ids_{};  // byte -> id of its <0xXX> piece (unk_id if none)
-  std::vector<int16_t> byte_value_;      // id -> byte of a kByte piece, -1 otherwise
-  float min_score_ = 0.0f;               // unigram: over kNormal pieces, as sentencepiece
-  float max_score_ = 0.0f;
+ protected:
+  Tokenizer() = default;
+  // Appends the UTF-8 that state->pending completes; with `complete` every pending byte.
+  static void DrainPending(bool complete, DecodeState* state, std::string* out);
 };
 
 }  // namespace banyan::engine

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_replace.h"
-#include "engine/tokenizer/vocab.h"
+#include "server/validation.h"
 
 namespace banyan::server::http {
 namespace {
@@ -18,24 +18,20 @@ int64_t CountCodePoints(const std::string& s) {
 
 TokenRepr DescribeToken(const engine::Tokenizer& tokenizer, int32_t id) {
   TokenRepr r;
-  const engine::SpmVocab& v = tokenizer.vocab();
-  if (id < 0 || id >= static_cast<int32_t>(v.pieces.size())) return r;
-  const std::string& piece = v.pieces[id];
-  unsigned byte = 0;
-  if (v.types[id] == engine::PieceType::kByte && piece.size() == 6 &&
-      std::sscanf(piece.c_str(), "<0x%2X>", &byte) == 1) {
-    r.bytes = {static_cast<uint8_t>(byte)};
-    if (byte < 0x80) {
-      r.text = std::string(1, static_cast<char>(byte));
-    } else {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "bytes:\\x%02x", byte);
-      r.text = buf;
-    }
+  if (id < 0 || id >= tokenizer.vocab_size()) return r;
+  const std::string bytes = tokenizer.TokenBytes(id);
+  r.bytes.assign(bytes.begin(), bytes.end());
+  if (IsValidUtf8(bytes)) {
+    r.text = bytes;
     return r;
   }
-  r.text = absl::StrReplaceAll(piece, {{"\xE2\x96\x81", " "}});
-  r.bytes.assign(r.text.begin(), r.text.end());
+  // Part of a character (a byte piece, or a byte-level piece that splits a character).
+  r.text = "bytes:";
+  for (const char c : bytes) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<uint8_t>(c));
+    r.text += buf;
+  }
   return r;
 }
 

@@ -20,7 +20,7 @@
 
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/spm_model_reader.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/spm_tokenizer.h"
 #include "tests/engine/tokenizer/random_text.h"
 #include "tests/engine/tokenizer/spm_model_writer.h"
 #include "tests/engine/tokenizer/spm_oracle.h"
@@ -81,9 +81,9 @@ void CompareWithOracle(const std::string& name, const std::string& model, int nu
     if (vocab->types[id] == PieceType::kUserDefined)
       options.extra_words.push_back(vocab->pieces[id]);
   }
-  auto ours = Tokenizer::FromVocab(*std::move(vocab));
+  auto ours = SpmTokenizer::FromVocab(*std::move(vocab));
   ASSERT_TRUE(ours.ok()) << ours.status();
-  const Tokenizer& tok = **ours;
+  const SpmTokenizer& tok = **ours;
   std::string error;
   std::unique_ptr<SpmOracle> oracle = SpmOracle::LoadBytes(model, &error);
   ASSERT_NE(oracle, nullptr) << error;

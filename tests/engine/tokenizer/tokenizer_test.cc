@@ -1,7 +1,7 @@
 // Unit tests of the native SentencePiece tokenizer on the bundled stories260K model (BPE with
 // byte fallback, identity normalizer) and on small hand-built models. The differential
 // comparison with libsentencepiece lives in tokenizer_oracle_test.cc.
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/spm_tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -41,7 +41,7 @@ std::string WriteTemp(const std::string& name, const std::string& bytes) {
 class BundledModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = Tokenizer::FromFile(kModelPath);
+    auto t = SpmTokenizer::FromFile(kModelPath);
     ASSERT_TRUE(t.ok()) << t.status();
     tokenizer_ = t->release();
   }
@@ -56,9 +56,9 @@ class BundledModelTest : public ::testing::Test {
   }
   std::string Decode(const std::vector<int32_t>& ids) { return tokenizer_->Decode(ids); }
 
-  static const Tokenizer* tokenizer_;
+  static const SpmTokenizer* tokenizer_;
 };
-const Tokenizer* BundledModelTest::tokenizer_ = nullptr;
+const SpmTokenizer* BundledModelTest::tokenizer_ = nullptr;
 
 TEST_F(BundledModelTest, ReadsSpecialIdsAndSpecs) {
   EXPECT_EQ(tokenizer_->vocab_size(), 512);

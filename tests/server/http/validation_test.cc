@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/spm_tokenizer.h"
 #include "gtest/gtest.h"
 #include "server/http/chat_template.h"
 #include "server/http/openai_json.h"
@@ -467,7 +467,7 @@ TEST(ChatTemplateTest, EncodeAddsSpecialTokensAsIds) {
 }
 
 TEST(TokenReprTest, PiecesAndBytes) {
-  auto t = engine::Tokenizer::FromFile(kTokenizerPath);
+  auto t = engine::SpmTokenizer::FromFile(kTokenizerPath);
   ASSERT_TRUE(t.ok());
   const engine::SpmVocab& v = (*t)->vocab();
   for (int id = 0; id < static_cast<int>(v.pieces.size()); ++id) {
