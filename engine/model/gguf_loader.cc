@@ -560,7 +560,8 @@ absl::Status ReadVocab(const GgufFile& g, const ModelConfig& c, SpmVocab* out) {
 
 }  // namespace
 
-absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out) {
+absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out,
+                                      std::string* chat_template_out) {
   absl::StatusOr<GgufFile> parsed = ParseGguf(path);
   if (!parsed.ok()) return parsed.status();
   const GgufFile& g = *parsed;
@@ -621,6 +622,11 @@ absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_o
     if (used.count(name) == 0) ModelLog().warn("{}: ignoring unused tensor {}", path, name);
   }
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
+  if (chat_template_out != nullptr) {
+    absl::StatusOr<std::string> t = Meta(g).String("tokenizer.chat_template", std::string());
+    if (!t.ok()) return t.status();
+    *chat_template_out = *std::move(t);
+  }
   if (vocab_out != nullptr) {
     if (absl::Status s = ReadVocab(g, w.config, vocab_out); !s.ok()) return s;
   }

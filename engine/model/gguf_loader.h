@@ -28,6 +28,8 @@ namespace banyan::engine {
 //   remove_extra_whitespaces (default false: llama.cpp never collapses whitespace, and Meta's
 //   Llama tokenizers set it false), byte_fallback = any piece of type kByte.
 // model_type is kBpe: llama.cpp's SPM tokenizer is score-driven BPE.
-absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out);
+// When chat_template_out is non-null, sets it to tokenizer.chat_template (empty when absent).
+absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out,
+                                      std::string* chat_template_out = nullptr);
 
 }  // namespace banyan::engine
