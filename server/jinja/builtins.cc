@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -97,7 +98,9 @@ Value SelectOrReject(Interpreter& in, const Value& seq, CallArgs& args, bool by_
 Value ToInt(const Value& v, const CallArgs& args) {
   if (v.is_int()) return v;
   if (v.is_bool()) return Value(int64_t{v.bool_value()});
-  if (v.is_float() && std::isfinite(v.float_value())) {
+  // Doubles outside int64's range would be undefined behaviour to convert.
+  auto fits = [](double d) { return std::isfinite(d) && std::fabs(d) < 9.2e18; };
+  if (v.is_float() && fits(v.float_value())) {
     return Value(static_cast<int64_t>(v.float_value()));
   }
   if (v.is_string()) {
@@ -107,7 +110,7 @@ Value ToInt(const Value& v, const CallArgs& args) {
     const long long i = std::strtoll(s.c_str(), &end, 10);
     if (!s.empty() && *end == '\0' && errno == 0) return Value(static_cast<int64_t>(i));
     const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == '\0' && std::isfinite(d)) return Value(static_cast<int64_t>(d));
+    if (!s.empty() && *end == '\0' && fits(d)) return Value(static_cast<int64_t>(d));
   }
   return Value(ArgInt(args, 0, "default", 0));
 }
@@ -266,6 +269,7 @@ Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallAr
   if (name == "int") return ToInt(v, args);
   if (name == "float") return ToFloat(v, args);
   if (name == "abs") {
+    if (v.is_int() && v.int_value() == INT64_MIN) throw Error("integer overflow");
     if (v.is_int()) return Value(v.int_value() < 0 ? -v.int_value() : v.int_value());
     if (v.is_float()) return Value(std::fabs(v.float_value()));
     throw Error("abs needs a number");
@@ -440,9 +444,9 @@ void AddGlobals(Dict* g, int64_t now_unix_s) {
            }
            if (step == 0) throw Error("range() step must not be zero");
            List out;
-           for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+           for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
              in.Tick(a.line);
-             out.push_back(Value(i));
+             out.push_back(Value(static_cast<int64_t>(i)));
            }
            return Value(std::move(out));
          }));

@@ -1,6 +1,8 @@
 #include "server/jinja/interpreter.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "server/jinja/builtins.h"
 
@@ -83,8 +85,10 @@ Value Slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
   int64_t stop = step > 0 ? opt(stop_v, n) : opt(stop_v, -n - 1);
   start = clamp(start, true);
   stop = clamp(stop, false);
-  std::vector<int64_t> idx;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) idx.push_back(i);
+  std::vector<int64_t> idx;  // wide counter: start + step may pass int64's range
+  for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
+    idx.push_back(static_cast<int64_t>(i));
+  }
   if (obj.is_list()) {
     List out;
     out.reserve(idx.size());
@@ -456,7 +460,9 @@ Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
       }
       if (e.name == "+") return v;
       if (v.is_float()) return Value(-v.float_value());
-      return Value(-(v.is_bool() ? int64_t{v.bool_value()} : v.int_value()));
+      const int64_t i = v.is_bool() ? int64_t{v.bool_value()} : v.int_value();
+      if (i == INT64_MIN) throw Error("integer overflow", e.line);
+      return Value(-i);
     }
     case ExprKind::kBinary:
       return EvalBinary(e, frame);
@@ -553,13 +559,15 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Frame>& frame
     const Value& count = a.is_string() || a.is_list() ? b : a;
     if (!count.is_int()) BadOperands(op, a, b, line);
     const int64_t n = std::max<int64_t>(0, count.int_value());
+    const size_t unit = seq.is_string() ? seq.str().size() : seq.list().size();
+    size_t total = 0;
+    if (__builtin_mul_overflow(unit, static_cast<uint64_t>(n), &total)) total = SIZE_MAX;
+    if (n > 0) CheckSize(total, line);
     if (seq.is_string()) {
-      if (n > 0) CheckSize(seq.str().size() * static_cast<size_t>(n), line);
       std::string s;
       for (int64_t i = 0; i < n; ++i) s += seq.str();
       return Value(std::move(s));
     }
-    if (n > 0) CheckSize(seq.list().size() * static_cast<size_t>(n), line);
     List l;
     for (int64_t i = 0; i < n; ++i) l.insert(l.end(), seq.list().begin(), seq.list().end());
     return Value(std::move(l));
@@ -574,6 +582,7 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Frame>& frame
   if (op == "//" || op == "%") {
     if (y.float_value() == 0) throw Error("integer division or modulo by zero", line);
     if (ints) {
+      if (x.int_value() == INT64_MIN && y.int_value() == -1) throw Error("integer overflow", line);
       const int64_t q = FloorDiv(x.int_value(), y.int_value());
       return op == "//" ? Value(q) : Value(x.int_value() - q * y.int_value());
     }

@@ -227,6 +227,20 @@ TEST(JinjaTest, GuardsAgainstRunawayTemplates) {
             0u);
 }
 
+TEST(JinjaTest, IntegerEdgesAreErrorsNotUndefinedBehaviour) {
+  const std::string min = "(-9223372036854775807 - 1)";
+  EXPECT_EQ(R("{{ -" + min + " }}"), "ERROR: line 1: integer overflow");
+  EXPECT_EQ(R("{{ " + min + " // -1 }}"), "ERROR: line 1: integer overflow");
+  EXPECT_EQ(R("{{ " + min + " | abs }}"), "ERROR: line 1: integer overflow");
+  EXPECT_EQ(R("{{ 9223372036854775807 + 1 }}"), "ERROR: line 1: integer overflow");
+  EXPECT_EQ(R("{{ 1e300 | int }}{{ '1e300' | int }}"), "00");
+  EXPECT_EQ(R("{{ [1, 2, 3][1::9223372036854775807] }}{{ range(1, 9223372036854775807, "
+              "9223372036854775807) | list }}"),
+            "[2][1]");
+  EXPECT_EQ(R("{{ 'abcd' * 4611686018427387904 }}").rfind("ERROR: line 1: the rendered text", 0),
+            0u);
+}
+
 TEST(JinjaTest, ContextMustBeAnObject) {
   absl::StatusOr<Template> t = Template::Parse("x");
   ASSERT_TRUE(t.ok());
