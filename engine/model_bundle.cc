@@ -1,6 +1,8 @@
 #include "engine/model_bundle.h"
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -12,6 +14,7 @@
 #include "engine/model/gguf_loader.h"
 #include "engine/model/model_io.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace banyan::engine {
 namespace fs = std::filesystem;
@@ -38,6 +41,76 @@ absl::StatusOr<std::string> FindTokenizerBeside(const fs::path& model) {
       dir.string(), "; pass --tokenizer FILE"));
 }
 
+// A special token in tokenizer_config.json: "<s>" or {"content": "<s>", ...}.
+std::string TokenText(const nlohmann::json& cfg, const char* key) {
+  auto it = cfg.find(key);
+  if (it == cfg.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return (*it)["content"].get<std::string>();
+  }
+  return "";
+}
+
+absl::StatusOr<std::string> ReadSmallFile(const fs::path& p) {
+  std::error_code ec;
+  const auto size = fs::file_size(p, ec);
+  if (ec || size > (size_t{16} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(p.string(), ": unreadable or larger than 16 MiB"));
+  }
+  std::ifstream in(p, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return absl::InvalidArgumentError(p.string() + ": read error");
+  return text;
+}
+
+// The chat template and special-token texts of a model folder (see the header).
+absl::Status ReadChatTemplate(const fs::path& model, ModelBundle* b) {
+  fs::path dir = fs::is_directory(model) ? model : model.parent_path();
+  if (dir.empty()) dir = ".";
+  const fs::path config = dir / "tokenizer_config.json";
+  if (fs::is_regular_file(config)) {
+    absl::StatusOr<std::string> text = ReadSmallFile(config);
+    if (!text.ok()) return text.status();
+    const nlohmann::json cfg = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!cfg.is_object()) {
+      return absl::InvalidArgumentError(config.string() + ": not a JSON object");
+    }
+    b->bos_token = TokenText(cfg, "bos_token");
+    b->eos_token = TokenText(cfg, "eos_token");
+    auto t = cfg.find("chat_template");
+    if (t != cfg.end() && t->is_string()) {
+      b->chat_template = t->get<std::string>();
+    } else if (t != cfg.end() && t->is_array()) {
+      for (const auto& e : *t) {
+        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+            e["template"].is_string()) {
+          b->chat_template = e["template"].get<std::string>();
+        }
+      }
+    }
+    if (!b->chat_template.empty()) b->chat_template_source = config.string();
+  }
+  const fs::path jinja = dir / "chat_template.jinja";
+  if (fs::is_regular_file(jinja)) {
+    absl::StatusOr<std::string> text = ReadSmallFile(jinja);
+    if (!text.ok()) return text.status();
+    b->chat_template = *std::move(text);
+    b->chat_template_source = jinja.string();
+  }
+  return absl::OkStatus();
+}
+
+// Token texts the config did not give: the tokenizer's own pieces.
+void FillTokenTexts(ModelBundle* b) {
+  if (b->bos_token.empty() && b->tokenizer->bos_id() >= 0) {
+    b->bos_token = std::string(b->tokenizer->Piece(b->tokenizer->bos_id()));
+  }
+  if (b->eos_token.empty() && b->tokenizer->eos_id() >= 0) {
+    b->eos_token = std::string(b->tokenizer->Piece(b->tokenizer->eos_id()));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
@@ -48,9 +121,11 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
     SpmVocab vocab;
     BpeSpec bpe;
     const bool want_vocab = tokenizer_path.empty();
-    auto w = LoadGguf(model_path, want_vocab ? &vocab : nullptr, want_vocab ? &bpe : nullptr);
+    auto w = LoadGguf(model_path, want_vocab ? &vocab : nullptr, want_vocab ? &bpe : nullptr,
+                      &b.chat_template);
     if (!w.ok()) return w.status();
     b.weights = std::move(*w);
+    if (!b.chat_template.empty()) b.chat_template_source = "tokenizer.chat_template (GGUF)";
     if (want_vocab) {
       absl::StatusOr<std::unique_ptr<Tokenizer>> tok =
           bpe.vocab.empty() ? Tokenizer::FromVocab(std::move(vocab))
@@ -62,12 +137,14 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
       }
       b.tokenizer = std::move(*tok);
       b.tokenizer_path = "<gguf metadata>";
+      FillTokenTexts(&b);
       return b;
     }
   } else {
     auto w = LoadModel(model_path);
     if (!w.ok()) return w.status();
     b.weights = std::move(*w);
+    if (absl::Status s = ReadChatTemplate(model_path, &b); !s.ok()) return s;
   }
   std::string tp = tokenizer_path;
   if (tp.empty()) {
@@ -87,6 +164,7 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
         "tokenizer ", tp, " has ", b.tokenizer->vocab_size(), " pieces but the model ",
         model_path, " has a vocabulary of ", b.weights.config.vocab_size));
   }
+  FillTokenTexts(&b);
   return b;
 }
 

@@ -8,6 +8,13 @@
 //    *.model file there.
 // A SentencePiece tokenizer must have exactly the model's vocabulary size; a tokenizer.json may
 // have fewer ids than a padded embedding (Qwen), never more.
+// And the model's chat template, a Jinja text (rendered by server/jinja):
+//  - GGUF: the tokenizer.chat_template metadata;
+//  - otherwise, in the model's folder (the folder itself, or the one holding the file):
+//    chat_template.jinja, else tokenizer_config.json's "chat_template" (a string, or a list of
+//    {"name", "template"} from which "default" is taken), with its "bos_token" and "eos_token"
+//    (a string or {"content": ...}).
+// Token texts not given there are the tokenizer's BOS / EOS pieces ("" when it has none).
 #pragma once
 
 #include <memory>
@@ -23,6 +30,10 @@ struct ModelBundle {
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::string tokenizer_path;  // where it came from ("<gguf metadata>" for GGUF)
+  std::string chat_template;   // Jinja text; empty when the model carries none
+  std::string chat_template_source;  // the file (or metadata key) it came from
+  std::string bos_token;       // the text of BOS / EOS, as templates see them
+  std::string eos_token;
 };
 
 absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,

@@ -63,6 +63,10 @@ absl::StatusOr<std::string> ReadRegularFile(const char* what, const std::string&
   return text;
 }
 
+bool IsBuiltinChatTemplate(std::string_view v) {
+  return v == "model" || v == "plain" || v == "llama2" || v == "chatml";
+}
+
 // A JSON file's DOM, nesting checked on the raw text first.
 absl::StatusOr<nlohmann::json> ReadJsonFile(const char* what, const std::string& path) {
   absl::StatusOr<std::string> text = ReadRegularFile(what, path);
@@ -254,13 +258,20 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) { return Int("max-n", v, 1, 1024, &c.server.max_n); }},
       {"chat-template",
        [](DaemonConfig& c, const std::string& v) {
-         std::string t;
-         if (absl::Status s = OneOf("chat-template", v, {"plain", "llama2", "chatml"}, &t); !s.ok()) {
-           return s;
+         if (IsBuiltinChatTemplate(v)) {
+           c.server.chat_template = v == "plain"    ? ChatTemplate::kPlain
+                                    : v == "llama2" ? ChatTemplate::kLlama2
+                                    : v == "chatml" ? ChatTemplate::kChatML
+                                                    : ChatTemplate::kModel;
+           c.server.chat_template_file.clear();
+           return absl::OkStatus();
          }
-         c.server.chat_template = t == "plain"    ? ChatTemplate::kPlain
-                                  : t == "llama2" ? ChatTemplate::kLlama2
-                                                  : ChatTemplate::kChatML;
+         // A Jinja file replacing the model's template (read and parsed by banyand).
+         if (absl::Status s = CheckInputPath("chat-template", v, /*allow_dir=*/false); !s.ok()) {
+           return absl::Status(s.code(), absl::StrCat(s.message(), " (chat-template takes model, plain, llama2, chatml or a Jinja file)"));
+         }
+         c.server.chat_template = ChatTemplate::kModel;
+         c.server.chat_template_file = v;
          return absl::OkStatus();
        }},
       {"drain-timeout-ms",
@@ -306,6 +317,12 @@ absl::Status ApplyFile(DaemonConfig& c, const std::string& path) {
     std::string value;
     if (v.is_string()) {
       value = v.get<std::string>();
+      // A chat template file named in a config file is relative to that file's folder.
+      if (key == "chat-template" && !IsBuiltinChatTemplate(value) && !value.empty() &&
+          value[0] != '/') {
+        const size_t slash = path.rfind('/');
+        if (slash != std::string::npos) value = path.substr(0, slash + 1) + value;
+      }
     } else if (v.is_number_integer()) {
       value = std::to_string(v.get<int64_t>());
     } else {

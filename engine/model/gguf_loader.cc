@@ -632,7 +632,7 @@ absl::Status ReadVocab(const GgufFile& g, const ModelConfig& c, SpmVocab* out) {
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out,
-                                      BpeSpec* bpe_out) {
+                                      BpeSpec* bpe_out, std::string* chat_template_out) {
   absl::StatusOr<GgufFile> parsed = ParseGguf(path);
   if (!parsed.ok()) return parsed.status();
   const GgufFile& g = *parsed;
@@ -693,6 +693,11 @@ absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_o
     if (used.count(name) == 0) ModelLog().warn("{}: ignoring unused tensor {}", path, name);
   }
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
+  if (chat_template_out != nullptr) {
+    absl::StatusOr<std::string> t = Meta(g).String("tokenizer.chat_template", std::string());
+    if (!t.ok()) return t.status();
+    *chat_template_out = *std::move(t);
+  }
   if (vocab_out != nullptr || bpe_out != nullptr) {
     const Meta m(g);
     absl::StatusOr<std::string> model = m.String("tokenizer.ggml.model", std::nullopt);

@@ -36,7 +36,9 @@ namespace banyan::engine {
 // (ApplyGgufPreTokenizer in hf_json_reader.h: "llama-bpe" also sets ignore_merges, as Llama 3's
 // tokenizer.json does); bos/eos/unknown_token_id; add_bos_token (default: true for llama-bpe)
 // and add_eos_token decide the ids Encode adds.
+// When chat_template_out is non-null, sets it to tokenizer.chat_template (empty when absent).
 absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out,
-                                      BpeSpec* bpe_out = nullptr);
+                                      BpeSpec* bpe_out = nullptr,
+                                      std::string* chat_template_out = nullptr);
 
 }  // namespace banyan::engine

@@ -1,5 +1,10 @@
 #include "server/http/chat_template.h"
 
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "server/validation.h"
@@ -56,6 +61,8 @@ std::string_view ChatTemplateName(ChatTemplate tmpl) {
       return "chatml";
     case ChatTemplate::kPlain:
       return "plain";
+    case ChatTemplate::kModel:
+      return "model";
   }
   return "plain";
 }
@@ -65,8 +72,14 @@ absl::StatusOr<std::vector<ChatSegment>> RenderChat(ChatTemplate tmpl,
   if (messages.empty()) return Bad("messages must contain at least one message");
   for (const ChatMessage& m : messages) {
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      return Bad(absl::StrCat("unsupported message role '", m.role,
+                              "': this model has no chat template of its own that could render "
+                              "it; use system, user or assistant"));
+    }
+    if (m.has_tool_calls) {
       return Bad(
-          absl::StrCat("unsupported message role '", m.role, "'; use system, user or assistant"));
+          "an assistant message with tool_calls needs the model's own chat template, and this "
+          "model has none");
     }
   }
   switch (tmpl) {
@@ -80,6 +93,7 @@ absl::StatusOr<std::vector<ChatSegment>> RenderChat(ChatTemplate tmpl,
       absl::StrAppend(&s.text, "<|im_start|>assistant\n");
       return std::vector<ChatSegment>{s};
     }
+    case ChatTemplate::kModel:
     case ChatTemplate::kPlain: {
       ChatSegment s{true, "", false};
       for (const ChatMessage& m : messages) absl::StrAppend(&s.text, m.role, ": ", m.content, "\n");
@@ -98,6 +112,134 @@ std::vector<int32_t> EncodeChat(const std::vector<ChatSegment>& segments,
     ids.insert(ids.end(), part.begin(), part.end());
     if (s.eos && tokenizer.eos_id() >= 0) ids.push_back(tokenizer.eos_id());
   }
+  return ids;
+}
+
+absl::StatusOr<std::shared_ptr<const JinjaChat>> MakeJinjaChat(const std::string& text,
+                                                               std::string source,
+                                                               std::string bos_token,
+                                                               std::string eos_token,
+                                                               const engine::Tokenizer& tokenizer) {
+  absl::StatusOr<jinja::Template> t = jinja::Template::Parse(text);
+  if (!t.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template ", source, ": ", t.status().message()));
+  }
+  auto chat = std::make_shared<JinjaChat>();
+  chat->tmpl = std::make_shared<const jinja::Template>(*std::move(t));
+  chat->source = std::move(source);
+  chat->bos_token = std::move(bos_token);
+  chat->eos_token = std::move(eos_token);
+  const engine::SpmVocab& v = tokenizer.vocab();
+  for (size_t id = 0; id < v.pieces.size(); ++id) {
+    const engine::PieceType type = v.types[id];
+    if ((type == engine::PieceType::kControl || type == engine::PieceType::kUnknown) &&
+        !v.pieces[id].empty()) {
+      chat->special_tokens.emplace_back(v.pieces[id], static_cast<int32_t>(id));
+    }
+  }
+  std::stable_sort(chat->special_tokens.begin(), chat->special_tokens.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  return std::shared_ptr<const JinjaChat>(std::move(chat));
+}
+
+absl::StatusOr<std::shared_ptr<const JinjaChat>> LoadJinjaChat(const ServerOptions& options,
+                                                               const engine::ModelBundle& bundle) {
+  std::string text, source;
+  if (!options.chat_template_file.empty()) {
+    source = options.chat_template_file;
+    std::ifstream in(source, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("--chat-template: cannot read ", source));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (text.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--chat-template: ", source, " is empty"));
+    }
+  } else if (options.chat_template == ChatTemplate::kModel && !bundle.chat_template.empty()) {
+    text = bundle.chat_template;
+    source = bundle.chat_template_source;
+  } else {
+    return nullptr;
+  }
+  const engine::Tokenizer& tok = *bundle.tokenizer;
+  std::string bos = bundle.bos_token, eos = bundle.eos_token;
+  if (bos.empty() && tok.bos_id() >= 0) bos = std::string(tok.Piece(tok.bos_id()));
+  if (eos.empty() && tok.eos_id() >= 0) eos = std::string(tok.Piece(tok.eos_id()));
+  return MakeJinjaChat(text, source, bos, eos, tok);
+}
+
+absl::StatusOr<std::string> RenderJinjaChat(const JinjaChat& chat,
+                                            const nlohmann::ordered_json& body,
+                                            const std::vector<ChatMessage>& messages) {
+  using OJson = nlohmann::ordered_json;
+  OJson ctx = OJson::object();
+  if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
+    if (!kw->is_object()) {
+      return InvalidParam("chat_template_kwargs", "chat_template_kwargs must be an object");
+    }
+    for (const auto& [k, v] : kw->items()) ctx[k] = v;
+  }
+  OJson msgs = OJson::array();
+  const OJson& raw = body.at("messages");
+  for (size_t i = 0; i < messages.size() && i < raw.size(); ++i) {
+    OJson m = raw[i];
+    m["role"] = messages[i].role;
+    m["content"] = messages[i].content;
+    msgs.push_back(std::move(m));
+  }
+  ctx["messages"] = std::move(msgs);
+  bool add_generation_prompt = true;
+  if (auto it = body.find("add_generation_prompt"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return InvalidParam("add_generation_prompt", "add_generation_prompt must be a boolean");
+    }
+    add_generation_prompt = it->get<bool>();
+  }
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["bos_token"] = chat.bos_token;
+  ctx["eos_token"] = chat.eos_token;
+  if (auto it = body.find("tools"); it != body.end() && it->is_array() && !it->empty()) {
+    ctx["tools"] = *it;
+  }
+  absl::StatusOr<std::string> text = chat.tmpl->Render(ctx);
+  if (!text.ok()) {
+    return Bad(absl::StrCat("the model's chat template failed (", chat.source, ", ",
+                            text.status().message(), ")"));
+  }
+  return text;
+}
+
+std::vector<int32_t> EncodeRendered(const JinjaChat& chat, std::string_view text,
+                                    const engine::Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  size_t start = 0;  // of the ordinary text not yet encoded
+  auto flush = [&](size_t end) {
+    if (end > start) {
+      std::vector<int32_t> part = tokenizer.Encode(text.substr(start, end - start), false);
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+  };
+  std::array<bool, 256> first_bytes{};  // bytes a special-token text starts with
+  for (const auto& sp : chat.special_tokens) first_bytes[static_cast<unsigned char>(sp.first[0])] = true;
+  for (size_t i = 0; i < text.size();) {
+    const std::pair<std::string, int32_t>* hit = nullptr;
+    if (first_bytes[static_cast<unsigned char>(text[i])]) {
+      for (const auto& sp : chat.special_tokens) {
+        if (text.substr(i).starts_with(sp.first)) {
+          hit = &sp;
+          break;
+        }
+      }
+    }
+    if (hit == nullptr) {
+      ++i;
+      continue;
+    }
+    flush(i);
+    ids.push_back(hit->second);
+    i += hit->first.size();
+    start = i;
+  }
+  flush(text.size());
   return ids;
 }
 

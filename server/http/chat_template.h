@@ -1,5 +1,21 @@
-// The built-in chat templates: how a conversation becomes prompt token ids when the model
-// carries no template of its own. Chosen by ServerOptions::chat_template.
+// How a conversation becomes prompt token ids.
+//
+// The model's own template (JinjaChat; ServerContext::jinja_chat): the Jinja text of its
+// tokenizer_config.json / GGUF metadata, or of --chat-template FILE, rendered as transformers'
+// apply_chat_template does, with the variables
+//   messages               the request's messages as sent (every field: tool_calls,
+//                          tool_call_id, name, ...), "developer" read as "system", content parts
+//                          joined into one string, a null content as ""
+//   add_generation_prompt  the request's add_generation_prompt (default true)
+//   bos_token, eos_token   the model's special-token texts
+//   tools                  the request's tools, when it has some (tool_choice "none")
+// plus the keys of the request's chat_template_kwargs (e.g. enable_thinking). The rendered text
+// is tokenized with no BOS added: the template writes it, as with transformers, so it is never
+// doubled. Special-token texts in it (the tokenizer's control pieces: "<s>", "</s>", ...) become
+// their ids; the text between them is encoded as ordinary text. A template that fails (a
+// raise_exception, an undefined call, ...) is a 400 naming the template's message and line.
+//
+// The built-in templates, for models with no template of their own (ServerOptions::chat_template):
 //
 // A rendered conversation is a list of segments, each encoded on its own (SentencePiece adds
 // its dummy-prefix space at the start of each) with BOS before and/or EOS after it as token ids,
@@ -23,23 +39,64 @@
 //   whitespace.
 //
 // Roles: "system", "user", "assistant"; "developer" (OpenAI's newer name) is treated as
-// "system". Other roles (tool, function) are rejected with InvalidArgument (param "messages").
+// "system". Other roles (tool, function) and assistant tool_calls are rejected with
+// InvalidArgument (param "messages"): only a model's own template can render them.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string_view>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model_bundle.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "server/jinja/template.h"
 #include "server/server_context.h"
 
 namespace banyan::server::http {
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant" (after mapping "developer")
+  std::string role;  // "system", "user" or "assistant" (after mapping "developer"), "tool", ...
   std::string content;
+  bool has_tool_calls = false;  // an assistant message with tool_calls
 };
+
+// A model's own chat template, ready to render.
+struct JinjaChat {
+  std::shared_ptr<const jinja::Template> tmpl;
+  std::string source;  // where it came from (a file, or the GGUF key), for logs
+  std::string bos_token;
+  std::string eos_token;
+  // Texts that encode to one id (the tokenizer's control and unknown pieces), longest first.
+  std::vector<std::pair<std::string, int32_t>> special_tokens;
+};
+
+// Parses `text` (InvalidArgument "chat template <source>: line N: ..." on a syntax error).
+absl::StatusOr<std::shared_ptr<const JinjaChat>> MakeJinjaChat(const std::string& text,
+                                                               std::string source,
+                                                               std::string bos_token,
+                                                               std::string eos_token,
+                                                               const engine::Tokenizer& tokenizer);
+
+// The Jinja template prompts are rendered with: options.chat_template_file when set, else the
+// model's own unless options names a built-in; null when none. BOS / EOS texts are the model's
+// (its tokenizer's pieces where its config names none). A template that does not parse is an
+// error naming its file and line (banyand stops).
+absl::StatusOr<std::shared_ptr<const JinjaChat>> LoadJinjaChat(const ServerOptions& options,
+                                                               const engine::ModelBundle& bundle);
+
+// The prompt text of a chat request rendered by `chat` (see above). `body` is the request with
+// its keys in the order sent; `messages` its parsed messages (ParseMessages).
+absl::StatusOr<std::string> RenderJinjaChat(const JinjaChat& chat, const nlohmann::ordered_json& body,
+                                            const std::vector<ChatMessage>& messages);
+
+// Token ids of rendered text: special-token texts become their ids, no BOS is added.
+std::vector<int32_t> EncodeRendered(const JinjaChat& chat, std::string_view text,
+                                    const engine::Tokenizer& tokenizer);
 
 struct ChatSegment {
   bool bos = false;  // BOS token before the text
@@ -56,7 +113,7 @@ absl::StatusOr<std::vector<ChatSegment>> RenderChat(ChatTemplate tmpl,
 std::vector<int32_t> EncodeChat(const std::vector<ChatSegment>& segments,
                                 const engine::Tokenizer& tokenizer);
 
-// "plain", "chatml", "llama2".
+// "model", "plain", "chatml", "llama2".
 std::string_view ChatTemplateName(ChatTemplate tmpl);
 
 }  // namespace banyan::server::http

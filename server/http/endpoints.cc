@@ -75,17 +75,9 @@ void Tokenize(const ServerContext& ctx, const HttpRequest& req, HttpResponse& re
   if (!f.status().ok()) return SendStatus(res, f.status());
   std::vector<int32_t> tokens;
   if (f.Has("messages")) {
-    absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(*body);
-    if (!messages.ok()) return SendStatus(res, messages.status());
-    absl::StatusOr<std::vector<ChatSegment>> segments =
-        RenderChat(ctx.options.chat_template, *messages);
-    if (!segments.ok()) return SendStatus(res, segments.status());
-    int64_t text_bytes = 0;
-    for (const ChatSegment& seg : *segments) text_bytes += static_cast<int64_t>(seg.text.size());
-    if (absl::Status s = CheckPromptSize(text_bytes, ctx.options, "messages"); !s.ok()) {
-      return SendStatus(res, s);
-    }
-    tokens = EncodeChat(*segments, *ctx.tokenizer);
+    absl::StatusOr<std::vector<int32_t>> ids = ChatPromptIds(*body, req.body, ctx);
+    if (!ids.ok()) return SendStatus(res, ids.status());
+    tokens = *std::move(ids);
   } else {
     if (!f.Has("prompt")) {
       return SendStatus(res, InvalidParam("prompt", "send either prompt (a string) or messages"));

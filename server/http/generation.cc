@@ -202,7 +202,8 @@ std::shared_ptr<GenerationJob> StartGeneration(ServerContext* ctx, Api api, cons
   absl::StatusOr<Json> body = ParseBody(req.body);
   if (!body.ok()) return fail(body.status());
   absl::StatusOr<ParsedGeneration> parsed =
-      api == Api::kChat ? ParseChatRequest(*body, *ctx) : ParseCompletionRequest(*body, *ctx);
+      api == Api::kChat ? ParseChatRequest(*body, *ctx, req.body)
+                        : ParseCompletionRequest(*body, *ctx);
   if (!parsed.ok()) return fail(parsed.status());
   if (ctx->ready != nullptr && !ctx->ready->load()) return fail(NotReady());
 

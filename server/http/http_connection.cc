@@ -489,7 +489,11 @@ absl::Status HttpFrontEnd::Impl::Start() {
   if (n <= 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 4);
   for (int i = 0; i < n; ++i) threads.emplace_back([this] { ioc->run(); });
   HttpLog().info("[http] listening on {}:{} (model {}, chat template {}, auth {}, {} threads)",
-                 o.host, port.load(), ctx->model_name, ChatTemplateName(o.chat_template),
+                 o.host, port.load(), ctx->model_name,
+                 ctx->jinja_chat != nullptr ? "jinja " + ctx->jinja_chat->source
+                 : o.chat_template == ChatTemplate::kModel
+                     ? std::string("plain (the model has none)")
+                     : std::string(ChatTemplateName(o.chat_template)),
                  ctx->auth.keys_required() ? "on" : "off", n);
   return absl::OkStatus();
 }

@@ -39,7 +39,8 @@ constexpr std::array kCompletionFields = {"prompt", "echo", "suffix", "add_speci
                                          "response_format"};
 constexpr std::array kChatFields = {"messages",  "max_completion_tokens", "top_logprobs",
                                    "tools",     "tool_choice",           "functions",
-                                   "function_call", "parallel_tool_calls", "response_format"};
+                                   "function_call", "parallel_tool_calls", "response_format",
+                                   "add_generation_prompt", "chat_template_kwargs"};
 
 template <size_t N>
 bool In(const std::array<const char*, N>& names, std::string_view key) {
@@ -303,6 +304,15 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
     if (!f.status().ok()) return f.status();
     if (msg.role.empty()) return InvalidParam(where + ".role", where + ".role is required");
     if (msg.role == "developer") msg.role = "system";
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+      if (!tc->is_array()) {
+        return InvalidParam(where + ".tool_calls", where + ".tool_calls must be an array");
+      }
+      if (msg.role != "assistant" && !tc->empty()) {
+        return InvalidParam(where + ".tool_calls", "only assistant messages carry tool_calls");
+      }
+      msg.has_tool_calls = !tc->empty();
+    }
     auto c = m.find("content");
     if (c == m.end() || c->is_null()) {
       if (msg.role != "assistant") {
@@ -389,7 +399,40 @@ absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
   return out;
 }
 
-absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx) {
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string_view raw_body,
+                                                   const ServerContext& ctx) {
+  absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(body);
+  if (!messages.ok()) return messages.status();
+  for (const ChatMessage& m : *messages) {
+    if (!IsValidUtf8(m.content)) return InvalidParam("messages", "a message is not valid UTF-8");
+  }
+  if (ctx.jinja_chat != nullptr) {
+    // The body again with its keys in the order sent (Json sorts them): templates print tool
+    // schemas with tojson, and the model learned them in the client's order.
+    nlohmann::ordered_json ordered =
+        nlohmann::ordered_json::parse(raw_body, nullptr, /*allow_exceptions=*/false);
+    if (!ordered.is_object()) ordered = nlohmann::ordered_json::parse(body.dump());
+    absl::StatusOr<std::string> text = RenderJinjaChat(*ctx.jinja_chat, ordered, *messages);
+    if (!text.ok()) return text.status();
+    // Before tokenizing: a long conversation costs the tokenizer seconds of CPU.
+    if (absl::Status st =
+            CheckPromptSize(static_cast<int64_t>(text->size()), ctx.options, "messages");
+        !st.ok()) {
+      return st;
+    }
+    return EncodeRendered(*ctx.jinja_chat, *text, *ctx.tokenizer);
+  }
+  absl::StatusOr<std::vector<ChatSegment>> segments =
+      RenderChat(ctx.options.chat_template, *messages);
+  if (!segments.ok()) return segments.status();
+  int64_t text_bytes = 0;
+  for (const ChatSegment& seg : *segments) text_bytes += static_cast<int64_t>(seg.text.size());
+  if (absl::Status st = CheckPromptSize(text_bytes, ctx.options, "messages"); !st.ok()) return st;
+  return EncodeChat(*segments, *ctx.tokenizer);
+}
+
+absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx,
+                                                  std::string_view raw_body) {
   LogUnknownFields(body, Api::kChat);
   if (absl::Status s = CheckUnsupportedFeatures(body, Api::kChat); !s.ok()) return s;
   ParsedGeneration out;
@@ -415,19 +458,9 @@ absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const Server
   out.top_logprobs = static_cast<int>(top);
   common.params.logprobs = out.logprobs ? out.top_logprobs : 0;
 
-  absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(body);
-  if (!messages.ok()) return messages.status();
-  for (const ChatMessage& m : *messages) {
-    if (!IsValidUtf8(m.content)) return InvalidParam("messages", "a message is not valid UTF-8");
-  }
-  absl::StatusOr<std::vector<ChatSegment>> segments =
-      RenderChat(ctx.options.chat_template, *messages);
-  if (!segments.ok()) return segments.status();
-  // Before tokenizing: a long conversation costs the tokenizer seconds of CPU.
-  int64_t text_bytes = 0;
-  for (const ChatSegment& seg : *segments) text_bytes += static_cast<int64_t>(seg.text.size());
-  if (absl::Status st = CheckPromptSize(text_bytes, ctx.options, "messages"); !st.ok()) return st;
-  common.prompt = EncodeChat(*segments, *ctx.tokenizer);
+  absl::StatusOr<std::vector<int32_t>> prompt = ChatPromptIds(body, raw_body, ctx);
+  if (!prompt.ok()) return prompt.status();
+  common.prompt = *std::move(prompt);
   out.inputs.push_back(std::move(common));
   return out;
 }

@@ -52,6 +52,14 @@ absl::Status CheckModel(const Json& body, const ServerContext& ctx);
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body);
 
 absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body, const ServerContext& ctx);
-absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx);
+// `raw_body`: the body's text, for the key order a model's chat template sees (empty: the
+// order of `body`, which sorts keys).
+absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx,
+                                                  std::string_view raw_body = {});
+
+// The prompt token ids of a chat body's messages: rendered by the model's chat template
+// (ctx.jinja_chat, server/http/chat_template.h) or the built-in one, then tokenized.
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string_view raw_body,
+                                                   const ServerContext& ctx);
 
 }  // namespace banyan::server::http

@@ -230,10 +230,13 @@ TEST(GgufLoader, SyntheticF16Bf16AndV2) {
                         Case{testing::kGgmlBF16, 3, WeightDtype::kBF16}}) {
     TempDir dir;
     const std::string path = dir.File("m.gguf");
-    testing::WriteBytes(path, testing::GgufFromWeights(src, k.type, "", 0, k.version));
+    const std::string tmpl = k.version == 3 ? "{{ bos_token }}{% for m in messages %}..." : "";
+    testing::WriteBytes(path, testing::GgufFromWeights(src, k.type, "", 0, k.version, tmpl));
     SpmVocab vocab;
-    absl::StatusOr<ModelWeights> g = LoadGguf(path, &vocab);
+    std::string chat_template = "unset";
+    absl::StatusOr<ModelWeights> g = LoadGguf(path, &vocab, nullptr, &chat_template);
     ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(chat_template, tmpl);  // tokenizer.chat_template, empty when absent
     EXPECT_EQ(g->config.rope_theta, 500000.0f);
     EXPECT_EQ(g->config.norm_eps, 1e-6f);
     EXPECT_FALSE(g->config.tie_embeddings);

@@ -121,7 +121,7 @@ std::string Encode(const Tensor& t, uint32_t type) {
 
 std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
                             const std::string& override_type_of, uint32_t override_type,
-                            uint32_t version) {
+                            uint32_t version, const std::string& chat_template) {
   const ModelConfig& c = w.config;
   GgufBuilder b(version);
   b.Str("general.architecture", "llama");
@@ -135,6 +135,7 @@ std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
   b.F32("llama.rope.freq_base", c.rope_theta);
   b.F32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
   b.Str("tokenizer.ggml.model", "llama");
+  if (!chat_template.empty()) b.Str("tokenizer.chat_template", chat_template);
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> types;

@@ -140,9 +140,10 @@ constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
 // A complete llama GGUF holding `w` (its tensors as stored, no permutation) in `type`
 // (F32/F16/BF16), with llama.* metadata and a trivial tokenizer. `override_type_of` names one
 // tensor written with `override_type` instead (its bytes are then garbage of the right size).
+// A non-empty `chat_template` is written as tokenizer.chat_template.
 std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
                             const std::string& override_type_of = "", uint32_t override_type = 0,
-                            uint32_t version = 3);
+                            uint32_t version = 3, const std::string& chat_template = "");
 
 // One raw safetensors entry: dtype string and bytes exactly as written.
 struct RawEntry {

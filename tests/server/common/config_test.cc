@@ -112,6 +112,33 @@ TEST_F(ConfigTest, NonsenseLimitsAreRefused) {
   EXPECT_LE(d->server.max_prompt_bytes, d->server.max_body_bytes);
 }
 
+TEST_F(ConfigTest, ChatTemplateIsABuiltinNameOrAJinjaFile) {
+  auto d = Load({});
+  ASSERT_TRUE(d.ok()) << Error(d);
+  EXPECT_EQ(d->server.chat_template, ChatTemplate::kModel);
+  EXPECT_TRUE(d->server.chat_template_file.empty());
+  auto b = Load({"--chat-template", "chatml"});
+  ASSERT_TRUE(b.ok()) << Error(b);
+  EXPECT_EQ(b->server.chat_template, ChatTemplate::kChatML);
+
+  const std::string tmpl = Write("t.jinja", "{{ messages | length }}");
+  auto f = Load({"--chat-template", tmpl});
+  ASSERT_TRUE(f.ok()) << Error(f);
+  EXPECT_EQ(f->server.chat_template_file, tmpl);
+  EXPECT_TRUE(Has(Error(Load({"--chat-template", (dir_ / "absent.jinja").string()})),
+                  "chat-template takes model, plain, llama2, chatml or a Jinja file"));
+  EXPECT_FALSE(Load({"--chat-template", dir_.string()}).ok());  // a folder is no template
+
+  // In a config file, a relative path is relative to the file's folder, not the working one.
+  fs::create_directories(dir_ / "conf");
+  Write("conf/mine.jinja", "x");
+  const std::string cfg = Write("conf/c.json", R"({"chat_template": "mine.jinja"})");
+  auto c = Load({"--config", cfg});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(fs::path(c->server.chat_template_file), dir_ / "conf" / "mine.jinja");
+  EXPECT_FALSE(Load({"--config", Write("c2.json", R"({"chat_template": "conf/absent.jinja"})")}).ok());
+}
+
 TEST_F(ConfigTest, ParseBytesRefusesOverflow) {
   EXPECT_EQ(*ParseBytes("64TiB"), int64_t{64} << 40);
   EXPECT_FALSE(ParseBytes("9000000TiB").ok());

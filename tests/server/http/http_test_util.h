@@ -18,6 +18,7 @@
 #include "kvcache/prefix_tree.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/scheduler.h"
+#include "server/http/chat_template.h"
 #include "server/http/http_server.h"
 #include "server/server_context.h"
 
@@ -46,8 +47,9 @@ inline const engine::ModelBundle& Bundle() {
 
 // Backend, scheduler (with its loop's pool and tree), context and front end: one serving stack.
 struct Stack {
+  // `jinja_chat`: the model's own chat template (server/http/chat_template.h); null: built-in.
   explicit Stack(scheduler::SchedulerOptions sopts = {}, ServerOptions opts = {}, int chunks = 1024,
-                 int chunk_size = 16) {
+                 int chunk_size = 16, std::shared_ptr<const JinjaChat> jinja_chat = nullptr) {
     const engine::ModelBundle& b = Bundle();
     sched = std::make_unique<scheduler::Scheduler>(
         b.weights.config, b.tokenizer.get(),
@@ -59,6 +61,7 @@ struct Stack {
     ctx.tokenizer = b.tokenizer.get();
     ctx.scheduler = sched.get();
     ctx.options = opts;
+    ctx.jinja_chat = std::move(jinja_chat);
     ctx.options.host = "127.0.0.1";
     ctx.options.http_port = 0;
     // Keys from opts.api_keys (the tenant "default"), or opts.tenants.

@@ -466,6 +466,44 @@ TEST(ChatTemplateTest, EncodeAddsSpecialTokensAsIds) {
   EXPECT_EQ(ids, want);
 }
 
+TEST(ChatTemplateTest, ToolCallsAreCheckedAndMarked) {
+  auto m = http::ParseMessages(Json::parse(
+      R"({"messages": [{"role": "assistant", "content": null,
+                        "tool_calls": [{"id": "c", "type": "function",
+                                        "function": {"name": "f", "arguments": "{}"}}]},
+                       {"role": "tool", "tool_call_id": "c", "content": "r"}]})"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)[0].has_tool_calls);
+  EXPECT_EQ((*m)[1].role, "tool");
+  EXPECT_FALSE((*m)[1].has_tool_calls);
+  const Json not_array = Json::parse(R"j({"messages": [{"role": "assistant", "tool_calls": "f()"}]})j");
+  EXPECT_EQ(http::ParseMessages(not_array).status().message(),
+            "messages[0].tool_calls must be an array");
+  const Json from_user =
+      Json::parse(R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{}]}]})");
+  EXPECT_FALSE(http::ParseMessages(from_user).ok());
+  // Built-in templates can not render them.
+  EXPECT_FALSE(http::RenderChat(ChatTemplate::kChatML, *m).ok());
+}
+
+TEST(ChatTemplateTest, RenderedTextKeepsSpecialTokenTextsAsIds) {
+  auto t = engine::Tokenizer::FromFile(kTokenizerPath);
+  ASSERT_TRUE(t.ok());
+  auto chat = http::MakeJinjaChat("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}", "test",
+                                  "<s>", "</s>", **t);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  const engine::Tokenizer& tok = **t;
+  std::vector<int32_t> want = {tok.bos_id()};
+  for (int32_t id : tok.Encode("a", false)) want.push_back(id);
+  want.push_back(tok.eos_id());
+  for (int32_t id : tok.Encode("b", false)) want.push_back(id);
+  EXPECT_EQ(http::EncodeRendered(**chat, "<s>a</s>b", tok), want);
+  EXPECT_EQ(http::EncodeRendered(**chat, "", tok), std::vector<int32_t>{});
+  auto bad = http::MakeJinjaChat("{% if %}", "f.jinja", "", "", tok);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "chat template f.jinja: line 1: expected an expression, got '%}'");
+}
+
 TEST(TokenReprTest, PiecesAndBytes) {
   auto t = engine::SpmTokenizer::FromFile(kTokenizerPath);
   ASSERT_TRUE(t.ok());

@@ -1,0 +1,22 @@
+// The Jinja parser: tokens -> syntax tree, with Jinja's operator precedence (lowest first):
+// `x if c else y`, or, and, not, comparisons (in, not in, ==, !=, <, <=, >, >=), + -, ~,
+// * / // %, **, unary - +, then postfix (.attr, [key], [a:b:c], call), filters (|f) and
+// tests (is [not] t) binding to the operand before them.
+// Statements: if/elif/else, for (with `if` filter, else, loop variables), set (also of a
+// namespace attribute, and block set), macro, call blocks, filter blocks, break, continue, and
+// transformers' generation/endgeneration markers (no-ops).
+// Throws jinja::Error with the line on a syntax error; nesting is bounded (kMaxNesting).
+#pragma once
+
+#include <vector>
+
+#include "server/jinja/ast.h"
+#include "server/jinja/lexer.h"
+
+namespace banyan::jinja {
+
+inline constexpr int kMaxNesting = 200;  // nested expressions and blocks
+
+Body Parse(const std::vector<Token>& tokens);
+
+}  // namespace banyan::jinja
