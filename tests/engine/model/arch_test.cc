@@ -7,6 +7,7 @@
 
 #include "engine/model/dummy_weights.h"
 #include "engine/model/gguf_loader.h"
+#include "engine/model/model_io.h"
 #include "engine/model/rope.h"
 #include "engine/model/safetensors_loader.h"
 #include "gmock/gmock.h"
@@ -149,6 +150,25 @@ TEST(ArchWeights, HfFoldersRoundTrip) {
     EXPECT_EQ(got->config.qkv_bias, c.qkv_bias);
     EXPECT_EQ(got->config.qk_norm, c.qk_norm);
     EXPECT_EQ(got->config.head_dim(), c.head_dim());
+    testing::ExpectSameWeights(*got, w);
+  }
+  // banyan's own writer (banyan convert) keeps the architecture, the scaling and the eos list.
+  for (const char* arch : {"qwen2", "qwen3", "llama"}) {
+    SCOPED_TRACE(arch);
+    ModelConfig c = Small(arch);
+    if (std::string(arch) == "llama") {
+      c.rope_scaling.type = RopeScalingType::kLlama3;
+      c.rope_scaling.factor = 8;
+      c.stop_ids = {2, 7};
+    }
+    const ModelWeights w = MakeDummyWeights(c, 8);
+    TempDir dir;
+    ASSERT_TRUE(WriteHfFolder(w, dir.path()).ok());
+    absl::StatusOr<ModelWeights> got = LoadHfFolder(dir.path());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->config.arch, arch);
+    EXPECT_EQ(got->config.stop_ids, c.stop_ids);
+    EXPECT_EQ(RopeInvFreq(got->config), RopeInvFreq(c));
     testing::ExpectSameWeights(*got, w);
   }
   // A Qwen 2.5 folder without its biases names the missing tensor.

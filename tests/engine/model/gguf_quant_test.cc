@@ -176,8 +176,10 @@ TEST(GgufQuant, EncodedQ8_0IsCloseToItsSource) {
   for (size_t b = 0; b < 8; ++b) {
     float amax = 0;
     for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    // Rounding to the code costs d / 2; storing d as f16 (relative 2^-11) up to 127 codes'
+    // worth of it more: |error| <= d * (1/2 + 127 * 2^-11) < 0.563 d.
     for (size_t i = 0; i < 32; ++i) {
-      EXPECT_LE(std::fabs(y[32 * b + i] - x[32 * b + i]), amax / 127 * 0.51f) << 32 * b + i;
+      EXPECT_LE(std::fabs(y[32 * b + i] - x[32 * b + i]), amax / 127 * 0.563f) << 32 * b + i;
     }
   }
 }
