@@ -2,7 +2,7 @@
 // Mistral), "qwen2" or "qwen3"; metadata keys are read under that prefix ("qwen3.block_count").
 //
 // Supported tensor types: F32 (0), F16 (1), BF16 (30), and the block-quantized Q8_0, Q4_0,
-// Q4_K, Q5_K, Q6_K, dequantized to fp32 at load (engine/model/gguf_quant.h; the load log states
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, dequantized to fp32 at load (engine/model/gguf_quant.h; the load log states
 // the memory this costs); any other type on a tensor the model needs is an "unsupported tensor
 // type" error naming the tensor, and a quantized tensor whose rows do not split into blocks is
 // refused. Tensor data starts at the header end rounded up to general.alignment (default 32).

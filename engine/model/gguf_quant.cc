@@ -30,6 +30,28 @@ void DequantQ4_0(const uint8_t* b, float* y) {
   }
 }
 
+// Q4_1 (m == nullptr: Q4_0-style offset -8 instead) and the 5-bit Q5_0 / Q5_1 (qh != nullptr):
+// x = d * q + m, or d * (q - offset) without m.
+void DequantLegacy(float d, const float* m, const uint8_t* qh, const uint8_t* qs, float* y) {
+  uint32_t high = 0;
+  if (qh != nullptr) std::memcpy(&high, qh, 4);
+  const int offset = qh != nullptr ? 16 : 8;
+  for (int i = 0; i < 16; ++i) {
+    int lo = qs[i] & 15, hi = qs[i] >> 4;
+    if (qh != nullptr) {
+      lo |= static_cast<int>((high >> i) & 1) << 4;
+      hi |= static_cast<int>((high >> (i + 16)) & 1) << 4;
+    }
+    if (m != nullptr) {
+      y[i] = d * static_cast<float>(lo) + *m;
+      y[i + 16] = d * static_cast<float>(hi) + *m;
+    } else {
+      y[i] = d * static_cast<float>(lo - offset);
+      y[i + 16] = d * static_cast<float>(hi - offset);
+    }
+  }
+}
+
 // The 6-bit scale and min of sub-block j of a Q4_K / Q5_K block.
 void ScaleMinK4(int j, const uint8_t* s, int* sc, int* m) {
   if (j < 4) {
@@ -100,6 +122,12 @@ GgmlBlock GgmlBlockOf(uint32_t type) {
       return {32, 34};
     case kGgmlTypeQ4_0:
       return {32, 18};
+    case kGgmlTypeQ4_1:
+      return {32, 20};
+    case kGgmlTypeQ5_0:
+      return {32, 22};
+    case kGgmlTypeQ5_1:
+      return {32, 24};
     case kGgmlTypeQ4_K:
       return {256, 144};
     case kGgmlTypeQ5_K:
@@ -129,7 +157,7 @@ absl::Status GgmlTensorBytes(uint32_t type, int64_t row_len, int64_t rows, const
   if (b.bytes == 0) {
     return absl::UnimplementedError(
         absl::StrCat("unsupported tensor type ", GgmlTypeName(type), " for tensor ", what,
-                     " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
+                     " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"));
   }
   if (row_len <= 0 || rows <= 0 || row_len % b.values != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", what, " of type ", GgmlTypeName(type),
@@ -156,6 +184,19 @@ void Dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst) {
       case kGgmlTypeQ4_0:
         DequantQ4_0(blk, y);
         break;
+      case kGgmlTypeQ4_1: {
+        const float m = LoadHalf(blk + 2);
+        DequantLegacy(LoadHalf(blk), &m, nullptr, blk + 4, y);
+        break;
+      }
+      case kGgmlTypeQ5_0:
+        DequantLegacy(LoadHalf(blk), nullptr, blk + 2, blk + 6, y);
+        break;
+      case kGgmlTypeQ5_1: {
+        const float m = LoadHalf(blk + 2);
+        DequantLegacy(LoadHalf(blk), &m, blk + 4, blk + 8, y);
+        break;
+      }
       case kGgmlTypeQ4_K:
         DequantK45(blk, nullptr, blk + 16, y);
         break;

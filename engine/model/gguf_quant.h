@@ -9,6 +9,11 @@
 //   Q8_0 (type 8):  32 values in 34 bytes  {f16 d; int8 q[32]}          x = d * q
 //   Q4_0 (type 2):  32 values in 18 bytes  {f16 d; u8 qs[16]}           x[i] = d * ((qs[i] & 15) - 8),
 //                                                                       x[i + 16] = d * ((qs[i] >> 4) - 8)
+//   Q4_1 (type 3):  32 values in 20 bytes  {f16 d; f16 m; u8 qs[16]}    x = d * q + m, q as Q4_0's
+//                                                                       nibbles without the - 8
+//   Q5_0 (type 6):  32 values in 22 bytes  {f16 d; u32 qh; u8 qs[16]}   q[i] = nibble | bit i of
+//                   qh << 4 (i < 16 low nibbles, i >= 16 high nibbles), x = d * (q - 16)
+//   Q5_1 (type 7):  32 values in 24 bytes  {f16 d; f16 m; u32 qh; u8 qs[16]}  x = d * q + m
 //   Q4_K (type 12): 256 values in 144 bytes {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
 //   Q5_K (type 13): 256 values in 176 bytes {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 //   Q6_K (type 14): 256 values in 210 bytes {u8 ql[128]; u8 qh[64]; int8 scales[16]; f16 d}
@@ -36,6 +41,9 @@ enum GgmlType : uint32_t {
   kGgmlTypeF32 = 0,
   kGgmlTypeF16 = 1,
   kGgmlTypeQ4_0 = 2,
+  kGgmlTypeQ4_1 = 3,
+  kGgmlTypeQ5_0 = 6,
+  kGgmlTypeQ5_1 = 7,
   kGgmlTypeQ8_0 = 8,
   kGgmlTypeQ4_K = 12,
   kGgmlTypeQ5_K = 13,

@@ -68,6 +68,37 @@ Case Q4_0(std::mt19937_64& rng, int blocks) {
   return c;
 }
 
+// Q4_1 (five_bits false, with_min true), Q5_0 (true, false), Q5_1 (true, true).
+Case Legacy(std::mt19937_64& rng, int blocks, bool five_bits, bool with_min) {
+  Case c;
+  for (int b = 0; b < blocks; ++b) {
+    uint16_t dh, mh;
+    const float d = RandomHalf(rng, &dh);
+    float m = RandomHalf(rng, &mh);
+    if (rng() % 2) {  // negative minimums too
+      mh ^= 0x8000;
+      m = -m;
+    }
+    int q[32];
+    for (int& x : q) x = static_cast<int>(rng() % (five_bits ? 32 : 16));
+    Put(c.bytes, dh);
+    if (with_min) Put(c.bytes, mh);
+    if (five_bits) {
+      uint32_t qh = 0;
+      for (int i = 0; i < 32; ++i) qh |= static_cast<uint32_t>(q[i] >> 4) << i;
+      Put(c.bytes, qh);
+    }
+    for (int i = 0; i < 16; ++i) {
+      Put(c.bytes, static_cast<uint8_t>((q[i] & 15) | (q[i + 16] & 15) << 4));
+    }
+    for (int i = 0; i < 32; ++i) {
+      c.want.push_back(with_min ? d * static_cast<float>(q[i]) + m
+                                : d * static_cast<float>(q[i] - (five_bits ? 16 : 8)));
+    }
+  }
+  return c;
+}
+
 // Q4_K (five_bits false) and Q5_K (true).
 Case K45(std::mt19937_64& rng, int blocks, bool five_bits) {
   Case c;
@@ -145,6 +176,9 @@ TEST(GgufQuant, DequantizesEncodedBlocksExactly) {
     Case c;
   } cases[] = {{kGgmlTypeQ8_0, Q8_0(rng, 9)},
                {kGgmlTypeQ4_0, Q4_0(rng, 9)},
+               {kGgmlTypeQ4_1, Legacy(rng, 9, false, true)},
+               {kGgmlTypeQ5_0, Legacy(rng, 9, true, false)},
+               {kGgmlTypeQ5_1, Legacy(rng, 9, true, true)},
                {kGgmlTypeQ4_K, K45(rng, 3, false)},
                {kGgmlTypeQ5_K, K45(rng, 3, true)},
                {kGgmlTypeQ6_K, Q6_K(rng, 3)}};
