@@ -704,7 +704,13 @@ absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_o
         static_cast<double>(quant_values) * 4 * mib, static_cast<double>(quant_values) * 2 * mib);
   }
   for (const auto& [name, info] : g.tensors) {
-    if (used.count(name) == 0) ModelLog().warn("{}: ignoring unused tensor {}", path, name);
+    if (used.count(name) > 0) continue;
+    if (IsBehaviourTensor(name)) {
+      return absl::UnimplementedError(absl::StrCat(
+          path, ": tensor ", name, " is not implemented for general.architecture ",
+          w.config.arch, " (biases / q-k norms are read for qwen2 / qwen3 only)"));
+    }
+    ModelLog().warn("{}: ignoring unused tensor {}", path, name);
   }
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
   if (vocab_out != nullptr) {

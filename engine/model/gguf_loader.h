@@ -17,7 +17,7 @@
 // context limits the context to it, with a warning.
 // Rejected with UnimplementedError: <arch>.rope.scaling.type other than "none", experts
 // (<arch>.expert_count > 0), partial rotary (<arch>.rope.dimension_count != head_dim),
-// value_length != key_length.
+// value_length != key_length, a bias or q/k norm tensor the architecture does not read.
 #pragma once
 
 #include <string>

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -425,6 +426,22 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
                                                      ", got ", ShapeString(it->second.shape)));
     }
     if (absl::Status s = (*f)->ReadTensor(name, &SlotTensor(w, slot)); !s.ok()) return s;
+  }
+  // A bias or q/k norm the config does not call for would be silently dropped: refuse it.
+  std::vector<std::string> all_names;
+  if (index.has_value()) {
+    for (const auto& [name, file] : *index) all_names.push_back(name);
+  } else if (!shards.empty()) {
+    for (const auto& [name, entry] : shards.begin()->second->entries()) all_names.push_back(name);
+  }
+  std::set<std::string> loaded;
+  for (const TensorSlot& slot : ListTensorSlots(w.config)) loaded.insert(HfTensorName(slot));
+  for (const std::string& name : all_names) {
+    if (loaded.count(name) == 0 && IsBehaviourTensor(name)) {
+      return absl::UnimplementedError(absl::StrCat(
+          dir, ": tensor ", name, " is not implemented for model_type ", w.config.arch,
+          " with this config (q/k/v biases: qwen2; q/k norms: qwen3)"));
+    }
   }
   ModelLog().info("{}: loaded {} ({} layers, dim {}, head_dim {}, vocab {}{}{}{})", dir,
                   w.config.arch, w.config.n_layers, w.config.dim, w.config.head_dim(),

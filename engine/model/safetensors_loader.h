@@ -14,7 +14,8 @@
 // (mistral; qwen with use_sliding_window) limits max_seq_len to the window, with a warning.
 // Rejected with UnimplementedError naming the field: another model_type, another rope_type,
 // hidden_act other than "silu", attention_bias / mlp_bias (except qwen2's q/k/v biases),
-// experts (num_local_experts, num_experts), partial_rotary_factor != 1, unknown layer_types.
+// experts (num_local_experts, num_experts), partial_rotary_factor != 1, unknown layer_types,
+// and a *.bias / *q_norm / *k_norm tensor the config does not call for (it would be dropped).
 //
 // Tensors may be F32, F16 or BF16 and are widened to fp32. The result has rope_style kHalf.
 // Unused tensors (e.g. rotary_emb.inv_freq) are ignored, and so is lm_head.weight when tied.

@@ -162,6 +162,14 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+bool IsBehaviourTensor(const std::string& name) {
+  auto ends_with = [&](const char* suffix) {
+    const size_t n = std::char_traits<char>::length(suffix);
+    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+  };
+  return ends_with(".bias") || ends_with("q_norm.weight") || ends_with("k_norm.weight");
+}
+
 namespace {
 
 absl::Status CheckRange(const std::string& source, const char* field, int64_t v, int64_t lo,

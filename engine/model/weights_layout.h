@@ -54,6 +54,11 @@ std::string SlotName(const TensorSlot& slot);
 // "[4096, 11008]".
 std::string ShapeString(const std::vector<int64_t>& shape);
 
+// True for a tensor name that changes the forward pass when present (a bias, or a q/k norm
+// weight: "*.bias", "*q_norm.weight", "*k_norm.weight"), so that a file holding one the config
+// does not ask for must be refused rather than loaded without it.
+bool IsBehaviourTensor(const std::string& name);
+
 // Checks sizes are positive, divisible (dim % n_heads unless head_size is set, n_heads %
 // n_kv_heads, even head_dim), rope scaling parameters (engine/model/rope.h), and
 // within limits that keep every size product far from int64 overflow. InvalidArgument naming

@@ -220,6 +220,28 @@ TEST(ArchWeights, GgufRoundTripAndRopeFreqs) {
               HasSubstr("rope_freqs.weight"));
 }
 
+TEST(ArchWeights, UnexpectedBiasOrNormTensorsAreRefused) {
+  // A Qwen 2.5 checkpoint labelled llama: its biases would be dropped.
+  const ModelWeights w = MakeDummyWeights(Small("qwen2"), 4);
+  ModelConfig as_llama = w.config;
+  as_llama.arch = "llama";
+  as_llama.qkv_bias = false;
+  TempDir dir;
+  WriteBytes(dir.File("config.json"), testing::HfConfigJson(as_llama));
+  WriteBytes(dir.File("model.safetensors"), testing::SafetensorsBytes(testing::HfEntries(w)));
+  absl::Status s = LoadHfFolder(dir.path()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("_proj.bias"), HasSubstr("llama")));
+  // The same in GGUF: a qwen3 file relabelled llama (metadata under llama.*) keeps its
+  // attn_q_norm / attn_k_norm tensors.
+  ModelWeights q3 = MakeDummyWeights(Small("qwen3"), 4);
+  q3.config.arch = "llama";
+  WriteBytes(dir.File("m.gguf"), testing::GgufFromWeights(q3, testing::kGgmlF32));
+  s = LoadGguf(dir.File("m.gguf"), nullptr).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("_norm.weight"), HasSubstr("llama")));
+}
+
 TEST(ArchWeights, GgufRefusals) {
   ModelWeights w = MakeDummyWeights(Small("llama"), 5);
   w.config.arch = "gemma2";
