@@ -345,7 +345,7 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
   s.sampling.Accept(res.token);
   const int count = static_cast<int>(s.generated.size()) + 1;
   const engine::FinishReason fin =
-      engine::CheckStop(res.token, count, live.req.params, config_.eos_id);
+      engine::CheckStopIsEos(res.token, count, live.req.params, config_.IsStop(res.token));
   if (fin == engine::FinishReason::kNone) {
     s.generated.push_back(res.token);
     s.next_token = res.token;

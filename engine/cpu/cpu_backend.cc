@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/rope.h"
+#include "engine/model/weights_layout.h"
 #include "engine/plan_view.h"
 #include "kernels/cpu/tpp_attention.h"
 
@@ -31,6 +33,14 @@ void RmsNorm(const float* x, const Tensor& weight, int rows, int dim, float eps,
   }
 }
 
+// x[r, :] += bias for every row.
+void AddBias(float* x, int rows, const Tensor& bias) {
+  const int64_t n = static_cast<int64_t>(bias.data.size());
+  for (int r = 0; r < rows; ++r) {
+    float* xr = x + r * n;
+    for (int64_t i = 0; i < n; ++i) xr[i] += bias.data[static_cast<size_t>(i)];
+  }
+}
 
 }  // namespace
 
@@ -42,12 +52,7 @@ int64_t CpuBackend::ChunksForBudget(const ModelConfig& cfg, int32_t chunk_size, 
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelWeights* weights,
                                                                const CpuBackendOptions& options) {
-  const ModelConfig& c = weights->config;
-  if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 ||
-      c.dim % c.n_heads != 0 || c.head_dim() % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported model shape: dim ", c.dim, ", heads ", c.n_heads, ", kv heads ", c.n_kv_heads));
-  }
+  if (absl::Status s = ValidateConfig(weights->config, weights->source); !s.ok()) return s;
   if (options.num_chunks < 1 || options.chunk_size < 1) {
     return absl::InvalidArgumentError("the CPU backend needs at least one KV chunk");
   }
@@ -60,11 +65,7 @@ CpuBackend::CpuBackend(const ModelWeights* weights, const CpuBackendOptions& opt
   chunk_stride_ = int64_t{2} * cfg_.n_kv_heads * options.chunk_size * d;
   layer_stride_ = chunk_stride_ * options.num_chunks;
   kv_.assign(static_cast<size_t>(layer_stride_) * cfg_.n_layers, 0.0f);
-  inv_freq_.resize(d / 2);
-  for (int i = 0; i < d / 2; ++i) {
-    inv_freq_[i] = static_cast<float>(std::pow(static_cast<double>(cfg_.rope_theta),
-                                               -2.0 * i / static_cast<double>(d)));
-  }
+  inv_freq_ = RopeInvFreq(cfg_);
 }
 
 absl::Status CpuBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies) {
@@ -212,6 +213,15 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
     MatMulT(xb_.data(), T, dim, lw.wq, q_.data(), 0.0f);
     MatMulT(xb_.data(), T, dim, lw.wk, k_.data(), 0.0f);
     MatMulT(xb_.data(), T, dim, lw.wv, v_.data(), 0.0f);
+    if (cfg_.qkv_bias) {
+      AddBias(q_.data(), T, lw.bq);
+      AddBias(k_.data(), T, lw.bk);
+      AddBias(v_.data(), T, lw.bv);
+    }
+    if (cfg_.qk_norm) {  // per-head RMSNorm, before RoPE
+      RmsNorm(q_.data(), lw.q_norm, T * hq, d, cfg_.norm_eps, q_.data());
+      RmsNorm(k_.data(), lw.k_norm, T * hkv, d, cfg_.norm_eps, k_.data());
+    }
     float* layer_kv = kv_.data() + l * layer_stride_;
     for (int t = 0; t < T; ++t) {
       ApplyRope(q_.data() + static_cast<int64_t>(t) * hq * d, hq, positions[t]);

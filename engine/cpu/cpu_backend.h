@@ -1,4 +1,5 @@
-// CpuBackend: the fp32 LLaMA forward pass on the CPU, the reference backend and the default on
+// CpuBackend: the fp32 LLaMA forward pass on the CPU (with the variants ModelConfig describes:
+// q/k/v biases, per-head q/k RMSNorm before RoPE, scaled RoPE frequencies), the reference backend and the default on
 // machines without a GPU. Matrix products go through OpenBLAS (threaded); attention through
 // kernels/cpu (TPP for decode rows, causal prefill attention for prefill sequences).
 //

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_backend_impl.h"
+#include "engine/model/rope.h"
 #include "engine/model/weights_layout.h"
 
 namespace banyan::engine {
@@ -125,11 +126,7 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kv.get(), 0, kv_bytes_, m.stream));
   m.layer_stride = int64_t{num_chunks_} * 2 * c.n_kv_heads * options_.chunk_size * d;
 
-  std::vector<float> inv_freq(d / 2);
-  for (int i = 0; i < d / 2; ++i) {  // the CPU backend's expression
-    inv_freq[i] = static_cast<float>(
-        std::pow(static_cast<double>(c.rope_theta), -2.0 * i / static_cast<double>(d)));
-  }
+  const std::vector<float> inv_freq = RopeInvFreq(c);  // what the CPU backend uses
   BANYAN_RETURN_IF_ERROR(m.inv_freq.Reserve(d / 2 * 4, "RoPE table"));
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.inv_freq.get(), inv_freq.data(), d / 2 * 4,
                                               cudaMemcpyHostToDevice, m.stream));
@@ -221,6 +218,19 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
     np.eps = c.norm_eps;
     BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
     BANYAN_RETURN_IF_ERROR(gemm(lw.wqkv, m.xb.get(), m.scratch.as<float>(), T, qkv_cols, dim, &zero));
+    if (c.qkv_bias || c.qk_norm) {
+      kc::QkvBiasNormParams bn;
+      bn.qkv = m.scratch.as<float>();
+      bn.bias = lw.bqkv;
+      bn.q_norm = lw.q_norm;
+      bn.k_norm = lw.k_norm;
+      bn.tokens = T;
+      bn.num_q_heads = hq;
+      bn.num_kv_heads = hkv;
+      bn.head_dim = d;
+      bn.eps = c.norm_eps;
+      BANYAN_RETURN_IF_ERROR(kc::QkvBiasNorm(bn, m.stream));
+    }
 
     kc::RopeKvParams rp;
     rp.qkv = m.scratch.as<float>();

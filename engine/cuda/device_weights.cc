@@ -33,7 +33,7 @@ Sizes SizesOf(const ModelConfig& c) {
 
 // Offsets of every tensor inside the single allocation, in bytes.
 struct Layout {
-  std::vector<int64_t> wqkv, wo, w13, w2, attn_norm, ffn_norm;
+  std::vector<int64_t> wqkv, wo, w13, w2, attn_norm, ffn_norm, bqkv, q_norm, k_norm;
   int64_t embeddings = 0, output = 0, final_norm = 0, total = 0;
 };
 
@@ -55,6 +55,10 @@ Layout LayoutOf(const ModelConfig& c, DType dtype) {
     l.w2.push_back(take(s.w2 * es));
     l.attn_norm.push_back(take(s.norm * 4));
     l.ffn_norm.push_back(take(s.norm * 4));
+    const int64_t qkv_rows = (int64_t{c.n_heads} + 2 * c.n_kv_heads) * c.head_dim();
+    l.bqkv.push_back(c.qkv_bias ? take(qkv_rows * 4) : -1);
+    l.q_norm.push_back(c.qk_norm ? take(int64_t{c.head_dim()} * 4) : -1);
+    l.k_norm.push_back(c.qk_norm ? take(int64_t{c.head_dim()} * 4) : -1);
   }
   l.final_norm = take(s.norm * 4);
   l.output = c.tie_embeddings ? l.embeddings : take(s.vocab_matrix * es);
@@ -74,13 +78,13 @@ absl::Status DeviceWeights::Allocate(const ModelConfig& cfg, DType dtype) {
   BANYAN_RETURN_IF_ERROR(buffer_.Reserve(l.total, "model weights"));
   char* base = buffer_.as<char>();
   layers.resize(cfg.n_layers);
+  auto f32 = [base](int64_t off) {
+    return off < 0 ? nullptr : reinterpret_cast<float*>(base + off);
+  };
   for (int i = 0; i < cfg.n_layers; ++i) {
-    layers[i] = DeviceLayer{base + l.wqkv[i],
-                            base + l.wo[i],
-                            base + l.w13[i],
-                            base + l.w2[i],
-                            reinterpret_cast<float*>(base + l.attn_norm[i]),
-                            reinterpret_cast<float*>(base + l.ffn_norm[i])};
+    layers[i] = DeviceLayer{base + l.wqkv[i],    base + l.wo[i],        base + l.w13[i],
+                            base + l.w2[i],      f32(l.attn_norm[i]),   f32(l.ffn_norm[i]),
+                            f32(l.bqkv[i]),      f32(l.q_norm[i]),      f32(l.k_norm[i])};
   }
   embeddings = base + l.embeddings;
   output = base + l.output;
@@ -118,6 +122,16 @@ void* DeviceWeights::SlotAddress(const ModelConfig& c, int kind_int, int layer) 
       return at(layers[layer].w13, int64_t{c.hidden_dim} * dim);
     case WeightKind::kDown:
       return layers[layer].w2;
+    case WeightKind::kBq:
+      return layers[layer].bqkv;
+    case WeightKind::kBk:
+      return layers[layer].bqkv + int64_t{c.n_heads} * d;
+    case WeightKind::kBv:
+      return layers[layer].bqkv + (int64_t{c.n_heads} + c.n_kv_heads) * d;
+    case WeightKind::kQNorm:
+      return layers[layer].q_norm;
+    case WeightKind::kKNorm:
+      return layers[layer].k_norm;
   }
   return nullptr;
 }
@@ -137,7 +151,7 @@ absl::Status DeviceWeights::Upload(const ModelWeights& w, DType dtype, cudaStrea
   for (const TensorSlot& slot : slots) {
     const Tensor& t = SlotTensor(w, slot);
     void* dst = SlotAddress(w.config, static_cast<int>(slot.kind), slot.layer);
-    if (t.shape.size() == 1) {  // norms stay fp32
+    if (t.shape.size() == 1) {  // norms and biases stay fp32
       BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, t.data.data(), t.data.size() * 4,
                                                   cudaMemcpyHostToDevice, stream));
       continue;

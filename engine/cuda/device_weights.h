@@ -1,7 +1,8 @@
 // The model's weights in device memory, in the layout the CUDA backend's GEMMs want:
 // per layer one fused [Wq; Wk; Wv] matrix ([(n_heads + 2 n_kv_heads) * head_dim, dim]) and one
 // fused [W_gate; W_up] matrix ([2 * hidden_dim, dim]), row-major like the host tensors; matrices
-// in the model dtype, norm weights in fp32. One allocation holds everything.
+// in the model dtype; norm weights, the q/k/v biases (one fused [bq; bk; bv] vector) and the
+// per-head q/k norm weights in fp32. One allocation holds everything.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,6 +24,9 @@ struct DeviceLayer {
   void* w2 = nullptr;          // [dim, hidden]
   float* attn_norm = nullptr;  // [dim]
   float* ffn_norm = nullptr;   // [dim]
+  float* bqkv = nullptr;       // [(hq + 2 hkv) * d]: bq | bk | bv; only when qkv_bias
+  float* q_norm = nullptr;     // [d]; only when qk_norm
+  float* k_norm = nullptr;     // [d]; only when qk_norm
 };
 
 class DeviceWeights {

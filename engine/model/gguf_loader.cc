@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/dtype.h"
+#include "engine/model/gguf_quant.h"
 #include "engine/model/mapped_file.h"
 #include "engine/model/model_log.h"
 #include "engine/model/weights_layout.h"
@@ -41,19 +42,6 @@ enum GgufType : uint32_t {
   kI64 = 11,
   kF64 = 12,
 };
-
-// GGML tensor types this loader reads.
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBF16 = 30;
-
-std::string GgmlTypeName(uint32_t t) {
-  static const char* const kNames[] = {
-      "F32",     "F16",    "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
-      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
-      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
-      "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16"};
-  if (t < std::size(kNames)) return absl::StrCat(kNames[t], " (", t, ")");
-  return absl::StrCat("type ", t);
-}
 
 // One metadata value. Scalars fill the matching field; arrays fill `strs` or `nums` (nested
 // arrays are parsed for bounds and dropped).
@@ -342,6 +330,16 @@ std::string TensorName(const TensorSlot& s) {
       return absl::StrCat("blk.", s.layer, ".ffn_down.weight");
     case WeightKind::kUp:
       return absl::StrCat("blk.", s.layer, ".ffn_up.weight");
+    case WeightKind::kBq:
+      return absl::StrCat("blk.", s.layer, ".attn_q.bias");
+    case WeightKind::kBk:
+      return absl::StrCat("blk.", s.layer, ".attn_k.bias");
+    case WeightKind::kBv:
+      return absl::StrCat("blk.", s.layer, ".attn_v.bias");
+    case WeightKind::kQNorm:
+      return absl::StrCat("blk.", s.layer, ".attn_q_norm.weight");
+    case WeightKind::kKNorm:
+      return absl::StrCat("blk.", s.layer, ".attn_k_norm.weight");
   }
   return "?";
 }
@@ -416,42 +414,58 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& g) {
   const Meta m(g);
   absl::StatusOr<std::string> arch = m.String("general.architecture", std::nullopt);
   if (!arch.ok()) return arch.status();
-  if (*arch != "llama") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3") {
     return absl::UnimplementedError(absl::StrCat(path, ": general.architecture \"", *arch,
-                                                 "\" is not supported (need \"llama\")"));
+                                                 "\" is not supported (need llama, qwen2 or qwen3)"));
   }
+  const std::string& a = *arch;  // the metadata key prefix
+  auto key = [&](const char* rest) { return absl::StrCat(a, ".", rest); };
   ModelConfig c;
-  c.rope_style = RopeStyle::kInterleaved;
+  c.arch = a;
+  // llama.cpp permutes Llama's Wq / Wk into the interleaved order; Qwen's stay rotate-half
+  // (llama.cpp runs them with NEOX-style RoPE).
+  c.rope_style = a == "llama" ? RopeStyle::kInterleaved : RopeStyle::kHalf;
+  c.qkv_bias = a == "qwen2";
+  c.qk_norm = a == "qwen3";
   const struct {
-    const char* key;
+    std::string key;
     std::optional<int64_t> def;
     int* out;
   } ints[] = {
-      {"llama.embedding_length", std::nullopt, &c.dim},
-      {"llama.feed_forward_length", std::nullopt, &c.hidden_dim},
-      {"llama.block_count", std::nullopt, &c.n_layers},
-      {"llama.attention.head_count", std::nullopt, &c.n_heads},
-      {"llama.context_length", std::nullopt, &c.max_seq_len},
+      {key("embedding_length"), std::nullopt, &c.dim},
+      {key("feed_forward_length"), std::nullopt, &c.hidden_dim},
+      {key("block_count"), std::nullopt, &c.n_layers},
+      {key("attention.head_count"), std::nullopt, &c.n_heads},
+      {key("context_length"), std::nullopt, &c.max_seq_len},
       {"tokenizer.ggml.bos_token_id", 1, &c.bos_id},
       {"tokenizer.ggml.eos_token_id", 2, &c.eos_id},
   };
   for (const auto& f : ints) {
     if (absl::Status s = m.IntField(f.key, f.def, f.out); !s.ok()) return s;
   }
-  if (absl::Status s = m.IntField("llama.attention.head_count_kv", c.n_heads, &c.n_kv_heads);
+  if (absl::Status s = m.IntField(key("attention.head_count_kv"), c.n_heads, &c.n_kv_heads);
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<double> theta = m.Float("llama.rope.freq_base", 10000.0);
+  absl::StatusOr<double> theta = m.Float(key("rope.freq_base"), 10000.0);
   if (!theta.ok()) return theta.status();
-  absl::StatusOr<double> eps = m.Float("llama.attention.layer_norm_rms_epsilon", std::nullopt);
+  absl::StatusOr<double> eps = m.Float(key("attention.layer_norm_rms_epsilon"), std::nullopt);
   if (!eps.ok()) return eps.status();
   c.rope_theta = static_cast<float>(*theta);
   c.norm_eps = static_cast<float>(*eps);
+  // End-of-turn / end-of-message ids stop generation too (Llama 3 instruct's <|eot_id|>).
+  for (const char* k : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    absl::StatusOr<int64_t> id = m.Int(k, -1);
+    if (!id.ok()) return id.status();
+    if (*id >= 0 && *id <= std::numeric_limits<int>::max() && *id != c.eos_id) {
+      if (c.stop_ids.empty() && c.eos_id >= 0) c.stop_ids.push_back(c.eos_id);
+      c.stop_ids.push_back(static_cast<int>(*id));
+    }
+  }
 
   // Vocabulary size: explicit key, else the token list, else the embedding's row count.
   int64_t vocab = 0;
-  if (const GgufValue* v = m.Find("llama.vocab_size")) {
+  if (const GgufValue* v = m.Find(key("vocab_size"))) {
     vocab = v->is_int ? v->ival : -1;
   } else if (const GgufValue* t = m.Find("tokenizer.ggml.tokens")) {
     vocab = static_cast<int64_t>(t->arr_len);
@@ -460,32 +474,59 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& g) {
     vocab = it->second.ne[1];
   }
   if (vocab <= 0 || vocab > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path,
-                     ": cannot determine the vocabulary size (llama.vocab_size, "
-                     "tokenizer.ggml.tokens or token_embd.weight)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot determine the vocabulary size (",
+                                                   key("vocab_size"),
+                                                   ", tokenizer.ggml.tokens or token_embd.weight)"));
   }
   c.vocab_size = static_cast<int>(vocab);
+  // Stop ids past the vocabulary (padding ids such as 0xffffffff) are dropped.
+  std::erase_if(c.stop_ids, [&](int id) { return id >= c.vocab_size; });
   c.tie_embeddings = g.tensors.count("output.weight") == 0;
 
-  absl::StatusOr<std::string> scaling = m.String("llama.rope.scaling.type", "none");
-  if (!scaling.ok()) return scaling.status();
-  if (*scaling != "none" || g.tensors.count("rope_freqs.weight") > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": RoPE scaling (llama.rope.scaling.type / rope_freqs.weight) is not implemented"));
+  // head_dim from attention.key_length when it differs from dim / heads (Qwen 3).
+  absl::StatusOr<int64_t> key_len = m.Int(key("attention.key_length"), 0);
+  if (!key_len.ok()) return key_len.status();
+  absl::StatusOr<int64_t> value_len = m.Int(key("attention.value_length"), *key_len);
+  if (!value_len.ok()) return value_len.status();
+  if (*value_len != *key_len) {
+    return absl::UnimplementedError(absl::StrCat(path, ": ", key("attention.value_length"), " ",
+                                                 *value_len, " != key_length ", *key_len,
+                                                 " is not implemented"));
   }
-  absl::StatusOr<int64_t> experts = m.Int("llama.expert_count", 0);
+  if (*key_len < 0 || *key_len > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", key("attention.key_length"), " = ", *key_len, " is out of range"));
+  }
+  if (*key_len > 0 && (c.n_heads <= 0 || c.dim % c.n_heads != 0 || *key_len != c.dim / c.n_heads)) {
+    c.head_size = static_cast<int>(*key_len);
+  }
+
+  absl::StatusOr<std::string> scaling = m.String(key("rope.scaling.type"), "none");
+  if (!scaling.ok()) return scaling.status();
+  if (*scaling != "none") {
+    return absl::UnimplementedError(absl::StrCat(path, ": ", key("rope.scaling.type"), " \"",
+                                                 *scaling, "\" is not implemented"));
+  }
+  absl::StatusOr<int64_t> experts = m.Int(key("expert_count"), 0);
   if (!experts.ok()) return experts.status();
   if (*experts > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": mixture-of-experts (llama.expert_count = ", *experts, ") is not implemented"));
+    return absl::UnimplementedError(absl::StrCat(path, ": mixture-of-experts (", key("expert_count"),
+                                                 " = ", *experts, ") is not implemented"));
+  }
+  absl::StatusOr<int64_t> window = m.Int(key("attention.sliding_window"), 0);
+  if (!window.ok()) return window.status();
+  if (*window > 0 && *window < c.max_seq_len) {
+    ModelLog().warn("{}: {} {} is smaller than the context {}: sliding-window attention is not "
+                    "implemented, so the context is limited to {} tokens",
+                    path, key("attention.sliding_window"), *window, c.max_seq_len, *window);
+    c.max_seq_len = static_cast<int>(*window);
   }
   if (absl::Status s = ValidateConfig(c, path); !s.ok()) return s;
-  absl::StatusOr<int64_t> rot = m.Int("llama.rope.dimension_count", c.head_dim());
+  absl::StatusOr<int64_t> rot = m.Int(key("rope.dimension_count"), c.head_dim());
   if (!rot.ok()) return rot.status();
   if (*rot != c.head_dim()) {
     return absl::UnimplementedError(
-        absl::StrCat(path, ": partial rotary embedding (", "llama.rope.dimension_count = ", *rot,
+        absl::StrCat(path, ": partial rotary embedding (", key("rope.dimension_count"), " = ", *rot,
                      ", head_dim = ", c.head_dim(), ") is not implemented"));
   }
   return c;
@@ -629,6 +670,57 @@ absl::Status ReadVocab(const GgufFile& g, const ModelConfig& c, SpmVocab* out) {
   return absl::OkStatus();
 }
 
+// Reads tensor `name` (shape `want`, row-major) into `t` as fp32: F32/F16/BF16 widened, the
+// block-quantized types dequantized. Adds the bytes read to *quant_bytes when quantized.
+absl::Status ReadTensor(const GgufFile& g, const std::string& name, const std::vector<int64_t>& want,
+                        Tensor* t, int64_t* quant_bytes) {
+  const std::string& path = g.file->path();
+  auto it = g.tensors.find(name);
+  if (it == g.tensors.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": missing tensor ", name));
+  }
+  const GgufTensorInfo& info = it->second;
+  const std::vector<int64_t> shape(info.ne.rbegin(), info.ne.rend());
+  if (shape != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tensor shape mismatch for ", name, ": expected ", ShapeString(want),
+        " (row-major), got ", ShapeString(shape), " (ggml ne ", ShapeString(info.ne), ")"));
+  }
+  t->shape = shape;
+  const int64_t numel = t->numel();
+  uint64_t bytes = 0;
+  if (absl::Status s = GgmlTensorBytes(info.type, info.ne[0], numel / info.ne[0], name, &bytes);
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  const size_t file_size = g.file->size();
+  // Overflow-safe form of data_start + offset + bytes <= file_size.
+  if (g.data_start > file_size || info.offset > file_size - g.data_start ||
+      bytes > file_size - g.data_start - info.offset) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": truncated: tensor ", name, " occupies bytes [", g.data_start + info.offset, ", ",
+        g.data_start + info.offset + bytes, ") but the file has ", file_size, " bytes"));
+  }
+  const uint8_t* src = g.file->data() + g.data_start + info.offset;
+  t->data.resize(static_cast<size_t>(numel));
+  switch (info.type) {
+    case kGgmlTypeF32:
+      ConvertToFloat(WeightDtype::kF32, src, t->data.size(), t->data.data());
+      break;
+    case kGgmlTypeF16:
+      ConvertToFloat(WeightDtype::kF16, src, t->data.size(), t->data.data());
+      break;
+    case kGgmlTypeBF16:
+      ConvertToFloat(WeightDtype::kBF16, src, t->data.size(), t->data.data());
+      break;
+    default:
+      Dequantize(info.type, src, numel, t->data.data());
+      *quant_bytes += static_cast<int64_t>(bytes);
+      break;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_out,
@@ -644,53 +736,53 @@ absl::StatusOr<ModelWeights> LoadGguf(const std::string& path, SpmVocab* vocab_o
   w.config = *cfg;
   w.layers.resize(static_cast<size_t>(w.config.n_layers));
   std::set<std::string> used;
-  const size_t file_size = g.file->size();
+  int64_t quant_bytes = 0, quant_values = 0;
+  int quant_tensors = 0;
+  // Llama 3.1's RoPE scaling, precomputed by llama.cpp's converter as per-frequency divisors.
+  if (g.tensors.count("rope_freqs.weight") > 0) {
+    Tensor freqs;
+    const int64_t before = quant_bytes;
+    if (absl::Status s = ReadTensor(g, "rope_freqs.weight", {w.config.head_dim() / 2}, &freqs,
+                                    &quant_bytes);
+        !s.ok()) {
+      return s;
+    }
+    if (quant_bytes != before) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": rope_freqs.weight must be a float tensor"));
+    }
+    w.config.rope_scaling.freq_divisors = freqs.data;
+    if (absl::Status s = ValidateConfig(w.config, path); !s.ok()) return s;
+    used.insert("rope_freqs.weight");
+  }
   for (const TensorSlot& slot : ListTensorSlots(w.config)) {
     const std::string name = TensorName(slot);
-    auto it = g.tensors.find(name);
-    if (it == g.tensors.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": missing tensor ", name));
+    const int64_t before = quant_bytes;
+    if (absl::Status s = ReadTensor(g, name, slot.shape, &SlotTensor(w, slot), &quant_bytes);
+        !s.ok()) {
+      return s;
+    }
+    if (quant_bytes != before) {
+      ++quant_tensors;
+      quant_values += SlotTensor(w, slot).numel();
     }
     used.insert(name);
-    const GgufTensorInfo& info = it->second;
-    WeightDtype dtype;
-    switch (info.type) {
-      case kGgmlF32:
-        dtype = WeightDtype::kF32;
-        break;
-      case kGgmlF16:
-        dtype = WeightDtype::kF16;
-        break;
-      case kGgmlBF16:
-        dtype = WeightDtype::kBF16;
-        break;
-      default:
-        return absl::UnimplementedError(absl::StrCat(path, ": unsupported tensor type ",
-                                                     GgmlTypeName(info.type), " for tensor ", name,
-                                                     " (supported: F32, F16, BF16)"));
-    }
-    const std::vector<int64_t> shape(info.ne.rbegin(), info.ne.rend());
-    if (shape != slot.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor shape mismatch for ", name, ": expected ", ShapeString(slot.shape),
-          " (row-major), got ", ShapeString(shape), " (ggml ne ", ShapeString(info.ne), ")"));
-    }
-    Tensor& t = SlotTensor(w, slot);
-    t.shape = shape;
-    const size_t numel = static_cast<size_t>(t.numel());
-    const uint64_t bytes = numel * DtypeSize(dtype);
-    // Overflow-safe form of data_start + offset + bytes <= file_size.
-    if (g.data_start > file_size || info.offset > file_size - g.data_start ||
-        bytes > file_size - g.data_start - info.offset) {
-      return absl::DataLossError(absl::StrCat(
-          path, ": truncated: tensor ", name, " occupies bytes [", g.data_start + info.offset, ", ",
-          g.data_start + info.offset + bytes, ") but the file has ", file_size, " bytes"));
-    }
-    t.data.resize(numel);
-    ConvertToFloat(dtype, g.file->data() + g.data_start + info.offset, numel, t.data.data());
+  }
+  if (quant_tensors > 0) {
+    const double mib = 1.0 / (1 << 20);
+    ModelLog().info(
+        "[mem] {}: dequantized {} quantized tensors at load: {:.1f} MiB in the file -> {:.1f} MiB "
+        "as f32 on the host ({:.1f} MiB as bf16 on a GPU)",
+        path, quant_tensors, static_cast<double>(quant_bytes) * mib,
+        static_cast<double>(quant_values) * 4 * mib, static_cast<double>(quant_values) * 2 * mib);
   }
   for (const auto& [name, info] : g.tensors) {
-    if (used.count(name) == 0) ModelLog().warn("{}: ignoring unused tensor {}", path, name);
+    if (used.count(name) > 0) continue;
+    if (IsBehaviourTensor(name)) {
+      return absl::UnimplementedError(absl::StrCat(
+          path, ": tensor ", name, " is not implemented for general.architecture ",
+          w.config.arch, " (biases / q-k norms are read for qwen2 / qwen3 only)"));
+    }
+    ModelLog().warn("{}: ignoring unused tensor {}", path, name);
   }
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
   if (chat_template_out != nullptr) {

@@ -1,15 +1,23 @@
-// Loader for GGUF files (versions 2 and 3) whose general.architecture is "llama".
+// Loader for GGUF files (versions 2 and 3) whose general.architecture is "llama" (Llama 2/3,
+// Mistral), "qwen2" or "qwen3"; metadata keys are read under that prefix ("qwen3.block_count").
 //
-// Supported tensor types: F32 (0), F16 (1), BF16 (30); any other type on a tensor the model
-// needs is an "unsupported tensor type" error naming the tensor. Tensor data starts at the
-// header end rounded up to general.alignment (default 32). GGML lists dims innermost first,
-// so a [out, in] matrix has ne = {in, out}.
+// Supported tensor types: F32 (0), F16 (1), BF16 (30), and the block-quantized Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, dequantized to fp32 at load (engine/model/gguf_quant.h; the load log states
+// the memory this costs); any other type on a tensor the model needs is an "unsupported tensor
+// type" error naming the tensor, and a quantized tensor whose rows do not split into blocks is
+// refused. Tensor data starts at the header end rounded up to general.alignment (default 32).
+// GGML lists dims innermost first, so a [out, in] matrix has ne = {in, out}.
 //
-// llama.cpp's converter permutes Hugging Face Wq / Wk into the interleaved RoPE order, so the
-// result has rope_style kInterleaved. Missing output.weight means tied embeddings.
-// Rejected with UnimplementedError: rope scaling (llama.rope.scaling.type other than "none",
-// or a rope_freqs.weight tensor), experts (llama.expert_count > 0), partial rotary
-// (llama.rope.dimension_count != head_dim).
+// llama.cpp's converter permutes Llama's Wq / Wk into the interleaved RoPE order, so "llama"
+// loads with rope_style kInterleaved; qwen2 / qwen3 stay rotate-half (kHalf). Missing
+// output.weight means tied embeddings. qwen2 reads blk.N.attn_{q,k,v}.bias, qwen3
+// blk.N.attn_{q,k}_norm.weight and <arch>.attention.key_length as head_dim. A rope_freqs.weight
+// tensor (Llama 3.1's scaling, precomputed) divides the RoPE frequencies. tokenizer.ggml.eot /
+// eom_token_id stop generation like eos. <arch>.attention.sliding_window smaller than the
+// context limits the context to it, with a warning.
+// Rejected with UnimplementedError: <arch>.rope.scaling.type other than "none", experts
+// (<arch>.expert_count > 0), partial rotary (<arch>.rope.dimension_count != head_dim),
+// value_length != key_length, a bias or q/k norm tensor the architecture does not read.
 #pragma once
 
 #include <string>

@@ -40,13 +40,25 @@ absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtyp
   namespace fs = std::filesystem;
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
   const ModelConfig& c = w.config;
+  if (c.rope_style != RopeStyle::kHalf && (c.qkv_bias || c.qk_norm)) {
+    return absl::UnimplementedError(
+        absl::StrCat(w.source, ": writing q/k biases or norms in the interleaved RoPE order"));
+  }
+  if (!c.rope_scaling.freq_divisors.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        w.source, ": per-frequency RoPE factors (GGUF rope_freqs) have no config.json form"));
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
 
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  const std::string arch = c.arch.empty() ? "llama" : c.arch;
+  j["architectures"] = {arch == "qwen2"     ? "Qwen2ForCausalLM"
+                        : arch == "qwen3"   ? "Qwen3ForCausalLM"
+                        : arch == "mistral" ? "MistralForCausalLM"
+                                            : "LlamaForCausalLM"};
+  j["model_type"] = arch;
   j["hidden_size"] = c.dim;
   j["intermediate_size"] = c.hidden_dim;
   j["num_hidden_layers"] = c.n_layers;
@@ -57,13 +69,22 @@ absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtyp
   j["max_position_embeddings"] = c.max_seq_len;
   j["rope_theta"] = ShortestDouble(c.rope_theta);
   j["rope_scaling"] = nullptr;
+  if (c.rope_scaling.type == RopeScalingType::kLlama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", ShortestDouble(c.rope_scaling.factor)},
+                         {"low_freq_factor", ShortestDouble(c.rope_scaling.low_freq_factor)},
+                         {"high_freq_factor", ShortestDouble(c.rope_scaling.high_freq_factor)},
+                         {"original_max_position_embeddings", c.rope_scaling.original_max_pos}};
+  }
   j["rms_norm_eps"] = ShortestDouble(c.norm_eps);
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
+  if (arch != "qwen2") j["attention_bias"] = false;  // Qwen2 has q/k/v biases without the key
   j["mlp_bias"] = false;
+  if (arch == "qwen2" || arch == "qwen3") j["use_sliding_window"] = false;
   j["tie_word_embeddings"] = c.tie_embeddings;
   j["bos_token_id"] = c.bos_id;
   j["eos_token_id"] = c.eos_id;
+  if (!c.stop_ids.empty()) j["eos_token_id"] = c.stop_ids;
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
   j["torch_dtype"] = TorchDtype(dtype);

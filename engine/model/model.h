@@ -8,6 +8,12 @@
 //    (pairs (i, i + head_dim/2)); kInterleaved is GPT-J / llama2.c / GGUF-llama (pairs
 //    (2i, 2i + 1)). The forward pass honours either; converting between them is an exact row
 //    permutation of Wq and Wk (see PermuteQkRows in model_io.h).
+//  - Architectures beyond plain Llama are described by flags both backends read from here, never
+//    by an architecture name: `qkv_bias` (Qwen 2.5: biases on the q/k/v projections),
+//    `qk_norm` (Qwen 3: RMSNorm over each q and k head, weight [head_dim], before RoPE),
+//    `head_size` (Qwen 3: head_dim not equal to dim / n_heads), `rope_scaling` (Llama 3.x:
+//    frequency-dependent scaling of the RoPE inverse frequencies, see engine/model/rope.h),
+//    `stop_ids` (every end-of-sequence id; Llama 3 instruct models list several).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +23,22 @@
 namespace banyan::engine {
 
 enum class RopeStyle { kHalf, kInterleaved };
+
+// RoPE frequency scaling. kLlama3 is Llama 3.1's rule (rope_type "llama3" in config.json): with
+// wavelength w_i = 2 pi / inv_freq_i, frequencies with w_i < original_max_pos / high_freq_factor
+// stay, those with w_i > original_max_pos / low_freq_factor are divided by `factor`, and those
+// between blend the two linearly in original_max_pos / w_i.
+enum class RopeScalingType { kNone, kLlama3 };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_pos = 8192;  // original_max_position_embeddings
+  // Per-frequency divisors ([head_dim / 2]) applied after the rule above: GGUF files of Llama 3.1
+  // carry the llama3 rule precomputed as a rope_freqs.weight tensor. Empty: none.
+  std::vector<float> freq_divisors;
+};
 
 struct ModelConfig {
   int dim = 0;         // hidden size
@@ -32,8 +54,22 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kHalf;
   int bos_id = 1;
   int eos_id = 2;
+  // Every id that ends a sequence (eos_id among them when eos_id >= 0); empty means {eos_id}.
+  std::vector<int> stop_ids;
+  int head_size = 0;       // explicit head_dim; 0 means dim / n_heads
+  bool qkv_bias = false;   // LayerWeights::bq/bk/bv present
+  bool qk_norm = false;    // LayerWeights::q_norm/k_norm present
+  RopeScaling rope_scaling;
+  std::string arch = "llama";  // for messages and logs only
 
-  int head_dim() const { return dim / n_heads; }
+  int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  bool IsStop(int token) const {
+    if (stop_ids.empty()) return token == eos_id;
+    for (int id : stop_ids) {
+      if (id == token) return true;
+    }
+    return false;
+  }
 };
 
 // A dense fp32 tensor, row-major.
@@ -58,6 +94,8 @@ struct LayerWeights {
   Tensor w_gate;     // [hidden_dim, dim]   (HF gate_proj, llama2.c w1)
   Tensor w_down;     // [dim, hidden_dim]   (HF down_proj, llama2.c w2)
   Tensor w_up;       // [hidden_dim, dim]   (HF up_proj,   llama2.c w3)
+  Tensor bq, bk, bv;       // [n_heads * head_dim], [n_kv_heads * head_dim] x 2; qkv_bias only
+  Tensor q_norm, k_norm;   // [head_dim]; qk_norm only
 };
 
 struct ModelWeights {

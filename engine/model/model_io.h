@@ -34,7 +34,8 @@ void ConvertRopeStyle(ModelWeights& w, RopeStyle to);
 // NotFound for a missing path; InvalidArgument for an unrecognised file.
 absl::StatusOr<ModelWeights> LoadModel(const std::string& path);
 
-// Writes `w` as a Hugging Face LlamaForCausalLM folder: `dir`/config.json and
+// Writes `w` as a Hugging Face folder of its architecture (LlamaForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM, MistralForCausalLM, with rope_scaling and the eos list): `dir`/config.json and
 // `dir`/model.safetensors (one file, tensors in `dtype`). Wq / Wk are written in the kHalf order
 // whatever w.config.rope_style is; `w` itself is not modified. lm_head.weight is omitted when
 // the embeddings are tied. Creates `dir` if needed and overwrites both files.

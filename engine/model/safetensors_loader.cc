@@ -1,11 +1,13 @@
 #include "engine/model/safetensors_loader.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -151,9 +153,100 @@ std::string HfTensorName(const TensorSlot& s) {
       return layer + "mlp.down_proj.weight";
     case WeightKind::kUp:
       return layer + "mlp.up_proj.weight";
+    case WeightKind::kBq:
+      return layer + "self_attn.q_proj.bias";
+    case WeightKind::kBk:
+      return layer + "self_attn.k_proj.bias";
+    case WeightKind::kBv:
+      return layer + "self_attn.v_proj.bias";
+    case WeightKind::kQNorm:
+      return layer + "self_attn.q_norm.weight";
+    case WeightKind::kKNorm:
+      return layer + "self_attn.k_norm.weight";
   }
   return "?";
 }
+
+namespace {
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5): the rope type under
+// "rope_type" (or the older "type"); "default" and a null object mean no scaling.
+absl::Status ParseRopeScaling(const ConfigReader& r, const json& rs, const char* field,
+                              RopeScaling* out) {
+  if (!rs.is_object()) return r.Error(field, absl::StrCat("must be an object, got ", rs.dump()));
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (rs.contains(key) && !rs[key].is_null()) {
+      if (!rs[key].is_string()) return r.Error(field, absl::StrCat(key, " must be a string"));
+      type = rs[key].get<std::string>();
+      break;
+    }
+  }
+  if (type == "default") return absl::OkStatus();
+  if (type != "llama3") {
+    return r.Unimplemented(field, absl::StrCat("rope_type \"", type, "\" in ", rs.dump(),
+                                               " is not implemented (supported: default, llama3)"));
+  }
+  auto number = [&](const char* key, double* v) -> absl::Status {
+    if (!rs.contains(key) || !rs[key].is_number()) {
+      return r.Error(field, absl::StrCat("rope_type llama3 needs a number ", key));
+    }
+    *v = rs[key].get<double>();
+    return absl::OkStatus();
+  };
+  double factor = 0, low = 0, high = 0, orig = 0;
+  if (absl::Status s = number("factor", &factor); !s.ok()) return s;
+  if (absl::Status s = number("low_freq_factor", &low); !s.ok()) return s;
+  if (absl::Status s = number("high_freq_factor", &high); !s.ok()) return s;
+  if (absl::Status s = number("original_max_position_embeddings", &orig); !s.ok()) return s;
+  if (orig < 1 || orig > std::numeric_limits<int>::max() || orig != std::floor(orig)) {
+    return r.Error(field, "original_max_position_embeddings must be a positive integer");
+  }
+  out->type = RopeScalingType::kLlama3;
+  out->factor = static_cast<float>(factor);
+  out->low_freq_factor = static_cast<float>(low);
+  out->high_freq_factor = static_cast<float>(high);
+  out->original_max_pos = static_cast<int>(orig);
+  return absl::OkStatus();
+}
+
+// Sliding-window attention equals full attention while the context fits in the window, so a
+// window smaller than the context limits the context to it (with a warning) rather than being
+// refused; `sliding_window` null, or use_sliding_window false (Qwen), means none.
+absl::Status ApplySlidingWindow(const ConfigReader& r, const json& j, const std::string& arch,
+                                const std::string& source, ModelConfig* c) {
+  bool enabled = r.Has("sliding_window");
+  if (arch == "qwen2" || arch == "qwen3") {
+    bool use = false;
+    if (absl::Status s = r.Bool("use_sliding_window", false, &use); !s.ok()) return s;
+    enabled = enabled && use;
+  }
+  if (r.Has("layer_types")) {
+    const json& lt = j["layer_types"];
+    if (!lt.is_array()) return r.Error("layer_types", "must be a list");
+    for (const json& t : lt) {
+      if (!t.is_string() ||
+          (t.get<std::string>() != "full_attention" && t.get<std::string>() != "sliding_attention")) {
+        return r.Unimplemented("layer_types", absl::StrCat("entry ", t.dump(), " is not implemented"));
+      }
+      if (t.get<std::string>() == "sliding_attention") enabled = true;
+    }
+  }
+  if (!enabled) return absl::OkStatus();
+  int window = 0;
+  if (absl::Status s = r.Int("sliding_window", std::nullopt, &window); !s.ok()) return s;
+  if (window < 1) return r.Error("sliding_window", absl::StrCat("= ", window, " must be positive"));
+  if (window < c->max_seq_len) {
+    ModelLog().warn(
+        "{}: sliding_window {} is smaller than max_position_embeddings {}: sliding-window "
+        "attention is not implemented, so the context is limited to {} tokens",
+        source, window, c->max_seq_len, window);
+    c->max_seq_len = window;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source) {
   const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -163,13 +256,22 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   const ConfigReader r(j, source);
   absl::StatusOr<std::string> model_type = r.String("model_type", "llama");
   if (!model_type.ok()) return model_type.status();
-  if (*model_type != "llama") {
-    return r.Unimplemented("model_type",
-                           absl::StrCat("\"", *model_type, "\" is not supported (need \"llama\")"));
+  const std::string& arch = *model_type;
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3") {
+    return r.Unimplemented(
+        "model_type",
+        absl::StrCat("\"", arch, "\" is not supported (need llama, mistral, qwen2 or qwen3)"));
   }
+  ModelConfig c;
+  c.arch = arch;
+  c.rope_style = RopeStyle::kHalf;
+  c.qkv_bias = arch == "qwen2";  // Qwen2Attention always has q/k/v biases and no o bias
+  c.qk_norm = arch == "qwen3";
   if (r.Has("rope_scaling")) {
-    return r.Unimplemented("rope_scaling",
-                           absl::StrCat(j["rope_scaling"].dump(), " is not implemented"));
+    if (absl::Status s = ParseRopeScaling(r, j["rope_scaling"], "rope_scaling", &c.rope_scaling);
+        !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<std::string> act = r.String("hidden_act", "silu");
   if (!act.ok()) return act.status();
@@ -179,11 +281,23 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     bool bias = false;
     if (absl::Status s = r.Bool(key, false, &bias); !s.ok()) return s;
-    if (bias) return r.Unimplemented(key, "= true is not implemented");
+    if (bias && !(arch == "qwen2" && std::string(key) == "attention_bias")) {
+      return r.Unimplemented(key, "= true is not implemented (biases on o_proj / the MLP)");
+    }
+  }
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts"}) {
+    int experts = 0;
+    if (absl::Status s = r.Int(key, 0, &experts); !s.ok()) return s;
+    if (experts > 0) {
+      return r.Unimplemented(key, absl::StrCat("= ", experts, ": mixture of experts is not implemented"));
+    }
+  }
+  if (r.Has("partial_rotary_factor")) {
+    float prf = 1.0f;
+    if (absl::Status s = r.Float("partial_rotary_factor", 1.0f, &prf); !s.ok()) return s;
+    if (prf != 1.0f) return r.Unimplemented("partial_rotary_factor", absl::StrCat("= ", prf, " is not implemented"));
   }
 
-  ModelConfig c;
-  c.rope_style = RopeStyle::kHalf;
   const struct {
     const char* key;
     std::optional<int> def;
@@ -195,30 +309,36 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
       {"num_attention_heads", std::nullopt, &c.n_heads},
       {"vocab_size", std::nullopt, &c.vocab_size},
       {"max_position_embeddings", 2048, &c.max_seq_len},
-      {"bos_token_id", 1, &c.bos_id},
   };
   for (const auto& f : ints) {
     if (absl::Status s = r.Int(f.key, f.def, f.out); !s.ok()) return s;
   }
   if (absl::Status s = r.Int("num_key_value_heads", c.n_heads, &c.n_kv_heads); !s.ok()) return s;
+  if (absl::Status s = r.Int("bos_token_id", 1, &c.bos_id); !s.ok()) return s;
   if (r.Has("eos_token_id") && j["eos_token_id"].is_array()) {
+    // Every listed id stops a sequence (Llama 3.x instruct lists <|end_of_text|>, <|eom_id|>,
+    // <|eot_id|>); the first is the tokenizer-facing eos_id.
     const json& list = j["eos_token_id"];
-    if (list.empty() || !list[0].is_number_integer() || list[0].get<int64_t>() < 0 ||
-        list[0].get<int64_t>() > std::numeric_limits<int>::max()) {
-      return r.Error("eos_token_id", "must be an integer or a non-empty list of integers");
+    if (list.empty()) return r.Error("eos_token_id", "must be an integer or a non-empty list of integers");
+    for (const json& e : list) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 ||
+          e.get<int64_t>() > std::numeric_limits<int>::max()) {
+        return r.Error("eos_token_id", "must be an integer or a non-empty list of integers");
+      }
+      c.stop_ids.push_back(static_cast<int>(e.get<int64_t>()));
     }
-    c.eos_id = static_cast<int>(list[0].get<int64_t>());
+    c.eos_id = c.stop_ids[0];
   } else if (absl::Status s = r.Int("eos_token_id", 2, &c.eos_id); !s.ok()) {
     return s;
   }
   if (absl::Status s = r.Float("rope_theta", 10000.0f, &c.rope_theta); !s.ok()) return s;
-  // transformers >= 5 writes RoPE settings under rope_parameters; only the default (unscaled)
-  // type is implemented.
+  // transformers >= 5 writes RoPE settings under rope_parameters.
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
     const json& rp = j["rope_parameters"];
-    if (rp.contains("rope_type") &&
-        !(rp["rope_type"].is_string() && rp["rope_type"].get<std::string>() == "default")) {
-      return r.Unimplemented("rope_parameters", "only rope_type \"default\" is implemented");
+    if (c.rope_scaling.type == RopeScalingType::kNone) {
+      if (absl::Status s = ParseRopeScaling(r, rp, "rope_parameters", &c.rope_scaling); !s.ok()) {
+        return s;
+      }
     }
     if (!r.Has("rope_theta") && rp.contains("rope_theta")) {
       if (!rp["rope_theta"].is_number() || rp["rope_theta"].get<double>() <= 0) {
@@ -229,15 +349,16 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   }
   if (absl::Status s = r.Float("rms_norm_eps", 1e-6f, &c.norm_eps); !s.ok()) return s;
   if (absl::Status s = r.Bool("tie_word_embeddings", false, &c.tie_embeddings); !s.ok()) return s;
-  if (absl::Status s = ValidateConfig(c, source); !s.ok()) return s;
-  int head_dim = c.head_dim();
-  if (absl::Status s = r.Int("head_dim", c.head_dim(), &head_dim); !s.ok()) return s;
-  if (head_dim != c.head_dim()) {
-    return r.Unimplemented("head_dim", absl::StrCat("= ", head_dim,
-                                                    " != hidden_size / "
-                                                    "num_attention_heads = ",
-                                                    c.head_dim(), " is not implemented"));
+  if (r.Has("head_dim")) {
+    int head_dim = 0;
+    if (absl::Status s = r.Int("head_dim", std::nullopt, &head_dim); !s.ok()) return s;
+    if (head_dim < 1) return r.Error("head_dim", absl::StrCat("= ", head_dim, " must be positive"));
+    if (c.n_heads <= 0 || c.dim % c.n_heads != 0 || head_dim != c.dim / c.n_heads) {
+      c.head_size = head_dim;
+    }
   }
+  if (absl::Status s = ApplySlidingWindow(r, j, arch, source, &c); !s.ok()) return s;
+  if (absl::Status s = ValidateConfig(c, source); !s.ok()) return s;
   return c;
 }
 
@@ -306,8 +427,27 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
     }
     if (absl::Status s = (*f)->ReadTensor(name, &SlotTensor(w, slot)); !s.ok()) return s;
   }
-  ModelLog().info("{}: loaded {} layers, dim {}, vocab {}", dir, w.config.n_layers, w.config.dim,
-                  w.config.vocab_size);
+  // A bias or q/k norm the config does not call for would be silently dropped: refuse it.
+  std::vector<std::string> all_names;
+  if (index.has_value()) {
+    for (const auto& [name, file] : *index) all_names.push_back(name);
+  } else if (!shards.empty()) {
+    for (const auto& [name, entry] : shards.begin()->second->entries()) all_names.push_back(name);
+  }
+  std::set<std::string> loaded;
+  for (const TensorSlot& slot : ListTensorSlots(w.config)) loaded.insert(HfTensorName(slot));
+  for (const std::string& name : all_names) {
+    if (loaded.count(name) == 0 && IsBehaviourTensor(name)) {
+      return absl::UnimplementedError(absl::StrCat(
+          dir, ": tensor ", name, " is not implemented for model_type ", w.config.arch,
+          " with this config (q/k/v biases: qwen2; q/k norms: qwen3)"));
+    }
+  }
+  ModelLog().info("{}: loaded {} ({} layers, dim {}, head_dim {}, vocab {}{}{}{})", dir,
+                  w.config.arch, w.config.n_layers, w.config.dim, w.config.head_dim(),
+                  w.config.vocab_size, w.config.qkv_bias ? ", qkv bias" : "",
+                  w.config.qk_norm ? ", q/k norm" : "",
+                  w.config.rope_scaling.type == RopeScalingType::kLlama3 ? ", llama3 rope" : "");
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
   return w;
 }

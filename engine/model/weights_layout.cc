@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
+#include "engine/model/rope.h"
 
 namespace banyan::engine {
 
@@ -33,6 +34,15 @@ std::vector<TensorSlot> ListTensorSlots(const ModelConfig& cfg) {
     slots.push_back({WeightKind::kGate, l, {hidden, dim}});
     slots.push_back({WeightKind::kDown, l, {dim, hidden}});
     slots.push_back({WeightKind::kUp, l, {hidden, dim}});
+    if (cfg.qkv_bias) {
+      slots.push_back({WeightKind::kBq, l, {q_rows}});
+      slots.push_back({WeightKind::kBk, l, {kv_rows}});
+      slots.push_back({WeightKind::kBv, l, {kv_rows}});
+    }
+    if (cfg.qk_norm) {
+      slots.push_back({WeightKind::kQNorm, l, {cfg.head_dim()}});
+      slots.push_back({WeightKind::kKNorm, l, {cfg.head_dim()}});
+    }
   }
   slots.push_back({WeightKind::kFinalNorm, -1, {dim}});
   if (!cfg.tie_embeddings) slots.push_back({WeightKind::kLmHead, -1, {vocab, dim}});
@@ -72,6 +82,16 @@ const Tensor& SlotTensor(const ModelWeights& w, const TensorSlot& slot) {
       return l.w_down;
     case WeightKind::kUp:
       return l.w_up;
+    case WeightKind::kBq:
+      return l.bq;
+    case WeightKind::kBk:
+      return l.bk;
+    case WeightKind::kBv:
+      return l.bv;
+    case WeightKind::kQNorm:
+      return l.q_norm;
+    case WeightKind::kKNorm:
+      return l.k_norm;
     default:
       break;
   }
@@ -119,12 +139,35 @@ std::string SlotName(const TensorSlot& slot) {
     case WeightKind::kUp:
       name = "w_up";
       break;
+    case WeightKind::kBq:
+      name = "bq";
+      break;
+    case WeightKind::kBk:
+      name = "bk";
+      break;
+    case WeightKind::kBv:
+      name = "bv";
+      break;
+    case WeightKind::kQNorm:
+      name = "q_norm";
+      break;
+    case WeightKind::kKNorm:
+      name = "k_norm";
+      break;
   }
   return absl::StrCat("layers.", slot.layer, ".", name);
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+bool IsBehaviourTensor(const std::string& name) {
+  auto ends_with = [&](const char* suffix) {
+    const size_t n = std::char_traits<char>::length(suffix);
+    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+  };
+  return ends_with(".bias") || ends_with("q_norm.weight") || ends_with("k_norm.weight");
 }
 
 namespace {
@@ -153,6 +196,7 @@ absl::Status ValidateConfig(const ModelConfig& c, const std::string& source) {
       {"max_seq_len", c.max_seq_len, 1, kMaxSeqLen},
       {"bos_id", c.bos_id, -1, int64_t{c.vocab_size} - 1},
       {"eos_id", c.eos_id, -1, int64_t{c.vocab_size} - 1},
+      {"head_size", c.head_size, 0, 4096},
   };
   for (const Field& f : fields) {
     if (absl::Status s = CheckRange(source, f.name, f.value, f.lo, f.hi); !s.ok()) return s;
@@ -160,7 +204,15 @@ absl::Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   auto bad = [&](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": invalid config: ", parts...));
   };
-  if (c.dim % c.n_heads != 0) return bad("dim ", c.dim, " is not divisible by n_heads ", c.n_heads);
+  if (c.head_size == 0 && c.dim % c.n_heads != 0) {
+    return bad("dim ", c.dim, " is not divisible by n_heads ", c.n_heads);
+  }
+  if (int64_t{c.n_heads} * c.head_dim() > kMaxDim) {
+    return bad("n_heads * head_dim = ", int64_t{c.n_heads} * c.head_dim(), " exceeds ", kMaxDim);
+  }
+  for (int id : c.stop_ids) {
+    if (id < 0 || id >= c.vocab_size) return bad("stop id ", id, " outside the vocabulary");
+  }
   if (c.head_dim() % 2 != 0) return bad("head_dim ", c.head_dim(), " is odd; RoPE needs pairs");
   if (c.n_heads % c.n_kv_heads != 0) {
     return bad("n_heads ", c.n_heads, " is not a multiple of n_kv_heads ", c.n_kv_heads);
@@ -171,7 +223,7 @@ absl::Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (!(std::isfinite(c.norm_eps) && c.norm_eps > 0)) {
     return bad("norm_eps ", c.norm_eps, " must be positive");
   }
-  return absl::OkStatus();
+  return ValidateRopeScaling(c, source);
 }
 
 absl::Status ValidateWeights(const ModelWeights& w) {

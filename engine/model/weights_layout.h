@@ -25,6 +25,11 @@ enum class WeightKind {
   kUp,         // [hidden_dim, dim]
   kFinalNorm,  // [dim]
   kLmHead,     // [vocab, dim]; only when !tie_embeddings
+  kBq,         // [n_heads * head_dim]; only when qkv_bias
+  kBk,         // [n_kv_heads * head_dim]; only when qkv_bias
+  kBv,         // [n_kv_heads * head_dim]; only when qkv_bias
+  kQNorm,      // [head_dim]; only when qk_norm
+  kKNorm,      // [head_dim]; only when qk_norm
 };
 
 struct TensorSlot {
@@ -34,7 +39,8 @@ struct TensorSlot {
 };
 
 // Every tensor of a model with config `cfg`, in a fixed order: tok_embd, then per layer the
-// nine block tensors, then final_norm, then lm_head when untied. Requires a config that passed
+// nine block tensors (then bq, bk, bv when qkv_bias, then q_norm, k_norm when qk_norm), then
+// final_norm, then lm_head when untied. Requires a config that passed
 // ValidateConfig (head_dim() divides by n_heads).
 std::vector<TensorSlot> ListTensorSlots(const ModelConfig& cfg);
 
@@ -48,7 +54,13 @@ std::string SlotName(const TensorSlot& slot);
 // "[4096, 11008]".
 std::string ShapeString(const std::vector<int64_t>& shape);
 
-// Checks sizes are positive, divisible (dim % n_heads, n_heads % n_kv_heads, even head_dim) and
+// True for a tensor name that changes the forward pass when present (a bias, or a q/k norm
+// weight: "*.bias", "*q_norm.weight", "*k_norm.weight"), so that a file holding one the config
+// does not ask for must be refused rather than loaded without it.
+bool IsBehaviourTensor(const std::string& name);
+
+// Checks sizes are positive, divisible (dim % n_heads unless head_size is set, n_heads %
+// n_kv_heads, even head_dim), rope scaling parameters (engine/model/rope.h), and
 // within limits that keep every size product far from int64 overflow. InvalidArgument naming
 // `source` otherwise.
 absl::Status ValidateConfig(const ModelConfig& cfg, const std::string& source);

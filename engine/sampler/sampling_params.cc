@@ -57,7 +57,12 @@ absl::Status Validate(const SamplingParams& p, int vocab_size) {
 
 FinishReason CheckStop(int32_t token, int generated_count, const SamplingParams& params,
                        int eos_id) {
-  if (!params.ignore_eos && token == eos_id) return FinishReason::kStop;
+  return CheckStopIsEos(token, generated_count, params, token == eos_id);
+}
+
+FinishReason CheckStopIsEos(int32_t token, int generated_count, const SamplingParams& params,
+                            bool is_eos) {
+  if (!params.ignore_eos && is_eos) return FinishReason::kStop;
   if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
       params.stop_token_ids.end()) {
     return FinishReason::kStop;

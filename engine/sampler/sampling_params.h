@@ -64,5 +64,9 @@ enum class FinishReason {
 // Stop strings are not handled here; they need detokenised text and live in the server.
 FinishReason CheckStop(int32_t token, int generated_count, const SamplingParams& params,
                        int eos_id);
+// The same, where the caller has decided whether `token` is one of the model's end-of-sequence
+// ids (a model may have several: ModelConfig::IsStop).
+FinishReason CheckStopIsEos(int32_t token, int generated_count, const SamplingParams& params,
+                            bool is_eos);
 
 }  // namespace banyan::engine

@@ -110,6 +110,26 @@ absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream) {
   return ByDtype<SwiGluOp>(dtype, p, stream, "SwiGlu");
 }
 
+absl::Status QkvBiasNorm(const QkvBiasNormParams& p, cudaStream_t stream) {
+  constexpr int kMaxHeadDim = 256;
+  if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim || (p.q_norm == nullptr) != (p.k_norm == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("QkvBiasNorm: head_dim ", p.head_dim,
+                                                   " outside [1, ", kMaxHeadDim,
+                                                   "] or only one of q_norm / k_norm"));
+  }
+  const int64_t warps =
+      static_cast<int64_t>(p.tokens) * (p.num_q_heads + 2 * int64_t{p.num_kv_heads});
+  if (warps == 0 || (p.bias == nullptr && p.q_norm == nullptr)) return absl::OkStatus();
+  constexpr int kWarpsPerBlock = 4;
+  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (p.head_dim <= 128) {
+    QkvBiasNormKernel<4><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(p);
+  } else {
+    QkvBiasNormKernel<8><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(p);
+  }
+  return CudaStatus(cudaGetLastError(), "QkvBiasNorm");
+}
+
 absl::Status CopyKvSlots(const CopyKvSlotsParams& p, cudaStream_t stream) {
   if (p.kv.head_dim % 8 != 0 || p.slot_begin < 0 || p.slot_end > p.kv.chunk_size ||
       p.slot_begin > p.slot_end) {

@@ -92,6 +92,41 @@ __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
   }
 }
 
+// One warp per (token, head): heads are the q heads, then the k heads, then the v heads (bias
+// only). Each lane holds head_dim / 32 values (rounded up) in registers between the passes.
+template <int MAX_PER_LANE>
+__global__ void QkvBiasNormKernel(const __grid_constant__ QkvBiasNormParams p) {
+  const int hq = p.num_q_heads, hkv = p.num_kv_heads, d = p.head_dim;
+  const int heads = hq + 2 * hkv;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= static_cast<int64_t>(p.tokens) * heads) return;
+  const int h = static_cast<int>(warp % heads);
+  const bool is_v = h >= hq + hkv;
+  const float* weight = h < hq ? p.q_norm : p.k_norm;
+  if (is_v && p.bias == nullptr) return;
+  float* x = p.qkv + warp * d;  // rows are heads * d long, so (token, head) is warp * d
+  float v[MAX_PER_LANE];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < MAX_PER_LANE; ++k) {
+    const int i = lane + 32 * k;
+    v[k] = 0.0f;
+    if (i < d) {
+      v[k] = x[i] + (p.bias != nullptr ? p.bias[static_cast<int64_t>(h) * d + i] : 0.0f);
+      ss += v[k] * v[k];
+    }
+  }
+  float inv = 1.0f;
+  const bool norm = !is_v && weight != nullptr;
+  if (norm) inv = rsqrtf(WarpSum(ss) / static_cast<float>(d) + p.eps);
+#pragma unroll
+  for (int k = 0; k < MAX_PER_LANE; ++k) {
+    const int i = lane + 32 * k;
+    if (i < d) x[i] = norm ? v[k] * inv * weight[i] : v[k];
+  }
+}
+
 template <typename T>
 __global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
   const int64_t total = static_cast<int64_t>(p.rows) * p.hidden;

@@ -50,12 +50,29 @@ struct RopeKvParams {
   const int32_t* slot_chunk = nullptr;  // [tokens]
   const int32_t* slot_index = nullptr;  // [tokens] slot within the chunk
   const int32_t* write_kv = nullptr;    // [tokens] 1: write K/V, 0: skip
-  const float* inv_freq = nullptr;      // [head_dim / 2] theta^(-2i / head_dim)
+  const float* inv_freq = nullptr;      // [head_dim / 2] RopeInvFreq (engine/model/rope.h)
   int32_t tokens = 0;
   int32_t num_q_heads = 0;
   bool interleaved = false;  // RopeStyle::kInterleaved: pairs (2i, 2i+1); else (i, i + d/2)
 };
 absl::Status RopeWriteKv(DType dtype, const RopeKvParams& p, cudaStream_t stream);
+
+// In place on the fp32 output of the fused QKV GEMM, before RopeWriteKv: adds the q/k/v
+// projection biases (Qwen 2.5), then RMS-normalises every q head and every k head over its
+// head_dim values with weights q_norm / k_norm (Qwen 3; eps as the model's RMSNorm). Either part
+// may be absent (nullptr); with both absent nothing is launched. One warp per (token, head).
+struct QkvBiasNormParams {
+  float* qkv = nullptr;            // [tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]
+  const float* bias = nullptr;     // [(num_q_heads + 2 * num_kv_heads) * head_dim] or nullptr
+  const float* q_norm = nullptr;   // [head_dim] or nullptr (then k_norm is nullptr too)
+  const float* k_norm = nullptr;   // [head_dim] or nullptr
+  int32_t tokens = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  float eps = 1e-6f;
+};
+absl::Status QkvBiasNorm(const QkvBiasNormParams& p, cudaStream_t stream);
 
 // out[r, i] = silu(gate[r, i]) * up[r, i].
 struct SwiGluParams {

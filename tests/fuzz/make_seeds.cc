@@ -120,6 +120,22 @@ void GgufSeeds(const fs::path& dir, const ModelWeights& w) {
   Write(dir, "tiny_f32.gguf", GgufFromWeights(w, kGgmlF32));
   Write(dir, "tiny_f16_v2.gguf", GgufFromWeights(w, kGgmlF16, "", 0, /*version=*/2));
   Write(dir, "tiny_bf16.gguf", GgufFromWeights(w, kGgmlBF16));
+  {  // Q8_0 needs rows of 32: widen the tiny model
+    ModelConfig c = w.config;
+    c.dim = 32;
+    c.hidden_dim = 32;
+    Write(dir, "tiny_q8_0.gguf", GgufFromWeights(engine::MakeDummyWeights(c, 12), kGgmlQ8_0));
+  }
+  // The same shape as Qwen 3 (q/k norm tensors, rotate-half order) and Qwen 2.5 (q/k/v biases).
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    ModelConfig c = w.config;
+    c.arch = arch;
+    c.qkv_bias = c.arch == "qwen2";
+    c.qk_norm = c.arch == "qwen3";
+    c.rope_style = engine::RopeStyle::kHalf;
+    Write(dir, std::string("tiny_") + arch + ".gguf",
+          GgufFromWeights(engine::MakeDummyWeights(c, 11), kGgmlF32));
+  }
 }
 
 void SafetensorsSeeds(const fs::path& dir, const ModelWeights& w) {

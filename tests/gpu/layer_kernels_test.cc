@@ -1,4 +1,4 @@
-// The CUDA layer kernels (embedding, RMSNorm, RoPE + KV write, SwiGLU, chunk copies, argmax,
+// The CUDA layer kernels (embedding, RMSNorm, q/k/v bias + q/k norm, RoPE + KV write, SwiGLU, chunk copies, argmax,
 // dummy weights) against plain CPU formulas. Random data fresh each run; outputs poisoned.
 #include <algorithm>
 #include <cmath>
@@ -177,6 +177,70 @@ TEST(CudaLayerKernels, SwiGlu) {
     }
     EXPECT_LT(RelErr(FromDtype(dt, out_d.Download()), want), Tol(dt));
   }
+}
+
+// In place on fp32, so the poison is a NaN row past the last token that must stay untouched;
+// the reference is the formula in double.
+TEST(CudaLayerKernels, QkvBiasNormMatchesFormula) {
+  BANYAN_SKIP_WITHOUT_GPU();
+  BANYAN_SEEDED_RNG(rng);
+  struct Shape {
+    int head_dim, hq, hkv, tokens;
+    bool bias, norm;
+  };
+  for (const Shape& sh : {Shape{64, 4, 2, 37, true, false}, Shape{128, 8, 2, 19, false, true},
+                          Shape{128, 4, 4, 5, true, true}, Shape{32, 16, 4, 70, true, true},
+                          Shape{40, 5, 1, 9, true, true}, Shape{256, 2, 1, 3, true, true}}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << sh.head_dim << " heads " << sh.hq << "/"
+                                      << sh.hkv << " bias " << sh.bias << " norm " << sh.norm);
+    const int d = sh.head_dim, heads = sh.hq + 2 * sh.hkv;
+    const size_t row = size_t(heads) * d;
+    std::vector<float> qkv = Normal(row * sh.tokens, rng, 2.0f);
+    const std::vector<float> bias = Normal(row, rng, 0.5f);
+    std::vector<float> qn = Normal(d, rng, 0.2f), kn = Normal(d, rng, 0.2f);
+    for (float& x : qn) x += 1.0f;
+    for (float& x : kn) x += 1.0f;
+    DeviceArray<float> qkv_d(row * (sh.tokens + 1));  // poisoned, then all but the last row set
+    ASSERT_EQ(cudaMemcpy(qkv_d.get(), qkv.data(), qkv.size() * 4, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    DeviceArray<float> bias_d(bias), qn_d(qn), kn_d(kn);
+    QkvBiasNormParams p;
+    p.qkv = qkv_d.get();
+    p.bias = sh.bias ? bias_d.get() : nullptr;
+    p.q_norm = sh.norm ? qn_d.get() : nullptr;
+    p.k_norm = sh.norm ? kn_d.get() : nullptr;
+    p.tokens = sh.tokens;
+    p.num_q_heads = sh.hq;
+    p.num_kv_heads = sh.hkv;
+    p.head_dim = d;
+    p.eps = 1e-6f;
+    ASSERT_TRUE(QkvBiasNorm(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = qkv_d.Download();
+    std::vector<float> want(qkv.size());
+    for (int t = 0; t < sh.tokens; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        const size_t off = size_t(t) * row + size_t(h) * d;
+        std::vector<double> v(d);
+        double ss = 0;
+        for (int i = 0; i < d; ++i) {
+          v[i] = double{qkv[off + i]} + (sh.bias ? bias[size_t(h) * d + i] : 0.0);
+          ss += v[i] * v[i];
+        }
+        const bool normed = sh.norm && h < sh.hq + sh.hkv;
+        const std::vector<float>& g = h < sh.hq ? qn : kn;
+        const double inv = 1.0 / std::sqrt(ss / d + 1e-6);
+        for (int i = 0; i < d; ++i) want[off + i] = float(normed ? v[i] * inv * g[i] : v[i]);
+      }
+    }
+    EXPECT_LT(RelErr(std::vector<float>(got.begin(), got.begin() + want.size()), want), 1e-5);
+    for (size_t i = want.size(); i < got.size(); ++i) {
+      ASSERT_TRUE(std::isnan(got[i])) << "wrote past the last token at " << i;
+    }
+  }
+  QkvBiasNormParams bad;
+  bad.head_dim = 512;
+  EXPECT_EQ(QkvBiasNorm(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaLayerKernels, CopyKvSlots) {

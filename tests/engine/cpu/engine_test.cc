@@ -3,16 +3,21 @@
 // shared prefixes, and KV memory accounting.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/model/dummy_weights.h"
 #include "engine/model/gguf_loader.h"
+#include "engine/model/rope.h"
 #include "engine/model/model_io.h"
 #include "engine/model_bundle.h"
 #include "gtest/gtest.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/generate.h"
+#include "tests/engine/cpu/naive_forward.h"
+#include "tests/engine/model/test_util.h"
 #include "tests/testing/random.h"
 
 namespace banyan::engine {
@@ -61,85 +66,6 @@ struct Engine {
   Backend* backend;
 };
 
-// Independent single-sequence LLaMA forward (llama2.c style, plain arrays, no tree, no plan).
-std::vector<float> NaiveLogits(const ModelWeights& w, const std::vector<int32_t>& tokens) {
-  const ModelConfig& c = w.config;
-  const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
-  const int T = static_cast<int>(tokens.size());
-  auto matvec = [](const Tensor& m, const std::vector<double>& x) {
-    const int64_t rows = m.shape[0], cols = m.shape[1];
-    std::vector<double> y(rows, 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t k = 0; k < cols; ++k) y[r] += m.data[r * cols + k] * x[k];
-    }
-    return y;
-  };
-  auto rms = [&](const std::vector<double>& x, const Tensor& g) {
-    double ss = 0;
-    for (double v : x) ss += v * v;
-    double inv = 1.0 / std::sqrt(ss / x.size() + c.norm_eps);
-    std::vector<double> y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g.data[i];
-    return y;
-  };
-  auto rope = [&](std::vector<double>& v, int heads, int pos) {
-    for (int h = 0; h < heads; ++h) {
-      for (int i = 0; i < d / 2; ++i) {
-        double ang = pos * std::pow(static_cast<double>(c.rope_theta), -2.0 * i / d);
-        int a = c.rope_style == RopeStyle::kInterleaved ? 2 * i : i;
-        int b = c.rope_style == RopeStyle::kInterleaved ? 2 * i + 1 : i + d / 2;
-        double x0 = v[h * d + a], x1 = v[h * d + b];
-        v[h * d + a] = x0 * std::cos(ang) - x1 * std::sin(ang);
-        v[h * d + b] = x0 * std::sin(ang) + x1 * std::cos(ang);
-      }
-    }
-  };
-  std::vector<std::vector<std::vector<double>>> K(c.n_layers), V(c.n_layers);
-  std::vector<float> out;
-  for (int t = 0; t < T; ++t) {
-    std::vector<double> x(w.tok_embeddings.data.begin() + tokens[t] * dim,
-                          w.tok_embeddings.data.begin() + (tokens[t] + 1) * dim);
-    for (int l = 0; l < c.n_layers; ++l) {
-      const LayerWeights& lw = w.layers[l];
-      auto xb = rms(x, lw.attn_norm);
-      auto q = matvec(lw.wq, xb), k = matvec(lw.wk, xb), v = matvec(lw.wv, xb);
-      rope(q, hq, t);
-      rope(k, hkv, t);
-      K[l].push_back(k);
-      V[l].push_back(v);
-      std::vector<double> att(hq * d, 0.0);
-      for (int h = 0; h < hq; ++h) {
-        int kh = h / (hq / hkv);
-        std::vector<double> s(t + 1);
-        double mx = -1e300;
-        for (int j = 0; j <= t; ++j) {
-          double dot = 0;
-          for (int i = 0; i < d; ++i) dot += q[h * d + i] * K[l][j][kh * d + i];
-          s[j] = dot / std::sqrt(static_cast<double>(d));
-          mx = std::max(mx, s[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
-        for (int j = 0; j <= t; ++j) {
-          for (int i = 0; i < d; ++i) att[h * d + i] += s[j] / sum * V[l][j][kh * d + i];
-        }
-      }
-      auto o = matvec(lw.wo, att);
-      for (int i = 0; i < dim; ++i) x[i] += o[i];
-      auto xf = rms(x, lw.ffn_norm);
-      auto g = matvec(lw.w_gate, xf), u = matvec(lw.w_up, xf);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      auto down = matvec(lw.w_down, g);
-      for (int i = 0; i < dim; ++i) x[i] += down[i];
-    }
-    if (t == T - 1) {
-      auto logits = matvec(w.output_matrix(), rms(x, w.final_norm));
-      out.assign(logits.begin(), logits.end());
-    }
-  }
-  return out;
-}
-
 double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -183,7 +109,7 @@ TEST_F(EngineTest, BinGgufAndHfGiveIdenticalLogits) {
   EXPECT_EQ(from_gguf.PrefillLogits(prompt), want);
 
   fs::path dir = fs::temp_directory_path() /
-                 ("banyan_hf_" + std::to_string(testing::FreshSeed()));
+                 ("banyan_hf_" + std::to_string(::banyan::testing::FreshSeed()));
   ASSERT_TRUE(WriteHfFolder(bundle_->weights, dir.string()).ok());
   auto hf = LoadModel(dir.string());
   ASSERT_TRUE(hf.ok()) << hf.status();
@@ -305,6 +231,181 @@ TEST_F(EngineTest, TooSmallKvPoolIsAnErrorNotACrash) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
   EXPECT_NE(out.status().message().find("KV chunks"), std::string::npos) << out.status();
   EXPECT_EQ(e.tree.Stats().live_sequences, 0);  // nothing leaked
+}
+
+// ---- architectures beyond plain Llama, against the naive forward ----
+
+ModelConfig VariantConfig() {
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 300;
+  c.max_seq_len = 256;
+  c.rope_style = RopeStyle::kHalf;
+  c.norm_eps = 1e-6f;
+  return c;
+}
+
+TEST(ArchVariants, CpuMatchesNaiveForward) {
+  BANYAN_SEEDED_RNG(rng);
+  struct Variant {
+    const char* name;
+    void (*set)(ModelConfig&);
+  };
+  const Variant variants[] = {
+      {"qwen2 (qkv bias, tied)",
+       [](ModelConfig& c) {
+         c.arch = "qwen2";
+         c.qkv_bias = true;
+         c.tie_embeddings = true;
+       }},
+      {"qwen3 (q/k norm, head_dim 32 != 64 / 4)",
+       [](ModelConfig& c) {
+         c.arch = "qwen3";
+         c.qk_norm = true;
+         c.head_size = 32;
+         c.rope_theta = 1e6f;
+       }},
+      {"llama3 (rope scaling, interleaved)",
+       [](ModelConfig& c) {
+         c.rope_scaling.type = RopeScalingType::kLlama3;
+         c.rope_scaling.factor = 8;
+         c.rope_scaling.low_freq_factor = 1;
+         c.rope_scaling.high_freq_factor = 4;
+         c.rope_scaling.original_max_pos = 64;  // every band holds frequencies at head_dim 16
+         c.rope_style = RopeStyle::kInterleaved;
+       }},
+      {"everything at once, head_dim 8, GQA 4",
+       [](ModelConfig& c) {
+         c.n_heads = 8;
+         c.n_kv_heads = 2;
+         c.head_size = 8;
+         c.qkv_bias = c.qk_norm = c.tie_embeddings = true;
+         c.rope_scaling.type = RopeScalingType::kLlama3;
+         c.rope_scaling.factor = 4;
+         c.rope_scaling.original_max_pos = 32;
+       }},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    ModelConfig cfg = VariantConfig();
+    v.set(cfg);
+    const ModelWeights w = MakeDummyWeights(cfg, rng());
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 45; ++i) prompt.push_back(static_cast<int32_t>(rng() % cfg.vocab_size));
+    for (AttentionMode mode : {AttentionMode::kTpp, AttentionMode::kPaged}) {
+      Engine e(&w, 64, 16, mode);
+      for (size_t len : {size_t{1}, size_t{17}, prompt.size()}) {
+        const std::vector<int32_t> p(prompt.begin(), prompt.begin() + len);
+        EXPECT_LT(RelErr(e.PrefillLogits(p), NaiveLogits(w, p)), 1e-5) << "length " << len;
+      }
+    }
+  }
+}
+
+TEST(ArchVariants, RopeScalingChangesOnlyLowFrequencies) {
+  ModelConfig c = VariantConfig();
+  const std::vector<float> plain = RopeInvFreq(c);
+  c.rope_scaling.type = RopeScalingType::kLlama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.original_max_pos = 64;
+  const std::vector<float> scaled = RopeInvFreq(c);
+  ASSERT_EQ(plain.size(), scaled.size());
+  int kept = 0, divided = 0, blended = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double ratio = scaled[i] / plain[i];
+    EXPECT_LE(ratio, 1.0 + 1e-6);
+    EXPECT_GE(ratio, 1.0 / 8 - 1e-6);
+    if (std::fabs(ratio - 1) < 1e-6) {
+      ++kept;
+    } else if (std::fabs(ratio - 0.125) < 1e-6) {
+      ++divided;
+    } else {
+      ++blended;
+    }
+    if (i > 0) {
+      EXPECT_LT(scaled[i], scaled[i - 1]);  // still monotone
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+}
+
+TEST(ArchVariants, EveryEosIdStops) {
+  BANYAN_SEEDED_RNG(rng);
+  ModelWeights w = MakeDummyWeights(VariantConfig(), rng());
+  w.config.eos_id = -1;
+  scheduler::Request r;
+  r.prompt = {5, 6, 7};
+  r.params.temperature = 1;  // seeded sampling: varied tokens, the same on a rerun
+  r.params.seed = rng();
+  r.params.has_seed = true;
+  r.params.max_tokens = 12;
+  std::vector<int32_t> free_run;
+  {
+    Engine e(&w, 64, 16);
+    auto out = e.Run(std::span(&r, 1));
+    ASSERT_TRUE(out.ok()) << out.status();
+    free_run = (*out)[0].samples[0].tokens;
+  }
+  ASSERT_EQ(free_run.size(), 12u);
+  // The first token that did not occur before it stops the run there, as the second id of a
+  // list whose first id never occurs.
+  size_t at = 1;
+  while (at < free_run.size() &&
+         std::find(free_run.begin(), free_run.begin() + at, free_run[at]) != free_run.begin() + at) {
+    ++at;
+  }
+  ASSERT_LT(at, free_run.size()) << "the run repeats one token";
+  int32_t unused = w.config.vocab_size - 1;  // an id the run never produces
+  while (std::find(free_run.begin(), free_run.end(), unused) != free_run.end()) --unused;
+  w.config.stop_ids = {unused, free_run[at]};
+  Engine e(&w, 64, 16);
+  auto out = e.Run(std::span(&r, 1));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].samples[0].finish, scheduler::FinishReason::kStop);
+  EXPECT_EQ((*out)[0].samples[0].tokens,
+            std::vector<int32_t>(free_run.begin(), free_run.begin() + at));
+}
+
+// stories260K quantized to Q8_0 (every matrix whose rows split into 32-value blocks; w_down's
+// rows of 172 stay F32) generates the same greedy story as its F32 source, through the engine
+// loop `banyan generate` runs.
+TEST_F(EngineTest, Q8_0GgufGeneratesTheSameGreedyText) {
+  auto f32 = LoadGguf(kModelDir + "/stories260K.gguf", nullptr);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  fs::path file = fs::temp_directory_path() /
+                  ("banyan_q8_" + std::to_string(::banyan::testing::FreshSeed()) + ".gguf");
+  {
+    std::ofstream out(file, std::ios::binary);
+    const std::string bytes = engine::testing::GgufFromWeights(*f32, engine::testing::kGgmlQ8_0);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto q8 = LoadGguf(file.string(), nullptr);
+  fs::remove(file);
+  ASSERT_TRUE(q8.ok()) << q8.status();
+  // The dequantized weights are close to, but not, the source.
+  EXPECT_NE(q8->layers[0].wq.data, f32->layers[0].wq.data);
+  EXPECT_EQ(q8->layers[0].w_down.data, f32->layers[0].w_down.data);
+  scheduler::Request r;
+  r.prompt = bundle_->tokenizer->Encode("Once upon a time, there was a little", true);
+  r.params.temperature = 0;
+  r.params.max_tokens = 24;
+  Engine a(&*f32), b(&*q8);
+  auto want = a.Run(std::span(&r, 1));
+  auto got = b.Run(std::span(&r, 1));
+  ASSERT_TRUE(want.ok() && got.ok());
+  const auto& wt = (*want)[0].samples[0].tokens;
+  const auto& gt = (*got)[0].samples[0].tokens;
+  ASSERT_GE(wt.size(), 16u);
+  ASSERT_GE(gt.size(), 16u);
+  EXPECT_EQ(std::vector<int32_t>(gt.begin(), gt.begin() + 16),
+            std::vector<int32_t>(wt.begin(), wt.begin() + 16))
+      << "f32: " << bundle_->tokenizer->Decode(wt) << "\nq8_0: " << bundle_->tokenizer->Decode(gt);
 }
 
 }  // namespace

@@ -231,7 +231,7 @@ TEST(GgufLoader, SyntheticF16Bf16AndV2) {
     TempDir dir;
     const std::string path = dir.File("m.gguf");
     const std::string tmpl = k.version == 3 ? "{{ bos_token }}{% for m in messages %}..." : "";
-    testing::WriteBytes(path, testing::GgufFromWeights(src, k.type, "", 0, k.version, tmpl));
+    testing::WriteBytes(path, testing::GgufFromWeights(src, k.type, "", 0, k.version, nullptr, tmpl));
     SpmVocab vocab;
     std::string chat_template = "unset";
     absl::StatusOr<ModelWeights> g = LoadGguf(path, &vocab, nullptr, &chat_template);

@@ -1,5 +1,8 @@
 #include "tests/engine/model/test_util.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "engine/model/dtype.h"
 #include "engine/model/safetensors_loader.h"
 #include "engine/model/weights_layout.h"
@@ -104,11 +107,49 @@ std::string GgufName(const TensorSlot& s) {
       return blk + "ffn_down.weight";
     case WeightKind::kUp:
       return blk + "ffn_up.weight";
+    case WeightKind::kBq:
+      return blk + "attn_q.bias";
+    case WeightKind::kBk:
+      return blk + "attn_k.bias";
+    case WeightKind::kBv:
+      return blk + "attn_v.bias";
+    case WeightKind::kQNorm:
+      return blk + "attn_q_norm.weight";
+    case WeightKind::kKNorm:
+      return blk + "attn_k_norm.weight";
   }
   return "?";
 }
 
+}  // namespace
+
+std::string EncodeQ8_0(const float* x, size_t n) {
+  std::string out;
+  for (size_t b = 0; b < n; b += 32) {
+    float amax = 0;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+    const float d = amax / 127.0f;
+    const uint16_t dh = FloatToHalf(d);
+    AppendPod(out, dh);
+    for (size_t i = 0; i < 32; ++i) {
+      const float q = d == 0 ? 0.0f : std::nearbyint(x[b + i] / d);
+      AppendPod(out, static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Q8_0 applies to matrices whose rows split into 32-value blocks; other tensors stay F32, as
+// llama.cpp's quantizer leaves them.
+uint32_t TypeFor(const Tensor& t, uint32_t type) {
+  if (type == kGgmlQ8_0 && (t.shape.size() != 2 || t.shape.back() % 32 != 0)) return kGgmlF32;
+  return type;
+}
+
 std::string Encode(const Tensor& t, uint32_t type) {
+  if (type == kGgmlQ8_0) return EncodeQ8_0(t.data.data(), t.data.size());
   WeightDtype d = type == kGgmlF16    ? WeightDtype::kF16
                   : type == kGgmlBF16 ? WeightDtype::kBF16
                                       : WeightDtype::kF32;
@@ -121,19 +162,25 @@ std::string Encode(const Tensor& t, uint32_t type) {
 
 std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
                             const std::string& override_type_of, uint32_t override_type,
-                            uint32_t version, const std::string& chat_template) {
+                            uint32_t version, const std::vector<float>* rope_freqs,
+                            const std::string& chat_template) {
   const ModelConfig& c = w.config;
   GgufBuilder b(version);
-  b.Str("general.architecture", "llama");
+  const std::string a = c.arch;
+  b.Str("general.architecture", a);
   b.Str("general.name", "synthetic");
-  b.U32("llama.context_length", static_cast<uint32_t>(c.max_seq_len));
-  b.U32("llama.embedding_length", static_cast<uint32_t>(c.dim));
-  b.U32("llama.feed_forward_length", static_cast<uint32_t>(c.hidden_dim));
-  b.U32("llama.block_count", static_cast<uint32_t>(c.n_layers));
-  b.U32("llama.attention.head_count", static_cast<uint32_t>(c.n_heads));
-  b.U32("llama.attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
-  b.F32("llama.rope.freq_base", c.rope_theta);
-  b.F32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
+  b.U32(a + ".context_length", static_cast<uint32_t>(c.max_seq_len));
+  b.U32(a + ".embedding_length", static_cast<uint32_t>(c.dim));
+  b.U32(a + ".feed_forward_length", static_cast<uint32_t>(c.hidden_dim));
+  b.U32(a + ".block_count", static_cast<uint32_t>(c.n_layers));
+  b.U32(a + ".attention.head_count", static_cast<uint32_t>(c.n_heads));
+  b.U32(a + ".attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+  if (c.head_size > 0) {
+    b.U32(a + ".attention.key_length", static_cast<uint32_t>(c.head_size));
+    b.U32(a + ".attention.value_length", static_cast<uint32_t>(c.head_size));
+  }
+  b.F32(a + ".rope.freq_base", c.rope_theta);
+  b.F32(a + ".attention.layer_norm_rms_epsilon", c.norm_eps);
   b.Str("tokenizer.ggml.model", "llama");
   if (!chat_template.empty()) b.Str("tokenizer.chat_template", chat_template);
   std::vector<std::string> tokens;
@@ -151,6 +198,9 @@ std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
   b.I32Array("tokenizer.ggml.token_type", types);
   b.U32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_id));
   b.U32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_id));
+  if (rope_freqs != nullptr) {
+    b.AddTensor("rope_freqs.weight", {rope_freqs->size()}, kGgmlF32, FloatBytes(*rope_freqs));
+  }
   for (const TensorSlot& slot : ListTensorSlots(c)) {
     const Tensor& t = SlotTensor(w, slot);
     const std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());
@@ -158,7 +208,7 @@ std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
     if (name == override_type_of) {
       b.AddTensor(name, ne, override_type, std::string(t.data.size(), '\x11'));
     } else {
-      b.AddTensor(name, ne, type, Encode(t, type));
+      b.AddTensor(name, ne, TypeFor(t, type), Encode(t, TypeFor(t, type)));
     }
   }
   return b.Build();
@@ -194,7 +244,8 @@ std::vector<RawEntry> HfEntries(const ModelWeights& w) {
 std::string HfConfigJson(const ModelConfig& c) {
   nlohmann::ordered_json j;
   j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["model_type"] = c.arch;
+  if (c.head_size > 0) j["head_dim"] = c.head_size;
   j["hidden_size"] = c.dim;
   j["intermediate_size"] = c.hidden_dim;
   j["num_hidden_layers"] = c.n_layers;
@@ -207,7 +258,15 @@ std::string HfConfigJson(const ModelConfig& c) {
   j["tie_word_embeddings"] = c.tie_embeddings;
   j["bos_token_id"] = c.bos_id;
   j["eos_token_id"] = c.eos_id;
+  if (!c.stop_ids.empty()) j["eos_token_id"] = c.stop_ids;
   j["rope_scaling"] = nullptr;
+  if (c.rope_scaling.type == RopeScalingType::kLlama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", c.rope_scaling.factor},
+                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", c.rope_scaling.original_max_pos}};
+  }
   return j.dump(2);
 }
 

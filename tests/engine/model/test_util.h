@@ -137,13 +137,20 @@ class GgufBuilder {
 // GGML type ids used by the tests.
 constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
 
-// A complete llama GGUF holding `w` (its tensors as stored, no permutation) in `type`
-// (F32/F16/BF16), with llama.* metadata and a trivial tokenizer. `override_type_of` names one
+// Q8_0 blocks of n values (n a multiple of 32): d = max|x| / 127 stored as f16, q = round(x / d).
+std::string EncodeQ8_0(const float* x, size_t n);
+
+// A complete GGUF holding `w` (its tensors as stored, no permutation) in `type`
+// (F32/F16/BF16, or Q8_0 for the matrices whose rows are multiples of 32, the rest F32), with
+// `<w.config.arch>.*` metadata and a trivial tokenizer; `rope_freqs`, when given, is written as
+// the F32 tensor rope_freqs.weight. `override_type_of` names one
 // tensor written with `override_type` instead (its bytes are then garbage of the right size).
 // A non-empty `chat_template` is written as tokenizer.chat_template.
 std::string GgufFromWeights(const ModelWeights& w, uint32_t type,
                             const std::string& override_type_of = "", uint32_t override_type = 0,
-                            uint32_t version = 3, const std::string& chat_template = "");
+                            uint32_t version = 3,
+                            const std::vector<float>* rope_freqs = nullptr,
+                            const std::string& chat_template = "");
 
 // One raw safetensors entry: dtype string and bytes exactly as written.
 struct RawEntry {
