@@ -47,7 +47,7 @@ inline const engine::ModelBundle& Bundle() {
 // Backend, scheduler (with its loop's pool and tree), context and front end: one serving stack.
 struct Stack {
   explicit Stack(scheduler::SchedulerOptions sopts = {}, ServerOptions opts = {}, int chunks = 1024,
-                 int chunk_size = 16) {
+                 int chunk_size = 16, HttpFrontEndOptions http_options = {}) {
     const engine::ModelBundle& b = Bundle();
     sched = std::make_unique<scheduler::Scheduler>(
         b.weights.config, b.tokenizer.get(),
@@ -68,7 +68,7 @@ struct Stack {
     EXPECT_TRUE(auth.ok()) << auth.status();
     if (auth.ok()) ctx.auth = *std::move(auth);
     ctx.ready = &ready;
-    http = std::make_unique<HttpFrontEnd>(&ctx);
+    http = std::make_unique<HttpFrontEnd>(&ctx, std::move(http_options));
     absl::Status s = http->Start();
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_GT(http->port(), 0);
