@@ -91,6 +91,7 @@ test('paths in a --config file are relative to the file, not the working directo
     fs.mkdirSync(path.join(dir, 'conf'));
     fs.mkdirSync(path.join(dir, 'models'));
     fs.symlinkSync(MODEL, path.join(dir, 'models', 'story.bin'));
+    fs.symlinkSync(path.join(path.dirname(MODEL), 'tok512.model'), path.join(dir, 'models', 'tok512.model'));
     const [http, grpc] = [await freePort(), await freePort()];
     fs.writeFileSync(path.join(dir, 'conf', 'banyand.json'), JSON.stringify({
       model: '../models/story.bin', host: '127.0.0.1', http_port: http, grpc_port: grpc,
@@ -116,7 +117,7 @@ test('banyan generate prints the completion as the API returns it, leading space
     t.skip(`banyan CLI not found at ${CLI}`);
     return;
   }
-  const prompt = 'Once upon a time';
+  const prompt = 'Once upon a time, there was a little girl named Lily.';
   const cli = await new Promise((resolve, reject) => {
     execFile(CLI, ['generate', '--model', MODEL, '--prompt', prompt, '--max-tokens', '24',
       '--temperature', '0'], (err, stdout, stderr) => (err ? reject(new Error(stderr)) : resolve(stdout)));
