@@ -12,6 +12,11 @@
 # health SERVING (the image's banyan-grpc-client); SIGTERM (podman stop) ends it with exit 0,
 # timed. It prints the image's size. Any failure exits non-zero with the container's log.
 #
+# Hosts that restrict containers (a VM without CAP_SYS_RESOURCE, hybrid cgroups, where crun
+# fails with "setrlimit ... Operation not permitted" or "cgroups in hybrid mode not supported"):
+#   BANYAN_PODMAN_ARGS="--runtime runc" BANYAN_ULIMITS="nofile=20000:20000 nproc=4096:4096"
+# (apt-get install runc; limits no higher than the shell's `ulimit -Hn` / conmon's).
+#
 # Base images come from Docker Hub by default. Where the registry cannot be reached, the script
 # builds a Debian 12 base with debootstrap from the Debian mirror and imports it as
 # localhost/banyan-debian:12 (BANYAN_LOCAL_BASE=1 forces that).
@@ -27,8 +32,13 @@ case "$kind" in
   *) echo "usage: $0 cpu|cuda [--no-build]" >&2; exit 2 ;;
 esac
 image="localhost/banyan:$kind"
-engine="${CONTAINER_ENGINE:-podman}"
-command -v "$engine" >/dev/null || { echo "$engine not found: apt-get install podman buildah" >&2; exit 2; }
+engine_bin="${CONTAINER_ENGINE:-podman}"
+command -v "$engine_bin" >/dev/null || { echo "$engine_bin not found: apt-get install podman buildah" >&2; exit 2; }
+read -r -a engine_args <<< "${BANYAN_PODMAN_ARGS:-}"
+engine() { "$engine_bin" "${engine_args[@]}" "$@"; }
+engine=engine
+ulimit_args=()
+for u in ${BANYAN_ULIMITS:-}; do ulimit_args+=(--ulimit "$u"); done
 
 log() { echo "[containers] $*"; }
 
@@ -56,7 +66,8 @@ if [ "$build" = 1 ]; then
   fi
   log "building $image from $dockerfile (nice 15)"
   start=$(date +%s)
-  nice -n 15 "$engine" build --format docker -f "$dockerfile" -t "$image" "${build_args[@]}" .
+  nice -n 15 "$engine_bin" "${engine_args[@]}" build --format docker "${ulimit_args[@]}" \
+    -f "$dockerfile" -t "$image" "${build_args[@]}" .
   log "built in $(( $(date +%s) - start )) s"
 fi
 
@@ -64,7 +75,7 @@ size=$("$engine" image inspect --format '{{.Size}}' "$image")
 log "image $image: $(( size / 1000000 )) MB"
 
 name="banyan-smoke-$kind-$$"
-run_args=(-d --name "$name" -p 127.0.0.1::8000 -p 127.0.0.1::50051)
+run_args=(-d --name "$name" -p 127.0.0.1::8000 -p 127.0.0.1::50051 "${ulimit_args[@]}")
 [ "$kind" = cuda ] && run_args+=(--device nvidia.com/gpu=all)
 cleanup() { "$engine" rm -f "$name" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
