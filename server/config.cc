@@ -296,7 +296,7 @@ absl::Status Apply(DaemonConfig& c, const std::string& name, const std::string& 
 // one and a synthetic "dummy:" model stay as they are).
 std::string ResolveConfigPath(const std::string& config_path, const std::string& key,
                               const std::string& value) {
-  const bool is_path = key == "model" || key == "tokenizer" || key == "tenants";
+  const bool is_path = key == "model" || key == "tokenizer";
   if (!is_path || value.empty() || value.front() == '/' || value.starts_with("dummy:")) {
     return value;
   }

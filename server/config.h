@@ -12,7 +12,7 @@
 // vLLM's names for the same options are accepted too (--port, --max-num-seqs, ...); vLLM
 // options with no banyand counterpart are refused, saying so (server/option_aliases.h).
 //
-// Paths in a --config file (model, tokenizer, tenants) are relative to the file's folder;
+// Paths in a --config file (model, tokenizer) are relative to the file's folder;
 // paths on the command line are relative to the working directory.
 //
 // With no arguments it serves the bundled stories260K on 127.0.0.1, HTTP 8000, gRPC 50051, on

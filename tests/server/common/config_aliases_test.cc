@@ -108,10 +108,8 @@ TEST_F(ConfigAliasesTest, UnmappedVllmOptionsAreRefusedSayingSo) {
 TEST_F(ConfigAliasesTest, PathsInAConfigFileAreRelativeToTheFile) {
   const fs::path model = Write("deploy/models/m.gguf", "x");
   const fs::path tok = Write("deploy/models/tok.model", "x");
-  Write("deploy/tenants.json", R"([{"name": "a", "keys": ["sk-a"]}])");
   const fs::path file = Write("deploy/conf/banyand.json", R"({
-    "model": "../models/m.gguf", "tokenizer": "../models/tok.model",
-    "tenants": "../tenants.json"})");
+    "model": "../models/m.gguf", "tokenizer": "../models/tok.model"})");
   // The working directory is elsewhere: the paths still resolve against the file's folder.
   const fs::path cwd = fs::current_path();
   fs::current_path(dir_);
@@ -120,8 +118,6 @@ TEST_F(ConfigAliasesTest, PathsInAConfigFileAreRelativeToTheFile) {
   ASSERT_TRUE(c.ok()) << Error(c);
   EXPECT_TRUE(fs::equivalent(c->model, model)) << c->model;
   EXPECT_TRUE(fs::equivalent(c->tokenizer, tok)) << c->tokenizer;
-  ASSERT_EQ(c->server.tenants.size(), 1u);
-  EXPECT_EQ(c->server.tenants[0].name, "a");
 
   // A config file named relative to the working directory: its folder is too.
   fs::current_path(dir_ / "deploy");
