@@ -47,8 +47,9 @@ macro(banyan_setup_cuda)
     include(CheckLanguage)
     check_language(CUDA)
     if(CMAKE_CUDA_COMPILER)
-      # Before enable_language, which would otherwise pick nvcc's default (sm_75). Hopper only:
-      # one architecture bounds compile time on the 2-core CI machine.
+      # Before enable_language, which would otherwise pick nvcc's default (sm_75). Hopper only
+      # by default: one architecture bounds compile time on the 2-core CI machine. Release
+      # images pass more (docker/Dockerfile.cuda: 80-real;86-real;89-real;90); bf16 needs sm_80.
       if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
         set(CMAKE_CUDA_ARCHITECTURES 90)
       endif()

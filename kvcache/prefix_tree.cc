@@ -643,17 +643,12 @@ MemoryStats PrefixTree::Stats() const {
       ++stats.nodes;
       int32_t chunks = static_cast<int32_t>(n->chunks.size());
       (n->refcount > 0 ? stats.chunks_live : stats.chunks_cached) += chunks;
+      // Stored once, used by refcount sequences: refcount - 1 copies saved (MemoryStats).
+      if (n->refcount > 1) stats.chunks_saved_by_sharing += int64_t{chunks} * (n->refcount - 1);
     }
     for (auto& [tok, child] : n->children) stack.push_back(child.get());
   }
-  int64_t whole = 0;
-  for (auto& [id, s] : seqs_) {
-    whole += CeilDiv(s.leaf->depth_tokens + s.leaf->size(), chunk_size_);
-  }
   stats.live_sequences = static_cast<int32_t>(seqs_.size());
-  // Never negative: a leaf may hold one chunk more than its tokens need (room reserved for its
-  // next append), which is not a cost of sharing.
-  stats.chunks_saved_by_sharing = std::max<int64_t>(0, whole - stats.chunks_live);
   return stats;
 }
 

@@ -94,8 +94,12 @@ struct MemoryStats {
   int32_t chunks_free = 0;
   int32_t chunks_live = 0;    // owned by nodes that a live sequence uses
   int32_t chunks_cached = 0;  // owned by nodes no live sequence uses (evictable)
-  // Chunks the live sequences would use if each were stored whole (ceil(len / c) each), minus
-  // chunks_live: what sharing saves now.
+  // What sharing saves now: each live node's chunks times (refcount - 1), the copies a
+  // separate store per sequence would hold of the chunks stored once. Never negative. (It was
+  // once sum(ceil(len / c)) - chunks_live, which also charged the tree's own layout to
+  // sharing: a node that starts mid-chunk and a leaf's chunk reserved for its next append cost
+  // a chunk that ceil(len / c) does not count, so the difference went negative under load
+  // with many short shared prefixes, while sharing was saving.)
   int64_t chunks_saved_by_sharing = 0;
   int32_t live_sequences = 0;
   int32_t nodes = 0;

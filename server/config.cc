@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "server/auth.h"
 #include "server/json_depth.h"
+#include "server/option_aliases.h"
 
 namespace banyan::server {
 namespace {
@@ -183,7 +184,7 @@ const std::map<std::string, Setter>& Setters() {
        }},
       {"backend",
        [](DaemonConfig& c, const std::string& v) {
-         return OneOf("backend", v, {"cpu", "cuda"}, &c.backend);
+         return OneOf("backend", v, {"auto", "cpu", "cuda"}, &c.backend);
        }},
       {"attention",
        [](DaemonConfig& c, const std::string& v) {
@@ -222,6 +223,14 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("overlap", v, {"auto", "on", "off"}, &c.overlap);
        }},
+      {"max-model-len",
+       [](DaemonConfig& c, const std::string& v) {
+         return Int("max-model-len", v, 0, 1 << 30, &c.max_model_len);
+       }},
+      {"enable-prefix-caching",  // vLLM switches banyand always obeys (server/option_aliases.h)
+       [](DaemonConfig&, const std::string&) { return absl::OkStatus(); }},
+      {"enable-chunked-prefill",
+       [](DaemonConfig&, const std::string&) { return absl::OkStatus(); }},
       {"queue-limit",
        [](DaemonConfig& c, const std::string& v) { return Int("queue-limit", v, 1, 1 << 20, &c.queue_limit); }},
       {"api-key",
@@ -286,10 +295,25 @@ const std::map<std::string, Setter>& Setters() {
   return *setters;
 }
 
-absl::Status Apply(DaemonConfig& c, const std::string& key, const std::string& value) {
-  auto it = Setters().find(key);
-  if (it == Setters().end()) return absl::InvalidArgumentError("unknown option: " + key);
+absl::Status Apply(DaemonConfig& c, const std::string& name, const std::string& value) {
+  absl::StatusOr<std::string> key = CanonicalOptionName(name);
+  if (!key.ok()) return key.status();
+  auto it = Setters().find(*key);
+  if (it == Setters().end()) return absl::InvalidArgumentError("unknown option: " + name);
   return it->second(c, value);
+}
+
+// A path a config file names, made relative to the file's folder (an absolute path, an empty
+// one and a synthetic "dummy:" model stay as they are).
+std::string ResolveConfigPath(const std::string& config_path, const std::string& key,
+                              const std::string& value) {
+  const bool is_path = key == "model" || key == "tokenizer";
+  if (!is_path || value.empty() || value.front() == '/' || value.starts_with("dummy:")) {
+    return value;
+  }
+  const size_t slash = config_path.rfind('/');
+  if (slash == std::string::npos) return value;  // the file is in the working directory
+  return config_path.substr(0, slash + 1) + value;
 }
 
 absl::Status ApplyFile(DaemonConfig& c, const std::string& path) {
@@ -328,6 +352,9 @@ absl::Status ApplyFile(DaemonConfig& c, const std::string& path) {
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": ", k.substr(0, 64), " must be a string or integer"));
+    }
+    if (absl::StatusOr<std::string> canonical = CanonicalOptionName(key); canonical.ok()) {
+      value = ResolveConfigPath(path, *canonical, value);
     }
     if (absl::Status s = Apply(c, key, value); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
@@ -449,6 +476,8 @@ absl::StatusOr<DaemonConfig> LoadDaemonConfig(int argc, char** argv) {
     a = a.substr(2);
     if (auto eq = a.find('='); eq != std::string::npos) {
       flags.emplace_back(a.substr(0, eq), a.substr(eq + 1));
+    } else if (IsVllmSwitch(a)) {  // takes no value: the next argument is an option of its own
+      flags.emplace_back(a, "");
     } else if (i + 1 < argc) {
       flags.emplace_back(a, argv[++i]);
     } else {

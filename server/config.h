@@ -1,16 +1,23 @@
 // banyand's configuration: one JSON file (configs/*.json) plus command-line overrides.
 //
 //   banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]
-//           [--backend cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]
+//           [--backend auto|cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]
 //           [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]
 //           [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off] [--api-key KEY]...
 //           [--tenants FILE]
 //           [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N]
 //           [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]
-//           [--log-level LEVEL]
+//           [--log-level LEVEL] [--max-model-len N]
+//
+// vLLM's names for the same options are accepted too (--port, --max-num-seqs, ...); vLLM
+// options with no banyand counterpart are refused, saying so (server/option_aliases.h).
+//
+// Paths in a --config file (model, tokenizer, chat template) are relative to the file's folder;
+// paths on the command line are relative to the working directory.
 //
 // With no arguments it serves the bundled stories260K on 127.0.0.1, HTTP 8000, gRPC 50051, on
-// the CPU. JSON keys are the flag names with '_' for '-' (e.g. "http_port"); unknown keys are an
+// the CPU (--backend auto, the default: CUDA when this banyand was built with CUDA and a device
+// is visible, else the CPU; banyand logs which and why). JSON keys are the flag names with '_' for '-' (e.g. "http_port"); unknown keys are an
 // error, so a typo cannot silently fall back to a default. BYTES accepts K/M/G/T and
 // KiB/MiB/GiB/TiB suffixes.
 //
@@ -52,13 +59,14 @@ struct DaemonConfig {
   std::string model;  // empty: the bundled model
   std::string tokenizer;
   std::string served_model_name;  // empty: derived from the model path
-  std::string backend = "cpu";
+  std::string backend = "auto";  // "auto" is resolved by banyand (server/backend_choice.h)
   std::string attention = "tpp";
   int64_t kv_memory_bytes = int64_t{256} << 20;
   int chunk_size = 64;
   int max_batch = 256;        // sequences decoded per iteration
   int prefill_budget = 2048;  // prompt tokens per iteration
   int queue_limit = 256;
+  int max_model_len = 0;  // context limit, tokens; 0: the model's. Above the model's: refused
   // The CPU a step ahead (scheduler/engine_loop.h): "auto" (on where the backend launches
   // asynchronously: the GPU), "on", "off".
   std::string overlap = "auto";

@@ -32,6 +32,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/scheduler.h"
+#include "server/backend_choice.h"
 #include "server/config.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/chat_template.h"
@@ -58,14 +59,17 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]\n"
-    "               [--backend cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]\n"
+    "               [--backend auto|cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]\n"
     "               [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]\n"
     "               [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off]\n"
     "               [--api-key KEY]... [--tenants FILE]\n"
     "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
     "               [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]\n"
-    "               [--log-level trace|debug|info|warn|error]\n"
-    "With no arguments: the bundled stories260K on the CPU, 127.0.0.1, HTTP 8000, gRPC 50051.\n"
+    "               [--log-level trace|debug|info|warn|error] [--max-model-len N]\n"
+    "With no arguments: the bundled stories260K, 127.0.0.1, HTTP 8000, gRPC 50051, on the GPU\n"
+    "when this banyand has CUDA and a device is visible, else the CPU (--backend auto).\n"
+    "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
+    "--enable-prefix-caching, --enable-chunked-prefill; others are refused, saying why.\n"
     "--model dummy:<shape>[:vocab=N][:context=N][:seed=N]: synthetic weights and tokenizer of a\n"
     "named shape (llama-2-7b-shape, llama-2-13b-shape, llama-3-8b-shape, ...), for benchmarks.\n";
 
@@ -80,6 +84,38 @@ void RaiseOpenFileLimit() {
   if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
     spdlog::info("open files limit raised from {} to {}", before, lim.rlim_cur);
   }
+}
+
+// --backend auto|cpu|cuda, resolved (server/backend_choice.h).
+BackendChoice ResolveBackend(const std::string& requested) {
+  bool built_with_cuda = false;
+  int devices = 0;
+  std::string error;
+#ifdef BANYAN_HAVE_CUDA_BACKEND
+  built_with_cuda = true;
+  if (requested == "auto") {
+    if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
+      devices = 0;
+      error = absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+    }
+  }
+#endif
+  return ChooseBackend(requested, built_with_cuda, devices, error);
+}
+
+// How to call the daemon, with the ports it really listens on (0 in the config: the ones the
+// kernel gave). A wildcard listen address is called through loopback.
+void LogUsage(const std::string& host, int http_port, int grpc_port, const std::string& model) {
+  const std::string h = host == "0.0.0.0" || host == "127.0.0.1" || host == "localhost"
+                            ? "localhost"
+                        : host == "::" || host == "::1" ? "[::1]"
+                        : host.find(':') != std::string::npos ? "[" + host + "]"
+                                                               : host;
+  spdlog::info("try: curl -s http://{}:{}/v1/completions -H 'Content-Type: application/json' "
+               "-d '{{\"model\":\"{}\",\"prompt\":\"Once upon a time\",\"max_tokens\":64}}'",
+               h, http_port, model);
+  spdlog::info("try: banyan-grpc-client --addr {}:{} --prompt \"Once upon a time\"", h,
+               grpc_port);
 }
 
 int Fail(const absl::Status& s) {
@@ -111,6 +147,10 @@ int Run(int argc, char** argv) {
   if (!auth.ok()) return Fail(auth.status());
   RaiseOpenFileLimit();
 
+  const BackendChoice choice = ResolveBackend(cfg->backend);
+  spdlog::info("backend {} ({})", choice.backend, choice.reason);
+  cfg->backend = choice.backend;
+
   std::atomic<bool> ready = false;
   std::string model_path = cfg->model.empty() ? engine::FindBundledModel(argv[0]) : cfg->model;
   if (model_path.empty()) {
@@ -123,6 +163,14 @@ int Run(int argc, char** argv) {
                       : engine::LoadModelBundle(model_path, cfg->tokenizer);
   if (!bundle.ok()) return Fail(bundle.status());
   spdlog::info("tokenizer: {} ({})", bundle->tokenizer->Describe(), bundle->tokenizer_path);
+  if (cfg->max_model_len > 0) {  // a lower context limit than the model's: vLLM's --max-model-len
+    if (cfg->max_model_len > bundle->weights.config.max_seq_len) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--max-model-len ", cfg->max_model_len, " is longer than the model's context of ",
+          bundle->weights.config.max_seq_len, " tokens")));
+    }
+    bundle->weights.config.max_seq_len = cfg->max_model_len;
+  }
   const engine::ModelConfig& mc = bundle->weights.config;
   absl::StatusOr<std::shared_ptr<const http::JinjaChat>> jinja_chat = http::LoadJinjaChat(cfg->server, *bundle);
   if (jinja_chat.ok() && *jinja_chat != nullptr) {
@@ -234,6 +282,7 @@ int Run(int argc, char** argv) {
                ctx.auth.keys_required()
                    ? absl::StrCat(" (API keys required; ", ctx.auth.tenants().size(), " tenants)")
                    : std::string(" (no API key: one tenant)"));
+  LogUsage(ctx.options.host, http.port(), grpc_server.port(), ctx.model_name);
 
   // The drain. Further signals meanwhile are logged and ignored by `signals`' thread.
   const int sig = signals.WaitForDrain();

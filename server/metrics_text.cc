@@ -103,8 +103,8 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
   w.Scalar("banyan_kv_chunks_cached", "gauge",
            "KV cache chunks held only by the prefix cache (evictable).", m.kv_chunks_cached);
   w.Scalar("banyan_kv_chunks_saved_by_sharing", "gauge",
-           "KV cache chunks that running sequences would need without prefix sharing, minus those "
-           "they use.",
+           "KV cache chunks stored once but used by several running sequences, counted once per "
+           "extra sequence: the copies prefix sharing saves now.",
            static_cast<double>(m.kv_chunks_saved_by_sharing));
   w.Scalar("banyan_kv_chunk_size_tokens", "gauge", "Token slots per KV cache chunk.", m.chunk_size);
   w.Scalar("banyan_kv_usage_ratio", "gauge",

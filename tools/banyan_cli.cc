@@ -163,7 +163,9 @@ absl::Status Generate(const Args& a, const char* argv0) {
     const auto& samples = result.samples;
     for (size_t i = 0; i < samples.size(); ++i) {
       if (samples.size() > 1) std::printf("--- sample %zu ---\n", i + 1);
-      std::string text = bundle->tokenizer->Decode(samples[i].tokens);
+      // The streamed text, as the API returns it: decoded after the prompt, so a completion
+      // that starts a word keeps its leading space (Decode of the tokens alone drops it).
+      std::string text = samples[i].text;
       if (requests.size() > 1) text = absl::StrReplaceAll(text, {{"\\", "\\\\"}, {"\n", "\\n"}});
       std::printf("%s\n", text.c_str());
     }

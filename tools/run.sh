@@ -5,14 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-cat <<'TXT'
-banyand is starting. Call it with:
-  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model":"stories260K","prompt":"Once upon a time","max_tokens":64}'
-  curl -sN localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \
-    -d '{"model":"stories260K","messages":[{"role":"user","content":"A story"}],"stream":true}'
-  # official OpenAI client (Node): new OpenAI({baseURL: "http://localhost:8000/v1", apiKey: "x"})
-  build/tools/banyan-grpc-client --addr localhost:50051 --prompt "Once upon a time"
-Ctrl-C (SIGINT) or SIGTERM drains and stops it.
-TXT
+echo "banyand is starting; once it listens it logs how to call it (the ports it really uses)."
+echo "Ctrl-C (SIGINT) or SIGTERM drains and stops it."
 exec build/server/banyand "$@"

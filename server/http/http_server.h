@@ -16,12 +16,19 @@
 //  - the listening socket is exclusive (SO_REUSEADDR only, never SO_REUSEPORT): a second daemon
 //    on the same port fails to start instead of splitting the traffic.
 //
+// Probes: GET/HEAD /health and /ready are answered on the I/O threads from an atomic flag,
+// without a worker and without the engine; every other request is handed to the request
+// workers. The I/O threads only read, write and route, so a pod whose workers are all busy
+// (large prompts being tokenized, gzip bodies being inflated, a slow /metrics) still answers
+// its probes at once, and Kubernetes does not restart it mid-stream.
+//
 // Draining: while *ctx->ready is false, every response closes its connection. WaitDelivered
 // waits until every accepted generation answer has been written to its socket; Stop cuts what
 // is left: a stream gets a final error event and [DONE], a whole answer finish_reason "abort".
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -31,6 +38,11 @@ namespace banyan::server::http {
 
 struct HttpFrontEndOptions {
   int threads = 0;  // I/O threads; 0: between 2 and 4 by the machine's cores
+  // Request workers: decoding bodies, parsing, tokenizing, submitting and /metrics run on
+  // these, never on the I/O threads; 0: as many as I/O threads.
+  int workers = 0;
+  // Tests only: runs on a worker before each request it handles (to hold every worker busy).
+  std::function<void()> on_worker;
   std::chrono::milliseconds head_timeout{60000};
   std::chrono::milliseconds body_timeout{60000};
   std::chrono::milliseconds write_timeout{60000};

@@ -52,6 +52,8 @@ TEST(ChunkPoolTest, RejectsBadSizes) {
   EXPECT_TRUE(ChunkPool::Create(1, 256).ok());
 }
 
+int64_t CeilDivForTest(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 TEST(PrefixTreeTest, SharesPrefixAndSplitsMidChunk) {
   auto pool = *ChunkPool::Create(64, 16);
   PrefixTree tree(&pool);
@@ -78,7 +80,39 @@ TEST(PrefixTreeTest, SharesPrefixAndSplitsMidChunk) {
   MemoryStats st = tree.Stats();
   EXPECT_EQ(st.chunks_live, pool.chunks_used());
   EXPECT_EQ(st.chunks_live, 9);  // 6 shared (one copied) + 2 for a's tail + 1 for b's
-  EXPECT_EQ(st.chunks_saved_by_sharing, 14 - 9);
+  // Both sequences use the shared node's chunks (positions 0..84: 6 chunks of 16), stored once.
+  EXPECT_EQ(st.chunks_saved_by_sharing, CeilDivForTest(85, 16));
+}
+
+int64_t SavedBySharingOf(const PrefixTree& tree) { return tree.Stats().chunks_saved_by_sharing; }
+
+// Issue 13: banyan_kv_chunks_saved_by_sharing went negative under load. Sharing a short prefix
+// that ends mid-chunk costs a chunk at the node boundary (each branch's first chunk), which the
+// old "sum(ceil(len / c)) - chunks_live" charged to sharing: -1 here. The shared chunk is still
+// stored once for two sequences, so one chunk is saved.
+TEST(PrefixTreeTest, SavedBySharingCountsChunksStoredOnceForSeveralSequences) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> a = {1, 2, 3, 4, 5, 10, 11, 12, 13, 14};
+  std::vector<int32_t> b = {1, 2, 3, 4, 5, 20, 21, 22, 23, 24};
+  auto pa = tree.Insert("", a);
+  ASSERT_TRUE(pa.ok());
+  EXPECT_EQ(SavedBySharingOf(tree), 0);  // one sequence shares nothing
+  auto pb = tree.Insert("", b);
+  ASSERT_TRUE(pb.ok());
+  EXPECT_EQ(pb->matched_tokens, 5);
+  MemoryStats st = tree.Stats();
+  EXPECT_GT(st.chunks_live, 2) << "the layout costs more than ceil(len / c) per sequence";
+  EXPECT_EQ(st.chunks_saved_by_sharing, 1);
+  // A third sequence through the same prefix saves it once more; a fork shares the whole path.
+  auto pc = tree.Insert("", std::vector<int32_t>{1, 2, 3, 4, 5, 30});
+  ASSERT_TRUE(pc.ok());
+  EXPECT_EQ(SavedBySharingOf(tree), 2);
+  // Released sequences save nothing: what stays cached is not shared by anyone live.
+  ASSERT_TRUE(tree.Release(pb->seq).ok());
+  ASSERT_TRUE(tree.Release(pc->seq).ok());
+  EXPECT_EQ(SavedBySharingOf(tree), 0);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
 }
 
 TEST(PrefixTreeTest, AppendGrowsInPlaceWithoutShapeChange) {

@@ -91,12 +91,18 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Programmatic dependent launch (sm_90): no-ops when the grid was launched without it.
+// Programmatic dependent launch (sm_90): no-ops when the grid was launched without it. Before
+// sm_90 the instructions do not exist and the launch attribute has no effect (plain stream
+// order: a dependent grid starts after its predecessor ends), so nothing is needed there.
 __device__ __forceinline__ void GridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void LaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 
 constexpr float kNegInf = -__builtin_huge_valf();

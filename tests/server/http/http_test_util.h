@@ -49,7 +49,8 @@ inline const engine::ModelBundle& Bundle() {
 struct Stack {
   // `jinja_chat`: the model's own chat template (server/http/chat_template.h); null: built-in.
   explicit Stack(scheduler::SchedulerOptions sopts = {}, ServerOptions opts = {}, int chunks = 1024,
-                 int chunk_size = 16, std::shared_ptr<const JinjaChat> jinja_chat = nullptr) {
+                 int chunk_size = 16, std::shared_ptr<const JinjaChat> jinja_chat = nullptr,
+                 HttpFrontEndOptions http_options = {}) {
     const engine::ModelBundle& b = Bundle();
     sched = std::make_unique<scheduler::Scheduler>(
         b.weights.config, b.tokenizer.get(),
@@ -71,7 +72,7 @@ struct Stack {
     EXPECT_TRUE(auth.ok()) << auth.status();
     if (auth.ok()) ctx.auth = *std::move(auth);
     ctx.ready = &ready;
-    http = std::make_unique<HttpFrontEnd>(&ctx);
+    http = std::make_unique<HttpFrontEnd>(&ctx, std::move(http_options));
     absl::Status s = http->Start();
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_GT(http->port(), 0);
