@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_backend_impl.h"
+#include "engine/model/dtype.h"
 #include "engine/model/rope.h"
 #include "engine/model/weights_layout.h"
 
@@ -302,6 +303,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   StepInputs in;
   BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, greedy, &in));
   *out_rows = in.n_real_out;
+  m.last_out_rows = in.n_real_out;
   if (in.T == 0) return absl::OkStatus();
   if (in.num_decode > 0) ++stats_.decode_steps;
   const bool graph = m.graphs_on && batch.prefill.empty() && in.num_decode > 0;
@@ -419,6 +421,28 @@ absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int3
   tokens->assign(m.host_out.as<int32_t>(), m.host_out.as<int32_t>() + rows);
   for (int32_t t : *tokens) {
     if (t < 0) return absl::InternalError("the model produced a row of logits with no number");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::HiddenRows(std::span<const int32_t> rows,
+                                     std::vector<float>* out) const {
+  const Impl& m = *impl_;
+  const size_t dim = static_cast<size_t>(cfg_.dim);
+  const size_t elem = static_cast<size_t>(kc::DTypeBytes(options_.dtype));  // bf16 or fp16
+  std::vector<uint16_t> half(dim);
+  out->resize(rows.size() * dim);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= m.last_out_rows) {
+      return absl::OutOfRangeError(absl::StrCat("hidden row ", rows[i], " of a step with ",
+                                                m.last_out_rows, " output rows"));
+    }
+    const char* src = m.xo.as<char>() + static_cast<size_t>(rows[i]) * dim * elem;
+    float* dst = out->data() + i * dim;
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpy(half.data(), src, dim * elem, cudaMemcpyDeviceToHost));
+    for (size_t j = 0; j < dim; ++j) {
+      dst[j] = options_.dtype == kc::DType::kBf16 ? Bf16ToFloat(half[j]) : HalfToFloat(half[j]);
+    }
   }
   return absl::OkStatus();
 }

@@ -145,6 +145,8 @@ class CudaBackend final : public Backend {
   absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs) override;
   absl::Status CollectSample(std::vector<SampleResult>* out) override;
   bool launches_async() const override { return true; }
+  // Copies the rows from the device (call after CollectSample: the step is done).
+  absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const override;
 
   // Like Forward, but greedy sampling runs on the device: tokens[i] = argmax of logits row i
   // (lowest id on ties), and only the token ids come back to the host.

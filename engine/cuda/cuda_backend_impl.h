@@ -92,6 +92,7 @@ struct CudaBackend::Impl {
   int64_t layer_stride = 0;  // KV elements per layer
   // Workspace, grown on demand.
   DeviceBuffer x, xb, q, att, scratch, h, xo, logits, partial_o, partial_lse, out_tokens;
+  int last_out_rows = 0;  // real output rows of the last step (xo holds their hidden states)
   StagedInts step_ints, attn_ints;
   PinnedBuffer host_out;
   cuda::DeviceSampler sampler;  // ForwardSample
