@@ -19,7 +19,11 @@ Scheduler::Scheduler(const engine::ModelConfig& config, const engine::Tokenizer*
           LoopOptions{.max_running_sequences = options.max_running_sequences,
                       .prefill_token_budget = options.prefill_token_budget,
                       .attention = options.attention,
-                      .overlap = options.overlap})) {
+                      .overlap = options.overlap,
+                      .speculation = options.speculation,
+                      .draft_heads = options.draft_heads,
+                      .draft_tokens = options.draft_tokens,
+                      .speculation_max_rows = options.speculation_max_rows})) {
   absl::MutexLock lock(&mu_);
   metrics_ = loop_->metrics();
 }

@@ -37,6 +37,11 @@ struct SchedulerOptions {
   int queue_limit = 256;            // waiting requests; more are refused
   engine::AttentionMode attention = engine::AttentionMode::kTpp;
   int overlap = -1;  // LoopOptions::overlap
+  // LoopOptions' speculation fields.
+  LoopOptions::Speculation speculation = LoopOptions::Speculation::kOff;
+  const engine::DraftHeads* draft_heads = nullptr;
+  int draft_tokens = 3;
+  int speculation_max_rows = 32;
 };
 
 class Scheduler {

@@ -223,6 +223,18 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("overlap", v, {"auto", "on", "off"}, &c.overlap);
        }},
+      {"speculative",
+       [](DaemonConfig& c, const std::string& v) {
+         return OneOf("speculative", v, {"off", "hydra", "lookup"}, &c.speculative);
+       }},
+      {"draft-heads",
+       [](DaemonConfig& c, const std::string& v) { c.draft_heads = v; return absl::OkStatus(); }},
+      {"draft-tokens",
+       [](DaemonConfig& c, const std::string& v) { return Int("draft-tokens", v, 1, 16, &c.draft_tokens); }},
+      {"speculation-max-rows",
+       [](DaemonConfig& c, const std::string& v) {
+         return Int("speculation-max-rows", v, 1, 1 << 16, &c.speculation_max_rows);
+       }},
       {"max-model-len",
        [](DaemonConfig& c, const std::string& v) {
          return Int("max-model-len", v, 0, 1 << 30, &c.max_model_len);
@@ -307,7 +319,8 @@ absl::Status Apply(DaemonConfig& c, const std::string& name, const std::string& 
 // one and a synthetic "dummy:" model stay as they are).
 std::string ResolveConfigPath(const std::string& config_path, const std::string& key,
                               const std::string& value) {
-  const bool is_path = key == "model" || key == "tokenizer";
+  const bool is_path = key == "model" || key == "tokenizer" || key == "draft_heads" ||
+                       key == "draft-heads";
   if (!is_path || value.empty() || value.front() == '/' || value.starts_with("dummy:")) {
     return value;
   }

@@ -8,11 +8,13 @@
 //           [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N]
 //           [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]
 //           [--log-level LEVEL] [--max-model-len N]
+//           [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]
+//           [--speculation-max-rows N]
 //
 // vLLM's names for the same options are accepted too (--port, --max-num-seqs, ...); vLLM
 // options with no banyand counterpart are refused, saying so (server/option_aliases.h).
 //
-// Paths in a --config file (model, tokenizer, chat template) are relative to the file's folder;
+// Paths in a --config file (model, tokenizer, draft heads, chat template) are relative to the file's folder;
 // paths on the command line are relative to the working directory.
 //
 // With no arguments it serves the bundled stories260K on 127.0.0.1, HTTP 8000, gRPC 50051, on
@@ -70,6 +72,14 @@ struct DaemonConfig {
   // The CPU a step ahead (scheduler/engine_loop.h): "auto" (on where the backend launches
   // asynchronously: the GPU), "on", "off".
   std::string overlap = "auto";
+  // Speculative decoding (scheduler/engine_loop.h, LoopOptions::Speculation): "off", "hydra"
+  // (draft heads from draft_heads, a head set's config.json) or "lookup" (a repeated greedy
+  // request's own earlier continuation); draft_tokens candidates per chain, only in steps with at
+  // most speculation_max_rows decode rows.
+  std::string speculative = "off";
+  std::string draft_heads;
+  int draft_tokens = 3;
+  int speculation_max_rows = 32;
   std::string log_level = "info";
   ServerOptions server;
   // As set by --max-prompt-bytes / "max_prompt_bytes"; LoadDaemonConfig resolves

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <memory>
 #include <new>
+#include <optional>
 
 #include "engine/cpu/cpu_backend.h"
 #ifdef BANYAN_HAVE_CUDA_BACKEND
@@ -29,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/model_bundle.h"
+#include "engine/speculative/draft_heads.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/scheduler.h"
@@ -66,6 +68,8 @@ constexpr char kUsage[] =
     "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
     "               [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]\n"
     "               [--log-level trace|debug|info|warn|error] [--max-model-len N]\n"
+    "               [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]\n"
+    "               [--speculation-max-rows N]\n"
     "With no arguments: the bundled stories260K, 127.0.0.1, HTTP 8000, gRPC 50051, on the GPU\n"
     "when this banyand has CUDA and a device is visible, else the CPU (--backend auto).\n"
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
@@ -254,6 +258,37 @@ int Run(int argc, char** argv) {
   so.prefill_token_budget = cfg->prefill_budget;
   so.queue_limit = cfg->queue_limit;
   so.overlap = cfg->overlap == "auto" ? -1 : cfg->overlap == "on" ? 1 : 0;
+  std::optional<engine::DraftHeads> heads;
+  if (cfg->speculative == "hydra") {
+    if (cfg->draft_heads.empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--speculative hydra needs --draft-heads FILE (a head set's config.json; the bundled "
+          "model's are in models/stories260K/hydra/)"));
+    }
+    auto h = engine::DraftHeads::Load(cfg->draft_heads, bundle->weights);
+    if (!h.ok()) return Fail(h.status());
+    if (cfg->draft_tokens > h->num_heads()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--draft-tokens ", cfg->draft_tokens, " is more than the ", h->num_heads(),
+          " draft heads of ", cfg->draft_heads, " can propose")));
+    }
+    heads.emplace(*std::move(h));
+    so.speculation = scheduler::LoopOptions::Speculation::kHeads;
+    so.draft_heads = &*heads;
+  } else if (cfg->speculative == "lookup") {
+    so.speculation = scheduler::LoopOptions::Speculation::kLookup;
+  } else if (!cfg->draft_heads.empty()) {
+    return Fail(absl::InvalidArgumentError("--draft-heads is only read with --speculative hydra"));
+  }
+  so.draft_tokens = cfg->draft_tokens;
+  so.speculation_max_rows = cfg->speculation_max_rows;
+  if (cfg->speculative != "off") {
+    spdlog::info("speculative decoding: {} ({} candidates per chain, in steps of at most {} decode "
+                 "rows; greedy requests without penalties)",
+                 cfg->speculative == "hydra" ? "hydra heads " + cfg->draft_heads
+                                              : std::string("prompt lookup"),
+                 cfg->draft_tokens, cfg->speculation_max_rows);
+  }
   so.attention = attention;
   scheduler::Scheduler sched(mc, bundle->tokenizer.get(), std::move(backend), so);
   sched.Start();
@@ -323,6 +358,16 @@ int Run(int argc, char** argv) {
                  st.decode_place_seconds * per, st.decode_backend_launch_seconds * per,
                  st.decode_launch_cpu_seconds * per,
                  static_cast<double>(st.decode_launch_context_switches) * per / 1e3);
+  }
+  if (const scheduler::MetricsSnapshot& sm = sched.loop().metrics(); sm.spec_drafts_total > 0) {
+    std::string per_position;
+    for (int64_t a : sm.spec_accepted_per_position) absl::StrAppend(&per_position, " ", a);
+    spdlog::info("speculative: {} chains, {} candidates, {} accepted ({:.2f} tokens per chain "
+                 "step); accepted by position:{}",
+                 sm.spec_drafts_total, sm.spec_draft_tokens_total, sm.spec_accepted_tokens_total,
+                 1.0 + static_cast<double>(sm.spec_accepted_tokens_total) /
+                           static_cast<double>(sm.spec_drafts_total),
+                 per_position);
   }
 #ifdef BANYAN_HAVE_CUDA_BACKEND
   if (auto* cuda = dynamic_cast<engine::CudaBackend*>(&sched.loop().backend())) {

@@ -40,6 +40,16 @@ class Writer {
                     PrometheusNumber(value), "\n");
   }
 
+  // A counter with one series per position label (0-based).
+  void PerPosition(std::string_view name, std::string_view help, std::span<const int64_t> values,
+                   bool labelled = false) {
+    Header(name, "counter", help);
+    for (size_t i = 0; i < values.size(); ++i) {
+      absl::StrAppend(&out_, Sv(name), "{", labelled ? absl::StrCat(model_label_, ",") : "",
+                      "position=\"", i, "\"} ", values[i], "\n");
+    }
+  }
+
   void Hist(std::string_view name, std::string_view help, const scheduler::Histogram& h,
             bool labelled = false) {
     Header(name, "histogram", help);
@@ -118,6 +128,18 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
            static_cast<double>(m.prefix_cache_hit_tokens_total));
   w.Scalar("banyan_generation_tokens_total", "counter", "Tokens generated, over all samples.",
            static_cast<double>(m.generation_tokens_total));
+  w.Scalar("banyan_spec_decode_drafts_total", "counter",
+           "Speculative candidate chains verified (one per speculating sample and step).",
+           static_cast<double>(m.spec_drafts_total));
+  w.Scalar("banyan_spec_decode_draft_tokens_total", "counter",
+           "Speculative candidate tokens verified through the prefix tree.",
+           static_cast<double>(m.spec_draft_tokens_total));
+  w.Scalar("banyan_spec_decode_accepted_tokens_total", "counter",
+           "Speculative candidate tokens accepted (the output is the same as without them).",
+           static_cast<double>(m.spec_accepted_tokens_total));
+  w.PerPosition("banyan_spec_decode_accepted_tokens_per_position",
+                "Accepted candidates by position in their chain (0: the first candidate).",
+                m.spec_accepted_per_position);
   w.Scalar("banyan_preemptions_total", "counter",
            "Sequences preempted (recomputed later) because the KV cache ran out.",
            static_cast<double>(m.preemptions_total));
@@ -177,6 +199,17 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
            static_cast<double>(m.prompt_tokens_total), true);
   w.Scalar("vllm:generation_tokens_total", "counter", "Tokens generated (vLLM name).",
            static_cast<double>(m.generation_tokens_total), true);
+  w.Scalar("vllm:spec_decode_num_drafts_total", "counter",
+           "Speculative candidate chains verified (vLLM name).",
+           static_cast<double>(m.spec_drafts_total), true);
+  w.Scalar("vllm:spec_decode_num_draft_tokens_total", "counter",
+           "Speculative candidate tokens verified (vLLM name).",
+           static_cast<double>(m.spec_draft_tokens_total), true);
+  w.Scalar("vllm:spec_decode_num_accepted_tokens_total", "counter",
+           "Speculative candidate tokens accepted (vLLM name).",
+           static_cast<double>(m.spec_accepted_tokens_total), true);
+  w.PerPosition("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted candidates by "
+                "position in their chain (vLLM name).", m.spec_accepted_per_position, true);
   w.Scalar("vllm:num_preemptions_total", "counter", "Preemptions (vLLM name).",
            static_cast<double>(m.preemptions_total), true);
   w.Scalar("vllm:prefix_cache_queries_total", "counter",

@@ -3,11 +3,14 @@
 //   banyan generate [--model PATH] [--tokenizer FILE] [--prompt TEXT] [--max-tokens N]
 //                   [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N]
 //                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged] [--backend cpu|cuda]
-//                   [--prompts-file FILE]
+//                   [--prompts-file FILE] [--speculative off|hydra] [--draft-heads FILE]
+//                   [--draft-tokens K]
 //       Prints the completion (generated text only). With --n > 1 the samples share the
 //       prompt's KV and are printed one after another under "--- sample i ---" headers.
 //       --prompts-file: one prompt per line, all run as one batch on the engine loop (the loop
 //       the daemon runs); each completion is printed on one line, newlines escaped as \n.
+//       --speculative hydra: greedy requests verify candidate chains from the draft heads
+//       (--draft-heads, a head set's config.json); the output is the same as without.
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,
 //       tokenizer.model).
@@ -18,6 +21,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -26,6 +30,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/model_io.h"
 #include "engine/model_bundle.h"
+#include "engine/speculative/draft_heads.h"
 #include "scheduler/generate.h"
 #include "spdlog/spdlog.h"
 #ifdef BANYAN_HAVE_CUDA_BACKEND
@@ -153,10 +158,26 @@ absl::Status Generate(const Args& a, const char* argv0) {
     requests.push_back(req);
   }
   // Batch settings: every request admitted at once, whole prompts prefilled in one step.
-  scheduler::EngineLoop loop(cfg, bundle->tokenizer.get(), std::move(backend),
-                             {.max_running_sequences = 1 << 16,
-                              .prefill_token_budget = 1 << 24,
-                              .attention = mode});
+  scheduler::LoopOptions lo{.max_running_sequences = 1 << 16,
+                            .prefill_token_budget = 1 << 24,
+                            .attention = mode};
+  std::optional<engine::DraftHeads> heads;
+  const std::string speculative = a.Get("speculative", "off");
+  if (speculative == "hydra") {
+    const std::string path = a.Get("draft-heads");
+    if (path.empty()) return absl::InvalidArgumentError("--speculative hydra needs --draft-heads");
+    auto h = engine::DraftHeads::Load(path, bundle->weights);
+    if (!h.ok()) return h.status();
+    heads.emplace(*std::move(h));
+    lo.speculation = scheduler::LoopOptions::Speculation::kHeads;
+    lo.draft_heads = &*heads;
+    lo.draft_tokens = heads->num_heads();
+    if (absl::Status s = ParseNum(a, "draft-tokens", &lo.draft_tokens); !s.ok()) return s;
+    lo.speculation_max_rows = 1 << 16;
+  } else if (speculative != "off") {
+    return absl::InvalidArgumentError("--speculative must be off or hydra, got " + speculative);
+  }
+  scheduler::EngineLoop loop(cfg, bundle->tokenizer.get(), std::move(backend), lo);
   auto results = scheduler::GenerateAll(loop, requests);
   if (!results.ok()) return results.status();
   for (const scheduler::GenerationResult& result : *results) {
@@ -178,6 +199,12 @@ absl::Status Generate(const Args& a, const char* argv0) {
                static_cast<long long>(st.decode_steps),
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,
                st.peak.chunks_live, static_cast<long long>(st.peak.chunks_saved_by_sharing));
+  if (const scheduler::MetricsSnapshot& m = loop.metrics(); m.spec_drafts_total > 0) {
+    std::fprintf(stderr, "[banyan] speculative: %lld chains, %lld of %lld candidates accepted\n",
+                 static_cast<long long>(m.spec_drafts_total),
+                 static_cast<long long>(m.spec_accepted_tokens_total),
+                 static_cast<long long>(m.spec_draft_tokens_total));
+  }
   return absl::OkStatus();
 }
 

@@ -83,6 +83,8 @@ scheduler::Usage StreamGroup::usage() const {
     sum.prompt_tokens += u.prompt_tokens;
     sum.cached_prompt_tokens += u.cached_prompt_tokens;
     sum.completion_tokens += u.completion_tokens;
+    sum.draft_tokens += u.draft_tokens;
+    sum.accepted_draft_tokens += u.accepted_draft_tokens;
   }
   return sum;
 }

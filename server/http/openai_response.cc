@@ -52,10 +52,17 @@ std::string_view FinishReasonString(scheduler::FinishReason reason) {
 }
 
 Json UsageJson(const scheduler::Usage& u) {
-  return Json{{"prompt_tokens", u.prompt_tokens},
-              {"completion_tokens", u.completion_tokens},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
+  Json j{{"prompt_tokens", u.prompt_tokens},
+         {"completion_tokens", u.completion_tokens},
+         {"total_tokens", u.prompt_tokens + u.completion_tokens},
+         {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
+  if (u.draft_tokens > 0) {
+    // Speculative candidates, in the fields OpenAI uses for predicted outputs.
+    j["completion_tokens_details"] = {
+        {"accepted_prediction_tokens", u.accepted_draft_tokens},
+        {"rejected_prediction_tokens", u.draft_tokens - u.accepted_draft_tokens}};
+  }
+  return j;
 }
 
 ResponseBuilder::ResponseBuilder(const ParsedGeneration& parsed, std::string id, int64_t created,
