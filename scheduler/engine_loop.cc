@@ -778,17 +778,11 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
   if (options_.speculation != LoopOptions::Speculation::kOff && !decode.empty() &&
       static_cast<int>(decode.size()) <= options_.speculation_max_rows) {
     std::vector<engine::DecodeItem> chain_rows;
-    for (engine::DecodeItem& d : decode) {
-      auto [l, k] = owner.at(d.seq);
-      Live::Sample& s = l->samples[k];
+    auto place_chain = [&](engine::DecodeItem& d, Live::Sample& s, std::vector<int32_t> drafts) {
+      if (drafts.empty()) return;
       const int32_t len = tree_.Length(d.seq);
-      const int budget = std::min({options_.draft_tokens,
-                                   l->req.params.max_tokens - static_cast<int>(s.generated.size()) - 1,
-                                   config_.max_seq_len - len});
-      std::vector<int32_t> drafts = DraftFor(*l, k, budget);
-      if (drafts.empty()) continue;
       auto placed = tree_.Extend(d.seq, drafts, /*allow_evict=*/false);
-      if (!placed.ok()) continue;  // no room for candidates: decode plainly
+      if (!placed.ok()) return;  // no room for candidates: decode plainly
       copies.insert(copies.end(), placed->copies.begin(), placed->copies.end());
       d.length = len;  // next_token's row opens the chain
       for (size_t j = 0; j < drafts.size(); ++j) {
@@ -797,6 +791,50 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
             .sample = {}, .length = len + 1 + static_cast<int32_t>(j)});
       }
       s.drafts = std::move(drafts);
+    };
+    // Draft heads run once for the whole step (ChainBatch); prompt lookup per sample.
+    struct HeadsWant {
+      engine::DecodeItem* item;
+      Live::Sample* sample;
+      int budget;
+    };
+    std::vector<HeadsWant> heads_want;
+    const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
+    for (engine::DecodeItem& d : decode) {
+      auto [l, k] = owner.at(d.seq);
+      Live::Sample& s = l->samples[k];
+      const int budget = std::min({options_.draft_tokens,
+                                   l->req.params.max_tokens - static_cast<int>(s.generated.size()) - 1,
+                                   config_.max_seq_len - tree_.Length(d.seq)});
+      if (budget <= 0 || !SpeculationApplies(l->req.params)) continue;
+      if (heads) {
+        if (!s.hidden.empty() && options_.draft_heads != nullptr) {
+          heads_want.push_back({&d, &s, budget});
+        }
+      } else {
+        place_chain(d, s, DraftFor(*l, k, budget));
+      }
+    }
+    if (!heads_want.empty()) {
+      const size_t dim = static_cast<size_t>(config_.dim);
+      int longest = 0;
+      std::vector<float> h(heads_want.size() * dim);
+      std::vector<int32_t> roots;
+      for (size_t i = 0; i < heads_want.size(); ++i) {
+        std::copy(heads_want[i].sample->hidden.begin(), heads_want[i].sample->hidden.end(),
+                  h.begin() + static_cast<std::ptrdiff_t>(i * dim));
+        roots.push_back(heads_want[i].sample->next_token);
+        longest = std::max(longest, heads_want[i].budget);
+      }
+      longest = std::min(longest, options_.draft_heads->num_heads());
+      std::vector<int32_t> chains;
+      if (options_.draft_heads->ChainBatch(h, roots, longest, &chains).ok()) {
+        for (size_t i = 0; i < heads_want.size(); ++i) {
+          const auto first = chains.begin() + static_cast<std::ptrdiff_t>(i * longest);
+          place_chain(*heads_want[i].item, *heads_want[i].sample,
+                      std::vector<int32_t>(first, first + std::min(longest, heads_want[i].budget)));
+        }
+      }
     }
     decode.insert(decode.end(), chain_rows.begin(), chain_rows.end());
   }

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 

@@ -430,18 +430,23 @@ absl::Status CudaBackend::HiddenRows(std::span<const int32_t> rows,
   const Impl& m = *impl_;
   const size_t dim = static_cast<size_t>(cfg_.dim);
   const size_t elem = static_cast<size_t>(kc::DTypeBytes(options_.dtype));  // bf16 or fp16
-  std::vector<uint16_t> half(dim);
   out->resize(rows.size() * dim);
+  if (rows.empty()) return absl::OkStatus();
+  const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
+  if (*lo < 0 || *hi >= m.last_out_rows) {
+    return absl::OutOfRangeError(absl::StrCat("hidden rows ", *lo, "..", *hi, " of a step with ",
+                                              m.last_out_rows, " output rows"));
+  }
+  // One copy of the rows' range (the step is done: CollectSample waited for it).
+  const size_t first = static_cast<size_t>(*lo), count = static_cast<size_t>(*hi - *lo + 1);
+  std::vector<uint16_t> half(count * dim);
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpy(half.data(), m.xo.as<char>() + first * dim * elem,
+                                         count * dim * elem, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0 || rows[i] >= m.last_out_rows) {
-      return absl::OutOfRangeError(absl::StrCat("hidden row ", rows[i], " of a step with ",
-                                                m.last_out_rows, " output rows"));
-    }
-    const char* src = m.xo.as<char>() + static_cast<size_t>(rows[i]) * dim * elem;
+    const uint16_t* src = half.data() + (static_cast<size_t>(rows[i]) - first) * dim;
     float* dst = out->data() + i * dim;
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpy(half.data(), src, dim * elem, cudaMemcpyDeviceToHost));
     for (size_t j = 0; j < dim; ++j) {
-      dst[j] = options_.dtype == kc::DType::kBf16 ? Bf16ToFloat(half[j]) : HalfToFloat(half[j]);
+      dst[j] = options_.dtype == kc::DType::kBf16 ? Bf16ToFloat(src[j]) : HalfToFloat(src[j]);
     }
   }
   return absl::OkStatus();

@@ -1,5 +1,7 @@
 #include "engine/speculative/draft_heads.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -183,6 +185,66 @@ absl::Status DraftHeads::HeadLogits(int i, std::span<const float> h,
     double acc = 0;
     for (int d = 0; d < dim_; ++d) acc += static_cast<double>(row[d]) * z[d];
     (*logits)[v] = static_cast<float>(acc);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DraftHeads::ChainBatch(std::span<const float> h, std::span<const int32_t> roots,
+                                    int length, std::vector<int32_t>* out) const {
+  const int64_t S = static_cast<int64_t>(roots.size());
+  const int64_t dim = dim_, hidden = mlp_hidden_, vocab = base_->config.vocab_size;
+  if (length < 0 || length > num_heads()) {
+    return absl::InvalidArgumentError("draft heads: chain longer than the heads");
+  }
+  if (static_cast<int64_t>(h.size()) != S * dim) {
+    return absl::InvalidArgumentError("draft heads: hidden states must be [samples x dim]");
+  }
+  for (int32_t r : roots) {
+    if (r < 0 || r >= vocab) return absl::InvalidArgumentError("draft heads: root outside vocab");
+  }
+  out->assign(static_cast<size_t>(S * length), -1);
+  if (S == 0 || length == 0) return absl::OkStatus();
+  std::vector<int32_t> last(roots.begin(), roots.end());
+  std::vector<float> u, a(static_cast<size_t>(S * hidden)), z(static_cast<size_t>(S * dim));
+  std::vector<float> logits(static_cast<size_t>(S * vocab));
+  const float* emb = base_->tok_embeddings.data.data();
+  const Tensor& lm = base_->output_matrix();
+  for (int i = 0; i < length; ++i) {
+    const Head& hd = heads_[i];
+    const int64_t in = hd.input_size;
+    // u = [h, E[x(t+1)], ..., E[x(t+1+i)]] per sample (Medusa: h only).
+    u.resize(static_cast<size_t>(S * in));
+    for (int64_t s = 0; s < S; ++s) {
+      float* row = u.data() + s * in;
+      std::copy_n(h.data() + s * dim, dim, row);
+      if (kind_ == DraftHeadKind::kHydra) {
+        for (int j = 0; j <= i; ++j) {
+          const int32_t tok = j == 0 ? roots[s] : (*out)[s * length + j - 1];
+          std::copy_n(emb + static_cast<int64_t>(tok) * dim, dim, row + (j + 1) * dim);
+        }
+      }
+    }
+    for (int64_t s = 0; s < S; ++s) std::copy_n(hd.fc1_b.data.data(), hidden, a.data() + s * hidden);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(S),
+                static_cast<int>(hidden), static_cast<int>(in), 1.0f, u.data(),
+                static_cast<int>(in), hd.fc1_w.data.data(), static_cast<int>(in), 1.0f, a.data(),
+                static_cast<int>(hidden));
+    for (float& x : a) x = x / (1.0f + std::exp(-x));
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t d = 0; d < dim; ++d) z[s * dim + d] = hd.fc2_b.data[d] + h[s * dim + d];
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(S),
+                static_cast<int>(dim), static_cast<int>(hidden), 1.0f, a.data(),
+                static_cast<int>(hidden), hd.fc2_w.data.data(), static_cast<int>(hidden), 1.0f,
+                z.data(), static_cast<int>(dim));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(S),
+                static_cast<int>(vocab), static_cast<int>(dim), 1.0f, z.data(),
+                static_cast<int>(dim), lm.data.data(), static_cast<int>(dim), 0.0f, logits.data(),
+                static_cast<int>(vocab));
+    for (int64_t s = 0; s < S; ++s) {
+      const float* l = logits.data() + s * vocab;
+      (*out)[s * length + i] = static_cast<int32_t>(std::max_element(l, l + vocab) - l);
+    }
   }
   return absl::OkStatus();
 }

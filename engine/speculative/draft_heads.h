@@ -45,6 +45,13 @@ class DraftHeads {
   // far (lowest id on ties).
   absl::StatusOr<std::vector<int32_t>> Chain(std::span<const float> h, int32_t root) const;
 
+  // The same chain for S samples at once, `length` <= num_heads tokens each, with float BLAS
+  // (Chain accumulates in double, as the reference does): h is [S x dim], roots [S]; out
+  // receives [S x length]. What the engine loop drafts with: one GEMM per layer of each head
+  // over the whole batch instead of a matrix-vector product per sample.
+  absl::Status ChainBatch(std::span<const float> h, std::span<const int32_t> roots, int length,
+                          std::vector<int32_t>* out) const;
+
   // A candidate tree: branching[d] children per node at depth d (top-b of head d), at most
   // num_heads levels. Nodes in breadth-first order; node 0 is the root (x[t+1], parent -1).
   struct Tree {

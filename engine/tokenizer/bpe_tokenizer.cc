@@ -416,4 +416,14 @@ std::string BpeTokenizer::Describe() const {
                       spec_.added_tokens.size(), " added tokens");
 }
 
+std::vector<std::pair<std::string, int32_t>> BpeTokenizer::SpecialTokens() const {
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (size_t id = 0; id < kinds_.size(); ++id) {
+    if (kinds_[id] == IdKind::kSpecial && !pieces_[id].empty()) {
+      out.emplace_back(pieces_[id], static_cast<int32_t>(id));
+    }
+  }
+  return out;
+}
+
 }  // namespace banyan::engine

@@ -320,4 +320,15 @@ std::string SpmTokenizer::Describe() const {
                       vocab_size(), " pieces");
 }
 
+std::vector<std::pair<std::string, int32_t>> SpmTokenizer::SpecialTokens() const {
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (size_t id = 0; id < vocab_.pieces.size(); ++id) {
+    const PieceType type = vocab_.types[id];
+    if ((type == PieceType::kControl || type == PieceType::kUnknown) && !vocab_.pieces[id].empty()) {
+      out.emplace_back(vocab_.pieces[id], static_cast<int32_t>(id));
+    }
+  }
+  return out;
+}
+
 }  // namespace banyan::engine

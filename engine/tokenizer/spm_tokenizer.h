@@ -70,6 +70,7 @@ class SpmTokenizer final : public Tokenizer {
   std::string_view Piece(int id) const override;
   std::string TokenBytes(int id) const override;
   std::string Describe() const override;
+  std::vector<std::pair<std::string, int32_t>> SpecialTokens() const override;
   void DecodeStep(int32_t id, DecodeState* state, std::string* out) const override;
   const SpmVocab& vocab() const { return vocab_; }
 

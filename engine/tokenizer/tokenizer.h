@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -63,6 +64,10 @@ class Tokenizer {
   virtual std::string TokenBytes(int id) const = 0;
   // What was loaded, for the load log (e.g. "SentencePiece BPE, 32000 pieces").
   virtual std::string Describe() const = 0;
+  // The special tokens' spellings and ids (SentencePiece control and unknown pieces;
+  // tokenizer.json's special added tokens): text a chat template emits with these spellings
+  // stands for the token itself.
+  virtual std::vector<std::pair<std::string, int32_t>> SpecialTokens() const = 0;
 
   // Where decoding of one stream stands.
   struct DecodeState {

@@ -130,14 +130,7 @@ absl::StatusOr<std::shared_ptr<const JinjaChat>> MakeJinjaChat(const std::string
   chat->source = std::move(source);
   chat->bos_token = std::move(bos_token);
   chat->eos_token = std::move(eos_token);
-  const engine::SpmVocab& v = tokenizer.vocab();
-  for (size_t id = 0; id < v.pieces.size(); ++id) {
-    const engine::PieceType type = v.types[id];
-    if ((type == engine::PieceType::kControl || type == engine::PieceType::kUnknown) &&
-        !v.pieces[id].empty()) {
-      chat->special_tokens.emplace_back(v.pieces[id], static_cast<int32_t>(id));
-    }
-  }
+  chat->special_tokens = tokenizer.SpecialTokens();
   std::stable_sort(chat->special_tokens.begin(), chat->special_tokens.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   return std::shared_ptr<const JinjaChat>(std::move(chat));

@@ -93,6 +93,43 @@ TEST_F(DraftHeadsTest, ShippedHeadsDraftTheReferenceTokens) {
   }
 }
 
+// The batched float drafter the engine loop uses agrees with the double-precision reference
+// chain, sample by sample, for chains of every length; bad shapes are refused.
+TEST_F(DraftHeadsTest, ChainBatchMatchesChain) {
+  const char* texts[] = {"Once upon a time", "The little dog", "Lily and her mom went to",
+                         "One day, a big red ball", "Tom had a toy car. He liked to"};
+  std::vector<float> hs;
+  std::vector<int32_t> roots;
+  for (const char* t : texts) {
+    std::vector<float> h;
+    int32_t next = -1;
+    Hidden(bundle_->tokenizer->Encode(t, true), &h, &next);
+    hs.insert(hs.end(), h.begin(), h.end());
+    roots.push_back(next);
+  }
+  const size_t dim = static_cast<size_t>(bundle_->weights.config.dim);
+  for (const char* config : {"config.json", "medusa_config.json"}) {
+    SCOPED_TRACE(config);
+    auto heads = DraftHeads::Load(kDir + "/hydra/" + config, bundle_->weights);
+    ASSERT_TRUE(heads.ok()) << heads.status();
+    for (int length = 1; length <= heads->num_heads(); ++length) {
+      std::vector<int32_t> batch;
+      ASSERT_TRUE(heads->ChainBatch(hs, roots, length, &batch).ok());
+      ASSERT_EQ(batch.size(), roots.size() * length);
+      for (size_t i = 0; i < roots.size(); ++i) {
+        auto chain = heads->Chain(std::span<const float>(hs).subspan(i * dim, dim), roots[i]);
+        ASSERT_TRUE(chain.ok());
+        EXPECT_EQ(std::vector<int32_t>(batch.begin() + i * length, batch.begin() + (i + 1) * length),
+                  std::vector<int32_t>(chain->begin(), chain->begin() + length))
+            << "sample " << i << ", length " << length;
+      }
+    }
+    std::vector<int32_t> out;
+    EXPECT_FALSE(heads->ChainBatch(hs, roots, heads->num_heads() + 1, &out).ok());
+    EXPECT_FALSE(heads->ChainBatch(std::span<const float>(hs).subspan(1), roots, 1, &out).ok());
+  }
+}
+
 // Every refusal names what does not fit.
 TEST_F(DraftHeadsTest, LoaderRefusesHeadsThatDoNotFit) {
   const std::string dir = ::testing::TempDir() + "/draft_heads_test";
