@@ -87,8 +87,10 @@ struct LoopOptions {
   const engine::DraftHeads* draft_heads = nullptr;  // kHeads; must outlive the loop
   int draft_tokens = 3;       // candidates per chain (kHeads: at most the heads' count)
   // Speculate only in steps with at most this many decode rows: verification multiplies a
-  // step's rows by draft_tokens + 1, which stops paying once the step is compute-bound.
-  int speculation_max_rows = 32;
+  // step's rows by draft_tokens + 1, which stops paying as the step leaves the memory-bound
+  // regime. 8 from the H200 measurements (docs/hydra.md): on the 7B shape speculation gained
+  // 1.2-4.5x per request at 1-8 rows and nothing at 64.
+  int speculation_max_rows = 8;
 };
 
 // Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).

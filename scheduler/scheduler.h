@@ -41,7 +41,7 @@ struct SchedulerOptions {
   LoopOptions::Speculation speculation = LoopOptions::Speculation::kOff;
   const engine::DraftHeads* draft_heads = nullptr;
   int draft_tokens = 3;
-  int speculation_max_rows = 32;
+  int speculation_max_rows = 8;
 };
 
 class Scheduler {

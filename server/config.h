@@ -79,7 +79,7 @@ struct DaemonConfig {
   std::string speculative = "off";
   std::string draft_heads;
   int draft_tokens = 3;
-  int speculation_max_rows = 32;
+  int speculation_max_rows = 8;
   std::string log_level = "info";
   ServerOptions server;
   // As set by --max-prompt-bytes / "max_prompt_bytes"; LoadDaemonConfig resolves

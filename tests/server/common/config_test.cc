@@ -139,6 +139,26 @@ TEST_F(ConfigTest, ChatTemplateIsABuiltinNameOrAJinjaFile) {
   EXPECT_FALSE(Load({"--config", Write("c2.json", R"({"chat_template": "conf/absent.jinja"})")}).ok());
 }
 
+// Speculative decoding: the mode is one of three names, the counts have ranges, and a config
+// file's draft-heads path is relative to the file (as its model path is).
+TEST_F(ConfigTest, SpeculationOptions) {
+  auto c = Load({"--speculative", "lookup", "--draft-tokens", "4", "--speculation-max-rows", "16"});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(c->speculative, "lookup");
+  EXPECT_EQ(c->draft_tokens, 4);
+  EXPECT_EQ(c->speculation_max_rows, 16);
+  EXPECT_EQ(Load({}).value().speculative, "off");
+  EXPECT_TRUE(Has(Error(Load({"--speculative", "medusa"})), "speculative"));
+  EXPECT_FALSE(Load({"--draft-tokens", "0"}).ok());
+  EXPECT_FALSE(Load({"--draft-tokens", "17"}).ok());
+  EXPECT_FALSE(Load({"--speculation-max-rows", "0"}).ok());
+  const std::string cfg = Write("spec.json", R"({"speculative": "hydra", "draft_heads": "h/config.json"})");
+  auto f = Load({"--config", cfg});
+  ASSERT_TRUE(f.ok()) << Error(f);
+  EXPECT_EQ(f->speculative, "hydra");
+  EXPECT_EQ(f->draft_heads, (dir_ / "h/config.json").string());
+}
+
 TEST_F(ConfigTest, ParseBytesRefusesOverflow) {
   EXPECT_EQ(*ParseBytes("64TiB"), int64_t{64} << 40);
   EXPECT_FALSE(ParseBytes("9000000TiB").ok());
