@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <span>
 #include <unordered_map>
 
 #include "gtest/gtest.h"
@@ -275,11 +276,14 @@ class TreeModel {
 // Checks a plan against the tree: each row's segments + private spans hold exactly its slots;
 // segments cover exactly the rows whose paths contain their chunks; with DFS order nothing shared
 // by >= 2 rows is read privately.
-void VerifyPlan(const PrefixTree& tree, const AttentionPlan& plan, bool dfs_order) {
+// `lengths` (optional): each row's context length, when the plan was built with row lengths.
+void VerifyPlan(const PrefixTree& tree, const AttentionPlan& plan, bool dfs_order,
+                std::span<const int32_t> lengths = {}) {
   std::map<int32_t, std::set<int32_t>> rows_of_chunk;
   std::vector<std::vector<SlotRef>> slots_of_row(plan.num_rows());
   for (int32_t r = 0; r < plan.num_rows(); ++r) {
-    slots_of_row[r] = tree.Slots(plan.rows[r], 0, tree.Length(plan.rows[r]));
+    const int32_t len = lengths.empty() ? tree.Length(plan.rows[r]) : lengths[r];
+    slots_of_row[r] = tree.Slots(plan.rows[r], 0, len);
     for (auto& s : slots_of_row[r]) rows_of_chunk[s.chunk].insert(r);
   }
   for (int32_t s = 0; s < plan.num_segments(); ++s) {
@@ -500,24 +504,8 @@ TEST(AttentionPlanTest, RowLengthsReadPrefixesOfTheirSequence) {
   ASSERT_EQ(plan.num_segments(), 1);
   EXPECT_EQ(plan.seg_row_end[0] - plan.seg_row_begin[0], 10);
   EXPECT_EQ(plan.seg_tokens[0], 40);
-  for (int32_t r = 0; r < plan.num_rows(); ++r) {
-    std::multiset<std::pair<int32_t, int32_t>> got, want;
-    auto add = [&](int32_t lo, int32_t hi) {
-      for (int32_t sp = lo; sp < hi; ++sp) {
-        for (int32_t sl = plan.span_begin[sp]; sl < plan.span_end[sp]; ++sl) {
-          got.insert({plan.span_chunk[sp], sl});
-        }
-      }
-    };
-    for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
-      add(plan.seg_span_begin[plan.row_seg_ids[i]], plan.seg_span_end[plan.row_seg_ids[i]]);
-    }
-    add(plan.row_span_begin[r], plan.row_span_end[r]);
-    for (const SlotRef& sl : tree.Slots(rows[r], 0, lengths[r])) want.insert({sl.chunk, sl.slot});
-    ASSERT_EQ(got, want) << "row " << r;
-    EXPECT_EQ(plan.row_length[r], lengths[r]);
-    EXPECT_EQ(plan.row_tail_span[r], -1);
-  }
+  VerifyPlan(tree, plan, /*dfs_order=*/false, lengths);
+  for (int32_t r = 0; r < plan.num_rows(); ++r) EXPECT_EQ(plan.row_tail_span[r], -1);
   // Full lengths give the same reads as the plan without lengths.
   std::vector<SeqId> full_rows = tree.DfsOrder();
   std::vector<int32_t> full(full_rows.size(), 54);
