@@ -1,0 +1,76 @@
+// Speculative decoding through the daemon: banyand with the bundled model's Hydra heads
+// (--speculative hydra) streams exactly the greedy text banyand without them does, for
+// completions, chat and n > 1; reports the candidates in usage.completion_tokens_details; and
+// counts them in /metrics under vLLM's spec_decode names. Sampled requests still work beside
+// them. And a refusal: --speculative hydra without heads does not start.
+'use strict';
+
+const assert = require('node:assert/strict');
+const path = require('node:path');
+const { spawnSync } = require('node:child_process');
+const { describe, test } = require('node:test');
+const { startDaemon, MODEL_NAME } = require('./lib/daemon');
+const { post } = require('./lib/http');
+const { scrape, value } = require('./lib/metrics');
+
+const SOURCE_DIR = path.resolve(process.env.BANYAN_SOURCE_DIR || path.join(__dirname, '..', '..'));
+const HEADS = path.join(SOURCE_DIR, 'models', 'stories260K', 'hydra', 'config.json');
+const BANYAND = process.env.BANYAND || path.join(SOURCE_DIR, 'build', 'server', 'banyand');
+
+const PROMPTS = ['Once upon a time', 'The little dog ran to the park and', 'Tom had a toy car. He'];
+
+async function answers(d) {
+  const out = [];
+  for (const prompt of PROMPTS) {
+    const r = await post(d, '/v1/completions', {
+      model: MODEL_NAME, prompt, max_tokens: 48, temperature: 0, n: 2,
+    });
+    assert.equal(r.status, 200, r.text);
+    out.push({ texts: r.json.choices.map((c) => c.text), usage: r.json.usage });
+  }
+  const chat = await post(d, '/v1/chat/completions', {
+    model: MODEL_NAME, messages: [{ role: 'user', content: 'A story about a cat' }],
+    max_tokens: 40, temperature: 0,
+  });
+  assert.equal(chat.status, 200, chat.text);
+  out.push({ texts: [chat.json.choices[0].message.content], usage: chat.json.usage });
+  const sampled = await post(d, '/v1/completions', {
+    model: MODEL_NAME, prompt: 'One day', max_tokens: 16, temperature: 0.9, seed: 5,
+  });
+  assert.equal(sampled.status, 200, sampled.text);
+  return out;
+}
+
+describe('speculative decoding', () => {
+  test('Hydra heads keep the greedy text and are counted', async (t) => {
+    const plain = await startDaemon({});
+    t.after(() => plain.kill());
+    const want = await answers(plain);
+    const spec = await startDaemon({ args: ['--speculative', 'hydra', '--draft-heads', HEADS] });
+    t.after(() => spec.kill());
+    const got = await answers(spec);
+    let accepted = 0;
+    for (let i = 0; i < want.length; ++i) {
+      assert.deepEqual(got[i].texts, want[i].texts, `request ${i}`);
+      assert.equal(got[i].usage.completion_tokens, want[i].usage.completion_tokens);
+      assert.equal(want[i].usage.completion_tokens_details, undefined);
+      const details = got[i].usage.completion_tokens_details;
+      assert.ok(details, `request ${i}: no completion_tokens_details`);
+      accepted += details.accepted_prediction_tokens;
+      assert.ok(details.rejected_prediction_tokens >= 0);
+    }
+    assert.ok(accepted > 0, 'no candidate was accepted');
+    const m = await scrape(spec);
+    assert.equal(value(m, `vllm:spec_decode_num_accepted_tokens_total{model_name="${MODEL_NAME}"}`),
+      accepted);
+    assert.ok(value(m, 'banyan_spec_decode_drafts_total') > 0);
+    assert.ok(value(m, 'banyan_spec_decode_accepted_tokens_per_position{position="0"}') > 0);
+  });
+
+  test('hydra without heads is refused at start-up', () => {
+    const r = spawnSync(BANYAND, ['--speculative', 'hydra', '--http-port', '0', '--grpc-port', '0'],
+      { encoding: 'utf8', timeout: 20000 });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr + r.stdout, /--draft-heads/);
+  });
+});
