@@ -191,6 +191,11 @@ class EngineLoop {
                    std::chrono::steady_clock::time_point at);
   // kLookup: what a greedy request generated, by prompt (and cache namespace).
   void RememberContinuation(const Live& live);
+  // Drafts and places the candidate chains of a step's decode rows (decode gains the candidate
+  // rows; the rows that open a chain get their length).
+  void PlaceChains(const absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>>& owner,
+                   std::vector<engine::DecodeItem>* decode,
+                   std::vector<kvcache::ChunkCopy>* copies);
   // The engine thread's clocks where a step's host work begins (wall, CPU time, context switches).
   struct ThreadClocks {
     std::chrono::steady_clock::time_point wall;

@@ -1,0 +1,56 @@
+// EngineLoop::Live: one request as the engine loop holds it. Internal to scheduler/: shared by
+// engine_loop.cc and engine_loop_speculation.cc, not part of the loop's interface.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/sampler/sampler.h"
+#include "kvcache/prefix_tree.h"
+#include "scheduler/engine_loop.h"
+#include "scheduler/request.h"
+#include "scheduler/request_stream.h"
+#include "scheduler/sample_text.h"
+
+namespace banyan::scheduler {
+
+// One request.
+struct EngineLoop::Live {
+  struct Sample {
+    kvcache::SeqId seq = -1;
+    engine::SequenceSamplingState sampling;
+    std::optional<SampleText> text;  // absent without a tokenizer
+    std::vector<int32_t> generated;  // in the tree (or to be re-placed after preemption)
+    int32_t next_token = -1;         // sampled, not yet in the tree
+    bool finished = false;           // decodes no more (its KV is released)
+    bool ended = false;              // its terminal event was pushed (implies finished)
+    int32_t emitted = 0;             // token events pushed
+    std::chrono::steady_clock::time_point last_token;
+    // Speculation: the candidates in flight after next_token (in the tree, to verify), the
+    // hidden state at the row that sampled next_token (draft heads), and the continuation
+    // drafted from (prompt lookup) with how much of it the generated tokens were checked against.
+    std::vector<int32_t> drafts;
+    std::vector<float> hidden;
+    std::shared_ptr<const std::vector<int32_t>> lookup;
+    size_t lookup_checked = 0;
+  };
+
+  uint64_t handle = 0;
+  uint64_t arrival = 0;
+  Request req;
+  std::shared_ptr<RequestStream> stream;
+  RequestState state = RequestState::kWaiting;
+  bool resume = false;             // waiting after a preemption
+  kvcache::SeqId prompt_seq = -1;  // while prefilling
+  int32_t placed = 0;              // prompt tokens placed in the tree (prefilling)
+  std::vector<Sample> samples;     // from the step that computes the prompt's last token
+  Usage usage;
+  std::chrono::steady_clock::time_point submitted;
+  bool first_token_seen = false;
+  uint64_t touched_step = 0;  // the last step that pushed to its stream
+};
+
+}  // namespace banyan::scheduler
