@@ -87,6 +87,7 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackSer
   absl::StatusOr<scheduler::Request> r = ToSchedulerRequest(req, *ctx_, *id, (*tenant)->name());
   if (!r.ok()) return r.status();
   r->deadline = SteadyDeadline(call->deadline());
+  const std::optional<std::chrono::steady_clock::time_point> deadline = r->deadline;
   r->tenant = (*tenant)->name();
   r->tenant_kv_chunks = (*tenant)->max_kv_chunks();
   const size_t prompt_tokens = r->prompt.size();
@@ -98,7 +99,7 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackSer
   GrpcLog().info("req={} admitted from {} (tenant {}): prompt {} tokens, n={}, max_tokens={}",
                  *id, call->peer(), (*tenant)->name(), prompt_tokens, n, max_tokens);
   return new GenerateCall(pump_, *std::move(stream), *id, req.sampling().has_logprobs(),
-                          *std::move(slot));
+                          *std::move(slot), deadline);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(

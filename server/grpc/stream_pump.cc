@@ -13,13 +13,15 @@
 namespace banyan::server {
 
 GenerateCall::GenerateCall(StreamPump* pump, std::shared_ptr<scheduler::RequestStream> stream,
-                           std::string request_id, bool with_logprobs, TenantSlot slot)
+                           std::string request_id, bool with_logprobs, TenantSlot slot,
+                           std::optional<std::chrono::steady_clock::time_point> deadline)
     : pump_(pump),
       stream_(std::move(stream)),
       request_id_(std::move(request_id)),
       with_logprobs_(with_logprobs),
       slot_(std::move(slot)),
-      start_(std::chrono::steady_clock::now()) {}
+      start_(std::chrono::steady_clock::now()),
+      deadline_(deadline) {}
 
 void GenerateCall::OnWriteDone(bool ok) {
   if (!ok) {
@@ -85,6 +87,13 @@ bool GenerateCall::Step() {
     GrpcLog().warn("req={} failed after {:.3f}s: {}", request_id_, ElapsedSeconds(),
                    status.ToString());
     Finish(ToGrpcStatus(status));
+    return true;
+  }
+  if (deadline_.has_value() && std::chrono::steady_clock::now() >= *deadline_) {
+    // The scheduler ended it at the call's deadline (or it ended just after): the client's
+    // timer says DEADLINE_EXCEEDED, and so does this, whichever arrives first.
+    GrpcLog().info("req={} reached its deadline after {:.3f}s", request_id_, ElapsedSeconds());
+    Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed"));
     return true;
   }
   GrpcLog().info("req={} done in {:.3f}s: prompt {} tokens ({} cached), completion {} tokens",

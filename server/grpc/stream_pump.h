@@ -27,6 +27,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,8 +49,11 @@ class StreamPump;
 class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // `slot`: the tenant's in-flight slot, held until the call is done (OnDone).
+  // `deadline`: the call's (steady clock); a stream that ends after it ends the call with
+  // DEADLINE_EXCEEDED, as the client's own timer does, whichever comes first.
   GenerateCall(StreamPump* pump, std::shared_ptr<scheduler::RequestStream> stream,
-               std::string request_id, bool with_logprobs, TenantSlot slot = {});
+               std::string request_id, bool with_logprobs, TenantSlot slot = {},
+               std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -72,6 +76,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const bool with_logprobs_;
   const TenantSlot slot_;
   const std::chrono::steady_clock::time_point start_;
+  const std::optional<std::chrono::steady_clock::time_point> deadline_;
   std::atomic<bool> cancelled_{false};
   // Set by the stream's listener on every push and finish, cleared by the pump before it reads.
   // Shared with the listener, which may still run (on the engine thread) after the call is gone.

@@ -144,6 +144,9 @@ void JsonInto(const Value& v, int indent, int depth, std::string* out) {
 
 }  // namespace
 
+size_t Dict::size() const { return items_.size(); }
+bool Dict::empty() const { return items_.empty(); }
+
 const Value* Dict::Find(std::string_view key) const {
   for (const auto& [k, v] : items_) {
     if (k == key) return &v;

@@ -46,8 +46,9 @@ class Dict {
   Value* Find(std::string_view key);
   void Set(std::string key, Value value);
   bool Erase(std::string_view key);
-  size_t size() const { return items_.size(); }
-  bool empty() const { return items_.empty(); }
+  // Out of line: Value is incomplete here, and clang instantiates the vector's members at once.
+  size_t size() const;
+  bool empty() const;
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
 
  private:
