@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Speculative decoding served through banyand (one GPU): (1) the bundled model with its Hydra heads against
+# no speculation, batch 1/8/64/256; (2) the 7B shape with prompt lookup (each load sent twice:
+# the second run's candidates are the model's own continuation, all accepted), 1-4 candidates per
+# chain against none, batch 1/8/64 at a 2K context, tpp, and paged at batch 64.
+#   bench/serve/speculation.sh BIN_DIR [OUT_DIR]
+#     BIN_DIR holds banyand and banyan_serve_bench (a CUDA build); run from the repository root.
+#     Prints one Markdown table (per-request tok/s = 1000 / mean TPOT, aggregate output tok/s);
+#     banyand's logs (with the acceptance summary) and the JSON lines go to OUT_DIR.
+set -uo pipefail
+[ $# -ge 1 ] || { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+B=$1
+S=${2:-$(mktemp -d)}; mkdir -p "$S"
+port=18300; pid=
+start() {
+  "$B/banyand" --backend cuda --host 127.0.0.1 --http-port $port --grpc-port $((port + 1)) \
+    --max-batch 1024 --prefill-budget 16384 --queue-limit 4096 "$@" > "$S/banyand_$tag.log" 2>&1 &
+  pid=$!
+  until curl -sf localhost:$port/health > /dev/null; do
+    kill -0 $pid 2>/dev/null || { tail -5 "$S/banyand_$tag.log"; return 1; }; sleep 0.3
+  done
+}
+stop() { kill -TERM $pid; wait $pid; grep -h "speculative:" "$S/banyand_$tag.log" | sed "s/^/[$tag] /"; }
+load() {  # name batch prefix output vocab seed
+  "$B/banyan_serve_bench" --port $port --workload shared-prefix --prefix-tokens $3 --suffix-tokens 16 \
+    --output-tokens $4 --num-prompts $2 --concurrency $2 --vocab $5 --seed $6 --label "$1" \
+    --metrics-interval-ms 0 --output "$S/runs.jsonl" 2>> "$S/bench_err.txt" > /dev/null
+}
+M=models/stories260K/stories260K.bin
+for mode in off hydra; do
+  tag=small_$mode
+  extra=(); [ $mode = hydra ] && extra=(--speculative hydra --draft-heads models/stories260K/hydra/config.json --draft-tokens 3 --speculation-max-rows 65536)
+  start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
+  for b in 1 8 64 256; do load "small $mode b$b" $b 64 128 512 $((100 + b)); done
+  stop
+done
+D7=dummy:llama-2-7b-shape:vocab=32000
+for cfg in "tpp 0" "tpp 1" "tpp 2" "tpp 3" "tpp 4" "paged 0" "paged 3"; do
+  set -- $cfg; att=$1; d=$2; tag=7b_${att}_$d
+  extra=(); [ $d -gt 0 ] && extra=(--speculative lookup --draft-tokens $d --speculation-max-rows 65536)
+  start --model $D7 --attention $att --kv-memory 40000000000 "${extra[@]}" || continue
+  bs="1 8 64"; [ $att = paged ] && bs=64
+  for b in $bs; do
+    load "7b $att d$d b$b warm" $b 2048 128 32000 $((200 + b))
+    load "7b $att d$d b$b" $b 2048 128 32000 $((200 + b))
+  done
+  stop
+done
+python3 - "$S/runs.jsonl" <<'PY'
+import json, sys
+print("| run | requests | per-request tok/s (1000 / mean TPOT) | TPOT p50 ms | aggregate output tok/s |")
+print("|---|---|---|---|---|")
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j.get("type") == "sweep" or "warm" in j.get("label", ""): continue
+    t = j["tpot_ms"]
+    print(f"| {j['label']} | {j['completed']} | {1000 / t['mean']:.1f} | {t['p50']:.2f} | {j['output_throughput']:.0f} |")
+PY
