@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/server/common/config_fixture.h"
 #include "server/backend_choice.h"
 #include "server/config.h"
 #include "server/option_aliases.h"
@@ -18,37 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class ConfigAliasesTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("banyan_config_aliases_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path Write(const fs::path& rel, const std::string& text) {
-    const fs::path p = dir_ / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << text;
-    return p;
-  }
-  static absl::StatusOr<DaemonConfig> Load(std::vector<std::string> args) {
-    args.insert(args.begin(), "banyand");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    return LoadDaemonConfig(static_cast<int>(argv.size()), argv.data());
-  }
-  static std::string Error(const absl::StatusOr<DaemonConfig>& c) {
-    return c.ok() ? "OK" : std::string(c.status().message());
-  }
-
-  fs::path dir_;
-};
-
-bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using ConfigAliasesTest = testing::ConfigFixture;
+using testing::Has;
 
 TEST_F(ConfigAliasesTest, VllmNamesMapToBanyandOptions) {
   auto c = Load({"--port", "9123", "--max-num-seqs", "17", "--block-size=32", "--host",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/server/common/config_fixture.h"
 #include "server/json_depth.h"
 
 namespace banyan::server {
@@ -18,42 +19,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class ConfigTest : public ::testing::Test {
+class ConfigTest : public testing::ConfigFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("banyan_config_test_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string Write(const std::string& name, const std::string& text) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
   std::string Fifo(const std::string& name) {
     const fs::path p = dir_ / name;
     EXPECT_EQ(mkfifo(p.c_str(), 0600), 0);
     return p.string();
   }
-
-  static absl::StatusOr<DaemonConfig> Load(std::vector<std::string> args) {
-    args.insert(args.begin(), "banyand");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    return LoadDaemonConfig(static_cast<int>(argv.size()), argv.data());
-  }
-  static std::string Error(const absl::StatusOr<DaemonConfig>& c) {
-    return c.ok() ? "OK" : std::string(c.status().message());
-  }
-
-  fs::path dir_;
 };
 
-bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using testing::Has;
 
 // Issue 14, finding 8: a FIFO as --model hung banyand forever at "loading model".
 TEST_F(ConfigTest, InputPathsMustBeRegularFilesOrModelFolders) {
