@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "engine/tokenizer/hf_json_reader.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -25,18 +26,6 @@ std::string BytePieceName(int b) {
   return name;
 }
 
-std::string ReplaceAll(std::string_view text, std::string_view from, std::string_view to) {
-  if (from.empty()) return std::string(text);
-  std::string out;
-  for (size_t pos = 0;;) {
-    const size_t hit = text.find(from, pos);
-    out.append(text.substr(pos, hit - pos));
-    if (hit == std::string_view::npos) break;
-    out.append(to);
-    pos = hit + from.size();
-  }
-  return out;
-}
 
 // A piece of input between added tokens, or one added token.
 struct Section {
@@ -368,9 +357,11 @@ void BpeTokenizer::DecodeStep(int32_t id, DecodeState* state, std::string* out) 
         break;
       }
       piece_text = pieces_[id];
-      for (const auto& [from, to] : d.replacements) piece_text = ReplaceAll(piece_text, from, to);
+      for (const auto& [from, to] : d.replacements) {
+        piece_text = absl::StrReplaceAll(piece_text, {{from, to}});
+      }
       if (d.metaspace) {
-        piece_text = ReplaceAll(piece_text, d.metaspace_replacement, " ");
+        piece_text = absl::StrReplaceAll(piece_text, {{d.metaspace_replacement, " "}});
         if (first && d.metaspace_strip_first && piece_text.starts_with(' ')) {
           piece_text.erase(0, 1);
         }
@@ -404,8 +395,12 @@ std::string BpeTokenizer::TokenBytes(int id) const {
     return bytes;
   }
   std::string text = pieces_[id];
-  for (const auto& [from, to] : spec_.decoder.replacements) text = ReplaceAll(text, from, to);
-  if (spec_.decoder.metaspace) text = ReplaceAll(text, spec_.decoder.metaspace_replacement, " ");
+  for (const auto& [from, to] : spec_.decoder.replacements) {
+    text = absl::StrReplaceAll(text, {{from, to}});
+  }
+  if (spec_.decoder.metaspace) {
+    text = absl::StrReplaceAll(text, {{spec_.decoder.metaspace_replacement, " "}});
+  }
   return text;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace banyan::engine {
@@ -86,17 +87,6 @@ std::string Lowercase(const std::string& text) {
   return out;
 }
 
-std::string ReplaceAll(std::string_view text, std::string_view from, std::string_view to) {
-  std::string out;
-  for (size_t pos = 0;;) {
-    const size_t hit = text.find(from, pos);
-    out.append(text.substr(pos, hit - pos));
-    if (hit == std::string_view::npos) break;
-    out.append(to);
-    pos = hit + from.size();
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -359,7 +349,7 @@ std::string TextPipeline::Normalize(std::string text) const {
         break;
       case Kind::kReplace:
         if (n.regex == nullptr) {
-          if (!s.pattern.empty()) text = ReplaceAll(text, s.pattern, s.content);
+          if (!s.pattern.empty()) text = absl::StrReplaceAll(text, {{s.pattern, s.content}});
         } else {
           std::string out;
           size_t prev = 0;
@@ -431,7 +421,7 @@ std::vector<std::string> TextPipeline::PreTokenize(std::string text, bool at_tex
           break;
         }
         case Kind::kMetaspace: {
-          std::string replaced = ReplaceAll(piece, " ", s.replacement);
+          std::string replaced = absl::StrReplaceAll(piece, {{" ", s.replacement}});
           const bool prepend =
               s.prepend == PreTokenizerStep::Prepend::kAlways ||
               (s.prepend == PreTokenizerStep::Prepend::kFirst && at_text_start && i == 0);
