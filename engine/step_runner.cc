@@ -20,6 +20,7 @@ absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
   StepBatch& batch = *batch_out;
   std::vector<SampleSpec>& specs = *specs_out;
   out->decode_rows.clear();
+  out->decode_items.clear();
   out->samples.clear();
   out->logits.clear();
   out->forward_seconds = 0;
@@ -65,7 +66,11 @@ absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
       });
     }
     out->decode_rows.reserve(items_.size());
-    for (const DecodeItem* d : items_) out->decode_rows.push_back(d->seq);
+    out->decode_items.reserve(items_.size());
+    for (const DecodeItem* d : items_) {
+      out->decode_rows.push_back(d->seq);
+      out->decode_items.push_back(static_cast<int32_t>(d - decode.data()));
+    }
     specs.reserve(decode.size() + prefill.size());
     if (candidates) {
       lengths_.clear();

@@ -50,6 +50,7 @@ struct PrefillItem {
 
 struct StepOutput {
   std::vector<kvcache::SeqId> decode_rows;  // the decode sequences in the order of the rows
+  std::vector<int32_t> decode_items;        // for each row, its DecodeItem's index in `decode`
   // The sampled tokens: one per decode row in decode_rows order, then each PrefillItem's
   // samples in order.
   std::vector<SampleResult> samples;

@@ -38,13 +38,32 @@ absl::StatusOr<ChunkId> ChunkPool::Allocate() {
 
 void ChunkPool::Free(ChunkId id) {
   BANYAN_CHECK(id >= 0 && id < chunks_total()) << "bad chunk id " << id;
-  BANYAN_CHECK(allocated_[id]) << "double free of chunk " << id;
+  BANYAN_CHECK(allocated_[id] == 1) << "double free of chunk " << id;
+  if (holding_) {
+    allocated_[id] = 2;
+    held_.push_back(id);
+    return;
+  }
   allocated_[id] = 0;
   free_list_.push_back(id);
 }
 
 bool ChunkPool::IsAllocated(ChunkId id) const {
-  return id >= 0 && id < chunks_total() && allocated_[id] != 0;
+  return id >= 0 && id < chunks_total() && allocated_[id] == 1;
+}
+
+void ChunkPool::HoldFreed() {
+  BANYAN_CHECK(!holding_) << "HoldFreed is not nested";
+  holding_ = true;
+}
+
+void ChunkPool::ReleaseHeld() {
+  holding_ = false;
+  for (ChunkId id : held_) {
+    allocated_[id] = 0;
+    free_list_.push_back(id);
+  }
+  held_.clear();
 }
 
 }  // namespace banyan::kvcache

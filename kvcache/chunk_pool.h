@@ -31,9 +31,17 @@ class ChunkPool {
 
   // ResourceExhausted when no chunk is free.
   absl::StatusOr<ChunkId> Allocate();
-  // `id` must be allocated (checked).
+  // `id` must be allocated (checked). While chunks are held (HoldFreed), the chunk is set
+  // aside instead: not allocated any more, but not on the free list either.
   void Free(ChunkId id);
   bool IsAllocated(ChunkId id) const;
+
+  // Holding: between HoldFreed() and ReleaseHeld(), freed chunks are not handed out again, so
+  // that a caller may still read what they hold after allocating new chunks (speculation moves
+  // accepted candidates' KV out of the chunks their rejected siblings free). ReleaseHeld puts
+  // them on the free list. Not nested.
+  void HoldFreed();
+  void ReleaseHeld();
 
   int32_t chunk_size() const { return chunk_size_; }
   int32_t chunks_total() const { return static_cast<int32_t>(allocated_.size()); }
@@ -45,7 +53,9 @@ class ChunkPool {
 
   int32_t chunk_size_;
   std::vector<ChunkId> free_list_;  // LIFO: recently freed chunks are reused first (warm)
-  std::vector<uint8_t> allocated_;  // 1 when the id is handed out
+  std::vector<uint8_t> allocated_;  // 1 when the id is handed out, 2 when freed but held
+  bool holding_ = false;
+  std::vector<ChunkId> held_;
 };
 
 }  // namespace banyan::kvcache

@@ -69,13 +69,16 @@ struct SlotRef {
   bool operator==(const SlotRef&) const = default;
 };
 
-// Copy KV slots [slot_begin, slot_end) of chunk src into the same slots of chunk dst, every
-// layer, K and V.
+// Copy KV slots [slot_begin, slot_end) of chunk src into chunk dst, every layer, K and V: into
+// the same slots (a split's copy), or from dst_begin on (a speculative candidate's KV moved to
+// where its sequence continues). A list of copies runs in order.
 struct ChunkCopy {
   ChunkId src;
   ChunkId dst;
   int32_t slot_begin;
   int32_t slot_end;
+  int32_t dst_begin = -1;  // -1: slot_begin
+  int32_t DstBegin() const { return dst_begin < 0 ? slot_begin : dst_begin; }
 };
 
 // Result of placing tokens (Insert / Extend / Append).

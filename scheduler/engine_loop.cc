@@ -130,10 +130,14 @@ void EngineLoop::ReleaseAll(Live& live) {
     tree_.Release(live.prompt_seq).IgnoreError();
     live.prompt_seq = -1;
   }
-  for (Live::Sample& s : live.samples) {
-    if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
-    s.seq = -1;
-  }
+  for (size_t i = 0; i < live.samples.size(); ++i) ReleaseSample(live, i);
+}
+
+void EngineLoop::ReleaseSample(Live& live, size_t i) {
+  Live::Sample& s = live.samples[i];
+  if (!s.cand.empty()) DropCandidates(live, i);
+  if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
+  s.seq = -1;
 }
 
 void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
@@ -172,10 +176,7 @@ void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
 void EngineLoop::EndSample(Live& live, size_t i, FinishReason reason, std::string text) {
   Live::Sample& s = live.samples[i];
   s.finished = s.ended = true;
-  if (s.seq >= 0) {
-    tree_.Release(s.seq).IgnoreError();
-    s.seq = -1;
-  }
+  ReleaseSample(live, i);
   TokenEvent e;
   e.sample = static_cast<int>(i);
   e.text = std::move(text);
@@ -202,10 +203,7 @@ void EngineLoop::Preempt(Live& live) {
   // Samples keep their generated tokens and sampling state; only the KV goes (to the cache,
   // where the recompute will most likely find it).
   ReleaseAll(live);
-  for (Live::Sample& s : live.samples) {
-    s.drafts.clear();
-    s.hidden.clear();
-  }
+  for (Live::Sample& s : live.samples) s.hidden.clear();
   live.placed = 0;
   live.resume = !live.samples.empty();
   live.state = RequestState::kWaiting;
@@ -292,7 +290,7 @@ void EngineLoop::StartSamples(Live& live) {
   for (int k = 0; k < r.n; ++k) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
                    .generated = {}, .next_token = -1, .finished = false, .ended = false,
-                   .emitted = 0, .last_token = {}, .drafts = {}, .hidden = {}, .lookup = {},
+                   .emitted = 0, .last_token = {}, .cand = {}, .hidden = {}, .lookup = {},
                    .lookup_checked = 0};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
     live.samples.push_back(std::move(s));
@@ -316,8 +314,7 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
     s.next_token = res.token;
   } else {
     s.finished = true;
-    if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
-    s.seq = -1;
+    ReleaseSample(live, i);
     if (i == 0 && options_.speculation == LoopOptions::Speculation::kLookup) {
       s.generated.push_back(res.token);
       RememberContinuation(live);
@@ -359,8 +356,7 @@ void EngineLoop::EmitPending() {
     if (e.finish != FinishReason::kNone) {
       // A stop string ends the sample here; a token it has in flight is dropped when it comes.
       s.finished = s.ended = true;
-      if (s.seq >= 0) tree_.Release(s.seq).IgnoreError();
-      s.seq = -1;
+      ReleaseSample(live, p.sample);
     }
     Emit(live, std::move(e));
   }
@@ -643,20 +639,31 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
     Preempt(*victim);
     std::erase_if(appends, [&](const auto& a) { return owner.at(a.first).first == victim; });
   }
-  // Speculation: a candidate chain after each decode row's token, verified by this step.
+  // Speculation: candidates after each decode row's token, verified by this step; they take
+  // what the prefill left of the step's token budget.
+  InFlight& f = inflight_;
+  f.row_states.clear();
+  f.item_node.clear();
   if (options_.speculation != LoopOptions::Speculation::kOff && !decode.empty() &&
       static_cast<int>(decode.size()) <= options_.speculation_max_rows) {
-    PlaceChains(owner, &decode, &copies);
+    int prefill_tokens = 0;
+    for (const engine::PrefillItem& p : prefill) prefill_tokens += p.end - p.begin;
+    PlaceCandidates(&owner, options_.prefill_token_budget - prefill_tokens, &decode, &f.item_node,
+                    &copies);
   }
-  // Every decode row samples with its own request's parameters and state.
+  // Every decode row samples with its own request's parameters and state (candidate rows have
+  // theirs already).
   for (engine::DecodeItem& d : decode) {
+    if (d.sample.state != nullptr) continue;
     auto [l, k] = owner.at(d.seq);
     d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling};
   }
-  InFlight& f = inflight_;
   f.owner = std::move(owner);
   f.logit_owners = std::move(logit_owners);
   f.decode_rows = static_cast<int64_t>(decode.size());
+  stats_.max_step_candidates = std::max<int64_t>(
+      stats_.max_step_candidates,
+      std::count_if(f.item_node.begin(), f.item_node.end(), [](int32_t n) { return n > 0; }));
   f.prefill_tokens = 0;
   for (const engine::PrefillItem& p : prefill) f.prefill_tokens += p.end - p.begin;
   f.t_begin = cycle_start;
@@ -691,30 +698,34 @@ void EngineLoop::CollectInflight() {
     return;
   }
   ++metrics_.iterations_total;
-  // out.samples: the decode rows in out.decode_rows order (a speculating sequence's candidate
-  // rows adjacent), then the prompts'. Draft heads need the hidden state of the row each
-  // continuing sample's next token came from.
+  // out.samples: the decode rows in out.decode_rows order, then the prompts'. A speculating
+  // sample's rows (its root and candidates) are taken together once all are known. Draft heads
+  // need the hidden state of the row each continuing sample's next token came from.
   const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
   std::vector<std::pair<Live::Sample*, int32_t>> want_hidden;
+  std::vector<std::pair<Live*, size_t>> speculated;
   const size_t rows = out.decode_rows.size();
-  size_t next = 0;
-  while (next < rows) {
-    const kvcache::SeqId seq = out.decode_rows[next];
-    size_t end = next + 1;
-    while (end < rows && out.decode_rows[end] == seq) ++end;
-    auto [l, k] = f.owner.at(seq);
-    if (l->state == RequestState::kDecoding) {
-      Live::Sample& s = l->samples[k];
-      size_t last = next;
-      if (end - next == 1 && s.drafts.empty()) {
-        TakeSample(*l, k, out.samples[next], t_done);
-      } else {
-        last = next + TakeChain(*l, k, std::span(out.samples).subspan(next, end - next), t_done);
-      }
-      if (heads && !s.finished) want_hidden.emplace_back(&s, static_cast<int32_t>(last));
+  for (size_t r = 0; r < rows; ++r) {
+    auto [l, k] = f.owner.at(out.decode_rows[r]);
+    if (l->state != RequestState::kDecoding) continue;
+    Live::Sample& s = l->samples[k];
+    const int32_t node = f.item_node.empty() ? -1 : f.item_node[out.decode_items[r]];
+    if (node < 0) {
+      TakeSample(*l, k, out.samples[r], t_done);
+      if (heads && !s.finished) want_hidden.emplace_back(&s, static_cast<int32_t>(r));
+      continue;
     }
-    next = end;
+    if (s.cand.empty()) continue;  // dropped meanwhile
+    s.cand.row[node] = static_cast<int32_t>(r);
+    if (node == 0) speculated.emplace_back(l, k);
   }
+  for (auto [l, k] : speculated) {
+    Live::Sample& s = l->samples[k];
+    if (l->state != RequestState::kDecoding || s.cand.empty()) continue;
+    const int32_t last = TakeCandidates(*l, k, out.samples, t_done);
+    if (heads && !s.finished) want_hidden.emplace_back(&s, last);
+  }
+  size_t next = rows;
   int32_t logit_row = static_cast<int32_t>(rows);
   for (Live* l : f.logit_owners) {
     const size_t first = next;

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -69,11 +70,13 @@ struct LoopOptions {
   // The CPU a step ahead (see the top of this file): 1 on, 0 off, -1 where the backend launches
   // asynchronously (Backend::launches_async: the GPU).
   int overlap = -1;
-  // Speculative decoding for greedy samples (no penalties, no logprobs): each decode row
-  // proposes a chain of candidate tokens that the same step verifies through the prefix tree
-  // (one row per candidate, attending to the context and the candidates before it; TPP reads
-  // the shared context once for all). The longest agreeing prefix is kept plus the model's own
-  // next token, so the output is the same as without speculation.
+  // Speculative decoding: each decode row proposes candidate tokens after its next token, a
+  // chain or (draft heads with draft_tree) a tree, that the same step verifies through the
+  // prefix tree (one row per candidate, attending to the context and the candidate's ancestors;
+  // TPP reads the shared context once for all). Every row samples with the state its position
+  // would have; a candidate is accepted when its parent's row sampled it, and the first row
+  // whose sample is no candidate gives the next token. Greedy or sampled, with penalties or
+  // not, the tokens are those decoding without speculation would draw (docs/hydra.md).
   enum class Speculation {
     kOff,
     // Hydra's sequentially dependent draft heads (or Medusa's), on the host: needs a backend
@@ -86,11 +89,19 @@ struct LoopOptions {
   Speculation speculation = Speculation::kOff;
   const engine::DraftHeads* draft_heads = nullptr;  // kHeads; must outlive the loop
   int draft_tokens = 3;       // candidates per chain (kHeads: at most the heads' count)
+  // kHeads: a candidate tree, draft_tree[d] children per node at depth d (top-b of head d; at
+  // most the heads' count of levels), e.g. {4, 2, 2}. Empty: a chain of draft_tokens.
+  std::vector<int> draft_tree = {};
   // Speculate only in steps with at most this many decode rows: verification multiplies a
   // step's rows by draft_tokens + 1, which stops paying as the step leaves the memory-bound
   // regime. 8 from the H200 measurements (docs/hydra.md): on the 7B shape speculation gained
   // 1.2-4.5x per request at 1-8 rows and nothing at 64.
   int speculation_max_rows = 8;
+  // A sample stops speculating for a while (16 steps, then tries again) when its candidates
+  // accepted per verification fall below this moving average. 0.4 from the H200 measurements
+  // (docs/hydra.md): on the bundled model a 3-candidate verification step cost 1.39 plain steps
+  // at batch 1, so fewer than 0.39 accepted candidates per step lose.
+  float speculation_min_accept = 0.4f;
 };
 
 // Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).
@@ -117,6 +128,7 @@ struct LoopStats {
   double decode_place_seconds = 0;
   double decode_launch_cpu_seconds = 0;
   int64_t decode_launch_context_switches = 0;
+  int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
   int64_t plan_builds = 0;         // full AttentionPlan rebuilds (others only advanced lengths)
   kvcache::MemoryStats peak;       // at the step with the most live chunks
 };
@@ -183,19 +195,22 @@ class EngineLoop {
                   std::chrono::steady_clock::time_point at);
   // The queued tokens' events: text, stop strings, metrics, stream pushes.
   void EmitPending();
-  // Speculation (LoopOptions::Speculation): the candidate chain of a sample about to decode
-  // (empty when it should not speculate), and taking a verified chain's results.
-  // TakeChain returns how many candidates were accepted (the row of the last token taken).
+  // Speculation (LoopOptions::Speculation; engine_loop_speculation.cc). DraftFor: the candidate
+  // chain of a sample about to decode from prompt lookup (empty when it should not speculate).
+  // PlaceCandidates: drafts and places the candidates of a step's decode rows, at most
+  // `token_room` of them (decode gains the candidate rows, with their tree nodes in item_node).
+  // TakeCandidates: takes a verified sample's results; returns the output row of the last token
+  // taken from the tree (its hidden state drafts the next candidates).
   std::vector<int32_t> DraftFor(Live& live, size_t sample, int budget);
-  size_t TakeChain(Live& live, size_t sample, std::span<const engine::SampleResult> results,
-                   std::chrono::steady_clock::time_point at);
+  void PlaceCandidates(absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>>* owner,
+                       int token_room, std::vector<engine::DecodeItem>* decode,
+                       std::vector<int32_t>* item_node, std::vector<kvcache::ChunkCopy>* copies);
+  int32_t TakeCandidates(Live& live, size_t sample, std::span<const engine::SampleResult> results,
+                         std::chrono::steady_clock::time_point at);
+  // Ends a sample's candidates without taking them (preemption, cancellation).
+  void DropCandidates(Live& live, size_t sample);
   // kLookup: what a greedy request generated, by prompt (and cache namespace).
   void RememberContinuation(const Live& live);
-  // Drafts and places the candidate chains of a step's decode rows (decode gains the candidate
-  // rows; the rows that open a chain get their length).
-  void PlaceChains(const absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>>& owner,
-                   std::vector<engine::DecodeItem>* decode,
-                   std::vector<kvcache::ChunkCopy>* copies);
   // The engine thread's clocks where a step's host work begins (wall, CPU time, context switches).
   struct ThreadClocks {
     std::chrono::steady_clock::time_point wall;
@@ -215,6 +230,8 @@ class EngineLoop {
   void EndSample(Live& live, size_t sample, FinishReason reason, std::string text);
   void Finish(Live& live, absl::Status status, FinishReason reason);
   void ReleaseAll(Live& live);
+  // A sample's KV goes (its candidates too): it finished or its request is preempted.
+  void ReleaseSample(Live& live, size_t sample);
   void PublishMetrics();
   bool StepUnannounced(bool cancel_all);
   // Pushes to / finishes a request's stream, remembering it for this step's announcement.
@@ -243,6 +260,10 @@ class EngineLoop {
     bool active = false;
     engine::StepOutput out;
     absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;  // decode row -> sample
+    // Per decode item: its node among the sample's candidates (0 the root), -1 without.
+    std::vector<int32_t> item_node;
+    // The sampling states of candidate rows (the sample's state advanced along the path).
+    std::deque<engine::SequenceSamplingState> row_states;
     std::vector<Live*> logit_owners;  // prompts whose last token's row is sampled, in order
     int64_t decode_rows = 0;
     int64_t prefill_tokens = 0;

@@ -17,6 +17,22 @@
 
 namespace banyan::scheduler {
 
+// A sample's speculative candidates in flight (engine_loop_speculation.cc).
+struct SpecCandidates {
+  // Node 0 is the root (the sample's next token); then the candidates, parents before children.
+  std::vector<int32_t> token;
+  std::vector<int32_t> parent;
+  std::vector<int32_t> depth;
+  // Per node: a live sequence whose path holds it (the sample's own for a chain, a fork's for a
+  // tree), and its row in the step's output (set when the step is collected).
+  std::vector<kvcache::SeqId> seq;
+  std::vector<int32_t> row;
+  std::vector<kvcache::SeqId> forks;  // a tree's temporary sequences, one per leaf
+  int32_t base = 0;                   // the sample's length with its next token
+  bool empty() const { return token.size() <= 1; }
+  void clear() { *this = SpecCandidates{}; }
+};
+
 // One request.
 struct EngineLoop::Live {
   struct Sample {
@@ -29,10 +45,15 @@ struct EngineLoop::Live {
     bool ended = false;              // its terminal event was pushed (implies finished)
     int32_t emitted = 0;             // token events pushed
     std::chrono::steady_clock::time_point last_token;
-    // Speculation: the candidates in flight after next_token (in the tree, to verify), the
-    // hidden state at the row that sampled next_token (draft heads), and the continuation
-    // drafted from (prompt lookup) with how much of it the generated tokens were checked against.
-    std::vector<int32_t> drafts;
+    // Speculation: the candidates in flight after next_token (in the tree, to verify; see
+    // engine_loop_speculation.cc), the hidden state at the row that sampled next_token (draft
+    // heads), the continuation drafted from (prompt lookup) with how much of it the generated
+    // tokens were checked against, and the acceptance record that switches speculation off for
+    // this sample while it does not pay.
+    using Candidates = SpecCandidates;
+    Candidates cand;
+    float accept_average = 1.0f;  // candidates accepted per verification, moving average
+    int32_t speculation_pause = 0;  // steps to decode plainly before trying again
     std::vector<float> hidden;
     std::shared_ptr<const std::vector<int32_t>> lookup;
     size_t lookup_checked = 0;

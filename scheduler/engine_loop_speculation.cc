@@ -1,7 +1,25 @@
-// Speculative decoding in the engine loop (LoopOptions::Speculation): drafting candidate chains,
+// Speculative decoding in the engine loop (LoopOptions::Speculation): drafting candidates,
 // placing them as candidate rows of the step, and taking the verified results. docs/hydra.md
-// describes the scheme; engine_loop.cc calls PlaceChains from ScheduleAndLaunch and TakeChain
-// from CollectInflight.
+// describes the scheme; engine_loop.cc calls PlaceCandidates from ScheduleAndLaunch and
+// TakeCandidates from CollectInflight.
+//
+// Where the candidates live. A chain grows the sample's own sequence in place; the rejected
+// tail is cut afterwards (PrefixTree::Truncate). A tree cannot: its branches need nodes of
+// their own. Each leaf gets a temporary fork of the sample's sequence holding its path, so the
+// candidates form a subtree under the sample's last token whose shared parts the tree shares
+// by itself. After verification every fork is cut back and released (the whole subtree returns
+// to the pool), and the accepted path is appended to the sample's sequence in place, its KV
+// copied from the candidate slots (a few slots, not a 64-slot chunk per step and node).
+// The pool holds the freed chunks until the copies are listed, so that no new slot of the
+// sample can land on a candidate slot still to be read.
+//
+// Exactness. Each candidate row samples with the sample's state advanced along its path (the
+// penalties' counts and the Philox step of that position), so a row draws what decoding without
+// speculation would draw there. Walking from the root, a child is accepted when its parent's row
+// drew its token; the first row whose draw is no child's token gives the next token. With
+// drafts that are fixed given the context (argmax or top-b of the heads, a lookup), this is
+// exact speculative sampling: the residual distribution of a rejected point-mass draft is the
+// row's own distribution without that token, which is what the row's draw is conditioned on.
 #include <algorithm>
 #include <memory>
 #include <span>
@@ -17,25 +35,47 @@ namespace banyan::scheduler {
 
 namespace {
 
-// Speculation keeps the output exactly the same only where a row's token is a function of its
-// logits alone: greedy, without the penalties that read the generated counts.
-bool SpeculationApplies(const engine::SamplingParams& p) {
-  return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
-         p.presence_penalty == 0.0f;
-}
-
 uint64_t PromptKey(const Request& r) {
   uint64_t h = std::hash<std::string>()(r.cache_namespace);
   for (int32_t t : r.prompt) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
   return h ^ r.prompt.size();
 }
 
+bool Greedy(const engine::SamplingParams& p) {
+  return p.temperature < engine::kGreedyTemperature && p.repetition_penalty == 1.0f &&
+         p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
+}
+
 constexpr size_t kMaxContinuations = 4096;
+constexpr int32_t kPauseSteps = 16;       // plain steps after acceptance fell too low
+constexpr float kAverageWeight = 0.25f;  // of the newest verification in accept_average
+
+using Candidates = SpecCandidates;
+
+Candidates ChainOf(int32_t root, std::span<const int32_t> drafts) {
+  Candidates c;
+  c.token.push_back(root);
+  c.parent.push_back(-1);
+  c.depth.push_back(0);
+  for (size_t j = 0; j < drafts.size(); ++j) {
+    c.token.push_back(drafts[j]);
+    c.parent.push_back(static_cast<int32_t>(j));
+    c.depth.push_back(static_cast<int32_t>(j) + 1);
+  }
+  return c;
+}
+
+bool IsChain(const Candidates& c) {
+  for (size_t n = 1; n < c.token.size(); ++n) {
+    if (c.parent[n] != static_cast<int32_t>(n) - 1) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
 void EngineLoop::RememberContinuation(const Live& live) {
-  if (!SpeculationApplies(live.req.params) || live.samples.empty()) return;
+  if (!Greedy(live.req.params) || live.samples.empty()) return;
   const uint64_t key = PromptKey(live.req);
   auto [it, added] = continuations_.insert_or_assign(
       key, std::make_shared<const std::vector<int32_t>>(live.samples[0].generated));
@@ -47,120 +87,255 @@ void EngineLoop::RememberContinuation(const Live& live) {
 }
 
 std::vector<int32_t> EngineLoop::DraftFor(Live& live, size_t i, int budget) {
-  Live::Sample& s = live.samples[i];
+  Live::Sample& m = live.samples[i];
   std::vector<int32_t> drafts;
-  if (budget <= 0 || s.finished || s.seq < 0 || !SpeculationApplies(live.req.params)) {
-    return drafts;
+  if (budget <= 0 || m.finished || m.seq < 0) return drafts;
+  if (!m.lookup && m.generated.size() == 1) {
+    auto it = continuations_.find(PromptKey(live.req));
+    if (it != continuations_.end()) m.lookup = it->second;
+    m.lookup_checked = 0;
   }
-  if (options_.speculation == LoopOptions::Speculation::kHeads) {
-    if (options_.draft_heads == nullptr || s.hidden.empty()) return drafts;
-    auto chain = options_.draft_heads->Chain(s.hidden, s.next_token);
-    if (!chain.ok()) return drafts;
-    drafts.assign(chain->begin(), chain->begin() + std::min<size_t>(chain->size(), budget));
-  } else if (options_.speculation == LoopOptions::Speculation::kLookup) {
-    Live::Sample& m = live.samples[i];
-    if (!m.lookup && m.generated.size() == 1) {
-      auto it = continuations_.find(PromptKey(live.req));
-      if (it != continuations_.end()) m.lookup = it->second;
-      m.lookup_checked = 0;
+  if (!m.lookup) return drafts;
+  const std::vector<int32_t>& cont = *m.lookup;
+  for (; m.lookup_checked < m.generated.size(); ++m.lookup_checked) {
+    if (m.lookup_checked >= cont.size() || cont[m.lookup_checked] != m.generated[m.lookup_checked]) {
+      m.lookup.reset();  // diverged (another model state, or a different sample): stop
+      return drafts;
     }
-    if (!m.lookup) return drafts;
-    const std::vector<int32_t>& cont = *m.lookup;
-    for (; m.lookup_checked < m.generated.size(); ++m.lookup_checked) {
-      if (m.lookup_checked >= cont.size() || cont[m.lookup_checked] != m.generated[m.lookup_checked]) {
-        m.lookup.reset();  // diverged (another model state, or a different sample): stop
-        return drafts;
-      }
-    }
-    const size_t g = m.generated.size();
-    for (size_t j = g; j < cont.size() && drafts.size() < static_cast<size_t>(budget); ++j) {
-      drafts.push_back(cont[j]);
-    }
+  }
+  for (size_t j = m.generated.size(); j < cont.size() && drafts.size() < static_cast<size_t>(budget);
+       ++j) {
+    drafts.push_back(cont[j]);
   }
   return drafts;
 }
 
-size_t EngineLoop::TakeChain(Live& live, size_t i, std::span<const engine::SampleResult> results,
-                             std::chrono::steady_clock::time_point at) {
+void EngineLoop::DropCandidates(Live& live, size_t i) {
   Live::Sample& s = live.samples[i];
-  std::vector<int32_t> drafts = std::move(s.drafts);
-  s.drafts.clear();
-  if (s.finished) return 0;
-  const size_t k = drafts.size();
-  BANYAN_CHECK(results.size() == k + 1) << results.size() << " rows for " << k << " candidates";
-  size_t a = 0;
-  while (a < k && results[a].token == drafts[a]) ++a;
+  for (kvcache::SeqId f : s.cand.forks) {
+    if (!tree_.IsLive(f)) continue;
+    tree_.Truncate(f, s.cand.base, &pending_copies_).IgnoreError();
+    tree_.Release(f).IgnoreError();
+  }
+  if (!s.cand.empty() && s.cand.forks.empty() && s.seq >= 0 && tree_.IsLive(s.seq)) {
+    tree_.Truncate(s.seq, s.cand.base, &pending_copies_).IgnoreError();  // a chain's tail
+  }
+  s.cand.clear();
+}
+
+int32_t EngineLoop::TakeCandidates(Live& live, size_t i,
+                                   std::span<const engine::SampleResult> results,
+                                   std::chrono::steady_clock::time_point at) {
+  Live::Sample& s = live.samples[i];
+  Candidates c = std::move(s.cand);
+  s.cand.clear();
+  const size_t nodes = c.token.size();
+  // Children of each node, to walk the draws down the tree.
+  std::vector<std::vector<int32_t>> children(nodes);
+  for (size_t n = 1; n < nodes; ++n) children[c.parent[n]].push_back(static_cast<int32_t>(n));
+  std::vector<int32_t> path;  // accepted nodes, root's child first
+  int32_t u = 0;
+  for (;;) {
+    const int32_t drawn = results[c.row[u]].token;
+    int32_t next = -1;
+    for (int32_t ch : children[u]) {
+      if (c.token[ch] == drawn) next = ch;
+    }
+    if (next < 0) break;
+    path.push_back(next);
+    u = next;
+  }
+  size_t a = path.size();
+  const kvcache::SeqId seq = s.seq;
+  if (c.forks.empty()) {
+    // A chain in the sample's own sequence: cut the rejected tail.
+    if (absl::Status t = tree_.Truncate(seq, c.base + static_cast<int32_t>(a), &pending_copies_);
+        !t.ok()) {
+      Finish(live, t, FinishReason::kError);
+      return c.row[0];
+    }
+  } else {
+    // A tree: note where the accepted candidates' KV is, free the subtree, append them to the
+    // sample's sequence and copy their KV there.
+    std::vector<kvcache::SlotRef> from;
+    std::vector<int32_t> tokens;
+    for (int32_t n : path) {
+      from.push_back(tree_.SlotAt(c.seq[n], c.base - 1 + c.depth[n]));
+      tokens.push_back(c.token[n]);
+    }
+    pool_.HoldFreed();
+    for (kvcache::SeqId f : c.forks) {
+      tree_.Truncate(f, c.base, &pending_copies_).IgnoreError();
+      tree_.Release(f).IgnoreError();
+    }
+    if (a > 0) {
+      auto placed = tree_.Extend(seq, tokens, /*allow_evict=*/false);
+      if (placed.ok()) {
+        pending_copies_.insert(pending_copies_.end(), placed->copies.begin(), placed->copies.end());
+        for (size_t j = static_cast<size_t>(placed->matched_tokens); j < a; ++j) {
+          const kvcache::SlotRef to = placed->new_slots[j - placed->matched_tokens];
+          pending_copies_.push_back(kvcache::ChunkCopy{.src = from[j].chunk, .dst = to.chunk,
+                                                       .slot_begin = from[j].slot,
+                                                       .slot_end = from[j].slot + 1,
+                                                       .dst_begin = to.slot});
+        }
+      } else {
+        a = 0;  // no room for them now: keep only the root's draw, which is always right
+        path.clear();
+      }
+    }
+    pool_.ReleaseHeld();
+  }
+  const size_t drafted = nodes - 1;
   MetricsSnapshot& m = metrics_;
   ++m.spec_drafts_total;
-  m.spec_draft_tokens_total += static_cast<int64_t>(k);
+  m.spec_draft_tokens_total += static_cast<int64_t>(drafted);
   m.spec_accepted_tokens_total += static_cast<int64_t>(a);
   for (size_t j = 0; j < a && j < static_cast<size_t>(MetricsSnapshot::kSpecPositions); ++j) {
     ++m.spec_accepted_per_position[j];
   }
-  live.usage.draft_tokens += static_cast<int32_t>(k);
+  live.usage.draft_tokens += static_cast<int32_t>(drafted);
   live.usage.accepted_draft_tokens += static_cast<int32_t>(a);
-  const kvcache::SeqId seq = s.seq;
-  const int32_t keep = tree_.Length(seq) - static_cast<int32_t>(k - a);
+  s.accept_average =
+      (1.0f - kAverageWeight) * s.accept_average + kAverageWeight * static_cast<float>(a);
+  if (s.accept_average < options_.speculation_min_accept) s.speculation_pause = kPauseSteps;
+  // The draws: the root's row, then each accepted node's row; the last is the next token.
+  int32_t last_row = c.row[0];
   for (size_t j = 0; j <= a; ++j) {
-    TakeSample(live, i, results[j], at);
-    if (s.finished) return j;  // EOS or length: the sequence is released
+    last_row = j == 0 ? c.row[0] : c.row[path[j - 1]];
+    TakeSample(live, i, results[last_row], at);
+    if (s.finished) break;  // EOS or length: the sequence is released
   }
-  if (absl::Status t = tree_.Truncate(seq, keep, &pending_copies_); !t.ok()) {
-    Finish(live, t, FinishReason::kError);
-  }
-  return a;
+  return last_row;
 }
 
-void EngineLoop::PlaceChains(
-    const absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>>& owner,
-    std::vector<engine::DecodeItem>* decode, std::vector<kvcache::ChunkCopy>* copies) {
-  std::vector<engine::DecodeItem> chain_rows;
-  auto place_chain = [&](engine::DecodeItem& d, Live::Sample& s, std::vector<int32_t> drafts) {
-    if (drafts.empty()) return;
-    const int32_t len = tree_.Length(d.seq);
-    auto placed = tree_.Extend(d.seq, drafts, /*allow_evict=*/false);
-    if (!placed.ok()) return;  // no room for candidates: decode plainly
-    copies->insert(copies->end(), placed->copies.begin(), placed->copies.end());
-    d.length = len;  // next_token's row opens the chain
-    for (size_t j = 0; j < drafts.size(); ++j) {
-      chain_rows.push_back(engine::DecodeItem{
-          .seq = d.seq, .write_kv = static_cast<int32_t>(j) >= placed->matched_tokens,
-          .sample = {}, .length = len + 1 + static_cast<int32_t>(j)});
+void EngineLoop::PlaceCandidates(
+    absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>>* owner, int token_room,
+    std::vector<engine::DecodeItem>* decode, std::vector<int32_t>* item_node,
+    std::vector<kvcache::ChunkCopy>* copies) {
+  std::vector<engine::DecodeItem> rows;
+  std::vector<int32_t> row_nodes;
+  // Places sample s's candidates after decode row d (the root); false leaves it plain.
+  auto place = [&](engine::DecodeItem& d, Live& l, size_t k, Candidates c) {
+    Live::Sample& s = l.samples[k];
+    const int32_t drafted = static_cast<int32_t>(c.token.size()) - 1;
+    if (drafted <= 0 || drafted > token_room) return;
+    c.base = tree_.Length(d.seq);
+    c.seq.assign(c.token.size(), d.seq);
+    std::vector<uint8_t> write(c.token.size(), 1);
+    if (IsChain(c)) {
+      auto placed = tree_.Extend(d.seq, std::span(c.token).subspan(1), /*allow_evict=*/false);
+      if (!placed.ok()) return;  // no room for candidates: decode plainly
+      copies->insert(copies->end(), placed->copies.begin(), placed->copies.end());
+      for (int32_t n = 1; n <= drafted; ++n) write[n] = n - 1 >= placed->matched_tokens;
+    } else {
+      std::vector<int32_t> leaves;
+      std::vector<uint8_t> inner(c.token.size(), 0);
+      for (size_t n = 1; n < c.token.size(); ++n) inner[c.parent[n]] = 1;
+      for (size_t n = 1; n < c.token.size(); ++n) {
+        if (!inner[n]) leaves.push_back(static_cast<int32_t>(n));
+      }
+      auto forks = tree_.Fork(d.seq, static_cast<int>(leaves.size()) + 1);
+      if (!forks.ok()) return;
+      c.forks.assign(forks->begin() + 1, forks->end());
+      std::vector<uint8_t> placed_node(c.token.size(), 0);
+      for (size_t f = 0; f < leaves.size(); ++f) {
+        std::vector<int32_t> path;  // leaf .. root's child
+        for (int32_t n = leaves[f]; n > 0; n = c.parent[n]) path.push_back(n);
+        std::reverse(path.begin(), path.end());
+        std::vector<int32_t> tokens;
+        for (int32_t n : path) tokens.push_back(c.token[n]);
+        auto placed = tree_.Extend(c.forks[f], tokens, /*allow_evict=*/false);
+        if (!placed.ok()) {
+          s.cand = std::move(c);
+          DropCandidates(l, k);  // no room for the tree: decode plainly
+          return;
+        }
+        copies->insert(copies->end(), placed->copies.begin(), placed->copies.end());
+        for (size_t j = 0; j < path.size(); ++j) {
+          const int32_t n = path[j];
+          if (placed_node[n]) continue;  // an earlier leaf's row computes it
+          placed_node[n] = 1;
+          c.seq[n] = c.forks[f];
+          write[n] = static_cast<int32_t>(j) >= placed->matched_tokens;
+        }
+      }
+      for (kvcache::SeqId f : c.forks) (*owner)[f] = {&l, k};
     }
-    s.drafts = std::move(drafts);
+    token_room -= drafted;
+    d.length = c.base;  // next_token's row is the root's
+    // Each candidate row samples with the state of its position: the parent's, having drawn
+    // the candidate's own token.
+    std::vector<const engine::SequenceSamplingState*> state(c.token.size(), &s.sampling);
+    for (int32_t n = 1; n <= drafted; ++n) {
+      engine::SequenceSamplingState& st = inflight_.row_states.emplace_back(*state[c.parent[n]]);
+      st.Accept(c.token[n]);
+      state[n] = &st;
+      rows.push_back(engine::DecodeItem{.seq = c.seq[n], .write_kv = write[n] != 0,
+                                        .sample = {.row = 0, .params = &l.req.params,
+                                                   .state = &st},
+                                        .length = c.base + c.depth[n]});
+      row_nodes.push_back(n);
+    }
+    s.cand = std::move(c);
+    s.cand.row.assign(s.cand.token.size(), -1);
   };
-  // Draft heads run once for the whole step (ChainBatch); prompt lookup per sample.
   struct HeadsWant {
     engine::DecodeItem* item;
-    Live::Sample* sample;
+    Live* live;
+    size_t sample;
     int budget;
   };
   std::vector<HeadsWant> heads_want;
   const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
-  for (engine::DecodeItem& d : *decode) {
-    auto [l, k] = owner.at(d.seq);
+  for (size_t r = 0; r < decode->size(); ++r) {
+    engine::DecodeItem& d = (*decode)[r];
+    auto [l, k] = owner->at(d.seq);
     Live::Sample& s = l->samples[k];
-    const int budget = std::min({options_.draft_tokens,
+    if (s.speculation_pause > 0) {
+      --s.speculation_pause;
+      continue;
+    }
+    const int budget = std::min({heads && !options_.draft_tree.empty()
+                                     ? static_cast<int>(options_.draft_tree.size())
+                                     : options_.draft_tokens,
                                  l->req.params.max_tokens - static_cast<int>(s.generated.size()) - 1,
                                  config_.max_seq_len - tree_.Length(d.seq)});
-    if (budget <= 0 || !SpeculationApplies(l->req.params)) continue;
+    if (budget <= 0) continue;
     if (heads) {
       if (!s.hidden.empty() && options_.draft_heads != nullptr) {
-        heads_want.push_back({&d, &s, budget});
+        heads_want.push_back({&d, l, k, budget});
       }
     } else {
-      place_chain(d, s, DraftFor(*l, k, budget));
+      std::vector<int32_t> drafts = DraftFor(*l, k, budget);
+      place(d, *l, k, ChainOf(s.next_token, drafts));
     }
   }
-  if (!heads_want.empty()) {
+  if (!heads_want.empty() && !options_.draft_tree.empty()) {
+    // Trees: top-b per depth, one sample at a time.
+    for (const HeadsWant& w : heads_want) {
+      Live::Sample& s = w.live->samples[w.sample];
+      std::vector<int32_t> branching(options_.draft_tree.begin(),
+                                     options_.draft_tree.begin() +
+                                         std::min<size_t>(options_.draft_tree.size(), w.budget));
+      auto t = options_.draft_heads->BuildTree(s.hidden, s.next_token, branching);
+      if (!t.ok()) continue;
+      Candidates c;
+      c.token = std::move(t->token);
+      c.parent = std::move(t->parent);
+      c.depth = std::move(t->depth);
+      place(*w.item, *w.live, w.sample, std::move(c));
+    }
+  } else if (!heads_want.empty()) {
+    // Chains: the heads run once for the whole step (ChainBatch).
     const size_t dim = static_cast<size_t>(config_.dim);
     int longest = 0;
     std::vector<float> h(heads_want.size() * dim);
     std::vector<int32_t> roots;
     for (size_t i = 0; i < heads_want.size(); ++i) {
-      std::copy(heads_want[i].sample->hidden.begin(), heads_want[i].sample->hidden.end(),
-                h.begin() + static_cast<std::ptrdiff_t>(i * dim));
-      roots.push_back(heads_want[i].sample->next_token);
+      const Live::Sample& s = heads_want[i].live->samples[heads_want[i].sample];
+      std::copy(s.hidden.begin(), s.hidden.end(), h.begin() + static_cast<std::ptrdiff_t>(i * dim));
+      roots.push_back(s.next_token);
       longest = std::max(longest, heads_want[i].budget);
     }
     longest = std::min(longest, options_.draft_heads->num_heads());
@@ -168,12 +343,20 @@ void EngineLoop::PlaceChains(
     if (options_.draft_heads->ChainBatch(h, roots, longest, &chains).ok()) {
       for (size_t i = 0; i < heads_want.size(); ++i) {
         const auto first = chains.begin() + static_cast<std::ptrdiff_t>(i * longest);
-        place_chain(*heads_want[i].item, *heads_want[i].sample,
-                    std::vector<int32_t>(first, first + std::min(longest, heads_want[i].budget)));
+        const size_t n = static_cast<size_t>(std::min(longest, heads_want[i].budget));
+        place(*heads_want[i].item, *heads_want[i].live, heads_want[i].sample,
+              ChainOf(roots[i], std::span<const int32_t>(&*first, n)));
       }
     }
   }
-  decode->insert(decode->end(), chain_rows.begin(), chain_rows.end());
+  // The roots: node 0 of their sample's candidates.
+  item_node->assign(decode->size(), -1);
+  for (size_t r = 0; r < decode->size(); ++r) {
+    auto [l, k] = owner->at((*decode)[r].seq);
+    if (!l->samples[k].cand.empty()) (*item_node)[r] = 0;
+  }
+  decode->insert(decode->end(), rows.begin(), rows.end());
+  item_node->insert(item_node->end(), row_nodes.begin(), row_nodes.end());
 }
 
 }  // namespace banyan::scheduler

@@ -72,12 +72,18 @@ absl::Status CpuBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies) 
   const int d = cfg_.head_dim();
   const int c = options_.chunk_size;
   for (const kvcache::ChunkCopy& cp : copies) {
+    if (cp.slot_begin < 0 || cp.slot_end > c || cp.slot_begin > cp.slot_end || cp.DstBegin() < 0 ||
+        cp.DstBegin() + (cp.slot_end - cp.slot_begin) > c) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk copy of slots [", cp.slot_begin, ", ",
+                                                     cp.slot_end, ") to ", cp.DstBegin(),
+                                                     " outside a ", c, "-slot chunk"));
+    }
     for (int l = 0; l < cfg_.n_layers; ++l) {
       for (int kv = 0; kv < 2; ++kv) {
         for (int h = 0; h < cfg_.n_kv_heads; ++h) {
           const int64_t head_off = l * layer_stride_ + (int64_t{kv} * cfg_.n_kv_heads + h) * c * d;
           const float* src = kv_.data() + head_off + cp.src * chunk_stride_ + cp.slot_begin * d;
-          float* dst = kv_.data() + head_off + cp.dst * chunk_stride_ + cp.slot_begin * d;
+          float* dst = kv_.data() + head_off + cp.dst * chunk_stride_ + cp.DstBegin() * d;
           std::memcpy(dst, src, sizeof(float) * d * (cp.slot_end - cp.slot_begin));
         }
       }

@@ -157,6 +157,7 @@ absl::Status CudaBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies)
     p.dst = cp.dst;
     p.slot_begin = cp.slot_begin;
     p.slot_end = cp.slot_end;
+    p.dst_begin = cp.DstBegin();
     BANYAN_RETURN_IF_ERROR(kc::CopyKvSlots(p, m.stream));
   }
   return absl::OkStatus();

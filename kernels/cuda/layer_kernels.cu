@@ -132,10 +132,11 @@ absl::Status QkvBiasNorm(const QkvBiasNormParams& p, cudaStream_t stream) {
 
 absl::Status CopyKvSlots(const CopyKvSlotsParams& p, cudaStream_t stream) {
   if (p.kv.head_dim % 8 != 0 || p.slot_begin < 0 || p.slot_end > p.kv.chunk_size ||
-      p.slot_begin > p.slot_end) {
+      p.slot_begin > p.slot_end || p.dst_begin < 0 ||
+      p.dst_begin + (p.slot_end - p.slot_begin) > p.kv.chunk_size) {
     return absl::InvalidArgumentError(absl::StrCat("CopyKvSlots: bad slot range [", p.slot_begin,
-                                                   ", ", p.slot_end, ") or head_dim ",
-                                                   p.kv.head_dim));
+                                                   ", ", p.slot_end, ") to ", p.dst_begin,
+                                                   " or head_dim ", p.kv.head_dim));
   }
   if (p.slot_begin == p.slot_end || p.num_layers == 0) return absl::OkStatus();
   CopyKvSlotsKernel<<<p.num_layers * 2 * p.kv.num_kv_heads, 128, 0, stream>>>(p);

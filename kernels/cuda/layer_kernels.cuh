@@ -144,12 +144,13 @@ __global__ void CopyKvSlotsKernel(const __grid_constant__ CopyKvSlotsParams p) {
   const int hkv = p.kv.num_kv_heads, d = p.kv.head_dim, c = p.kv.chunk_size;
   const int layer = blockIdx.x / (2 * hkv);
   const int run = blockIdx.x % (2 * hkv);  // k|v * hkv + head: runs are c * d elements apart
-  const int64_t off = layer * p.layer_stride + static_cast<int64_t>(run) * c * d +
-                      static_cast<int64_t>(p.slot_begin) * d;
+  const int64_t off = layer * p.layer_stride + static_cast<int64_t>(run) * c * d;
   const auto* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.kv.base) + off +
-                                                   p.src * p.kv.chunk_stride);
+                                                   p.src * p.kv.chunk_stride +
+                                                   static_cast<int64_t>(p.slot_begin) * d);
   auto* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.kv.base) + off +
-                                       p.dst * p.kv.chunk_stride);
+                                       p.dst * p.kv.chunk_stride +
+                                       static_cast<int64_t>(p.dst_begin) * d);
   const int vecs = (p.slot_end - p.slot_begin) * d / 8;
   for (int i = threadIdx.x; i < vecs; i += blockDim.x) dst[i] = src[i];
 }

@@ -83,8 +83,8 @@ struct SwiGluParams {
 };
 absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream);
 
-// Copies slots [slot_begin, slot_end) of chunk src into the same slots of chunk dst, K and V,
-// every kv head, every layer (a node split's ChunkCopy).
+// Copies slots [slot_begin, slot_end) of chunk src into chunk dst from slot dst_begin on, K and
+// V, every kv head, every layer (a kvcache::ChunkCopy). Source and destination must not overlap.
 struct CopyKvSlotsParams {
   KvViewDev kv;              // layer 0
   int64_t layer_stride = 0;  // elements between layers
@@ -93,6 +93,7 @@ struct CopyKvSlotsParams {
   int32_t dst = 0;
   int32_t slot_begin = 0;
   int32_t slot_end = 0;
+  int32_t dst_begin = 0;
 };
 absl::Status CopyKvSlots(const CopyKvSlotsParams& p, cudaStream_t stream);
 

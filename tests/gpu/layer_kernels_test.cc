@@ -249,30 +249,37 @@ TEST(CudaLayerKernels, CopyKvSlots) {
   const int layers = 3, chunks = 5, hkv = 2, c = 16, d = 24;
   const int64_t v_off = int64_t{hkv} * c * d, chunk_stride = 2 * v_off;
   const int64_t layer_stride = chunks * chunk_stride;
-  std::vector<uint16_t> kv(size_t(layers) * layer_stride);
-  for (auto& x : kv) x = static_cast<uint16_t>(rng() & 0x3fff);
-  DeviceArray<uint16_t> kv_d(kv);
-  CopyKvSlotsParams p;
-  p.kv = KvViewDev{kv_d.get(), chunk_stride, v_off, c, hkv, d};
-  p.layer_stride = layer_stride;
-  p.num_layers = layers;
-  p.src = 3;
-  p.dst = 1;
-  p.slot_begin = 5;
-  p.slot_end = 14;
-  ASSERT_TRUE(CopyKvSlots(p, nullptr).ok());
-  std::vector<uint16_t> want = kv;
-  for (int l = 0; l < layers; ++l) {
-    for (int run = 0; run < 2 * hkv; ++run) {
-      for (int s = 5; s < 14; ++s) {
-        for (int x = 0; x < d; ++x) {
-          const int64_t off = l * layer_stride + (int64_t{run} * c + s) * d + x;
-          want[off + 1 * chunk_stride] = kv[off + 3 * chunk_stride];
+  // The same slots (a split's copy), and slots moved to another offset (a candidate's KV).
+  for (const int dst_begin : {5, 0, 7}) {
+    std::vector<uint16_t> kv(size_t(layers) * layer_stride);
+    for (auto& x : kv) x = static_cast<uint16_t>(rng() & 0x3fff);
+    DeviceArray<uint16_t> kv_d(kv);
+    CopyKvSlotsParams p;
+    p.kv = KvViewDev{kv_d.get(), chunk_stride, v_off, c, hkv, d};
+    p.layer_stride = layer_stride;
+    p.num_layers = layers;
+    p.src = 3;
+    p.dst = 1;
+    p.slot_begin = 5;
+    p.slot_end = 14;
+    p.dst_begin = dst_begin;
+    ASSERT_TRUE(CopyKvSlots(p, nullptr).ok());
+    std::vector<uint16_t> want = kv;
+    for (int l = 0; l < layers; ++l) {
+      for (int run = 0; run < 2 * hkv; ++run) {
+        for (int s = 5; s < 14; ++s) {
+          for (int x = 0; x < d; ++x) {
+            const int64_t base = l * layer_stride + int64_t{run} * c * d + x;
+            want[base + (dst_begin + s - 5) * d + 1 * chunk_stride] =
+                kv[base + s * d + 3 * chunk_stride];
+          }
         }
       }
     }
+    EXPECT_EQ(kv_d.Download(), want) << "dst_begin " << dst_begin;
+    p.dst_begin = c - 8;  // would run past the chunk's end
+    EXPECT_EQ(CopyKvSlots(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
   }
-  EXPECT_EQ(kv_d.Download(), want);
 }
 
 TEST(CudaLayerKernels, ArgmaxLowestIdOnTiesNanIgnored) {

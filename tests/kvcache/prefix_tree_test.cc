@@ -46,6 +46,25 @@ TEST(ChunkPoolTest, AllocatesEachChunkOnceAndCounts) {
   EXPECT_EQ(*pool->Allocate(), 3);
 }
 
+// Chunks freed while held are handed out again only after ReleaseHeld (LIFO would otherwise
+// return the chunk just freed first).
+TEST(ChunkPoolTest, HeldChunksAreNotReusedUntilReleased) {
+  auto pool = *ChunkPool::Create(4, 16);
+  const ChunkId a = *pool.Allocate(), b = *pool.Allocate();
+  pool.HoldFreed();
+  pool.Free(a);
+  EXPECT_FALSE(pool.IsAllocated(a));
+  EXPECT_EQ(pool.chunks_free(), 2);  // a is neither free nor allocated
+  const ChunkId c = *pool.Allocate(), d = *pool.Allocate();
+  EXPECT_NE(c, a);
+  EXPECT_NE(d, a);
+  EXPECT_FALSE(pool.Allocate().ok());  // only a is left, and it is held
+  pool.ReleaseHeld();
+  EXPECT_EQ(pool.chunks_free(), 1);
+  EXPECT_EQ(*pool.Allocate(), a);
+  EXPECT_TRUE(pool.IsAllocated(b));
+}
+
 TEST(ChunkPoolTest, RejectsBadSizes) {
   EXPECT_FALSE(ChunkPool::Create(8, 8).ok());
   EXPECT_FALSE(ChunkPool::Create(8, 512).ok());

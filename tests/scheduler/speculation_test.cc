@@ -1,8 +1,12 @@
-// Speculative decoding in the engine loop, on the bundled model: candidate chains from its
-// trained Hydra heads (and from prompt lookup) verified through the prefix tree must leave every
-// greedy output exactly as it is without speculation (tokens, text, finish reasons, usage), with
-// and without the CPU a step ahead, with shared prefixes, n > 1, stop strings and preemption;
-// and the candidates must actually be accepted (not a loop that silently never speculates).
+// Speculative decoding in the engine loop, on the bundled model: candidate chains and trees from
+// its trained Hydra heads (and chains from prompt lookup) verified through the prefix tree must
+// leave every output exactly as it is without speculation (tokens, text, finish reasons, usage):
+// greedy, and sampled with a seed (each candidate row draws what its position would draw), with
+// and without the CPU a step ahead, with shared prefixes, n > 1, stop strings, penalties and
+// preemption; the candidates must actually be accepted (not a loop that silently never
+// speculates); and sampled outputs without a common seed must follow the same distribution.
+#include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,9 +55,19 @@ class SpeculationTest : public ::testing::Test {
       if (i % 5 == 2) r.n = 2;                     // greedy samples sharing everything
       if (i % 4 == 3) r.stop = {"the", "Max"};     // stop strings inside accepted chains
       if (i == 9) r.params.ignore_eos = true;
-      if (i % 6 == 5) {                            // sampled: never speculates, shares the steps
+      if (i % 6 == 5) {                            // sampled, with a seed
         r.params.temperature = 0.8f;
         r.params.seed = 7 + i;
+        r.params.has_seed = true;
+      }
+      if (i == 7) {  // sampled through every filter and penalty (the rows' states carry counts)
+        r.params.temperature = 1.1f;
+        r.params.top_p = 0.9f;
+        r.params.top_k = 40;
+        r.params.repetition_penalty = 1.2f;
+        r.params.frequency_penalty = 0.2f;
+        r.params.presence_penalty = 0.3f;
+        r.params.seed = 99;
         r.params.has_seed = true;
       }
       reqs.push_back(r);
@@ -63,7 +77,8 @@ class SpeculationTest : public ::testing::Test {
 
   absl::StatusOr<std::vector<GenerationResult>> Run(const std::vector<Request>& reqs,
                                                     LoopOptions o, int chunks,
-                                                    MetricsSnapshot* metrics = nullptr) {
+                                                    MetricsSnapshot* metrics = nullptr,
+                                                    int64_t* max_candidates = nullptr) {
     auto backend = engine::CpuBackend::Create(&bundle_->weights,
                                               {.num_chunks = chunks, .chunk_size = 16});
     if (!backend.ok()) return backend.status();
@@ -72,6 +87,7 @@ class SpeculationTest : public ::testing::Test {
     EXPECT_TRUE(loop.tree().CheckInvariants().ok()) << loop.tree().CheckInvariants();
     EXPECT_EQ(loop.tree().Stats().chunks_live, 0);
     if (metrics != nullptr) *metrics = loop.metrics();
+    if (max_candidates != nullptr) *max_candidates = loop.stats().max_step_candidates;
     return res;
   }
 
@@ -96,43 +112,165 @@ class SpeculationTest : public ::testing::Test {
 engine::ModelBundle* SpeculationTest::bundle_ = nullptr;
 engine::DraftHeads* SpeculationTest::heads_ = nullptr;
 
-TEST_F(SpeculationTest, HydraHeadsKeepGreedyOutputExactly) {
+TEST_F(SpeculationTest, HydraHeadsKeepOutputsExactly) {
   const std::vector<Request> reqs = Mix();
+  struct Drafting {
+    const char* name;
+    std::vector<int> tree;  // empty: a chain of 3
+  };
+  const Drafting draftings[] = {{"chain", {}}, {"tree 4,2,2", {4, 2, 2}}, {"tree 2,2", {2, 2}}};
   for (int overlap : {0, 1}) {
-    for (int chunks : {512, 48}) {  // 48 chunks of 16: preemption with chains in the tree
+    // 48 chunks of 16: preemption, and trees that often do not fit.
+    for (int chunks : {512, 48}) {
       LoopOptions off{.max_running_sequences = 16, .prefill_token_budget = 64,
                       .overlap = overlap};
       auto plain = Run(reqs, off, chunks);
       ASSERT_TRUE(plain.ok()) << plain.status();
-      LoopOptions on = off;
-      on.speculation = LoopOptions::Speculation::kHeads;
-      on.draft_heads = heads_;
-      on.draft_tokens = 3;
-      on.speculation_max_rows = 64;
-      MetricsSnapshot m;
-      auto spec = Run(reqs, on, chunks, &m);
-      ASSERT_TRUE(spec.ok()) << spec.status();
-      const std::string what = absl::StrCat("overlap ", overlap, " chunks ", chunks);
-      ExpectSame(*plain, *spec, what);
-      EXPECT_GT(m.spec_drafts_total, 0) << what;
-      EXPECT_GT(m.spec_accepted_tokens_total, 0) << what;
-      EXPECT_LE(m.spec_accepted_tokens_total, m.spec_draft_tokens_total);
-      EXPECT_LE(m.spec_accepted_per_position[1], m.spec_accepted_per_position[0]);
-      int32_t drafted = 0, accepted = 0;
-      for (const GenerationResult& g : *spec) {
-        drafted += g.usage.draft_tokens;
-        accepted += g.usage.accepted_draft_tokens;
+      for (const Drafting& dr : draftings) {
+        LoopOptions on = off;
+        on.speculation = LoopOptions::Speculation::kHeads;
+        on.draft_heads = heads_;
+        on.draft_tokens = 3;
+        on.draft_tree = dr.tree;
+        on.speculation_max_rows = 64;
+        on.speculation_min_accept = 0;  // keep speculating: the test is about exactness
+        MetricsSnapshot m;
+        auto spec = Run(reqs, on, chunks, &m);
+        ASSERT_TRUE(spec.ok()) << spec.status();
+        const std::string what =
+            absl::StrCat(dr.name, " overlap ", overlap, " chunks ", chunks);
+        ExpectSame(*plain, *spec, what);
+        EXPECT_GT(m.spec_drafts_total, 0) << what;
+        EXPECT_GT(m.spec_accepted_tokens_total, 0) << what;
+        EXPECT_LE(m.spec_accepted_tokens_total, m.spec_draft_tokens_total);
+        EXPECT_LE(m.spec_accepted_per_position[1], m.spec_accepted_per_position[0]);
+        int32_t drafted = 0, accepted = 0;
+        for (const GenerationResult& g : *spec) {
+          drafted += g.usage.draft_tokens;
+          accepted += g.usage.accepted_draft_tokens;
+        }
+        EXPECT_EQ(drafted, m.spec_draft_tokens_total);
+        EXPECT_EQ(accepted, m.spec_accepted_tokens_total);
+        std::printf("[%s] verifications %lld, candidates %lld, accepted %lld (%.2f tokens per "
+                    "step)\n",
+                    what.c_str(), static_cast<long long>(m.spec_drafts_total),
+                    static_cast<long long>(m.spec_draft_tokens_total),
+                    static_cast<long long>(m.spec_accepted_tokens_total),
+                    1.0 + static_cast<double>(m.spec_accepted_tokens_total) /
+                              static_cast<double>(m.spec_drafts_total));
       }
-      EXPECT_EQ(drafted, m.spec_draft_tokens_total);
-      EXPECT_EQ(accepted, m.spec_accepted_tokens_total);
-      std::printf("[%s] chains %lld, candidates %lld, accepted %lld (%.2f tokens per step)\n",
-                  what.c_str(), static_cast<long long>(m.spec_drafts_total),
-                  static_cast<long long>(m.spec_draft_tokens_total),
-                  static_cast<long long>(m.spec_accepted_tokens_total),
-                  1.0 + static_cast<double>(m.spec_accepted_tokens_total) /
-                            static_cast<double>(m.spec_drafts_total));
     }
   }
+}
+
+// A tree accepts more per step than the chain through its top-1 path (the chain is one of its
+// paths), and candidates that do not fit the step's token budget are not drafted.
+TEST_F(SpeculationTest, TreesAcceptMoreAndDraftsCountInTheTokenBudget) {
+  std::vector<Request> reqs;
+  for (const char* t : {"Once upon a time", "The little dog", "Lily and her mom went to"}) {
+    Request r = Make(t, 48);
+    r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  int64_t max_candidates = 0;
+  auto per_step = [&](std::vector<int> tree, int budget, MetricsSnapshot* m) {
+    LoopOptions o{.max_running_sequences = 16, .prefill_token_budget = budget};
+    o.speculation = LoopOptions::Speculation::kHeads;
+    o.draft_heads = heads_;
+    o.draft_tree = std::move(tree);
+    o.speculation_min_accept = 0;
+    auto res = Run(reqs, o, 512, m, &max_candidates);
+    EXPECT_TRUE(res.ok()) << res.status();
+    return m->spec_drafts_total == 0
+               ? 0.0
+               : 1.0 + static_cast<double>(m->spec_accepted_tokens_total) /
+                           static_cast<double>(m->spec_drafts_total);
+  };
+  MetricsSnapshot chain, tree, tight;
+  const double chain_rate = per_step({1, 1, 1}, 64, &chain);
+  const double tree_rate = per_step({4, 2, 2}, 64, &tree);
+  std::printf("chain [1,1,1] %.2f tokens per step, tree [4,2,2] %.2f\n", chain_rate, tree_rate);
+  EXPECT_GT(tree_rate, chain_rate);
+  // 4 + 8 + 16 nodes, fewer only where max_tokens leaves less than 3 levels.
+  EXPECT_LE(tree.spec_draft_tokens_total, 28 * tree.spec_drafts_total);
+  EXPECT_GT(tree.spec_draft_tokens_total, 25 * tree.spec_drafts_total);
+  EXPECT_EQ(max_candidates, 2 * 28);  // three samples, room for two trees in 64 tokens
+  // A 20-token budget: one full tree never fits; shallower ones near the end do.
+  per_step({4, 2, 2}, 20, &tight);
+  EXPECT_LE(max_candidates, 20);
+  EXPECT_LT(tight.spec_drafts_total, tree.spec_drafts_total / 4);
+}
+
+// Without a common seed, sampled outputs with speculation follow the distribution without it:
+// a chi-square two-sample test per position over 400 fixed-seed samples each, and the same
+// statistic must tell a different temperature apart (so that it can fail).
+TEST_F(SpeculationTest, SampledOutputsKeepTheirDistribution) {
+  const int kSamples = 400, kTokens = 5;
+  auto draw = [&](bool speculate, float temperature, uint64_t seed0) {
+    std::vector<Request> reqs;
+    for (int i = 0; i < kSamples; ++i) {
+      Request r = Make("Once upon a time", kTokens);
+      r.params.temperature = temperature;
+      r.params.ignore_eos = true;
+      r.params.seed = seed0 + static_cast<uint64_t>(i);
+      r.params.has_seed = true;
+      reqs.push_back(r);
+    }
+    LoopOptions o{.max_running_sequences = 64, .prefill_token_budget = 1024};
+    if (speculate) {
+      o.speculation = LoopOptions::Speculation::kHeads;
+      o.draft_heads = heads_;
+      o.draft_tree = {3, 2, 1};
+      o.speculation_max_rows = 64;
+      o.speculation_min_accept = 0;
+    }
+    MetricsSnapshot m;
+    auto res = Run(reqs, o, 4096, &m);
+    EXPECT_TRUE(res.ok()) << res.status();
+    if (speculate) {
+      EXPECT_GT(m.spec_accepted_tokens_total, kSamples / 2);
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (const GenerationResult& g : *res) out.push_back(g.samples[0].tokens);
+    return out;
+  };
+  // Largest Wilson-Hilferty z of the per-position chi-square statistics (categories with fewer
+  // than 10 draws in both runs pooled).
+  auto worst_z = [&](const std::vector<std::vector<int32_t>>& a,
+                     const std::vector<std::vector<int32_t>>& b) {
+    double worst = -10;
+    for (int pos = 0; pos < kTokens; ++pos) {
+      std::map<int32_t, std::pair<double, double>> counts;
+      for (const auto& t : a) counts[t[pos]].first += 1;
+      for (const auto& t : b) counts[t[pos]].second += 1;
+      std::vector<std::pair<double, double>> cells;
+      std::pair<double, double> rare{0, 0};
+      for (auto& [tok, c] : counts) {
+        if (c.first + c.second < 10) {
+          rare.first += c.first;
+          rare.second += c.second;
+        } else {
+          cells.push_back(c);
+        }
+      }
+      if (rare.first + rare.second > 0) cells.push_back(rare);
+      if (cells.size() < 2) continue;
+      double chi2 = 0;
+      for (auto [x, y] : cells) chi2 += (x - y) * (x - y) / (x + y);  // equal sample sizes
+      const double k = static_cast<double>(cells.size() - 1);
+      const double z = (std::cbrt(chi2 / k) - (1 - 2 / (9 * k))) / std::sqrt(2 / (9 * k));
+      worst = std::max(worst, z);
+    }
+    return worst;
+  };
+  const auto off = draw(false, 1.0f, 1000);
+  const auto on = draw(true, 1.0f, 5000);
+  const auto cooler = draw(false, 0.6f, 9000);
+  const double same = worst_z(off, on), different = worst_z(off, cooler);
+  std::printf("worst z: speculation on against off %.2f, temperature 0.6 against 1.0 %.2f\n",
+              same, different);
+  EXPECT_LT(same, 3.5);       // p > 2e-4 at every position
+  EXPECT_GT(different, 3.5);  // the test can tell distributions apart
 }
 
 // Prompt lookup drafts a repeated request's own earlier continuation: the second run of the same
