@@ -23,7 +23,9 @@ Scheduler::Scheduler(const engine::ModelConfig& config, const engine::Tokenizer*
                       .speculation = options.speculation,
                       .draft_heads = options.draft_heads,
                       .draft_tokens = options.draft_tokens,
-                      .speculation_max_rows = options.speculation_max_rows})) {
+                      .draft_tree = options.draft_tree,
+                      .speculation_max_rows = options.speculation_max_rows,
+                      .speculation_min_accept = options.speculation_min_accept})) {
   absl::MutexLock lock(&mu_);
   metrics_ = loop_->metrics();
 }

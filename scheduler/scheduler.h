@@ -41,7 +41,9 @@ struct SchedulerOptions {
   LoopOptions::Speculation speculation = LoopOptions::Speculation::kOff;
   const engine::DraftHeads* draft_heads = nullptr;
   int draft_tokens = 3;
+  std::vector<int> draft_tree = {};
   int speculation_max_rows = 8;
+  float speculation_min_accept = 0.4f;
 };
 
 class Scheduler {

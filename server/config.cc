@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/speculative/draft_heads.h"
 #include "nlohmann/json.hpp"
 #include "server/auth.h"
 #include "server/json_depth.h"
@@ -159,6 +160,16 @@ absl::Status Int(const std::string& key, const std::string& v, int lo, int hi, i
   return absl::OkStatus();
 }
 
+absl::Status Float(const std::string& key, const std::string& v, float lo, float hi, float* out) {
+  float x;
+  if (!absl::SimpleAtof(v, &x) || !(x >= lo && x <= hi)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": expected a number in [", lo, ", ", hi, "], got '", v, "'"));
+  }
+  *out = x;
+  return absl::OkStatus();
+}
+
 absl::Status OneOf(const std::string& key, const std::string& v,
                    std::initializer_list<const char*> allowed, std::string* out) {
   for (const char* a : allowed) {
@@ -231,6 +242,21 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) { c.draft_heads = v; return absl::OkStatus(); }},
       {"draft-tokens",
        [](DaemonConfig& c, const std::string& v) { return Int("draft-tokens", v, 1, 16, &c.draft_tokens); }},
+      {"draft-tree",
+       [](DaemonConfig& c, const std::string& v) {
+         if (v.empty() || v == "none") {
+           c.draft_tree.clear();
+           return absl::OkStatus();
+         }
+         auto b = engine::DraftHeads::ParseBranching(v);
+         if (!b.ok()) return absl::InvalidArgumentError("draft-tree: " + std::string(b.status().message()));
+         c.draft_tree.assign(b->begin(), b->end());
+         return absl::OkStatus();
+       }},
+      {"speculation-min-accept",
+       [](DaemonConfig& c, const std::string& v) {
+         return Float("speculation-min-accept", v, 0.0f, 16.0f, &c.speculation_min_accept);
+       }},
       {"speculation-max-rows",
        [](DaemonConfig& c, const std::string& v) {
          return Int("speculation-max-rows", v, 1, 1 << 16, &c.speculation_max_rows);
@@ -362,9 +388,18 @@ absl::Status ApplyFile(DaemonConfig& c, const std::string& path) {
       }
     } else if (v.is_number_integer()) {
       value = std::to_string(v.get<int64_t>());
+    } else if (v.is_number_float()) {
+      value = absl::StrCat(v.get<double>());
+    } else if (key == "draft-tree" && v.is_array()) {
+      for (auto& item : v) {
+        if (!item.is_number_integer()) {
+          return absl::InvalidArgumentError(path + ": draft_tree must list integers");
+        }
+        absl::StrAppend(&value, value.empty() ? "" : ",", item.get<int64_t>());
+      }
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", k.substr(0, 64), " must be a string or integer"));
+          absl::StrCat(path, ": ", k.substr(0, 64), " must be a string or number"));
     }
     if (absl::StatusOr<std::string> canonical = CanonicalOptionName(key); canonical.ok()) {
       value = ResolveConfigPath(path, *canonical, value);

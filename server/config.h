@@ -9,7 +9,7 @@
 //           [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]
 //           [--log-level LEVEL] [--max-model-len N]
 //           [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]
-//           [--speculation-max-rows N]
+//           [--draft-tree B1,B2,..] [--speculation-max-rows N] [--speculation-min-accept X]
 //
 // vLLM's names for the same options are accepted too (--port, --max-num-seqs, ...); vLLM
 // options with no banyand counterpart are refused, saying so (server/option_aliases.h).
@@ -74,12 +74,16 @@ struct DaemonConfig {
   std::string overlap = "auto";
   // Speculative decoding (scheduler/engine_loop.h, LoopOptions::Speculation): "off", "hydra"
   // (draft heads from draft_heads, a head set's config.json) or "lookup" (a repeated greedy
-  // request's own earlier continuation); draft_tokens candidates per chain, only in steps with at
-  // most speculation_max_rows decode rows.
+  // request's own earlier continuation); draft_tokens candidates per chain, or (hydra) a tree
+  // with draft_tree children per node at each depth ("4,2,2"); only in steps with at most
+  // speculation_max_rows decode rows, and not for a sample whose accepted candidates per step
+  // fall below speculation_min_accept.
   std::string speculative = "off";
   std::string draft_heads;
   int draft_tokens = 3;
+  std::vector<int> draft_tree;
   int speculation_max_rows = 8;
+  float speculation_min_accept = 0.4f;
   std::string log_level = "info";
   ServerOptions server;
   // As set by --max-prompt-bytes / "max_prompt_bytes"; LoadDaemonConfig resolves

@@ -28,6 +28,7 @@
 #include "engine/cuda/cuda_backend.h"
 #endif
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/model_bundle.h"
 #include "engine/speculative/draft_heads.h"
@@ -69,7 +70,8 @@ constexpr char kUsage[] =
     "               [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]\n"
     "               [--log-level trace|debug|info|warn|error] [--max-model-len N]\n"
     "               [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]\n"
-    "               [--speculation-max-rows N]\n"
+    "               [--draft-tree B1,B2,..] [--speculation-max-rows N]\n"
+    "               [--speculation-min-accept X]\n"
     "With no arguments: the bundled stories260K, 127.0.0.1, HTTP 8000, gRPC 50051, on the GPU\n"
     "when this banyand has CUDA and a device is visible, else the CPU (--backend auto).\n"
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
@@ -272,6 +274,11 @@ int Run(int argc, char** argv) {
           "--draft-tokens ", cfg->draft_tokens, " is more than the ", h->num_heads(),
           " draft heads of ", cfg->draft_heads, " can propose")));
     }
+    if (static_cast<int>(cfg->draft_tree.size()) > h->num_heads()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--draft-tree has ", cfg->draft_tree.size(), " levels; the ", h->num_heads(),
+          " draft heads of ", cfg->draft_heads, " can propose at most that many")));
+    }
     heads.emplace(*std::move(h));
     so.speculation = scheduler::LoopOptions::Speculation::kHeads;
     so.draft_heads = &*heads;
@@ -280,14 +287,22 @@ int Run(int argc, char** argv) {
   } else if (!cfg->draft_heads.empty()) {
     return Fail(absl::InvalidArgumentError("--draft-heads is only read with --speculative hydra"));
   }
+  if (!cfg->draft_tree.empty() && cfg->speculative != "hydra") {
+    return Fail(absl::InvalidArgumentError("--draft-tree is only read with --speculative hydra"));
+  }
   so.draft_tokens = cfg->draft_tokens;
+  so.draft_tree = cfg->draft_tree;
   so.speculation_max_rows = cfg->speculation_max_rows;
+  so.speculation_min_accept = cfg->speculation_min_accept;
   if (cfg->speculative != "off") {
-    spdlog::info("speculative decoding: {} ({} candidates per chain, in steps of at most {} decode "
-                 "rows; greedy requests without penalties)",
+    spdlog::info("speculative decoding: {} ({}, in steps of at most {} decode rows, paused for a "
+                 "sample accepting fewer than {} per step)",
                  cfg->speculative == "hydra" ? "hydra heads " + cfg->draft_heads
                                               : std::string("prompt lookup"),
-                 cfg->draft_tokens, cfg->speculation_max_rows);
+                 cfg->draft_tree.empty()
+                     ? absl::StrCat(cfg->draft_tokens, " candidates per chain")
+                     : absl::StrCat("tree ", absl::StrJoin(cfg->draft_tree, ",")),
+                 cfg->speculation_max_rows, cfg->speculation_min_accept);
   }
   so.attention = attention;
   scheduler::Scheduler sched(mc, bundle->tokenizer.get(), std::move(backend), so);

@@ -4,13 +4,14 @@
 //                   [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N]
 //                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged] [--backend cpu|cuda]
 //                   [--prompts-file FILE] [--speculative off|hydra] [--draft-heads FILE]
-//                   [--draft-tokens K]
+//                   [--draft-tokens K] [--draft-tree B1,B2,..]
 //       Prints the completion (generated text only). With --n > 1 the samples share the
 //       prompt's KV and are printed one after another under "--- sample i ---" headers.
 //       --prompts-file: one prompt per line, all run as one batch on the engine loop (the loop
 //       the daemon runs); each completion is printed on one line, newlines escaped as \n.
-//       --speculative hydra: greedy requests verify candidate chains from the draft heads
-//       (--draft-heads, a head set's config.json); the output is the same as without.
+//       --speculative hydra: requests verify candidate chains (or, with --draft-tree, trees)
+//       from the draft heads (--draft-heads, a head set's config.json); the output is the same
+//       as without.
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,
 //       tokenizer.model).
@@ -173,6 +174,11 @@ absl::Status Generate(const Args& a, const char* argv0) {
     lo.draft_heads = &*heads;
     lo.draft_tokens = heads->num_heads();
     if (absl::Status s = ParseNum(a, "draft-tokens", &lo.draft_tokens); !s.ok()) return s;
+    if (const std::string tree = a.Get("draft-tree"); !tree.empty()) {
+      auto b = engine::DraftHeads::ParseBranching(tree);
+      if (!b.ok()) return b.status();
+      lo.draft_tree.assign(b->begin(), b->end());
+    }
     lo.speculation_max_rows = 1 << 16;
   } else if (speculative != "off") {
     return absl::InvalidArgumentError("--speculative must be off or hydra, got " + speculative);
@@ -200,7 +206,7 @@ absl::Status Generate(const Args& a, const char* argv0) {
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,
                st.peak.chunks_live, static_cast<long long>(st.peak.chunks_saved_by_sharing));
   if (const scheduler::MetricsSnapshot& m = loop.metrics(); m.spec_drafts_total > 0) {
-    std::fprintf(stderr, "[banyan] speculative: %lld chains, %lld of %lld candidates accepted\n",
+    std::fprintf(stderr, "[banyan] speculative: %lld verifications, %lld of %lld candidates accepted\n",
                  static_cast<long long>(m.spec_drafts_total),
                  static_cast<long long>(m.spec_accepted_tokens_total),
                  static_cast<long long>(m.spec_draft_tokens_total));

@@ -9,7 +9,9 @@
 #include <numeric>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "engine/model/safetensors_file.h"
 #include "nlohmann/json.hpp"
 
@@ -290,6 +292,26 @@ absl::StatusOr<DraftHeads::Tree> DraftHeads::BuildTree(std::span<const float> h,
     level_begin = level_end;
   }
   return t;
+}
+
+absl::StatusOr<std::vector<int32_t>> DraftHeads::ParseBranching(const std::string& text) {
+  std::vector<int32_t> b;
+  int64_t nodes = 0, level = 1;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int32_t x;
+    if (!absl::SimpleAtoi(part, &x) || x < 1 || x > 16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expected branching factors in [1, 16] separated by commas, got '", text, "'"));
+    }
+    b.push_back(x);
+    level *= x;
+    nodes += level;
+  }
+  if (b.size() > 8 || nodes > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "at most 8 levels and 256 candidates per tree, got '", text, "' (", nodes, ")"));
+  }
+  return b;
 }
 
 }  // namespace banyan::engine

@@ -62,6 +62,10 @@ class DraftHeads {
   absl::StatusOr<Tree> BuildTree(std::span<const float> h, int32_t root,
                                  std::span<const int32_t> branching) const;
 
+  // A tree's branching factors from text, "4,2,2": each in [1, 16], at most 8 levels and 256
+  // candidates (banyand's --draft-tree, banyan generate's).
+  static absl::StatusOr<std::vector<int32_t>> ParseBranching(const std::string& text);
+
  private:
   struct Head {
     Tensor fc1_w, fc1_b, fc2_w, fc2_b;

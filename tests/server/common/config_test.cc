@@ -127,6 +127,22 @@ TEST_F(ConfigTest, SpeculationOptions) {
   EXPECT_FALSE(Load({"--draft-tokens", "0"}).ok());
   EXPECT_FALSE(Load({"--draft-tokens", "17"}).ok());
   EXPECT_FALSE(Load({"--speculation-max-rows", "0"}).ok());
+  auto t = Load({"--speculative", "hydra", "--draft-tree", "4,2,2", "--speculation-min-accept",
+                 "0.25"});
+  ASSERT_TRUE(t.ok()) << Error(t);
+  EXPECT_EQ(t->draft_tree, (std::vector<int>{4, 2, 2}));
+  EXPECT_FLOAT_EQ(t->speculation_min_accept, 0.25f);
+  EXPECT_TRUE(Has(Error(Load({"--draft-tree", "4,0"})), "branching factors"));
+  EXPECT_TRUE(Has(Error(Load({"--draft-tree", "4,,2"})), "branching factors"));
+  EXPECT_TRUE(Has(Error(Load({"--draft-tree", "16,16"})), "256 candidates"));
+  EXPECT_TRUE(Has(Error(Load({"--speculation-min-accept", "-1"})), "speculation-min-accept"));
+  EXPECT_TRUE(Has(Error(Load({"--speculation-min-accept", "nan"})), "speculation-min-accept"));
+  const std::string tree_cfg =
+      Write("tree.json", R"({"draft_tree": [3, 2], "speculation_min_accept": 0.5})");
+  auto tc = Load({"--config", tree_cfg});
+  ASSERT_TRUE(tc.ok()) << Error(tc);
+  EXPECT_EQ(tc->draft_tree, (std::vector<int>{3, 2}));
+  EXPECT_FLOAT_EQ(tc->speculation_min_accept, 0.5f);
   const std::string cfg = Write("spec.json", R"({"speculative": "hydra", "draft_heads": "h/config.json"})");
   auto f = Load({"--config", cfg});
   ASSERT_TRUE(f.ok()) << Error(f);
