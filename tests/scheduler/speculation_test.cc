@@ -12,6 +12,7 @@
 #include "engine/speculative/draft_heads.h"
 #include "gtest/gtest.h"
 #include "scheduler/generate.h"
+#include "tests/scheduler/speculation_util.h"
 
 namespace banyan::scheduler {
 namespace {
@@ -64,29 +65,7 @@ class SpeculationTest : public ::testing::Test {
   absl::StatusOr<std::vector<GenerationResult>> Run(const std::vector<Request>& reqs,
                                                     LoopOptions o, int chunks,
                                                     MetricsSnapshot* metrics = nullptr) {
-    auto backend = engine::CpuBackend::Create(&bundle_->weights,
-                                              {.num_chunks = chunks, .chunk_size = 16});
-    if (!backend.ok()) return backend.status();
-    EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend), o);
-    auto res = GenerateAll(loop, reqs);
-    EXPECT_TRUE(loop.tree().CheckInvariants().ok()) << loop.tree().CheckInvariants();
-    EXPECT_EQ(loop.tree().Stats().chunks_live, 0);
-    if (metrics != nullptr) *metrics = loop.metrics();
-    return res;
-  }
-
-  static void ExpectSame(const std::vector<GenerationResult>& a,
-                         const std::vector<GenerationResult>& b, const std::string& what) {
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].samples.size(), b[i].samples.size());
-      for (size_t k = 0; k < a[i].samples.size(); ++k) {
-        EXPECT_EQ(a[i].samples[k].tokens, b[i].samples[k].tokens) << what << " request " << i;
-        EXPECT_EQ(a[i].samples[k].text, b[i].samples[k].text) << what << " request " << i;
-        EXPECT_EQ(a[i].samples[k].finish, b[i].samples[k].finish) << what << " request " << i;
-      }
-      EXPECT_EQ(a[i].usage.completion_tokens, b[i].usage.completion_tokens) << what << " " << i;
-    }
+    return testing::RunOnCpu(bundle_->weights, bundle_->tokenizer.get(), reqs, o, chunks, metrics);
   }
 
   static engine::ModelBundle* bundle_;
@@ -113,7 +92,7 @@ TEST_F(SpeculationTest, HydraHeadsKeepGreedyOutputExactly) {
       auto spec = Run(reqs, on, chunks, &m);
       ASSERT_TRUE(spec.ok()) << spec.status();
       const std::string what = absl::StrCat("overlap ", overlap, " chunks ", chunks);
-      ExpectSame(*plain, *spec, what);
+      testing::ExpectSameResults(*plain, *spec, what);
       EXPECT_GT(m.spec_drafts_total, 0) << what;
       EXPECT_GT(m.spec_accepted_tokens_total, 0) << what;
       EXPECT_LE(m.spec_accepted_tokens_total, m.spec_draft_tokens_total);
@@ -125,12 +104,7 @@ TEST_F(SpeculationTest, HydraHeadsKeepGreedyOutputExactly) {
       }
       EXPECT_EQ(drafted, m.spec_draft_tokens_total);
       EXPECT_EQ(accepted, m.spec_accepted_tokens_total);
-      std::printf("[%s] chains %lld, candidates %lld, accepted %lld (%.2f tokens per step)\n",
-                  what.c_str(), static_cast<long long>(m.spec_drafts_total),
-                  static_cast<long long>(m.spec_draft_tokens_total),
-                  static_cast<long long>(m.spec_accepted_tokens_total),
-                  1.0 + static_cast<double>(m.spec_accepted_tokens_total) /
-                            static_cast<double>(m.spec_drafts_total));
+      std::printf("[%s] %s\n", what.c_str(), testing::SpecSummary(m).c_str());
     }
   }
 }
@@ -155,7 +129,7 @@ TEST_F(SpeculationTest, LookupAcceptsARepeatedRequestWhole) {
   EXPECT_EQ(loop.metrics().spec_drafts_total, 0);  // nothing to look up yet
   auto second = GenerateAll(loop, reqs);
   ASSERT_TRUE(second.ok()) << second.status();
-  ExpectSame(*first, *second, "lookup");
+  testing::ExpectSameResults(*first, *second, "lookup");
   const MetricsSnapshot& m = loop.metrics();
   EXPECT_GT(m.spec_draft_tokens_total, 0);
   EXPECT_EQ(m.spec_accepted_tokens_total, m.spec_draft_tokens_total);
