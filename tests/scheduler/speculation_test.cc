@@ -16,6 +16,7 @@
 #include "engine/speculative/draft_heads.h"
 #include "gtest/gtest.h"
 #include "scheduler/generate.h"
+#include "tests/scheduler/speculation_util.h"
 
 namespace banyan::scheduler {
 namespace {
@@ -78,31 +79,14 @@ class SpeculationTest : public ::testing::Test {
   absl::StatusOr<std::vector<GenerationResult>> Run(const std::vector<Request>& reqs,
                                                     LoopOptions o, int chunks,
                                                     MetricsSnapshot* metrics = nullptr,
-                                                    int64_t* max_candidates = nullptr) {
-    auto backend = engine::CpuBackend::Create(&bundle_->weights,
-                                              {.num_chunks = chunks, .chunk_size = 16});
-    if (!backend.ok()) return backend.status();
-    EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend), o);
-    auto res = GenerateAll(loop, reqs);
-    EXPECT_TRUE(loop.tree().CheckInvariants().ok()) << loop.tree().CheckInvariants();
-    EXPECT_EQ(loop.tree().Stats().chunks_live, 0);
-    if (metrics != nullptr) *metrics = loop.metrics();
-    if (max_candidates != nullptr) *max_candidates = loop.stats().max_step_candidates;
-    return res;
+                                                    LoopStats* stats = nullptr) {
+    return testing::RunOnCpu(bundle_->weights, bundle_->tokenizer.get(), reqs, o, chunks, metrics,
+                             16, stats);
   }
 
   static void ExpectSame(const std::vector<GenerationResult>& a,
                          const std::vector<GenerationResult>& b, const std::string& what) {
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].samples.size(), b[i].samples.size());
-      for (size_t k = 0; k < a[i].samples.size(); ++k) {
-        EXPECT_EQ(a[i].samples[k].tokens, b[i].samples[k].tokens) << what << " request " << i;
-        EXPECT_EQ(a[i].samples[k].text, b[i].samples[k].text) << what << " request " << i;
-        EXPECT_EQ(a[i].samples[k].finish, b[i].samples[k].finish) << what << " request " << i;
-      }
-      EXPECT_EQ(a[i].usage.completion_tokens, b[i].usage.completion_tokens) << what << " " << i;
-    }
+    testing::ExpectSameResults(a, b, what);
   }
 
   static engine::ModelBundle* bundle_;
@@ -151,13 +135,7 @@ TEST_F(SpeculationTest, HydraHeadsKeepOutputsExactly) {
         }
         EXPECT_EQ(drafted, m.spec_draft_tokens_total);
         EXPECT_EQ(accepted, m.spec_accepted_tokens_total);
-        std::printf("[%s] verifications %lld, candidates %lld, accepted %lld (%.2f tokens per "
-                    "step)\n",
-                    what.c_str(), static_cast<long long>(m.spec_drafts_total),
-                    static_cast<long long>(m.spec_draft_tokens_total),
-                    static_cast<long long>(m.spec_accepted_tokens_total),
-                    1.0 + static_cast<double>(m.spec_accepted_tokens_total) /
-                              static_cast<double>(m.spec_drafts_total));
+        std::printf("[%s] %s\n", what.c_str(), testing::SpecSummary(m).c_str());
       }
     }
   }
@@ -172,14 +150,14 @@ TEST_F(SpeculationTest, TreesAcceptMoreAndDraftsCountInTheTokenBudget) {
     r.params.ignore_eos = true;
     reqs.push_back(r);
   }
-  int64_t max_candidates = 0;
+  LoopStats stats;
   auto per_step = [&](std::vector<int> tree, int budget, MetricsSnapshot* m) {
     LoopOptions o{.max_running_sequences = 16, .prefill_token_budget = budget};
     o.speculation = LoopOptions::Speculation::kHeads;
     o.draft_heads = heads_;
     o.draft_tree = std::move(tree);
     o.speculation_min_accept = 0;
-    auto res = Run(reqs, o, 512, m, &max_candidates);
+    auto res = Run(reqs, o, 512, m, &stats);
     EXPECT_TRUE(res.ok()) << res.status();
     return m->spec_drafts_total == 0
                ? 0.0
@@ -194,10 +172,10 @@ TEST_F(SpeculationTest, TreesAcceptMoreAndDraftsCountInTheTokenBudget) {
   // 4 + 8 + 16 nodes, fewer only where max_tokens leaves less than 3 levels.
   EXPECT_LE(tree.spec_draft_tokens_total, 28 * tree.spec_drafts_total);
   EXPECT_GT(tree.spec_draft_tokens_total, 25 * tree.spec_drafts_total);
-  EXPECT_EQ(max_candidates, 2 * 28);  // three samples, room for two trees in 64 tokens
+  EXPECT_EQ(stats.max_step_candidates, 2 * 28);  // three samples, room for two trees in 64 tokens
   // A 20-token budget: one full tree never fits; shallower ones near the end do.
   per_step({4, 2, 2}, 20, &tight);
-  EXPECT_LE(max_candidates, 20);
+  EXPECT_LE(stats.max_step_candidates, 20);
   EXPECT_LT(tight.spec_drafts_total, tree.spec_drafts_total / 4);
 }
 

@@ -119,27 +119,10 @@ TEST(ArchConfig, UnsupportedFieldsAreNamed) {
   }
 }
 
-ModelConfig Small(const std::string& arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 40;
-  c.max_seq_len = 128;
-  c.rope_style = RopeStyle::kHalf;
-  c.qkv_bias = arch == "qwen2";
-  c.qk_norm = arch == "qwen3";
-  if (arch == "qwen3") c.head_size = 32;
-  return c;
-}
-
 TEST(ArchWeights, HfFoldersRoundTrip) {
   for (const char* arch : {"qwen2", "qwen3", "llama"}) {
     SCOPED_TRACE(arch);
-    ModelConfig c = Small(arch);
+    ModelConfig c = testing::SmallArchConfig(arch);
     c.tie_embeddings = std::string(arch) != "llama";
     const ModelWeights w = MakeDummyWeights(c, 7);
     TempDir dir;
@@ -155,7 +138,7 @@ TEST(ArchWeights, HfFoldersRoundTrip) {
   // banyan's own writer (banyan convert) keeps the architecture, the scaling and the eos list.
   for (const char* arch : {"qwen2", "qwen3", "llama"}) {
     SCOPED_TRACE(arch);
-    ModelConfig c = Small(arch);
+    ModelConfig c = testing::SmallArchConfig(arch);
     if (std::string(arch) == "llama") {
       c.rope_scaling.type = RopeScalingType::kLlama3;
       c.rope_scaling.factor = 8;
@@ -172,7 +155,7 @@ TEST(ArchWeights, HfFoldersRoundTrip) {
     testing::ExpectSameWeights(*got, w);
   }
   // A Qwen 2.5 folder without its biases names the missing tensor.
-  const ModelWeights w = MakeDummyWeights(Small("qwen2"), 7);
+  const ModelWeights w = MakeDummyWeights(testing::SmallArchConfig("qwen2"), 7);
   std::vector<testing::RawEntry> entries = testing::HfEntries(w);
   std::erase_if(entries, [](const testing::RawEntry& e) {
     return e.name == "model.layers.1.self_attn.k_proj.bias";
@@ -187,7 +170,7 @@ TEST(ArchWeights, HfFoldersRoundTrip) {
 TEST(ArchWeights, GgufRoundTripAndRopeFreqs) {
   for (const char* arch : {"qwen2", "qwen3"}) {
     SCOPED_TRACE(arch);
-    const ModelWeights w = MakeDummyWeights(Small(arch), 9);
+    const ModelWeights w = MakeDummyWeights(testing::SmallArchConfig(arch), 9);
     TempDir dir;
     WriteBytes(dir.File("m.gguf"), testing::GgufFromWeights(w, testing::kGgmlF32));
     absl::StatusOr<ModelWeights> got = LoadGguf(dir.File("m.gguf"), nullptr);
@@ -198,7 +181,7 @@ TEST(ArchWeights, GgufRoundTripAndRopeFreqs) {
     testing::ExpectSameWeights(*got, w);
   }
   // Llama 3.1 GGUFs carry the scaling as rope_freqs.weight: divisors of the frequencies.
-  ModelConfig c = Small("llama");
+  ModelConfig c = testing::SmallArchConfig("llama");
   c.rope_style = RopeStyle::kInterleaved;
   const ModelWeights w = MakeDummyWeights(c, 3);
   std::vector<float> divisors(c.head_dim() / 2);
@@ -222,7 +205,7 @@ TEST(ArchWeights, GgufRoundTripAndRopeFreqs) {
 
 TEST(ArchWeights, UnexpectedBiasOrNormTensorsAreRefused) {
   // A Qwen 2.5 checkpoint labelled llama: its biases would be dropped.
-  const ModelWeights w = MakeDummyWeights(Small("qwen2"), 4);
+  const ModelWeights w = MakeDummyWeights(testing::SmallArchConfig("qwen2"), 4);
   ModelConfig as_llama = w.config;
   as_llama.arch = "llama";
   as_llama.qkv_bias = false;
@@ -234,7 +217,7 @@ TEST(ArchWeights, UnexpectedBiasOrNormTensorsAreRefused) {
   EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("_proj.bias"), HasSubstr("llama")));
   // The same in GGUF: a qwen3 file relabelled llama (metadata under llama.*) keeps its
   // attn_q_norm / attn_k_norm tensors.
-  ModelWeights q3 = MakeDummyWeights(Small("qwen3"), 4);
+  ModelWeights q3 = MakeDummyWeights(testing::SmallArchConfig("qwen3"), 4);
   q3.config.arch = "llama";
   WriteBytes(dir.File("m.gguf"), testing::GgufFromWeights(q3, testing::kGgmlF32));
   s = LoadGguf(dir.File("m.gguf"), nullptr).status();
@@ -243,7 +226,7 @@ TEST(ArchWeights, UnexpectedBiasOrNormTensorsAreRefused) {
 }
 
 TEST(ArchWeights, GgufRefusals) {
-  ModelWeights w = MakeDummyWeights(Small("llama"), 5);
+  ModelWeights w = MakeDummyWeights(testing::SmallArchConfig("llama"), 5);
   w.config.arch = "gemma2";
   TempDir dir;
   WriteBytes(dir.File("g.gguf"), testing::GgufFromWeights(w, testing::kGgmlF32));

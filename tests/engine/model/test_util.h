@@ -1,10 +1,12 @@
-// Helpers shared by the engine/model tests: temp dirs, file bytes, the bundled model's paths,
+// Helpers shared by the engine/model tests (the inline ones also by the scheduler's speculation
+// tests): small configs of each architecture, temp dirs, file bytes, the bundled model's paths,
 // tensor comparison, and writers for synthetic GGUF / safetensors files (used to build both
 // valid inputs in other dtypes and deliberately broken ones).
 #pragma once
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -23,15 +25,38 @@ inline std::string ModelFile(const std::string& name) {
   return std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/" + name;
 }
 
+// A small config of an architecture the loaders know: "llama", "mistral" (the same tensors),
+// "qwen2" (q/k/v biases), "qwen3" (q/k norms, head_dim 32 != dim / n_heads). dim 64, 4 query
+// heads over 2 KV heads, 2 layers, vocabulary 40, context 128, kHalf, untied, no RoPE scaling;
+// callers change what their test needs.
+inline ModelConfig SmallArchConfig(const std::string& arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 40;
+  c.max_seq_len = 128;
+  c.rope_style = RopeStyle::kHalf;
+  c.qkv_bias = arch == "qwen2";
+  c.qk_norm = arch == "qwen3";
+  if (arch == "qwen3") c.head_size = 32;
+  return c;
+}
+
 // A fresh directory under the test temp dir, removed with everything in it on destruction.
 class TempDir {
  public:
   TempDir() {
     static std::atomic<int> counter{0};
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = info ? info->name() : "x";
+    std::replace(name.begin(), name.end(), '/', '_');  // parameterized tests: "Name/param"
     path_ = std::filesystem::path(::testing::TempDir()) /
-            ("banyan_model_" + std::string(info ? info->name() : "x") + "_" +
-             std::to_string(::getpid()) + "_" + std::to_string(counter++));
+            ("banyan_model_" + name + "_" + std::to_string(::getpid()) + "_" +
+             std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
