@@ -478,11 +478,11 @@ absl::Status PrefixTree::Truncate(SeqId seq, int32_t length, std::vector<ChunkCo
         absl::StrCat("cannot truncate a ", total, "-token sequence to ", length, " tokens"));
   }
   if (length == total) return absl::OkStatus();
-  ++clock_;
-  ++shape_version_;  // row lengths shrink: no plan of the old shape may be advanced
   const int32_t c = chunk_size_;
   if (leaf->refcount == 1 && leaf->children.empty() && length > leaf->depth_tokens) {
     // The usual case: the candidates grew this sequence's own leaf in place. Drop them there.
+    ++clock_;
+    ++shape_version_;  // row lengths shrink: no plan of the old shape may be advanced
     const int32_t keep = length - leaf->depth_tokens;
     leaf->tokens.resize(static_cast<size_t>(keep));
     const size_t chunks_kept = static_cast<size_t>((leaf->first_slot + keep - 1) / c + 1);
@@ -495,6 +495,18 @@ absl::Status PrefixTree::Truncate(SeqId seq, int32_t length, std::vector<ChunkCo
   // splitting the node there, and free what no one uses any more below it.
   Node* end = leaf;
   while (end->depth_tokens >= length) end = end->parent;
+  if (end->depth_tokens + end->size() > length && (end->first_slot + length - end->depth_tokens) % c != 0 &&
+      pool_->chunks_free() == 0) {
+    // The split needs a chunk for its copy: from a cached leaf (never one a live sequence
+    // uses), or the truncation fails before changing anything.
+    Evict(1);
+    if (pool_->chunks_free() == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "[kv] cutting sequence ", seq, " inside a shared node needs a free chunk; none is"));
+    }
+  }
+  ++clock_;
+  ++shape_version_;
   const size_t copies_before = copies->size();
   if (end->depth_tokens + end->size() > length) {
     end = Split(end, length - end->depth_tokens, copies);

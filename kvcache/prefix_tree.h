@@ -163,7 +163,8 @@ class PrefixTree {
   // rejected candidates of a speculative step. Tokens that only this sequence used are dropped
   // and their chunks go back to the pool at once; a node that others use (or that is cached)
   // and is cut inside is split, its chunk copies appended to `copies` (apply them before the
-  // next KV writes, as Place's).
+  // next KV writes, as Place's). A split inside a chunk needs a free chunk (a cached leaf is
+  // evicted for it): without one, ResourceExhausted and nothing changed.
   absl::Status Truncate(SeqId seq, int32_t length, std::vector<ChunkCopy>* copies);
 
   // Frees at least `n_chunks` chunks by evicting cached leaves, least recently used first, when

@@ -723,7 +723,9 @@ void EngineLoop::CollectInflight() {
     Live::Sample& s = l->samples[k];
     if (l->state != RequestState::kDecoding || s.cand.empty()) continue;
     const int32_t last = TakeCandidates(*l, k, out.samples, t_done);
-    if (heads && !s.finished) want_hidden.emplace_back(&s, last);
+    if (heads && !s.finished && l->state == RequestState::kDecoding) {
+      want_hidden.emplace_back(&s, last);
+    }
   }
   size_t next = rows;
   int32_t logit_row = static_cast<int32_t>(rows);

@@ -147,12 +147,19 @@ int32_t EngineLoop::TakeCandidates(Live& live, size_t i,
   }
   size_t a = path.size();
   const kvcache::SeqId seq = s.seq;
+  bool preempt = false;
   if (c.forks.empty()) {
-    // A chain in the sample's own sequence: cut the rejected tail.
+    // A chain in the sample's own sequence: cut the rejected tail. Where that splits a node
+    // shared with another sample and no chunk is free for the split, the tokens are still
+    // right: take them, then preempt the request (its KV goes to the cache; the recompute
+    // re-places exactly the taken tokens).
     if (absl::Status t = tree_.Truncate(seq, c.base + static_cast<int32_t>(a), &pending_copies_);
         !t.ok()) {
-      Finish(live, t, FinishReason::kError);
-      return c.row[0];
+      if (!absl::IsResourceExhausted(t)) {
+        Finish(live, t, FinishReason::kError);
+        return c.row[0];
+      }
+      preempt = true;
     }
   } else {
     // A tree: note where the accepted candidates' KV is, free the subtree, append them to the
@@ -206,6 +213,7 @@ int32_t EngineLoop::TakeCandidates(Live& live, size_t i,
     TakeSample(live, i, results[last_row], at);
     if (s.finished) break;  // EOS or length: the sequence is released
   }
+  if (preempt && live.state == RequestState::kDecoding) Preempt(live);  // it logs why
   return last_row;
 }
 

@@ -211,6 +211,35 @@ TEST(PrefixTreeTest, TruncateDropsRejectedCandidates) {
   EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
 }
 
+// Cutting inside a shared node mid-chunk needs a chunk for the split's copy: a cached leaf is
+// evicted for it, and without one Truncate fails before changing anything (it once aborted).
+TEST(PrefixTreeTest, TruncateInsideASharedNodeWithAFullPool) {
+  auto pool = *ChunkPool::Create(3, 16);
+  PrefixTree tree(&pool);
+  SeqId s = tree.Insert("", std::vector<int32_t>(10, 7))->seq;
+  auto ids = *tree.Fork(s, 2);
+  // Both samples drafted the same candidates: one shared child node in a chunk of its own.
+  ASSERT_TRUE(tree.Extend(ids[0], std::vector<int32_t>{1, 2, 3, 4}).ok());
+  ASSERT_TRUE(tree.Extend(ids[1], std::vector<int32_t>{1, 2, 3, 4}).ok());
+  SeqId other = tree.Insert("", std::vector<int32_t>(5, 9))->seq;  // the last chunk
+  ASSERT_EQ(pool.chunks_free(), 0);
+  std::vector<ChunkCopy> copies;
+  const uint64_t v = tree.shape_version();
+  const absl::Status t = tree.Truncate(ids[0], 12, &copies);  // keeps 1, 2 of the shared node
+  EXPECT_EQ(t.code(), absl::StatusCode::kResourceExhausted) << t;
+  EXPECT_EQ(tree.Length(ids[0]), 14);
+  EXPECT_EQ(tree.shape_version(), v);
+  EXPECT_TRUE(copies.empty());
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  // With a cached leaf to evict, the same cut goes through.
+  ASSERT_TRUE(tree.Release(other).ok());
+  ASSERT_TRUE(tree.Truncate(ids[0], 12, &copies).ok());
+  EXPECT_EQ(tree.Length(ids[0]), 12);
+  EXPECT_EQ(tree.TokenAt(ids[1], 13), 4);
+  EXPECT_EQ(copies.size(), 1u);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+}
+
 TEST(PrefixTreeTest, OutOfMemoryLeavesTreeUnchanged) {
   auto pool = *ChunkPool::Create(4, 16);
   PrefixTree tree(&pool);

@@ -269,15 +269,11 @@ TEST_P(SpeculationArchTest, HydraHeadsKeepGreedyOutputExactly) {
 }
 
 // The shared-prefix batch, every request long, in KV caches small enough to preempt (each
-// architecture preempts at some of these sizes). Disabled: with the heads it aborts for llama3
-// at 19 chunks and qwen3 at 17 in PrefixTree::Truncate -> Split ("split without a reserved
-// chunk", kvcache/prefix_tree.cc), called from EngineLoop::TakeChain. Rejected candidates in a
-// node the sample does not own alone (the n = 2 request's greedy samples draft the same chain,
-// so the second one's Extend matches the first's candidates; with n = 1 everywhere the sweep
-// passes) are cut off by splitting that node, which needs a free chunk that nothing reserved
-// and that a full pool does not have. Enable once Truncate fails softly or the split is
-// budgeted.
-TEST_P(SpeculationArchTest, DISABLED_HydraHeadsKeepGreedyOutputUnderPreemption) {
+// architecture preempts at some of these sizes). The n = 2 request's greedy samples draft the
+// same chain, so the second one's candidates reuse the first one's node; cutting the rejected
+// ones splits that node, which needs a chunk a full pool may not have: the loop then takes the
+// verified tokens and preempts the request (this once aborted in PrefixTree::Split).
+TEST_P(SpeculationArchTest, HydraHeadsKeepGreedyOutputUnderPreemption) {
   std::vector<Request> reqs = SharedPrefixBatch();
   for (Request& r : reqs) {  // all of them long at once
     r.params.max_tokens = 39;
