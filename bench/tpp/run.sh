@@ -30,7 +30,7 @@ if command -v cuobjdump >/dev/null; then
 fi
 
 echo "== benchmark"
-timeout ${TPP_BENCH_TIMEOUT:-220} "$DIR/tpp_bench" "$@" | tee "$OUT/bench.jsonl"
+timeout ${TPP_BENCH_TIMEOUT:-400} "$DIR/tpp_bench" "$@" | tee "$OUT/bench.jsonl"
 
 echo "== torch reference"
 timeout ${TPP_TORCH_TIMEOUT:-200} python3 "$DIR/torch_attention_reference.py" | tee "$OUT/torch.jsonl"
