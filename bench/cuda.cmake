@@ -1,7 +1,10 @@
 # bench/cuda.cmake: the CUDA decode-throughput benchmark. Included from bench/CMakeLists.txt when
 # BANYAN_HAVE_CUDA (paths relative to this file, so it works from any including scope).
-add_executable(gpu_decode_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_decode_bench.cc)
+add_executable(gpu_decode_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_decode_bench.cc
+               ${CMAKE_CURRENT_LIST_DIR}/gemm_ceiling.cc ${CMAKE_CURRENT_LIST_DIR}/tpp/bench_fill.cu)
 target_link_libraries(gpu_decode_bench PRIVATE banyan_engine_cuda banyan_model absl::strings
-                      CUDA::cudart)
+                      CUDA::cudart CUDA::cublas)
 target_include_directories(gpu_decode_bench PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(gpu_decode_bench PRIVATE BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+# bench_fill.cu (random weights for the GEMM-only step) is C++17 CUDA, as in bench/tpp.
+set_target_properties(gpu_decode_bench PROPERTIES CUDA_ARCHITECTURES 90 CUDA_STANDARD 17)

@@ -4,11 +4,13 @@
 //   gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] [--prefix 2048[,16384]]
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
 //                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]
+//                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
 //
 // --model also takes banyand's dummy spelling, dummy:<shape>[:vocab=N] (engine/model_bundle.h),
 // so the daemon and this benchmark run the same shape and vocabulary.
-// Without --model/--shape it runs the bundled stories260K and the llama-2-7b shape with dummy
-// weights generated on the device. Per (model, prefix, mode, batch B): one prompt of `prefix`
+// Without --model/--shape it runs the bundled stories260K and the llama-2-7b and llama-3-8b
+// shapes (MHA 32 heads, ffn 11008, vocab 32000; GQA 32q/8kv, ffn 14336, vocab 128256; both dim
+// 4096, 32 layers, head_dim 128) with dummy weights generated on the device. Per (model, prefix, mode, batch B): one prompt of `prefix`
 // random tokens is prefilled, then B sequences = that prefix + one distinct token each (the
 // prefix's KV is shared in the prefix tree, only the last token is prefilled), then `steps`
 // greedy decode steps with device-side argmax (only token ids come back). Decode steps only are
@@ -33,10 +35,24 @@
 // new. --stagger gives row i i % chunk more prompt tokens, so rows start new chunks on different
 // steps (with B >= chunk, some row does at every step: the TPP plan, and with it the graph key,
 // changes at every step; the realistic serving case that the default's aligned rows avoid).
+//
+// The physical limit (PERFORMANCE.md section 2; the formula is bench/physical_limit.h): before a
+// model's runs, the projection-only GEMM step is measured for each batch size
+// (bench/gemm_ceiling.h: the step's cuBLAS GEMMs alone, CUDA graph, median of 20 replays) and
+// printed as its own table. Each run then gets limit ms/step = that GEMM time + the shared
+// prefix's attention at --tensor-tflops (max with its KV read once at --copy-tbps) + the rows'
+// private KV at --copy-tbps, private tokens being the mean over the timed steps and rows of
+// (context - prefix); "of limit" = limit ms/step / achieved ms/step (the same ratio in tok/s).
+// The summary table repeats them per mode, and `none` against the GEMM-only step (its target in
+// PERFORMANCE.md is 0.9). --no-limit skips the GEMM measurement (it allocates the shape's weights
+// a second time, ~13-15 GiB for the 7B/8B shapes, and frees them before the runs).
+// --dry-run needs no GPU: it prints each run's KV-pool size, whether paged is skipped, and the
+// limit's attention terms for the private tokens the run will have, then exits.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -48,6 +64,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/gemm_ceiling.h"
+#include "bench/physical_limit.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/model/model_io.h"
@@ -73,7 +91,33 @@ struct Options {
   int64_t max_paged_tokens = 2500000;
   bool stagger = false;  // row i's prompt gets i % chunk more tokens: rows start chunks apart
   std::vector<bool> graphs = {true};
+  bool limit = true;  // measure the projection-only GEMM step and print the physical limit
+  bench::Rates rates;
+  bool dry_run = false;
 };
+
+// Mean private tokens per row (context - prefix) over RunOne's timed steps: row i holds its own
+// token (+ i % chunk with --stagger) after the prefix, and at decode step s (0-based, the first
+// two are warm-up) it has appended s + 1 more: s + 2 (+ extra) for s = 2 .. steps + 1.
+double ExpectedPrivateTokens(int steps, int batch, int chunk, bool stagger) {
+  double extra = 0;
+  for (int i = 0; stagger && i < batch; ++i) extra += i % chunk;
+  return (steps + 7) / 2.0 + extra / batch;
+}
+
+bench::DecodeStepShape StepShape(const engine::ModelConfig& cfg, int batch, int prefix,
+                                 double private_tokens, int kv_elem_bytes) {
+  bench::DecodeStepShape s;
+  s.batch = batch;
+  s.layers = cfg.n_layers;
+  s.q_heads = cfg.n_heads;
+  s.kv_heads = cfg.n_kv_heads;
+  s.head_dim = cfg.head_dim();
+  s.kv_elem_bytes = kv_elem_bytes;
+  s.shared_tokens = prefix;
+  s.private_tokens_per_row = private_tokens;
+  return s;
+}
 
 AttentionMode ModeOf(const std::string& m) {
   if (m == "none") return AttentionMode::kNone;
@@ -186,6 +230,7 @@ struct Result {
   double tokens_per_s = 0;
   engine::CudaAttentionStats attention;  // over the timed steps
   engine::cuda::DecodeGraphStats run_graph;  // over all decode steps, warm-up included
+  double private_tokens = 0;  // per row, mean over the timed steps: context - prefix
 };
 
 absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& cfg,
@@ -235,6 +280,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   for (int i = 0; i < B; ++i) next[seqs[i]] = out[i];
   double timed = 0;
   int timed_steps = 0;
+  double private_tokens = 0;  // summed over timed steps and rows
   std::vector<kvcache::SeqId> rows;
   backend->ResetAttentionStats();
   engine::cuda::DecodeGraphStats warm;
@@ -260,12 +306,14 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
     if (step >= 2) {
       timed += dt;
       ++timed_steps;
+      for (kvcache::SeqId s : seqs) private_tokens += tree.Length(s) - prefix;
     }
   }
   for (kvcache::SeqId s : seqs) tree.Release(s).IgnoreError();
   Result r;
   r.ms_per_step = 1000.0 * timed / timed_steps;
   r.tokens_per_s = B * timed_steps / timed;
+  r.private_tokens = private_tokens / (double{1} * timed_steps * B);
   r.attention = backend->attention_stats();
   r.run_graph = r.attention.graph;
   r.run_graph += warm;
@@ -282,21 +330,64 @@ std::vector<std::pair<int, bool>> BatchesTimesGraphs(const std::vector<int>& bat
   return out;
 }
 
-int Main(const Options& o) {
-  int dev = 0;
-  cudaDeviceProp prop;
-  if (!CudaBackend::DeviceAvailable() || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
-    std::fprintf(stderr, "gpu_decode_bench: no CUDA device\n");
-    return 1;
+std::string Fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+// The projection-only GEMM step of `cfg` for each batch size, printed as a table; 0 where it
+// could not be measured (the limit is then left out of that batch's rows).
+std::map<int, double> MeasureGemmSteps(const std::string& name, const engine::ModelConfig& cfg,
+                                       const std::vector<int>& batches) {
+  std::map<int, double> gemm_s;
+  std::printf("\n| model | B | projection-only GEMM ms/step | its tok/s | its TFLOP/s |\n"
+              "|---|---|---|---|---|\n");
+  for (int B : batches) {
+    if (gemm_s.contains(B)) continue;
+    auto t = bench::MeasureProjectionGemmSeconds(cfg, B);
+    if (!t.ok()) {
+      std::printf("| %s | %d | error: %s | | |\n", name.c_str(), B,
+                  std::string(t.status().message()).c_str());
+      gemm_s[B] = 0;
+      continue;
+    }
+    gemm_s[B] = *t;
+    const double flops = bench::ProjectionGemmFlops(B, cfg.n_layers, cfg.dim, cfg.n_heads,
+                                                    cfg.n_kv_heads, cfg.head_dim(),
+                                                    cfg.hidden_dim, cfg.vocab_size);
+    std::printf("| %s | %d | %.2f | %.0f | %.0f |\n", name.c_str(), B, *t * 1e3, B / *t,
+                flops / *t / 1e12);
   }
-  std::printf("device: %s (%d SMs)\n\n", prop.name, prop.multiProcessorCount);
-  std::printf(
-      "| model | prefix | B | mode | ms/step | decode tok/s | TPP plan: builds / updates | "
-      "build us (upload B) | update us (upload B) | graphs | captures (timed / run) | "
-      "capture ms: update / instantiate | eager steps, new key (timed) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n");
+  std::fflush(stdout);
+  return gemm_s;
+}
+
+int Main(const Options& o) {
+  if (o.dry_run) {
+    std::printf("dry run: no device used; the limit's attention terms at copy %.2f TB/s, tensor "
+                "%.0f TFLOP/s (the GEMM-only term is measured in a real run)\n\n",
+                o.rates.copy_bytes_per_s / 1e12, o.rates.tensor_flops_per_s / 1e12);
+    std::printf("| model | prefix | B | mode | KV chunks | KV GiB | private tokens/row (mean) | "
+                "shared attention ms | private KV ms |\n|---|---|---|---|---|---|---|---|---|\n");
+  } else {
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (!CudaBackend::DeviceAvailable() || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+      std::fprintf(stderr, "gpu_decode_bench: no CUDA device\n");
+      return 1;
+    }
+    std::printf("device: %s (%d SMs); physical limit at copy %.2f TB/s, tensor %.0f TFLOP/s%s\n",
+                prop.name, prop.multiProcessorCount, o.rates.copy_bytes_per_s / 1e12,
+                o.rates.tensor_flops_per_s / 1e12, o.limit ? "" : " (off: --no-limit)");
+  }
   // (model, prefix, B, graphs) -> mode -> tok/s
   std::map<std::tuple<std::string, int, int, std::string>, std::map<std::string, double>> table;
+  // (model, prefix, B, graphs) -> the physical limit's tok/s (the same for every mode)
+  std::map<std::tuple<std::string, int, int, std::string>, double> limit_tps;
+  // (model, B) -> the projection-only GEMM step's tok/s
+  std::map<std::pair<std::string, int>, double> gemm_tps;
   int failures = 0;
   for (const std::string& m : o.models) {
     const bool dummy = m.rfind("shape:", 0) == 0 || engine::IsDummyModel(m);
@@ -334,6 +425,21 @@ int Main(const Options& o) {
       cfg = weights->config;
     }
     const std::string name = dummy ? m.substr(6) + " (dummy)" : m.substr(m.find_last_of('/') + 1);
+    std::map<int, double> gemm_s;
+    if (o.limit && !o.dry_run) {
+      gemm_s = MeasureGemmSteps(name, cfg, o.batches);
+      for (const auto& [B, t] : gemm_s) {
+        if (t > 0) gemm_tps[{name, B}] = B / t;
+      }
+    }
+    if (!o.dry_run) {
+      std::printf(
+          "| model | prefix | B | mode | ms/step | decode tok/s | TPP plan: builds / updates | "
+          "build us (upload B) | update us (upload B) | graphs | captures (timed / run) | "
+          "capture ms: update / instantiate | eager steps, new key (timed) | limit ms/step | "
+          "of limit |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    }
     for (int want_prefix : o.prefixes) {
       const int prefix = std::max(1, std::min(want_prefix, cfg.max_seq_len - o.steps - 8));
       for (const std::string& mode_name : o.modes) {
@@ -341,9 +447,10 @@ int Main(const Options& o) {
         std::vector<int> batches;
         for (int B : o.batches) {
           if (mode == AttentionMode::kPaged && int64_t{B} * prefix > o.max_paged_tokens) {
-            std::printf("| %s | %d | %d | %s | skipped (B x prefix > %lld) | | | | | | | | |\n",
+            std::printf("| %s | %d | %d | %s | skipped (B x prefix > %lld) | | | |%s\n",
                         name.c_str(), prefix, B, mode_name.c_str(),
-                        static_cast<long long>(o.max_paged_tokens));
+                        static_cast<long long>(o.max_paged_tokens),
+                        o.dry_run ? "" : " | | | | | | |");
             continue;
           }
           batches.push_back(B);
@@ -371,10 +478,23 @@ int Main(const Options& o) {
           chunks = std::min(chunks, static_cast<int64_t>(o.kv_gib * (1 << 30)) / per_chunk);
         }
         opt.num_chunks = static_cast<int32_t>(chunks);
+        const int kv_elem_bytes = static_cast<int>(kernels::cuda::DTypeBytes(opt.dtype));
+        if (o.dry_run) {
+          for (int B : batches) {
+            const double priv = ExpectedPrivateTokens(o.steps, B, o.chunk, o.stagger);
+            const bench::DecodeStepLimit l = bench::PhysicalDecodeStepLimit(
+                0, StepShape(cfg, B, prefix, priv, kv_elem_bytes), o.rates);
+            std::printf("| %s | %d | %d | %s | %lld | %.1f | %.2f | %.2f | %.2f |\n", name.c_str(),
+                        prefix, B, mode_name.c_str(), static_cast<long long>(chunks),
+                        static_cast<double>(chunks) * per_chunk / (1 << 30), priv,
+                        l.shared_s * 1e3, l.private_s * 1e3);
+          }
+          continue;
+        }
         auto backend = dummy ? CudaBackend::CreateDummy(cfg, 1234, opt)
                              : CudaBackend::Create(weights.get(), opt);
         if (!backend.ok()) {
-          std::printf("| %s | %d | - | %s | error: %s | | | | | | | | |\n", name.c_str(), prefix,
+          std::printf("| %s | %d | - | %s | error: %s | | | | | | | | | | |\n", name.c_str(), prefix,
                       mode_name.c_str(), std::string(backend.status().message()).c_str());
           ++failures;
           continue;
@@ -384,7 +504,7 @@ int Main(const Options& o) {
           const std::string on = graphs ? "on" : "off";
           auto r = RunOne(backend->get(), cfg, mode, B, prefix, o.steps, o.chunk, o.stagger);
           if (!r.ok()) {
-            std::printf("| %s | %d | %d | %s | error: %s | | | | | %s | | | |\n", name.c_str(), prefix,
+            std::printf("| %s | %d | %d | %s | error: %s | | | | | %s | | | | | |\n", name.c_str(), prefix,
                         B, mode_name.c_str(), std::string(r.status().message()).c_str(),
                         on.c_str());
             std::fflush(stdout);
@@ -423,18 +543,35 @@ int Main(const Options& o) {
                          ms(g.instantiate_host_us, g.instantiations);
             unstable = std::to_string(a.graph.unstable);
           }
-          std::printf("| %s | %d | %d | %s | %.2f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
-                      name.c_str(), prefix, B, mode_name.c_str(), r->ms_per_step, r->tokens_per_s,
-                      plan.c_str(), build.c_str(), update.c_str(), on.c_str(), captures.c_str(),
-                      capture_ms.c_str(), unstable.c_str());
+          std::string limit_ms = "-", of_limit = "-";
+          if (gemm_s[B] > 0) {
+            const double expected = ExpectedPrivateTokens(o.steps, B, o.chunk, o.stagger);
+            if (std::abs(r->private_tokens - expected) > 1e-6) {
+              std::fprintf(stderr, "gpu_decode_bench: %s B=%d: %.3f private tokens per row, "
+                           "expected %.3f (ExpectedPrivateTokens is out of date)\n",
+                           name.c_str(), B, r->private_tokens, expected);
+            }
+            const bench::DecodeStepLimit l = bench::PhysicalDecodeStepLimit(
+                gemm_s[B], StepShape(cfg, B, prefix, r->private_tokens, kv_elem_bytes), o.rates);
+            limit_ms = Fixed(l.seconds() * 1e3, 2);
+            of_limit = Fixed(l.seconds() * 1e3 / r->ms_per_step, 2);
+            limit_tps[{name, prefix, B, on}] = l.tokens_per_s(B);
+          }
+          std::printf(
+              "| %s | %d | %d | %s | %.2f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+              name.c_str(), prefix, B, mode_name.c_str(), r->ms_per_step, r->tokens_per_s,
+              plan.c_str(), build.c_str(), update.c_str(), on.c_str(), captures.c_str(),
+              capture_ms.c_str(), unstable.c_str(), limit_ms.c_str(), of_limit.c_str());
           std::fflush(stdout);
           table[{name, prefix, B, on}][mode_name] = r->tokens_per_s;
         }
       }
     }
   }
+  if (o.dry_run) return 0;
   std::printf("\n| model | prefix | B | graphs | tpp tok/s | paged tok/s | none tok/s | tpp/none | "
-              "tpp/paged |\n|---|---|---|---|---|---|---|---|---|\n");
+              "tpp/paged | limit tok/s | tpp/limit | paged/limit | none/limit | "
+              "none/GEMM-only |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [key, modes] : table) {
     auto get = [&](const char* mode) {
       auto it = modes.find(mode);
@@ -448,9 +585,15 @@ int Main(const Options& o) {
       return std::string(buf);
     };
     const double t = get("tpp"), p = get("paged"), n = get("none");
-    std::printf("| %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", std::get<0>(key).c_str(),
-                std::get<1>(key), std::get<2>(key), std::get<3>(key).c_str(), cell(t).c_str(),
-                cell(p).c_str(), cell(n).c_str(), ratio(t, n).c_str(), ratio(t, p).c_str());
+    const auto lim = limit_tps.find(key);
+    const double l = lim == limit_tps.end() ? 0.0 : lim->second;
+    const auto gemm = gemm_tps.find({std::get<0>(key), std::get<2>(key)});
+    const double g = gemm == gemm_tps.end() ? 0.0 : gemm->second;
+    std::printf("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                std::get<0>(key).c_str(), std::get<1>(key), std::get<2>(key),
+                std::get<3>(key).c_str(), cell(t).c_str(), cell(p).c_str(), cell(n).c_str(),
+                ratio(t, n).c_str(), ratio(t, p).c_str(), cell(l).c_str(), ratio(t, l).c_str(),
+                ratio(p, l).c_str(), ratio(n, l).c_str(), ratio(n, g).c_str());
   }
   if (failures > 0) {
     std::fprintf(stderr, "gpu_decode_bench: %d case(s) failed\n", failures);
@@ -510,6 +653,17 @@ int main(int argc, char** argv) {
       o.chunk = std::atoi(value().c_str());
     } else if (a == "--stagger") {
       o.stagger = true;
+    } else if (a == "--no-limit") {
+      o.limit = false;
+    } else if (a == "--dry-run") {
+      o.dry_run = true;
+    } else if (a == "--copy-tbps" || a == "--tensor-tflops") {
+      double v = 0;
+      if (!absl::SimpleAtod(value(), &v) || v <= 0) {
+        std::fprintf(stderr, "%s takes a positive number\n", a.c_str());
+        return 2;
+      }
+      (a == "--copy-tbps" ? o.rates.copy_bytes_per_s : o.rates.tensor_flops_per_s) = v * 1e12;
     } else if (a == "--graphs") {
       const std::string g = value();
       if (g == "on") {
@@ -526,13 +680,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] "
                    "[--prefix 2048[,16384]] [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] "
-                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]\n");
+                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] "
+                   "[--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]\n");
       return 2;
     }
   }
   if (o.models.empty()) {
     o.models = {banyan::SourceDir() + "/models/stories260K/stories260K.bin",
-                "shape:llama-2-7b-shape"};
+                "shape:llama-2-7b-shape", "shape:llama-3-8b-shape"};
   }
   return banyan::Main(o);
 }

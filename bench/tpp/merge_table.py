@@ -62,14 +62,19 @@ def main():
         pg = m.get("paged")
         if t is None:
             continue
-        tr = ref.get((b, hq, hkv, d, p, s)) if share and not name.startswith("hier") else None
+        # Group levels or random tails: no PyTorch reference has that tree.
+        plain = not name.startswith("hier") and not t.get("levels") and not t.get("tail_min")
+        tr = ref.get((b, hq, hkv, d, p, s)) if share and plain else None
         persq = tr.get("persq_sdpa_us") if tr else None
         hyd = tr.get("hydragen_torch_us") if tr else None
         shared = p if share else 0
         private = s if share else p + s
-        if name.startswith("hier"):
+        if name.startswith("hier") and "shared_desc" not in t:  # runs before the field
             shared = f"{p}+{t.get('groups')}x1024"
             private = f"32..{s}"
+        elif share and "shared_desc" in t:
+            shared = t["shared_desc"]
+            private = t["private_desc"]
         print(f"| {name} | {b} | {hq}/{hkv} | {d} | {shared} | {private} | "
               f"{fmt(t['floor_us'])} | {fmt(t['median_us'])} | {fmt(pg['median_us'] if pg else None)} | "
               f"{fmt(t['achieved_TBps'], 2)} | {fmt(t['median_us'] / t['floor_us'], 2)} | "

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Nsight Compute counters for the TPP kernels (Firecracker GPU machines; clocks left alone).
-# Usage: bash bench/tpp/profile.sh [.gpu-tpp]   -> $OUT/ncu_*.txt and a short summary.
+# Nsight Compute counters for the TPP kernels (clocks left as found; on a VM-hosted GPU ncu may
+# lack permission for some counters).
+# Usage, on the GPU machine: bash bench/tpp/profile.sh [.gpu-tpp]   -> $OUT/ncu_*.txt and a short
+# summary (.gpu-tpp: the folder bench/tpp/package.sh made, or any folder holding tpp_bench).
 set -u
 DIR=${1:-.gpu-tpp}
 OUT=${OUT:-/tmp/tpp-out}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Source-level stall sampling (Nsight Compute SourceCounters) of the warp-specialised phase-1
 # kernel on the Hydragen B=1024 case; prints the SASS lines with the most stall samples and the
-# executed instructions per opcode. Usage, on the GPU machine (carry .gpu-tpp):
+# executed instructions per opcode. Usage, on the GPU machine, with the folder bench/tpp/package.sh
+# made (or any folder holding tpp_bench):
 #   OUT=... bash bench/tpp/source_profile.sh [.gpu-tpp]
 set -u
 DIR=${1:-.gpu-tpp}

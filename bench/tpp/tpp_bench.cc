@@ -1,16 +1,21 @@
 // TPP attention microbenchmark: the cases of ../shared/PERFORMANCE.md section 1, a no-sharing
-// case per shape and a hierarchical case, each run with `tpp` (plan with sharing) and `paged`
-// (the same tree, every row reads its whole context).
+// case per shape, a hierarchical case, and issue 15's serving regimes (7B MHA and Llama-3-8B
+// heads at B = 256 / 1,024 with 2K / 16K prefixes and 1..64-token tails, a 64-row 4-level tree),
+// each run with `tpp` (plan with sharing) and `paged` (the same tree, every row reads its whole
+// context). The cases, their trees and floors are in bench/tpp/cases.{h,cc}.
 //
 // Per case and mode: the median of CUDA-graph replays (one graph = one decode attention call),
 // the L2 flushed (256 MiB memset) before every replay and outside the timed events. Reported:
-// floor = max(bytes / 4.4 TB/s, FLOPs / 750 TFLOP/s) with bytes = shared KV once + every row's
-// private KV (K and V, 2 bytes each) and FLOPs = 4 * B * q_heads * d * context; achieved
+// floor = max(bytes / 4.4 TB/s, FLOPs / 750 TFLOP/s) (bench/physical_limit.h) with bytes = shared
+// KV once + every row's private KV (K and V, 2 bytes each) and FLOPs = 4 * q_heads * d * the sum
+// of the rows' contexts; achieved
 // bandwidth = those bytes / time; time / floor; tpp / paged. The tpp and paged outputs are
 // compared (relative norm) as a sanity check at scale.
 //
 // Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table.
-// Usage: tpp_bench [--reps N] [--only SUBSTRING of name_b<B>_p<shared>] [--sweep]
+// Usage: tpp_bench [--reps N] [--only SUBSTRING of name_b<B>_p<shared>] [--sweep] [--dry-run]
+// --dry-run needs no GPU: it builds every selected case's tree and plan on the host and prints
+// its JSON line with the floor (mode "plan"), then the table without timings.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,7 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/physical_limit.h"
 #include "bench/tpp/bench_fill.h"
+#include "bench/tpp/cases.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
@@ -42,9 +49,8 @@ using kernels::cuda::tpp::TppWorkPlan;
 using kvcache::AttentionPlan;
 using kvcache::SeqId;
 
-constexpr double kFloorBytesPerSecond = 4.4e12;
-constexpr double kFloorFlopsPerSecond = 750e12;
-constexpr int kChunk = 64;
+using Case = TppCase;
+constexpr int kChunk = kTppBenchChunk;
 
 #define CHECK_CUDA(expr)                                                                   \
   do {                                                                                     \
@@ -55,16 +61,6 @@ constexpr int kChunk = 64;
       std::exit(1);                                                                        \
     }                                                                                      \
   } while (0)
-
-struct Case {
-  std::string name;
-  int batch, hq, hkv, d;
-  int shared;    // tokens shared by all rows (global prefix)
-  int priv;      // private tokens per row (hierarchical: the maximum of a random tail)
-  bool share;    // false: the no-sharing case (every row its own context of shared + priv)
-  int groups = 0;        // hierarchical: per-group prefixes
-  int group_len = 0;
-};
 
 struct Timing {
   double median_us = 0;
@@ -140,40 +136,6 @@ class Runner {
   cudaEvent_t start_, stop_;
 };
 
-std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int n) {
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 1000000);
-  return t;
-}
-
-// Builds the case's tree; returns rows in DFS order.
-std::vector<SeqId> BuildTree(kvcache::PrefixTree& tree, const Case& c, std::mt19937_64& rng) {
-  std::vector<int32_t> global = RandomTokens(rng, c.share ? c.shared : 0);
-  std::vector<std::vector<int32_t>> group_prefix(std::max(c.groups, 1));
-  for (auto& g : group_prefix) g = RandomTokens(rng, c.group_len);
-  for (int r = 0; r < c.batch; ++r) {
-    std::vector<int32_t> seq = global;
-    if (!c.share) {
-      seq = RandomTokens(rng, c.shared);  // the same context length, nothing shared
-      seq[0] = 2000000 + r;
-    }
-    if (c.groups > 0) {
-      const auto& g = group_prefix[static_cast<size_t>(r) * c.groups / c.batch];
-      seq.insert(seq.end(), g.begin(), g.end());
-    }
-    const int tail = c.groups > 0 ? static_cast<int>(32 + rng() % (c.priv - 31)) : c.priv;
-    std::vector<int32_t> t = RandomTokens(rng, tail);
-    if (!t.empty()) t[0] = 3000000 + r;  // private from its first token
-    seq.insert(seq.end(), t.begin(), t.end());
-    auto placed = tree.Insert("", seq);
-    if (!placed.ok()) {
-      std::fprintf(stderr, "insert: %s\n", std::string(placed.status().message()).c_str());
-      std::exit(1);
-    }
-  }
-  return tree.DfsOrder();
-}
-
 struct Result {
   std::string mode;
   Timing t;
@@ -200,15 +162,10 @@ double RelNorm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 
 void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>* table) {
   std::mt19937_64 rng(12345);
-  // Chunks: shared prefix, group prefixes, and per row its private part (+1 for a partial one).
-  const int64_t per_row = (c.share ? 0 : c.shared) + c.priv;
-  const int64_t chunks = (c.shared + kChunk - 1) / kChunk + 1 +
-                         static_cast<int64_t>(std::max(c.groups, 1)) * (c.group_len / kChunk + 2) +
-                         c.batch * ((per_row + kChunk - 1) / kChunk + 1);
-  auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(chunks), kChunk);
+  auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(TppPoolChunks(c)), kChunk);
   if (!pool.ok()) std::exit(1);
   kvcache::PrefixTree tree(&*pool);
-  std::vector<SeqId> rows = BuildTree(tree, c, rng);
+  std::vector<SeqId> rows = BuildTppTree(tree, c, rng);
   AttentionPlan shared_plan = kvcache::BuildAttentionPlan(tree, rows, {.share = true});
   AttentionPlan paged_plan = kvcache::BuildAttentionPlan(tree, rows, {.share = false});
 
@@ -227,13 +184,8 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   CHECK_CUDA(FillRandomBf16(kv, kv_elems, 1.0f, 7, runner.stream()));
   CHECK_CUDA(FillRandomBf16(q, q_elems, 1.0f, 11, runner.stream()));
 
-  // Bytes and FLOPs of the floor.
-  const double kv_token_bytes = 4.0 * c.hkv * c.d;
-  const double bytes = (shared_plan.shared_tokens() + shared_plan.private_tokens()) * kv_token_bytes;
-  double context = 0;
-  for (int32_t len : shared_plan.row_length) context += len;
-  const double flops = 4.0 * c.hq * c.d * context;
-  const double floor_us = std::max(bytes / kFloorBytesPerSecond, flops / kFloorFlopsPerSecond) * 1e6;
+  const TppFloor floor = TppCaseFloor(c, shared_plan);
+  const double bytes = floor.bytes, flops = floor.flops, floor_us = floor.us;
 
   const TppProblem problem{c.hq, c.hkv, c.d, kChunk};
   std::vector<Result> results;
@@ -319,18 +271,21 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         "\"median_us\":%.2f,\"p10_us\":%.2f,\"p90_us\":%.2f,\"floor_us\":%.2f,"
         "\"bytes\":%.0f,\"flops\":%.0f,\"achieved_TBps\":%.3f,\"achieved_TFLOPs\":%.1f,"
         "\"segments\":%d,\"p1_items\":%d,\"p1_block_m\":%d,\"p1_splits\":%d,\"p2_items\":%d,"
-        "\"p2_splits\":%d,\"deferred\":%d,\"tpp_vs_paged_relnorm\":%.2e}\n",
+        "\"p2_splits\":%d,\"deferred\":%d,\"tpp_vs_paged_relnorm\":%.2e,"
+        "\"levels\":%d,\"tail_min\":%d,\"shared_desc\":\"%s\",\"private_desc\":\"%s\"}\n",
         c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false",
-        c.groups, r.mode.c_str(), r.t.median_us, r.t.p10_us, r.t.p90_us, floor_us, bytes, flops,
+        c.levels.empty() ? 0 : c.levels[0].groups, r.mode.c_str(), r.t.median_us, r.t.p10_us, r.t.p90_us, floor_us, bytes, flops,
         bytes / (r.t.median_us * 1e-6) / 1e12, flops / (r.t.median_us * 1e-6) / 1e12,
         shared_plan.num_segments(), r.p1_items, r.warps, r.p1_splits, r.p2_items, r.p2_splits,
-        r.deferred, diff);
+        r.deferred, diff, static_cast<int>(c.levels.size()), c.tail_min,
+        c.SharedDesc().c_str(), c.PrivateDesc().c_str());
   }
   std::fflush(stdout);
   char line[512];
   std::snprintf(line, sizeof(line),
-                "| %s | %d | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |",
-                c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, floor_us, tpp_us,
+                "| %s | %d | %d | %d | %d | %s | %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |",
+                c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.SharedDesc().c_str(),
+                c.PrivateDesc().c_str(), floor_us, tpp_us,
                 paged_us, bytes / (tpp_us * 1e-6) / 1e12, tpp_us / floor_us, tpp_us / paged_us);
   table->push_back(line);
 
@@ -340,25 +295,30 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   CHECK_CUDA(cudaFree(out_paged));
 }
 
-std::vector<Case> Cases() {
-  std::vector<Case> cs;
-  // PERFORMANCE.md section 1.
-  for (int p : {1024, 2048, 4096}) cs.push_back({"chunkattn_table", 32, 32, 32, 128, p, 1, true});
-  for (int b : {64, 256, 1024}) cs.push_back({"hydragen_fig5", b, 8, 1, 128, 32768, 1, true});
-  cs.push_back({"hydragen_fig5_suffix256", 256, 8, 1, 128, 32768, 256, true});
-  cs.push_back({"llama7b_b256_p16k_s128", 256, 32, 32, 128, 16384, 128, true});
-  // No sharing, one per shape (the largest context of the shape): tpp must equal paged.
-  cs.push_back({"noshare_chunkattn", 32, 32, 32, 128, 4096, 1, false});
-  cs.push_back({"noshare_hydragen", 64, 8, 1, 128, 32768, 1, false});
-  cs.push_back({"noshare_hydragen", 256, 8, 1, 128, 32768, 256, false});
-  cs.push_back({"noshare_hydragen", 1024, 8, 1, 128, 32768, 1, false});
-  cs.push_back({"noshare_llama7b", 256, 32, 32, 128, 16384, 128, false});
-  // Hierarchical: a global prefix, 16 group prefixes, private tails of 32..256 tokens (GQA 4).
-  Case h{"hierarchical", 256, 32, 8, 128, 4096, 256, true};
-  h.groups = 16;
-  h.group_len = 1024;
-  cs.push_back(h);
-  return cs;
+// The case's tree and plans on the host only: its JSON line (mode "plan", no timings) and a row.
+void PlanCase(const Case& c, std::vector<std::string>* table) {
+  std::mt19937_64 rng(12345);
+  auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(TppPoolChunks(c)), kChunk);
+  if (!pool.ok()) std::exit(1);
+  kvcache::PrefixTree tree(&*pool);
+  std::vector<SeqId> rows = BuildTppTree(tree, c, rng);
+  const AttentionPlan plan = kvcache::BuildAttentionPlan(tree, rows, {.share = true});
+  const TppFloor f = TppCaseFloor(c, plan);
+  std::printf(
+      "{\"bench\":\"tpp\",\"case\":\"%s\",\"B\":%d,\"Hq\":%d,\"Hkv\":%d,\"d\":%d,"
+      "\"prefix\":%d,\"suffix\":%d,\"share\":%s,\"mode\":\"plan\",\"floor_us\":%.2f,"
+      "\"bytes\":%.0f,\"flops\":%.0f,\"segments\":%d,\"shared_tokens\":%lld,"
+      "\"private_tokens\":%lld,\"levels\":%d,\"tail_min\":%d,\"shared_desc\":\"%s\","
+      "\"private_desc\":\"%s\"}\n",
+      c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false", f.us,
+      f.bytes, f.flops, plan.num_segments(), static_cast<long long>(plan.shared_tokens()),
+      static_cast<long long>(plan.private_tokens()), static_cast<int>(c.levels.size()),
+      c.tail_min, c.SharedDesc().c_str(), c.PrivateDesc().c_str());
+  char line[512];
+  std::snprintf(line, sizeof(line), "| %s | %d | %d | %d | %d | %s | %s | %.1f | - | - | - | - | - |",
+                c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.SharedDesc().c_str(),
+                c.PrivateDesc().c_str(), f.us);
+  table->push_back(line);
 }
 
 }  // namespace
@@ -368,11 +328,38 @@ int main(int argc, char** argv) {
   using namespace banyan::bench;
   int reps = 30;
   bool sweep = false;
+  bool dry_run = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--sweep")) {
+      sweep = true;
+    } else if (!std::strcmp(argv[i], "--dry-run")) {
+      dry_run = true;
+    } else {
+      std::fprintf(stderr, "usage: tpp_bench [--reps N] [--only SUBSTRING] [--sweep] [--dry-run]\n");
+      return 2;
+    }
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "--reps must be >= 1\n");
+    return 2;
+  }
+  const char* kTableHead =
+      "\n| case | B | q heads | kv heads | d | shared | private | floor us | tpp us | "
+      "paged us | tpp TB/s | tpp/floor | tpp/paged |\n|---|---|---|---|---|---|---|---|---|"
+      "---|---|---|---|\n";
+  if (dry_run) {
+    std::vector<std::string> table;
+    for (const Case& c : TppCases()) {
+      if (only.empty() || c.Id().find(only) != std::string::npos) PlanCase(c, &table);
+    }
+    std::printf("%s", kTableHead);
+    for (const auto& l : table) std::printf("%s\n", l.c_str());
+    return 0;
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -380,14 +367,11 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
   Runner runner(reps);
   std::vector<std::string> table;
-  for (const Case& c : Cases()) {
-    const std::string id = c.name + "_b" + std::to_string(c.batch) + "_p" + std::to_string(c.shared);
-    if (!only.empty() && id.find(only) == std::string::npos) continue;
+  for (const Case& c : TppCases()) {
+    if (!only.empty() && c.Id().find(only) == std::string::npos) continue;
     RunCase(runner, c, sweep, &table);
   }
-  std::printf("\n| case | B | q heads | kv heads | d | shared | private | floor us | tpp us | "
-              "paged us | tpp TB/s | tpp/floor | tpp/paged |\n|---|---|---|---|---|---|---|---|---|"
-              "---|---|---|---|\n");
+  std::printf("%s", kTableHead);
   for (const auto& l : table) std::printf("%s\n", l.c_str());
   return 0;
 }

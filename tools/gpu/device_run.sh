@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, from the repository root, with .gpu/ carried (see run_on_gpu.sh):
-# the GPU kernel tests, the transformers oracle and the CUDA backend tests, the decode
-# benchmark, and a compute-sanitizer pass over the fast kernels. Logs go to $OUT (at most 8
-# files come back); a summary is printed last.
+# Runs on the GPU machine (one H100/H200), from the repository root: the GPU kernel tests, the
+# transformers oracle and the CUDA backend tests, the decode benchmark, and a compute-sanitizer
+# pass over the fast kernels. Logs go to $OUT (default /tmp/banyan-gpu-out); a summary is
+# printed last. The binaries come from either
+#   - a build on this machine: BIN_DIR=build-gpu bash tools/gpu/device_run.sh
+#     (build-gpu configured and built as docs/gpu.md "Running on a GPU machine" shows), or
+#   - .gpu/bundle.tar.xz, packed by tools/gpu/run_on_gpu.sh on a machine without a GPU and copied
+#     here with the checkout: bash tools/gpu/device_run.sh
 #   BENCH_ARGS="..."   extra arguments for gpu_decode_bench
 #   BENCH_TIMEOUT=400, TEST_TIMEOUT=300   seconds the benchmark / each test binary may run
 #   SKIP="bench sanitizer ..."   steps to leave out: tests (both test binaries), kernels
@@ -13,9 +17,19 @@ set -uo pipefail
 out=${OUT:-/tmp/banyan-gpu-out}
 mkdir -p "$out"
 dest=/tmp/banyan-gpu
-rm -rf "$dest" && mkdir -p "$dest"
-python3 -c "import tarfile, sys; tarfile.open('.gpu/bundle.tar.xz').extractall(sys.argv[1])" "$dest"
-export LD_LIBRARY_PATH=$dest/lib:/usr/local/cuda/lib64
+rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib"
+if [[ -n ${BIN_DIR:-} ]]; then
+  for t in gpu_kernels_test gpu_backend_test tpp_gpu_test gpu_decode_bench; do
+    f=$(find "$BIN_DIR" -type f -name "$t" -perm -u+x | head -1)
+    if [[ -n $f ]]; then ln -s "$(cd "$(dirname "$f")" && pwd)/$t" "$dest/bin/$t"; fi
+  done
+elif [[ -f .gpu/bundle.tar.xz ]]; then
+  python3 -c "import tarfile, sys; tarfile.open('.gpu/bundle.tar.xz').extractall(sys.argv[1])" "$dest"
+else
+  echo "device_run.sh: no binaries: set BIN_DIR to a CUDA build folder, or pack .gpu/ with tools/gpu/run_on_gpu.sh" >&2
+  exit 2
+fi
+export LD_LIBRARY_PATH=$dest/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export BANYAN_SOURCE_DIR=$PWD
 export PYTHONUNBUFFERED=1
 skip=" ${SKIP:-} "

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Builds the CUDA tests and benchmark here and packs them for the GPU machine.
+# Builds the CUDA tests and benchmark on a machine without a GPU (nvcc is enough) and packs them
+# for a GPU machine that cannot build banyan itself (no abseil, say). On a GPU machine that can,
+# skip this: build there and run tools/gpu/device_run.sh with BIN_DIR (docs/gpu.md).
 #
 #   tools/gpu/run_on_gpu.sh            # build + pack, then print how to run it on the GPU machine
 #
-# Steps (on the dev machine, which has nvcc but no GPU):
+# Steps:
 #  1. configure and build Release, sm_90, -DBANYAN_SERVER=OFF into build-gpu/ (-j2): the targets
 #     gpu_kernels_test, gpu_backend_test, tpp_gpu_test and gpu_decode_bench;
 #  2. copy them (stripped) plus the shared libraries `ldd` lists -- except libc, libm,
 #     libstdc++, libgcc_s, ld-linux, the CUDA driver and the CUDA toolkit's libraries, which the
 #     GPU machine has in /usr/local/cuda/lib64 -- into .gpu/bundle.tar.xz (git-ignored; about
-#     10 MiB, far under the 64 MiB that travels);
+#     10 MiB);
 #  3. print how to run it on the GPU machine: copy this checkout with .gpu/ there and run
 #     tools/gpu/device_run.sh from its top folder. It unpacks the bundle, runs the GPU tests, the
 #     transformers oracle and the benchmark with LD_LIBRARY_PATH=<bundle>/lib:/usr/local/cuda/lib64,

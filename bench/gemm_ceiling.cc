@@ -1,0 +1,136 @@
+#include "bench/gemm_ceiling.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "bench/tpp/bench_fill.h"
+#include "engine/cuda/device_memory.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace banyan::bench {
+namespace {
+
+using engine::cuda::DeviceBuffer;
+
+absl::Status Cublas(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(st)));
+}
+
+// Owns the handles of one measurement, whatever path leaves it.
+struct Handles {
+  cublasHandle_t cublas = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~Handles() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<double> MeasureProjectionGemmSeconds(const engine::ModelConfig& cfg, int batch,
+                                                    int reps) {
+  if (batch < 1 || reps < 1) return absl::InvalidArgumentError("batch and reps must be >= 1");
+  const int64_t dim = cfg.dim, d = cfg.head_dim(), hq = cfg.n_heads, hkv = cfg.n_kv_heads;
+  const int64_t hidden = cfg.hidden_dim, vocab = cfg.vocab_size, B = batch;
+  const int64_t qkv_cols = (hq + 2 * hkv) * d;
+  // Per layer, row-major [out, in] like the backend's weights.
+  const int64_t w_qkv = qkv_cols * dim, w_o = dim * hq * d, w_13 = 2 * hidden * dim,
+                w_2 = dim * hidden;
+  const int64_t layer_elems = w_qkv + w_o + w_13 + w_2;
+  const int64_t weight_elems = layer_elems * cfg.n_layers + vocab * dim;
+  // Activations: one buffer per GEMM input and output.
+  const int64_t x_elems = B * dim, qkv_elems = B * qkv_cols, att_elems = B * hq * d,
+                h13_elems = B * 2 * hidden, h_elems = B * hidden, logit_elems = B * vocab;
+  const int64_t act_elems = 2 * x_elems + qkv_elems + att_elems + h13_elems + h_elems +
+                            logit_elems;
+
+  Handles h;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&h.stream, cudaStreamNonBlocking));
+  BANYAN_RETURN_IF_ERROR(Cublas(cublasCreate(&h.cublas), "cublasCreate"));
+  BANYAN_RETURN_IF_ERROR(Cublas(cublasSetStream(h.cublas, h.stream), "cublasSetStream"));
+  DeviceBuffer weights, acts, workspace;
+  BANYAN_RETURN_IF_ERROR(weights.Reserve(weight_elems * 2, "GEMM-ceiling weights"));
+  BANYAN_RETURN_IF_ERROR(acts.Reserve(act_elems * 2, "GEMM-ceiling activations"));
+  // A fixed workspace, as the backend gives cuBLAS, so that capture never allocates.
+  constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+  BANYAN_RETURN_IF_ERROR(workspace.Reserve(kWorkspaceBytes, "cuBLAS workspace"));
+  BANYAN_RETURN_IF_ERROR(Cublas(
+      cublasSetWorkspace(h.cublas, workspace.get(), static_cast<size_t>(kWorkspaceBytes)),
+      "cublasSetWorkspace"));
+  BANYAN_CUDA_RETURN_IF_ERROR(
+      FillRandomBf16(weights.get(), static_cast<size_t>(weight_elems), 0.02f, 1, h.stream));
+  BANYAN_CUDA_RETURN_IF_ERROR(
+      FillRandomBf16(acts.get(), static_cast<size_t>(act_elems), 1.0f, 2, h.stream));
+
+  auto* w = static_cast<uint16_t*>(weights.get());
+  auto* a = static_cast<uint16_t*>(acts.get());
+  uint16_t* x = a;
+  uint16_t* x2 = x + x_elems;
+  uint16_t* qkv = x2 + x_elems;
+  uint16_t* att = qkv + qkv_elems;
+  uint16_t* h13 = att + att_elems;
+  uint16_t* hm = h13 + h13_elems;
+  uint16_t* logits = hm + h_elems;
+  const float alpha = 1.0f, beta = 0.0f;
+  // out[M, N] = in[M, K] * weight[N, K]^T, as the backend's gemm (column-major cuBLAS view).
+  auto gemm = [&](const uint16_t* weight, const uint16_t* in, uint16_t* out, int64_t N,
+                  int64_t K) {
+    return Cublas(cublasGemmEx(h.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                               static_cast<int>(B), static_cast<int>(K), &alpha, weight,
+                               CUDA_R_16BF, static_cast<int>(K), in, CUDA_R_16BF,
+                               static_cast<int>(K), &beta, out, CUDA_R_16BF, static_cast<int>(N),
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  "cublasGemmEx");
+  };
+  auto step = [&]() -> absl::Status {
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      const uint16_t* lw = w + l * layer_elems;
+      BANYAN_RETURN_IF_ERROR(gemm(lw, x, qkv, qkv_cols, dim));
+      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv, att, x2, dim, hq * d));
+      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv + w_o, x2, h13, 2 * hidden, dim));
+      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv + w_o + w_13, hm, x, dim, hidden));
+    }
+    return gemm(w + cfg.n_layers * layer_elems, x, logits, vocab, dim);
+  };
+  // One eager step first: cuBLAS picks and loads its kernels outside the capture.
+  BANYAN_RETURN_IF_ERROR(step());
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(h.stream));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(h.stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status captured = step();
+  const cudaError_t ended = cudaStreamEndCapture(h.stream, &h.graph);
+  BANYAN_RETURN_IF_ERROR(captured);
+  BANYAN_CUDA_RETURN_IF_ERROR(ended);
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&h.exec, h.graph, 0));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&h.start));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&h.stop));
+  for (int i = 0; i < 3; ++i) BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(h.exec, h.stream));
+  std::vector<double> seconds;
+  for (int i = 0; i < reps; ++i) {
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(h.start, h.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(h.exec, h.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(h.stop, h.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(h.stop));
+    float ms = 0;
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, h.start, h.stop));
+    seconds.push_back(ms * 1e-3);
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+}  // namespace banyan::bench

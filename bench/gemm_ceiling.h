@@ -1,0 +1,25 @@
+// The projection-only GEMM time of one decode step, measured on the device: the term of the
+// physical limit (bench/physical_limit.h) that PERFORMANCE.md section 2 gives as "the projection,
+// MLP and LM-head GEMMs alone, bf16 through cuBLAS with CUDA graphs, one decode step".
+//
+// The GEMMs are the ones the CUDA backend runs for a decode step of `batch` rows (fused QKV,
+// O, fused gate+up, down, per layer; then the LM head), each layer with its own weights so that
+// every step streams all of them from HBM as a real step does, with bf16 inputs and outputs and
+// fp32 accumulation (the backend writes fp32 outputs; bf16 is how the ceiling was measured).
+// Nothing else runs: no norms, RoPE, attention or sampling. The step is captured once in a CUDA
+// graph and replayed; the result is the median replay. Weights are random bf16, not the model's.
+// It allocates the shape's weights (about 13 GiB for a 7B shape) and frees them before it
+// returns, so call it while nothing else large is allocated.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "engine/model/model.h"
+
+namespace banyan::bench {
+
+// Median seconds of one GEMM-only decode step of `batch` rows of the shape `cfg`, over `reps`
+// graph replays (after three warm-up replays).
+absl::StatusOr<double> MeasureProjectionGemmSeconds(const engine::ModelConfig& cfg, int batch,
+                                                    int reps = 20);
+
+}  // namespace banyan::bench
