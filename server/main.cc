@@ -382,8 +382,8 @@ int Run(int argc, char** argv) {
   if (const scheduler::MetricsSnapshot& sm = sched.loop().metrics(); sm.spec_drafts_total > 0) {
     std::string per_position;
     for (int64_t a : sm.spec_accepted_per_position) absl::StrAppend(&per_position, " ", a);
-    spdlog::info("speculative: {} chains, {} candidates, {} accepted ({:.2f} tokens per chain "
-                 "step); accepted by position:{}",
+    spdlog::info("speculative: {} verifications, {} candidates, {} accepted ({:.2f} tokens per "
+                 "verification step); accepted by position:{}",
                  sm.spec_drafts_total, sm.spec_draft_tokens_total, sm.spec_accepted_tokens_total,
                  1.0 + static_cast<double>(sm.spec_accepted_tokens_total) /
                            static_cast<double>(sm.spec_drafts_total),

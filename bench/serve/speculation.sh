@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Speculative decoding served through banyand (one GPU): (1) the bundled model with its Hydra heads against
-# no speculation, batch 1/8/64/256; (2) the 7B shape with prompt lookup (each load sent twice:
+# no speculation, batch 1/8/64/256: chains of 3 and [4,2,2] trees speculating at every batch, and
+# [4,2,2] trees with the default switch-off (--speculation-max-rows 8, --speculation-min-accept
+# 0.4); (2) the 7B shape with prompt lookup (each load sent twice:
 # the second run's candidates are the model's own continuation, all accepted), 1-4 candidates per
 # chain against none, batch 1/8/64 at a 2K context, tpp, and paged at batch 64.
-#   bench/serve/speculation.sh BIN_DIR [OUT_DIR]
+#   bench/serve/speculation.sh BIN_DIR [OUT_DIR]     (SPEC_7B=0 skips part 2)
 #     BIN_DIR holds banyand and banyan_serve_bench (a CUDA build); run from the repository root.
 #     Prints one Markdown table (per-request tok/s = 1000 / mean TPOT, aggregate output tok/s);
 #     banyand's logs (with the acceptance summary) and the JSON lines go to OUT_DIR.
@@ -27,15 +29,21 @@ load() {  # name batch prefix output vocab seed
     --metrics-interval-ms 0 --output "$S/runs.jsonl" 2>> "$S/bench_err.txt" > /dev/null
 }
 M=models/stories260K/stories260K.bin
-for mode in off hydra; do
+H=(--speculative hydra --draft-heads models/stories260K/hydra/config.json)
+for mode in off chain tree tree-auto; do
   tag=small_$mode
-  extra=(); [ $mode = hydra ] && extra=(--speculative hydra --draft-heads models/stories260K/hydra/config.json --draft-tokens 3 --speculation-max-rows 65536)
+  case $mode in
+    off) extra=() ;;
+    chain) extra=("${H[@]}" --draft-tokens 3 --speculation-max-rows 65536 --speculation-min-accept 0) ;;
+    tree) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-max-rows 65536 --speculation-min-accept 0) ;;
+    tree-auto) extra=("${H[@]}" --draft-tree 4,2,2) ;;
+  esac
   start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
   for b in 1 8 64 256; do load "small $mode b$b" $b 64 128 512 $((100 + b)); done
   stop
 done
-D7=dummy:llama-2-7b-shape:vocab=32000
-for cfg in "tpp 0" "tpp 1" "tpp 2" "tpp 3" "tpp 4" "paged 0" "paged 3"; do
+[ "${SPEC_7B:-1}" = 0 ] && D7= || D7=dummy:llama-2-7b-shape:vocab=32000
+for cfg in ${D7:+"tpp 0" "tpp 1" "tpp 2" "tpp 3" "tpp 4" "paged 0" "paged 3"}; do
   set -- $cfg; att=$1; d=$2; tag=7b_${att}_$d
   extra=(); [ $d -gt 0 ] && extra=(--speculative lookup --draft-tokens $d --speculation-max-rows 65536)
   start --model $D7 --attention $att --kv-memory 40000000000 "${extra[@]}" || continue

@@ -1,8 +1,8 @@
 // Speculative decoding through the daemon: banyand with the bundled model's Hydra heads
-// (--speculative hydra) streams exactly the greedy text banyand without them does, for
-// completions, chat and n > 1; reports the candidates in usage.completion_tokens_details; and
-// counts them in /metrics under vLLM's spec_decode names. Sampled requests still work beside
-// them. And a refusal: --speculative hydra without heads does not start.
+// (--speculative hydra, chains and --draft-tree trees) returns exactly the text banyand without
+// them does, for greedy completions, chat, n > 1 and a seeded sampled request; reports the
+// candidates in usage.completion_tokens_details; and counts them in /metrics under vLLM's
+// spec_decode names. And refusals: --speculative hydra without heads, a bad --draft-tree.
 'use strict';
 
 const assert = require('node:assert/strict');
@@ -35,42 +35,60 @@ async function answers(d) {
   assert.equal(chat.status, 200, chat.text);
   out.push({ texts: [chat.json.choices[0].message.content], usage: chat.json.usage });
   const sampled = await post(d, '/v1/completions', {
-    model: MODEL_NAME, prompt: 'One day', max_tokens: 16, temperature: 0.9, seed: 5,
+    model: MODEL_NAME, prompt: 'One day', max_tokens: 32, temperature: 0.9, seed: 5,
+    presence_penalty: 0.5,
   });
   assert.equal(sampled.status, 200, sampled.text);
+  out.push({ texts: [sampled.json.choices[0].text], usage: sampled.json.usage });
   return out;
 }
 
 describe('speculative decoding', () => {
-  test('Hydra heads keep the greedy text and are counted', async (t) => {
-    const plain = await startDaemon({});
-    t.after(() => plain.kill());
-    const want = await answers(plain);
-    const spec = await startDaemon({ args: ['--speculative', 'hydra', '--draft-heads', HEADS] });
-    t.after(() => spec.kill());
-    const got = await answers(spec);
-    let accepted = 0;
-    for (let i = 0; i < want.length; ++i) {
-      assert.deepEqual(got[i].texts, want[i].texts, `request ${i}`);
-      assert.equal(got[i].usage.completion_tokens, want[i].usage.completion_tokens);
-      assert.equal(want[i].usage.completion_tokens_details, undefined);
-      const details = got[i].usage.completion_tokens_details;
-      assert.ok(details, `request ${i}: no completion_tokens_details`);
-      accepted += details.accepted_prediction_tokens;
-      assert.ok(details.rejected_prediction_tokens >= 0);
-    }
-    assert.ok(accepted > 0, 'no candidate was accepted');
-    const m = await scrape(spec);
-    assert.equal(value(m, `vllm:spec_decode_num_accepted_tokens_total{model_name="${MODEL_NAME}"}`),
-      accepted);
-    assert.ok(value(m, 'banyan_spec_decode_drafts_total') > 0);
-    assert.ok(value(m, 'banyan_spec_decode_accepted_tokens_per_position{position="0"}') > 0);
-  });
+  for (const [name, extra] of [['chains', []], ['trees', ['--draft-tree', '4,2,2']]]) {
+    test(`Hydra heads (${name}) keep the text and are counted`, async (t) => {
+      const plain = await startDaemon({});
+      t.after(() => plain.kill());
+      const want = await answers(plain);
+      const spec = await startDaemon({
+        args: ['--speculative', 'hydra', '--draft-heads', HEADS, '--speculation-min-accept', '0',
+          ...extra],
+      });
+      t.after(() => spec.kill());
+      const got = await answers(spec);
+      let accepted = 0;
+      for (let i = 0; i < want.length; ++i) {
+        assert.deepEqual(got[i].texts, want[i].texts, `request ${i}`);
+        assert.equal(got[i].usage.completion_tokens, want[i].usage.completion_tokens);
+        assert.equal(want[i].usage.completion_tokens_details, undefined);
+        const details = got[i].usage.completion_tokens_details;
+        assert.ok(details, `request ${i}: no completion_tokens_details`);
+        accepted += details.accepted_prediction_tokens;
+        assert.ok(details.rejected_prediction_tokens >= 0);
+      }
+      assert.ok(accepted > 0, 'no candidate was accepted');
+      const m = await scrape(spec);
+      assert.equal(
+        value(m, `vllm:spec_decode_num_accepted_tokens_total{model_name="${MODEL_NAME}"}`),
+        accepted);
+      assert.ok(value(m, 'banyan_spec_decode_drafts_total') > 0);
+      assert.ok(value(m, 'banyan_spec_decode_accepted_tokens_per_position{position="0"}') > 0);
+    });
+  }
 
   test('hydra without heads is refused at start-up', () => {
     const r = spawnSync(BANYAND, ['--speculative', 'hydra', '--http-port', '0', '--grpc-port', '0'],
       { encoding: 'utf8', timeout: 20000 });
     assert.notEqual(r.status, 0);
     assert.match(r.stderr + r.stdout, /--draft-heads/);
+  });
+
+  test('a bad --draft-tree is refused at start-up', () => {
+    for (const [tree, want] of [['4,0,2', /branching factors/], ['16,16,16', /256 candidates/]]) {
+      const r = spawnSync(BANYAND, ['--speculative', 'hydra', '--draft-heads', HEADS,
+        '--draft-tree', tree, '--http-port', '0', '--grpc-port', '0'],
+      { encoding: 'utf8', timeout: 20000 });
+      assert.notEqual(r.status, 0, tree);
+      assert.match(r.stderr + r.stdout, want);
+    }
   });
 });
