@@ -319,41 +319,35 @@ void EngineLoop::PlaceCandidates(
       place(d, *l, k, ChainOf(s.next_token, drafts));
     }
   }
-  if (!heads_want.empty() && !options_.draft_tree.empty()) {
-    // Trees: top-b per depth, one sample at a time.
-    for (const HeadsWant& w : heads_want) {
-      Live::Sample& s = w.live->samples[w.sample];
-      std::vector<int32_t> branching(options_.draft_tree.begin(),
-                                     options_.draft_tree.begin() +
-                                         std::min<size_t>(options_.draft_tree.size(), w.budget));
-      auto t = options_.draft_heads->BuildTree(s.hidden, s.next_token, branching);
-      if (!t.ok()) continue;
-      Candidates c;
-      c.token = std::move(t->token);
-      c.parent = std::move(t->parent);
-      c.depth = std::move(t->depth);
-      place(*w.item, *w.live, w.sample, std::move(c));
-    }
-  } else if (!heads_want.empty()) {
-    // Chains: the heads run once for the whole step (ChainBatch).
+  if (!heads_want.empty()) {
+    // The heads run once for the whole step (TreeBatch: a GEMM per head layer over every node
+    // of a level); a chain is the tree with one child per node. Trees are drafted to the
+    // deepest budget and cut to each sample's (nodes are in breadth-first order).
+    std::vector<int32_t> branching(options_.draft_tree.begin(), options_.draft_tree.end());
+    if (branching.empty()) branching.assign(static_cast<size_t>(options_.draft_tokens), 1);
+    branching.resize(std::min<size_t>(branching.size(), options_.draft_heads->num_heads()));
     const size_t dim = static_cast<size_t>(config_.dim);
-    int longest = 0;
+    int deepest = 0;
     std::vector<float> h(heads_want.size() * dim);
     std::vector<int32_t> roots;
     for (size_t i = 0; i < heads_want.size(); ++i) {
       const Live::Sample& s = heads_want[i].live->samples[heads_want[i].sample];
       std::copy(s.hidden.begin(), s.hidden.end(), h.begin() + static_cast<std::ptrdiff_t>(i * dim));
       roots.push_back(s.next_token);
-      longest = std::max(longest, heads_want[i].budget);
+      deepest = std::max(deepest, heads_want[i].budget);
     }
-    longest = std::min(longest, options_.draft_heads->num_heads());
-    std::vector<int32_t> chains;
-    if (options_.draft_heads->ChainBatch(h, roots, longest, &chains).ok()) {
+    branching.resize(std::min<size_t>(branching.size(), static_cast<size_t>(deepest)));
+    std::vector<engine::DraftHeads::Tree> trees;
+    if (options_.draft_heads->TreeBatch(h, roots, branching, &trees).ok()) {
       for (size_t i = 0; i < heads_want.size(); ++i) {
-        const auto first = chains.begin() + static_cast<std::ptrdiff_t>(i * longest);
-        const size_t n = static_cast<size_t>(std::min(longest, heads_want[i].budget));
-        place(*heads_want[i].item, *heads_want[i].live, heads_want[i].sample,
-              ChainOf(roots[i], std::span<const int32_t>(&*first, n)));
+        engine::DraftHeads::Tree& t = trees[i];
+        size_t keep = 0;
+        while (keep < t.depth.size() && t.depth[keep] <= heads_want[i].budget) ++keep;
+        Candidates c;
+        c.token.assign(t.token.begin(), t.token.begin() + static_cast<std::ptrdiff_t>(keep));
+        c.parent.assign(t.parent.begin(), t.parent.begin() + static_cast<std::ptrdiff_t>(keep));
+        c.depth.assign(t.depth.begin(), t.depth.begin() + static_cast<std::ptrdiff_t>(keep));
+        place(*heads_want[i].item, *heads_want[i].live, heads_want[i].sample, std::move(c));
       }
     }
   }

@@ -36,15 +36,21 @@ void Affine(const Tensor& w, const Tensor& b, const float* x, float* y) {
 }
 
 // Indices of the k largest values (ties: lower index first).
-std::vector<int32_t> TopK(const std::vector<float>& v, int k) {
-  std::vector<int32_t> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
+// The k largest values' ids, largest first, lower id first on ties; NaN never ranks.
+std::vector<int32_t> TopK(std::span<const float> v, int k) {
   k = std::min<int>(k, static_cast<int>(v.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-    return v[a] > v[b] || (v[a] == v[b] && a < b);
-  });
-  idx.resize(k);
-  return idx;
+  auto before = [&](int32_t a, int32_t b) {
+    const float x = std::isnan(v[a]) ? -INFINITY : v[a], y = std::isnan(v[b]) ? -INFINITY : v[b];
+    return x > y || (x == y && a < b);
+  };
+  std::vector<int32_t> top;  // kept sorted by `before`; k is small
+  top.reserve(static_cast<size_t>(k) + 1);
+  for (int32_t i = 0; i < static_cast<int32_t>(v.size()); ++i) {
+    if (static_cast<int>(top.size()) == k && !before(i, top.back())) continue;
+    top.insert(std::upper_bound(top.begin(), top.end(), i, before), i);
+    if (static_cast<int>(top.size()) > k) top.pop_back();
+  }
+  return top;
 }
 
 }  // namespace
@@ -193,60 +199,100 @@ absl::Status DraftHeads::HeadLogits(int i, std::span<const float> h,
 
 absl::Status DraftHeads::ChainBatch(std::span<const float> h, std::span<const int32_t> roots,
                                     int length, std::vector<int32_t>* out) const {
-  const int64_t S = static_cast<int64_t>(roots.size());
-  const int64_t dim = dim_, hidden = mlp_hidden_, vocab = base_->config.vocab_size;
   if (length < 0 || length > num_heads()) {
     return absl::InvalidArgumentError("draft heads: chain longer than the heads");
   }
+  // A chain is the tree with one child per node: its nodes are in chain order.
+  std::vector<Tree> trees;
+  const std::vector<int32_t> ones(static_cast<size_t>(length), 1);
+  if (absl::Status st = TreeBatch(h, roots, ones, &trees); !st.ok()) return st;
+  out->assign(roots.size() * static_cast<size_t>(length), -1);
+  for (size_t s = 0; s < trees.size(); ++s) {
+    for (int i = 0; i < length; ++i) (*out)[s * length + i] = trees[s].token[i + 1];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DraftHeads::TreeBatch(std::span<const float> h, std::span<const int32_t> roots,
+                                   std::span<const int32_t> branching,
+                                   std::vector<Tree>* out) const {
+  const int64_t S = static_cast<int64_t>(roots.size());
+  const int64_t dim = dim_, hidden = mlp_hidden_, vocab = base_->config.vocab_size;
   if (static_cast<int64_t>(h.size()) != S * dim) {
     return absl::InvalidArgumentError("draft heads: hidden states must be [samples x dim]");
   }
   for (int32_t r : roots) {
     if (r < 0 || r >= vocab) return absl::InvalidArgumentError("draft heads: root outside vocab");
   }
-  out->assign(static_cast<size_t>(S * length), -1);
-  if (S == 0 || length == 0) return absl::OkStatus();
-  std::vector<int32_t> last(roots.begin(), roots.end());
-  std::vector<float> u, a(static_cast<size_t>(S * hidden)), z(static_cast<size_t>(S * dim));
-  std::vector<float> logits(static_cast<size_t>(S * vocab));
+  for (int32_t b : branching) {
+    if (b < 1) return absl::InvalidArgumentError("branching factors must be >= 1");
+  }
+  out->assign(static_cast<size_t>(S), Tree{});
+  for (int64_t s = 0; s < S; ++s) (*out)[s] = Tree{{roots[s]}, {-1}, {0}};
+  const int levels = std::min<int>(static_cast<int>(branching.size()), num_heads());
+  // The nodes whose children the next head drafts: (sample, node).
+  std::vector<std::pair<int32_t, int32_t>> level, next;
+  for (int64_t s = 0; s < S; ++s) level.emplace_back(static_cast<int32_t>(s), 0);
+  constexpr int64_t kBlock = 256;  // rows per GEMM block (bounds the logits buffer)
+  std::vector<float> u, a, z, logits;
+  std::vector<int32_t> path;
   const float* emb = base_->tok_embeddings.data.data();
   const Tensor& lm = base_->output_matrix();
-  for (int i = 0; i < length; ++i) {
-    const Head& hd = heads_[i];
+  for (int d = 0; d < levels; ++d) {
+    const Head& hd = heads_[d];
     const int64_t in = hd.input_size;
-    // u = [h, E[x(t+1)], ..., E[x(t+1+i)]] per sample (Medusa: h only).
-    u.resize(static_cast<size_t>(S * in));
-    for (int64_t s = 0; s < S; ++s) {
-      float* row = u.data() + s * in;
-      std::copy_n(h.data() + s * dim, dim, row);
-      if (kind_ == DraftHeadKind::kHydra) {
-        for (int j = 0; j <= i; ++j) {
-          const int32_t tok = j == 0 ? roots[s] : (*out)[s * length + j - 1];
-          std::copy_n(emb + static_cast<int64_t>(tok) * dim, dim, row + (j + 1) * dim);
+    next.clear();
+    for (int64_t r0 = 0; r0 < static_cast<int64_t>(level.size()); r0 += kBlock) {
+      const int64_t R = std::min<int64_t>(kBlock, static_cast<int64_t>(level.size()) - r0);
+      // u = [h, E[root], ..., E[node]] per row (Medusa: h only).
+      u.resize(static_cast<size_t>(R * in));
+      z.resize(static_cast<size_t>(R * dim));
+      a.resize(static_cast<size_t>(R * hidden));
+      logits.resize(static_cast<size_t>(R * vocab));
+      for (int64_t r = 0; r < R; ++r) {
+        const auto [s, node] = level[r0 + r];
+        const Tree& t = (*out)[s];
+        const float* hs = h.data() + s * dim;
+        float* row = u.data() + r * in;
+        std::copy_n(hs, dim, row);
+        if (kind_ == DraftHeadKind::kHydra) {
+          path.clear();
+          for (int32_t n = node; n >= 0; n = t.parent[n]) path.push_back(t.token[n]);
+          for (size_t j = 0; j < path.size(); ++j) {
+            std::copy_n(emb + static_cast<int64_t>(path[path.size() - 1 - j]) * dim, dim,
+                        row + static_cast<int64_t>(j + 1) * dim);
+          }
+        }
+        std::copy_n(hd.fc1_b.data.data(), hidden, a.data() + r * hidden);
+        for (int64_t x = 0; x < dim; ++x) z[r * dim + x] = hd.fc2_b.data[x] + hs[x];
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(R),
+                  static_cast<int>(hidden), static_cast<int>(in), 1.0f, u.data(),
+                  static_cast<int>(in), hd.fc1_w.data.data(), static_cast<int>(in), 1.0f, a.data(),
+                  static_cast<int>(hidden));
+      for (float& x : a) x = x / (1.0f + std::exp(-x));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(R),
+                  static_cast<int>(dim), static_cast<int>(hidden), 1.0f, a.data(),
+                  static_cast<int>(hidden), hd.fc2_w.data.data(), static_cast<int>(hidden), 1.0f,
+                  z.data(), static_cast<int>(dim));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(R),
+                  static_cast<int>(vocab), static_cast<int>(dim), 1.0f, z.data(),
+                  static_cast<int>(dim), lm.data.data(), static_cast<int>(dim), 0.0f,
+                  logits.data(), static_cast<int>(vocab));
+      for (int64_t r = 0; r < R; ++r) {
+        const auto [s, node] = level[r0 + r];
+        Tree& t = (*out)[s];
+        const float* l = logits.data() + r * vocab;
+        for (int32_t tok : TopK(std::span<const float>(l, static_cast<size_t>(vocab)),
+                                branching[d])) {
+          t.token.push_back(tok);
+          t.parent.push_back(node);
+          t.depth.push_back(d + 1);
+          next.emplace_back(s, static_cast<int32_t>(t.token.size()) - 1);
         }
       }
     }
-    for (int64_t s = 0; s < S; ++s) std::copy_n(hd.fc1_b.data.data(), hidden, a.data() + s * hidden);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(S),
-                static_cast<int>(hidden), static_cast<int>(in), 1.0f, u.data(),
-                static_cast<int>(in), hd.fc1_w.data.data(), static_cast<int>(in), 1.0f, a.data(),
-                static_cast<int>(hidden));
-    for (float& x : a) x = x / (1.0f + std::exp(-x));
-    for (int64_t s = 0; s < S; ++s) {
-      for (int64_t d = 0; d < dim; ++d) z[s * dim + d] = hd.fc2_b.data[d] + h[s * dim + d];
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(S),
-                static_cast<int>(dim), static_cast<int>(hidden), 1.0f, a.data(),
-                static_cast<int>(hidden), hd.fc2_w.data.data(), static_cast<int>(hidden), 1.0f,
-                z.data(), static_cast<int>(dim));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(S),
-                static_cast<int>(vocab), static_cast<int>(dim), 1.0f, z.data(),
-                static_cast<int>(dim), lm.data.data(), static_cast<int>(dim), 0.0f, logits.data(),
-                static_cast<int>(vocab));
-    for (int64_t s = 0; s < S; ++s) {
-      const float* l = logits.data() + s * vocab;
-      (*out)[s * length + i] = static_cast<int32_t>(std::max_element(l, l + vocab) - l);
-    }
+    std::swap(level, next);
   }
   return absl::OkStatus();
 }

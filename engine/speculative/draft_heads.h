@@ -47,8 +47,7 @@ class DraftHeads {
 
   // The same chain for S samples at once, `length` <= num_heads tokens each, with float BLAS
   // (Chain accumulates in double, as the reference does): h is [S x dim], roots [S]; out
-  // receives [S x length]. What the engine loop drafts with: one GEMM per layer of each head
-  // over the whole batch instead of a matrix-vector product per sample.
+  // receives [S x length]. TreeBatch with one child per node.
   absl::Status ChainBatch(std::span<const float> h, std::span<const int32_t> roots, int length,
                           std::vector<int32_t>* out) const;
 
@@ -61,6 +60,10 @@ class DraftHeads {
   };
   absl::StatusOr<Tree> BuildTree(std::span<const float> h, int32_t root,
                                  std::span<const int32_t> branching) const;
+  // The same trees for S samples at once with float BLAS: one GEMM per head layer over every
+  // node of a level of every sample (what the engine loop drafts with). h is [S x dim].
+  absl::Status TreeBatch(std::span<const float> h, std::span<const int32_t> roots,
+                         std::span<const int32_t> branching, std::vector<Tree>* out) const;
 
   // A tree's branching factors from text, "4,2,2": each in [1, 16], at most 8 levels and 256
   // candidates (banyand's --draft-tree, banyan generate's).

@@ -94,7 +94,8 @@ TEST_F(DraftHeadsTest, ShippedHeadsDraftTheReferenceTokens) {
 }
 
 // The batched float drafter the engine loop uses agrees with the double-precision reference
-// chain, sample by sample, for chains of every length; bad shapes are refused.
+// chain and tree, sample by sample, for chains of every length and several trees; bad shapes
+// are refused.
 TEST_F(DraftHeadsTest, ChainBatchMatchesChain) {
   const char* texts[] = {"Once upon a time", "The little dog", "Lily and her mom went to",
                          "One day, a big red ball", "Tom had a toy car. He liked to"};
@@ -124,6 +125,24 @@ TEST_F(DraftHeadsTest, ChainBatchMatchesChain) {
             << "sample " << i << ", length " << length;
       }
     }
+    // Trees too: the batched float drafter against the double-precision reference, per sample.
+    for (const std::vector<int32_t>& branching :
+         {std::vector<int32_t>{4, 2, 2}, std::vector<int32_t>{2, 2}, std::vector<int32_t>{3, 1, 2},
+          std::vector<int32_t>{1, 1, 1, 1}}) {
+      std::vector<DraftHeads::Tree> trees;
+      ASSERT_TRUE(heads->TreeBatch(hs, roots, branching, &trees).ok());
+      ASSERT_EQ(trees.size(), roots.size());
+      for (size_t i = 0; i < roots.size(); ++i) {
+        auto ref = heads->BuildTree(std::span<const float>(hs).subspan(i * dim, dim), roots[i],
+                                    branching);
+        ASSERT_TRUE(ref.ok());
+        EXPECT_EQ(trees[i].token, ref->token) << "sample " << i << ", " << branching.size();
+        EXPECT_EQ(trees[i].parent, ref->parent);
+        EXPECT_EQ(trees[i].depth, ref->depth);
+      }
+    }
+    std::vector<DraftHeads::Tree> bad_trees;
+    EXPECT_FALSE(heads->TreeBatch(hs, roots, std::vector<int32_t>{2, 0}, &bad_trees).ok());
     std::vector<int32_t> out;
     EXPECT_FALSE(heads->ChainBatch(hs, roots, heads->num_heads() + 1, &out).ok());
     EXPECT_FALSE(heads->ChainBatch(std::span<const float>(hs).subspan(1), roots, 1, &out).ok());
