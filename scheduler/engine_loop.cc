@@ -644,12 +644,20 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
   InFlight& f = inflight_;
   f.row_states.clear();
   f.item_node.clear();
+  f.speculation_class = -1;
+  f.speculated = false;
   if (options_.speculation != LoopOptions::Speculation::kOff && !decode.empty() &&
       static_cast<int>(decode.size()) <= options_.speculation_max_rows) {
+    f.speculation_class = SpeculationGovernor::ClassOf(static_cast<int64_t>(decode.size()));
+  }
+  if (f.speculation_class >= 0 &&
+      (!options_.speculation_adaptive || speculation_governor_.Speculate(f.speculation_class))) {
     int prefill_tokens = 0;
     for (const engine::PrefillItem& p : prefill) prefill_tokens += p.end - p.begin;
     PlaceCandidates(&owner, options_.prefill_token_budget - prefill_tokens, &decode, &f.item_node,
                     &copies);
+    f.speculated = std::any_of(f.item_node.begin(), f.item_node.end(),
+                               [](int32_t n) { return n > 0; });
   }
   // Every decode row samples with its own request's parameters and state (candidate rows have
   // theirs already).
@@ -705,6 +713,7 @@ void EngineLoop::CollectInflight() {
   std::vector<std::pair<Live::Sample*, int32_t>> want_hidden;
   std::vector<std::pair<Live*, size_t>> speculated;
   const size_t rows = out.decode_rows.size();
+  const size_t tokens_before = pending_.size();
   for (size_t r = 0; r < rows; ++r) {
     auto [l, k] = f.owner.at(out.decode_rows[r]);
     if (l->state != RequestState::kDecoding) continue;
@@ -727,6 +736,7 @@ void EngineLoop::CollectInflight() {
       want_hidden.emplace_back(&s, last);
     }
   }
+  const size_t decode_tokens = pending_.size() - tokens_before;
   size_t next = rows;
   int32_t logit_row = static_cast<int32_t>(rows);
   for (Live* l : f.logit_owners) {
@@ -767,6 +777,10 @@ void EngineLoop::CollectInflight() {
   ++stats_.steps;
   const double step_seconds = Seconds(f.t_begin, t_done);
   stats_.host_seconds += step_seconds - out.forward_seconds;
+  if (f.speculation_class >= 0 && f.prefill_tokens == 0 && step_seconds > 0) {
+    speculation_governor_.Record(f.speculation_class, f.speculated,
+                                 static_cast<double>(decode_tokens) / step_seconds);
+  }
   if (f.prefill_tokens == 0) {
     const double device = backend_->device_seconds() - f.device_before;
     ++stats_.decode_steps;

@@ -56,6 +56,7 @@
 #include "scheduler/metrics.h"
 #include "scheduler/request.h"
 #include "scheduler/request_stream.h"
+#include "scheduler/speculation_governor.h"
 
 namespace banyan::engine {
 class DraftHeads;
@@ -93,10 +94,18 @@ struct LoopOptions {
   // most the heads' count of levels), e.g. {4, 2, 2}. Empty: a chain of draft_tokens.
   std::vector<int> draft_tree = {};
   // Speculate only in steps with at most this many decode rows: verification multiplies a
-  // step's rows by draft_tokens + 1, which stops paying as the step leaves the memory-bound
-  // regime. 8 from the H200 measurements (docs/hydra.md): on the 7B shape speculation gained
-  // 1.2-4.5x per request at 1-8 rows and nothing at 64.
-  int speculation_max_rows = 8;
+  // step's rows by its candidates + 1, which stops paying as the step leaves the memory-bound
+  // regime (docs/hydra.md: on the 7B shape speculation gained 1.2-4.5x per request at 1-8 rows
+  // and lost aggregate throughput at 64). Below it, speculation_adaptive decides.
+  int speculation_max_rows = 64;
+  // Whether speculation pays is measured, not assumed: for each size class of decode steps
+  // (rows, by powers of two) the loop keeps the tokens per second of steps with candidates and
+  // of steps without (decode-only steps measure; steps with prefill follow the class's answer),
+  // and speculates where that has been faster. It tries the other way after
+  // 16 steps of the class, then after twice as many each time the answer stays (at most 1,024).
+  // On the H200 the bundled model gains 1.4x at one row and loses from 8 rows on, the 7B shape
+  // gains up to 8 rows: no fixed threshold fits both. Off: speculate in every step.
+  bool speculation_adaptive = true;
   // A sample stops speculating for a while (16 steps, then tries again) when its candidates
   // accepted per verification fall below this moving average. 0.4 from the H200 measurements
   // (docs/hydra.md): on the bundled model a 3-candidate verification step cost 1.39 plain steps
@@ -207,6 +216,7 @@ class EngineLoop {
                        std::vector<int32_t>* item_node, std::vector<kvcache::ChunkCopy>* copies);
   int32_t TakeCandidates(Live& live, size_t sample, std::span<const engine::SampleResult> results,
                          std::chrono::steady_clock::time_point at);
+  SpeculationGovernor speculation_governor_;  // LoopOptions::speculation_adaptive
   // Ends a sample's candidates without taking them (preemption, cancellation).
   void DropCandidates(Live& live, size_t sample);
   // kLookup: what a greedy request generated, by prompt (and cache namespace).
@@ -264,6 +274,8 @@ class EngineLoop {
     std::vector<int32_t> item_node;
     // The sampling states of candidate rows (the sample's state advanced along the path).
     std::deque<engine::SequenceSamplingState> row_states;
+    int speculation_class = -1;  // the step's size class when speculation could run, else -1
+    bool speculated = false;     // the step had candidates
     std::vector<Live*> logit_owners;  // prompts whose last token's row is sampled, in order
     int64_t decode_rows = 0;
     int64_t prefill_tokens = 0;

@@ -25,6 +25,7 @@ Scheduler::Scheduler(const engine::ModelConfig& config, const engine::Tokenizer*
                       .draft_tokens = options.draft_tokens,
                       .draft_tree = options.draft_tree,
                       .speculation_max_rows = options.speculation_max_rows,
+                      .speculation_adaptive = options.speculation_adaptive,
                       .speculation_min_accept = options.speculation_min_accept})) {
   absl::MutexLock lock(&mu_);
   metrics_ = loop_->metrics();

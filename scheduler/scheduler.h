@@ -42,7 +42,8 @@ struct SchedulerOptions {
   const engine::DraftHeads* draft_heads = nullptr;
   int draft_tokens = 3;
   std::vector<int> draft_tree = {};
-  int speculation_max_rows = 8;
+  int speculation_max_rows = 64;
+  bool speculation_adaptive = true;
   float speculation_min_accept = 0.4f;
 };
 

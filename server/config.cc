@@ -253,6 +253,10 @@ const std::map<std::string, Setter>& Setters() {
          c.draft_tree.assign(b->begin(), b->end());
          return absl::OkStatus();
        }},
+      {"speculation-adaptive",
+       [](DaemonConfig& c, const std::string& v) {
+         return OneOf("speculation-adaptive", v, {"on", "off"}, &c.speculation_adaptive);
+       }},
       {"speculation-min-accept",
        [](DaemonConfig& c, const std::string& v) {
          return Float("speculation-min-accept", v, 0.0f, 16.0f, &c.speculation_min_accept);

@@ -10,6 +10,7 @@
 //           [--log-level LEVEL] [--max-model-len N]
 //           [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]
 //           [--draft-tree B1,B2,..] [--speculation-max-rows N] [--speculation-min-accept X]
+//           [--speculation-adaptive on|off]
 //
 // vLLM's names for the same options are accepted too (--port, --max-num-seqs, ...); vLLM
 // options with no banyand counterpart are refused, saying so (server/option_aliases.h).
@@ -82,7 +83,8 @@ struct DaemonConfig {
   std::string draft_heads;
   int draft_tokens = 3;
   std::vector<int> draft_tree;
-  int speculation_max_rows = 8;
+  int speculation_max_rows = 64;
+  std::string speculation_adaptive = "on";  // LoopOptions::speculation_adaptive: "on" / "off"
   float speculation_min_accept = 0.4f;
   std::string log_level = "info";
   ServerOptions server;

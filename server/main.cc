@@ -71,7 +71,7 @@ constexpr char kUsage[] =
     "               [--log-level trace|debug|info|warn|error] [--max-model-len N]\n"
     "               [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]\n"
     "               [--draft-tree B1,B2,..] [--speculation-max-rows N]\n"
-    "               [--speculation-min-accept X]\n"
+    "               [--speculation-min-accept X] [--speculation-adaptive on|off]\n"
     "With no arguments: the bundled stories260K, 127.0.0.1, HTTP 8000, gRPC 50051, on the GPU\n"
     "when this banyand has CUDA and a device is visible, else the CPU (--backend auto).\n"
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
@@ -294,15 +294,18 @@ int Run(int argc, char** argv) {
   so.draft_tree = cfg->draft_tree;
   so.speculation_max_rows = cfg->speculation_max_rows;
   so.speculation_min_accept = cfg->speculation_min_accept;
+  so.speculation_adaptive = cfg->speculation_adaptive == "on";
   if (cfg->speculative != "off") {
-    spdlog::info("speculative decoding: {} ({}, in steps of at most {} decode rows, paused for a "
+    spdlog::info("speculative decoding: {} ({}, in steps of at most {} decode rows{}, paused for a "
                  "sample accepting fewer than {} per step)",
                  cfg->speculative == "hydra" ? "hydra heads " + cfg->draft_heads
                                               : std::string("prompt lookup"),
                  cfg->draft_tree.empty()
                      ? absl::StrCat(cfg->draft_tokens, " candidates per chain")
                      : absl::StrCat("tree ", absl::StrJoin(cfg->draft_tree, ",")),
-                 cfg->speculation_max_rows, cfg->speculation_min_accept);
+                 cfg->speculation_max_rows,
+                 cfg->speculation_adaptive == "on" ? " where measured faster" : "",
+                 cfg->speculation_min_accept);
   }
   so.attention = attention;
   scheduler::Scheduler sched(mc, bundle->tokenizer.get(), std::move(backend), so);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Speculative decoding served through banyand (one GPU): (1) the bundled model with its Hydra heads against
-# no speculation, batch 1/8/64/256: chains of 3 and [4,2,2] trees speculating at every batch, and
-# [4,2,2] trees with the default switch-off (--speculation-max-rows 8, --speculation-min-accept
-# 0.4); (2) the 7B shape with prompt lookup (each load sent twice:
+# no speculation, batch 1/8/64/256: chains of 3 and [4,2,2] trees speculating at every batch
+# (--speculation-adaptive off), and both with the defaults (the adaptive switch-off, at most 64
+# rows, --speculation-min-accept 0.4); (2) the 7B shape with prompt lookup (each load sent twice:
 # the second run's candidates are the model's own continuation, all accepted), 1-4 candidates per
 # chain against none, batch 1/8/64 at a 2K context, tpp, and paged at batch 64.
 #   bench/serve/speculation.sh BIN_DIR [OUT_DIR]     (SPEC_7B=0 skips part 2)
@@ -30,12 +30,13 @@ load() {  # name batch prefix output vocab seed
 }
 M=models/stories260K/stories260K.bin
 H=(--speculative hydra --draft-heads models/stories260K/hydra/config.json)
-for mode in off chain tree tree-auto; do
+for mode in off chain tree chain-auto tree-auto; do
   tag=small_$mode
   case $mode in
     off) extra=() ;;
-    chain) extra=("${H[@]}" --draft-tokens 3 --speculation-max-rows 65536 --speculation-min-accept 0) ;;
-    tree) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-max-rows 65536 --speculation-min-accept 0) ;;
+    chain) extra=("${H[@]}" --draft-tokens 3 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0) ;;
+    tree) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0) ;;
+    chain-auto) extra=("${H[@]}" --draft-tokens 3) ;;
     tree-auto) extra=("${H[@]}" --draft-tree 4,2,2) ;;
   esac
   start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
@@ -45,7 +46,7 @@ done
 [ "${SPEC_7B:-1}" = 0 ] && D7= || D7=dummy:llama-2-7b-shape:vocab=32000
 for cfg in ${D7:+"tpp 0" "tpp 1" "tpp 2" "tpp 3" "tpp 4" "paged 0" "paged 3"}; do
   set -- $cfg; att=$1; d=$2; tag=7b_${att}_$d
-  extra=(); [ $d -gt 0 ] && extra=(--speculative lookup --draft-tokens $d --speculation-max-rows 65536)
+  extra=(); [ $d -gt 0 ] && extra=(--speculative lookup --draft-tokens $d --speculation-max-rows 65536 --speculation-adaptive off)
   start --model $D7 --attention $att --kv-memory 40000000000 "${extra[@]}" || continue
   bs="1 8 64"; [ $att = paged ] && bs=64
   for b in $bs; do

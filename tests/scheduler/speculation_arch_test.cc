@@ -222,7 +222,8 @@ class SpeculationArchTest : public ::testing::TestWithParam<std::string> {
     return LoopOptions{.max_running_sequences = 16,
                        .prefill_token_budget = 64,
                        .overlap = overlap,
-                       .speculation_max_rows = 64};
+                       .speculation_max_rows = 64,
+                       .speculation_adaptive = false};
   }
 
   engine::testing::TempDir dir_;

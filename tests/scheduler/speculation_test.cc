@@ -117,7 +117,8 @@ TEST_F(SpeculationTest, HydraHeadsKeepOutputsExactly) {
         on.draft_tokens = 3;
         on.draft_tree = dr.tree;
         on.speculation_max_rows = 64;
-        on.speculation_min_accept = 0;  // keep speculating: the test is about exactness
+        on.speculation_adaptive = false;  // keep speculating: the test is about exactness
+        on.speculation_min_accept = 0;
         MetricsSnapshot m;
         auto spec = Run(reqs, on, chunks, &m);
         ASSERT_TRUE(spec.ok()) << spec.status();
@@ -156,6 +157,7 @@ TEST_F(SpeculationTest, TreesAcceptMoreAndDraftsCountInTheTokenBudget) {
     o.speculation = LoopOptions::Speculation::kHeads;
     o.draft_heads = heads_;
     o.draft_tree = std::move(tree);
+    o.speculation_adaptive = false;
     o.speculation_min_accept = 0;
     auto res = Run(reqs, o, 512, m, &stats);
     EXPECT_TRUE(res.ok()) << res.status();
@@ -200,6 +202,7 @@ TEST_F(SpeculationTest, SampledOutputsKeepTheirDistribution) {
       o.draft_heads = heads_;
       o.draft_tree = {3, 2, 1};
       o.speculation_max_rows = 64;
+      o.speculation_adaptive = false;
       o.speculation_min_accept = 0;
     }
     MetricsSnapshot m;
@@ -265,6 +268,7 @@ TEST_F(SpeculationTest, LookupAcceptsARepeatedRequestWhole) {
   LoopOptions o{.max_running_sequences = 16, .prefill_token_budget = 64};
   o.speculation = LoopOptions::Speculation::kLookup;
   o.draft_tokens = 4;
+  o.speculation_adaptive = false;
   EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend), o);
   auto first = GenerateAll(loop, reqs);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -278,6 +282,38 @@ TEST_F(SpeculationTest, LookupAcceptsARepeatedRequestWhole) {
   // 40 tokens in chains of 1 + 4: about 8 steps per request instead of 40.
   EXPECT_LE(m.spec_drafts_total, 2 * 9);
   EXPECT_TRUE(loop.tree().CheckInvariants().ok()) << loop.tree().CheckInvariants();
+}
+
+// The governor measures both ways, keeps the faster, and probes the other way ever more rarely
+// while the answer stays; a change of the measured rates changes the answer.
+TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
+  EXPECT_EQ(SpeculationGovernor::ClassOf(1), 0);
+  EXPECT_EQ(SpeculationGovernor::ClassOf(3), 1);
+  EXPECT_EQ(SpeculationGovernor::ClassOf(8), 3);
+  EXPECT_EQ(SpeculationGovernor::ClassOf(1000), 9);
+  SpeculationGovernor g;
+  const int c = SpeculationGovernor::ClassOf(8);
+  auto run = [&](int steps, double with, double without) {
+    int speculated = 0;
+    for (int i = 0; i < steps; ++i) {
+      const bool s = g.Speculate(c);
+      speculated += s;
+      g.Record(c, s, s ? with : without);
+    }
+    return speculated;
+  };
+  // Speculation is slower here: after 3 + 3 measuring steps, only probes speculate: at steps
+  // 16, 32, 64, ..., 1024 (the interval doubles while the answer stays).
+  EXPECT_EQ(run(1200, 100, 300), 3 + 7);
+  EXPECT_EQ(g.at(c).probe_interval, SpeculationGovernor::kMaxProbeInterval);
+  // It becomes faster (say, acceptance rose): the next probe (step 2048) sees it and the
+  // answer turns; from then on only probes of the other way do not speculate.
+  const int later = run(2000, 900, 300);
+  EXPECT_GE(later, 3200 - 2048 - 8);
+  EXPECT_LT(later, 3200 - 2048 + 1);
+  EXPECT_GT(g.at(c).with, g.at(c).without);
+  // Other classes are independent.
+  EXPECT_TRUE(g.Speculate(SpeculationGovernor::ClassOf(1)));
 }
 
 }  // namespace
