@@ -40,7 +40,7 @@ namespace banyan::bench {
 namespace {
 
 using kernels::PlanView;
-using kernels::cuda::tpp::KvDType;
+using kernels::cuda::DType;
 using kernels::cuda::tpp::TppOptions;
 using kernels::cuda::tpp::TppPhase1WgmmaAvailable;
 using kernels::cuda::tpp::TppProblem;
@@ -211,7 +211,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     a.kv.chunk_size = kChunk;
     a.kv.num_kv_heads = c.hkv;
     a.kv.head_dim = c.d;
-    a.dtype = KvDType::kBf16;
+    a.dtype = DType::kBf16;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
     a.image = image;
     a.workspace = ws;

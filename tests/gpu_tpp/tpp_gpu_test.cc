@@ -53,13 +53,13 @@ bool HaveDevice() {
 #define SKIP_WITHOUT_GPU() \
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device"
 
-uint16_t ToBits(float x, KvDType dt) {
-  if (dt == KvDType::kBf16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
+uint16_t ToBits(float x, DType dt) {
+  if (dt == DType::kBf16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
   return static_cast<__half_raw>(__float2half_rn(x)).x;
 }
 
-float FromBits(uint16_t b, KvDType dt) {
-  if (dt == KvDType::kBf16) {
+float FromBits(uint16_t b, DType dt) {
+  if (dt == DType::kBf16) {
     __nv_bfloat16_raw r;
     r.x = b;
     return __bfloat162float(__nv_bfloat16(r));
@@ -71,7 +71,7 @@ float FromBits(uint16_t b, KvDType dt) {
 
 // Random values rounded to the dtype: `bits` for the device, `vals` (exactly representable) for
 // the CPU reference.
-void FillRounded(std::mt19937_64& rng, size_t n, float stddev, KvDType dt,
+void FillRounded(std::mt19937_64& rng, size_t n, float stddev, DType dt,
                  std::vector<uint16_t>* bits, std::vector<float>* vals) {
   std::normal_distribution<float> nd(0.0f, stddev);
   bits->resize(n);
@@ -102,15 +102,15 @@ struct Shape {
   int kv_heads;
   int gqa;
   int chunk;
-  KvDType dtype;
+  DType dtype;
 };
 
 std::string Name(const Shape& s) {
   return absl::StrCat("d", s.head_dim, "_kv", s.kv_heads, "_g", s.gqa, "_c", s.chunk,
-                      s.dtype == KvDType::kBf16 ? "_bf16" : "_fp16");
+                      s.dtype == DType::kBf16 ? "_bf16" : "_fp16");
 }
 
-double Tolerance(KvDType dt) { return dt == KvDType::kBf16 ? 1e-2 : 2e-3; }
+double Tolerance(DType dt) { return dt == DType::kBf16 ? 1e-2 : 2e-3; }
 
 // One populated tree + KV pool + queries, on the host and on the device.
 class Fixture {
@@ -339,10 +339,10 @@ TEST_P(TppGpuRandomTreeTest, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grid, TppGpuRandomTreeTest,
-    ::testing::Values(Shape{64, 2, 1, 16, KvDType::kBf16}, Shape{64, 2, 4, 64, KvDType::kFp16},
-                      Shape{64, 1, 8, 32, KvDType::kBf16}, Shape{128, 2, 1, 64, KvDType::kFp16},
-                      Shape{128, 2, 4, 16, KvDType::kBf16}, Shape{128, 1, 8, 64, KvDType::kBf16},
-                      Shape{128, 2, 8, 32, KvDType::kFp16}, Shape{64, 2, 1, 128, KvDType::kFp16}),
+    ::testing::Values(Shape{64, 2, 1, 16, DType::kBf16}, Shape{64, 2, 4, 64, DType::kFp16},
+                      Shape{64, 1, 8, 32, DType::kBf16}, Shape{128, 2, 1, 64, DType::kFp16},
+                      Shape{128, 2, 4, 16, DType::kBf16}, Shape{128, 1, 8, 64, DType::kBf16},
+                      Shape{128, 2, 8, 32, DType::kFp16}, Shape{64, 2, 1, 128, DType::kFp16}),
     [](const auto& info) { return Name(info.param); });
 
 struct BatchCase {
@@ -372,14 +372,14 @@ TEST_P(TppGpuBatchTest, HierarchicalSharing) {
 
 INSTANTIATE_TEST_SUITE_P(
     Batches, TppGpuBatchTest,
-    ::testing::Values(BatchCase{{128, 2, 4, 64, KvDType::kBf16}, 1},
-                      BatchCase{{128, 2, 4, 64, KvDType::kBf16}, 2},
-                      BatchCase{{64, 2, 8, 32, KvDType::kFp16}, 3},
-                      BatchCase{{128, 4, 1, 64, KvDType::kFp16}, 64},
-                      BatchCase{{64, 1, 8, 64, KvDType::kBf16}, 257},
-                      BatchCase{{128, 1, 4, 64, KvDType::kBf16}, 1000},
-                      BatchCase{{128, 2, 1, 64, KvDType::kBf16}, 2048},
-                      BatchCase{{64, 1, 8, 16, KvDType::kFp16}, 2048}),
+    ::testing::Values(BatchCase{{128, 2, 4, 64, DType::kBf16}, 1},
+                      BatchCase{{128, 2, 4, 64, DType::kBf16}, 2},
+                      BatchCase{{64, 2, 8, 32, DType::kFp16}, 3},
+                      BatchCase{{128, 4, 1, 64, DType::kFp16}, 64},
+                      BatchCase{{64, 1, 8, 64, DType::kBf16}, 257},
+                      BatchCase{{128, 1, 4, 64, DType::kBf16}, 1000},
+                      BatchCase{{128, 2, 1, 64, DType::kBf16}, 2048},
+                      BatchCase{{64, 1, 8, 16, DType::kFp16}, 2048}),
     [](const auto& info) {
       return Name(info.param.shape) + "_b" + std::to_string(info.param.batch);
     });
@@ -389,7 +389,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TppGpuTest, SplitsInBothPhases) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
-  for (const Shape& s : {Shape{128, 2, 4, 64, KvDType::kBf16}, Shape{64, 1, 2, 32, KvDType::kFp16}}) {
+  for (const Shape& s : {Shape{128, 2, 4, 64, DType::kBf16}, Shape{64, 1, 2, 32, DType::kFp16}}) {
     Fixture f(s, 1200);
     auto rows = BuildHierarchical(f.tree(), rng, 3, 5000 + static_cast<int>(rng() % 300), 1, 10,
                                   6000);
@@ -416,7 +416,7 @@ TEST(TppGpuTest, OddGqaRatios) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   for (int g : {3, 5, 6, 12, 16}) {
-    const Shape s{128, 2, g, 64, g % 2 ? KvDType::kFp16 : KvDType::kBf16};
+    const Shape s{128, 2, g, 64, g % 2 ? DType::kFp16 : DType::kBf16};
     Fixture f(s, 400);
     auto rows = BuildHierarchical(f.tree(), rng, 9, 200, 3, 70, 90);
     rows = f.tree().DfsOrder();
@@ -430,7 +430,7 @@ TEST(TppGpuTest, OddGqaRatios) {
 // Both launch schedules: fused (PDL) and deferred merge with phase 2 on a side stream.
 void GraphReplay(bool deferred) {
   BANYAN_SEEDED_RNG(rng);
-  const Shape s{128, 2, 4, 64, KvDType::kBf16};
+  const Shape s{128, 2, 4, 64, DType::kBf16};
   Fixture f(s, 400);
   auto rows = BuildHierarchical(f.tree(), rng, 12, 250, 3, 60, 20);
   rows = f.tree().DfsOrder();
@@ -508,7 +508,7 @@ TEST(TppGpuTest, GraphReplayAfterAdvanceLengthsDeferredOnTwoStreams) {
 TEST(TppGpuTest, RejectsMismatchedArguments) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
-  const Shape s{128, 2, 4, 64, KvDType::kBf16};
+  const Shape s{128, 2, 4, 64, DType::kBf16};
   Fixture f(s, 64);
   auto rows = BuildHierarchical(f.tree(), rng, 4, 100, 1, 10, 10);
   f.FillData(rng, rows);

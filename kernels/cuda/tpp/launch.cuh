@@ -5,23 +5,13 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/tpp/phase1.cuh"
 #include "kernels/cuda/tpp/phase1_wgmma_launch.h"
 #include "kernels/cuda/tpp/phase2.cuh"
 #include "kernels/cuda/tpp/tpp_launch.h"
 
 namespace banyan::kernels::cuda::tpp {
-
-template <KvDType DTYPE>
-struct DTypeOf;
-template <>
-struct DTypeOf<KvDType::kBf16> {
-  using Type = __nv_bfloat16;
-};
-template <>
-struct DTypeOf<KvDType::kFp16> {
-  using Type = __half;
-};
 
 inline TppParams MakeTppParams(const TppWorkPlan& plan, const TppRunArgs& a) {
   const TppImageLayout& l = plan.layout();
@@ -95,10 +85,10 @@ cudaError_t LaunchPhase2Group(const TppWorkPlan& plan, const TppParams& p, bool 
   }
 }
 
-template <int HEAD_DIM, KvDType DTYPE>
+template <int HEAD_DIM, DType DTYPE>
 cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                 cudaStream_t stream) {
-  using DType = typename DTypeOf<DTYPE>::Type;
+  using Elem = typename ElementOf<DTYPE>::Type;
   TppParams p = MakeTppParams(plan, args);
   cudaError_t e = cudaSuccess;
   const bool phase1 = plan.num_p1_items() > 0;
@@ -109,8 +99,8 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                plan.p1_path() == Phase1Path::kWgmma, p,
                                dim3(plan.num_p1_items(), plan.problem().num_kv_heads), s);
     }
-    return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, DType, 2>(plan, p, s)
-                                    : LaunchPhase1<HEAD_DIM, DType, 1>(plan, p, s);
+    return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, Elem, 2>(plan, p, s)
+                                    : LaunchPhase1<HEAD_DIM, Elem, 1>(plan, p, s);
   };
   if (plan.deferred_merge()) {
     // Phase 2 does not read phase-1 output: run it beside phase 1, merge after both.
@@ -122,7 +112,7 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     }
     if (phase1 && (e = launch_phase1(stream)) != cudaSuccess) return e;
     if (phase2 &&
-        (e = LaunchPhase2Group<HEAD_DIM, DType>(plan, p, false, fork ? args.side_stream : stream)) !=
+        (e = LaunchPhase2Group<HEAD_DIM, Elem>(plan, p, false, fork ? args.side_stream : stream)) !=
             cudaSuccess) {
       return e;
     }
@@ -135,21 +125,21 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     if (phase2) {
       const bool pdl = phase1 && plan.options().pdl;
       p.wait_phase1 = pdl ? 1 : 0;
-      if ((e = LaunchPhase2Group<HEAD_DIM, DType>(plan, p, pdl, stream)) != cudaSuccess) return e;
+      if ((e = LaunchPhase2Group<HEAD_DIM, Elem>(plan, p, pdl, stream)) != cudaSuccess) return e;
     }
   }
   if (plan.num_merge_rows() > 0) {
     // A plain launch on `stream`: phases 1 and 2 are complete before it starts.
-    TppMergeKernel<HEAD_DIM, DType><<<plan.num_merge_rows(), 128, 0, stream>>>(p);
+    TppMergeKernel<HEAD_DIM, Elem><<<plan.num_merge_rows(), 128, 0, stream>>>(p);
     e = cudaGetLastError();
   }
   return e;
 }
 
-template <int HEAD_DIM, KvDType DTYPE>
+template <int HEAD_DIM, DType DTYPE>
 cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                      std::vector<KernelNodeUpdate>* updates) {
-  using DType = typename DTypeOf<DTYPE>::Type;
+  using Elem = typename ElementOf<DTYPE>::Type;
   updates->clear();
   const TppParams fresh = MakeTppParams(plan, args);
   // The plan's tables and partial states; q, out, the KV view, the scale and wait_phase1 (part
@@ -168,8 +158,8 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
                             plan.p1_path() == Phase1Path::kWgmma);
     } else {
       f = plan.p1_block_m() == 128
-              ? reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, DType, 2>)
-              : reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, DType, 1>);
+              ? reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, Elem, 2>)
+              : reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, Elem, 1>);
     }
     if (f == nullptr) return cudaErrorNotSupported;
     updates->push_back({f, dim3(plan.num_p1_items(), kvh), sizeof(TppParams), patch});
@@ -177,16 +167,16 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   if (plan.num_p2_items() > 0) {
     const void* f = nullptr;
     switch (plan.p2_head_group()) {
-      case 1: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 1>); break;
-      case 2: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 2>); break;
-      case 4: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 4>); break;
-      default: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 8>); break;
+      case 1: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 1>); break;
+      case 2: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 2>); break;
+      case 4: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 4>); break;
+      default: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 8>); break;
     }
     updates->push_back({f, dim3(plan.num_p2_items(), kvh * plan.p2_head_groups()),
                         sizeof(TppParams), patch});
   }
   if (plan.num_merge_rows() > 0) {
-    updates->push_back({reinterpret_cast<const void*>(TppMergeKernel<HEAD_DIM, DType>),
+    updates->push_back({reinterpret_cast<const void*>(TppMergeKernel<HEAD_DIM, Elem>),
                         dim3(plan.num_merge_rows()), sizeof(TppParams), patch});
   }
   return cudaSuccess;

@@ -31,7 +31,8 @@
 //
 // Shapes: q and out [num_rows][num_q_heads][head_dim] in the KV dtype. Any batch, any GQA ratio
 // (num_q_heads % num_kv_heads == 0), head_dim 64 or 128, bf16 or fp16. Empty states (lse = -inf)
-// merge without NaN; a row with no context gets zeros.
+// merge without NaN; a row with no context gets zeros. The dtype (DType, kernels/cuda/dtype.h)
+// and the KV view (KvViewDev, kernels/cuda/kv_view.h) are the ones of the backend's kernels.
 #pragma once
 
 #include <cstddef>
@@ -43,12 +44,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cpu/attention_params.h"
+#include "kernels/cuda/dtype.h"
 #include "kernels/cuda/graph_update.h"
-#include "kernels/cuda/tpp/kv_view_dev.h"
+#include "kernels/cuda/kv_view.h"
 
 namespace banyan::kernels::cuda::tpp {
-
-enum class KvDType { kBf16, kFp16 };
 
 // The phase-1 kernel family a work plan is built for and launched with.
 enum class Phase1Path {
@@ -150,7 +150,7 @@ struct TppRunArgs {
   const void* q = nullptr;  // [num_rows][num_q_heads][head_dim]
   void* out = nullptr;      // [num_rows][num_q_heads][head_dim]
   KvViewDev kv;
-  KvDType dtype = KvDType::kBf16;
+  DType dtype = DType::kBf16;
   float scale = 0.0f;              // softmax scale, usually 1/sqrt(head_dim)
   const int32_t* image = nullptr;  // device copy of TppWorkPlan::image()
   void* workspace = nullptr;       // TppWorkPlan::workspace_bytes(), 256-byte aligned

@@ -12,12 +12,12 @@ namespace banyan::kernels::cuda::tpp {
 
 // Launches phase 1 (when the plan has segments), phase 2 and the merge (when a row's private
 // tail is split), in that order on `stream`. With `paged`, phase 1 is never launched.
-template <int HEAD_DIM, KvDType DTYPE>
+template <int HEAD_DIM, DType DTYPE>
 cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                 cudaStream_t stream);
 
 // The kernels and grids LaunchTppDispatched would launch for `plan`, as graph node updates.
-template <int HEAD_DIM, KvDType DTYPE>
+template <int HEAD_DIM, DType DTYPE>
 cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                      std::vector<KernelNodeUpdate>* updates);
 
