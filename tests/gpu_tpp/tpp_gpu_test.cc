@@ -1,5 +1,9 @@
 // GPU differential tests of TPP decode attention and the paged kernel against the CPU reference
-// (kernels/cpu/tpp_attention.h), over random prefix trees with hierarchical sharing.
+// (kernels/cpu/tpp_attention.h), over random prefix trees with hierarchical sharing. Every case
+// also runs the backend's paged decode kernel (kernels/cuda/attention.h: PagedDecodeAttention
+// over BuildDecodeWork's items, on the shared and the unshared plan, with the default and a
+// small item size so that rows are split and merged): the tree's two per-row decode kernels
+// are checked on the same inputs against the same reference.
 //
 // - Inputs (q, K, V) are drawn fresh every run (seed printed; BANYAN_TEST_SEED pins it), rounded
 //   to the kernel dtype, and the CPU reference runs in fp32 on the same rounded values.
@@ -25,6 +29,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/tpp_attention.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_work.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
@@ -194,6 +200,69 @@ class Fixture {
     return Download();
   }
 
+  // Runs the backend's paged decode kernel (kernels/cuda/attention.h) over `plan` (any plan:
+  // each row reads its segments' spans, then its private spans), items of at most
+  // `item_tokens`; output and partial states poisoned first. Empty when the library has no
+  // kernel for the dtype (BANYAN_CUDA_FP16=OFF).
+  std::vector<float> RunBackendPaged(const AttentionPlan& plan, int item_tokens) {
+    DecodeWork w;
+    BuildDecodeWork(engine::ViewOf(plan), item_tokens, &w);
+    const std::vector<int32_t>* arrays[] = {&w.span_chunk,    &w.span_begin,      &w.span_end,
+                                            &w.item_row,      &w.item_span_begin, &w.item_span_end,
+                                            &w.item_partial,  &w.merge_row,
+                                            &w.merge_partial_begin, &w.merge_count};
+    std::vector<int32_t> flat;
+    std::vector<size_t> off;
+    for (const std::vector<int32_t>* a : arrays) {
+      off.push_back(flat.size());
+      flat.insert(flat.end(), a->begin(), a->end());
+    }
+    DevBuf<int32_t> tables(flat.size());
+    const size_t parts = static_cast<size_t>(std::max(w.num_partials, 1));
+    DevBuf<float> po(parts * hq() * s_.head_dim), plse(parts * hq());
+    EXPECT_NE(tables.p, nullptr);
+    EXPECT_NE(po.p, nullptr);
+    EXPECT_NE(plse.p, nullptr);
+    if (!flat.empty()) {
+      EXPECT_EQ(cudaMemcpy(tables.p, flat.data(), flat.size() * sizeof(int32_t),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    EXPECT_EQ(cudaMemset(po.p, 0xff, po.n * sizeof(float)), cudaSuccess);      // NaN
+    EXPECT_EQ(cudaMemset(plse.p, 0xff, plse.n * sizeof(float)), cudaSuccess);  // NaN
+    EXPECT_EQ(cudaMemset(out_dev_->p, 0xff, out_dev_->n * 2), cudaSuccess);    // NaN
+    PagedDecodeParams p;
+    p.q = q_dev_->p;
+    p.out = out_dev_->p;
+    p.kv.base = kv_dev_->p;
+    p.kv.chunk_stride = kv_.chunk_stride;
+    p.kv.v_offset = kv_.v_offset;
+    p.kv.chunk_size = kv_.chunk_size;
+    p.kv.num_kv_heads = kv_.num_kv_heads;
+    p.kv.head_dim = kv_.head_dim;
+    p.span_chunk = tables.p + off[0];
+    p.span_begin = tables.p + off[1];
+    p.span_end = tables.p + off[2];
+    p.item_row = tables.p + off[3];
+    p.item_span_begin = tables.p + off[4];
+    p.item_span_end = tables.p + off[5];
+    p.item_partial = tables.p + off[6];
+    p.merge_row = tables.p + off[7];
+    p.merge_partial_begin = tables.p + off[8];
+    p.merge_count = tables.p + off[9];
+    p.num_items = w.num_items();
+    p.num_merge_rows = w.num_merge_rows();
+    p.num_q_heads = hq();
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s_.head_dim));
+    p.partial_o = po.p;
+    p.partial_lse = plse.p;
+    const absl::Status st = cuda::PagedDecodeAttention(s_.dtype, p, nullptr);
+    if (s_.dtype == DType::kFp16 && st.code() == absl::StatusCode::kInvalidArgument) return {};
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+    return Download();
+  }
+
   TppRunArgs Args(const int32_t* image, void* ws) const {
     TppRunArgs a;
     a.q = q_dev_->p;
@@ -287,6 +356,22 @@ void CheckOtherPhase1Paths(Fixture& f, const AttentionPlan& shared, const TppOpt
   }
 }
 
+// The backend's paged kernel (the other per-row decode kernel) on the same inputs: over the
+// shared plan and the unshared one, items of the default 256 tokens and of 48 (not a multiple of
+// any chunk size here, so items cut spans and long rows merge many partials).
+void CheckBackendPaged(Fixture& f, const AttentionPlan& shared, const AttentionPlan& plain,
+                       const std::vector<float>& want, double tol, const std::string& label) {
+  for (const AttentionPlan* plan : {&shared, &plain}) {
+    for (int item_tokens : {kDefaultItemTokens, 48}) {
+      const std::vector<float> got = f.RunBackendPaged(*plan, item_tokens);
+      if (got.empty()) return;  // no fp16 kernels in this build
+      EXPECT_LT(RelErr(got, want), tol)
+          << label << " backend paged kernel, " << (plan == &shared ? "shared" : "unshared")
+          << " plan, items of " << item_tokens;
+    }
+  }
+}
+
 // Checks tpp (share plan; phase 1 on both tensor-core paths where the device has both) and
 // paged (no-share plan) against the CPU reference.
 void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const TppOptions& opt,
@@ -307,6 +392,7 @@ void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const
   const double e_paged = RelErr(f.RunGpu(plain, opt, true), want);
   EXPECT_LT(e_paged, tol) << label << " paged";
   CheckOtherPhase1Paths(f, shared, opt, want, tol, label);
+  CheckBackendPaged(f, shared, plain, want, tol, label);
 }
 
 class TppGpuRandomTreeTest : public ::testing::TestWithParam<Shape> {};
