@@ -432,6 +432,39 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{128, 2, 8, 32, DType::kFp16}, Shape{64, 2, 1, 128, DType::kFp16}),
     [](const auto& info) { return Name(info.param); });
 
+// The per-row decode kernel (TPP's phase 2; GQA: one CTA loads each K/V tile once for the whole
+// head group) over the full matrix GQA 1/4/8 x head_dim 64/128 x bf16/fp16, random chunk sizes,
+// random private-tail lengths from 1 token to ~2.5K (the long ones split by TppWorkPlan and by
+// the backend's items, then merged), through every call path (CheckBoth: TPP with sharing,
+// TPP's paged, the backend's paged attention over the shared and the unshared plan), outputs
+// and partial states poisoned.
+TEST(TppGpuTest, PerRowKernelGqaMatrix) {
+  SKIP_WITHOUT_GPU();
+  BANYAN_SEEDED_RNG(rng);
+  for (int head_dim : {64, 128}) {
+    for (int gqa : {1, 4, 8}) {
+      for (DType dtype : {DType::kBf16, DType::kFp16}) {
+        const int chunks[] = {16, 32, 64};
+        const Shape s{head_dim, 2, gqa, chunks[rng() % 3], dtype};
+        Fixture f(s, 96000 / s.chunk);
+        testing::RandomTreeSpec spec;
+        spec.num_groups = 3;
+        spec.rows_per_group_max = 4;
+        spec.global_prefix_max = 300;
+        spec.group_prefix_max = 100;
+        spec.tail_max = 2500;
+        auto seqs = testing::BuildRandomTree(f.tree(), rng, spec);
+        ASSERT_FALSE(seqs.empty());
+        std::vector<SeqId> rows = f.tree().DfsOrder();
+        f.FillData(rng, rows);
+        TppOptions opt;
+        opt.p2_min_split_tokens = 256;  // split the long tails in TPP's phase 2 too
+        CheckBoth(f, rows, s, opt, Name(s), false);
+      }
+    }
+  }
+}
+
 struct BatchCase {
   Shape shape;
   int batch;
