@@ -12,6 +12,13 @@
 // bandwidth = those bytes / time; time / floor; tpp / paged. The tpp and paged outputs are
 // compared (relative norm) as a sanity check at scale.
 //
+// Mode `paged_backend`: the backend's paged decode attention (kernels/cuda/attention.h,
+// PagedDecodeAttention over BuildDecodeWork's 256-token items, merged by its MergeStatesKernel)
+// on the same paged plan, KV and q. For head_dim 64/128 its items run TPP's phase-2 kernel, so
+// against `paged` this compares the two work cuts of the one per-row kernel (the backend's
+// batch-independent 256-token items vs TppWorkPlan's split). Its output is compared with
+// `paged`'s (paged_kernels_relnorm); its p2_items field is its item count.
+//
 // Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table.
 // Usage: tpp_bench [--reps N] [--only SUBSTRING of name_b<B>_p<shared>] [--sweep] [--dry-run]
 // --dry-run needs no GPU: it builds every selected case's tree and plan on the host and prints
@@ -23,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -31,6 +39,8 @@
 #include "bench/physical_limit.h"
 #include "bench/tpp/bench_fill.h"
 #include "bench/tpp/cases.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_work.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
@@ -40,7 +50,7 @@ namespace banyan::bench {
 namespace {
 
 using kernels::PlanView;
-using kernels::cuda::tpp::KvDType;
+using kernels::cuda::DType;
 using kernels::cuda::tpp::TppOptions;
 using kernels::cuda::tpp::TppPhase1WgmmaAvailable;
 using kernels::cuda::tpp::TppProblem;
@@ -86,11 +96,17 @@ class Runner {
 
   // Captures one attention call in a graph and times its replays.
   Timing Time(const TppWorkPlan& wp, const TppRunArgs& args, bool paged) {
+    return Time([&](cudaStream_t s) {
+      return paged ? kernels::cuda::tpp::PagedDecodeAttention(wp, args, s)
+                   : kernels::cuda::tpp::TppDecodeAttention(wp, args, s);
+    });
+  }
+  // The same for any launch sequence on the given stream.
+  Timing Time(const std::function<absl::Status(cudaStream_t)>& launch) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-    absl::Status st = paged ? kernels::cuda::tpp::PagedDecodeAttention(wp, args, stream_)
-                            : kernels::cuda::tpp::TppDecodeAttention(wp, args, stream_);
+    absl::Status st = launch(stream_);
     CHECK_CUDA(cudaStreamEndCapture(stream_, &graph));
     if (!st.ok()) {
       std::fprintf(stderr, "launch: %s\n", std::string(st.message()).c_str());
@@ -177,10 +193,12 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   const size_t kv_elems = static_cast<size_t>(max_chunk + 1) * chunk_stride;
   const size_t q_elems = static_cast<size_t>(c.batch) * c.hq * c.d;
   void *kv = nullptr, *q = nullptr, *out_tpp = nullptr, *out_paged = nullptr;
+  void* out_backend = nullptr;
   CHECK_CUDA(cudaMalloc(&kv, kv_elems * 2));
   CHECK_CUDA(cudaMalloc(&q, q_elems * 2));
   CHECK_CUDA(cudaMalloc(&out_tpp, q_elems * 2));
   CHECK_CUDA(cudaMalloc(&out_paged, q_elems * 2));
+  CHECK_CUDA(cudaMalloc(&out_backend, q_elems * 2));
   CHECK_CUDA(FillRandomBf16(kv, kv_elems, 1.0f, 7, runner.stream()));
   CHECK_CUDA(FillRandomBf16(q, q_elems, 1.0f, 11, runner.stream()));
 
@@ -211,7 +229,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     a.kv.chunk_size = kChunk;
     a.kv.num_kv_heads = c.hkv;
     a.kv.head_dim = c.d;
-    a.dtype = KvDType::kBf16;
+    a.dtype = DType::kBf16;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
     a.image = image;
     a.workspace = ws;
@@ -232,6 +250,66 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   };
   run_mode("tpp", shared_plan, false, TppOptions{}, out_tpp);
   run_mode("paged", paged_plan, true, TppOptions{}, out_paged);
+  {
+    // The backend's paged kernel on the same rows (see the header).
+    namespace kc = kernels::cuda;
+    kc::DecodeWork w;
+    kc::BuildDecodeWork(engine::ViewOf(paged_plan), kc::kDefaultItemTokens, &w);
+    const std::vector<int32_t>* arrays[] = {&w.span_chunk,      &w.span_begin,   &w.span_end,
+                                            &w.item_row,        &w.item_span_begin,
+                                            &w.item_span_end,   &w.item_partial, &w.merge_row,
+                                            &w.merge_partial_begin, &w.merge_count};
+    std::vector<int32_t> flat;
+    std::vector<size_t> off;
+    for (const std::vector<int32_t>* a : arrays) {
+      off.push_back(flat.size());
+      flat.insert(flat.end(), a->begin(), a->end());
+    }
+    flat.push_back(0);  // never empty
+    int32_t* d_flat = nullptr;
+    float *po = nullptr, *plse = nullptr;
+    const size_t parts = static_cast<size_t>(std::max(w.num_partials, 1));
+    CHECK_CUDA(cudaMalloc(&d_flat, flat.size() * sizeof(int32_t)));
+    CHECK_CUDA(cudaMalloc(&po, parts * c.hq * c.d * sizeof(float)));
+    CHECK_CUDA(cudaMalloc(&plse, parts * c.hq * sizeof(float)));
+    CHECK_CUDA(cudaMemcpy(d_flat, flat.data(), flat.size() * sizeof(int32_t),
+                          cudaMemcpyHostToDevice));
+    kc::PagedDecodeParams p;
+    p.q = q;
+    p.out = out_backend;
+    p.kv.base = kv;
+    p.kv.chunk_stride = chunk_stride;
+    p.kv.v_offset = v_offset;
+    p.kv.chunk_size = kChunk;
+    p.kv.num_kv_heads = c.hkv;
+    p.kv.head_dim = c.d;
+    p.span_chunk = d_flat + off[0];
+    p.span_begin = d_flat + off[1];
+    p.span_end = d_flat + off[2];
+    p.item_row = d_flat + off[3];
+    p.item_span_begin = d_flat + off[4];
+    p.item_span_end = d_flat + off[5];
+    p.item_partial = d_flat + off[6];
+    p.merge_row = d_flat + off[7];
+    p.merge_partial_begin = d_flat + off[8];
+    p.merge_count = d_flat + off[9];
+    p.num_items = w.num_items();
+    p.num_merge_rows = w.num_merge_rows();
+    p.num_q_heads = c.hq;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    p.partial_o = po;
+    p.partial_lse = plse;
+    Result r;
+    r.mode = "paged_backend";
+    r.t = runner.Time(
+        [&](cudaStream_t s) { return kc::PagedDecodeAttention(kc::DType::kBf16, p, s); });
+    r.p2_items = w.num_items();
+    results.push_back(r);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaFree(d_flat));
+    CHECK_CUDA(cudaFree(po));
+    CHECK_CUDA(cudaFree(plse));
+  }
   if (shared_plan.num_segments() > 0 && TppPhase1WgmmaAvailable()) {
     TppOptions o;
     o.p1_wgmma = 0;  // the mma.sync phase 1, measured beside the default wgmma one
@@ -258,10 +336,12 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     run_mode("tpp_deferred", shared_plan, false, o, out_tpp);
   }
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint16_t> ht(q_elems), hp(q_elems);
+  std::vector<uint16_t> ht(q_elems), hp(q_elems), hb(q_elems);
   CHECK_CUDA(cudaMemcpy(ht.data(), out_tpp, q_elems * 2, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(hp.data(), out_paged, q_elems * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hb.data(), out_backend, q_elems * 2, cudaMemcpyDeviceToHost));
   const double diff = RelNorm(ht, hp);
+  const double kernels_diff = RelNorm(hb, hp);
 
   const double tpp_us = results[0].t.median_us, paged_us = results[1].t.median_us;
   for (const Result& r : results) {
@@ -272,12 +352,13 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         "\"bytes\":%.0f,\"flops\":%.0f,\"achieved_TBps\":%.3f,\"achieved_TFLOPs\":%.1f,"
         "\"segments\":%d,\"p1_items\":%d,\"p1_block_m\":%d,\"p1_splits\":%d,\"p2_items\":%d,"
         "\"p2_splits\":%d,\"deferred\":%d,\"tpp_vs_paged_relnorm\":%.2e,"
+        "\"paged_kernels_relnorm\":%.2e,"
         "\"levels\":%d,\"tail_min\":%d,\"shared_desc\":\"%s\",\"private_desc\":\"%s\"}\n",
         c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false",
         c.levels.empty() ? 0 : c.levels[0].groups, r.mode.c_str(), r.t.median_us, r.t.p10_us, r.t.p90_us, floor_us, bytes, flops,
         bytes / (r.t.median_us * 1e-6) / 1e12, flops / (r.t.median_us * 1e-6) / 1e12,
         shared_plan.num_segments(), r.p1_items, r.warps, r.p1_splits, r.p2_items, r.p2_splits,
-        r.deferred, diff, static_cast<int>(c.levels.size()), c.tail_min,
+        r.deferred, diff, kernels_diff, static_cast<int>(c.levels.size()), c.tail_min,
         c.SharedDesc().c_str(), c.PrivateDesc().c_str());
   }
   std::fflush(stdout);
@@ -293,6 +374,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   CHECK_CUDA(cudaFree(q));
   CHECK_CUDA(cudaFree(out_tpp));
   CHECK_CUDA(cudaFree(out_paged));
+  CHECK_CUDA(cudaFree(out_backend));
 }
 
 // The case's tree and plans on the host only: its JSON line (mode "plan", no timings) and a row.

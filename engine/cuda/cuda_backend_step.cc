@@ -211,7 +211,7 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     kc::tpp::TppRunArgs& ta = a.ta;
     ta.q = m.q.get();
     ta.out = m.att.get();
-    ta.dtype = dt == kc::DType::kBf16 ? kc::tpp::KvDType::kBf16 : kc::tpp::KvDType::kFp16;
+    ta.dtype = dt;
     ta.scale = scale;
     ta.image = m.tpp_image.as<int32_t>();
     ta.workspace = m.tpp_workspace.get();

@@ -1,5 +1,10 @@
 // GPU differential tests of TPP decode attention and the paged kernel against the CPU reference
-// (kernels/cpu/tpp_attention.h), over random prefix trees with hierarchical sharing.
+// (kernels/cpu/tpp_attention.h), over random prefix trees with hierarchical sharing. Every case
+// also runs the backend's paged decode attention (kernels/cuda/attention.h: PagedDecodeAttention
+// over BuildDecodeWork's items, on the shared and the unshared plan, with the default and a
+// small item size so that rows are split and merged). For head_dim 64/128 that is TPP's phase-2
+// kernel too (tpp::LaunchPhase2Items): the one per-row kernel is checked through both of its
+// call paths on the same inputs against the same reference.
 //
 // - Inputs (q, K, V) are drawn fresh every run (seed printed; BANYAN_TEST_SEED pins it), rounded
 //   to the kernel dtype, and the CPU reference runs in fp32 on the same rounded values.
@@ -25,6 +30,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/tpp_attention.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_work.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
@@ -53,13 +60,13 @@ bool HaveDevice() {
 #define SKIP_WITHOUT_GPU() \
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device"
 
-uint16_t ToBits(float x, KvDType dt) {
-  if (dt == KvDType::kBf16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
+uint16_t ToBits(float x, DType dt) {
+  if (dt == DType::kBf16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
   return static_cast<__half_raw>(__float2half_rn(x)).x;
 }
 
-float FromBits(uint16_t b, KvDType dt) {
-  if (dt == KvDType::kBf16) {
+float FromBits(uint16_t b, DType dt) {
+  if (dt == DType::kBf16) {
     __nv_bfloat16_raw r;
     r.x = b;
     return __bfloat162float(__nv_bfloat16(r));
@@ -71,7 +78,7 @@ float FromBits(uint16_t b, KvDType dt) {
 
 // Random values rounded to the dtype: `bits` for the device, `vals` (exactly representable) for
 // the CPU reference.
-void FillRounded(std::mt19937_64& rng, size_t n, float stddev, KvDType dt,
+void FillRounded(std::mt19937_64& rng, size_t n, float stddev, DType dt,
                  std::vector<uint16_t>* bits, std::vector<float>* vals) {
   std::normal_distribution<float> nd(0.0f, stddev);
   bits->resize(n);
@@ -102,15 +109,15 @@ struct Shape {
   int kv_heads;
   int gqa;
   int chunk;
-  KvDType dtype;
+  DType dtype;
 };
 
 std::string Name(const Shape& s) {
   return absl::StrCat("d", s.head_dim, "_kv", s.kv_heads, "_g", s.gqa, "_c", s.chunk,
-                      s.dtype == KvDType::kBf16 ? "_bf16" : "_fp16");
+                      s.dtype == DType::kBf16 ? "_bf16" : "_fp16");
 }
 
-double Tolerance(KvDType dt) { return dt == KvDType::kBf16 ? 1e-2 : 2e-3; }
+double Tolerance(DType dt) { return dt == DType::kBf16 ? 1e-2 : 2e-3; }
 
 // One populated tree + KV pool + queries, on the host and on the device.
 class Fixture {
@@ -191,6 +198,69 @@ class Fixture {
     EXPECT_TRUE(st.ok()) << st;
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
     if (out_plan) *out_plan = *wp;
+    return Download();
+  }
+
+  // Runs the backend's paged decode kernel (kernels/cuda/attention.h) over `plan` (any plan:
+  // each row reads its segments' spans, then its private spans), items of at most
+  // `item_tokens`; output and partial states poisoned first. Empty when the library has no
+  // kernel for the dtype (BANYAN_CUDA_FP16=OFF).
+  std::vector<float> RunBackendPaged(const AttentionPlan& plan, int item_tokens) {
+    DecodeWork w;
+    BuildDecodeWork(engine::ViewOf(plan), item_tokens, &w);
+    const std::vector<int32_t>* arrays[] = {&w.span_chunk,    &w.span_begin,      &w.span_end,
+                                            &w.item_row,      &w.item_span_begin, &w.item_span_end,
+                                            &w.item_partial,  &w.merge_row,
+                                            &w.merge_partial_begin, &w.merge_count};
+    std::vector<int32_t> flat;
+    std::vector<size_t> off;
+    for (const std::vector<int32_t>* a : arrays) {
+      off.push_back(flat.size());
+      flat.insert(flat.end(), a->begin(), a->end());
+    }
+    DevBuf<int32_t> tables(flat.size());
+    const size_t parts = static_cast<size_t>(std::max(w.num_partials, 1));
+    DevBuf<float> po(parts * hq() * s_.head_dim), plse(parts * hq());
+    EXPECT_NE(tables.p, nullptr);
+    EXPECT_NE(po.p, nullptr);
+    EXPECT_NE(plse.p, nullptr);
+    if (!flat.empty()) {
+      EXPECT_EQ(cudaMemcpy(tables.p, flat.data(), flat.size() * sizeof(int32_t),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    EXPECT_EQ(cudaMemset(po.p, 0xff, po.n * sizeof(float)), cudaSuccess);      // NaN
+    EXPECT_EQ(cudaMemset(plse.p, 0xff, plse.n * sizeof(float)), cudaSuccess);  // NaN
+    EXPECT_EQ(cudaMemset(out_dev_->p, 0xff, out_dev_->n * 2), cudaSuccess);    // NaN
+    PagedDecodeParams p;
+    p.q = q_dev_->p;
+    p.out = out_dev_->p;
+    p.kv.base = kv_dev_->p;
+    p.kv.chunk_stride = kv_.chunk_stride;
+    p.kv.v_offset = kv_.v_offset;
+    p.kv.chunk_size = kv_.chunk_size;
+    p.kv.num_kv_heads = kv_.num_kv_heads;
+    p.kv.head_dim = kv_.head_dim;
+    p.span_chunk = tables.p + off[0];
+    p.span_begin = tables.p + off[1];
+    p.span_end = tables.p + off[2];
+    p.item_row = tables.p + off[3];
+    p.item_span_begin = tables.p + off[4];
+    p.item_span_end = tables.p + off[5];
+    p.item_partial = tables.p + off[6];
+    p.merge_row = tables.p + off[7];
+    p.merge_partial_begin = tables.p + off[8];
+    p.merge_count = tables.p + off[9];
+    p.num_items = w.num_items();
+    p.num_merge_rows = w.num_merge_rows();
+    p.num_q_heads = hq();
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s_.head_dim));
+    p.partial_o = po.p;
+    p.partial_lse = plse.p;
+    const absl::Status st = cuda::PagedDecodeAttention(s_.dtype, p, nullptr);
+    if (s_.dtype == DType::kFp16 && st.code() == absl::StatusCode::kInvalidArgument) return {};
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
     return Download();
   }
 
@@ -287,6 +357,22 @@ void CheckOtherPhase1Paths(Fixture& f, const AttentionPlan& shared, const TppOpt
   }
 }
 
+// The backend's paged decode attention (phase 2 over its own item list) on the same inputs: over the
+// shared plan and the unshared one, items of the default 256 tokens and of 48 (not a multiple of
+// any chunk size here, so items cut spans and long rows merge many partials).
+void CheckBackendPaged(Fixture& f, const AttentionPlan& shared, const AttentionPlan& plain,
+                       const std::vector<float>& want, double tol, const std::string& label) {
+  for (const AttentionPlan* plan : {&shared, &plain}) {
+    for (int item_tokens : {kDefaultItemTokens, 48}) {
+      const std::vector<float> got = f.RunBackendPaged(*plan, item_tokens);
+      if (got.empty()) return;  // no fp16 kernels in this build
+      EXPECT_LT(RelErr(got, want), tol)
+          << label << " backend paged kernel, " << (plan == &shared ? "shared" : "unshared")
+          << " plan, items of " << item_tokens;
+    }
+  }
+}
+
 // Checks tpp (share plan; phase 1 on both tensor-core paths where the device has both) and
 // paged (no-share plan) against the CPU reference.
 void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const TppOptions& opt,
@@ -307,6 +393,7 @@ void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const
   const double e_paged = RelErr(f.RunGpu(plain, opt, true), want);
   EXPECT_LT(e_paged, tol) << label << " paged";
   CheckOtherPhase1Paths(f, shared, opt, want, tol, label);
+  CheckBackendPaged(f, shared, plain, want, tol, label);
 }
 
 class TppGpuRandomTreeTest : public ::testing::TestWithParam<Shape> {};
@@ -339,11 +426,44 @@ TEST_P(TppGpuRandomTreeTest, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grid, TppGpuRandomTreeTest,
-    ::testing::Values(Shape{64, 2, 1, 16, KvDType::kBf16}, Shape{64, 2, 4, 64, KvDType::kFp16},
-                      Shape{64, 1, 8, 32, KvDType::kBf16}, Shape{128, 2, 1, 64, KvDType::kFp16},
-                      Shape{128, 2, 4, 16, KvDType::kBf16}, Shape{128, 1, 8, 64, KvDType::kBf16},
-                      Shape{128, 2, 8, 32, KvDType::kFp16}, Shape{64, 2, 1, 128, KvDType::kFp16}),
+    ::testing::Values(Shape{64, 2, 1, 16, DType::kBf16}, Shape{64, 2, 4, 64, DType::kFp16},
+                      Shape{64, 1, 8, 32, DType::kBf16}, Shape{128, 2, 1, 64, DType::kFp16},
+                      Shape{128, 2, 4, 16, DType::kBf16}, Shape{128, 1, 8, 64, DType::kBf16},
+                      Shape{128, 2, 8, 32, DType::kFp16}, Shape{64, 2, 1, 128, DType::kFp16}),
     [](const auto& info) { return Name(info.param); });
+
+// The per-row decode kernel (TPP's phase 2; GQA: one CTA loads each K/V tile once for the whole
+// head group) over the full matrix GQA 1/4/8 x head_dim 64/128 x bf16/fp16, random chunk sizes,
+// random private-tail lengths from 1 token to ~2.5K (the long ones split by TppWorkPlan and by
+// the backend's items, then merged), through every call path (CheckBoth: TPP with sharing,
+// TPP's paged, the backend's paged attention over the shared and the unshared plan), outputs
+// and partial states poisoned.
+TEST(TppGpuTest, PerRowKernelGqaMatrix) {
+  SKIP_WITHOUT_GPU();
+  BANYAN_SEEDED_RNG(rng);
+  for (int head_dim : {64, 128}) {
+    for (int gqa : {1, 4, 8}) {
+      for (DType dtype : {DType::kBf16, DType::kFp16}) {
+        const int chunks[] = {16, 32, 64};
+        const Shape s{head_dim, 2, gqa, chunks[rng() % 3], dtype};
+        Fixture f(s, 96000 / s.chunk);
+        testing::RandomTreeSpec spec;
+        spec.num_groups = 3;
+        spec.rows_per_group_max = 4;
+        spec.global_prefix_max = 300;
+        spec.group_prefix_max = 100;
+        spec.tail_max = 2500;
+        auto seqs = testing::BuildRandomTree(f.tree(), rng, spec);
+        ASSERT_FALSE(seqs.empty());
+        std::vector<SeqId> rows = f.tree().DfsOrder();
+        f.FillData(rng, rows);
+        TppOptions opt;
+        opt.p2_min_split_tokens = 256;  // split the long tails in TPP's phase 2 too
+        CheckBoth(f, rows, s, opt, Name(s), false);
+      }
+    }
+  }
+}
 
 struct BatchCase {
   Shape shape;
@@ -372,14 +492,14 @@ TEST_P(TppGpuBatchTest, HierarchicalSharing) {
 
 INSTANTIATE_TEST_SUITE_P(
     Batches, TppGpuBatchTest,
-    ::testing::Values(BatchCase{{128, 2, 4, 64, KvDType::kBf16}, 1},
-                      BatchCase{{128, 2, 4, 64, KvDType::kBf16}, 2},
-                      BatchCase{{64, 2, 8, 32, KvDType::kFp16}, 3},
-                      BatchCase{{128, 4, 1, 64, KvDType::kFp16}, 64},
-                      BatchCase{{64, 1, 8, 64, KvDType::kBf16}, 257},
-                      BatchCase{{128, 1, 4, 64, KvDType::kBf16}, 1000},
-                      BatchCase{{128, 2, 1, 64, KvDType::kBf16}, 2048},
-                      BatchCase{{64, 1, 8, 16, KvDType::kFp16}, 2048}),
+    ::testing::Values(BatchCase{{128, 2, 4, 64, DType::kBf16}, 1},
+                      BatchCase{{128, 2, 4, 64, DType::kBf16}, 2},
+                      BatchCase{{64, 2, 8, 32, DType::kFp16}, 3},
+                      BatchCase{{128, 4, 1, 64, DType::kFp16}, 64},
+                      BatchCase{{64, 1, 8, 64, DType::kBf16}, 257},
+                      BatchCase{{128, 1, 4, 64, DType::kBf16}, 1000},
+                      BatchCase{{128, 2, 1, 64, DType::kBf16}, 2048},
+                      BatchCase{{64, 1, 8, 16, DType::kFp16}, 2048}),
     [](const auto& info) {
       return Name(info.param.shape) + "_b" + std::to_string(info.param.batch);
     });
@@ -389,7 +509,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TppGpuTest, SplitsInBothPhases) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
-  for (const Shape& s : {Shape{128, 2, 4, 64, KvDType::kBf16}, Shape{64, 1, 2, 32, KvDType::kFp16}}) {
+  for (const Shape& s : {Shape{128, 2, 4, 64, DType::kBf16}, Shape{64, 1, 2, 32, DType::kFp16}}) {
     Fixture f(s, 1200);
     auto rows = BuildHierarchical(f.tree(), rng, 3, 5000 + static_cast<int>(rng() % 300), 1, 10,
                                   6000);
@@ -416,7 +536,7 @@ TEST(TppGpuTest, OddGqaRatios) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   for (int g : {3, 5, 6, 12, 16}) {
-    const Shape s{128, 2, g, 64, g % 2 ? KvDType::kFp16 : KvDType::kBf16};
+    const Shape s{128, 2, g, 64, g % 2 ? DType::kFp16 : DType::kBf16};
     Fixture f(s, 400);
     auto rows = BuildHierarchical(f.tree(), rng, 9, 200, 3, 70, 90);
     rows = f.tree().DfsOrder();
@@ -430,7 +550,7 @@ TEST(TppGpuTest, OddGqaRatios) {
 // Both launch schedules: fused (PDL) and deferred merge with phase 2 on a side stream.
 void GraphReplay(bool deferred) {
   BANYAN_SEEDED_RNG(rng);
-  const Shape s{128, 2, 4, 64, KvDType::kBf16};
+  const Shape s{128, 2, 4, 64, DType::kBf16};
   Fixture f(s, 400);
   auto rows = BuildHierarchical(f.tree(), rng, 12, 250, 3, 60, 20);
   rows = f.tree().DfsOrder();
@@ -508,7 +628,7 @@ TEST(TppGpuTest, GraphReplayAfterAdvanceLengthsDeferredOnTwoStreams) {
 TEST(TppGpuTest, RejectsMismatchedArguments) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
-  const Shape s{128, 2, 4, 64, KvDType::kBf16};
+  const Shape s{128, 2, 4, 64, DType::kBf16};
   Fixture f(s, 64);
   auto rows = BuildHierarchical(f.tree(), rng, 4, 100, 1, 10, 10);
   f.FillData(rng, rows);

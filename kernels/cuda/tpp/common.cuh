@@ -9,7 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/tpp/kv_view_dev.h"
+#include "kernels/cuda/kv_view.h"
 
 namespace banyan::kernels::cuda::tpp {
 

@@ -5,23 +5,13 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/tpp/phase1.cuh"
 #include "kernels/cuda/tpp/phase1_wgmma_launch.h"
 #include "kernels/cuda/tpp/phase2.cuh"
 #include "kernels/cuda/tpp/tpp_launch.h"
 
 namespace banyan::kernels::cuda::tpp {
-
-template <KvDType DTYPE>
-struct DTypeOf;
-template <>
-struct DTypeOf<KvDType::kBf16> {
-  using Type = __nv_bfloat16;
-};
-template <>
-struct DTypeOf<KvDType::kFp16> {
-  using Type = __half;
-};
 
 inline TppParams MakeTppParams(const TppWorkPlan& plan, const TppRunArgs& a) {
   const TppImageLayout& l = plan.layout();
@@ -95,10 +85,10 @@ cudaError_t LaunchPhase2Group(const TppWorkPlan& plan, const TppParams& p, bool 
   }
 }
 
-template <int HEAD_DIM, KvDType DTYPE>
+template <int HEAD_DIM, DType DTYPE>
 cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                 cudaStream_t stream) {
-  using DType = typename DTypeOf<DTYPE>::Type;
+  using Elem = typename ElementOf<DTYPE>::Type;
   TppParams p = MakeTppParams(plan, args);
   cudaError_t e = cudaSuccess;
   const bool phase1 = plan.num_p1_items() > 0;
@@ -109,8 +99,8 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                plan.p1_path() == Phase1Path::kWgmma, p,
                                dim3(plan.num_p1_items(), plan.problem().num_kv_heads), s);
     }
-    return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, DType, 2>(plan, p, s)
-                                    : LaunchPhase1<HEAD_DIM, DType, 1>(plan, p, s);
+    return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, Elem, 2>(plan, p, s)
+                                    : LaunchPhase1<HEAD_DIM, Elem, 1>(plan, p, s);
   };
   if (plan.deferred_merge()) {
     // Phase 2 does not read phase-1 output: run it beside phase 1, merge after both.
@@ -122,7 +112,7 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     }
     if (phase1 && (e = launch_phase1(stream)) != cudaSuccess) return e;
     if (phase2 &&
-        (e = LaunchPhase2Group<HEAD_DIM, DType>(plan, p, false, fork ? args.side_stream : stream)) !=
+        (e = LaunchPhase2Group<HEAD_DIM, Elem>(plan, p, false, fork ? args.side_stream : stream)) !=
             cudaSuccess) {
       return e;
     }
@@ -135,21 +125,84 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     if (phase2) {
       const bool pdl = phase1 && plan.options().pdl;
       p.wait_phase1 = pdl ? 1 : 0;
-      if ((e = LaunchPhase2Group<HEAD_DIM, DType>(plan, p, pdl, stream)) != cudaSuccess) return e;
+      if ((e = LaunchPhase2Group<HEAD_DIM, Elem>(plan, p, pdl, stream)) != cudaSuccess) return e;
     }
   }
   if (plan.num_merge_rows() > 0) {
     // A plain launch on `stream`: phases 1 and 2 are complete before it starts.
-    TppMergeKernel<HEAD_DIM, DType><<<plan.num_merge_rows(), 128, 0, stream>>>(p);
+    TppMergeKernel<HEAD_DIM, Elem><<<plan.num_merge_rows(), 128, 0, stream>>>(p);
     e = cudaGetLastError();
   }
   return e;
 }
 
-template <int HEAD_DIM, KvDType DTYPE>
+// Phase 2 over a caller's item list: its tables take the places of the plan image's phase-2
+// tables; the phase-1 merge lists (read by final items) point at item_row with begin == end, so
+// they are empty.
+inline TppParams MakePhase2ItemsParams(const Phase2ItemsArgs& a) {
+  TppParams p{};
+  p.q = a.q;
+  p.out = a.out;
+  p.kv = a.kv;
+  p.t.span_chunk = a.span_chunk;
+  p.t.span_begin = a.span_begin;
+  p.t.span_end = a.span_end;
+  p.t.p2_row = a.item_row;
+  p.t.p2_span_lo = a.item_span_begin;
+  p.t.p2_span_hi = a.item_span_end;
+  p.t.p2_state = a.item_partial;
+  p.t.row_merge_begin = a.item_row;
+  p.t.row_merge_end = a.item_row;
+  p.partial_o = a.partial_o;
+  p.partial_lse = a.partial_lse;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.num_q_heads = a.num_q_heads;
+  p.group = a.num_q_heads / a.kv.num_kv_heads;
+  p.wait_phase1 = 0;
+  return p;
+}
+
+template <int HEAD_DIM, typename Elem, int GROUP>
+cudaError_t LaunchPhase2ItemsGroup(const Phase2ItemsArgs& a, cudaStream_t stream,
+                                   KernelNodeUpdate* describe) {
+  using Cfg = Phase2Config<HEAD_DIM, Elem, GROUP>;
+  auto kernel = TppPhase2Kernel<HEAD_DIM, Elem, GROUP>;
+  const int g = a.num_q_heads / a.kv.num_kv_heads;
+  const dim3 grid(a.num_items, a.kv.num_kv_heads * ((g + GROUP - 1) / GROUP));
+  if (describe != nullptr) {
+    const TppParams fresh = MakePhase2ItemsParams(a);
+    *describe = {reinterpret_cast<const void*>(kernel), grid, sizeof(TppParams),
+                 [fresh](void* params) {
+                   auto* node = static_cast<TppParams*>(params);
+                   TppParams p = fresh;
+                   p.kv = node->kv;  // per layer, as captured
+                   *node = p;
+                 }};
+    return cudaSuccess;
+  }
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Cfg::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(MakePhase2ItemsParams(a));
+  return cudaGetLastError();
+}
+
+template <int HEAD_DIM, DType DTYPE>
+cudaError_t LaunchPhase2ItemsDispatched(const Phase2ItemsArgs& a, cudaStream_t stream,
+                                        KernelNodeUpdate* describe) {
+  using Elem = typename ElementOf<DTYPE>::Type;
+  switch (Phase2HeadGroup(a.num_q_heads / a.kv.num_kv_heads)) {
+    case 1: return LaunchPhase2ItemsGroup<HEAD_DIM, Elem, 1>(a, stream, describe);
+    case 2: return LaunchPhase2ItemsGroup<HEAD_DIM, Elem, 2>(a, stream, describe);
+    case 4: return LaunchPhase2ItemsGroup<HEAD_DIM, Elem, 4>(a, stream, describe);
+    default: return LaunchPhase2ItemsGroup<HEAD_DIM, Elem, 8>(a, stream, describe);
+  }
+}
+
+template <int HEAD_DIM, DType DTYPE>
 cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                      std::vector<KernelNodeUpdate>* updates) {
-  using DType = typename DTypeOf<DTYPE>::Type;
+  using Elem = typename ElementOf<DTYPE>::Type;
   updates->clear();
   const TppParams fresh = MakeTppParams(plan, args);
   // The plan's tables and partial states; q, out, the KV view, the scale and wait_phase1 (part
@@ -168,8 +221,8 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
                             plan.p1_path() == Phase1Path::kWgmma);
     } else {
       f = plan.p1_block_m() == 128
-              ? reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, DType, 2>)
-              : reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, DType, 1>);
+              ? reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, Elem, 2>)
+              : reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, Elem, 1>);
     }
     if (f == nullptr) return cudaErrorNotSupported;
     updates->push_back({f, dim3(plan.num_p1_items(), kvh), sizeof(TppParams), patch});
@@ -177,16 +230,16 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   if (plan.num_p2_items() > 0) {
     const void* f = nullptr;
     switch (plan.p2_head_group()) {
-      case 1: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 1>); break;
-      case 2: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 2>); break;
-      case 4: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 4>); break;
-      default: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, 8>); break;
+      case 1: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 1>); break;
+      case 2: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 2>); break;
+      case 4: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 4>); break;
+      default: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 8>); break;
     }
     updates->push_back({f, dim3(plan.num_p2_items(), kvh * plan.p2_head_groups()),
                         sizeof(TppParams), patch});
   }
   if (plan.num_merge_rows() > 0) {
-    updates->push_back({reinterpret_cast<const void*>(TppMergeKernel<HEAD_DIM, DType>),
+    updates->push_back({reinterpret_cast<const void*>(TppMergeKernel<HEAD_DIM, Elem>),
                         dim3(plan.num_merge_rows()), sizeof(TppParams), patch});
   }
   return cudaSuccess;

@@ -16,9 +16,9 @@ struct TppParams;
 // 64-query tiles always TppPhase1WgmmaKernel<.., 1>. cudaErrorNotSupported when head_dim /
 // block_m has no kernel. (TppPhase1WgmmaAvailable, tpp_attention.h, is defined beside it.)
 // The kernel LaunchPhase1Wgmma launches for these arguments (null when there is none).
-const void* Phase1WgmmaKernel(int head_dim, KvDType dtype, int block_m, bool warp_specialized);
+const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, bool warp_specialized);
 
-cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, bool warp_specialized,
+cudaError_t LaunchPhase1Wgmma(int head_dim, DType dtype, int block_m, bool warp_specialized,
                               const TppParams& p, dim3 grid, cudaStream_t stream);
 
 }  // namespace banyan::kernels::cuda::tpp

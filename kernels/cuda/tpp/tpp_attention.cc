@@ -13,9 +13,9 @@ namespace {
 
 template <int HEAD_DIM>
 cudaError_t ForHeadDim(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t stream) {
-  return args.dtype == KvDType::kBf16
-             ? LaunchTppDispatched<HEAD_DIM, KvDType::kBf16>(plan, args, stream)
-             : LaunchTppDispatched<HEAD_DIM, KvDType::kFp16>(plan, args, stream);
+  return args.dtype == DType::kBf16
+             ? LaunchTppDispatched<HEAD_DIM, DType::kBf16>(plan, args, stream)
+             : LaunchTppDispatched<HEAD_DIM, DType::kFp16>(plan, args, stream);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -34,7 +34,7 @@ absl::Status Run(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t s
     return absl::InvalidArgumentError(
         absl::StrCat("tpp: no kernels for head_dim ", pr.head_dim, " in this build"));
   }
-  if (args.dtype != KvDType::kBf16 && args.dtype != KvDType::kFp16) {
+  if (args.dtype != DType::kBf16 && args.dtype != DType::kFp16) {
     return absl::InvalidArgumentError("tpp: dtype must be bf16 or fp16");
   }
   if (plan.num_rows() == 0) return absl::OkStatus();
@@ -64,9 +64,9 @@ absl::Status Run(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t s
 template <int HEAD_DIM>
 cudaError_t UpdatesForHeadDim(const TppWorkPlan& plan, const TppRunArgs& args,
                               std::vector<KernelNodeUpdate>* updates) {
-  return args.dtype == KvDType::kBf16
-             ? TppNodeUpdatesDispatched<HEAD_DIM, KvDType::kBf16>(plan, args, updates)
-             : TppNodeUpdatesDispatched<HEAD_DIM, KvDType::kFp16>(plan, args, updates);
+  return args.dtype == DType::kBf16
+             ? TppNodeUpdatesDispatched<HEAD_DIM, DType::kBf16>(plan, args, updates)
+             : TppNodeUpdatesDispatched<HEAD_DIM, DType::kFp16>(plan, args, updates);
 }
 
 }  // namespace
@@ -98,6 +98,34 @@ absl::Status TppNodeUpdates(const TppWorkPlan& plan, const TppRunArgs& args,
         absl::StrCat("tpp: no graph node updates: ", cudaGetErrorString(e)));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+template <int HEAD_DIM>
+cudaError_t Phase2ItemsForHeadDim(const Phase2ItemsArgs& a, cudaStream_t stream,
+                                  KernelNodeUpdate* describe) {
+  return a.dtype == DType::kBf16
+             ? LaunchPhase2ItemsDispatched<HEAD_DIM, DType::kBf16>(a, stream, describe)
+             : LaunchPhase2ItemsDispatched<HEAD_DIM, DType::kFp16>(a, stream, describe);
+}
+
+}  // namespace
+
+cudaError_t LaunchPhase2Items(const Phase2ItemsArgs& a, cudaStream_t stream,
+                              KernelNodeUpdate* describe) {
+  if (a.kv.num_kv_heads <= 0 || a.num_q_heads % a.kv.num_kv_heads != 0) {
+    return cudaErrorInvalidValue;
+  }
+  switch (a.kv.head_dim) {
+#ifdef BANYAN_TPP_HAS_D64
+    case 64: return Phase2ItemsForHeadDim<64>(a, stream, describe);
+#endif
+#ifdef BANYAN_TPP_HAS_D128
+    case 128: return Phase2ItemsForHeadDim<128>(a, stream, describe);
+#endif
+    default: return cudaErrorNotSupported;
+  }
 }
 
 bool TppSupportsHeadDim(int32_t head_dim) {

@@ -3,10 +3,13 @@
 
 namespace banyan::kernels::cuda::tpp {
 
-template cudaError_t LaunchTppDispatched<64, KvDType::kFp16>(const TppWorkPlan&,
+template cudaError_t LaunchTppDispatched<64, DType::kFp16>(const TppWorkPlan&,
                                                              const TppRunArgs&, cudaStream_t);
 
-template cudaError_t TppNodeUpdatesDispatched<64, KvDType::kFp16>(const TppWorkPlan&, const TppRunArgs&,
+template cudaError_t TppNodeUpdatesDispatched<64, DType::kFp16>(const TppWorkPlan&, const TppRunArgs&,
                                                        std::vector<KernelNodeUpdate>*);
+
+template cudaError_t LaunchPhase2ItemsDispatched<64, DType::kFp16>(const Phase2ItemsArgs&,
+                                                                 cudaStream_t, KernelNodeUpdate*);
 
 }  // namespace banyan::kernels::cuda::tpp

@@ -12,12 +12,17 @@ namespace banyan::kernels::cuda::tpp {
 
 // Launches phase 1 (when the plan has segments), phase 2 and the merge (when a row's private
 // tail is split), in that order on `stream`. With `paged`, phase 1 is never launched.
-template <int HEAD_DIM, KvDType DTYPE>
+template <int HEAD_DIM, DType DTYPE>
 cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                 cudaStream_t stream);
 
+// Phase 2 over a caller's item list (LaunchPhase2Items).
+template <int HEAD_DIM, DType DTYPE>
+cudaError_t LaunchPhase2ItemsDispatched(const Phase2ItemsArgs& a, cudaStream_t stream,
+                                        KernelNodeUpdate* describe);
+
 // The kernels and grids LaunchTppDispatched would launch for `plan`, as graph node updates.
-template <int HEAD_DIM, KvDType DTYPE>
+template <int HEAD_DIM, DType DTYPE>
 cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                      std::vector<KernelNodeUpdate>* updates);
 

@@ -47,9 +47,9 @@ cudaError_t ForBlockM(int block_m, bool ws, const TppParams& p, dim3 grid, cudaS
 }
 
 template <int HEAD_DIM>
-cudaError_t ForDType(KvDType dtype, int block_m, bool ws, const TppParams& p, dim3 grid,
+cudaError_t ForDType(DType dtype, int block_m, bool ws, const TppParams& p, dim3 grid,
                      cudaStream_t stream) {
-  return dtype == KvDType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, ws, p, grid, stream)
+  return dtype == DType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, ws, p, grid, stream)
                                  : ForBlockM<HEAD_DIM, __half>(block_m, ws, p, grid, stream);
 }
 
@@ -68,16 +68,16 @@ const void* KernelFor(int block_m, bool ws) {
 
 }  // namespace
 
-const void* Phase1WgmmaKernel(int head_dim, KvDType dtype, int block_m, bool warp_specialized) {
+const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, bool warp_specialized) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
     case 64:
-      return dtype == KvDType::kBf16 ? KernelFor<64, __nv_bfloat16>(block_m, warp_specialized)
+      return dtype == DType::kBf16 ? KernelFor<64, __nv_bfloat16>(block_m, warp_specialized)
                                      : KernelFor<64, __half>(block_m, warp_specialized);
 #endif
 #ifdef BANYAN_TPP_HAS_D128
     case 128:
-      return dtype == KvDType::kBf16 ? KernelFor<128, __nv_bfloat16>(block_m, warp_specialized)
+      return dtype == DType::kBf16 ? KernelFor<128, __nv_bfloat16>(block_m, warp_specialized)
                                      : KernelFor<128, __half>(block_m, warp_specialized);
 #endif
     default:
@@ -102,7 +102,7 @@ bool TppPhase1WgmmaAvailable() {
   return known == 1;
 }
 
-cudaError_t LaunchPhase1Wgmma(int head_dim, KvDType dtype, int block_m, bool warp_specialized,
+cudaError_t LaunchPhase1Wgmma(int head_dim, DType dtype, int block_m, bool warp_specialized,
                               const TppParams& p, dim3 grid, cudaStream_t stream) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
