@@ -44,7 +44,7 @@ struct SchedulerOptions {
   std::vector<int> draft_tree = {};
   int speculation_max_rows = 64;
   bool speculation_adaptive = true;
-  float speculation_min_accept = 0.4f;
+  float speculation_min_accept = 0.1f;
 };
 
 class Scheduler {

@@ -16,8 +16,12 @@ bool SpeculationGovernor::Speculate(int size_class) {
   if (c.without_n < kFirstSteps) return false;
   const bool faster = c.with >= c.without;
   if (c.steps >= c.next_probe) {
-    c.probe_interval =
-        faster == c.last_answer ? std::min(2 * c.probe_interval, kMaxProbeInterval) : kFirstProbe;
+    const double fast = std::max(c.with, c.without), slow = std::min(c.with, c.without);
+    const double gap = slow > 0 ? fast / slow - 1 : 1e6;
+    const int64_t base = std::max<int64_t>(
+        kFirstProbe, static_cast<int64_t>(std::min(kProbeBudget * gap, 1e6)));
+    c.doublings = faster == c.last_answer ? std::min(c.doublings + 1, kMaxDoublings) : 0;
+    c.probe_interval = base << c.doublings;
     c.last_answer = faster;
     c.next_probe = c.steps + c.probe_interval;
     c.probing = true;

@@ -85,7 +85,7 @@ struct DaemonConfig {
   std::vector<int> draft_tree;
   int speculation_max_rows = 64;
   std::string speculation_adaptive = "on";  // LoopOptions::speculation_adaptive: "on" / "off"
-  float speculation_min_accept = 0.4f;
+  float speculation_min_accept = 0.1f;
   std::string log_level = "info";
   ServerOptions server;
   // As set by --max-prompt-bytes / "max_prompt_bytes"; LoadDaemonConfig resolves

@@ -302,15 +302,24 @@ TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
     }
     return speculated;
   };
-  // Speculation is slower here: after 3 + 3 measuring steps, only probes speculate: at steps
-  // 16, 32, 64, ..., 1024 (the interval doubles while the answer stays).
-  EXPECT_EQ(run(1200, 100, 300), 3 + 7);
-  EXPECT_EQ(g.at(c).probe_interval, SpeculationGovernor::kMaxProbeInterval);
-  // It becomes faster (say, acceptance rose): the next probe (step 2048) sees it and the
-  // answer turns; from then on only probes of the other way do not speculate.
+  // Speculation is 3x slower here: after 2 + 2 measuring steps, only probes speculate. The
+  // first probe comes at step 16; then the interval is 50 x (3 - 1) = 100 steps, doubling while
+  // the answer stays: probes at 16, 116, 316, 716, and the next at 1516.
+  EXPECT_EQ(run(1500, 100, 300), 2 + 4);
+  EXPECT_EQ(g.at(c).next_probe, 1516);
+  // Nearly equal rates are probed every 16 steps at first.
+  SpeculationGovernor near;
+  for (int i = 0; i < 40; ++i) {
+    const bool s = near.Speculate(0);
+    near.Record(0, s, s ? 100 : 101);
+  }
+  EXPECT_EQ(near.at(0).probe_interval, 16 << near.at(0).doublings);
+  EXPECT_LE(near.at(0).probe_interval, 32);
+  // Speculation becomes faster (say, acceptance rose): the probe at step 1516 sees it and the
+  // answer turns; from then on only probes of the other way do not speculate (at 3116, 3216,
+  // 3416).
   const int later = run(2000, 900, 300);
-  EXPECT_GE(later, 3200 - 2048 - 8);
-  EXPECT_LT(later, 3200 - 2048 + 1);
+  EXPECT_EQ(later, 2000 - 15 - 3);
   EXPECT_GT(g.at(c).with, g.at(c).without);
   // Other classes are independent.
   EXPECT_TRUE(g.Speculate(SpeculationGovernor::ClassOf(1)));
