@@ -779,7 +779,7 @@ void EngineLoop::CollectInflight() {
   stats_.host_seconds += step_seconds - out.forward_seconds;
   if (f.speculation_class >= 0 && f.prefill_tokens == 0 && step_seconds > 0) {
     speculation_governor_.Record(f.speculation_class, f.speculated,
-                                 static_cast<double>(decode_tokens) / step_seconds);
+                                 static_cast<double>(decode_tokens), step_seconds);
   }
   if (f.prefill_tokens == 0) {
     const double device = backend_->device_seconds() - f.device_before;

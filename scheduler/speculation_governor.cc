@@ -12,14 +12,16 @@ int SpeculationGovernor::ClassOf(int64_t rows) {
 bool SpeculationGovernor::Speculate(int size_class) {
   Class& c = classes_[Clamp(size_class)];
   ++c.steps;
-  if (c.with_n < kFirstSteps) return true;
-  if (c.without_n < kFirstSteps) return false;
-  const bool faster = c.with >= c.without;
+  if (c.with.n < kFirstSteps) return true;
+  if (c.without.n < kFirstSteps) return false;
+  const bool faster = c.faster();
   if (c.steps >= c.next_probe) {
-    const double fast = std::max(c.with, c.without), slow = std::min(c.with, c.without);
-    const double gap = slow > 0 ? fast / slow - 1 : 1e6;
-    const int64_t base = std::max<int64_t>(
-        kFirstProbe, static_cast<int64_t>(std::min(kProbeBudget * gap, 1e6)));
+    const Way& fast = faster ? c.with : c.without;
+    const Way& slow = faster ? c.without : c.with;
+    const double gap = slow.rate() > 0 ? fast.rate() / slow.rate() - 1 : 1e6;
+    const int64_t cap = kFirstProbe * (1 + slow.n);
+    const int64_t base = std::clamp<int64_t>(static_cast<int64_t>(std::min(kProbeBudget * gap, 1e6)),
+                                             kFirstProbe, cap);
     c.doublings = faster == c.last_answer ? std::min(c.doublings + 1, kMaxDoublings) : 0;
     c.probe_interval = base << c.doublings;
     c.last_answer = faster;
@@ -30,14 +32,20 @@ bool SpeculationGovernor::Speculate(int size_class) {
   return faster;
 }
 
-void SpeculationGovernor::Record(int size_class, bool speculated, double tokens_per_second) {
+void SpeculationGovernor::Record(int size_class, bool speculated, double tokens, double seconds) {
   Class& c = classes_[Clamp(size_class)];
-  double& rate = speculated ? c.with : c.without;
-  int64_t& n = speculated ? c.with_n : c.without_n;
-  const bool fresh = n == 0 || (c.probing && speculated != (c.with >= c.without));
-  rate = fresh ? tokens_per_second : (1 - kWeight) * rate + kWeight * tokens_per_second;
+  Way& w = speculated ? c.with : c.without;
+  const bool probe = c.probing && speculated != c.faster();
   c.probing = false;
-  ++n;
+  if (++w.seen == 1 || seconds <= 0) return;  // the warm-up step
+  if (w.n == 0 || probe) {
+    w.tokens = tokens;
+    w.seconds = seconds;
+  } else {
+    w.tokens = (1 - kWeight) * w.tokens + kWeight * tokens;
+    w.seconds = (1 - kWeight) * w.seconds + kWeight * std::min(seconds, 2 * w.seconds);
+  }
+  ++w.n;
 }
 
 }  // namespace banyan::scheduler

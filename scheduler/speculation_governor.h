@@ -2,13 +2,16 @@
 // be worth (LoopOptions::speculation_adaptive).
 //
 // Steps fall into size classes by their decode rows (powers of two: 1, 2-3, 4-7, ...). For each
-// class the governor keeps moving averages of the tokens per second of the steps with candidates
-// and of those without, and answers with the faster. It measures both ways first (2 steps each),
-// then probes the slower way now and then. A probe costs one step at the slower rate, so the
-// interval grows with the gap: at least 16 steps and kProbeBudget times (fast / slow - 1), so
-// that probing costs at most about 2 % (a way 10x slower is probed every 450 steps); it doubles
-// each time the answer stays (up to 64 times the base) and starts over when the answer changes.
-// A probe's measurement replaces the probed way's average (stale by then), so a change of the
+// class and way (with candidates, without) the governor keeps moving averages of the tokens a
+// step took and of its wall time, and answers with the way of more tokens per second. The first
+// step of each way is not measured (it pays for CUDA graph captures and cold caches), and a later
+// step counts at most twice the average time (one spike does not decide). It measures both ways
+// first (2 steps each after that), then probes the slower way now and then. A probe costs one
+// step at the slower rate, so the interval grows with the gap, kProbeBudget times
+// (fast / slow - 1) steps (a way 3x slower: every 100 steps, about 2 % of the time), but only
+// as the slower way's measurements accumulate (at most 16 x (1 + its measured steps)); it
+// doubles each time the answer stays (up to 64 times) and starts over when the answer changes.
+// A probe's measurement replaces the probed way's averages (stale by then), so a change of the
 // rates (acceptance, load) turns the answer at the next probe.
 //
 // Not thread-safe: the engine thread owns it.
@@ -33,16 +36,21 @@ class SpeculationGovernor {
 
   // Whether the next step of `size_class` should speculate. Counts the step.
   bool Speculate(int size_class);
-  // A decode-only step of `size_class` produced `tokens_per_second` (tokens taken over its wall
-  // time), with candidates or without.
-  void Record(int size_class, bool speculated, double tokens_per_second);
+  // A decode-only step of `size_class` took `tokens` in `seconds` of wall time, with
+  // candidates or without.
+  void Record(int size_class, bool speculated, double tokens, double seconds);
 
+  struct Way {
+    double tokens = 0, seconds = 0;  // per step, moving averages
+    int64_t seen = 0, n = 0;         // steps recorded; of them measured
+    double rate() const { return seconds > 0 ? tokens / seconds : 0; }
+  };
   struct Class {
-    double with = 0, without = 0;  // tokens per second, moving averages
-    int64_t with_n = 0, without_n = 0;
+    Way with, without;
     int64_t steps = 0, next_probe = kFirstProbe, probe_interval = kFirstProbe, doublings = 0;
     bool last_answer = true;
-    bool probing = false;  // the last answer was a probe: its measurement replaces the average
+    bool probing = false;  // the last answer was a probe: its measurement replaces the averages
+    bool faster() const { return with.rate() >= without.rate(); }
   };
   const Class& at(int size_class) const { return classes_[Clamp(size_class)]; }
 
