@@ -51,6 +51,7 @@ describe('speculative decoding', () => {
       const want = await answers(plain);
       const spec = await startDaemon({
         args: ['--speculative', 'hydra', '--draft-heads', HEADS, '--speculation-min-accept', '0',
+          '--speculation-adaptive', 'off',
           ...extra],
       });
       t.after(() => spec.kill());
