@@ -12,11 +12,10 @@
 // bandwidth = those bytes / time; time / floor; tpp / paged. The tpp and paged outputs are
 // compared (relative norm) as a sanity check at scale.
 //
-// Mode `paged_backend`: the backend's paged decode attention (kernels/cuda/attention.h,
-// PagedDecodeAttention over BuildDecodeWork's 256-token items, merged by its MergeStatesKernel)
-// on the same paged plan, KV and q. For head_dim 64/128 its items run TPP's phase-2 kernel, so
-// against `paged` this compares the two work cuts of the one per-row kernel (the backend's
-// batch-independent 256-token items vs TppWorkPlan's split). Its output is compared with
+// Mode `paged_backend`: the backend's own paged decode kernel (kernels/cuda/attention.h,
+// PagedDecodeAttention over BuildDecodeWork's items) on the same paged plan, KV and q. The tree
+// has two per-row decode kernels (that one and TPP's phase 2, which `paged` runs); issue 15 keeps
+// one, and this mode is the head-to-head measurement that picks it. Its output is compared with
 // `paged`'s (paged_kernels_relnorm); its p2_items field is its item count.
 //
 // Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table.

@@ -5,7 +5,6 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/decode_attention.cuh"
 #include "kernels/cuda/graph_update.h"
-#include "kernels/cuda/tpp/tpp_attention.h"
 
 namespace banyan::kernels::cuda {
 namespace {
@@ -24,52 +23,29 @@ absl::Status CheckShape(const KvViewDev& kv, int32_t num_q_heads, const char* wh
   return absl::OkStatus();
 }
 
-// The per-row item kernel of head_dim 64 / 128: TPP's phase 2 over the items of `p`.
-tpp::Phase2ItemsArgs Phase2Args(DType dtype, const PagedDecodeParams& p) {
-  tpp::Phase2ItemsArgs a;
-  a.q = p.q;
-  a.out = p.out;
-  a.kv = p.kv;
-  a.dtype = dtype;
-  a.scale = p.scale;
-  a.span_chunk = p.span_chunk;
-  a.span_begin = p.span_begin;
-  a.span_end = p.span_end;
-  a.item_row = p.item_row;
-  a.item_span_begin = p.item_span_begin;
-  a.item_span_end = p.item_span_end;
-  a.item_partial = p.item_partial;
-  a.num_items = p.num_items;
-  a.num_q_heads = p.num_q_heads;
-  a.partial_o = p.partial_o;
-  a.partial_lse = p.partial_lse;
-  return a;
-}
-
 // Launches the decode kernels, or with `describe` only lists them as node updates for `p`.
 template <typename T>
-cudaError_t DecodeByHeadDim(DType dtype, const PagedDecodeParams& p, cudaStream_t s,
+cudaError_t DecodeByHeadDim(const PagedDecodeParams& p, cudaStream_t s,
                             std::vector<KernelNodeUpdate>* describe = nullptr) {
-  // Everything but the layer's KV view comes from `p`.
-  auto patch = [p](void* params) {
-    auto* node = static_cast<PagedDecodeParams*>(params);
-    PagedDecodeParams fresh = p;
-    fresh.kv = node->kv;
-    *node = fresh;
-  };
+  const bool mha = p.num_q_heads == p.kv.num_kv_heads;
+  LaunchShape shape;
+  LaunchShape* d = describe != nullptr ? &shape : nullptr;
   cudaError_t err;
-  if (HasFastAttentionPath(p.kv.head_dim)) {
-    KernelNodeUpdate item_update;
-    err = tpp::LaunchPhase2Items(Phase2Args(dtype, p), s,
-                                 describe != nullptr ? &item_update : nullptr);
-    if (describe != nullptr) describe->push_back(std::move(item_update));
-  } else {
-    const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>((p.num_q_heads + 3) / 4));
-    if (describe != nullptr) {
-      describe->push_back({reinterpret_cast<const void*>(GenericDecodeKernel<T>), grid,
-                           sizeof(PagedDecodeParams), patch});
-      err = cudaSuccess;
-    } else {
+  switch (p.kv.head_dim) {
+    case 64:
+      err = mha ? PagedDecodeDispatched<64, 1, T>(p, s, d) : PagedDecodeDispatched<64, 4, T>(p, s, d);
+      break;
+    case 128:
+      err = mha ? PagedDecodeDispatched<128, 1, T>(p, s, d)
+                : PagedDecodeDispatched<128, 4, T>(p, s, d);
+      break;
+    default: {
+      const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>((p.num_q_heads + 3) / 4));
+      if (d != nullptr) {
+        shape = {reinterpret_cast<const void*>(GenericDecodeKernel<T>), grid};
+        err = cudaSuccess;
+        break;
+      }
       GenericDecodeKernel<T><<<grid, 128, 0, s>>>(p);
       err = cudaGetLastError();
     }
@@ -77,6 +53,14 @@ cudaError_t DecodeByHeadDim(DType dtype, const PagedDecodeParams& p, cudaStream_
   const dim3 merge_grid(static_cast<unsigned>(p.num_merge_rows),
                         static_cast<unsigned>(p.num_q_heads));
   if (describe != nullptr) {
+    // Everything but the layer's KV view comes from `p`.
+    auto patch = [p](void* params) {
+      auto* node = static_cast<PagedDecodeParams*>(params);
+      PagedDecodeParams fresh = p;
+      fresh.kv = node->kv;
+      *node = fresh;
+    };
+    describe->push_back({shape.func, shape.grid, sizeof(PagedDecodeParams), patch});
     if (p.num_merge_rows > 0) {  // launched only then, as below
       describe->push_back({reinterpret_cast<const void*>(MergeStatesKernel<T>), merge_grid,
                            sizeof(PagedDecodeParams), patch});
@@ -112,19 +96,17 @@ absl::Status NoFp16(const char* what) {
 
 }  // namespace
 
-bool HasFastAttentionPath(int32_t head_dim) {
-  return (head_dim == 64 || head_dim == 128) && tpp::TppSupportsHeadDim(head_dim);
-}
+bool HasFastAttentionPath(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 absl::Status PagedDecodeAttention(DType dtype, const PagedDecodeParams& p, cudaStream_t stream) {
   BANYAN_RETURN_IF_ERROR(CheckShape(p.kv, p.num_q_heads, "PagedDecodeAttention"));
   if (p.num_items == 0) return absl::OkStatus();
   switch (dtype) {
     case DType::kBf16:
-      return CudaStatus(DecodeByHeadDim<__nv_bfloat16>(dtype, p, stream), "PagedDecodeAttention");
+      return CudaStatus(DecodeByHeadDim<__nv_bfloat16>(p, stream), "PagedDecodeAttention");
     case DType::kFp16:
 #ifdef BANYAN_CUDA_FP16
-      return CudaStatus(DecodeByHeadDim<__half>(dtype, p, stream), "PagedDecodeAttention");
+      return CudaStatus(DecodeByHeadDim<__half>(p, stream), "PagedDecodeAttention");
 #else
       return NoFp16("PagedDecodeAttention");
 #endif
@@ -138,12 +120,11 @@ absl::Status PagedDecodeNodeUpdates(DType dtype, const PagedDecodeParams& p,
   updates->clear();
   switch (dtype) {
     case DType::kBf16:
-      return CudaStatus(DecodeByHeadDim<__nv_bfloat16>(dtype, p, nullptr, updates),
+      return CudaStatus(DecodeByHeadDim<__nv_bfloat16>(p, nullptr, updates),
                         "PagedDecodeNodeUpdates");
     case DType::kFp16:
 #ifdef BANYAN_CUDA_FP16
-      return CudaStatus(DecodeByHeadDim<__half>(dtype, p, nullptr, updates),
-                        "PagedDecodeNodeUpdates");
+      return CudaStatus(DecodeByHeadDim<__half>(p, nullptr, updates), "PagedDecodeNodeUpdates");
 #else
       return NoFp16("PagedDecodeNodeUpdates");
 #endif

@@ -1,12 +1,10 @@
 // CUDA attention kernels over the paged KV store (KvViewDev), driven by the work lists of
 // attention_work.h (uploaded to the device as they are).
 //
-//  - PagedDecodeAttention: one query per row; rows cut into several items are merged by
-//    log-sum-exp (MergeStatesKernel). head_dim 64 and 128: each item runs TPP's phase-2 kernel
-//    (kernels/cuda/tpp/phase2.cuh through tpp::LaunchPhase2Items, the one per-row decode kernel
-//    of the tree): a CTA per (item, kv head, group of up to 8 of its q heads) stages the item's
-//    K/V tiles in shared memory by cp.async, each element loaded once for the whole group,
-//    online softmax in fp32. Any other multiple of 8 (up to 256) runs a generic
+//  - PagedDecodeAttention: one query per row; each item is a CTA per (kv head, tile of up to
+//    four of its q heads) that streams the item's K/V rows with 16-byte loads, several rows in
+//    flight, online softmax in fp32; rows cut into several items are merged by log-sum-exp.
+//    head_dim 64 and 128 have fast paths; any other multiple of 8 (up to 256) runs a generic
 //    warp-per-(item, q head) kernel.
 //  - PrefillAttention: new tokens of prefill sequences attend causally over their cached path
 //    plus themselves. head_dim 64 and 128: flash-attention-2 style with mma.sync tensor cores
@@ -86,8 +84,7 @@ struct PrefillParams {
 inline constexpr int32_t kPrefillBlockM = 64;
 absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
 
-// True when head_dim takes a fast (templated) path: 64 / 128 where the TPP library was built
-// for it (BANYAN_TPP_HEAD_DIMS); decode then runs TPP's phase-2 kernel.
+// True when head_dim takes a fast (templated) path.
 bool HasFastAttentionPath(int32_t head_dim);
 // Largest q-head tile of the decode kernel, for callers sizing grids.
 inline constexpr int32_t kMaxGenericHeadDim = 256;

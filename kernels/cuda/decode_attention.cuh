@@ -1,14 +1,175 @@
-// The generic any-head_dim attention kernels shared by decode and prefill, and the log-sum-exp
-// merge of the paged decode path (see attention.h; head_dim 64 / 128 decode items run TPP's
-// phase-2 kernel, kernels/cuda/tpp/phase2.cuh, and are merged here too: both write the same
-// normalised partial states). Scores and log-sum-exps are kept in log2 units (logits
-// pre-multiplied by scale * log2(e)) so that every exponential is one exp2f.
+// Paged decode attention kernels (see attention.h), the generic any-head_dim kernels shared by
+// decode and prefill, and the log-sum-exp merge. Scores and log-sum-exps are kept in log2 units
+// (logits pre-multiplied by scale * log2(e)) so that every exponential is one exp2f.
 #pragma once
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_utils.cuh"
 
 namespace banyan::kernels::cuda {
+
+inline constexpr int kDecodeWarps = 4;
+inline constexpr int kDecodeRowsPerStep = 4;  // K/V rows each lane group keeps in flight
+
+// One CTA per (item, kv head x q-head tile). Lanes form groups of HEAD_DIM / 8 threads, each
+// thread holding 8 elements of a row; a group reads kDecodeRowsPerStep consecutive K and V rows
+// per step (all loads issued before any use) and keeps its own online-softmax state for HPC q
+// heads; the groups' states are merged through shared memory at the end.
+template <int HEAD_DIM, int HPC, typename T>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    PagedDecodeKernel(const __grid_constant__ PagedDecodeParams p) {
+  constexpr int TPR = HEAD_DIM / 8;           // threads per K/V row
+  constexpr int GPW = 32 / TPR;               // lane groups per warp
+  constexpr int NG = GPW * kDecodeWarps;      // lane groups per CTA
+  constexpr int U = kDecodeRowsPerStep;
+  static_assert(HEAD_DIM % 8 == 0 && TPR <= 32 && 32 % TPR == 0, "unsupported HEAD_DIM");
+  __shared__ float sm_m[NG][HPC];
+  __shared__ float sm_l[NG][HPC];
+  __shared__ float sm_o[NG][HPC][HEAD_DIM];
+
+  const int item = blockIdx.x;
+  const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads, g = hq / hkv;
+  const int tiles = (g + HPC - 1) / HPC;
+  const int kvh = blockIdx.y / tiles;
+  const int qh0 = kvh * g + (blockIdx.y % tiles) * HPC;
+  const int nh = min(HPC, kvh * g + g - qh0);
+  const int row = p.item_row[item];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int grp_in_warp = lane / TPR;
+  const int grp = warp * GPW + grp_in_warp;
+  const int sub = lane % TPR;
+  const float scale_log2 = p.scale * kLog2e;
+
+  float q[HPC][8];
+  const T* qrow = static_cast<const T*>(p.q) + static_cast<int64_t>(row) * hq * HEAD_DIM;
+#pragma unroll
+  for (int h = 0; h < HPC; ++h) {
+    if (h < nh) {
+      Load8(qrow + (qh0 + h) * HEAD_DIM + sub * 8, q[h]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[h][i] *= scale_log2;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[h][i] = 0.0f;
+    }
+  }
+  float m[HPC], l[HPC], o[HPC][8];
+#pragma unroll
+  for (int h = 0; h < HPC; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[h][i] = 0.0f;
+  }
+
+  const T* base = static_cast<const T*>(p.kv.base);
+  const int s_end = p.item_span_end[item];
+  for (int s = p.item_span_begin[item]; s < s_end; ++s) {
+    const int b = p.span_begin[s], e = p.span_end[s];
+    const T* kp = base + p.span_chunk[s] * p.kv.chunk_stride +
+                  static_cast<int64_t>(kvh) * p.kv.chunk_size * HEAD_DIM + sub * 8;
+    const T* vp = kp + p.kv.v_offset;
+    // Warp-uniform loop: every lane of the warp runs the same iterations (shuffles below).
+    for (int tw = b + warp * GPW * U; tw < e; tw += NG * U) {
+      const int t0 = tw + grp_in_warp * U;
+      uint4 kr[U], vr[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (t0 + u < e) {
+          kr[u] = *reinterpret_cast<const uint4*>(kp + static_cast<int64_t>(t0 + u) * HEAD_DIM);
+          vr[u] = *reinterpret_cast<const uint4*>(vp + static_cast<int64_t>(t0 + u) * HEAD_DIM);
+        } else {
+          kr[u] = make_uint4(0, 0, 0, 0);
+          vr[u] = make_uint4(0, 0, 0, 0);
+        }
+      }
+      float sc[HPC][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float kf[8];
+        Unpack8<T>(kr[u], kf);
+#pragma unroll
+        for (int h = 0; h < HPC; ++h) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot += q[h][i] * kf[i];
+#pragma unroll
+          for (int off = TPR / 2; off > 0; off >>= 1) {
+            dot += __shfl_xor_sync(0xffffffffu, dot, off);
+          }
+          sc[h][u] = t0 + u < e ? dot : -INFINITY;
+        }
+      }
+      float vf[U][8];
+#pragma unroll
+      for (int u = 0; u < U; ++u) Unpack8<T>(vr[u], vf[u]);
+#pragma unroll
+      for (int h = 0; h < HPC; ++h) {
+        float mx = sc[h][0];
+#pragma unroll
+        for (int u = 1; u < U; ++u) mx = fmaxf(mx, sc[h][u]);
+        const float new_m = fmaxf(m[h], mx);
+        if (new_m == -INFINITY) continue;  // nothing seen yet: avoids exp2(-inf - -inf) = NaN
+        const float corr = exp2f(m[h] - new_m);
+        float sum = 0.0f;
+        float pu[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          pu[u] = exp2f(sc[h][u] - new_m);
+          sum += pu[u];
+        }
+        l[h] = l[h] * corr + sum;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float acc = o[h][i] * corr;
+#pragma unroll
+          for (int u = 0; u < U; ++u) acc += pu[u] * vf[u][i];
+          o[h][i] = acc;
+        }
+        m[h] = new_m;
+      }
+    }
+  }
+
+  // Merge the lane groups' states.
+#pragma unroll
+  for (int h = 0; h < HPC; ++h) {
+    if (sub == 0) {
+      sm_m[grp][h] = m[h];
+      sm_l[grp][h] = l[h];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm_o[grp][h][sub * 8 + i] = o[h][i];
+  }
+  __syncthreads();
+  const int part = p.item_partial[item];
+  for (int idx = threadIdx.x; idx < nh * HEAD_DIM; idx += blockDim.x) {
+    const int h = idx / HEAD_DIM, x = idx % HEAD_DIM;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < NG; ++k) mm = fmaxf(mm, sm_m[k][h]);
+    float val = 0.0f, lse = -INFINITY;
+    if (mm != -INFINITY) {
+      float ll = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < NG; ++k) {
+        const float w = exp2f(sm_m[k][h] - mm);  // groups with no tokens: exp2(-inf) = 0
+        ll += sm_l[k][h] * w;
+        acc += sm_o[k][h][x] * w;
+      }
+      val = acc / ll;
+      lse = mm + log2f(ll);
+    }
+    const int qh = qh0 + h;
+    if (part < 0) {
+      static_cast<T*>(p.out)[(static_cast<int64_t>(row) * hq + qh) * HEAD_DIM + x] =
+          FromFloat<T>(val);
+    } else {
+      p.partial_o[(static_cast<int64_t>(part) * hq + qh) * HEAD_DIM + x] = val;
+      if (x == 0) p.partial_lse[static_cast<int64_t>(part) * hq + qh] = lse;
+    }
+  }
+}
 
 // Merges a row's partial states: one CTA per (merge row, q head).
 template <typename T>

@@ -3,8 +3,6 @@
 // over plans with and without sharing (random prefix trees, context lengths not multiples of the
 // chunk size, long contexts split across items, batch up to 1024), and causal prefill over a
 // cached path plus new tokens. Random data fresh each run, outputs poisoned, NaN never passes.
-// Paged decode at head_dim 64/128 runs TPP's phase-2 kernel over the backend's items
-// (tpp::LaunchPhase2Items); other head dims the generic kernel.
 //
 // Tolerance: the GPU rounds its output to the dtype (relative error about 2^-9 / sqrt(3) for bf16,
 // 2^-12 for fp16) and the prefill kernel rounds softmax probabilities to the dtype before the P.V

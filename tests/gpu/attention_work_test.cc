@@ -73,14 +73,6 @@ TEST(AttentionWork, DecodeItemsCoverEachRowOnce) {
         partials += w.merge_count[m];
       }
       EXPECT_EQ(partials, w.num_partials);
-      // What the phase-2 launch of these items (tpp::LaunchPhase2Items) relies on: every row
-      // has an item, so item_row can be indexed by any row; a row's single item writes its
-      // output (partial -1), the items of a split row each write a partial.
-      EXPECT_GE(w.num_items(), w.num_rows);
-      EXPECT_EQ(static_cast<int>(items_of_row.size()), plan.num_rows());
-      for (int i = 0; i < w.num_items(); ++i) {
-        EXPECT_EQ(w.item_partial[i] < 0, items_of_row[w.item_row[i]] == 1) << "item " << i;
-      }
       for (int r = 0; r < plan.num_rows(); ++r) {
         std::vector<std::pair<int, int>> want;
         for (int i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {

@@ -1,10 +1,9 @@
 // GPU differential tests of TPP decode attention and the paged kernel against the CPU reference
 // (kernels/cpu/tpp_attention.h), over random prefix trees with hierarchical sharing. Every case
-// also runs the backend's paged decode attention (kernels/cuda/attention.h: PagedDecodeAttention
+// also runs the backend's paged decode kernel (kernels/cuda/attention.h: PagedDecodeAttention
 // over BuildDecodeWork's items, on the shared and the unshared plan, with the default and a
-// small item size so that rows are split and merged). For head_dim 64/128 that is TPP's phase-2
-// kernel too (tpp::LaunchPhase2Items): the one per-row kernel is checked through both of its
-// call paths on the same inputs against the same reference.
+// small item size so that rows are split and merged): the tree's two per-row decode kernels
+// are checked on the same inputs against the same reference.
 //
 // - Inputs (q, K, V) are drawn fresh every run (seed printed; BANYAN_TEST_SEED pins it), rounded
 //   to the kernel dtype, and the CPU reference runs in fp32 on the same rounded values.
@@ -357,7 +356,7 @@ void CheckOtherPhase1Paths(Fixture& f, const AttentionPlan& shared, const TppOpt
   }
 }
 
-// The backend's paged decode attention (phase 2 over its own item list) on the same inputs: over the
+// The backend's paged kernel (the other per-row decode kernel) on the same inputs: over the
 // shared plan and the unshared one, items of the default 256 tokens and of 48 (not a multiple of
 // any chunk size here, so items cut spans and long rows merge many partials).
 void CheckBackendPaged(Fixture& f, const AttentionPlan& shared, const AttentionPlan& plain,

@@ -136,69 +136,6 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
   return e;
 }
 
-// Phase 2 over a caller's item list: its tables take the places of the plan image's phase-2
-// tables; the phase-1 merge lists (read by final items) point at item_row with begin == end, so
-// they are empty.
-inline TppParams MakePhase2ItemsParams(const Phase2ItemsArgs& a) {
-  TppParams p{};
-  p.q = a.q;
-  p.out = a.out;
-  p.kv = a.kv;
-  p.t.span_chunk = a.span_chunk;
-  p.t.span_begin = a.span_begin;
-  p.t.span_end = a.span_end;
-  p.t.p2_row = a.item_row;
-  p.t.p2_span_lo = a.item_span_begin;
-  p.t.p2_span_hi = a.item_span_end;
-  p.t.p2_state = a.item_partial;
-  p.t.row_merge_begin = a.item_row;
-  p.t.row_merge_end = a.item_row;
-  p.partial_o = a.partial_o;
-  p.partial_lse = a.partial_lse;
-  p.scale_log2 = a.scale * 1.4426950408889634f;
-  p.num_q_heads = a.num_q_heads;
-  p.group = a.num_q_heads / a.kv.num_kv_heads;
-  p.wait_phase1 = 0;
-  return p;
-}
-
-template <int HEAD_DIM, typename Elem, int GROUP>
-cudaError_t LaunchPhase2ItemsGroup(const Phase2ItemsArgs& a, cudaStream_t stream,
-                                   KernelNodeUpdate* describe) {
-  using Cfg = Phase2Config<HEAD_DIM, Elem, GROUP>;
-  auto kernel = TppPhase2Kernel<HEAD_DIM, Elem, GROUP>;
-  const int g = a.num_q_heads / a.kv.num_kv_heads;
-  const dim3 grid(a.num_items, a.kv.num_kv_heads * ((g + GROUP - 1) / GROUP));
-  if (describe != nullptr) {
-    const TppParams fresh = MakePhase2ItemsParams(a);
-    *describe = {reinterpret_cast<const void*>(kernel), grid, sizeof(TppParams),
-                 [fresh](void* params) {
-                   auto* node = static_cast<TppParams*>(params);
-                   TppParams p = fresh;
-                   p.kv = node->kv;  // per layer, as captured
-                   *node = p;
-                 }};
-    return cudaSuccess;
-  }
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Cfg::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(MakePhase2ItemsParams(a));
-  return cudaGetLastError();
-}
-
-template <int HEAD_DIM, DType DTYPE>
-cudaError_t LaunchPhase2ItemsDispatched(const Phase2ItemsArgs& a, cudaStream_t stream,
-                                        KernelNodeUpdate* describe) {
-  using Elem = typename ElementOf<DTYPE>::Type;
-  switch (Phase2HeadGroup(a.num_q_heads / a.kv.num_kv_heads)) {
-    case 1: return LaunchPhase2ItemsGroup<HEAD_DIM, Elem, 1>(a, stream, describe);
-    case 2: return LaunchPhase2ItemsGroup<HEAD_DIM, Elem, 2>(a, stream, describe);
-    case 4: return LaunchPhase2ItemsGroup<HEAD_DIM, Elem, 4>(a, stream, describe);
-    default: return LaunchPhase2ItemsGroup<HEAD_DIM, Elem, 8>(a, stream, describe);
-  }
-}
-
 template <int HEAD_DIM, DType DTYPE>
 cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                      std::vector<KernelNodeUpdate>* updates) {

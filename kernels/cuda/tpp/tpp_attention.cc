@@ -100,34 +100,6 @@ absl::Status TppNodeUpdates(const TppWorkPlan& plan, const TppRunArgs& args,
   return absl::OkStatus();
 }
 
-namespace {
-
-template <int HEAD_DIM>
-cudaError_t Phase2ItemsForHeadDim(const Phase2ItemsArgs& a, cudaStream_t stream,
-                                  KernelNodeUpdate* describe) {
-  return a.dtype == DType::kBf16
-             ? LaunchPhase2ItemsDispatched<HEAD_DIM, DType::kBf16>(a, stream, describe)
-             : LaunchPhase2ItemsDispatched<HEAD_DIM, DType::kFp16>(a, stream, describe);
-}
-
-}  // namespace
-
-cudaError_t LaunchPhase2Items(const Phase2ItemsArgs& a, cudaStream_t stream,
-                              KernelNodeUpdate* describe) {
-  if (a.kv.num_kv_heads <= 0 || a.num_q_heads % a.kv.num_kv_heads != 0) {
-    return cudaErrorInvalidValue;
-  }
-  switch (a.kv.head_dim) {
-#ifdef BANYAN_TPP_HAS_D64
-    case 64: return Phase2ItemsForHeadDim<64>(a, stream, describe);
-#endif
-#ifdef BANYAN_TPP_HAS_D128
-    case 128: return Phase2ItemsForHeadDim<128>(a, stream, describe);
-#endif
-    default: return cudaErrorNotSupported;
-  }
-}
-
 bool TppSupportsHeadDim(int32_t head_dim) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64

@@ -185,45 +185,6 @@ absl::Status TppNodeUpdates(const TppWorkPlan& plan, const TppRunArgs& args,
 // True when this library was built with kernels for the head_dim.
 bool TppSupportsHeadDim(int32_t head_dim);
 
-// q heads per phase-2 CTA for a GQA ratio g (1, 2, 4 or 8; g > 8 takes several CTAs of 8, a g
-// that is not a power of two pads the last group): TppWorkPlan::p2_head_group().
-inline constexpr int32_t Phase2HeadGroup(int32_t g) {
-  return g >= 8 ? 8 : (g > 4 ? 8 : (g > 2 ? 4 : g));
-}
-
-// The phase-2 kernel alone over a caller's per-row item list: the backend's paged decode
-// attention (kernels/cuda/attention.h, items of kernels/cuda/attention_work.h) runs on it, so
-// that one per-row decode kernel serves both. Item i attends row item_row[i] over spans
-// [item_span_begin[i], item_span_end[i]) and writes the row's output (item_partial[i] < 0) or
-// the normalised partial state item_partial[i] (o [state][num_q_heads][head_dim], lse
-// [state][num_q_heads] in log2 units, -inf when empty) for the caller to merge. Every row index
-// < num_items must be a valid index of item_row (true when each row has at least one item, as
-// BuildDecodeWork guarantees): the kernel's phase-1 merge lists are pointed there, begin == end.
-// One CTA of 128 threads per (item, kv head, head group), launched plainly (no PDL).
-struct Phase2ItemsArgs {
-  const void* q = nullptr;  // [rows][num_q_heads][head_dim], 16-byte aligned
-  void* out = nullptr;      // same shape
-  KvViewDev kv;
-  DType dtype = DType::kBf16;
-  float scale = 0.0f;  // softmax scale (natural units)
-  const int32_t* span_chunk = nullptr;
-  const int32_t* span_begin = nullptr;
-  const int32_t* span_end = nullptr;
-  const int32_t* item_row = nullptr;
-  const int32_t* item_span_begin = nullptr;
-  const int32_t* item_span_end = nullptr;
-  const int32_t* item_partial = nullptr;
-  int32_t num_items = 0;
-  int32_t num_q_heads = 0;
-  float* partial_o = nullptr;    // 16-byte aligned
-  float* partial_lse = nullptr;
-};
-// Launches it on `stream`, or with `describe` launches nothing and says what it would launch as
-// a graph node update (its patch keeps the captured node's KV view and takes everything else
-// from `a`). cudaErrorNotSupported for a head_dim this library has no kernels for.
-cudaError_t LaunchPhase2Items(const Phase2ItemsArgs& a, cudaStream_t stream,
-                              KernelNodeUpdate* describe = nullptr);
-
 // True when phase 1 can run on wgmma here: the sm_90a kernels are built in and the current
 // device has compute capability 9.0. Cached per device (tpp_phase1_sm90a.cu).
 bool TppPhase1WgmmaAvailable();

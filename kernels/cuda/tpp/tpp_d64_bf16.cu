@@ -9,7 +9,4 @@ template cudaError_t LaunchTppDispatched<64, DType::kBf16>(const TppWorkPlan&,
 template cudaError_t TppNodeUpdatesDispatched<64, DType::kBf16>(const TppWorkPlan&, const TppRunArgs&,
                                                        std::vector<KernelNodeUpdate>*);
 
-template cudaError_t LaunchPhase2ItemsDispatched<64, DType::kBf16>(const Phase2ItemsArgs&,
-                                                                 cudaStream_t, KernelNodeUpdate*);
-
 }  // namespace banyan::kernels::cuda::tpp

@@ -16,11 +16,6 @@ template <int HEAD_DIM, DType DTYPE>
 cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                 cudaStream_t stream);
 
-// Phase 2 over a caller's item list (LaunchPhase2Items).
-template <int HEAD_DIM, DType DTYPE>
-cudaError_t LaunchPhase2ItemsDispatched(const Phase2ItemsArgs& a, cudaStream_t stream,
-                                        KernelNodeUpdate* describe);
-
 // The kernels and grids LaunchTppDispatched would launch for `plan`, as graph node updates.
 template <int HEAD_DIM, DType DTYPE>
 cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,

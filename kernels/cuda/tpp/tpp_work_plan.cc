@@ -235,7 +235,7 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     wp.deferred_ = nseg > 0 && (options.defer_merge == 1 ||
                                 (options.defer_merge < 0 && std::min(t1, t2) > merge + 5e-6));
   }
-  wp.p2_group_ = Phase2HeadGroup(g);
+  wp.p2_group_ = g >= 8 ? 8 : (g > 4 ? 8 : (g > 2 ? 4 : g));
   wp.p2_groups_ = CeilDiv(g, wp.p2_group_);
   std::vector<int64_t> row_tokens(plan.num_rows);
   int64_t total = 0;
