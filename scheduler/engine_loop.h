@@ -181,6 +181,7 @@ class EngineLoop {
   // Counters as of the last Step (requests_rejected_total is the front end's).
   const MetricsSnapshot& metrics() const { return metrics_; }
   const LoopStats& stats() const { return stats_; }
+  const SpeculationGovernor& speculation_governor() const { return speculation_governor_; }
   const LoopOptions& options() const { return options_; }
   const engine::ModelConfig& config() const { return config_; }
   engine::Backend& backend() { return *backend_; }

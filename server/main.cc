@@ -391,6 +391,15 @@ int Run(int argc, char** argv) {
                  1.0 + static_cast<double>(sm.spec_accepted_tokens_total) /
                            static_cast<double>(sm.spec_drafts_total),
                  per_position);
+    const scheduler::SpeculationGovernor& g = sched.loop().speculation_governor();
+    for (int c = 0; c < scheduler::SpeculationGovernor::kClasses; ++c) {
+      const auto& k = g.at(c);
+      if (k.with.n + k.without.n == 0) continue;
+      spdlog::info("speculation governor, steps of {}-{} rows: {} with candidates at {:.0f} "
+                   "tok/s, {} without at {:.0f} tok/s (decode-only steps)",
+                   int64_t{1} << c, (int64_t{2} << c) - 1, k.with.seen, k.with.rate(),
+                   k.without.seen, k.without.rate());
+    }
   }
 #ifdef BANYAN_HAVE_CUDA_BACKEND
   if (auto* cuda = dynamic_cast<engine::CudaBackend*>(&sched.loop().backend())) {
