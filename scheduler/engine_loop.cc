@@ -757,6 +757,16 @@ void EngineLoop::CollectInflight() {
       if (heads && !l->samples[k].finished) want_hidden.emplace_back(&l->samples[k], row);
     }
   }
+  // The heads need hidden states only where the next step may speculate: copying them costs
+  // a device-to-host transfer per step.
+  const int64_t next_rows = static_cast<int64_t>(want_hidden.size());
+  if (!want_hidden.empty() &&
+      (next_rows > options_.speculation_max_rows ||
+       (options_.speculation_adaptive &&
+        !speculation_governor_.MaySpeculate(SpeculationGovernor::ClassOf(next_rows))))) {
+    for (auto& [s, row] : want_hidden) s->hidden.clear();
+    want_hidden.clear();
+  }
   if (!want_hidden.empty()) {
     std::vector<int32_t> hidden_rows;
     for (auto& [s, row] : want_hidden) hidden_rows.push_back(row);

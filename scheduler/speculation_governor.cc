@@ -41,6 +41,14 @@ bool SpeculationGovernor::Speculate(int size_class) {
   return faster;
 }
 
+bool SpeculationGovernor::MaySpeculate(int size_class) const {
+  const Class& c = classes_[Clamp(size_class)];
+  if (c.burst_left > 0) return c.burst_way;
+  if (c.with.n < kMeasuredSteps) return true;
+  if (c.without.n < kMeasuredSteps) return false;
+  return c.steps + 1 >= c.next_probe ? !c.faster() : c.faster();
+}
+
 void SpeculationGovernor::Record(int size_class, bool speculated, double tokens, double seconds) {
   Class& c = classes_[Clamp(size_class)];
   Way& w = speculated ? c.with : c.without;

@@ -6,8 +6,8 @@
 // step took and of its wall time, and answers with the way of more tokens per second.
 //
 // Settling. The first kSettleSteps steps after a switch of ways are not measured: a new step
-// shape runs eagerly until CUDA graphs have seen it for a few steps in a row, and caches are
-// cold. So every visit to a way is a run of at least kSettleSteps + kMeasuredSteps steps: the
+// shape runs eagerly until CUDA graphs have seen it twice in a row and is captured on the
+// second, and caches are cold. So every visit to a way is a run of at least kSettleSteps + kMeasuredSteps steps: the
 // first measurements of each way, and each probe. (Measuring single steps once kept speculation
 // off for good on the H200: a lone speculative step never got its graph and always looked slow.)
 // A measured step counts at most twice the average time, so one spike does not decide.
@@ -31,8 +31,8 @@ namespace banyan::scheduler {
 class SpeculationGovernor {
  public:
   static constexpr int kClasses = 32;
-  static constexpr int64_t kSettleSteps = 2;
-  static constexpr int64_t kMeasuredSteps = 2;
+  static constexpr int64_t kSettleSteps = 3;
+  static constexpr int64_t kMeasuredSteps = 3;
   static constexpr int64_t kFirstProbe = 16;
   static constexpr double kProbeBudget = 50;  // steps per unit of (fast / slow - 1)
   static constexpr int64_t kMaxDoublings = 6;
@@ -43,6 +43,9 @@ class SpeculationGovernor {
 
   // Whether the next step of `size_class` should speculate. Counts the step.
   bool Speculate(int size_class);
+  // What Speculate would answer for the next step of `size_class`, without counting it (the
+  // loop copies hidden states for the draft heads only when a step may speculate).
+  bool MaySpeculate(int size_class) const;
   // A decode-only step of `size_class` took `tokens` in `seconds` of wall time, with
   // candidates or without.
   void Record(int size_class, bool speculated, double tokens, double seconds);

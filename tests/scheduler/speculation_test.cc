@@ -294,7 +294,7 @@ TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
   EXPECT_EQ(SpeculationGovernor::ClassOf(1000), 9);
   SpeculationGovernor g;
   const int c = SpeculationGovernor::ClassOf(8);
-  // A step takes 1 ms, but the first two after a switch of ways take 10 ms (they settle).
+  // A step takes 1 ms, but the first three after a switch of ways take 10 ms (they settle).
   std::vector<int64_t> probes;  // where a visit to the slower way began
   bool last = true;
   int64_t in_a_row = 0;
@@ -308,16 +308,16 @@ TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
         probes.push_back(g.at(c).steps);
       }
       last = s;
-      g.Record(c, s, s ? with : without, in_a_row <= 2 ? 0.010 : 0.001);
+      g.Record(c, s, s ? with : without, in_a_row <= 3 ? 0.010 : 0.001);
     }
     return speculated;
   };
-  // Speculation gives a third of the tokens per second: after 4 + 4 steps measuring both ways,
-  // only probes of 4 steps speculate, ever more rarely.
+  // Speculation gives a third of the tokens per second: after 6 + 6 steps measuring both ways,
+  // only probes of 6 steps speculate, ever more rarely.
   const int first = run(3000, 1, 3);
   EXPECT_LT(g.at(c).with.rate(), g.at(c).without.rate());
   ASSERT_GE(probes.size(), 3u);
-  EXPECT_EQ(first, 4 + 4 * static_cast<int>(probes.size()));
+  EXPECT_EQ(first, 6 + 6 * static_cast<int>(probes.size()));
   for (size_t i = 2; i < probes.size(); ++i) {
     EXPECT_GT(probes[i] - probes[i - 1], probes[i - 1] - probes[i - 2]);
   }
@@ -327,7 +327,7 @@ TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
   const int later = run(20000, 9, 3);
   EXPECT_GT(g.at(c).with.rate(), g.at(c).without.rate());
   EXPECT_GE(later, 20000 - (turn - 3000) - 40);
-  // Speculation at 1.5x the rate is found although each switch costs 10x for two steps.
+  // Speculation at 1.5x the rate is found although each switch costs 10x for three steps.
   SpeculationGovernor fair;
   int64_t row = 0;
   bool prev = true;
@@ -337,10 +337,13 @@ TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
     row = s == prev ? row + 1 : 1;
     prev = s;
     spec += s;
-    fair.Record(0, s, s ? 1.5 : 1.0, row <= 2 ? 0.010 : 0.001);
+    fair.Record(0, s, s ? 1.5 : 1.0, row <= 3 ? 0.010 : 0.001);
   }
   EXPECT_GT(fair.at(0).with.rate(), fair.at(0).without.rate());
   EXPECT_GT(spec, 1900);
+  // MaySpeculate tells the next answer without counting the step.
+  const bool next = g.MaySpeculate(c);
+  EXPECT_EQ(g.Speculate(c), next);
   // Other classes are independent.
   EXPECT_TRUE(g.Speculate(SpeculationGovernor::ClassOf(1)));
 }
