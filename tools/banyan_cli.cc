@@ -4,7 +4,7 @@
 //                   [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N]
 //                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged] [--backend cpu|cuda]
 //                   [--prompts-file FILE] [--speculative off|hydra] [--draft-heads FILE]
-//                   [--draft-tokens K] [--draft-tree B1,B2,..]
+//                   [--draft-tokens K] [--draft-tree B1,B2,..] [--speculation-adaptive on|off]
 //       Prints the completion (generated text only). With --n > 1 the samples share the
 //       prompt's KV and are printed one after another under "--- sample i ---" headers.
 //       --prompts-file: one prompt per line, all run as one batch on the engine loop (the loop
@@ -180,6 +180,11 @@ absl::Status Generate(const Args& a, const char* argv0) {
       lo.draft_tree.assign(b->begin(), b->end());
     }
     lo.speculation_max_rows = 1 << 16;
+    const std::string adaptive = a.Get("speculation-adaptive", "on");
+    if (adaptive != "on" && adaptive != "off") {
+      return absl::InvalidArgumentError("--speculation-adaptive must be on or off, got " + adaptive);
+    }
+    lo.speculation_adaptive = adaptive == "on";
   } else if (speculative != "off") {
     return absl::InvalidArgumentError("--speculative must be off or hydra, got " + speculative);
   }

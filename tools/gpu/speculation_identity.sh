@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# On a GPU machine with PyTorch and transformers: greedy output with Hydra speculation (chains of
+# 3 and [3,2] trees) against plain decoding, on random-weight Hugging Face models of the four
+# architectures banyan loads, each with random heads (tools/gpu/random_hf_models.py), with the
+# bundled model's 512-token tokenizer; 16 prompts in one batch and one prompt alone.
+#   tools/gpu/speculation_identity.sh BIN_DIR [WORK_DIR]    (BIN_DIR holds a CUDA build's banyan)
+# Prints one line per model, batch and drafting: how many outputs are identical.
+set -uo pipefail
+B=$1
+W=${2:-$(mktemp -d)}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+python3 "$root/tools/gpu/random_hf_models.py" "$W/hf" > "$W/models.log" 2>&1 || { tail "$W/models.log"; exit 1; }
+cat > "$W/prompts.txt" <<'P'
+Once upon a time
+The little dog ran to the park and
+Lily and her mom went to the store. They
+One day, a big red ball
+Tom had a toy car. He liked to
+Sara saw a bird in the sky. It was
+The sun was hot and the children wanted to
+There was a small girl named Mia who loved
+Ben and his dad went fishing. They
+A cat sat on the mat and
+Once there was a big tree in the forest.
+The princess had a shiny crown. She
+Max found a box under his bed. Inside
+It was a rainy day, so Anna
+The boy wanted to fly like a bird. He
+Mom made a cake for the party. Everyone
+P
+head -1 "$W/prompts.txt" > "$W/alone.txt"
+for a in llama3 qwen2 qwen3 mistral; do
+  cp "$root/models/stories260K/tok512.model" "$W/hf/$a/tokenizer.model"
+  H=(--speculative hydra --draft-heads "$W/hf/$a/heads.json" --speculation-adaptive off)
+  for pf in prompts alone; do
+    for mode in off chain tree; do
+      case $mode in off) x=();; chain) x=("${H[@]}" --draft-tokens 3);; tree) x=("${H[@]}" --draft-tree 3,2);; esac
+      "$B/banyan" generate --backend cuda --model "$W/hf/$a" --prompts-file "$W/$pf.txt" \
+        --temperature 0 --max-tokens 64 "${x[@]}" > "$W/o_$mode.txt" 2> "$W/e_$mode.txt" || tail -3 "$W/e_$mode.txt"
+    done
+    for mode in chain tree; do
+      r=$(python3 -c "
+a=open('$W/o_off.txt',newline='').read().split('\n')[:-1];b=open('$W/o_$mode.txt',newline='').read().split('\n')[:-1]
+print(sum(x==y for x,y in zip(a,b)), 'of', len(a), 'outputs identical')")
+      echo "$a, $pf: $mode $r; $(grep -h speculative "$W/e_$mode.txt")"
+    done
+  done
+done
