@@ -656,8 +656,10 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
     for (const engine::PrefillItem& p : prefill) prefill_tokens += p.end - p.begin;
     PlaceCandidates(&owner, options_.prefill_token_budget - prefill_tokens, &decode, &f.item_node,
                     &copies);
-    f.speculated = std::any_of(f.item_node.begin(), f.item_node.end(),
-                               [](int32_t n) { return n > 0; });
+    const int64_t candidates =
+        std::count_if(f.item_node.begin(), f.item_node.end(), [](int32_t n) { return n > 0; });
+    f.speculated = candidates > 0;
+    stats_.max_step_candidates = std::max(stats_.max_step_candidates, candidates);
   }
   // Every decode row samples with its own request's parameters and state (candidate rows have
   // theirs already).
@@ -669,9 +671,6 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
   f.owner = std::move(owner);
   f.logit_owners = std::move(logit_owners);
   f.decode_rows = static_cast<int64_t>(decode.size());
-  stats_.max_step_candidates = std::max<int64_t>(
-      stats_.max_step_candidates,
-      std::count_if(f.item_node.begin(), f.item_node.end(), [](int32_t n) { return n > 0; }));
   f.prefill_tokens = 0;
   for (const engine::PrefillItem& p : prefill) f.prefill_tokens += p.end - p.begin;
   f.t_begin = cycle_start;

@@ -130,16 +130,13 @@ int32_t EngineLoop::TakeCandidates(Live& live, size_t i,
   Candidates c = std::move(s.cand);
   s.cand.clear();
   const size_t nodes = c.token.size();
-  // Children of each node, to walk the draws down the tree.
-  std::vector<std::vector<int32_t>> children(nodes);
-  for (size_t n = 1; n < nodes; ++n) children[c.parent[n]].push_back(static_cast<int32_t>(n));
   std::vector<int32_t> path;  // accepted nodes, root's child first
-  int32_t u = 0;
-  for (;;) {
+  for (int32_t u = 0;;) {
+    // A child of u whose token u's row drew (children come after their parent).
     const int32_t drawn = results[c.row[u]].token;
     int32_t next = -1;
-    for (int32_t ch : children[u]) {
-      if (c.token[ch] == drawn) next = ch;
+    for (size_t n = static_cast<size_t>(u) + 1; n < nodes && next < 0; ++n) {
+      if (c.parent[n] == u && c.token[n] == drawn) next = static_cast<int32_t>(n);
     }
     if (next < 0) break;
     path.push_back(next);

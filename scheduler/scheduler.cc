@@ -16,17 +16,7 @@ Scheduler::Scheduler(const engine::ModelConfig& config, const engine::Tokenizer*
     : options_(options),
       loop_(std::make_unique<EngineLoop>(
           config, tokenizer, std::move(backend),
-          LoopOptions{.max_running_sequences = options.max_running_sequences,
-                      .prefill_token_budget = options.prefill_token_budget,
-                      .attention = options.attention,
-                      .overlap = options.overlap,
-                      .speculation = options.speculation,
-                      .draft_heads = options.draft_heads,
-                      .draft_tokens = options.draft_tokens,
-                      .draft_tree = options.draft_tree,
-                      .speculation_max_rows = options.speculation_max_rows,
-                      .speculation_adaptive = options.speculation_adaptive,
-                      .speculation_min_accept = options.speculation_min_accept})) {
+          options.loop)) {
   absl::MutexLock lock(&mu_);
   metrics_ = loop_->metrics();
 }

@@ -32,19 +32,8 @@
 namespace banyan::scheduler {
 
 struct SchedulerOptions {
-  int max_running_sequences = 256;  // decode rows per iteration
-  int prefill_token_budget = 1024;  // prompt tokens prefilled per iteration (chunked prefill)
-  int queue_limit = 256;            // waiting requests; more are refused
-  engine::AttentionMode attention = engine::AttentionMode::kTpp;
-  int overlap = -1;  // LoopOptions::overlap
-  // LoopOptions' speculation fields.
-  LoopOptions::Speculation speculation = LoopOptions::Speculation::kOff;
-  const engine::DraftHeads* draft_heads = nullptr;
-  int draft_tokens = 3;
-  std::vector<int> draft_tree = {};
-  int speculation_max_rows = 64;
-  bool speculation_adaptive = true;
-  float speculation_min_accept = 0.1f;
+  LoopOptions loop = {};  // the engine loop's (batch, budgets, attention, speculation)
+  int queue_limit = 256;  // waiting requests; more are refused
 };
 
 class Scheduler {

@@ -256,10 +256,10 @@ int Run(int argc, char** argv) {
                cfg->kv_memory_bytes >> 20, chunks, cfg->chunk_size, chunks * cfg->chunk_size);
 
   scheduler::SchedulerOptions so;
-  so.max_running_sequences = cfg->max_batch;
-  so.prefill_token_budget = cfg->prefill_budget;
+  so.loop.max_running_sequences = cfg->max_batch;
+  so.loop.prefill_token_budget = cfg->prefill_budget;
   so.queue_limit = cfg->queue_limit;
-  so.overlap = cfg->overlap == "auto" ? -1 : cfg->overlap == "on" ? 1 : 0;
+  so.loop.overlap = cfg->overlap == "auto" ? -1 : cfg->overlap == "on" ? 1 : 0;
   std::optional<engine::DraftHeads> heads;
   if (cfg->speculative == "hydra") {
     if (cfg->draft_heads.empty()) {
@@ -280,21 +280,21 @@ int Run(int argc, char** argv) {
           " draft heads of ", cfg->draft_heads, " can propose at most that many")));
     }
     heads.emplace(*std::move(h));
-    so.speculation = scheduler::LoopOptions::Speculation::kHeads;
-    so.draft_heads = &*heads;
+    so.loop.speculation = scheduler::LoopOptions::Speculation::kHeads;
+    so.loop.draft_heads = &*heads;
   } else if (cfg->speculative == "lookup") {
-    so.speculation = scheduler::LoopOptions::Speculation::kLookup;
+    so.loop.speculation = scheduler::LoopOptions::Speculation::kLookup;
   } else if (!cfg->draft_heads.empty()) {
     return Fail(absl::InvalidArgumentError("--draft-heads is only read with --speculative hydra"));
   }
   if (!cfg->draft_tree.empty() && cfg->speculative != "hydra") {
     return Fail(absl::InvalidArgumentError("--draft-tree is only read with --speculative hydra"));
   }
-  so.draft_tokens = cfg->draft_tokens;
-  so.draft_tree = cfg->draft_tree;
-  so.speculation_max_rows = cfg->speculation_max_rows;
-  so.speculation_min_accept = cfg->speculation_min_accept;
-  so.speculation_adaptive = cfg->speculation_adaptive == "on";
+  so.loop.draft_tokens = cfg->draft_tokens;
+  so.loop.draft_tree = cfg->draft_tree;
+  so.loop.speculation_max_rows = cfg->speculation_max_rows;
+  so.loop.speculation_min_accept = cfg->speculation_min_accept;
+  so.loop.speculation_adaptive = cfg->speculation_adaptive == "on";
   if (cfg->speculative != "off") {
     spdlog::info("speculative decoding: {} ({}, in steps of at most {} decode rows{}, paused for a "
                  "sample accepting fewer than {} per step)",
@@ -307,7 +307,7 @@ int Run(int argc, char** argv) {
                  cfg->speculation_adaptive == "on" ? " where measured faster" : "",
                  cfg->speculation_min_accept);
   }
-  so.attention = attention;
+  so.loop.attention = attention;
   scheduler::Scheduler sched(mc, bundle->tokenizer.get(), std::move(backend), so);
   sched.Start();
 

@@ -40,6 +40,7 @@
 #include "bench/tpp/cases.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_work.h"
+#include "kernels/cuda/decode_work_upload.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
@@ -254,17 +255,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     namespace kc = kernels::cuda;
     kc::DecodeWork w;
     kc::BuildDecodeWork(engine::ViewOf(paged_plan), kc::kDefaultItemTokens, &w);
-    const std::vector<int32_t>* arrays[] = {&w.span_chunk,      &w.span_begin,   &w.span_end,
-                                            &w.item_row,        &w.item_span_begin,
-                                            &w.item_span_end,   &w.item_partial, &w.merge_row,
-                                            &w.merge_partial_begin, &w.merge_count};
-    std::vector<int32_t> flat;
-    std::vector<size_t> off;
-    for (const std::vector<int32_t>* a : arrays) {
-      off.push_back(flat.size());
-      flat.insert(flat.end(), a->begin(), a->end());
-    }
-    flat.push_back(0);  // never empty
+    const std::vector<int32_t> flat = kc::PackDecodeWork(w);
     int32_t* d_flat = nullptr;
     float *po = nullptr, *plse = nullptr;
     const size_t parts = static_cast<size_t>(std::max(w.num_partials, 1));
@@ -282,18 +273,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     p.kv.chunk_size = kChunk;
     p.kv.num_kv_heads = c.hkv;
     p.kv.head_dim = c.d;
-    p.span_chunk = d_flat + off[0];
-    p.span_begin = d_flat + off[1];
-    p.span_end = d_flat + off[2];
-    p.item_row = d_flat + off[3];
-    p.item_span_begin = d_flat + off[4];
-    p.item_span_end = d_flat + off[5];
-    p.item_partial = d_flat + off[6];
-    p.merge_row = d_flat + off[7];
-    p.merge_partial_begin = d_flat + off[8];
-    p.merge_count = d_flat + off[9];
-    p.num_items = w.num_items();
-    p.num_merge_rows = w.num_merge_rows();
+    kc::PointDecodeTables(w, d_flat, &p);
     p.num_q_heads = c.hq;
     p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
     p.partial_o = po;

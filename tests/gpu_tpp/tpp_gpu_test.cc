@@ -31,6 +31,7 @@
 #include "kernels/cpu/tpp_attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_work.h"
+#include "kernels/cuda/decode_work_upload.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
@@ -207,27 +208,16 @@ class Fixture {
   std::vector<float> RunBackendPaged(const AttentionPlan& plan, int item_tokens) {
     DecodeWork w;
     BuildDecodeWork(engine::ViewOf(plan), item_tokens, &w);
-    const std::vector<int32_t>* arrays[] = {&w.span_chunk,    &w.span_begin,      &w.span_end,
-                                            &w.item_row,      &w.item_span_begin, &w.item_span_end,
-                                            &w.item_partial,  &w.merge_row,
-                                            &w.merge_partial_begin, &w.merge_count};
-    std::vector<int32_t> flat;
-    std::vector<size_t> off;
-    for (const std::vector<int32_t>* a : arrays) {
-      off.push_back(flat.size());
-      flat.insert(flat.end(), a->begin(), a->end());
-    }
+    const std::vector<int32_t> flat = PackDecodeWork(w);
     DevBuf<int32_t> tables(flat.size());
     const size_t parts = static_cast<size_t>(std::max(w.num_partials, 1));
     DevBuf<float> po(parts * hq() * s_.head_dim), plse(parts * hq());
     EXPECT_NE(tables.p, nullptr);
     EXPECT_NE(po.p, nullptr);
     EXPECT_NE(plse.p, nullptr);
-    if (!flat.empty()) {
-      EXPECT_EQ(cudaMemcpy(tables.p, flat.data(), flat.size() * sizeof(int32_t),
-                           cudaMemcpyHostToDevice),
-                cudaSuccess);
-    }
+    EXPECT_EQ(cudaMemcpy(tables.p, flat.data(), flat.size() * sizeof(int32_t),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
     EXPECT_EQ(cudaMemset(po.p, 0xff, po.n * sizeof(float)), cudaSuccess);      // NaN
     EXPECT_EQ(cudaMemset(plse.p, 0xff, plse.n * sizeof(float)), cudaSuccess);  // NaN
     EXPECT_EQ(cudaMemset(out_dev_->p, 0xff, out_dev_->n * 2), cudaSuccess);    // NaN
@@ -240,18 +230,7 @@ class Fixture {
     p.kv.chunk_size = kv_.chunk_size;
     p.kv.num_kv_heads = kv_.num_kv_heads;
     p.kv.head_dim = kv_.head_dim;
-    p.span_chunk = tables.p + off[0];
-    p.span_begin = tables.p + off[1];
-    p.span_end = tables.p + off[2];
-    p.item_row = tables.p + off[3];
-    p.item_span_begin = tables.p + off[4];
-    p.item_span_end = tables.p + off[5];
-    p.item_partial = tables.p + off[6];
-    p.merge_row = tables.p + off[7];
-    p.merge_partial_begin = tables.p + off[8];
-    p.merge_count = tables.p + off[9];
-    p.num_items = w.num_items();
-    p.num_merge_rows = w.num_merge_rows();
+    PointDecodeTables(w, tables.p, &p);
     p.num_q_heads = hq();
     p.scale = 1.0f / std::sqrt(static_cast<float>(s_.head_dim));
     p.partial_o = po.p;

@@ -106,7 +106,7 @@ const std::string kSystem =
     "with his friend, a small bird. The bird could sing very well and Max loved to listen.";
 
 TEST_F(SchedulerTest, ConcurrentSharedPrefixRequestsEqualSoloRuns) {
-  Make(512, 16, {.prefill_token_budget = 64});
+  Make(512, 16, {.loop = {.prefill_token_budget = 64}});
   sched_->Start();
   const char* tails[] = {" One day",     " The bird", " Max was", " Then",
                          " In the park", " Suddenly", " The sun", " Lily"};
@@ -347,8 +347,9 @@ TEST_F(SchedulerTest, OverlapGivesTheSameOutputsAsLockstep) {
 }
 
 void RunSoak(SchedulerTest* test, int overlap) {
-  test->Make(160, 16, {.max_running_sequences = 32, .prefill_token_budget = 128, .queue_limit = 64,
-                    .overlap = overlap});
+  test->Make(160, 16, {.loop = {.max_running_sequences = 32, .prefill_token_budget = 128,
+                                .overlap = overlap},
+                       .queue_limit = 64});
   auto& sched_ = test->sched_;
   sched_->Start();
   BANYAN_SEEDED_RNG(seed_rng);

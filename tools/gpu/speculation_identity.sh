@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# On a GPU machine with PyTorch and transformers: greedy output with Hydra speculation (chains of
-# 3 and [3,2] trees) against plain decoding, on random-weight Hugging Face models of the four
-# architectures banyan loads, each with random heads (tools/gpu/random_hf_models.py), with the
-# bundled model's 512-token tokenizer; 16 prompts in one batch and one prompt alone.
+# On a GPU machine with PyTorch and transformers: output with Hydra speculation against plain
+# decoding. (1) Greedy, chains of 3 and [3,2] trees, on random-weight Hugging Face models of the
+# four architectures banyan loads, each with random heads (tools/gpu/random_hf_models.py), with
+# the bundled model's 512-token tokenizer; 16 prompts in one batch and one prompt alone.
+# (2) The bundled model with its trained heads, greedy and sampled (see below).
 #   tools/gpu/speculation_identity.sh BIN_DIR [WORK_DIR]    (BIN_DIR holds a CUDA build's banyan)
-# Prints one line per model, batch and drafting: how many outputs are identical.
+# Prints one line per comparison: how many outputs are identical.
 set -uo pipefail
 B=$1
 W=${2:-$(mktemp -d)}
@@ -45,4 +46,33 @@ print(sum(x==y for x,y in zip(a,b)), 'of', len(a), 'outputs identical')")
       echo "$a, $pf: $mode $r; $(grep -h speculative "$W/e_$mode.txt")"
     done
   done
+done
+# The bundled model with its trained heads (acceptance, not only rejection): plain against chains
+# and [4,2,2] trees, greedy and at temperature 0.8 with seed 11, in the batch of 16 and each
+# prompt alone; controls: plain alone against plain in the batch, CPU against GPU.
+M="$root/models/stories260K/stories260K.bin"
+H=(--speculative hydra --draft-heads "$root/models/stories260K/hydra/config.json" --speculation-adaptive off)
+same() {  # file file label
+  python3 -c "
+a=open('$1',newline='').read().split('\n')[:-1];b=open('$2',newline='').read().split('\n')[:-1]
+print('$3:', sum(x==y for x,y in zip(a,b)), 'of', len(a), 'outputs identical')"
+}
+for t in 0 0.8; do
+  g=(generate --prompts-file "$W/prompts.txt" --temperature $t --seed 11 --max-tokens 96 --model "$M")
+  "$B/banyan" "${g[@]}" --backend cuda > "$W/b_off.txt" 2>/dev/null
+  "$B/banyan" "${g[@]}" --backend cuda "${H[@]}" --draft-tokens 3 > "$W/b_chain.txt" 2>/dev/null
+  "$B/banyan" "${g[@]}" --backend cuda "${H[@]}" --draft-tree 4,2,2 > "$W/b_tree.txt" 2>/dev/null
+  "$B/banyan" "${g[@]}" --backend cpu > "$W/b_cpu.txt" 2>/dev/null
+  : > "$W/a_off.txt"; : > "$W/a_chain.txt"
+  while IFS= read -r line; do
+    printf '%s\n' "$line" > "$W/one.txt"
+    a=(generate --prompts-file "$W/one.txt" --temperature $t --seed 11 --max-tokens 96 --model "$M" --backend cuda)
+    "$B/banyan" "${a[@]}" 2>/dev/null | head -1 >> "$W/a_off.txt"
+    "$B/banyan" "${a[@]}" "${H[@]}" --draft-tokens 3 2>/dev/null | head -1 >> "$W/a_chain.txt"
+  done < "$W/prompts.txt"
+  same "$W/b_off.txt" "$W/b_chain.txt" "stories260K T=$t, batch of 16: chains"
+  same "$W/b_off.txt" "$W/b_tree.txt" "stories260K T=$t, batch of 16: trees"
+  same "$W/a_off.txt" "$W/a_chain.txt" "stories260K T=$t, each prompt alone: chains"
+  same "$W/a_off.txt" "$W/b_off.txt" "stories260K T=$t, control: plain alone against plain in the batch"
+  same "$W/b_cpu.txt" "$W/b_off.txt" "stories260K T=$t, control: plain on the CPU against the GPU"
 done

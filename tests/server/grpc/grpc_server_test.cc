@@ -456,7 +456,7 @@ TEST_F(GrpcServerTest, ShutdownCutsOpenStreamsAndFreesTheKv) {
 
 TEST(GrpcServerQueueTest, FullQueueGivesResourceExhaustedWhileAcceptedRequestsComplete) {
   TestServerOptions options;
-  options.scheduler.max_running_sequences = 1;
+  options.scheduler.loop.max_running_sequences = 1;
   options.scheduler.queue_limit = 1;
   TestServer server(options);
   auto stub = v1::Generation::NewStub(server.NewChannel());

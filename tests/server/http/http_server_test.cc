@@ -519,7 +519,7 @@ TEST(HttpAuthTest, BearerKeys) {
 // A full waiting queue answers 429 at once; draining answers 503.
 TEST(HttpOverloadTest, QueueFullThenDraining) {
   scheduler::SchedulerOptions sopts;
-  sopts.max_running_sequences = 1;
+  sopts.loop.max_running_sequences = 1;
   sopts.queue_limit = 1;
   Stack stack(sopts, {}, 256);
   const int port = stack.port();
