@@ -8,3 +8,9 @@ target_include_directories(gpu_decode_bench PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(gpu_decode_bench PRIVATE BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # bench_fill.cu (random weights for the GEMM-only step) is C++17 CUDA, as in bench/tpp.
 set_target_properties(gpu_decode_bench PROPERTIES CUDA_ARCHITECTURES 90 CUDA_STANDARD 17)
+# Drafting time of Hydra heads on the GPU against the host.
+add_executable(draft_heads_bench ${CMAKE_CURRENT_LIST_DIR}/draft_heads_bench.cc)
+target_link_libraries(draft_heads_bench PRIVATE banyan_engine_cuda banyan_engine banyan_model
+                      absl::strings CUDA::cudart CUDA::cublas)
+target_include_directories(draft_heads_bench PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(draft_heads_bench PRIVATE BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

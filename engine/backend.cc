@@ -51,4 +51,16 @@ absl::Status Backend::HiddenRows(std::span<const int32_t>, std::vector<float>*) 
       absl::StrCat("the ", std::string(name()), " backend does not return hidden states (draft heads)"));
 }
 
+absl::Status Backend::DraftTrees(const DraftHeads& heads, std::span<const int32_t> rows,
+                                 std::span<const int32_t> roots,
+                                 std::span<const int32_t> branching,
+                                 std::vector<DraftHeads::Tree>* out) {
+  if (rows.size() != roots.size()) {
+    return absl::InvalidArgumentError("DraftTrees: one root per row");
+  }
+  std::vector<float> h;
+  if (absl::Status s = HiddenRows(rows, &h); !s.ok()) return s;
+  return heads.TreeBatch(h, roots, branching, out);
+}
+
 }  // namespace banyan::engine

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "engine/sampler/sampler.h"
 #include "engine/sampler/sampling_params.h"
+#include "engine/speculative/draft_heads.h"
 #include "kvcache/attention_plan.h"
 
 namespace banyan::engine {
@@ -94,6 +95,15 @@ class Backend {
   // The final-norm hidden states [rows.size() x dim] of rows of the last step (row indices as
   // in SampleSpec::row), for draft heads. Backends that cannot say so.
   virtual absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const;
+  // Candidate trees of `heads` for samples whose next tokens `roots` the last step's rows `rows`
+  // produced (row indices as in SampleSpec::row): out[i] as DraftHeads::TreeBatch builds it
+  // from the rows' final-norm hidden states, `branching` as there. The default runs TreeBatch
+  // on the host over HiddenRows; the CUDA backend runs the heads on the device, where the
+  // hidden states are, and copies back only the trees' tokens.
+  virtual absl::Status DraftTrees(const DraftHeads& heads, std::span<const int32_t> rows,
+                                  std::span<const int32_t> roots,
+                                  std::span<const int32_t> branching,
+                                  std::vector<DraftHeads::Tree>* out);
 
  private:
   std::vector<SampleResult> launched_;  // the default LaunchSample's result

@@ -203,7 +203,7 @@ void EngineLoop::Preempt(Live& live) {
   // Samples keep their generated tokens and sampling state; only the KV goes (to the cache,
   // where the recompute will most likely find it).
   ReleaseAll(live);
-  for (Live::Sample& s : live.samples) s.hidden.clear();
+  for (Live::Sample& s : live.samples) s.drafted = {};
   live.placed = 0;
   live.resume = !live.samples.empty();
   live.state = RequestState::kWaiting;
@@ -290,7 +290,7 @@ void EngineLoop::StartSamples(Live& live) {
   for (int k = 0; k < r.n; ++k) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
                    .generated = {}, .next_token = -1, .finished = false, .ended = false,
-                   .emitted = 0, .last_token = {}, .cand = {}, .hidden = {}, .lookup = {},
+                   .emitted = 0, .last_token = {}, .cand = {}, .drafted = {}, .lookup = {},
                    .lookup_checked = 0};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
     live.samples.push_back(std::move(s));

@@ -106,6 +106,10 @@ struct LoopOptions {
   // On the H200 the bundled model gains 1.4x at one row and loses from 8 rows on, the 7B shape
   // gains up to 8 rows: no fixed threshold fits both. Off: speculate in every step.
   bool speculation_adaptive = true;
+  // Where draft heads run: on the backend's device (Backend::DraftTrees: the CUDA backend runs
+  // them on the GPU over the step's hidden states), or on the host over hidden states copied
+  // back (DraftHeads::TreeBatch; what the CPU backend does either way).
+  bool draft_on_host = false;
   // A sample stops speculating for a while (16 steps, then tries again) when its candidates
   // accepted per verification fall below this moving average: drafts that are hardly ever right
   // (heads that do not fit the text, a lookup gone stale) cost rows for nothing. Whether
@@ -140,6 +144,12 @@ struct LoopStats {
   double decode_launch_cpu_seconds = 0;
   int64_t decode_launch_context_switches = 0;
   int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
+  // Draft heads: wall time of drafting (Backend::DraftTrees, on the collect path of each step
+  // that drafts), the steps that drafted, and the calls that failed (those samples decoded
+  // without candidates).
+  double draft_seconds = 0;
+  int64_t draft_steps = 0;
+  int64_t draft_failures = 0;
   int64_t plan_builds = 0;         // full AttentionPlan rebuilds (others only advanced lengths)
   kvcache::MemoryStats peak;       // at the step with the most live chunks
 };

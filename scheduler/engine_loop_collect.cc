@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "spdlog/spdlog.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/engine_loop_live.h"
 
@@ -27,7 +28,7 @@ void EngineLoop::CollectInflight() {
   // sample's rows (its root and candidates) are taken together once all are known. Draft heads
   // need the hidden state of the row each continuing sample's next token came from.
   const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
-  std::vector<std::pair<Live::Sample*, int32_t>> want_hidden;
+  std::vector<std::pair<Live::Sample*, int32_t>> want_draft;
   std::vector<std::pair<Live*, size_t>> speculated;
   const size_t rows = out.decode_rows.size();
   const size_t tokens_before = pending_.size();
@@ -38,7 +39,7 @@ void EngineLoop::CollectInflight() {
     const int32_t node = f.item_node.empty() ? -1 : f.item_node[out.decode_items[r]];
     if (node < 0) {
       TakeSample(*l, k, out.samples[r], t_done);
-      if (heads && !s.finished) want_hidden.emplace_back(&s, static_cast<int32_t>(r));
+      if (heads && !s.finished) want_draft.emplace_back(&s, static_cast<int32_t>(r));
       continue;
     }
     if (s.cand.empty()) continue;  // dropped meanwhile
@@ -50,7 +51,7 @@ void EngineLoop::CollectInflight() {
     if (l->state != RequestState::kDecoding || s.cand.empty()) continue;
     const int32_t last = TakeCandidates(*l, k, out.samples, t_done);
     if (heads && !s.finished && l->state == RequestState::kDecoding) {
-      want_hidden.emplace_back(&s, last);
+      want_draft.emplace_back(&s, last);
     }
   }
   const size_t decode_tokens = pending_.size() - tokens_before;
@@ -71,32 +72,42 @@ void EngineLoop::CollectInflight() {
     for (size_t k = 0; k < l->samples.size(); ++k) {
       l->samples[k].seq = (*ids)[k];
       TakeSample(*l, k, out.samples[first + k], t_done);
-      if (heads && !l->samples[k].finished) want_hidden.emplace_back(&l->samples[k], row);
+      if (heads && !l->samples[k].finished) want_draft.emplace_back(&l->samples[k], row);
     }
   }
-  // The heads need hidden states only where the next step may speculate: copying them costs
-  // a device-to-host transfer per step.
-  const int64_t next_rows = static_cast<int64_t>(want_hidden.size());
-  if (!want_hidden.empty() &&
-      (next_rows > options_.speculation_max_rows ||
-       (options_.speculation_adaptive &&
-        !speculation_governor_.MaySpeculate(SpeculationGovernor::ClassOf(next_rows))))) {
-    for (auto& [s, row] : want_hidden) s->hidden.clear();
-    want_hidden.clear();
-  }
-  if (!want_hidden.empty()) {
-    std::vector<int32_t> hidden_rows;
-    for (auto& [s, row] : want_hidden) hidden_rows.push_back(row);
-    std::vector<float> h;
-    const absl::Status hs = backend_->HiddenRows(hidden_rows, &h);
-    const size_t dim = static_cast<size_t>(config_.dim);
-    for (size_t j = 0; j < want_hidden.size(); ++j) {
-      Live::Sample& s = *want_hidden[j].first;
-      if (hs.ok()) {
-        s.hidden.assign(h.begin() + static_cast<std::ptrdiff_t>(j * dim),
-                        h.begin() + static_cast<std::ptrdiff_t>((j + 1) * dim));
-      } else {
-        s.hidden.clear();  // no drafts without it
+  // The heads draft only where the next step may speculate (on a GPU they run on the device
+  // over the step's hidden states; only the trees' tokens come back). Trees are drafted to
+  // their full depth here and cut to each sample's budget when placed.
+  for (auto& [s, row] : want_draft) s->drafted = {};
+  const int64_t next_rows = static_cast<int64_t>(want_draft.size());
+  std::erase_if(want_draft, [](const auto& w) { return w.first->speculation_pause > 0; });
+  if (!want_draft.empty() && options_.draft_heads != nullptr &&
+      next_rows <= options_.speculation_max_rows &&
+      (!options_.speculation_adaptive ||
+       speculation_governor_.MaySpeculate(SpeculationGovernor::ClassOf(next_rows)))) {
+    std::vector<int32_t> draft_rows, roots;
+    for (auto& [s, row] : want_draft) {
+      draft_rows.push_back(row);
+      roots.push_back(s->next_token);
+    }
+    std::vector<int32_t> branching(options_.draft_tree.begin(), options_.draft_tree.end());
+    if (branching.empty()) branching.assign(static_cast<size_t>(options_.draft_tokens), 1);
+    branching.resize(std::min<size_t>(branching.size(), options_.draft_heads->num_heads()));
+    std::vector<engine::DraftHeads::Tree> trees;
+    const auto t0 = std::chrono::steady_clock::now();
+    const absl::Status ds =
+        options_.draft_on_host
+            ? backend_->Backend::DraftTrees(*options_.draft_heads, draft_rows, roots, branching, &trees)
+            : backend_->DraftTrees(*options_.draft_heads, draft_rows, roots, branching, &trees);
+    stats_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++stats_.draft_steps;
+    if (ds.ok()) {  // no drafts otherwise: the samples decode plainly
+      for (size_t j = 0; j < want_draft.size(); ++j) want_draft[j].first->drafted = std::move(trees[j]);
+    } else {
+      ++stats_.draft_failures;
+      if (stats_.draft_failures == 1) {
+        spdlog::warn("draft heads failed ({}); the samples decode without candidates",
+                     std::string(ds.message()));
       }
     }
   }

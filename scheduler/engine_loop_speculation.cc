@@ -285,13 +285,6 @@ void EngineLoop::PlaceCandidates(
     s.cand = std::move(c);
     s.cand.row.assign(s.cand.token.size(), -1);
   };
-  struct HeadsWant {
-    engine::DecodeItem* item;
-    Live* live;
-    size_t sample;
-    int budget;
-  };
-  std::vector<HeadsWant> heads_want;
   const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
   for (size_t r = 0; r < decode->size(); ++r) {
     engine::DecodeItem& d = (*decode)[r];
@@ -308,44 +301,21 @@ void EngineLoop::PlaceCandidates(
                                  config_.max_seq_len - tree_.Length(d.seq)});
     if (budget <= 0) continue;
     if (heads) {
-      if (!s.hidden.empty() && options_.draft_heads != nullptr) {
-        heads_want.push_back({&d, l, k, budget});
-      }
+      // Drafted at the collect (a tree to its full depth), cut to the budget: nodes are in
+      // breadth-first order.
+      engine::DraftHeads::Tree& t = s.drafted;
+      if (t.token.empty() || t.token[0] != s.next_token) continue;
+      size_t keep = 0;
+      while (keep < t.depth.size() && t.depth[keep] <= budget) ++keep;
+      Candidates c;
+      c.token.assign(t.token.begin(), t.token.begin() + static_cast<std::ptrdiff_t>(keep));
+      c.parent.assign(t.parent.begin(), t.parent.begin() + static_cast<std::ptrdiff_t>(keep));
+      c.depth.assign(t.depth.begin(), t.depth.begin() + static_cast<std::ptrdiff_t>(keep));
+      t = {};
+      place(d, *l, k, std::move(c));
     } else {
       std::vector<int32_t> drafts = DraftFor(*l, k, budget);
       place(d, *l, k, ChainOf(s.next_token, drafts));
-    }
-  }
-  if (!heads_want.empty()) {
-    // The heads run once for the whole step (TreeBatch: a GEMM per head layer over every node
-    // of a level); a chain is the tree with one child per node. Trees are drafted to the
-    // deepest budget and cut to each sample's (nodes are in breadth-first order).
-    std::vector<int32_t> branching(options_.draft_tree.begin(), options_.draft_tree.end());
-    if (branching.empty()) branching.assign(static_cast<size_t>(options_.draft_tokens), 1);
-    branching.resize(std::min<size_t>(branching.size(), options_.draft_heads->num_heads()));
-    const size_t dim = static_cast<size_t>(config_.dim);
-    int deepest = 0;
-    std::vector<float> h(heads_want.size() * dim);
-    std::vector<int32_t> roots;
-    for (size_t i = 0; i < heads_want.size(); ++i) {
-      const Live::Sample& s = heads_want[i].live->samples[heads_want[i].sample];
-      std::copy(s.hidden.begin(), s.hidden.end(), h.begin() + static_cast<std::ptrdiff_t>(i * dim));
-      roots.push_back(s.next_token);
-      deepest = std::max(deepest, heads_want[i].budget);
-    }
-    branching.resize(std::min<size_t>(branching.size(), static_cast<size_t>(deepest)));
-    std::vector<engine::DraftHeads::Tree> trees;
-    if (options_.draft_heads->TreeBatch(h, roots, branching, &trees).ok()) {
-      for (size_t i = 0; i < heads_want.size(); ++i) {
-        engine::DraftHeads::Tree& t = trees[i];
-        size_t keep = 0;
-        while (keep < t.depth.size() && t.depth[keep] <= heads_want[i].budget) ++keep;
-        Candidates c;
-        c.token.assign(t.token.begin(), t.token.begin() + static_cast<std::ptrdiff_t>(keep));
-        c.parent.assign(t.parent.begin(), t.parent.begin() + static_cast<std::ptrdiff_t>(keep));
-        c.depth.assign(t.depth.begin(), t.depth.begin() + static_cast<std::ptrdiff_t>(keep));
-        place(*heads_want[i].item, *heads_want[i].live, heads_want[i].sample, std::move(c));
-      }
     }
   }
   // The roots: node 0 of their sample's candidates.

@@ -257,6 +257,10 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("speculation-adaptive", v, {"on", "off"}, &c.speculation_adaptive);
        }},
+      {"draft-on",
+       [](DaemonConfig& c, const std::string& v) {
+         return OneOf("draft-on", v, {"device", "host"}, &c.draft_on);
+       }},
       {"speculation-min-accept",
        [](DaemonConfig& c, const std::string& v) {
          return Float("speculation-min-accept", v, 0.0f, 16.0f, &c.speculation_min_accept);

@@ -10,7 +10,7 @@
 //           [--log-level LEVEL] [--max-model-len N]
 //           [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]
 //           [--draft-tree B1,B2,..] [--speculation-max-rows N] [--speculation-min-accept X]
-//           [--speculation-adaptive on|off]
+//           [--speculation-adaptive on|off] [--draft-on device|host]
 //
 // vLLM's names for the same options are accepted too (--port, --max-num-seqs, ...); vLLM
 // options with no banyand counterpart are refused, saying so (server/option_aliases.h).
@@ -85,6 +85,7 @@ struct DaemonConfig {
   std::vector<int> draft_tree;
   int speculation_max_rows = 64;
   std::string speculation_adaptive = "on";  // LoopOptions::speculation_adaptive: "on" / "off"
+  std::string draft_on = "device";  // LoopOptions::draft_on_host: "device" / "host"
   float speculation_min_accept = 0.1f;
   std::string log_level = "info";
   ServerOptions server;

@@ -72,6 +72,7 @@ constexpr char kUsage[] =
     "               [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]\n"
     "               [--draft-tree B1,B2,..] [--speculation-max-rows N]\n"
     "               [--speculation-min-accept X] [--speculation-adaptive on|off]\n"
+    "               [--draft-on device|host]\n"
     "With no arguments: the bundled stories260K, 127.0.0.1, HTTP 8000, gRPC 50051, on the GPU\n"
     "when this banyand has CUDA and a device is visible, else the CPU (--backend auto).\n"
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
@@ -295,6 +296,7 @@ int Run(int argc, char** argv) {
   so.loop.speculation_max_rows = cfg->speculation_max_rows;
   so.loop.speculation_min_accept = cfg->speculation_min_accept;
   so.loop.speculation_adaptive = cfg->speculation_adaptive == "on";
+  so.loop.draft_on_host = cfg->draft_on == "host";
   if (cfg->speculative != "off") {
     spdlog::info("speculative decoding: {} ({}, in steps of at most {} decode rows{}, paused for a "
                  "sample accepting fewer than {} per step)",
@@ -391,6 +393,11 @@ int Run(int argc, char** argv) {
                  1.0 + static_cast<double>(sm.spec_accepted_tokens_total) /
                            static_cast<double>(sm.spec_drafts_total),
                  per_position);
+    if (st.draft_steps > 0) {
+      spdlog::info("speculative: drafting in {} steps, {:.3f} ms per step ({} failed)",
+                   st.draft_steps, st.draft_seconds * 1e3 / static_cast<double>(st.draft_steps),
+                   st.draft_failures);
+    }
     const scheduler::SpeculationGovernor& g = sched.loop().speculation_governor();
     for (int c = 0; c < scheduler::SpeculationGovernor::kClasses; ++c) {
       const auto& k = g.at(c);

@@ -5,6 +5,7 @@
 //                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged] [--backend cpu|cuda]
 //                   [--prompts-file FILE] [--speculative off|hydra] [--draft-heads FILE]
 //                   [--draft-tokens K] [--draft-tree B1,B2,..] [--speculation-adaptive on|off]
+//                   [--draft-on device|host]
 //       Prints the completion (generated text only). With --n > 1 the samples share the
 //       prompt's KV and are printed one after another under "--- sample i ---" headers.
 //       --prompts-file: one prompt per line, all run as one batch on the engine loop (the loop
@@ -185,6 +186,11 @@ absl::Status Generate(const Args& a, const char* argv0) {
       return absl::InvalidArgumentError("--speculation-adaptive must be on or off, got " + adaptive);
     }
     lo.speculation_adaptive = adaptive == "on";
+    const std::string draft_on = a.Get("draft-on", "device");
+    if (draft_on != "device" && draft_on != "host") {
+      return absl::InvalidArgumentError("--draft-on must be device or host, got " + draft_on);
+    }
+    lo.draft_on_host = draft_on == "host";
   } else if (speculative != "off") {
     return absl::InvalidArgumentError("--speculative must be off or hydra, got " + speculative);
   }

@@ -2,7 +2,9 @@
 # Speculative decoding served through banyand (one GPU): (1) the bundled model with its Hydra heads against
 # no speculation, batch 1/8/64/256: chains of 3 and [4,2,2] trees speculating at every batch
 # (--speculation-adaptive off), and both with the defaults (the adaptive switch-off, at most 64
-# rows, --speculation-min-accept 0.4); (2) the 7B shape with prompt lookup (each load sent twice:
+# rows, --speculation-min-accept 0.1); chain-host / tree-host draft on the host instead of the
+# GPU (--draft-on host); SPEC_MODES picks the modes (default: off chain tree chain-auto
+# tree-auto); (2) the 7B shape with prompt lookup (each load sent twice:
 # the second run's candidates are the model's own continuation, all accepted), 1-4 candidates per
 # chain against none, batch 1/8/64 at a 2K context, tpp, and paged at batch 64.
 #   bench/serve/speculation.sh BIN_DIR [OUT_DIR]     (SPEC_7B=0 skips part 2)
@@ -30,12 +32,14 @@ load() {  # name batch prefix output vocab seed
 }
 M=models/stories260K/stories260K.bin
 H=(--speculative hydra --draft-heads models/stories260K/hydra/config.json)
-for mode in off chain tree chain-auto tree-auto; do
+for mode in ${SPEC_MODES:-off chain tree chain-auto tree-auto}; do
   tag=small_$mode
   case $mode in
     off) extra=() ;;
     chain) extra=("${H[@]}" --draft-tokens 3 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0) ;;
     tree) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0) ;;
+    chain-host) extra=("${H[@]}" --draft-tokens 3 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0 --draft-on host) ;;
+    tree-host) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0 --draft-on host) ;;
     chain-auto) extra=("${H[@]}" --draft-tokens 3) ;;
     tree-auto) extra=("${H[@]}" --draft-tree 4,2,2) ;;
   esac

@@ -453,4 +453,30 @@ absl::Status CudaBackend::HiddenRows(std::span<const int32_t> rows,
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::DraftTrees(const DraftHeads& heads, std::span<const int32_t> rows,
+                                     std::span<const int32_t> roots,
+                                     std::span<const int32_t> branching,
+                                     std::vector<DraftHeads::Tree>* out) {
+  Impl& m = *impl_;
+  if (heads.dim() != cfg_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("draft heads of dim ", heads.dim(),
+                                                   " on a model of dim ", cfg_.dim));
+  }
+  for (int32_t r : rows) {
+    if (r < 0 || r >= m.last_out_rows) {
+      return absl::OutOfRangeError(absl::StrCat("hidden row ", r, " of a step with ",
+                                                m.last_out_rows, " output rows"));
+    }
+  }
+  if (m.draft_heads.source_id() != heads.id()) {
+    BANYAN_RETURN_IF_ERROR(m.draft_heads.Upload(heads, options_.dtype, m.stream));
+  }
+  cuda::DeviceDraftHeads::Base base;
+  base.hidden = m.xo.get();
+  base.embeddings = m.weights.embeddings;
+  base.lm_head = m.weights.output;
+  base.vocab = cfg_.vocab_size;
+  return m.draft_heads.Draft(m.cublas, m.stream, base, rows, roots, branching, out);
+}
+
 }  // namespace banyan::engine

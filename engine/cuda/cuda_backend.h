@@ -147,6 +147,11 @@ class CudaBackend final : public Backend {
   bool launches_async() const override { return true; }
   // Copies the rows from the device (call after CollectSample: the step is done).
   absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const override;
+  // The heads run on the device over the last step's hidden states (device_draft_heads.h); the
+  // first call with a head set uploads it.
+  absl::Status DraftTrees(const DraftHeads& heads, std::span<const int32_t> rows,
+                          std::span<const int32_t> roots, std::span<const int32_t> branching,
+                          std::vector<DraftHeads::Tree>* out) override;
 
   // Like Forward, but greedy sampling runs on the device: tokens[i] = argmax of logits row i
   // (lowest id on ties), and only the token ids come back to the host.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/decode_graph.h"
+#include "engine/cuda/device_draft_heads.h"
 #include "engine/cuda/device_memory.h"
 #include "engine/cuda/device_sampler.h"
 #include "engine/cuda/device_weights.h"
@@ -96,6 +97,7 @@ struct CudaBackend::Impl {
   StagedInts step_ints, attn_ints;
   PinnedBuffer host_out;
   cuda::DeviceSampler sampler;  // ForwardSample
+  cuda::DeviceDraftHeads draft_heads;  // DraftTrees
   AttentionArgs attn;
   kc::DecodeWork decode_work;
   kc::PrefillWork prefill_work;

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -73,6 +74,8 @@ absl::StatusOr<DraftHeads> DraftHeads::Load(const std::string& config_path,
     return Bad(config_path, "format_version must be 1 (this build reads version 1 only)");
   }
   DraftHeads heads(base);
+  static std::atomic<uint64_t> next_id{1};
+  heads.id_ = next_id.fetch_add(1);
   const std::string kind = str("kind");
   if (kind == "hydra") {
     heads.kind_ = DraftHeadKind::kHydra;

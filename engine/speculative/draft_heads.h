@@ -69,17 +69,27 @@ class DraftHeads {
   // candidates (banyand's --draft-tree, banyan generate's).
   static absl::StatusOr<std::vector<int32_t>> ParseBranching(const std::string& text);
 
- private:
+  // One head's MLP (fp32, row-major): fc1_w [mlp_hidden x input_size], fc2_w [dim x mlp_hidden];
+  // input_size is dim * (i + 2) for Hydra head i, dim for Medusa heads. For backends that run the
+  // heads themselves (Backend::DraftTrees).
   struct Head {
     Tensor fc1_w, fc1_b, fc2_w, fc2_b;
     int input_size = 0;
   };
+  const Head& head(int i) const { return heads_[static_cast<size_t>(i)]; }
+  int dim() const { return dim_; }
+  // Unique in the process for every loaded head set (copies keep it): what a backend that
+  // uploaded a head set compares, since a new set may be loaded at a freed one's address.
+  uint64_t id() const { return id_; }
+
+ private:
   DraftHeads(const ModelWeights& base) : base_(&base) {}
 
   const ModelWeights* base_;
   DraftHeadKind kind_ = DraftHeadKind::kHydra;
   int dim_ = 0;
   int mlp_hidden_ = 0;
+  uint64_t id_ = 0;
   std::vector<Head> heads_;
 };
 
