@@ -2,7 +2,8 @@
 // (--speculative hydra, chains and --draft-tree trees) returns exactly the text banyand without
 // them does, for greedy completions, chat, n > 1 and a seeded sampled request; reports the
 // candidates in usage.completion_tokens_details; and counts them in /metrics under vLLM's
-// spec_decode names. And refusals: --speculative hydra without heads, a bad --draft-tree.
+// spec_decode names. And refusals: --speculative hydra without heads, a bad --draft-tree or
+// --draft-on.
 'use strict';
 
 const assert = require('node:assert/strict');
@@ -91,5 +92,13 @@ describe('speculative decoding', () => {
       assert.notEqual(r.status, 0, tree);
       assert.match(r.stderr + r.stdout, want);
     }
+  });
+
+  test('a bad --draft-on is refused at start-up', () => {
+    const r = spawnSync(BANYAND, ['--speculative', 'hydra', '--draft-heads', HEADS,
+      '--draft-on', 'gpu', '--http-port', '0', '--grpc-port', '0'],
+    { encoding: 'utf8', timeout: 20000 });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr + r.stdout, /draft-on.*device.*host/);
   });
 });
