@@ -10,12 +10,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Grid for a grid-stride loop over n elements: enough blocks to fill the GPU, no more.
-unsigned GridFor(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 65536));
-}
-
 int RowThreads(int dim) { return dim >= 1024 ? 1024 : std::max(32, (dim + 31) / 32 * 32); }
 
 template <typename T>
@@ -34,18 +28,20 @@ cudaError_t RmsNormDispatched(const RmsNormParams& p, cudaStream_t s) {
 
 template <typename T>
 cudaError_t RopeKvDispatched(const RopeKvParams& p, cudaStream_t s) {
-  const int64_t n = static_cast<int64_t>(p.tokens) * (p.num_q_heads + 2 * p.kv.num_kv_heads) *
-                    (p.kv.head_dim / 2);
-  if (n == 0) return cudaSuccess;
-  RopeKvKernel<T><<<GridFor(n), kThreads, 0, s>>>(p);
+  const int pairs = (p.num_q_heads + 2 * p.kv.num_kv_heads) * (p.kv.head_dim / 2);
+  if (p.tokens == 0 || pairs == 0) return cudaSuccess;
+  const int threads = std::min(1024, (pairs + 31) / 32 * 32);
+  RopeKvKernel<T><<<static_cast<unsigned>(std::min(p.tokens, 1 << 20)), threads, 0, s>>>(p);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t SwiGluDispatched(const SwiGluParams& p, cudaStream_t s) {
-  const int64_t n = static_cast<int64_t>(p.rows) * p.hidden;
-  if (n == 0) return cudaSuccess;
-  SwiGluKernel<T><<<GridFor(n), kThreads, 0, s>>>(p);
+  if (p.rows == 0 || p.hidden == 0) return cudaSuccess;
+  const int per_row = p.hidden % 4 == 0 ? p.hidden / 4 : p.hidden;
+  const dim3 grid(static_cast<unsigned>(std::min((per_row + kThreads - 1) / kThreads, 64)),
+                  static_cast<unsigned>(std::min(p.rows, 65535)));
+  SwiGluKernel<T><<<grid, kThreads, 0, s>>>(p);
   return cudaGetLastError();
 }
 

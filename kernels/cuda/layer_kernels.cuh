@@ -47,48 +47,52 @@ __global__ void RmsNormKernel(const __grid_constant__ RmsNormParams p) {
   for (int i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = FromFloat<T>(x[i] * inv * p.weight[i]);
 }
 
-// One thread per (token, head, rotation pair); heads are the q heads, then the k heads, then the
-// v heads (which are only copied).
+// One block per token (grid-stride over tokens), its threads over (head, rotation pair) with
+// 32-bit index arithmetic; heads are the q heads, then the k heads, then the v heads (which are
+// only copied).
 template <typename T>
 __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
   const int d = p.kv.head_dim, half = d / 2;
   const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads;
   const int heads = hq + 2 * hkv;
-  const int64_t total = static_cast<int64_t>(p.tokens) * heads * half;
-  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
-       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int i = static_cast<int>(u % half);
-    const int h = static_cast<int>((u / half) % heads);
-    const int64_t t = u / (static_cast<int64_t>(half) * heads);
-    const float* src = p.qkv + t * static_cast<int64_t>(heads) * d + static_cast<int64_t>(h) * d;
-    if (h >= hq + hkv) {  // V: copy the pair (2i, 2i + 1)
-      if (p.write_kv[t] == 0) continue;
-      const int hv = h - hq - hkv;
-      T* dst = static_cast<T*>(p.kv.base) + p.slot_chunk[t] * p.kv.chunk_stride +
-               (static_cast<int64_t>(hv) * p.kv.chunk_size + p.slot_index[t]) * d + p.kv.v_offset;
-      *reinterpret_cast<typename PairOf<T>::Type*>(dst + 2 * i) =
-          FromFloat2<T>(src[2 * i], src[2 * i + 1]);
-      continue;
+  const int pairs = heads * half;
+  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    const float* row = p.qkv + t * static_cast<int64_t>(heads) * d;
+    const bool write = p.write_kv[t] != 0;
+    const float pos = static_cast<float>(p.positions[t]);
+    const int64_t chunk_base = write ? p.slot_chunk[t] * p.kv.chunk_stride : 0;
+    const int slot = write ? p.slot_index[t] : 0;
+    for (int u = threadIdx.x; u < pairs; u += blockDim.x) {
+      const int h = u / half, i = u - h * half;
+      const float* src = row + h * d;
+      if (h >= hq + hkv) {  // V: copy the pair (2i, 2i + 1)
+        if (!write) continue;
+        const int hv = h - hq - hkv;
+        T* dst = static_cast<T*>(p.kv.base) + chunk_base +
+                 (static_cast<int64_t>(hv) * p.kv.chunk_size + slot) * d + p.kv.v_offset;
+        *reinterpret_cast<typename PairOf<T>::Type*>(dst + 2 * i) =
+            FromFloat2<T>(src[2 * i], src[2 * i + 1]);
+        continue;
+      }
+      const bool is_k = h >= hq;
+      if (is_k && !write) continue;
+      const int a = p.interleaved ? 2 * i : i;
+      const int b = p.interleaved ? 2 * i + 1 : i + half;
+      float sn, cs;
+      sincosf(pos * p.inv_freq[i], &sn, &cs);
+      const float x0 = src[a], x1 = src[b];
+      const float y0 = x0 * cs - x1 * sn;
+      const float y1 = x0 * sn + x1 * cs;
+      T* dst;
+      if (is_k) {
+        dst = static_cast<T*>(p.kv.base) + chunk_base +
+              (static_cast<int64_t>(h - hq) * p.kv.chunk_size + slot) * d;
+      } else {
+        dst = static_cast<T*>(p.q_out) + (t * hq + h) * d;
+      }
+      dst[a] = FromFloat<T>(y0);
+      dst[b] = FromFloat<T>(y1);
     }
-    const bool is_k = h >= hq;
-    if (is_k && p.write_kv[t] == 0) continue;
-    const int a = p.interleaved ? 2 * i : i;
-    const int b = p.interleaved ? 2 * i + 1 : i + half;
-    const float angle = static_cast<float>(p.positions[t]) * p.inv_freq[i];
-    float sn, cs;
-    sincosf(angle, &sn, &cs);
-    const float x0 = src[a], x1 = src[b];
-    const float y0 = x0 * cs - x1 * sn;
-    const float y1 = x0 * sn + x1 * cs;
-    T* dst;
-    if (is_k) {
-      dst = static_cast<T*>(p.kv.base) + p.slot_chunk[t] * p.kv.chunk_stride +
-            (static_cast<int64_t>(h - hq) * p.kv.chunk_size + p.slot_index[t]) * d;
-    } else {
-      dst = static_cast<T*>(p.q_out) + (t * hq + h) * d;
-    }
-    dst[a] = FromFloat<T>(y0);
-    dst[b] = FromFloat<T>(y1);
   }
 }
 
@@ -127,15 +131,29 @@ __global__ void QkvBiasNormKernel(const __grid_constant__ QkvBiasNormParams p) {
   }
 }
 
+// Rows over blockIdx.y (grid-stride), a row's elements over blockIdx.x and the threads, four
+// at a time with 16-byte loads when hidden % 4 == 0 (every row then starts 16-byte aligned).
 template <typename T>
 __global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
-  const int64_t total = static_cast<int64_t>(p.rows) * p.hidden;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = e / p.hidden, i = e % p.hidden;
-    const float g = p.gate_up[r * 2 * p.hidden + i];
-    const float u = p.gate_up[r * 2 * p.hidden + p.hidden + i];
-    static_cast<T*>(p.out)[e] = FromFloat<T>(g / (1.0f + expf(-g)) * u);
+  const int n = p.hidden;
+  const bool vec = n % 4 == 0;
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+    const float* g = p.gate_up + r * 2 * n;
+    const float* u = g + n;
+    T* out = static_cast<T*>(p.out) + r * n;
+    if (vec) {
+      for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n / 4; k += gridDim.x * blockDim.x) {
+        const float4 a = reinterpret_cast<const float4*>(g)[k];
+        const float4 b = reinterpret_cast<const float4*>(u)[k];
+        auto* o = reinterpret_cast<typename PairOf<T>::Type*>(out + 4 * k);
+        o[0] = FromFloat2<T>(a.x / (1.0f + expf(-a.x)) * b.x, a.y / (1.0f + expf(-a.y)) * b.y);
+        o[1] = FromFloat2<T>(a.z / (1.0f + expf(-a.z)) * b.z, a.w / (1.0f + expf(-a.w)) * b.w);
+      }
+    } else {
+      for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        out[i] = FromFloat<T>(g[i] / (1.0f + expf(-g[i])) * u[i]);
+      }
+    }
   }
 }
 

@@ -162,11 +162,13 @@ TEST(CudaLayerKernels, RopeWritesQAndKvSlots) {
 TEST(CudaLayerKernels, SwiGlu) {
   BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
+  // The scalar path (hidden % 4 != 0), the 16-byte path, and more rows than one grid holds.
+  for (auto [rows, hidden] : {std::pair{13, 777}, std::pair{13, 1028}, std::pair{70000, 4}})
   for (DType dt : {DType::kBf16, DType::kFp16}) {
-    const int rows = 13, hidden = 777;
+    SCOPED_TRACE(::testing::Message() << rows << " x " << hidden);
     const std::vector<float> gu = Normal(size_t(rows) * 2 * hidden, rng, 3.0f);
     DeviceArray<float> gu_d(gu);
-    DeviceArray<uint16_t> out_d(size_t(rows) * hidden);
+    DeviceArray<uint16_t> out_d(std::vector<uint16_t>(size_t(rows) * hidden, 0xFFFF));  // NaN
     ASSERT_TRUE(SwiGlu(dt, SwiGluParams{gu_d.get(), out_d.get(), rows, hidden}, nullptr).ok());
     std::vector<float> want(size_t(rows) * hidden);
     for (int r = 0; r < rows; ++r) {
