@@ -5,6 +5,7 @@
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
 //                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]
 //                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
+//                    [--fp32-activations]
 //
 // --model also takes banyand's dummy spelling, dummy:<shape>[:vocab=N] (engine/model_bundle.h),
 // so the daemon and this benchmark run the same shape and vocabulary.
@@ -46,6 +47,8 @@
 // The summary table repeats them per mode, and `none` against the GEMM-only step (its target in
 // PERFORMANCE.md is 0.9). --no-limit skips the GEMM measurement (it allocates the shape's weights
 // a second time, ~13-15 GiB for the 7B/8B shapes, and frees them before the runs).
+// --fp32-activations: the QKV and gate/up GEMMs write fp32 (CudaBackendOptions::narrow_activations
+// off), as before 2026-12-02.
 // --dry-run needs no GPU: it prints each run's KV-pool size, whether paged is skipped, and the
 // limit's attention terms for the private tokens the run will have, then exits.
 #include <cuda_runtime_api.h>
@@ -90,6 +93,7 @@ struct Options {
   int chunk = 64;
   int64_t max_paged_tokens = 2500000;
   bool stagger = false;  // row i's prompt gets i % chunk more tokens: rows start chunks apart
+  bool fp32_activations = false;  // CudaBackendOptions::narrow_activations off
   std::vector<bool> graphs = {true};
   bool limit = true;  // measure the projection-only GEMM step and print the physical limit
   bench::Rates rates;
@@ -459,6 +463,7 @@ int Main(const Options& o) {
         engine::CudaBackendOptions opt;
         opt.chunk_size = o.chunk;
         opt.attention = mode;
+        opt.narrow_activations = !o.fp32_activations;
         if (!TppVariant(mode_name, &opt.tpp)) {
           std::fprintf(stderr, "unknown tpp variant in %s\n", mode_name.c_str());
           return 2;
@@ -653,6 +658,8 @@ int main(int argc, char** argv) {
       o.chunk = std::atoi(value().c_str());
     } else if (a == "--stagger") {
       o.stagger = true;
+    } else if (a == "--fp32-activations") {
+      o.fp32_activations = true;
     } else if (a == "--no-limit") {
       o.limit = false;
     } else if (a == "--dry-run") {

@@ -177,13 +177,20 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
   const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
   const cudaDataType_t ctype = dt == kc::DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   // out[M, N] (fp32) = a[M, K] * w[N, K]^T + beta * out.
-  auto gemm = [&](const void* w, const void* a, float* out, int M, int N, int K,
-                  const float* beta) {
+  auto gemm_to = [&](const void* w, const void* a, void* out, cudaDataType_t out_type, int M,
+                     int N, int K, const float* beta) {
     return CublasStatus(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, ctype,
-                                     K, a, ctype, K, beta, out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                     K, a, ctype, K, beta, out, out_type, N, CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT),
                         "cublasGemmEx");
   };
+  auto gemm = [&](const void* w, const void* a, float* out, int M, int N, int K,
+                  const float* beta) { return gemm_to(w, a, out, CUDA_R_32F, M, N, K, beta); };
+  // GEMM outputs that only an elementwise kernel reads are written in the model dtype
+  // (CudaBackendOptions::narrow_activations); the QKV output stays fp32 where QkvBiasNorm
+  // works on it in place.
+  const bool narrow_qkv = options_.narrow_activations && !c.qkv_bias && !c.qk_norm;
+  const bool narrow_ffn = options_.narrow_activations;
 
   kc::EmbeddingParams ep;
   ep.table = m.weights.embeddings;
@@ -219,7 +226,8 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
     np.dim = dim;
     np.eps = c.norm_eps;
     BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
-    BANYAN_RETURN_IF_ERROR(gemm(lw.wqkv, m.xb.get(), m.scratch.as<float>(), T, qkv_cols, dim, &zero));
+    BANYAN_RETURN_IF_ERROR(gemm_to(lw.wqkv, m.xb.get(), m.scratch.get(),
+                                   narrow_qkv ? ctype : CUDA_R_32F, T, qkv_cols, dim, &zero));
     if (c.qkv_bias || c.qk_norm) {
       kc::QkvBiasNormParams bn;
       bn.qkv = m.scratch.as<float>();
@@ -235,7 +243,8 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
     }
 
     kc::RopeKvParams rp;
-    rp.qkv = m.scratch.as<float>();
+    rp.qkv = m.scratch.get();
+    rp.qkv_in_dtype = narrow_qkv;
     rp.q_out = m.q.get();
     rp.kv = kv;
     rp.positions = m.step_ints.Dev(in.o_pos);
@@ -268,10 +277,11 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
 
     np.weight = lw.ffn_norm;
     BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
-    BANYAN_RETURN_IF_ERROR(
-        gemm(lw.w13, m.xb.get(), m.scratch.as<float>(), T, 2 * hidden, dim, &zero));
+    BANYAN_RETURN_IF_ERROR(gemm_to(lw.w13, m.xb.get(), m.scratch.get(),
+                                   narrow_ffn ? ctype : CUDA_R_32F, T, 2 * hidden, dim, &zero));
     kc::SwiGluParams sp;
-    sp.gate_up = m.scratch.as<float>();
+    sp.gate_up = m.scratch.get();
+    sp.gate_up_in_dtype = narrow_ffn;
     sp.out = m.h.get();
     sp.rows = T;
     sp.hidden = hidden;

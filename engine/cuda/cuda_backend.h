@@ -104,6 +104,10 @@ struct CudaBackendOptions {
   // batch that gains or loses a few rows keeps its graph shape; the padding rows cost GEMM
   // rows only (no attention, no KV write) and their logits are ignored.
   bool pad_decode_rows = true;
+  // The QKV and gate/up GEMMs write their outputs in the model dtype instead of fp32 (RoPE and
+  // SwiGLU read them; half the bytes both ways), as the weights and KV already are. Off: fp32,
+  // one rounding fewer.
+  bool narrow_activations = true;
 };
 
 // The row count a decode-only step of `rows` rows runs at with pad_decode_rows: multiples of 8

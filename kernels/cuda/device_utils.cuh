@@ -37,6 +37,7 @@ struct ElementOf<DType::kFp16> {
 
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float2 ToFloat2(__nv_bfloat162 x) { return __bfloat1622float2(x); }
 __device__ __forceinline__ float2 ToFloat2(__half2 x) { return __half22float2(x); }
 

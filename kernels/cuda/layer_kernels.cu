@@ -31,7 +31,12 @@ cudaError_t RopeKvDispatched(const RopeKvParams& p, cudaStream_t s) {
   const int pairs = (p.num_q_heads + 2 * p.kv.num_kv_heads) * (p.kv.head_dim / 2);
   if (p.tokens == 0 || pairs == 0) return cudaSuccess;
   const int threads = std::min(1024, (pairs + 31) / 32 * 32);
-  RopeKvKernel<T><<<static_cast<unsigned>(std::min(p.tokens, 1 << 20)), threads, 0, s>>>(p);
+  const unsigned blocks = static_cast<unsigned>(std::min(p.tokens, 1 << 20));
+  if (p.qkv_in_dtype) {
+    RopeKvKernel<T, T><<<blocks, threads, 0, s>>>(p);
+  } else {
+    RopeKvKernel<T, float><<<blocks, threads, 0, s>>>(p);
+  }
   return cudaGetLastError();
 }
 
@@ -41,7 +46,11 @@ cudaError_t SwiGluDispatched(const SwiGluParams& p, cudaStream_t s) {
   const int per_row = p.hidden % 4 == 0 ? p.hidden / 4 : p.hidden;
   const dim3 grid(static_cast<unsigned>(std::min((per_row + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(std::min(p.rows, 65535)));
-  SwiGluKernel<T><<<grid, kThreads, 0, s>>>(p);
+  if (p.gate_up_in_dtype) {
+    SwiGluKernel<T, T><<<grid, kThreads, 0, s>>>(p);
+  } else {
+    SwiGluKernel<T, float><<<grid, kThreads, 0, s>>>(p);
+  }
   return cudaGetLastError();
 }
 

@@ -50,28 +50,28 @@ __global__ void RmsNormKernel(const __grid_constant__ RmsNormParams p) {
 // One block per token (grid-stride over tokens), its threads over (head, rotation pair) with
 // 32-bit index arithmetic; heads are the q heads, then the k heads, then the v heads (which are
 // only copied).
-template <typename T>
+template <typename T, typename In>
 __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
   const int d = p.kv.head_dim, half = d / 2;
   const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads;
   const int heads = hq + 2 * hkv;
   const int pairs = heads * half;
   for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
-    const float* row = p.qkv + t * static_cast<int64_t>(heads) * d;
+    const In* row = static_cast<const In*>(p.qkv) + t * static_cast<int64_t>(heads) * d;
     const bool write = p.write_kv[t] != 0;
     const float pos = static_cast<float>(p.positions[t]);
     const int64_t chunk_base = write ? p.slot_chunk[t] * p.kv.chunk_stride : 0;
     const int slot = write ? p.slot_index[t] : 0;
     for (int u = threadIdx.x; u < pairs; u += blockDim.x) {
       const int h = u / half, i = u - h * half;
-      const float* src = row + h * d;
+      const In* src = row + h * d;
       if (h >= hq + hkv) {  // V: copy the pair (2i, 2i + 1)
         if (!write) continue;
         const int hv = h - hq - hkv;
         T* dst = static_cast<T*>(p.kv.base) + chunk_base +
                  (static_cast<int64_t>(hv) * p.kv.chunk_size + slot) * d + p.kv.v_offset;
         *reinterpret_cast<typename PairOf<T>::Type*>(dst + 2 * i) =
-            FromFloat2<T>(src[2 * i], src[2 * i + 1]);
+            FromFloat2<T>(ToFloat(src[2 * i]), ToFloat(src[2 * i + 1]));
         continue;
       }
       const bool is_k = h >= hq;
@@ -80,7 +80,7 @@ __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
       const int b = p.interleaved ? 2 * i + 1 : i + half;
       float sn, cs;
       sincosf(pos * p.inv_freq[i], &sn, &cs);
-      const float x0 = src[a], x1 = src[b];
+      const float x0 = ToFloat(src[a]), x1 = ToFloat(src[b]);
       const float y0 = x0 * cs - x1 * sn;
       const float y1 = x0 * sn + x1 * cs;
       T* dst;
@@ -131,27 +131,38 @@ __global__ void QkvBiasNormKernel(const __grid_constant__ QkvBiasNormParams p) {
   }
 }
 
-// Rows over blockIdx.y (grid-stride), a row's elements over blockIdx.x and the threads, four
-// at a time with 16-byte loads when hidden % 4 == 0 (every row then starts 16-byte aligned).
+__device__ __forceinline__ float4 Load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 template <typename T>
+__device__ __forceinline__ float4 Load4(const T* p) {
+  const auto* q = reinterpret_cast<const typename PairOf<T>::Type*>(p);
+  const float2 a = ToFloat2(q[0]), b = ToFloat2(q[1]);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+__device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
+
+// Rows over blockIdx.y (grid-stride), a row's elements over blockIdx.x and the threads, four
+// at a time with vector loads when hidden % 4 == 0 (every row then starts aligned). In: fp32 or
+// the dtype (SwiGluParams::gate_up_in_dtype).
+template <typename T, typename In>
 __global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
   const int n = p.hidden;
   const bool vec = n % 4 == 0;
   for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
-    const float* g = p.gate_up + r * 2 * n;
-    const float* u = g + n;
+    const In* g = static_cast<const In*>(p.gate_up) + r * 2 * n;
+    const In* u = g + n;
     T* out = static_cast<T*>(p.out) + r * n;
     if (vec) {
       for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n / 4; k += gridDim.x * blockDim.x) {
-        const float4 a = reinterpret_cast<const float4*>(g)[k];
-        const float4 b = reinterpret_cast<const float4*>(u)[k];
+        const float4 a = Load4(g + 4 * k);
+        const float4 b = Load4(u + 4 * k);
         auto* o = reinterpret_cast<typename PairOf<T>::Type*>(out + 4 * k);
-        o[0] = FromFloat2<T>(a.x / (1.0f + expf(-a.x)) * b.x, a.y / (1.0f + expf(-a.y)) * b.y);
-        o[1] = FromFloat2<T>(a.z / (1.0f + expf(-a.z)) * b.z, a.w / (1.0f + expf(-a.w)) * b.w);
+        o[0] = FromFloat2<T>(Silu(a.x) * b.x, Silu(a.y) * b.y);
+        o[1] = FromFloat2<T>(Silu(a.z) * b.z, Silu(a.w) * b.w);
       }
     } else {
       for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        out[i] = FromFloat<T>(g[i] / (1.0f + expf(-g[i])) * u[i]);
+        out[i] = FromFloat<T>(Silu(ToFloat(g[i])) * ToFloat(u[i]));
       }
     }
   }

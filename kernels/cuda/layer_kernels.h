@@ -1,8 +1,9 @@
 // Layer kernels of the LLaMA forward pass on the GPU (everything but the GEMMs and attention).
 //
 // Conventions: activations that feed a GEMM are in the model dtype (bf16 or fp16); the residual
-// stream x and every GEMM output are fp32 (cuBLAS accumulates in fp32 and writes fp32, and the
-// residual adds are folded into the Wo / W_down GEMMs with beta = 1). Norm weights stay fp32.
+// stream x is fp32 (cuBLAS accumulates in fp32, and the residual adds are folded into the Wo /
+// W_down GEMMs with beta = 1, fp32 out); the QKV and gate/up GEMM outputs that RopeWriteKv and
+// SwiGlu read are fp32 or, narrowed by the GEMM, in the model dtype (their *_in_dtype flags). Norm weights stay fp32.
 // Each function launches on `stream`, checks the launch, and returns InvalidArgument for an
 // unsupported dtype or shape; it never synchronizes.
 #pragma once
@@ -43,7 +44,10 @@ absl::Status RmsNorm(DType dtype, const RmsNormParams& p, cudaStream_t stream);
 // cached already and skipped), q written out rotated. One launch per layer for every token of the
 // step, so all new K/V of the layer exist before any attention of that layer runs.
 struct RopeKvParams {
-  const float* qkv = nullptr;  // [tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: q | k | v
+  // [tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: q | k | v; fp32, or the dtype when
+  // qkv_in_dtype (the QKV GEMM wrote it narrowed: half the bytes to read)
+  const void* qkv = nullptr;
+  bool qkv_in_dtype = false;
   void* q_out = nullptr;       // [tokens, num_q_heads, head_dim], dtype
   KvViewDev kv;                // this layer
   const int32_t* positions = nullptr;   // [tokens]
@@ -76,10 +80,11 @@ absl::Status QkvBiasNorm(const QkvBiasNormParams& p, cudaStream_t stream);
 
 // out[r, i] = silu(gate[r, i]) * up[r, i].
 struct SwiGluParams {
-  const float* gate_up = nullptr;  // [rows, 2 * hidden]: gate in [0, hidden), up in [hidden, 2h)
+  const void* gate_up = nullptr;  // [rows, 2 * hidden]: gate in [0, hidden), up in [hidden, 2h)
   void* out = nullptr;             // [rows, hidden], dtype
   int32_t rows = 0;
   int32_t hidden = 0;
+  bool gate_up_in_dtype = false;  // gate_up is fp32, or the dtype (the GEMM wrote it narrowed)
 };
 absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream);
 

@@ -81,12 +81,16 @@ TEST(CudaLayerKernels, RopeWritesQAndKvSlots) {
   BANYAN_SEEDED_RNG(rng);
   for (DType dt : {DType::kBf16, DType::kFp16}) {
     for (bool interleaved : {false, true}) {
-      for (int d : {8, 64, 128}) {
+      // narrow: q | k | v arrive in the dtype (RopeKvParams::qkv_in_dtype), else fp32.
+      for (int d : {8, 64, 128}) for (bool narrow : {false, true}) {
         SCOPED_TRACE(std::string(DTypeName(dt)) + " d" + std::to_string(d) +
-                     (interleaved ? " interleaved" : " half"));
+                     (interleaved ? " interleaved" : " half") + (narrow ? " narrow" : ""));
         const int hq = 8, hkv = 2, c = 16, chunks = 9, T = 29;
         const int cols = (hq + 2 * hkv) * d;
-        const std::vector<float> qkv = Normal(size_t(T) * cols, rng);
+        std::vector<float> qkv = Normal(size_t(T) * cols, rng);
+        if (narrow) {
+          for (float& x : qkv) x = RoundTo(dt, x);
+        }
         std::vector<int32_t> pos(T), chunk(T), slot(T), write(T);
         std::vector<int> perm(chunks * c);
         for (int i = 0; i < chunks * c; ++i) perm[i] = i;
@@ -100,12 +104,14 @@ TEST(CudaLayerKernels, RopeWritesQAndKvSlots) {
         std::vector<float> inv_freq(d / 2);
         for (int i = 0; i < d / 2; ++i) inv_freq[i] = float(std::pow(10000.0, -2.0 * i / d));
         DeviceArray<float> qkv_d(qkv), inv_d(inv_freq);
+        DeviceArray<uint16_t> qkv_narrow_d(ToDtype(dt, qkv));
         DeviceArray<int32_t> pos_d(pos), chunk_d(chunk), slot_d(slot), write_d(write);
         DeviceArray<uint16_t> q_d(size_t(T) * hq * d);
         const int64_t v_off = int64_t{hkv} * c * d;
         DeviceArray<uint16_t> kv_d(size_t(chunks) * 2 * v_off);  // poisoned: unwritten stays NaN
         RopeKvParams p;
-        p.qkv = qkv_d.get();
+        p.qkv = narrow ? static_cast<const void*>(qkv_narrow_d.get()) : qkv_d.get();
+        p.qkv_in_dtype = narrow;
         p.q_out = q_d.get();
         p.kv = KvViewDev{kv_d.get(), 2 * v_off, v_off, c, hkv, d};
         p.positions = pos_d.get();
@@ -163,13 +169,21 @@ TEST(CudaLayerKernels, SwiGlu) {
   BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   // The scalar path (hidden % 4 != 0), the 16-byte path, and more rows than one grid holds.
+  // narrow: gate | up in the dtype (SwiGluParams::gate_up_in_dtype), else fp32.
   for (auto [rows, hidden] : {std::pair{13, 777}, std::pair{13, 1028}, std::pair{70000, 4}})
-  for (DType dt : {DType::kBf16, DType::kFp16}) {
-    SCOPED_TRACE(::testing::Message() << rows << " x " << hidden);
-    const std::vector<float> gu = Normal(size_t(rows) * 2 * hidden, rng, 3.0f);
+  for (DType dt : {DType::kBf16, DType::kFp16})
+  for (bool narrow : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << hidden << (narrow ? " narrow" : ""));
+    std::vector<float> gu = Normal(size_t(rows) * 2 * hidden, rng, 3.0f);
+    if (narrow) {
+      for (float& x : gu) x = RoundTo(dt, x);
+    }
     DeviceArray<float> gu_d(gu);
+    DeviceArray<uint16_t> gu_narrow_d(ToDtype(dt, gu));
     DeviceArray<uint16_t> out_d(std::vector<uint16_t>(size_t(rows) * hidden, 0xFFFF));  // NaN
-    ASSERT_TRUE(SwiGlu(dt, SwiGluParams{gu_d.get(), out_d.get(), rows, hidden}, nullptr).ok());
+    SwiGluParams sp{gu_d.get(), out_d.get(), rows, hidden, narrow};
+    if (narrow) sp.gate_up = gu_narrow_d.get();
+    ASSERT_TRUE(SwiGlu(dt, sp, nullptr).ok());
     std::vector<float> want(size_t(rows) * hidden);
     for (int r = 0; r < rows; ++r) {
       for (int i = 0; i < hidden; ++i) {
