@@ -313,6 +313,11 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     run_mode("tpp_fused", shared_plan, false, o, out_tpp);
     o.defer_merge = 1;
     run_mode("tpp_deferred", shared_plan, false, o, out_tpp);
+    o = TppOptions{};
+    o.p2_stages = 2;
+    run_mode("tpp_p2s2", shared_plan, false, o, out_tpp);
+    o.p2_stages = 3;
+    run_mode("tpp_p2s3", shared_plan, false, o, out_tpp);
   }
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint16_t> ht(q_elems), hp(q_elems), hb(q_elems);

@@ -51,11 +51,11 @@ cudaError_t LaunchPhase1(const TppWorkPlan& plan, const TppParams& p, cudaStream
   return cudaGetLastError();
 }
 
-template <int HEAD_DIM, typename DType, int GROUP>
+template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
 cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
                          cudaStream_t stream) {
-  using Cfg = Phase2Config<HEAD_DIM, DType, GROUP>;
-  auto kernel = TppPhase2Kernel<HEAD_DIM, DType, GROUP>;
+  using Cfg = Phase2Config<HEAD_DIM, DType, GROUP, STAGES>;
+  auto kernel = TppPhase2Kernel<HEAD_DIM, DType, GROUP, STAGES>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -77,11 +77,19 @@ cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
 template <int HEAD_DIM, typename DType>
 cudaError_t LaunchPhase2Group(const TppWorkPlan& plan, const TppParams& p, bool pdl,
                               cudaStream_t stream) {
+  if (plan.p2_stages() == 2) {
+    switch (plan.p2_head_group()) {
+      case 1: return LaunchPhase2<HEAD_DIM, DType, 1, 2>(plan, p, pdl, stream);
+      case 2: return LaunchPhase2<HEAD_DIM, DType, 2, 2>(plan, p, pdl, stream);
+      case 4: return LaunchPhase2<HEAD_DIM, DType, 4, 2>(plan, p, pdl, stream);
+      default: return LaunchPhase2<HEAD_DIM, DType, 8, 2>(plan, p, pdl, stream);
+    }
+  }
   switch (plan.p2_head_group()) {
-    case 1: return LaunchPhase2<HEAD_DIM, DType, 1>(plan, p, pdl, stream);
-    case 2: return LaunchPhase2<HEAD_DIM, DType, 2>(plan, p, pdl, stream);
-    case 4: return LaunchPhase2<HEAD_DIM, DType, 4>(plan, p, pdl, stream);
-    default: return LaunchPhase2<HEAD_DIM, DType, 8>(plan, p, pdl, stream);
+    case 1: return LaunchPhase2<HEAD_DIM, DType, 1, 3>(plan, p, pdl, stream);
+    case 2: return LaunchPhase2<HEAD_DIM, DType, 2, 3>(plan, p, pdl, stream);
+    case 4: return LaunchPhase2<HEAD_DIM, DType, 4, 3>(plan, p, pdl, stream);
+    default: return LaunchPhase2<HEAD_DIM, DType, 8, 3>(plan, p, pdl, stream);
   }
 }
 
@@ -166,11 +174,16 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   }
   if (plan.num_p2_items() > 0) {
     const void* f = nullptr;
+    const bool two = plan.p2_stages() == 2;
     switch (plan.p2_head_group()) {
-      case 1: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 1>); break;
-      case 2: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 2>); break;
-      case 4: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 4>); break;
-      default: f = reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 8>); break;
+      case 1: f = two ? reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 1, 2>)
+                      : reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 1, 3>); break;
+      case 2: f = two ? reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 2, 2>)
+                      : reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 2, 3>); break;
+      case 4: f = two ? reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 4, 2>)
+                      : reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 4, 3>); break;
+      default: f = two ? reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 8, 2>)
+                       : reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 8, 3>); break;
     }
     updates->push_back({f, dim3(plan.num_p2_items(), kvh * plan.p2_head_groups()),
                         sizeof(TppParams), patch});

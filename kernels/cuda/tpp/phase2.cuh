@@ -1,6 +1,7 @@
 // TPP phase 2 (also the plain paged decode kernel) and the final merge.
 //
-// Phase 2: one CTA of 128 threads per (phase-2 item, kv head, head group). An item is a row and
+// Phase 2: one CTA of 128 threads per (phase-2 item, kv head, head group).
+// (The pipeline below has 3 stages, or 2 for plans of short tails: TppOptions::p2_stages.) An item is a row and
 // a range of its private spans. The CTA attends GROUP query heads of the kv head at once, so
 // each K/V element is loaded once for all of them (GQA). Memory-bound path:
 //  - K/V tiles of 4 slots per token lane (32 slots at head_dim 128) go through a 3-stage
@@ -22,14 +23,16 @@
 
 namespace banyan::kernels::cuda::tpp {
 
-template <int HEAD_DIM, typename DType, int GROUP>
+template <int HEAD_DIM, typename DType, int GROUP, int STAGES = 3>
 struct Phase2Config {
   static constexpr int kThreads = 128;
   static constexpr int kVecs = HEAD_DIM / 8;        // tx lanes: one 16-byte vector each
   static constexpr int kLanesY = kThreads / kVecs;  // token lanes
   static constexpr int kTokPerLane = 4;
   static constexpr int kTile = kLanesY * kTokPerLane;  // slots per tile
-  static constexpr int kStages = 3;  // 48 KB at head_dim 128: four CTAs per SM
+  // 3: 48 KB at head_dim 128, four CTAs per SM; 2: 32 KB, seven (TppOptions::p2_stages).
+  static constexpr int kStages = STAGES;
+  static_assert(STAGES == 2 || STAGES == 3, "phase-2 pipeline depth");
   static constexpr int kSmemTile = kTile * HEAD_DIM * sizeof(DType);  // K or V of one stage
   static constexpr int kSmemPipe = kStages * 2 * kSmemTile;
   static constexpr int kSmemCombine = kLanesY * GROUP * (HEAD_DIM + 2) * sizeof(float);
@@ -107,9 +110,9 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float (&v)[8]) {
   v[4] = c.x, v[5] = c.y, v[6] = d.x, v[7] = d.y;
 }
 
-template <int HEAD_DIM, typename DType, int GROUP>
+template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
 __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ TppParams p) {
-  using Cfg = Phase2Config<HEAD_DIM, DType, GROUP>;
+  using Cfg = Phase2Config<HEAD_DIM, DType, GROUP, STAGES>;
   constexpr int VECS = Cfg::kVecs;
   constexpr int LANES_Y = Cfg::kLanesY;
   constexpr int TILE = Cfg::kTile;

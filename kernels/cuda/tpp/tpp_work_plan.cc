@@ -249,6 +249,7 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
       options.p2_min_split_tokens, (total * per_row_ctas + target_ctas - 1) / target_ctas);
   std::vector<int32_t> p2_row, p2_lo, p2_hi, p2_state, merge_rows;
   std::vector<int32_t> merge_begin(plan.num_rows), merge_end(plan.num_rows), merge_states;
+  int64_t longest_item = 0;  // tokens of the longest phase-2 item (about: pieces are near equal)
   for (int32_t r = 0; r < plan.num_rows; ++r) {
     const int32_t spans = plan.row_span_end[r] - plan.row_span_begin[r];
     int32_t k = std::min({CeilDiv(row_tokens[r], split_len), options.p2_max_splits,
@@ -266,6 +267,8 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
       }
     }
     wp.max_p2_splits_ = std::max(wp.max_p2_splits_, static_cast<int32_t>(pieces.size()));
+    longest_item = std::max<int64_t>(
+        longest_item, CeilDiv(row_tokens[r], static_cast<int64_t>(std::max<size_t>(pieces.size(), 1))));
     const bool has_segments = plan.row_seg_end[r] > plan.row_seg_begin[r];
     if (pieces.size() == 1 && !(wp.deferred_ && has_segments)) {
       p2_row.push_back(r);
@@ -286,6 +289,13 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     merge_end[r] = static_cast<int32_t>(merge_states.size());
   }
   wp.num_p2_ = static_cast<int32_t>(p2_row.size());
+  {
+    // A phase-2 tile is 4 slots per token lane, 128 / (d / 8) lanes: 32 slots at d = 128.
+    const int64_t tile = 4 * 128 / (d / 8);
+    wp.p2_stages_ = options.p2_stages == 2 || options.p2_stages == 3
+                        ? options.p2_stages
+                        : (longest_item <= 8 * tile ? 2 : 3);
+  }
   wp.num_merge_rows_ = static_cast<int32_t>(merge_rows.size());
   wp.num_states_ = states;
 
