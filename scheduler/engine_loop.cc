@@ -77,6 +77,15 @@ EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenize
   m.e2e_request_latency_seconds = Histogram(LatencyBuckets());
   m.chunk_size = tree_.chunk_size();
   PublishMetrics();
+  // Draft heads that run on the backend's device are uploaded now (a drafting call for no
+  // samples), not in the first step that drafts.
+  if (options_.speculation == LoopOptions::Speculation::kHeads &&
+      options_.draft_heads != nullptr && !options_.draft_on_host) {
+    std::vector<engine::DraftHeads::Tree> none;
+    if (absl::Status s = backend_->DraftTrees(*options_.draft_heads, {}, {}, {}, &none); !s.ok()) {
+      Log()->warn("draft heads: {}", std::string(s.message()));
+    }
+  }
 }
 
 EngineLoop::~EngineLoop() {
