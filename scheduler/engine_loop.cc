@@ -79,8 +79,13 @@ EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenize
   PublishMetrics();
   // Draft heads that run on the backend's device are uploaded now (a drafting call for no
   // samples), not in the first step that drafts.
-  if (options_.speculation == LoopOptions::Speculation::kHeads &&
-      options_.draft_heads != nullptr && !options_.draft_on_host) {
+  if (options_.speculation == LoopOptions::Speculation::kHeads && options_.draft_heads != nullptr) {
+    draft_branching_.assign(options_.draft_tree.begin(), options_.draft_tree.end());
+    if (draft_branching_.empty()) draft_branching_.assign(static_cast<size_t>(options_.draft_tokens), 1);
+    draft_branching_.resize(
+        std::min<size_t>(draft_branching_.size(), options_.draft_heads->num_heads()));
+  }
+  if (!draft_branching_.empty() && !options_.draft_on_host) {
     std::vector<engine::DraftHeads::Tree> none;
     if (absl::Status s = backend_->DraftTrees(*options_.draft_heads, {}, {}, {}, &none); !s.ok()) {
       Log()->warn("draft heads: {}", std::string(s.message()));

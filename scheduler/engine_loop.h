@@ -230,6 +230,9 @@ class EngineLoop {
   int32_t TakeCandidates(Live& live, size_t sample, std::span<const engine::SampleResult> results,
                          std::chrono::steady_clock::time_point at);
   SpeculationGovernor speculation_governor_;  // LoopOptions::speculation_adaptive
+  // kHeads: the trees' branching, draft_tree or a chain of draft_tokens, at most the heads'
+  // count of levels (fixed at construction).
+  std::vector<int32_t> draft_branching_;
   // Ends a sample's candidates without taking them (preemption, cancellation).
   void DropCandidates(Live& live, size_t sample);
   // kLookup: what a greedy request generated, by prompt (and cache namespace).

@@ -81,7 +81,7 @@ void EngineLoop::CollectInflight() {
   for (auto& [s, row] : want_draft) s->drafted = {};
   const int64_t next_rows = static_cast<int64_t>(want_draft.size());
   std::erase_if(want_draft, [](const auto& w) { return w.first->speculation_pause > 0; });
-  if (!want_draft.empty() && options_.draft_heads != nullptr &&
+  if (!want_draft.empty() && !draft_branching_.empty() &&
       next_rows <= options_.speculation_max_rows &&
       (!options_.speculation_adaptive ||
        speculation_governor_.MaySpeculate(SpeculationGovernor::ClassOf(next_rows)))) {
@@ -90,9 +90,7 @@ void EngineLoop::CollectInflight() {
       draft_rows.push_back(row);
       roots.push_back(s->next_token);
     }
-    std::vector<int32_t> branching(options_.draft_tree.begin(), options_.draft_tree.end());
-    if (branching.empty()) branching.assign(static_cast<size_t>(options_.draft_tokens), 1);
-    branching.resize(std::min<size_t>(branching.size(), options_.draft_heads->num_heads()));
+    const std::vector<int32_t>& branching = draft_branching_;
     std::vector<engine::DraftHeads::Tree> trees;
     const auto t0 = std::chrono::steady_clock::now();
     const absl::Status ds =

@@ -47,9 +47,9 @@ struct EngineLoop::Live {
     std::chrono::steady_clock::time_point last_token;
     // Speculation: the candidates in flight after next_token (in the tree, to verify; see
     // engine_loop_speculation.cc), the tree the draft heads drafted after next_token (from the
-    // hidden state of the row that sampled it; empty when none), the continuation drafted from (prompt lookup) with how much of it the generated
-    // tokens were checked against, and the acceptance record that switches speculation off for
-    // this sample while it does not pay.
+    // hidden state of the row that sampled it; empty when none), the continuation drafted from
+    // (prompt lookup) with how much of it the generated tokens were checked against, and the
+    // acceptance record that switches speculation off for this sample while it does not pay.
     using Candidates = SpecCandidates;
     Candidates cand;
     float accept_average = 1.0f;  // candidates accepted per verification, moving average

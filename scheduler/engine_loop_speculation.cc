@@ -294,9 +294,8 @@ void EngineLoop::PlaceCandidates(
       --s.speculation_pause;
       continue;
     }
-    const int budget = std::min({heads && !options_.draft_tree.empty()
-                                     ? static_cast<int>(options_.draft_tree.size())
-                                     : options_.draft_tokens,
+    const int budget = std::min({heads ? static_cast<int>(draft_branching_.size())
+                                       : options_.draft_tokens,
                                  l->req.params.max_tokens - static_cast<int>(s.generated.size()) - 1,
                                  config_.max_seq_len - tree_.Length(d.seq)});
     if (budget <= 0) continue;

@@ -74,23 +74,43 @@ cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
   return cudaGetLastError();
 }
 
+// The one place that maps a plan to its phase-2 instantiation (head group x pipeline depth):
+// returns f.template operator()<GROUP, STAGES>(), for the launch and for graph-node updates.
+template <typename F>
+auto WithPhase2Variant(const TppWorkPlan& plan, const F& f) {
+  const bool two = plan.p2_stages() == 2;
+  switch (plan.p2_head_group()) {
+    case 1: return two ? f.template operator()<1, 2>() : f.template operator()<1, 3>();
+    case 2: return two ? f.template operator()<2, 2>() : f.template operator()<2, 3>();
+    case 4: return two ? f.template operator()<4, 2>() : f.template operator()<4, 3>();
+    default: return two ? f.template operator()<8, 2>() : f.template operator()<8, 3>();
+  }
+}
+
+template <int HEAD_DIM, typename DType>
+struct Phase2Launch {
+  const TppWorkPlan& plan;
+  const TppParams& p;
+  bool pdl;
+  cudaStream_t stream;
+  template <int GROUP, int STAGES>
+  cudaError_t operator()() const {
+    return LaunchPhase2<HEAD_DIM, DType, GROUP, STAGES>(plan, p, pdl, stream);
+  }
+};
+
+template <int HEAD_DIM, typename DType>
+struct Phase2KernelOf {
+  template <int GROUP, int STAGES>
+  const void* operator()() const {
+    return reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, GROUP, STAGES>);
+  }
+};
+
 template <int HEAD_DIM, typename DType>
 cudaError_t LaunchPhase2Group(const TppWorkPlan& plan, const TppParams& p, bool pdl,
                               cudaStream_t stream) {
-  if (plan.p2_stages() == 2) {
-    switch (plan.p2_head_group()) {
-      case 1: return LaunchPhase2<HEAD_DIM, DType, 1, 2>(plan, p, pdl, stream);
-      case 2: return LaunchPhase2<HEAD_DIM, DType, 2, 2>(plan, p, pdl, stream);
-      case 4: return LaunchPhase2<HEAD_DIM, DType, 4, 2>(plan, p, pdl, stream);
-      default: return LaunchPhase2<HEAD_DIM, DType, 8, 2>(plan, p, pdl, stream);
-    }
-  }
-  switch (plan.p2_head_group()) {
-    case 1: return LaunchPhase2<HEAD_DIM, DType, 1, 3>(plan, p, pdl, stream);
-    case 2: return LaunchPhase2<HEAD_DIM, DType, 2, 3>(plan, p, pdl, stream);
-    case 4: return LaunchPhase2<HEAD_DIM, DType, 4, 3>(plan, p, pdl, stream);
-    default: return LaunchPhase2<HEAD_DIM, DType, 8, 3>(plan, p, pdl, stream);
-  }
+  return WithPhase2Variant(plan, Phase2Launch<HEAD_DIM, DType>{plan, p, pdl, stream});
 }
 
 template <int HEAD_DIM, DType DTYPE>
@@ -173,18 +193,7 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
     updates->push_back({f, dim3(plan.num_p1_items(), kvh), sizeof(TppParams), patch});
   }
   if (plan.num_p2_items() > 0) {
-    const void* f = nullptr;
-    const bool two = plan.p2_stages() == 2;
-    switch (plan.p2_head_group()) {
-      case 1: f = two ? reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 1, 2>)
-                      : reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 1, 3>); break;
-      case 2: f = two ? reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 2, 2>)
-                      : reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 2, 3>); break;
-      case 4: f = two ? reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 4, 2>)
-                      : reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 4, 3>); break;
-      default: f = two ? reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 8, 2>)
-                       : reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, Elem, 8, 3>); break;
-    }
+    const void* f = WithPhase2Variant(plan, Phase2KernelOf<HEAD_DIM, Elem>{});
     updates->push_back({f, dim3(plan.num_p2_items(), kvh * plan.p2_head_groups()),
                         sizeof(TppParams), patch});
   }
