@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/cuda/device_draft_heads.h"
 #include "engine/model/dtype.h"
+#include "engine/model/dummy_weights.h"
 #include "engine/model_bundle.h"
 #include "engine/speculative/draft_heads.h"
 #include "engine/speculative/random_heads.h"
@@ -89,17 +90,15 @@ int main(int argc, char** argv) {
     base = &bundle->weights;
     heads_config = dir + "/hydra/config.json";
   } else if (shape == "7b") {
+    auto cfg = engine::NamedShapeConfig("llama-2-7b-shape");
+    if (!cfg.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(cfg.status().message()).c_str());
+      return 1;
+    }
     engine::ModelConfig& c = owned.config;
-    c.dim = 4096;
-    c.hidden_dim = 11008;
-    c.n_layers = 32;
-    c.n_heads = 32;
-    c.n_kv_heads = 32;
-    c.vocab_size = 32000;
-    c.max_seq_len = 4096;
-    c.tie_embeddings = true;
-    c.rope_style = engine::RopeStyle::kHalf;
-    owned.source = "7b shape (random)";
+    c = *cfg;
+    c.tie_embeddings = true;  // one host table for the embeddings and the LM head
+    owned.source = "llama-2-7b-shape (random)";
     owned.tok_embeddings.shape = {c.vocab_size, c.dim};
     owned.tok_embeddings.data.resize(static_cast<size_t>(c.vocab_size) * c.dim);
     std::mt19937 rng(1);
