@@ -335,6 +335,31 @@ void CheckOtherPhase1Paths(Fixture& f, const AttentionPlan& shared, const TppOpt
   }
 }
 
+// Phase 2 forced onto each kernel (TppOptions::p2_mma / p2_warp: CUDA cores, one warp per head,
+// tensor cores where g >= 2; the default picks by group size and tail length), through TPP over
+// the shared plan and through the paged call over the unshared one.
+void CheckEveryPhase2Kernel(Fixture& f, const AttentionPlan& shared, const AttentionPlan& plain,
+                            const Shape& s, const TppOptions& opt, const std::vector<float>& want,
+                            double tol, const std::string& label) {
+  if (opt.p2_mma >= 0 || opt.p2_warp >= 0) return;
+  const std::pair<Phase2Path, const char*> paths[] = {
+      {Phase2Path::kCudaCores, "CUDA cores"},
+      {Phase2Path::kWarpPerHead, "a warp per head"},
+      {Phase2Path::kTensorCores, "tensor cores"}};
+  for (const auto& [path, name] : paths) {
+    if (path == Phase2Path::kTensorCores && s.gqa < 2) continue;
+    TppOptions other = opt;
+    other.p2_mma = path == Phase2Path::kTensorCores ? 1 : 0;
+    other.p2_warp = path == Phase2Path::kWarpPerHead ? 1 : 0;
+    TppWorkPlan wp;
+    EXPECT_LT(RelErr(f.RunGpu(shared, other, false, &wp), want), tol)
+        << label << " tpp, phase 2 on " << name;
+    EXPECT_TRUE(wp.p2_path() == path || wp.num_p2_items() == 0) << label << " " << name;
+    EXPECT_LT(RelErr(f.RunGpu(plain, other, true), want), tol)
+        << label << " paged, phase 2 on " << name;
+  }
+}
+
 // The backend's paged kernel (the other per-row decode kernel) on the same inputs: over the
 // shared plan and the unshared one, items of the default 256 tokens and of 48 (not a multiple of
 // any chunk size here, so items cut spans and long rows merge many partials).
@@ -371,6 +396,7 @@ void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const
   const double e_paged = RelErr(f.RunGpu(plain, opt, true), want);
   EXPECT_LT(e_paged, tol) << label << " paged";
   CheckOtherPhase1Paths(f, shared, opt, want, tol, label);
+  CheckEveryPhase2Kernel(f, shared, plain, s, opt, want, tol, label);
   CheckBackendPaged(f, shared, plain, want, tol, label);
 }
 
@@ -513,7 +539,7 @@ TEST(TppGpuTest, SplitsInBothPhases) {
 TEST(TppGpuTest, OddGqaRatios) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
-  for (int g : {3, 5, 6, 12, 16}) {
+  for (int g : {3, 5, 6, 12, 16, 20}) {
     const Shape s{128, 2, g, 64, g % 2 ? DType::kFp16 : DType::kBf16};
     Fixture f(s, 400);
     auto rows = BuildHierarchical(f.tree(), rng, 9, 200, 3, 70, 90);

@@ -183,6 +183,82 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
             TppPhase1WgmmaAvailable() ? Phase1Path::kWgmma : Phase1Path::kMmaSync);
 }
 
+// Phase 2 runs on tensor cores (head group 16) by default for g >= 4 with tails of 64 tokens or
+// more on average, on CUDA cores otherwise; the option forces either; the tensor-core kernel's
+// 64-slot tiles set the pipeline-depth rule.
+TEST(TppWorkPlanTest, Phase2KernelChoice) {
+  auto pool = *kvcache::ChunkPool::Create(400, 64);
+  kvcache::PrefixTree tree(&pool);
+  std::vector<kvcache::SeqId> rows;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int32_t> seq(300 + 100 * r);  // tails of 300-600 tokens: 5-10 tiles of 64
+    for (size_t i = 0; i < seq.size(); ++i) seq[i] = static_cast<int32_t>(1000 * r + i);
+    rows.push_back(tree.Insert("", seq)->seq);
+  }
+  AttentionPlan plan = kvcache::BuildAttentionPlan(tree, rows, {.share = false});
+  struct Case {
+    int g, option, group, groups;
+  };
+  for (const Case c : {Case{1, -1, 1, 1}, Case{2, -1, 2, 1}, Case{4, -1, 16, 1},
+                       Case{8, -1, 16, 1}, Case{20, -1, 16, 2}, Case{8, 0, 8, 1},
+                       Case{12, 0, 8, 2}, Case{2, 1, 16, 1}, Case{1, 1, 1, 1}}) {
+    TppOptions o;
+    o.p2_mma = c.option;
+    auto wp = TppWorkPlan::Build(engine::ViewOf(plan), TppProblem{2 * c.g, 2, 128, 64}, o);
+    ASSERT_TRUE(wp.ok()) << wp.status();
+    EXPECT_EQ(wp->p2_head_group(), c.group) << "g " << c.g << " p2_mma " << c.option;
+    EXPECT_EQ(wp->p2_head_groups(), c.groups) << "g " << c.g << " p2_mma " << c.option;
+    EXPECT_EQ(wp->p2_path(), c.group == 16 ? Phase2Path::kTensorCores : Phase2Path::kCudaCores)
+        << "g " << c.g << " p2_mma " << c.option;
+    // The longest tail (600 tokens) is 10 tiles of 64 (3 stages) or 19 of 32 (3 stages); at
+    // most 8 tiles pick 2 stages.
+    EXPECT_EQ(wp->p2_stages(), 3) << "g " << c.g;
+  }
+  {
+    std::vector<kvcache::SeqId> few(rows.begin(), rows.begin() + 1);  // 300 tokens
+    AttentionPlan p1 = kvcache::BuildAttentionPlan(tree, few, {.share = false});
+    auto mma = TppWorkPlan::Build(engine::ViewOf(p1), TppProblem{16, 2, 128, 64}, TppOptions{});
+    ASSERT_TRUE(mma.ok());
+    EXPECT_EQ(mma->p2_stages(), 2);  // 5 tiles of 64
+    TppOptions cuda_cores;
+    cuda_cores.p2_mma = 0;
+    auto ffma = TppWorkPlan::Build(engine::ViewOf(p1), TppProblem{16, 2, 128, 64}, cuda_cores);
+    ASSERT_TRUE(ffma.ok());
+    EXPECT_EQ(ffma->p2_stages(), 3);  // 10 tiles of 32
+  }
+  {
+    // Short tails (40 tokens on average): the CUDA-core kernel by default, even at g = 8.
+    std::vector<kvcache::SeqId> short_rows;
+    for (int r = 0; r < 3; ++r) {
+      std::vector<int32_t> seq(20 + 20 * r);
+      for (size_t i = 0; i < seq.size(); ++i) seq[i] = static_cast<int32_t>(50000 + 100 * r + i);
+      short_rows.push_back(tree.Insert("", seq)->seq);
+    }
+    AttentionPlan ps = kvcache::BuildAttentionPlan(tree, short_rows, {.share = false});
+    auto wp = TppWorkPlan::Build(engine::ViewOf(ps), TppProblem{16, 2, 128, 64}, TppOptions{});
+    ASSERT_TRUE(wp.ok());
+    EXPECT_EQ(wp->p2_head_group(), 8);
+    TppOptions forced;
+    forced.p2_mma = 1;
+    auto mma = TppWorkPlan::Build(engine::ViewOf(ps), TppProblem{16, 2, 128, 64}, forced);
+    ASSERT_TRUE(mma.ok());
+    EXPECT_EQ(mma->p2_head_group(), 16);
+    // g = 1 and 2 with short tails: a warp per q head, four per CTA.
+    for (int g : {1, 2}) {
+      auto warp = TppWorkPlan::Build(engine::ViewOf(ps), TppProblem{6 * g, 6, 128, 64}, TppOptions{});
+      ASSERT_TRUE(warp.ok());
+      EXPECT_EQ(warp->p2_path(), Phase2Path::kWarpPerHead) << "g " << g;
+      EXPECT_EQ(warp->p2_grid_y(), (6 * g + 3) / 4) << "g " << g;
+      TppOptions no_warp;
+      no_warp.p2_warp = 0;
+      auto cta = TppWorkPlan::Build(engine::ViewOf(ps), TppProblem{6 * g, 6, 128, 64}, no_warp);
+      ASSERT_TRUE(cta.ok());
+      EXPECT_EQ(cta->p2_path(), Phase2Path::kCudaCores) << "g " << g;
+      EXPECT_EQ(cta->p2_grid_y(), 6) << "g " << g;
+    }
+  }
+}
+
 TEST(TppWorkPlanTest, RejectsBadProblems) {
   AttentionPlan empty;
   EXPECT_FALSE(TppWorkPlan::Build(engine::ViewOf(empty), TppProblem{6, 4, 128, 64}).ok());

@@ -114,6 +114,18 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
+// Element offset of 16-byte vector c of row `row` in a shared-memory tile, laid out so that
+// eight consecutive rows' vector c land in eight distinct 16-byte bank groups: rows padded by 16
+// bytes, or unpadded rows with the vector index XOR-swizzled by row & 7.
+template <int HEAD_DIM, bool PADDED>
+__device__ __forceinline__ int Swizzle(int row, int c) {
+  if constexpr (PADDED) {
+    return row * (HEAD_DIM + 8) + c * 8;
+  } else {
+    return row * HEAD_DIM + ((c ^ (row & 7)) << 3);
+  }
+}
+
 // Walks a span list in tiles of at most TILE tokens, never crossing a span (a tile is one chunk's
 // slots). All threads of a CTA hold identical iterators.
 template <int TILE>

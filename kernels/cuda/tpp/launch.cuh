@@ -9,6 +9,8 @@
 #include "kernels/cuda/tpp/phase1.cuh"
 #include "kernels/cuda/tpp/phase1_wgmma_launch.h"
 #include "kernels/cuda/tpp/phase2.cuh"
+#include "kernels/cuda/tpp/phase2_mma.cuh"
+#include "kernels/cuda/tpp/phase2_warp.cuh"
 #include "kernels/cuda/tpp/tpp_launch.h"
 
 namespace banyan::kernels::cuda::tpp {
@@ -51,18 +53,46 @@ cudaError_t LaunchPhase1(const TppWorkPlan& plan, const TppParams& p, cudaStream
   return cudaGetLastError();
 }
 
+// The phase-2 kernels by a compile-time GROUP: 1-8 the CUDA-core kernel (phase2.cuh) with that
+// many q heads per CTA, 16 the tensor-core one (phase2_mma.cuh), 0 the warp-per-head one
+// (phase2_warp.cuh, no shared memory, no pipeline: STAGES is ignored).
+constexpr int kPhase2Mma = 16;
+constexpr int kPhase2Warp = 0;
+template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
+constexpr auto Phase2KernelFn() {
+  if constexpr (GROUP == kPhase2Mma) {
+    return TppPhase2MmaKernel<HEAD_DIM, DType, STAGES>;
+  } else if constexpr (GROUP == kPhase2Warp) {
+    return TppPhase2WarpKernel<HEAD_DIM, DType>;
+  } else {
+    return TppPhase2Kernel<HEAD_DIM, DType, GROUP, STAGES>;
+  }
+}
+template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
+constexpr int Phase2SmemBytes() {
+  if constexpr (GROUP == kPhase2Mma) {
+    return Phase2MmaConfig<HEAD_DIM, DType, STAGES>::kSmemBytes;
+  } else if constexpr (GROUP == kPhase2Warp) {
+    return 0;
+  } else {
+    return Phase2Config<HEAD_DIM, DType, GROUP, STAGES>::kSmemBytes;
+  }
+}
+
 template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
 cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
                          cudaStream_t stream) {
-  using Cfg = Phase2Config<HEAD_DIM, DType, GROUP, STAGES>;
-  auto kernel = TppPhase2Kernel<HEAD_DIM, DType, GROUP, STAGES>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Cfg::kSmemBytes);
-  if (e != cudaSuccess) return e;
+  constexpr int kSmemBytes = Phase2SmemBytes<HEAD_DIM, DType, GROUP, STAGES>();
+  auto kernel = Phase2KernelFn<HEAD_DIM, DType, GROUP, STAGES>();
+  cudaError_t e = cudaSuccess;
+  if constexpr (kSmemBytes > 0) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (e != cudaSuccess) return e;
+  }
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(plan.num_p2_items(), plan.problem().num_kv_heads * plan.p2_head_groups());
-  config.blockDim = dim3(Cfg::kThreads);
-  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.gridDim = dim3(plan.num_p2_items(), plan.p2_grid_y());
+  config.blockDim = dim3(128);
+  config.dynamicSmemBytes = kSmemBytes;
   config.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -74,11 +104,16 @@ cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
   return cudaGetLastError();
 }
 
-// The one place that maps a plan to its phase-2 instantiation (head group x pipeline depth):
+// The one place that maps a plan to its phase-2 instantiation (kernel, head group, pipeline
+// depth):
 // returns f.template operator()<GROUP, STAGES>(), for the launch and for graph-node updates.
 template <typename F>
 auto WithPhase2Variant(const TppWorkPlan& plan, const F& f) {
   const bool two = plan.p2_stages() == 2;
+  if (plan.p2_path() == Phase2Path::kWarpPerHead) return f.template operator()<kPhase2Warp, 2>();
+  if (plan.p2_path() == Phase2Path::kTensorCores) {
+    return two ? f.template operator()<kPhase2Mma, 2>() : f.template operator()<kPhase2Mma, 3>();
+  }
   switch (plan.p2_head_group()) {
     case 1: return two ? f.template operator()<1, 2>() : f.template operator()<1, 3>();
     case 2: return two ? f.template operator()<2, 2>() : f.template operator()<2, 3>();
@@ -103,7 +138,7 @@ template <int HEAD_DIM, typename DType>
 struct Phase2KernelOf {
   template <int GROUP, int STAGES>
   const void* operator()() const {
-    return reinterpret_cast<const void*>(TppPhase2Kernel<HEAD_DIM, DType, GROUP, STAGES>);
+    return reinterpret_cast<const void*>(Phase2KernelFn<HEAD_DIM, DType, GROUP, STAGES>());
   }
 };
 
@@ -194,7 +229,7 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   }
   if (plan.num_p2_items() > 0) {
     const void* f = WithPhase2Variant(plan, Phase2KernelOf<HEAD_DIM, Elem>{});
-    updates->push_back({f, dim3(plan.num_p2_items(), kvh * plan.p2_head_groups()),
+    updates->push_back({f, dim3(plan.num_p2_items(), plan.p2_grid_y()),
                         sizeof(TppParams), patch});
   }
   if (plan.num_merge_rows() > 0) {

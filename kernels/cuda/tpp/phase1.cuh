@@ -39,18 +39,6 @@ struct Phase1Config {
   static_assert(kBlockN % 16 == 0, "tile: whole k16 steps");
 };
 
-// Element offset of 16-byte vector c of row `row` in a shared-memory tile, laid out so that
-// eight consecutive rows' vector c land in eight distinct 16-byte bank groups: rows padded by 16
-// bytes, or unpadded rows with the vector index XOR-swizzled by row & 7.
-template <int HEAD_DIM, bool PADDED>
-__device__ __forceinline__ int Swizzle(int row, int c) {
-  if constexpr (PADDED) {
-    return row * (HEAD_DIM + 8) + c * 8;
-  } else {
-    return row * HEAD_DIM + ((c ^ (row & 7)) << 3);
-  }
-}
-
 template <int HEAD_DIM, typename DType, int M_TILES>
 __global__ void __launch_bounds__(128)
     TppPhase1Kernel(const __grid_constant__ TppParams p) {

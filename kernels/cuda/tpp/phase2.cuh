@@ -110,6 +110,74 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float (&v)[8]) {
   v[4] = c.x, v[5] = c.y, v[6] = d.x, v[7] = d.y;
 }
 
+// The end of a phase-2 CTA, shared by both phase-2 kernels: LANES partial online-softmax states
+// per head (s_o [LANES][GROUP][HEAD_DIM] unnormalised, s_m [LANES][GROUP] their maxima in the log2
+// domain, s_l the sums) are combined into one normalised state per (head, 16-byte vector); a
+// partial item writes it to its state, a final item merges the row's phase-1 partials into it
+// and writes the output. Called by every thread after the states are in shared memory.
+template <int HEAD_DIM, typename DType, int LANES, int GROUP, int THREADS>
+__device__ __forceinline__ void Phase2Finish(const TppParams& p, const float* s_o,
+                                             const float* s_m, const float* s_l, int row,
+                                             int out_state, int head0, int heads) {
+  constexpr int VECS = HEAD_DIM / 8;
+  const TppTables& t = p.t;
+  const int hq = p.num_q_heads;
+  const bool final_item = out_state < 0;
+  const int merge_begin = final_item ? t.row_merge_begin[row] : 0;
+  const int merge_end = final_item ? t.row_merge_end[row] : 0;
+  // Launched with PDL behind phase 1: phase-1 partials are visible only after the wait. Every
+  // CTA waits (not only those that read partials), so that this grid completes after phase 1
+  // and a kernel queued after it (the merge) sees phase 1's output too.
+  if (p.wait_phase1) GridDependencyWait();
+
+  for (int idx = static_cast<int>(threadIdx.x); idx < GROUP * VECS; idx += THREADS) {
+    const int h = idx / VECS;
+    const int c = idx % VECS;
+    if (h >= heads) continue;
+    float mm = kNegInf;
+#pragma unroll
+    for (int y = 0; y < LANES; ++y) mm = fmaxf(mm, s_m[y * GROUP + h]);
+    float w = 0.0f;
+    float acc[8] = {};
+    if (mm != kNegInf) {
+      for (int y = 0; y < LANES; ++y) {
+        const float my = s_m[y * GROUP + h];
+        if (my == kNegInf) continue;
+        const float wy = FastExp2(my - mm);
+        w += s_l[y * GROUP + h] * wy;
+        float oy[8];
+        LoadState8(s_o + (y * GROUP + h) * HEAD_DIM + c * 8, oy);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = fmaf(oy[j], wy, acc[j]);
+      }
+    }
+    // (mm, w, acc): unnormalised state with sum of weights w. Normalise to a state of weight 1.
+    float state_m = kNegInf, state_w = 0.0f;
+    if (w > 0.0f) {
+      const float inv = 1.0f / w;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] *= inv;
+      state_m = mm + log2f(w);
+      state_w = 1.0f;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+    }
+    const int head = head0 + h;
+    if (!final_item) {
+      float* dst = p.partial_o + (static_cast<int64_t>(out_state) * hq + head) * HEAD_DIM + c * 8;
+      *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      if (c == 0) p.partial_lse[static_cast<int64_t>(out_state) * hq + head] = state_m;
+      continue;
+    }
+    MergeList<HEAD_DIM>(p, merge_begin, merge_end, head, c, state_m, state_w, acc);
+    StoreOut8(static_cast<DType*>(p.out) + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM +
+                  c * 8,
+              state_w, acc);
+  }
+}
+
 template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
 __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ TppParams p) {
   using Cfg = Phase2Config<HEAD_DIM, DType, GROUP, STAGES>;
@@ -283,61 +351,8 @@ __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ T
     }
   }
   __syncthreads();
-
-  const bool final_item = out_state < 0;
-  const int merge_begin = final_item ? t.row_merge_begin[row] : 0;
-  const int merge_end = final_item ? t.row_merge_end[row] : 0;
-  // Launched with PDL behind phase 1: phase-1 partials are visible only after the wait. Every
-  // CTA waits (not only those that read partials), so that this grid completes after phase 1
-  // and a kernel queued after it (the merge) sees phase 1's output too.
-  if (p.wait_phase1) GridDependencyWait();
-
-  for (int idx = tid; idx < GROUP * VECS; idx += Cfg::kThreads) {
-    const int h = idx / VECS;
-    const int c = idx % VECS;
-    if (h >= heads) continue;
-    float mm = kNegInf;
-#pragma unroll
-    for (int y = 0; y < LANES_Y; ++y) mm = fmaxf(mm, s_m[y * GROUP + h]);
-    float w = 0.0f;
-    float acc[8] = {};
-    if (mm != kNegInf) {
-      for (int y = 0; y < LANES_Y; ++y) {
-        const float my = s_m[y * GROUP + h];
-        if (my == kNegInf) continue;
-        const float wy = FastExp2(my - mm);
-        w += s_l[y * GROUP + h] * wy;
-        float oy[8];
-        LoadState8(s_o + (y * GROUP + h) * HEAD_DIM + c * 8, oy);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] = fmaf(oy[j], wy, acc[j]);
-      }
-    }
-    // (mm, w, acc): unnormalised state with sum of weights w. Normalise to a state of weight 1.
-    float state_m = kNegInf, state_w = 0.0f;
-    if (w > 0.0f) {
-      const float inv = 1.0f / w;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] *= inv;
-      state_m = mm + log2f(w);
-      state_w = 1.0f;
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-    }
-    const int head = head0 + h;
-    if (!final_item) {
-      float* dst = p.partial_o + (static_cast<int64_t>(out_state) * hq + head) * HEAD_DIM + c * 8;
-      *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      if (c == 0) p.partial_lse[static_cast<int64_t>(out_state) * hq + head] = state_m;
-      continue;
-    }
-    MergeList<HEAD_DIM>(p, merge_begin, merge_end, head, c, state_m, state_w, acc);
-    StoreOut8(static_cast<DType*>(p.out) + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM +
-                  c * 8,
-              state_w, acc);
-  }
+  Phase2Finish<HEAD_DIM, DType, LANES_Y, GROUP, Cfg::kThreads>(p, s_o, s_m, s_l, row, out_state,
+                                                               head0, heads);
 }
 
 // Finishes rows whose private tail was split: merges the row's phase-1 partials and its

@@ -77,7 +77,8 @@ std::vector<int64_t> TppLaunchSignature(const TppWorkPlan& plan, const TppRunArg
                     args.fork_event != nullptr && args.join_event != nullptr;
   const bool pdl = !plan.deferred_merge() && p1 && p2 && plan.options().pdl;
   return {p1, p2, plan.num_merge_rows() > 0, static_cast<int64_t>(plan.p1_path()),
-          plan.p1_block_m(), plan.p2_head_group(), plan.p2_stages(), plan.deferred_merge(), fork,
+          plan.p1_block_m(), static_cast<int64_t>(plan.p2_path()), plan.p2_head_group(),
+          plan.p2_stages(), plan.deferred_merge(), fork,
           pdl,
           static_cast<int64_t>(args.dtype), plan.problem().head_dim};
 }

@@ -57,6 +57,13 @@ enum class Phase1Path {
   kWgmmaCooperative  // wgmma without warp specialisation (measurement baseline)
 };
 
+// The phase-2 kernel (the private tails; also the paged kernel) a work plan is launched with.
+enum class Phase2Path {
+  kCudaCores,    // phase2.cuh: a CTA per (item, kv head, group of 1-8 q heads), FFMA dot products
+  kTensorCores,  // phase2_mma.cuh: a CTA per (item, kv head, 16 q heads), mma.sync (GQA >= 4)
+  kWarpPerHead   // phase2_warp.cuh: a warp per (item, q head), no shared memory (short tails)
+};
+
 struct TppProblem {
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
@@ -79,6 +86,17 @@ struct TppOptions {
   // longer than eight tiles (256 tokens at head_dim 128) when the plan is built, else 3
   // (measured on the H200: 2 stages 18 % faster at 1-token tails, 6 % at 64, even at 32-256).
   int32_t p2_stages = 0;
+  // Phase 2 on tensor cores (phase2_mma.cuh: the CTA's query heads are the M dimension of
+  // mma.sync, 16 at a time) instead of CUDA cores. -1: when the group is 4 or more query heads
+  // per kv head (where the CUDA-core kernel is instruction-bound) and the rows' private tails
+  // average 64 tokens or more (shorter ones are latency-bound, where the CUDA-core kernel's
+  // smaller CTAs win); 0 never; 1 whenever g >= 2.
+  int32_t p2_mma = -1;
+  // Phase 2 one warp per (item, q head) (phase2_warp.cuh) where tensor cores are not used. -1:
+  // when g < 4 and the rows' private tails average at most p2_warp_max_mean_tail tokens (the
+  // CTA kernels are latency-bound there); 0 never; 1 always.
+  int32_t p2_warp = -1;
+  int32_t p2_warp_max_mean_tail = 128;
   bool pdl = true;  // programmatic dependent launch of phase 2 (overlaps phase 1)
   // Deferred merge: phase 2 never waits for phase 1 (every row with segments writes a partial
   // and the merge kernel finishes it), so the two phases can run concurrently on two streams
@@ -133,8 +151,12 @@ class TppWorkPlan {
   // TppOptions::p1_wgmma resolved at Build (for -1: on the current device); the split model and
   // the launch both follow it.
   Phase1Path p1_path() const { return p1_path_; }
-  int32_t p2_head_group() const { return p2_group_; }   // q heads per phase-2 CTA (1,2,4,8)
+  Phase2Path p2_path() const { return p2_path_; }
+  int32_t p2_head_group() const { return p2_group_; }   // q heads per phase-2 CTA (CUDA cores
+                                                        // 1,2,4,8; tensor cores 16; warps 4)
   int32_t p2_head_groups() const { return p2_groups_; } // phase-2 CTAs per (row split, kv head)
+  // Phase-2 grid: num_p2_items() x p2_grid_y().
+  int32_t p2_grid_y() const;
   int32_t p2_stages() const { return p2_stages_; }      // phase-2 pipeline depth (2 or 3)
   int32_t max_p1_splits() const { return max_p1_splits_; }
   int32_t max_p2_splits() const { return max_p2_splits_; }
@@ -149,6 +171,7 @@ class TppWorkPlan {
   int32_t num_p1_ = 0, num_p2_ = 0, num_merge_rows_ = 0, num_states_ = 0;
   int32_t p1_block_m_ = 64, p2_group_ = 1, p2_groups_ = 1, p2_stages_ = 3;
   Phase1Path p1_path_ = Phase1Path::kMmaSync;
+  Phase2Path p2_path_ = Phase2Path::kCudaCores;
   int32_t max_p1_splits_ = 0, max_p2_splits_ = 0;
   bool deferred_ = false;
 };

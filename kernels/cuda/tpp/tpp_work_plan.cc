@@ -235,16 +235,37 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     wp.deferred_ = nseg > 0 && (options.defer_merge == 1 ||
                                 (options.defer_merge < 0 && std::min(t1, t2) > merge + 5e-6));
   }
-  wp.p2_group_ = g >= 8 ? 8 : (g > 4 ? 8 : (g > 2 ? 4 : g));
-  wp.p2_groups_ = CeilDiv(g, wp.p2_group_);
   std::vector<int64_t> row_tokens(plan.num_rows);
   int64_t total = 0;
   for (int32_t r = 0; r < plan.num_rows; ++r) {
     row_tokens[r] = SpanTokens(plan, plan.row_span_begin[r], plan.row_span_end[r]);
     total += row_tokens[r];
   }
+  // Tensor cores for phase 2 where they pay (measured on the H200, docs/tpp.md): GQA >= 4 with
+  // private tails of a 64-slot tile or more on average (2x at 32K-token tails, 9 % at 32..256);
+  // below that a CTA is latency-bound and the CUDA-core kernel, more CTAs per SM, is 4-11 %
+  // faster (tails of 1..64).
+  const int64_t rows = std::max<int64_t>(plan.num_rows, 1);
+  const bool p2_mma =
+      options.p2_mma == 1 ? g >= 2 : (options.p2_mma < 0 && g >= 4 && total >= 64 * rows);
+  // One warp per (item, q head) where the CTA kernels wait on latency: short tails, few heads
+  // per kv head (GQA >= 4 reads each K/V tile once per CTA for the whole group instead).
+  const bool p2_warp =
+      !p2_mma && (options.p2_warp == 1 ||
+                  (options.p2_warp < 0 && g < 4 && total <= options.p2_warp_max_mean_tail * rows));
+  if (p2_mma) {
+    wp.p2_path_ = Phase2Path::kTensorCores;
+    wp.p2_group_ = 16;
+  } else if (p2_warp) {
+    wp.p2_path_ = Phase2Path::kWarpPerHead;
+    wp.p2_group_ = 4;  // four warps (q heads) per CTA, across kv heads
+  } else {
+    wp.p2_path_ = Phase2Path::kCudaCores;
+    wp.p2_group_ = g >= 8 ? 8 : (g > 4 ? 8 : (g > 2 ? 4 : g));
+  }
+  wp.p2_groups_ = CeilDiv(g, wp.p2_group_);
   const int64_t target_ctas = static_cast<int64_t>(options.p2_ctas_per_sm) * options.num_sms;
-  const int64_t per_row_ctas = static_cast<int64_t>(hkv) * wp.p2_groups_;
+  const int64_t per_row_ctas = wp.p2_grid_y();
   const int64_t split_len = std::max<int64_t>(
       options.p2_min_split_tokens, (total * per_row_ctas + target_ctas - 1) / target_ctas);
   std::vector<int32_t> p2_row, p2_lo, p2_hi, p2_state, merge_rows;
@@ -290,9 +311,11 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   }
   wp.num_p2_ = static_cast<int32_t>(p2_row.size());
   {
-    // A phase-2 tile is 4 slots per token lane, 128 / (d / 8) lanes: 32 slots at d = 128.
-    const int64_t tile = 4 * 128 / (d / 8);
-    wp.p2_stages_ = options.p2_stages == 2 || options.p2_stages == 3
+    // A phase-2 tile: 64 slots on tensor cores; on CUDA cores 4 slots per token lane,
+    // 128 / (d / 8) lanes (32 slots at d = 128).
+    const int64_t tile = p2_mma ? 64 : 4 * 128 / (d / 8);
+    wp.p2_stages_ = wp.p2_path_ == Phase2Path::kWarpPerHead ? 2  // no pipeline: one value
+                    : options.p2_stages == 2 || options.p2_stages == 3
                         ? options.p2_stages
                         : (longest_item <= 8 * tile ? 2 : 3);
   }
@@ -325,6 +348,11 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   Append(im, &l.merge_rows, merge_rows);
   if (im.empty()) im.resize(4, 0);
   return wp;
+}
+
+int32_t TppWorkPlan::p2_grid_y() const {
+  if (p2_path_ == Phase2Path::kWarpPerHead) return CeilDiv(problem_.num_q_heads, p2_group_);
+  return problem_.num_kv_heads * p2_groups_;
 }
 
 size_t TppWorkPlan::workspace_bytes() const {
