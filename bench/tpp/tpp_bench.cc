@@ -250,19 +250,20 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   };
   run_mode("tpp", shared_plan, false, TppOptions{}, out_tpp);
   run_mode("paged", paged_plan, true, TppOptions{}, out_paged);
-  if (c.hq / c.hkv >= 4) {
-    // Phase 2 on CUDA cores (the kernel before the tensor-core one), in the same run.
-    TppOptions o;
-    o.p2_mma = 0;
-    if (shared_plan.num_segments() > 0) run_mode("tpp_p2ffma", shared_plan, false, o, out_tpp);
-    run_mode("paged_p2ffma", paged_plan, true, o, out_paged);
-  } else if (shared_plan.num_segments() > 0) {
-    // Phase 2 forced onto a CTA per (row, kv head) and onto a warp per head, in the same run.
+  {
+    // Phase 2 forced onto each kernel, in the same run: without the warp-per-head one (the CTA
+    // kernels, tensor cores where the plan picks them), on it, and (GQA >= 4) on CUDA cores.
     TppOptions o;
     o.p2_warp = 0;
-    run_mode("tpp_p2cta", shared_plan, false, o, out_tpp);
+    if (shared_plan.num_segments() > 0) run_mode("tpp_p2cta", shared_plan, false, o, out_tpp);
     o.p2_warp = 1;
-    run_mode("tpp_p2warp", shared_plan, false, o, out_tpp);
+    if (shared_plan.num_segments() > 0) run_mode("tpp_p2warp", shared_plan, false, o, out_tpp);
+    if (c.hq / c.hkv >= 4) {
+      o.p2_warp = 0;
+      o.p2_mma = 0;
+      if (shared_plan.num_segments() > 0) run_mode("tpp_p2ffma", shared_plan, false, o, out_tpp);
+      run_mode("paged_p2ffma", paged_plan, true, o, out_paged);
+    }
   }
   {
     // The backend's paged kernel on the same rows (see the header).

@@ -551,8 +551,9 @@ TEST(TppGpuTest, OddGqaRatios) {
 
 // Plan/run separation: the run is captured in a CUDA graph; rows then grow in place
 // (AdvanceLengths, no shape change), only the span ends are re-uploaded, and the graph replays.
-// Both launch schedules: fused (PDL) and deferred merge with phase 2 on a side stream.
-void GraphReplay(bool deferred) {
+// Both launch schedules: fused (PDL) and deferred merge with phase 2 on a side stream; each
+// phase-2 kernel.
+void GraphReplayWith(bool deferred, Phase2Path p2) {
   BANYAN_SEEDED_RNG(rng);
   const Shape s{128, 2, 4, 64, DType::kBf16};
   Fixture f(s, 400);
@@ -563,9 +564,12 @@ void GraphReplay(bool deferred) {
   TppProblem pr{s.kv_heads * s.gqa, s.kv_heads, s.head_dim, s.chunk};
   TppOptions opt;
   opt.defer_merge = deferred ? 1 : 0;
+  opt.p2_mma = p2 == Phase2Path::kTensorCores ? 1 : 0;
+  opt.p2_warp = p2 == Phase2Path::kWarpPerHead ? 1 : 0;
   auto wp = TppWorkPlan::Build(engine::ViewOf(plan), pr, opt);
   ASSERT_TRUE(wp.ok()) << wp.status();
   ASSERT_EQ(wp->deferred_merge(), deferred);
+  ASSERT_EQ(wp->p2_path(), p2);
   DevBuf<int32_t> image(wp->image().size());
   DevBuf<uint8_t> ws(wp->workspace_bytes());
   CUDA_OK(cudaMemcpy(image.p, wp->image().data(), wp->image_bytes(), cudaMemcpyHostToDevice));
@@ -609,7 +613,8 @@ void GraphReplay(bool deferred) {
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     EXPECT_LT(RelErr(f.Download(), f.Reference(plan)), Tolerance(s.dtype))
-        << "step " << step << (deferred ? " deferred" : " fused");
+        << "step " << step << (deferred ? " deferred" : " fused") << ", phase-2 path "
+        << static_cast<int>(p2);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -617,6 +622,13 @@ void GraphReplay(bool deferred) {
   cudaEventDestroy(join);
   cudaStreamDestroy(side);
   cudaStreamDestroy(stream);
+}
+
+void GraphReplay(bool deferred) {
+  for (Phase2Path p2 :
+       {Phase2Path::kCudaCores, Phase2Path::kWarpPerHead, Phase2Path::kTensorCores}) {
+    GraphReplayWith(deferred, p2);
+  }
 }
 
 TEST(TppGpuTest, GraphReplayAfterAdvanceLengthsFused) {

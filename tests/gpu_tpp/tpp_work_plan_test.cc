@@ -183,9 +183,9 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
             TppPhase1WgmmaAvailable() ? Phase1Path::kWgmma : Phase1Path::kMmaSync);
 }
 
-// Phase 2 runs on tensor cores (head group 16) by default for g >= 4 with tails of 64 tokens or
-// more on average, on CUDA cores otherwise; the option forces either; the tensor-core kernel's
-// 64-slot tiles set the pipeline-depth rule.
+// Phase 2's kernel: tensor cores (head group 16) by default for g >= 4 with tails of 64 tokens or
+// more on average, a warp per head for tails of at most 128 on average, CUDA cores otherwise; the
+// options force each; the tensor-core kernel's 64-slot tiles set the pipeline-depth rule.
 TEST(TppWorkPlanTest, Phase2KernelChoice) {
   auto pool = *kvcache::ChunkPool::Create(400, 64);
   kvcache::PrefixTree tree(&pool);
@@ -199,7 +199,7 @@ TEST(TppWorkPlanTest, Phase2KernelChoice) {
   struct Case {
     int g, option, group, groups;
   };
-  for (const Case c : {Case{1, -1, 1, 1}, Case{2, -1, 2, 1}, Case{4, -1, 16, 1},
+  for (const Case c : {Case{1, -1, 1, 1}, Case{2, -1, 2, 1}, Case{4, -1, 16, 1},  // tails > 128
                        Case{8, -1, 16, 1}, Case{20, -1, 16, 2}, Case{8, 0, 8, 1},
                        Case{12, 0, 8, 2}, Case{2, 1, 16, 1}, Case{1, 1, 1, 1}}) {
     TppOptions o;
@@ -227,34 +227,48 @@ TEST(TppWorkPlanTest, Phase2KernelChoice) {
     EXPECT_EQ(ffma->p2_stages(), 3);  // 10 tiles of 32
   }
   {
-    // Short tails (40 tokens on average): the CUDA-core kernel by default, even at g = 8.
+    // 256 rows of short tails (1-10 tokens): a warp per (kv head, up to 4 q heads) by default,
+    // four warps per CTA; without it the CUDA-core kernel (below a tile: no tensor cores).
     std::vector<kvcache::SeqId> short_rows;
-    for (int r = 0; r < 3; ++r) {
-      std::vector<int32_t> seq(20 + 20 * r);
+    for (int r = 0; r < 256; ++r) {
+      std::vector<int32_t> seq(1 + r % 10);
       for (size_t i = 0; i < seq.size(); ++i) seq[i] = static_cast<int32_t>(50000 + 100 * r + i);
       short_rows.push_back(tree.Insert("", seq)->seq);
     }
     AttentionPlan ps = kvcache::BuildAttentionPlan(tree, short_rows, {.share = false});
-    auto wp = TppWorkPlan::Build(engine::ViewOf(ps), TppProblem{16, 2, 128, 64}, TppOptions{});
-    ASSERT_TRUE(wp.ok());
-    EXPECT_EQ(wp->p2_head_group(), 8);
-    TppOptions forced;
-    forced.p2_mma = 1;
-    auto mma = TppWorkPlan::Build(engine::ViewOf(ps), TppProblem{16, 2, 128, 64}, forced);
-    ASSERT_TRUE(mma.ok());
-    EXPECT_EQ(mma->p2_head_group(), 16);
-    // g = 1 and 2 with short tails: a warp per q head, four per CTA.
-    for (int g : {1, 2}) {
-      auto warp = TppWorkPlan::Build(engine::ViewOf(ps), TppProblem{6 * g, 6, 128, 64}, TppOptions{});
+    {
+      // Three of them: too few warps to cover the machine, so the CTA kernel.
+      std::vector<kvcache::SeqId> three(short_rows.begin(), short_rows.begin() + 3);
+      AttentionPlan p3 = kvcache::BuildAttentionPlan(tree, three, {.share = false});
+      auto cta = TppWorkPlan::Build(engine::ViewOf(p3), TppProblem{6, 6, 128, 64}, TppOptions{});
+      ASSERT_TRUE(cta.ok());
+      EXPECT_EQ(cta->p2_path(), Phase2Path::kCudaCores);
+    }
+    struct Short {
+      int g, warp_group, warp_groups, cta_group;
+    };
+    for (const Short c : {Short{1, 1, 1, 1}, Short{2, 2, 1, 2}, Short{3, 4, 1, 4},
+                          Short{8, 4, 2, 8}, Short{12, 4, 3, 8}}) {
+      const TppProblem pr{6 * c.g, 6, 128, 64};
+      auto warp = TppWorkPlan::Build(engine::ViewOf(ps), pr, TppOptions{});
       ASSERT_TRUE(warp.ok());
-      EXPECT_EQ(warp->p2_path(), Phase2Path::kWarpPerHead) << "g " << g;
-      EXPECT_EQ(warp->p2_grid_y(), (6 * g + 3) / 4) << "g " << g;
+      EXPECT_EQ(warp->p2_path(), Phase2Path::kWarpPerHead) << "g " << c.g;
+      EXPECT_EQ(warp->p2_head_group(), c.warp_group) << "g " << c.g;
+      EXPECT_EQ(warp->p2_head_groups(), c.warp_groups) << "g " << c.g;
+      EXPECT_EQ(warp->p2_grid_y(), (6 * c.warp_groups + 3) / 4) << "g " << c.g;
       TppOptions no_warp;
       no_warp.p2_warp = 0;
-      auto cta = TppWorkPlan::Build(engine::ViewOf(ps), TppProblem{6 * g, 6, 128, 64}, no_warp);
+      auto cta = TppWorkPlan::Build(engine::ViewOf(ps), pr, no_warp);
       ASSERT_TRUE(cta.ok());
-      EXPECT_EQ(cta->p2_path(), Phase2Path::kCudaCores) << "g " << g;
-      EXPECT_EQ(cta->p2_grid_y(), 6) << "g " << g;
+      EXPECT_EQ(cta->p2_path(), Phase2Path::kCudaCores) << "g " << c.g;
+      EXPECT_EQ(cta->p2_head_group(), c.cta_group) << "g " << c.g;
+      EXPECT_EQ(cta->p2_grid_y(), 6 * cta->p2_head_groups()) << "g " << c.g;
+      TppOptions forced;
+      forced.p2_mma = 1;
+      auto mma = TppWorkPlan::Build(engine::ViewOf(ps), pr, forced);
+      ASSERT_TRUE(mma.ok());
+      EXPECT_EQ(mma->p2_path(),
+                c.g >= 2 ? Phase2Path::kTensorCores : Phase2Path::kWarpPerHead) << "g " << c.g;
     }
   }
 }

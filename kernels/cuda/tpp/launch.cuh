@@ -53,37 +53,34 @@ cudaError_t LaunchPhase1(const TppWorkPlan& plan, const TppParams& p, cudaStream
   return cudaGetLastError();
 }
 
-// The phase-2 kernels by a compile-time GROUP: 1-8 the CUDA-core kernel (phase2.cuh) with that
-// many q heads per CTA, 16 the tensor-core one (phase2_mma.cuh), 0 the warp-per-head one
-// (phase2_warp.cuh, no shared memory, no pipeline: STAGES is ignored).
-constexpr int kPhase2Mma = 16;
-constexpr int kPhase2Warp = 0;
-template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
+// The phase-2 kernels: PATH picks the kernel, GROUP its q heads per CTA (CUDA cores: 1-8) or per
+// warp (a warp per head: 1, 2, 4; tensor cores: 16), STAGES its pipeline depth (CTA kernels).
+template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES>
 constexpr auto Phase2KernelFn() {
-  if constexpr (GROUP == kPhase2Mma) {
+  if constexpr (PATH == Phase2Path::kTensorCores) {
     return TppPhase2MmaKernel<HEAD_DIM, DType, STAGES>;
-  } else if constexpr (GROUP == kPhase2Warp) {
-    return TppPhase2WarpKernel<HEAD_DIM, DType>;
+  } else if constexpr (PATH == Phase2Path::kWarpPerHead) {
+    return TppPhase2WarpKernel<HEAD_DIM, DType, GROUP>;
   } else {
     return TppPhase2Kernel<HEAD_DIM, DType, GROUP, STAGES>;
   }
 }
-template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
+template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES>
 constexpr int Phase2SmemBytes() {
-  if constexpr (GROUP == kPhase2Mma) {
+  if constexpr (PATH == Phase2Path::kTensorCores) {
     return Phase2MmaConfig<HEAD_DIM, DType, STAGES>::kSmemBytes;
-  } else if constexpr (GROUP == kPhase2Warp) {
+  } else if constexpr (PATH == Phase2Path::kWarpPerHead) {
     return 0;
   } else {
     return Phase2Config<HEAD_DIM, DType, GROUP, STAGES>::kSmemBytes;
   }
 }
 
-template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
+template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES>
 cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
                          cudaStream_t stream) {
-  constexpr int kSmemBytes = Phase2SmemBytes<HEAD_DIM, DType, GROUP, STAGES>();
-  auto kernel = Phase2KernelFn<HEAD_DIM, DType, GROUP, STAGES>();
+  constexpr int kSmemBytes = Phase2SmemBytes<HEAD_DIM, DType, PATH, GROUP, STAGES>();
+  auto kernel = Phase2KernelFn<HEAD_DIM, DType, PATH, GROUP, STAGES>();
   cudaError_t e = cudaSuccess;
   if constexpr (kSmemBytes > 0) {
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
@@ -105,20 +102,29 @@ cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
 }
 
 // The one place that maps a plan to its phase-2 instantiation (kernel, head group, pipeline
-// depth):
-// returns f.template operator()<GROUP, STAGES>(), for the launch and for graph-node updates.
+// depth): returns f.template operator()<PATH, GROUP, STAGES>(), for the launch and for
+// graph-node updates.
 template <typename F>
 auto WithPhase2Variant(const TppWorkPlan& plan, const F& f) {
+  constexpr Phase2Path kCuda = Phase2Path::kCudaCores;
+  constexpr Phase2Path kWarp = Phase2Path::kWarpPerHead;
+  constexpr Phase2Path kMma = Phase2Path::kTensorCores;
   const bool two = plan.p2_stages() == 2;
-  if (plan.p2_path() == Phase2Path::kWarpPerHead) return f.template operator()<kPhase2Warp, 2>();
-  if (plan.p2_path() == Phase2Path::kTensorCores) {
-    return two ? f.template operator()<kPhase2Mma, 2>() : f.template operator()<kPhase2Mma, 3>();
+  if (plan.p2_path() == kWarp) {
+    switch (plan.p2_head_group()) {
+      case 1: return f.template operator()<kWarp, 1, 2>();
+      case 2: return f.template operator()<kWarp, 2, 2>();
+      default: return f.template operator()<kWarp, 4, 2>();
+    }
+  }
+  if (plan.p2_path() == kMma) {
+    return two ? f.template operator()<kMma, 16, 2>() : f.template operator()<kMma, 16, 3>();
   }
   switch (plan.p2_head_group()) {
-    case 1: return two ? f.template operator()<1, 2>() : f.template operator()<1, 3>();
-    case 2: return two ? f.template operator()<2, 2>() : f.template operator()<2, 3>();
-    case 4: return two ? f.template operator()<4, 2>() : f.template operator()<4, 3>();
-    default: return two ? f.template operator()<8, 2>() : f.template operator()<8, 3>();
+    case 1: return two ? f.template operator()<kCuda, 1, 2>() : f.template operator()<kCuda, 1, 3>();
+    case 2: return two ? f.template operator()<kCuda, 2, 2>() : f.template operator()<kCuda, 2, 3>();
+    case 4: return two ? f.template operator()<kCuda, 4, 2>() : f.template operator()<kCuda, 4, 3>();
+    default: return two ? f.template operator()<kCuda, 8, 2>() : f.template operator()<kCuda, 8, 3>();
   }
 }
 
@@ -128,17 +134,17 @@ struct Phase2Launch {
   const TppParams& p;
   bool pdl;
   cudaStream_t stream;
-  template <int GROUP, int STAGES>
+  template <Phase2Path PATH, int GROUP, int STAGES>
   cudaError_t operator()() const {
-    return LaunchPhase2<HEAD_DIM, DType, GROUP, STAGES>(plan, p, pdl, stream);
+    return LaunchPhase2<HEAD_DIM, DType, PATH, GROUP, STAGES>(plan, p, pdl, stream);
   }
 };
 
 template <int HEAD_DIM, typename DType>
 struct Phase2KernelOf {
-  template <int GROUP, int STAGES>
+  template <Phase2Path PATH, int GROUP, int STAGES>
   const void* operator()() const {
-    return reinterpret_cast<const void*>(Phase2KernelFn<HEAD_DIM, DType, GROUP, STAGES>());
+    return reinterpret_cast<const void*>(Phase2KernelFn<HEAD_DIM, DType, PATH, GROUP, STAGES>());
   }
 };
 

@@ -61,7 +61,7 @@ enum class Phase1Path {
 enum class Phase2Path {
   kCudaCores,    // phase2.cuh: a CTA per (item, kv head, group of 1-8 q heads), FFMA dot products
   kTensorCores,  // phase2_mma.cuh: a CTA per (item, kv head, 16 q heads), mma.sync (GQA >= 4)
-  kWarpPerHead   // phase2_warp.cuh: a warp per (item, q head), no shared memory (short tails)
+  kWarpPerHead   // phase2_warp.cuh: a warp per (item, kv head, <= 4 q heads), no shared memory
 };
 
 struct TppProblem {
@@ -92,9 +92,10 @@ struct TppOptions {
   // average 64 tokens or more (shorter ones are latency-bound, where the CUDA-core kernel's
   // smaller CTAs win); 0 never; 1 whenever g >= 2.
   int32_t p2_mma = -1;
-  // Phase 2 one warp per (item, q head) (phase2_warp.cuh) where tensor cores are not used. -1:
-  // when g < 4 and the rows' private tails average at most p2_warp_max_mean_tail tokens (the
-  // CTA kernels are latency-bound there); 0 never; 1 always.
+  // Phase 2 one warp per (item, kv head, up to 4 of its q heads) (phase2_warp.cuh) where tensor
+  // cores are not used. -1: when the rows' private tails average at most p2_warp_max_mean_tail
+  // tokens (the CTA kernels are latency-bound there) and there are enough warps (see
+  // TppWorkPlan::Build); 0 never; 1 always.
   int32_t p2_warp = -1;
   int32_t p2_warp_max_mean_tail = 128;
   bool pdl = true;  // programmatic dependent launch of phase 2 (overlaps phase 1)
@@ -153,7 +154,8 @@ class TppWorkPlan {
   Phase1Path p1_path() const { return p1_path_; }
   Phase2Path p2_path() const { return p2_path_; }
   int32_t p2_head_group() const { return p2_group_; }   // q heads per phase-2 CTA (CUDA cores
-                                                        // 1,2,4,8; tensor cores 16; warps 4)
+                                                        // 1,2,4,8; tensor cores 16) or per
+                                                        // warp (warp per head: 1,2,4)
   int32_t p2_head_groups() const { return p2_groups_; } // phase-2 CTAs per (row split, kv head)
   // Phase-2 grid: num_p2_items() x p2_grid_y().
   int32_t p2_grid_y() const;

@@ -248,17 +248,23 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   const int64_t rows = std::max<int64_t>(plan.num_rows, 1);
   const bool p2_mma =
       options.p2_mma == 1 ? g >= 2 : (options.p2_mma < 0 && g >= 4 && total >= 64 * rows);
-  // One warp per (item, q head) where the CTA kernels wait on latency: short tails, few heads
-  // per kv head (GQA >= 4 reads each K/V tile once per CTA for the whole group instead).
+  // One warp per (item, kv head, up to 4 of its q heads) where the CTA kernels wait on
+  // latency: short tails, and enough warps that each one's serial walk over its tail and heads
+  // is covered many times over (warps >= 1,024 and >= 24 x mean tail x heads per warp: a fit to
+  // the H200 measurements in docs/tpp.md; below it, e.g. 64 rows of a tree or Hydragen's B = 64
+  // / 256, the CTA kernels' 128 threads per (row, kv head) win by 3-40 %).
+  const int32_t warp_heads = g >= 3 ? 4 : g;
+  const int64_t warps = rows * hkv * CeilDiv(g, warp_heads);
   const bool p2_warp =
       !p2_mma && (options.p2_warp == 1 ||
-                  (options.p2_warp < 0 && g < 4 && total <= options.p2_warp_max_mean_tail * rows));
+                  (options.p2_warp < 0 && total <= options.p2_warp_max_mean_tail * rows &&
+                   warps >= 1024 && warps * rows >= 24 * total * warp_heads));
   if (p2_mma) {
     wp.p2_path_ = Phase2Path::kTensorCores;
     wp.p2_group_ = 16;
   } else if (p2_warp) {
     wp.p2_path_ = Phase2Path::kWarpPerHead;
-    wp.p2_group_ = 4;  // four warps (q heads) per CTA, across kv heads
+    wp.p2_group_ = warp_heads;  // q heads per warp; four warps per CTA
   } else {
     wp.p2_path_ = Phase2Path::kCudaCores;
     wp.p2_group_ = g >= 8 ? 8 : (g > 4 ? 8 : (g > 2 ? 4 : g));
@@ -351,7 +357,9 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
 }
 
 int32_t TppWorkPlan::p2_grid_y() const {
-  if (p2_path_ == Phase2Path::kWarpPerHead) return CeilDiv(problem_.num_q_heads, p2_group_);
+  if (p2_path_ == Phase2Path::kWarpPerHead) {
+    return CeilDiv(static_cast<int64_t>(problem_.num_kv_heads) * p2_groups_, 4);  // 4 warps
+  }
   return problem_.num_kv_heads * p2_groups_;
 }
 
