@@ -1,5 +1,5 @@
 // The TPP microbenchmark's case list, trees and floors (bench/tpp/cases.h), on the host: the
-// cases recorded in docs/benchmarks.md keep their floors, and issue 15's new cases have the
+// cases recorded in docs/benchmarks_tpp.md keep their floors, and issue 15's new cases have the
 // shapes and trees they claim.
 #include "bench/tpp/cases.h"
 
