@@ -12,10 +12,11 @@
 // bandwidth = those bytes / time; time / floor; tpp / paged. The tpp and paged outputs are
 // compared (relative norm) as a sanity check at scale.
 //
-// Mode `paged_backend`: the backend's own paged decode kernel (kernels/cuda/attention.h,
-// PagedDecodeAttention over BuildDecodeWork's items) on the same paged plan, KV and q. The tree
-// has two per-row decode kernels (that one and TPP's phase 2, which `paged` runs); issue 15 keeps
-// one, and this mode is the head-to-head measurement that picks it. Its output is compared with
+// Mode `paged_generic`: the generic paged decode kernel (kernels/cuda/attention.h,
+// PagedDecodeAttention over BuildDecodeWork's items; the engine's fallback for head dims the
+// TPP kernels are not built for) on the same paged plan, KV and q. Before 2026-12-02 this mode
+// ran the backend's own fast paged kernel (named paged_backend in the results of that time),
+// which TPP's paged call replaced. Its output is compared with
 // `paged`'s (paged_kernels_relnorm); its p2_items field is its item count.
 //
 // Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table.
@@ -256,8 +257,10 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     TppOptions o;
     o.p2_warp = 0;
     if (shared_plan.num_segments() > 0) run_mode("tpp_p2cta", shared_plan, false, o, out_tpp);
+    run_mode("paged_p2cta", paged_plan, true, o, out_paged);
     o.p2_warp = 1;
     if (shared_plan.num_segments() > 0) run_mode("tpp_p2warp", shared_plan, false, o, out_tpp);
+    run_mode("paged_p2warp", paged_plan, true, o, out_paged);
     if (c.hq / c.hkv >= 4) {
       o.p2_warp = 0;
       o.p2_mma = 0;
@@ -266,7 +269,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     }
   }
   {
-    // The backend's paged kernel on the same rows (see the header).
+    // The generic paged kernel on the same rows (see the header).
     namespace kc = kernels::cuda;
     kc::DecodeWork w;
     kc::BuildDecodeWork(engine::ViewOf(paged_plan), kc::kDefaultItemTokens, &w);
@@ -294,7 +297,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     p.partial_o = po;
     p.partial_lse = plse;
     Result r;
-    r.mode = "paged_backend";
+    r.mode = "paged_generic";
     r.t = runner.Time(
         [&](cudaStream_t s) { return kc::PagedDecodeAttention(kc::DType::kBf16, p, s); });
     r.p2_items = w.num_items();
@@ -328,6 +331,14 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     run_mode("tpp_fused", shared_plan, false, o, out_tpp);
     o.defer_merge = 1;
     run_mode("tpp_deferred", shared_plan, false, o, out_tpp);
+    // The paged call's phase-2 choices: the warp kernel, pieces of at most 256 tokens, both.
+    o = TppOptions{};
+    o.p2_warp = 1;
+    run_mode("paged_warp", paged_plan, true, o, out_paged);
+    o.p2_max_split_tokens = 256;
+    run_mode("paged_warp_split256", paged_plan, true, o, out_paged);
+    o.p2_warp = 0;
+    run_mode("paged_split256", paged_plan, true, o, out_paged);
     o = TppOptions{};
     o.p2_stages = 2;
     run_mode("tpp_p2s2", shared_plan, false, o, out_tpp);

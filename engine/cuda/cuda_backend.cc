@@ -77,7 +77,10 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   m.graphs_on = options_.cuda_graphs;
   m.graphs = std::make_unique<cuda::DecodeGraphCache>(options_.graph_cache_shapes,
                                                       options_.graph_min_stable_steps);
-  m.tpp = options_.attention == AttentionMode::kTpp && kc::tpp::TppSupportsHeadDim(d);
+  // Decode rows run on the TPP kernels wherever they are built for the head dim: two-phase over
+  // the shared segments of a kTpp plan, phase 2 alone (TPP's paged call) over a kPaged plan,
+  // which has none. Other head dims run the generic paged kernel of kernels/cuda/attention.h.
+  m.tpp = options_.attention != AttentionMode::kNone && kc::tpp::TppSupportsHeadDim(d);
   if (m.tpp) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.side_stream, cudaStreamNonBlocking));
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.fork_event, cudaEventDisableTiming));

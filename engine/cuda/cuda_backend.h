@@ -63,7 +63,8 @@ namespace banyan::engine {
 // Decode-attention counters (tests and benchmarks read them; ResetAttentionStats clears them).
 struct CudaAttentionStats {
   int64_t decode_steps = 0;      // steps with decode rows
-  int64_t tpp_steps = 0;         // of which ran the TPP kernel
+  int64_t tpp_steps = 0;         // of which ran the TPP kernels over shared segments
+  // Work plans of the TPP kernels (also those of their paged call, over plans without segments).
   int64_t tpp_plan_builds = 0;   // TppWorkPlan::Build + whole image uploaded
   int64_t tpp_plan_updates = 0;  // same shape: UpdateSpanEnds + span-end range uploaded
   double build_host_us = 0;      // summed host time of the builds (shape check, Build, copies)
@@ -163,8 +164,8 @@ class CudaBackend final : public Backend {
 
   const CudaAttentionStats& attention_stats() const { return stats_; }
   void ResetAttentionStats() { stats_ = {}; }
-  // True when decode steps with shared segments run the TPP kernel (kTpp mode and a head_dim it
-  // supports).
+  // True when decode rows run on the TPP kernels (a head_dim they are built for, attention on):
+  // two-phase where the plan has shared segments (kTpp), their paged call where it has none.
   bool uses_tpp_kernel() const;
   // Turns the graph path on or off for the following steps (off drops the cached graphs). It
   // also turns off by itself if a capture fails (stats: graph.fallbacks, graph_error()).

@@ -150,9 +150,9 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, Ste
   }
   const int T = in->T = static_cast<int>(in->tokens.size());
   const int n_out = in->n_out = static_cast<int>(in->logit_rows.size());
-  // Decode rows through the TPP kernel (kTpp, head_dim 64/128, shared segments in the plan); the
-  // paged kernel otherwise (a plan without segments is paged work).
-  in->use_tpp = m.tpp && in->num_decode > 0 && batch.plan->num_segments() > 0;
+  // Decode rows through the TPP kernels where they are built for the head dim (a plan without
+  // segments runs their paged call); the generic paged kernel otherwise.
+  in->use_tpp = m.tpp && in->num_decode > 0;
   if (T == 0) return absl::OkStatus();
 
   // ---- workspace.
@@ -202,7 +202,7 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
   if (a.use_tpp) {
     BANYAN_RETURN_IF_ERROR(PrepareTpp(*batch.plan));
     const kc::tpp::TppWorkPlan& wp = *m.tpp_plan;
-    ++stats_.tpp_steps;
+    if (wp.num_segments() > 0) ++stats_.tpp_steps;
     stats_.last_segments = wp.num_segments();
     stats_.last_p1_items = wp.num_p1_items();
     stats_.last_p2_items = wp.num_p2_items();

@@ -23,32 +23,19 @@ absl::Status CheckShape(const KvViewDev& kv, int32_t num_q_heads, const char* wh
   return absl::OkStatus();
 }
 
-// Launches the decode kernels, or with `describe` only lists them as node updates for `p`.
+// Launches the decode kernels, or with `describe` only lists them as node updates for `p`. One
+// warp per (item, q head) for every head_dim: the engine sends only the head dims the TPP
+// kernels are not built for here (TPP's paged call runs the others).
 template <typename T>
 cudaError_t DecodeByHeadDim(const PagedDecodeParams& p, cudaStream_t s,
                             std::vector<KernelNodeUpdate>* describe = nullptr) {
-  const bool mha = p.num_q_heads == p.kv.num_kv_heads;
-  LaunchShape shape;
-  LaunchShape* d = describe != nullptr ? &shape : nullptr;
-  cudaError_t err;
-  switch (p.kv.head_dim) {
-    case 64:
-      err = mha ? PagedDecodeDispatched<64, 1, T>(p, s, d) : PagedDecodeDispatched<64, 4, T>(p, s, d);
-      break;
-    case 128:
-      err = mha ? PagedDecodeDispatched<128, 1, T>(p, s, d)
-                : PagedDecodeDispatched<128, 4, T>(p, s, d);
-      break;
-    default: {
-      const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>((p.num_q_heads + 3) / 4));
-      if (d != nullptr) {
-        shape = {reinterpret_cast<const void*>(GenericDecodeKernel<T>), grid};
-        err = cudaSuccess;
-        break;
-      }
-      GenericDecodeKernel<T><<<grid, 128, 0, s>>>(p);
-      err = cudaGetLastError();
-    }
+  const dim3 grid(static_cast<unsigned>(p.num_items),
+                  static_cast<unsigned>((p.num_q_heads + 3) / 4));
+  LaunchShape shape{reinterpret_cast<const void*>(GenericDecodeKernel<T>), grid};
+  cudaError_t err = cudaSuccess;
+  if (describe == nullptr) {
+    GenericDecodeKernel<T><<<grid, 128, 0, s>>>(p);
+    err = cudaGetLastError();
   }
   const dim3 merge_grid(static_cast<unsigned>(p.num_merge_rows),
                         static_cast<unsigned>(p.num_q_heads));

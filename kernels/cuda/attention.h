@@ -1,11 +1,11 @@
 // CUDA attention kernels over the paged KV store (KvViewDev), driven by the work lists of
 // attention_work.h (uploaded to the device as they are).
 //
-//  - PagedDecodeAttention: one query per row; each item is a CTA per (kv head, tile of up to
-//    four of its q heads) that streams the item's K/V rows with 16-byte loads, several rows in
-//    flight, online softmax in fp32; rows cut into several items are merged by log-sum-exp.
-//    head_dim 64 and 128 have fast paths; any other multiple of 8 (up to 256) runs a generic
-//    warp-per-(item, q head) kernel.
+//  - PagedDecodeAttention: one query per row, one warp per (item, q head), online softmax in
+//    fp32; rows cut into several items are merged by log-sum-exp. Any head_dim that is a
+//    multiple of 8, up to 256. The engine runs it only for head dims the TPP kernels are not
+//    built for (the bundled model's 8): for 64 and 128, decode attention with or without
+//    sharing is kernels/cuda/tpp's (PagedDecodeAttention there is TPP's phase 2 alone).
 //  - PrefillAttention: new tokens of prefill sequences attend causally over their cached path
 //    plus themselves. head_dim 64 and 128: flash-attention-2 style with mma.sync tensor cores
 //    (bf16/fp16 operands, fp32 accumulation; GQA heads packed into the M dimension); other head

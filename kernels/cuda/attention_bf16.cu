@@ -3,14 +3,6 @@
 
 namespace banyan::kernels::cuda {
 
-template cudaError_t PagedDecodeDispatched<64, 1, __nv_bfloat16>(const PagedDecodeParams&, cudaStream_t,
-                                                                 LaunchShape*);
-template cudaError_t PagedDecodeDispatched<64, 4, __nv_bfloat16>(const PagedDecodeParams&, cudaStream_t,
-                                                                 LaunchShape*);
-template cudaError_t PagedDecodeDispatched<128, 1, __nv_bfloat16>(const PagedDecodeParams&, cudaStream_t,
-                                                                 LaunchShape*);
-template cudaError_t PagedDecodeDispatched<128, 4, __nv_bfloat16>(const PagedDecodeParams&, cudaStream_t,
-                                                                 LaunchShape*);
 template cudaError_t PrefillMmaDispatched<64, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
 template cudaError_t PrefillMmaDispatched<128, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
 

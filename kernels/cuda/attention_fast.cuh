@@ -7,22 +7,6 @@
 
 namespace banyan::kernels::cuda {
 
-template <int HEAD_DIM, int HPC, typename T>
-cudaError_t PagedDecodeDispatched(const PagedDecodeParams& p, cudaStream_t stream,
-                                  LaunchShape* describe) {
-  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "fast decode path: head_dim 64 or 128");
-  static_assert(HPC == 1 || HPC == 4, "q heads per CTA: 1 or 4");
-  const int group = p.num_q_heads / p.kv.num_kv_heads;
-  const int tiles = (group + HPC - 1) / HPC;
-  const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>(p.kv.num_kv_heads * tiles));
-  if (describe != nullptr) {
-    *describe = {reinterpret_cast<const void*>(PagedDecodeKernel<HEAD_DIM, HPC, T>), grid};
-    return cudaSuccess;
-  }
-  PagedDecodeKernel<HEAD_DIM, HPC, T><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-
 template <int HEAD_DIM, typename T>
 cudaError_t PrefillMmaDispatched(const PrefillParams& p, cudaStream_t stream) {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "tensor-core prefill: head_dim 64 or 128");

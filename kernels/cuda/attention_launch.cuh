@@ -17,13 +17,6 @@ struct LaunchShape {
   dim3 grid;
 };
 
-// HEAD_DIM 64 or 128; HPC q heads per CTA (1 for MHA, 4 for GQA). Launches the item kernel only
-// (the merge kernel is launched by the dispatch point). With `describe`, launches nothing and
-// says what it would launch.
-template <int HEAD_DIM, int HPC, typename T>
-cudaError_t PagedDecodeDispatched(const PagedDecodeParams& p, cudaStream_t stream,
-                                  LaunchShape* describe = nullptr);
-
 // HEAD_DIM 64 or 128.
 template <int HEAD_DIM, typename T>
 cudaError_t PrefillMmaDispatched(const PrefillParams& p, cudaStream_t stream);

@@ -1,6 +1,6 @@
 // GPU differential tests of TPP decode attention and the paged kernel against the CPU reference
 // (kernels/cpu/tpp_attention.h), over random prefix trees with hierarchical sharing. Every case
-// also runs the backend's paged decode kernel (kernels/cuda/attention.h: PagedDecodeAttention
+// also runs the generic paged decode kernel (kernels/cuda/attention.h: PagedDecodeAttention
 // over BuildDecodeWork's items, on the shared and the unshared plan, with the default and a
 // small item size so that rows are split and merged): the tree's two per-row decode kernels
 // are checked on the same inputs against the same reference.
@@ -201,7 +201,7 @@ class Fixture {
     return Download();
   }
 
-  // Runs the backend's paged decode kernel (kernels/cuda/attention.h) over `plan` (any plan:
+  // Runs the generic paged decode kernel (kernels/cuda/attention.h) over `plan` (any plan:
   // each row reads its segments' spans, then its private spans), items of at most
   // `item_tokens`; output and partial states poisoned first. Empty when the library has no
   // kernel for the dtype (BANYAN_CUDA_FP16=OFF).
@@ -360,7 +360,7 @@ void CheckEveryPhase2Kernel(Fixture& f, const AttentionPlan& shared, const Atten
   }
 }
 
-// The backend's paged kernel (the other per-row decode kernel) on the same inputs: over the
+// The generic paged kernel (the engine's fallback for other head dims) on the same inputs: over the
 // shared plan and the unshared one, items of the default 256 tokens and of 48 (not a multiple of
 // any chunk size here, so items cut spans and long rows merge many partials).
 void CheckBackendPaged(Fixture& f, const AttentionPlan& shared, const AttentionPlan& plain,
@@ -370,7 +370,7 @@ void CheckBackendPaged(Fixture& f, const AttentionPlan& shared, const AttentionP
       const std::vector<float> got = f.RunBackendPaged(*plan, item_tokens);
       if (got.empty()) return;  // no fp16 kernels in this build
       EXPECT_LT(RelErr(got, want), tol)
-          << label << " backend paged kernel, " << (plan == &shared ? "shared" : "unshared")
+          << label << " generic paged kernel, " << (plan == &shared ? "shared" : "unshared")
           << " plan, items of " << item_tokens;
     }
   }
@@ -440,7 +440,7 @@ INSTANTIATE_TEST_SUITE_P(
 // head group) over the full matrix GQA 1/4/8 x head_dim 64/128 x bf16/fp16, random chunk sizes,
 // random private-tail lengths from 1 token to ~2.5K (the long ones split by TppWorkPlan and by
 // the backend's items, then merged), through every call path (CheckBoth: TPP with sharing,
-// TPP's paged, the backend's paged attention over the shared and the unshared plan), outputs
+// TPP's paged, the generic paged kernel over the shared and the unshared plan), outputs
 // and partial states poisoned.
 TEST(TppGpuTest, PerRowKernelGqaMatrix) {
   SKIP_WITHOUT_GPU();

@@ -273,6 +273,41 @@ TEST(TppWorkPlanTest, Phase2KernelChoice) {
   }
 }
 
+// Long tails on the warp kernel only when they re-read common chunks (a plan without sharing
+// over a common prefix) and the machine is full; long distinct tails stay on the CTA kernel.
+TEST(TppWorkPlanTest, WarpKernelForReReadLongTails) {
+  auto pool = *kvcache::ChunkPool::Create(1000, 64);
+  kvcache::PrefixTree tree(&pool);
+  std::vector<int32_t> prefix(512);
+  for (size_t i = 0; i < prefix.size(); ++i) prefix[i] = static_cast<int32_t>(i);
+  std::vector<kvcache::SeqId> common, distinct;
+  for (int r = 0; r < 128; ++r) {
+    auto seq = prefix;
+    seq.push_back(10000 + r);
+    common.push_back(tree.Insert("", seq)->seq);
+  }
+  for (int r = 0; r < 128; ++r) {
+    std::vector<int32_t> seq(200);
+    for (size_t i = 0; i < seq.size(); ++i) seq[i] = static_cast<int32_t>(20000 + 1000 * r + i);
+    distinct.push_back(tree.Insert("", seq)->seq);
+  }
+  const TppProblem mha{32, 32, 128, 64};  // 128 rows x 32 kv heads = 4,096 warps
+  AttentionPlan re_read = kvcache::BuildAttentionPlan(tree, common, {.share = false});
+  auto warp = TppWorkPlan::Build(engine::ViewOf(re_read), mha, TppOptions{});
+  ASSERT_TRUE(warp.ok());
+  EXPECT_EQ(warp->p2_path(), Phase2Path::kWarpPerHead);
+  AttentionPlan own = kvcache::BuildAttentionPlan(tree, distinct, {.share = false});
+  auto cta = TppWorkPlan::Build(engine::ViewOf(own), mha, TppOptions{});
+  ASSERT_TRUE(cta.ok());
+  EXPECT_EQ(cta->p2_path(), Phase2Path::kCudaCores);
+  // Half the rows: 2,048 warps, not enough to fill the machine.
+  std::vector<kvcache::SeqId> half(common.begin(), common.begin() + 64);
+  AttentionPlan few = kvcache::BuildAttentionPlan(tree, half, {.share = false});
+  auto few_cta = TppWorkPlan::Build(engine::ViewOf(few), mha, TppOptions{});
+  ASSERT_TRUE(few_cta.ok());
+  EXPECT_EQ(few_cta->p2_path(), Phase2Path::kCudaCores);
+}
+
 TEST(TppWorkPlanTest, RejectsBadProblems) {
   AttentionPlan empty;
   EXPECT_FALSE(TppWorkPlan::Build(engine::ViewOf(empty), TppProblem{6, 4, 128, 64}).ok());

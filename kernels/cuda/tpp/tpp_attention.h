@@ -80,6 +80,7 @@ struct TppOptions {
   int32_t p2_min_split_tokens = 1024;  // a private tail is split only into pieces this long
   int32_t p2_ctas_per_sm = 4;          // phase-2 split target: this many CTAs per SM
   int32_t p2_max_splits = 64;
+  int32_t p2_max_split_tokens = 0;     // > 0: private-tail pieces are at most this long
   // Phase-2 cp.async pipeline depth: 3 stages hide a tile's load behind two others' compute; 2
   // stages take a third less shared memory, so more CTAs fit on an SM, which is what short
   // tails need (a CTA then waits on latency, not bandwidth). 0: 2 when no phase-2 item is

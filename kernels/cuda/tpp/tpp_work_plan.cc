@@ -81,6 +81,31 @@ std::vector<Range> CutSpans(const PlanView& p, int32_t lo, int32_t hi, int32_t n
 
 int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
 
+// Tokens the rows' private spans read per token of distinct chunk they touch: about 1 when every
+// row's tail is its own KV, about the row count when the rows read one common prefix as private
+// spans (a plan built without sharing).
+double PrivateReuse(const PlanView& plan, int32_t chunk_size) {
+  int32_t max_chunk = -1;
+  int64_t tokens = 0;
+  for (int32_t r = 0; r < plan.num_rows; ++r) {
+    for (int32_t s = plan.row_span_begin[r]; s < plan.row_span_end[r]; ++s) {
+      max_chunk = std::max(max_chunk, plan.span_chunk[s]);
+      tokens += plan.span_end[s] - plan.span_begin[s];
+    }
+  }
+  if (max_chunk < 0) return 0.0;
+  std::vector<uint8_t> seen(static_cast<size_t>(max_chunk) + 1, 0);
+  int64_t distinct = 0;
+  for (int32_t r = 0; r < plan.num_rows; ++r) {
+    for (int32_t s = plan.row_span_begin[r]; s < plan.row_span_end[r]; ++s) {
+      uint8_t& b = seen[static_cast<size_t>(plan.span_chunk[s])];
+      distinct += b == 0;
+      b = 1;
+    }
+  }
+  return static_cast<double>(tokens) / (static_cast<double>(distinct) * chunk_size);
+}
+
 void Append(std::vector<int32_t>& image, int64_t* offset, const std::vector<int32_t>& v) {
   *offset = static_cast<int64_t>(image.size());
   image.insert(image.end(), v.begin(), v.end());
@@ -248,17 +273,24 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   const int64_t rows = std::max<int64_t>(plan.num_rows, 1);
   const bool p2_mma =
       options.p2_mma == 1 ? g >= 2 : (options.p2_mma < 0 && g >= 4 && total >= 64 * rows);
-  // One warp per (item, kv head, up to 4 of its q heads) where the CTA kernels wait on
-  // latency: short tails, and enough warps that each one's serial walk over its tail and heads
-  // is covered many times over (warps >= 1,024 and >= 24 x mean tail x heads per warp: a fit to
-  // the H200 measurements in docs/tpp.md; below it, e.g. 64 rows of a tree or Hydragen's B = 64
-  // / 256, the CTA kernels' 128 threads per (row, kv head) win by 3-40 %).
+  // One warp per (item, kv head, up to 4 of its q heads) (fits to the H200 measurements in
+  // docs/tpp.md, not a model):
+  //  - where the CTA kernels wait on latency: short tails, with enough warps that each one's
+  //    serial walk over its tail and heads is covered many times over (>= 1,024 warps and
+  //    >= 24 x mean tail x heads per warp; below it, e.g. 64 rows of a tree or Hydragen's
+  //    B = 64 / 256, the CTA kernels' 128 threads per (row, kv head) win by 3-40 %);
+  //  - and for long tails that re-read the same chunks (a plan without sharing over a common
+  //    prefix, the paged baseline: served from L2, where the warp kernel's direct loads ran
+  //    1.3-1.5x faster than the cp.async pipeline) when the machine is full (>= 4,096 warps).
+  //    Tails of distinct KV stream from HBM, where the CTA kernel was 5-10 % faster.
   const int32_t warp_heads = g >= 3 ? 4 : g;
   const int64_t warps = rows * hkv * CeilDiv(g, warp_heads);
-  const bool p2_warp =
-      !p2_mma && (options.p2_warp == 1 ||
-                  (options.p2_warp < 0 && total <= options.p2_warp_max_mean_tail * rows &&
-                   warps >= 1024 && warps * rows >= 24 * total * warp_heads));
+  const bool short_tails = total <= options.p2_warp_max_mean_tail * rows && warps >= 1024 &&
+                           warps * rows >= 24 * total * warp_heads;
+  bool p2_warp = !p2_mma && (options.p2_warp == 1 || (options.p2_warp < 0 && short_tails));
+  if (!p2_mma && !p2_warp && options.p2_warp < 0 && warps >= 4096) {
+    p2_warp = PrivateReuse(plan, problem.chunk_size) >= 2.0;
+  }
   if (p2_mma) {
     wp.p2_path_ = Phase2Path::kTensorCores;
     wp.p2_group_ = 16;
@@ -272,8 +304,11 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   wp.p2_groups_ = CeilDiv(g, wp.p2_group_);
   const int64_t target_ctas = static_cast<int64_t>(options.p2_ctas_per_sm) * options.num_sms;
   const int64_t per_row_ctas = wp.p2_grid_y();
-  const int64_t split_len = std::max<int64_t>(
-      options.p2_min_split_tokens, (total * per_row_ctas + target_ctas - 1) / target_ctas);
+  int64_t split_len = std::max<int64_t>(options.p2_min_split_tokens,
+                                        (total * per_row_ctas + target_ctas - 1) / target_ctas);
+  if (options.p2_max_split_tokens > 0) {
+    split_len = std::min<int64_t>(split_len, options.p2_max_split_tokens);
+  }
   std::vector<int32_t> p2_row, p2_lo, p2_hi, p2_state, merge_rows;
   std::vector<int32_t> merge_begin(plan.num_rows), merge_end(plan.num_rows), merge_states;
   int64_t longest_item = 0;  // tokens of the longest phase-2 item (about: pieces are near equal)
