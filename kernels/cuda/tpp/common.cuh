@@ -150,4 +150,45 @@ struct TileIter {
   }
 };
 
+// Issues one K/V tile's cp.async copies: TILE slots of span it.span from slot it.slot, kv head
+// kvh, into s_k / s_v, vector c of row r at element offset layout(r, c); slots past the span's
+// end are zero-filled. Called by all THREADS threads of the CTA.
+template <int TILE, int HEAD_DIM, int THREADS, typename DType, typename Layout>
+__device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, const TileIter<TILE>& it,
+                                           DType* s_k, DType* s_v, const Layout& layout) {
+  constexpr int VECS = HEAD_DIM / 8;
+  const TppTables& t = p.t;
+  const int n = min(TILE, t.span_end[it.span] - it.slot);
+  const DType* k_src = static_cast<const DType*>(p.kv.base) +
+                       static_cast<int64_t>(t.span_chunk[it.span]) * p.kv.chunk_stride +
+                       (static_cast<int64_t>(kvh) * p.kv.chunk_size + it.slot) * HEAD_DIM;
+  const int64_t v_offset = p.kv.v_offset;
+#pragma unroll
+  for (int i = 0; i < TILE * VECS / THREADS; ++i) {
+    const int v = static_cast<int>(threadIdx.x) + i * THREADS;
+    const int r = v / VECS;
+    const int c = v % VECS;
+    const bool valid = r < n;
+    const DType* src = valid ? k_src + r * HEAD_DIM + c * 8 : k_src;
+    const int off = layout(r, c);
+    CpAsync16(s_k + off, src, valid);
+    CpAsync16(s_v + off, src + v_offset, valid);
+  }
+}
+
+// Fills the first STAGES - 1 stages of a cp.async pipeline (one commit group per stage, empty
+// past the end of the spans), advancing load_it; load(stage, it) issues one tile.
+template <int STAGES, int TILE, typename Load>
+__device__ __forceinline__ void StartPipeline(const TppTables& t, int span_hi,
+                                              TileIter<TILE>& load_it, const Load& load) {
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (load_it.span < span_hi) {
+      load(st, load_it);
+      load_it.Next(t, span_hi);
+    }
+    CpAsyncCommit();
+  }
+}
+
 }  // namespace banyan::kernels::cuda::tpp

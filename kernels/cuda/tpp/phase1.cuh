@@ -71,10 +71,6 @@ __global__ void __launch_bounds__(128)
   const int hq = p.num_q_heads;
 
   const DType* q = static_cast<const DType*>(p.q);
-  const DType* kv_base = static_cast<const DType*>(p.kv.base);
-  const int64_t chunk_stride = p.kv.chunk_stride;
-  const int64_t v_offset = p.kv.v_offset;
-  const int chunk_size = p.kv.chunk_size;
 
   // Q tile, zero rows past the segment's queries.
   for (int v = tid; v < Cfg::kBlockM * VECS; v += Cfg::kThreads) {
@@ -93,34 +89,16 @@ __global__ void __launch_bounds__(128)
   CpAsyncCommit();
 
   auto load_tile = [&](int stage, const TileIter<BN>& it) {
-    const int n = min(BN, t.span_end[it.span] - it.slot);
-    const DType* k_src = kv_base + static_cast<int64_t>(t.span_chunk[it.span]) * chunk_stride +
-                         (static_cast<int64_t>(kvh) * chunk_size + it.slot) * HEAD_DIM;
     DType* s_k = s_kv + stage * 2 * BN * ROW;
-    DType* s_v = s_k + BN * ROW;
-#pragma unroll
-    for (int i = 0; i < BN * VECS / Cfg::kThreads; ++i) {
-      const int v = tid + i * Cfg::kThreads;
-      const int row = v / VECS;
-      const int c = v % VECS;
-      const bool valid = row < n;
-      const DType* src = valid ? k_src + row * HEAD_DIM + c * 8 : k_src;
-      CpAsync16(s_k + Swizzle<HEAD_DIM, Cfg::kPadded>(row, c), src, valid);
-      CpAsync16(s_v + Swizzle<HEAD_DIM, Cfg::kPadded>(row, c), src + v_offset, valid);
-    }
+    LoadKvTile<BN, HEAD_DIM, Cfg::kThreads>(
+        p, kvh, it, s_k, s_k + BN * ROW,
+        [](int r, int c) { return Swizzle<HEAD_DIM, Cfg::kPadded>(r, c); });
   };
 
   TileIter<BN> load_it, comp_it;
   load_it.Start(t, span_lo, span_hi);
   comp_it = load_it;
-#pragma unroll
-  for (int st = 0; st < Cfg::kStages - 1; ++st) {
-    if (load_it.span < span_hi) {
-      load_tile(st, load_it);
-      load_it.Next(t, span_hi);
-    }
-    CpAsyncCommit();
-  }
+  StartPipeline<Cfg::kStages>(t, span_hi, load_it, load_tile);
 
   float o[MT][HEAD_DIM / 8][4] = {};  // O accumulators: rows lane/4 and lane/4 + 8 of tile mt
   float row_max[MT][2];                // running max of the raw scores q.k (unscaled)

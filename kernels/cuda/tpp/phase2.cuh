@@ -202,40 +202,17 @@ __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ T
   const int out_state = t.p2_state[item];
   const int hq = p.num_q_heads;
 
-  const DType* kv_base = static_cast<const DType*>(p.kv.base);
-  const int64_t chunk_stride = p.kv.chunk_stride;
-  const int64_t v_offset = p.kv.v_offset;
-  const int chunk_size = p.kv.chunk_size;
 
   auto load_tile = [&](int stage, const TileIter<TILE>& it) {
-    const int n = min(TILE, t.span_end[it.span] - it.slot);
-    const DType* k_src = kv_base + static_cast<int64_t>(t.span_chunk[it.span]) * chunk_stride +
-                         (static_cast<int64_t>(kvh) * chunk_size + it.slot) * HEAD_DIM;
     DType* s_k = s_kv + stage * 2 * TILE * HEAD_DIM;
-    DType* s_v = s_k + TILE * HEAD_DIM;
-#pragma unroll
-    for (int i = 0; i < TILE * VECS / Cfg::kThreads; ++i) {
-      const int v = tid + i * Cfg::kThreads;
-      const int r = v / VECS;
-      const int c = v % VECS;
-      const bool valid = r < n;
-      const DType* src = valid ? k_src + r * HEAD_DIM + c * 8 : k_src;
-      CpAsync16(s_k + r * HEAD_DIM + c * 8, src, valid);
-      CpAsync16(s_v + r * HEAD_DIM + c * 8, src + v_offset, valid);
-    }
+    LoadKvTile<TILE, HEAD_DIM, Cfg::kThreads>(p, kvh, it, s_k, s_k + TILE * HEAD_DIM,
+                                              [](int r, int c) { return r * HEAD_DIM + c * 8; });
   };
 
   TileIter<TILE> load_it, comp_it;
   load_it.Start(t, span_lo, span_hi);
   comp_it = load_it;
-#pragma unroll
-  for (int st = 0; st < Cfg::kStages - 1; ++st) {
-    if (load_it.span < span_hi) {
-      load_tile(st, load_it);
-      load_it.Next(t, span_hi);
-    }
-    CpAsyncCommit();
-  }
+  StartPipeline<Cfg::kStages>(t, span_hi, load_it, load_tile);
 
   // This thread's 8 elements of each head's query, pre-scaled into the log2 domain.
   float qv[GROUP][8];

@@ -59,10 +59,6 @@ __global__ void __launch_bounds__(128) TppPhase2MmaKernel(const __grid_constant_
   const int span_hi = t.p2_span_hi[item];
   const int out_state = t.p2_state[item];
 
-  const DType* kv_base = static_cast<const DType*>(p.kv.base);
-  const int64_t chunk_stride = p.kv.chunk_stride;
-  const int64_t v_offset = p.kv.v_offset;
-  const int chunk_size = p.kv.chunk_size;
 
   // Q: the row's heads [head0, head0 + heads), zero rows after them.
   {
@@ -78,34 +74,16 @@ __global__ void __launch_bounds__(128) TppPhase2MmaKernel(const __grid_constant_
   }
 
   auto load_tile = [&](int stage, const TileIter<BN>& it) {
-    const int n = min(BN, t.span_end[it.span] - it.slot);
-    const DType* k_src = kv_base + static_cast<int64_t>(t.span_chunk[it.span]) * chunk_stride +
-                         (static_cast<int64_t>(kvh) * chunk_size + it.slot) * HEAD_DIM;
     DType* s_k = s_kv + stage * 2 * BN * HEAD_DIM;
-    DType* s_v = s_k + BN * HEAD_DIM;
-#pragma unroll
-    for (int i = 0; i < BN * VECS / Cfg::kThreads; ++i) {
-      const int v = tid + i * Cfg::kThreads;
-      const int r = v / VECS;
-      const int c = v % VECS;
-      const bool valid = r < n;
-      const DType* src = valid ? k_src + r * HEAD_DIM + c * 8 : k_src;
-      CpAsync16(s_k + Swizzle<HEAD_DIM, false>(r, c), src, valid);
-      CpAsync16(s_v + Swizzle<HEAD_DIM, false>(r, c), src + v_offset, valid);
-    }
+    LoadKvTile<BN, HEAD_DIM, Cfg::kThreads>(
+        p, kvh, it, s_k, s_k + BN * HEAD_DIM,
+        [](int r, int c) { return Swizzle<HEAD_DIM, false>(r, c); });
   };
 
   TileIter<BN> load_it, comp_it;
   load_it.Start(t, span_lo, span_hi);
   comp_it = load_it;
-#pragma unroll
-  for (int st = 0; st < Cfg::kStages - 1; ++st) {
-    if (load_it.span < span_hi) {
-      load_tile(st, load_it);
-      load_it.Next(t, span_hi);
-    }
-    CpAsyncCommit();
-  }
+  StartPipeline<Cfg::kStages>(t, span_hi, load_it, load_tile);
 
   // Q's A fragments stay in registers for the whole item.
   const int j = lane >> 3;  // ldmatrix: which 8x8 matrix this lane addresses
