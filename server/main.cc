@@ -417,9 +417,9 @@ int Run(int argc, char** argv) {
                  a.tpp_steps, a.tpp_plan_builds, a.build_host_us, a.tpp_plan_updates,
                  a.update_host_us);
     spdlog::info("cuda graphs: {} decode steps replayed ({} after updating the attention "
-                 "nodes, {:.0f} us), {} captured ({} updates, {} instantiations), {} eager "
-                 "while a new key settled, {} fallbacks",
-                 g.replays, g.patches, g.patch_host_us, g.captures, g.updates, g.instantiations,
+                 "nodes, {:.0f} us), {} captured ({:.0f} us), {} eager while a new key "
+                 "settled, {} fallbacks",
+                 g.replays, g.patches, g.patch_host_us, g.captures, g.capture_host_us,
                  g.unstable, g.fallbacks);
     if (g.patch_failures > 0) {
       spdlog::warn("cuda graphs: {} attention-node updates failed (captured instead): {}",

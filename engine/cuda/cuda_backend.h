@@ -77,7 +77,7 @@ struct CudaAttentionStats {
   int32_t last_p2_items = 0;
   int32_t last_merge_rows = 0;
   bool last_deferred_merge = false;
-  // CUDA graphs of decode-only steps (captures, replays, updates vs instantiations, host cost).
+  // CUDA graphs of decode-only steps (captures, replays, node updates, host cost).
   cuda::DecodeGraphStats graph;
 };
 
@@ -163,6 +163,7 @@ class CudaBackend final : public Backend {
   absl::Status ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens);
 
   const CudaAttentionStats& attention_stats() const { return stats_; }
+  AttentionMode attention_mode() const { return options_.attention; }
   void ResetAttentionStats() { stats_ = {}; }
   // True when decode rows run on the TPP kernels (a head_dim they are built for, attention on):
   // two-phase where the plan has shared segments (kTpp), their paged call where it has none.

@@ -89,26 +89,16 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
     const auto t0 = std::chrono::steady_clock::now();
     cudaGraph_t graph = nullptr;
     BANYAN_RETURN_IF_ERROR(Capture(stream, enqueue, &graph));
-    bool updated = false;
-    if (e.exec != nullptr) {
-      cudaGraphExecUpdateResultInfo info;
-      updated = cudaGraphExecUpdate(e.exec, graph, &info) == cudaSuccess;
-      if (!updated) {
-        cudaGetLastError();  // a refused update is not sticky
-        ++stats->update_refusals;
-        Destroy(e);
-      }
-    }
-    if (!updated) {
-      const cudaError_t err = cudaGraphInstantiate(&e.exec, graph, 0);
-      if (err != cudaSuccess) {
-        e.exec = nullptr;
-        cudaGraphDestroy(graph);
-        return kernels::cuda::CudaStatus(err, "cudaGraphInstantiate (decode step)");
-      }
+    // A fresh executable, never cudaGraphExecUpdate: node updates (`update`) must name nodes of
+    // the graph the executable was instantiated from (see the header).
+    Destroy(e);
+    const cudaError_t err = cudaGraphInstantiate(&e.exec, graph, 0);
+    if (err != cudaSuccess) {
+      e.exec = nullptr;
+      cudaGraphDestroy(graph);
+      return kernels::cuda::CudaStatus(err, "cudaGraphInstantiate (decode step)");
     }
     // Keep the template: node updates name its nodes.
-    if (e.graph != nullptr) cudaGraphDestroy(e.graph);
     e.graph = graph;
     if (!kernels::cuda::ListKernelNodes(graph, &e.kernels).ok()) {
       cudaGetLastError();
@@ -119,13 +109,7 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     ++stats->captures;
-    if (updated) {
-      ++stats->updates;
-      stats->update_host_us += us;
-    } else {
-      ++stats->instantiations;
-      stats->instantiate_host_us += us;
-    }
+    stats->capture_host_us += us;
   }
   ++stats->steps;
   BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(e.exec, stream));

@@ -19,10 +19,11 @@
 //    in a row (per shape); before that Launch returns false and the caller runs the step
 //    eagerly. A capture costs several eager steps' worth of host time, so a key that lasts one
 //    step (rows that start new chunks at every step) is never captured.
-//  - Captured again with the same `shape`, cudaGraphExecUpdate patches the executable in place;
-//    if the update is refused (the new capture has another topology, e.g. cuBLAS picked a
-//    different kernel sequence, or the TPP schedule switched between fused and deferred merge)
-//    the executable is instantiated again. A new `shape` is instantiated, evicting the least
+//  - Captured again with the same `shape`, the executable is instantiated again from the new
+//    capture (not cudaGraphExecUpdate'd: node updates must name nodes of the graph an
+//    executable was instantiated from, and after an exec update the kept template is not that
+//    graph, so every later node update was refused; measured on the GPU machine when TPP's
+//    launch signature changed as tails grew). A new `shape` is instantiated, evicting the least
 //    recently used shape beyond `capacity`.
 //  - `enqueue` must only enqueue work on the stream (and on streams it forks from it by events):
 //    no allocation, no synchronization, no host reads of device results. Capture runs in
@@ -49,11 +50,7 @@ struct DecodeGraphStats {
   int64_t steps = 0;           // decode steps that ran through a graph
   int64_t replays = 0;         // of which replayed a cached executable as it was
   int64_t captures = 0;        // of which captured the step first (replays + captures = steps)
-  int64_t updates = 0;         // captures applied to a cached executable by cudaGraphExecUpdate
-  int64_t instantiations = 0;  // captures instantiated (new shape, or the update was refused)
-  int64_t update_refusals = 0; // of the instantiations: cudaGraphExecUpdate was tried and refused
-  double update_host_us = 0;       // summed host time of capture + update
-  double instantiate_host_us = 0;  // summed host time of capture + instantiate
+  double capture_host_us = 0;  // summed host time of capture + instantiate
   int64_t unstable = 0;  // decode steps run eagerly: their key was not stable long enough yet
   int64_t fallbacks = 0;       // graph failures: the step ran eagerly and graphs were turned off
   int64_t patches = 0;         // replays whose attention nodes were updated first (no capture)
@@ -65,11 +62,7 @@ struct DecodeGraphStats {
     steps += o.steps;
     replays += o.replays;
     captures += o.captures;
-    updates += o.updates;
-    instantiations += o.instantiations;
-    update_refusals += o.update_refusals;
-    update_host_us += o.update_host_us;
-    instantiate_host_us += o.instantiate_host_us;
+    capture_host_us += o.capture_host_us;
     unstable += o.unstable;
     fallbacks += o.fallbacks;
     patches += o.patches;

@@ -234,8 +234,9 @@ double CompareSteps(Side& cpu, Side& gpu, int vocab, const std::vector<std::vect
   EXPECT_EQ(st.decode_steps, steps) << label;
   EXPECT_EQ(steps_with_segments, shared ? steps : 0) << label;
   if (cuda.uses_tpp_kernel()) {
-    // Every decode step ran the TPP kernels (a plan without segments: their paged call).
-    EXPECT_EQ(st.tpp_steps, steps_with_segments) << label;
+    // Every decode step ran the TPP kernels; kPaged plans have no segments (their paged call).
+    const bool sharing = cuda.attention_mode() == AttentionMode::kTpp;
+    EXPECT_EQ(st.tpp_steps, sharing ? steps_with_segments : 0) << label;
     EXPECT_EQ(st.tpp_plan_builds + st.tpp_plan_updates, steps) << label;
     std::printf("[ %s ] TPP kernel: %lld plan builds, %lld span-end updates, up to %d segments\n",
                 label.c_str(), static_cast<long long>(st.tpp_plan_builds),
