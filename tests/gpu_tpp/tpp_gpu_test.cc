@@ -341,8 +341,9 @@ void CheckOtherPhase1Paths(Fixture& f, const AttentionPlan& shared, const TppOpt
 void CheckEveryPhase2Kernel(Fixture& f, const AttentionPlan& shared, const AttentionPlan& plain,
                             const Shape& s, const TppOptions& opt, const std::vector<float>& want,
                             double tol, const std::string& label) {
-  // Batches of more than 512 rows run the default choice only (it picks the warp kernel there
-  // for short tails); every kernel is forced on the smaller cases, which keeps the suite short.
+  // Batches of more than 512 rows run the default choice only (at 2,048 rows: the warp kernel
+  // for MHA, tensor cores for GQA 8); every kernel is forced on the smaller cases, which keeps
+  // the suite short.
   if (opt.p2_mma >= 0 || opt.p2_warp >= 0 || plain.num_rows() > 512) return;
   const std::pair<Phase2Path, const char*> paths[] = {
       {Phase2Path::kCudaCores, "CUDA cores"},
