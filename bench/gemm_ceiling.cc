@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bench/tpp/bench_fill.h"
+#include "engine/cuda/cublas_gemm.h"
 #include "engine/cuda/device_memory.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -17,11 +18,7 @@ namespace banyan::bench {
 namespace {
 
 using engine::cuda::DeviceBuffer;
-
-absl::Status Cublas(cublasStatus_t st, const char* what) {
-  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(st)));
-}
+using engine::cuda::CublasStatus;
 
 // Owns the handles of one measurement, whatever path leaves it.
 struct Handles {
@@ -61,15 +58,15 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const engine::ModelConfig& c
 
   Handles h;
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&h.stream, cudaStreamNonBlocking));
-  BANYAN_RETURN_IF_ERROR(Cublas(cublasCreate(&h.cublas), "cublasCreate"));
-  BANYAN_RETURN_IF_ERROR(Cublas(cublasSetStream(h.cublas, h.stream), "cublasSetStream"));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h.cublas), "cublasCreate"));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasSetStream(h.cublas, h.stream), "cublasSetStream"));
   DeviceBuffer weights, acts, workspace;
   BANYAN_RETURN_IF_ERROR(weights.Reserve(weight_elems * 2, "GEMM-ceiling weights"));
   BANYAN_RETURN_IF_ERROR(acts.Reserve(act_elems * 2, "GEMM-ceiling activations"));
   // A fixed workspace, as the backend gives cuBLAS, so that capture never allocates.
   constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
   BANYAN_RETURN_IF_ERROR(workspace.Reserve(kWorkspaceBytes, "cuBLAS workspace"));
-  BANYAN_RETURN_IF_ERROR(Cublas(
+  BANYAN_RETURN_IF_ERROR(CublasStatus(
       cublasSetWorkspace(h.cublas, workspace.get(), static_cast<size_t>(kWorkspaceBytes)),
       "cublasSetWorkspace"));
   BANYAN_CUDA_RETURN_IF_ERROR(
@@ -87,15 +84,11 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const engine::ModelConfig& c
   uint16_t* hm = h13 + h13_elems;
   uint16_t* logits = hm + h_elems;
   const float alpha = 1.0f, beta = 0.0f;
-  // out[M, N] = in[M, K] * weight[N, K]^T, as the backend's gemm (column-major cuBLAS view).
+  // out[M, N] = in[M, K] * weight[N, K]^T: the backend's GEMM (cublas_gemm.h), bf16 out.
   auto gemm = [&](const uint16_t* weight, const uint16_t* in, uint16_t* out, int64_t N,
                   int64_t K) {
-    return Cublas(cublasGemmEx(h.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
-                               static_cast<int>(B), static_cast<int>(K), &alpha, weight,
-                               CUDA_R_16BF, static_cast<int>(K), in, CUDA_R_16BF,
-                               static_cast<int>(K), &beta, out, CUDA_R_16BF, static_cast<int>(N),
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                  "cublasGemmEx");
+    return engine::cuda::RowMajorGemm(h.cublas, CUDA_R_16BF, weight, in, out, CUDA_R_16BF, B, N,
+                                      K, &alpha, &beta);
   };
   auto step = [&]() -> absl::Status {
     for (int l = 0; l < cfg.n_layers; ++l) {

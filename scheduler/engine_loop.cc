@@ -35,13 +35,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::shared_ptr<spdlog::logger> Log() {
-  static std::shared_ptr<spdlog::logger> logger = [] {
-    auto l = spdlog::get("scheduler");
-    return l ? l : spdlog::default_logger()->clone("scheduler");
-  }();
-  return logger;
-}
 
 kvcache::ChunkPool MakePool(const engine::Backend& backend) {
   auto pool = kvcache::ChunkPool::Create(backend.num_chunks(), backend.chunk_size());
@@ -50,6 +43,14 @@ kvcache::ChunkPool MakePool(const engine::Backend& backend) {
 }
 
 }  // namespace
+
+std::shared_ptr<spdlog::logger> Log() {
+  static std::shared_ptr<spdlog::logger> logger = [] {
+    auto l = spdlog::get("scheduler");
+    return l ? l : spdlog::default_logger()->clone("scheduler");
+  }();
+  return logger;
+}
 
 EngineLoop::ThreadClocks EngineLoop::ThreadClocks::Now() {
   ThreadClocks c;

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "common/check.h"
-#include "spdlog/spdlog.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/engine_loop_live.h"
 
@@ -90,13 +89,14 @@ void EngineLoop::CollectInflight() {
       draft_rows.push_back(row);
       roots.push_back(s->next_token);
     }
-    const std::vector<int32_t>& branching = draft_branching_;
     std::vector<engine::DraftHeads::Tree> trees;
     const auto t0 = std::chrono::steady_clock::now();
     const absl::Status ds =
         options_.draft_on_host
-            ? backend_->Backend::DraftTrees(*options_.draft_heads, draft_rows, roots, branching, &trees)
-            : backend_->DraftTrees(*options_.draft_heads, draft_rows, roots, branching, &trees);
+            ? backend_->Backend::DraftTrees(*options_.draft_heads, draft_rows, roots,
+                                            draft_branching_, &trees)
+            : backend_->DraftTrees(*options_.draft_heads, draft_rows, roots, draft_branching_,
+                                   &trees);
     stats_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++stats_.draft_steps;
     if (ds.ok()) {  // no drafts otherwise: the samples decode plainly
@@ -104,7 +104,7 @@ void EngineLoop::CollectInflight() {
     } else {
       ++stats_.draft_failures;
       if (stats_.draft_failures == 1) {
-        spdlog::warn("draft heads failed ({}); the samples decode without candidates",
+        Log()->warn("draft heads failed ({}); the samples decode without candidates",
                      std::string(ds.message()));
       }
     }

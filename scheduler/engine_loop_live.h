@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/sampler/sampler.h"
+#include "spdlog/spdlog.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/request.h"
@@ -16,6 +17,9 @@
 #include "scheduler/sample_text.h"
 
 namespace banyan::scheduler {
+
+// The engine loop's logger ("scheduler"), for its .cc files.
+std::shared_ptr<spdlog::logger> Log();
 
 // A sample's speculative candidates in flight (engine_loop_speculation.cc).
 struct SpecCandidates {

@@ -315,35 +315,39 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     run_mode("tpp_nows", shared_plan, false, o, out_tpp);
   }
   if (sweep && shared_plan.num_segments() > 0) {
-    TppOptions o;
-    o.p1_block_m = 64;
-    run_mode("tpp_m64", shared_plan, false, o, out_tpp);
-    o.p1_block_m = 128;
-    run_mode("tpp_m128", shared_plan, false, o, out_tpp);
-    o = TppOptions{};
-    o.pdl = false;
-    run_mode("tpp_nopdl", shared_plan, false, o, out_tpp);
-    o = TppOptions{};
-    o.p1_min_split_tokens = 1024;
-    run_mode("tpp_split1k", shared_plan, false, o, out_tpp);
-    o = TppOptions{};
-    o.defer_merge = 0;
-    run_mode("tpp_fused", shared_plan, false, o, out_tpp);
-    o.defer_merge = 1;
-    run_mode("tpp_deferred", shared_plan, false, o, out_tpp);
-    // The paged call's phase-2 choices: the warp kernel, pieces of at most 256 tokens, both.
-    o = TppOptions{};
-    o.p2_warp = 1;
-    run_mode("paged_warp", paged_plan, true, o, out_paged);
-    o.p2_max_split_tokens = 256;
-    run_mode("paged_warp_split256", paged_plan, true, o, out_paged);
-    o.p2_warp = 0;
-    run_mode("paged_split256", paged_plan, true, o, out_paged);
-    o = TppOptions{};
-    o.p2_stages = 2;
-    run_mode("tpp_p2s2", shared_plan, false, o, out_tpp);
-    o.p2_stages = 3;
-    run_mode("tpp_p2s3", shared_plan, false, o, out_tpp);
+    // One plan option changed per variant (the paged ones on the paged plan; the warp kernel
+    // alone on it is `paged_p2warp` above).
+    struct Variant {
+      const char* mode;
+      bool paged;
+      void (*set)(TppOptions&);
+    };
+    const Variant variants[] = {
+        {"tpp_m64", false, [](TppOptions& o) { o.p1_block_m = 64; }},
+        {"tpp_m128", false, [](TppOptions& o) { o.p1_block_m = 128; }},
+        {"tpp_nopdl", false, [](TppOptions& o) { o.pdl = false; }},
+        {"tpp_split1k", false, [](TppOptions& o) { o.p1_min_split_tokens = 1024; }},
+        {"tpp_fused", false, [](TppOptions& o) { o.defer_merge = 0; }},
+        {"tpp_deferred", false, [](TppOptions& o) { o.defer_merge = 1; }},
+        {"paged_warp_split256", true,
+         [](TppOptions& o) {
+           o.p2_warp = 1;
+           o.p2_max_split_tokens = 256;
+         }},
+        {"paged_split256", true,
+         [](TppOptions& o) {
+           o.p2_warp = 0;
+           o.p2_max_split_tokens = 256;
+         }},
+        {"tpp_p2s2", false, [](TppOptions& o) { o.p2_stages = 2; }},
+        {"tpp_p2s3", false, [](TppOptions& o) { o.p2_stages = 3; }},
+    };
+    for (const Variant& v : variants) {
+      TppOptions o;
+      v.set(o);
+      run_mode(v.mode, v.paged ? paged_plan : shared_plan, v.paged, o,
+               v.paged ? out_paged : out_tpp);
+    }
   }
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint16_t> ht(q_elems), hp(q_elems), hb(q_elems);

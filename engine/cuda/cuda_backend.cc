@@ -179,13 +179,10 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
 
   const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
   const cudaDataType_t ctype = dt == kc::DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
-  // out[M, N] (fp32) = a[M, K] * w[N, K]^T + beta * out.
+  // out[M, N] = a[M, K] * w[N, K]^T + beta * out (cublas_gemm.h).
   auto gemm_to = [&](const void* w, const void* a, void* out, cudaDataType_t out_type, int M,
                      int N, int K, const float* beta) {
-    return CublasStatus(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, ctype,
-                                     K, a, ctype, K, beta, out, out_type, N, CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT),
-                        "cublasGemmEx");
+    return RowMajorGemm(m.cublas, ctype, w, a, out, out_type, M, N, K, &alpha, beta);
   };
   auto gemm = [&](const void* w, const void* a, float* out, int M, int N, int K,
                   const float* beta) { return gemm_to(w, a, out, CUDA_R_32F, M, N, K, beta); };

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/cublas_gemm.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/decode_graph.h"
 #include "engine/cuda/device_draft_heads.h"
@@ -36,11 +37,8 @@ using cuda::StagedInts;
 
 inline double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 
-inline absl::Status CublasStatus(cublasStatus_t st, const char* what) {
-  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(st), " (",
-                                          cublasGetStatusString(st), ")"));
-}
+using cuda::CublasStatus;
+using cuda::RowMajorGemm;
 
 // True when `a` and `b` have the same shape: everything a TppWorkPlan depends on except the
 // span ends (AdvanceLengths moves those; the work partition stays valid, see tpp_attention.h).

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/cublas_gemm.h"
 #include "engine/model/dtype.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/draft_kernels.h"
@@ -12,11 +13,6 @@ namespace banyan::engine::cuda {
 namespace {
 
 namespace kc = kernels::cuda;
-
-absl::Status Cublas(cublasStatus_t st, const char* what) {
-  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(st)));
-}
 
 int64_t Align(int64_t bytes) { return (bytes + 255) & ~int64_t{255}; }
 
@@ -140,13 +136,10 @@ absl::Status DeviceDraftHeads::Draft(cublasHandle_t cublas, cudaStream_t stream,
 
   const cudaDataType_t ctype = dtype_ == kc::DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   const float one = 1.0f, zero = 0.0f;
-  // out[M, N] (fp32) = a[M, K] . w[N, K]^T + beta * out.
+  // out[M, N] (fp32) = a[M, K] . w[N, K]^T + beta * out (cublas_gemm.h).
   auto gemm = [&](const void* w, const void* a, float* o, int64_t M, int N, int K,
                   const float* beta) {
-    return Cublas(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, static_cast<int>(M), K, &one,
-                               w, ctype, K, a, ctype, K, beta, o, CUDA_R_32F, N,
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                  "draft heads GEMM");
+    return RowMajorGemm(cublas, ctype, w, a, o, CUDA_R_32F, M, N, K, &one, beta);
   };
 
   const int32_t* cur_paths = ints_.Dev(o_paths);
@@ -208,7 +201,7 @@ absl::Status DeviceDraftHeads::Draft(cublasHandle_t cublas, cudaStream_t stream,
   const int32_t* tok = host_tokens_.as<int32_t>();
 
   // Level d + 1 of sample s: its per_sample[d] parents in order, b children each (the order
-  // TreeBatch pushes them in). first[d] is the tree index of a sample's first level-d node.
+  // TreeBatch pushes them in).
   for (int64_t s = 0; s < S; ++s) {
     DraftHeads::Tree& t = (*out)[s];
     int64_t level_first = 0;  // tree index of the sample's first node of level d

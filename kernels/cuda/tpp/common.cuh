@@ -191,4 +191,20 @@ __device__ __forceinline__ void StartPipeline(const TppTables& t, int span_hi,
   }
 }
 
+// One step of a STAGES-deep pipeline, at the top of each tile's computation: waits until the tile
+// to compute has landed and every thread is done with the stage about to be refilled, then
+// issues the next tile (if any) into load_stage and commits its group.
+template <int STAGES, int TILE, typename Load>
+__device__ __forceinline__ void PipelineStep(const TppTables& t, int span_hi,
+                                             TileIter<TILE>& load_it, int load_stage,
+                                             const Load& load) {
+  CpAsyncWait<STAGES - 2>();
+  __syncthreads();
+  if (load_it.span < span_hi) {
+    load(load_stage, load_it);
+    load_it.Next(t, span_hi);
+  }
+  CpAsyncCommit();
+}
+
 }  // namespace banyan::kernels::cuda::tpp

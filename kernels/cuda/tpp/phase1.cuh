@@ -115,13 +115,7 @@ __global__ void __launch_bounds__(128)
   int load_stage = Cfg::kStages - 1;
 
   while (comp_it.span < span_hi) {
-    CpAsyncWait<Cfg::kStages - 2>();
-    __syncthreads();  // tile `stage` landed; stage `load_stage` is free (consumed last round)
-    if (load_it.span < span_hi) {
-      load_tile(load_stage, load_it);
-      load_it.Next(t, span_hi);
-    }
-    CpAsyncCommit();
+    PipelineStep<Cfg::kStages>(t, span_hi, load_it, load_stage, load_tile);
     const int n = min(BN, t.span_end[comp_it.span] - comp_it.slot);
 
     if (warp_active) {

@@ -110,6 +110,27 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float (&v)[8]) {
   v[4] = c.x, v[5] = c.y, v[6] = d.x, v[7] = d.y;
 }
 
+// What a phase-2 CTA (either CTA kernel) works on: its item (row, private spans
+// [span_lo, span_hi), output state or -1 = final) and q heads [head0, head0 + heads) of kv head
+// kvh, HEADS per CTA (blockIdx.y: kv head x group of HEADS heads).
+struct Phase2Work {
+  int row, span_lo, span_hi, out_state, kvh, head0, heads;
+};
+template <int HEADS>
+__device__ __forceinline__ Phase2Work Phase2WorkOf(const TppParams& p) {
+  const int groups = (p.group + HEADS - 1) / HEADS;
+  const int item = blockIdx.x;
+  Phase2Work w;
+  w.kvh = blockIdx.y / groups;
+  w.head0 = w.kvh * p.group + (blockIdx.y % groups) * HEADS;
+  w.heads = min(HEADS, w.kvh * p.group + p.group - w.head0);
+  w.row = p.t.p2_row[item];
+  w.span_lo = p.t.p2_span_lo[item];
+  w.span_hi = p.t.p2_span_hi[item];
+  w.out_state = p.t.p2_state[item];
+  return w;
+}
+
 // The end of a phase-2 CTA, shared by both phase-2 kernels: LANES partial online-softmax states
 // per head (s_o [LANES][GROUP][HEAD_DIM] unnormalised, s_m [LANES][GROUP] their maxima in the log2
 // domain, s_l the sums) are combined into one normalised state per (head, 16-byte vector); a
@@ -190,16 +211,10 @@ __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ T
   const int tid = threadIdx.x;
   const int tx = tid % VECS;
   const int ty = tid / VECS;
-  const int item = blockIdx.x;
-  const int groups = (p.group + GROUP - 1) / GROUP;
-  const int kvh = blockIdx.y / groups;
-  const int head0 = kvh * p.group + (blockIdx.y % groups) * GROUP;  // first q head of the CTA
-  const int heads = min(GROUP, kvh * p.group + p.group - head0);    // valid heads
+  const Phase2Work w = Phase2WorkOf<GROUP>(p);
+  const int kvh = w.kvh, head0 = w.head0, heads = w.heads;
+  const int row = w.row, span_lo = w.span_lo, span_hi = w.span_hi, out_state = w.out_state;
   const TppTables& t = p.t;
-  const int row = t.p2_row[item];
-  const int span_lo = t.p2_span_lo[item];
-  const int span_hi = t.p2_span_hi[item];
-  const int out_state = t.p2_state[item];
   const int hq = p.num_q_heads;
 
 
@@ -245,13 +260,7 @@ __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ T
   int stage = 0;
   int load_stage = Cfg::kStages - 1;
   while (comp_it.span < span_hi) {
-    CpAsyncWait<Cfg::kStages - 2>();
-    __syncthreads();
-    if (load_it.span < span_hi) {
-      load_tile(load_stage, load_it);
-      load_it.Next(t, span_hi);
-    }
-    CpAsyncCommit();
+    PipelineStep<Cfg::kStages>(t, span_hi, load_it, load_stage, load_tile);
     const int n = min(TILE, t.span_end[comp_it.span] - comp_it.slot);
     const DType* s_k = s_kv + stage * 2 * TILE * HEAD_DIM;
     const DType* s_v = s_k + TILE * HEAD_DIM;

@@ -48,16 +48,10 @@ __global__ void __launch_bounds__(128) TppPhase2MmaKernel(const __grid_constant_
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int item = blockIdx.x;
-  const int groups = (p.group + HEADS - 1) / HEADS;
-  const int kvh = blockIdx.y / groups;
-  const int head0 = kvh * p.group + (blockIdx.y % groups) * HEADS;  // first q head of the CTA
-  const int heads = min(HEADS, kvh * p.group + p.group - head0);    // valid heads
+  const Phase2Work w = Phase2WorkOf<HEADS>(p);
+  const int kvh = w.kvh, head0 = w.head0, heads = w.heads;
+  const int row = w.row, span_lo = w.span_lo, span_hi = w.span_hi, out_state = w.out_state;
   const TppTables& t = p.t;
-  const int row = t.p2_row[item];
-  const int span_lo = t.p2_span_lo[item];
-  const int span_hi = t.p2_span_hi[item];
-  const int out_state = t.p2_state[item];
 
 
   // Q: the row's heads [head0, head0 + heads), zero rows after them.
@@ -104,13 +98,7 @@ __global__ void __launch_bounds__(128) TppPhase2MmaKernel(const __grid_constant_
   int load_stage = Cfg::kStages - 1;
 
   while (comp_it.span < span_hi) {
-    CpAsyncWait<Cfg::kStages - 2>();
-    __syncthreads();  // tile `stage` landed; stage `load_stage` is free (consumed last round)
-    if (load_it.span < span_hi) {
-      load_tile(load_stage, load_it);
-      load_it.Next(t, span_hi);
-    }
-    CpAsyncCommit();
+    PipelineStep<Cfg::kStages>(t, span_hi, load_it, load_stage, load_tile);
     const int nw = min(BN, t.span_end[comp_it.span] - comp_it.slot) - w0;  // warp's valid slots
 
     if (nw > 0) {  // warp-uniform
