@@ -34,7 +34,7 @@ namespace {
 using namespace banyan;  // NOLINT: a benchmark's main file
 using Clock = std::chrono::steady_clock;
 
-std::vector<int> Ints(const std::string& s, char sep) {
+std::vector<int> Ints(const std::string& s, char sep) {  // --samples
   std::vector<int> v;
   for (auto p : absl::StrSplit(s, sep)) {
     int x;
@@ -160,8 +160,13 @@ int main(int argc, char** argv) {
       roots[s] = static_cast<int32_t>(rng() % vocab);
     }
     for (const std::string& tree : std::vector<std::string>(absl::StrSplit(trees_s, '/'))) {
-      const std::vector<int> b = Ints(tree, ',');
-      const std::vector<int32_t> branching(b.begin(), b.end());
+      // banyand's --draft-tree parser (checks the factors).
+      const absl::StatusOr<std::vector<int32_t>> parsed = engine::DraftHeads::ParseBranching(tree);
+      if (!parsed.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(parsed.status().message()).c_str());
+        return 2;
+      }
+      const std::vector<int32_t>& branching = *parsed;
       engine::cuda::DeviceDraftHeads::Base bs{d_h, d_emb, d_lm, vocab};
       std::vector<engine::DraftHeads::Tree> dt, ht;
       double dev_ms = 0, host_ms = -1;
