@@ -33,6 +33,29 @@ M=$M,smsp__warp_issue_stalled_misc_per_warp_active.pct
 M=$M,smsp__warp_issue_stalled_dispatch_stall_per_warp_active.pct
 M=$M,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct
 M=$M,smsp__warp_issue_stalled_selected_per_warp_active.pct
+# TPP_PROFILE_TIMES="CASE ...": instead of the counters below, every kernel's time and grid for
+# each case (`tpp_bench --only CASE --reps 3`, kernels serialised by ncu; all modes of the case
+# run, so a kernel's list holds each mode's launches in the order tpp_bench runs them).
+if [ -n "${TPP_PROFILE_TIMES:-}" ]; then
+  for c in $TPP_PROFILE_TIMES; do
+    echo "== $c"
+    timeout 300 "$NCU" --csv --metrics gpu__time_duration.sum,launch__grid_size \
+      "$DIR/tpp_bench" --only "$c" --reps 3 2>/dev/null | tee "$OUT/ncu_times_$c.csv" |
+      python3 -c '
+import collections, csv, sys
+rows = list(csv.reader(l for l in sys.stdin if l.startswith("\"")))
+if not rows: sys.exit(0)
+h = rows[0]; k, m, v = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value")
+d = collections.OrderedDict()
+for r in rows[1:]:
+    d.setdefault(r[k].split("(")[0][:60], collections.defaultdict(list))[r[m]].append(r[v])
+for name, ms in d.items():
+    t = ms.get("gpu__time_duration.sum", [])
+    print(name, "n=%d" % len(t), "us:", " ".join("%.1f" % (float(x.replace(",", "")) / 1000) for x in t[:6]),
+          "grid:", " ".join(ms.get("launch__grid_size", [])[:3]))'
+  done
+  exit 0
+fi
 prof() {  # name kernel-regex bench-filter
   timeout 120 "$NCU" --clock-control none -k "regex:$2" --launch-count 1 --metrics "$M" \
     "$DIR/tpp_bench" --only "$3" --reps 1 > "$OUT/ncu_$1.txt" 2>&1
