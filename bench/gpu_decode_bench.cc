@@ -5,7 +5,7 @@
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
 //                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]
 //                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
-//                    [--fp32-activations]
+//                    [--fp32-activations] [--profile-step]
 //
 // --model also takes banyand's dummy spelling, dummy:<shape>[:vocab=N] (engine/model_bundle.h),
 // so the daemon and this benchmark run the same shape and vocabulary.
@@ -49,8 +49,12 @@
 // a second time, ~13-15 GiB for the 7B/8B shapes, and frees them before the runs).
 // --fp32-activations: the QKV and gate/up GEMMs write fp32 (CudaBackendOptions::narrow_activations
 // off), as before 2026-12-02.
+// --profile-step: the first timed step of each run between cudaProfilerStart and
+// cudaProfilerStop, for a profiler started with its capture off (bench/step_profile.sh: every
+// kernel of one decode step, with --graphs off).
 // --dry-run needs no GPU: it prints each run's KV-pool size, whether paged is skipped, and the
 // limit's attention terms for the private tokens the run will have, then exits.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -98,6 +102,7 @@ struct Options {
   bool limit = true;  // measure the projection-only GEMM step and print the physical limit
   bench::Rates rates;
   bool dry_run = false;
+  bool profile_step = false;  // the first timed step inside cudaProfilerStart/Stop
 };
 
 // Mean private tokens per row (context - prefix) over RunOne's timed steps: row i holds its own
@@ -239,7 +244,7 @@ struct Result {
 
 absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& cfg,
                               AttentionMode mode, int B, int prefix, int steps, int chunk,
-                              bool stagger) {
+                              bool stagger, bool profile_step) {
   auto pool = kvcache::ChunkPool::Create(backend->num_chunks(), chunk);
   if (!pool.ok()) return pool.status();
   kvcache::PrefixTree tree(&*pool);
@@ -304,7 +309,11 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
       writes[p.seq] = !p.new_slots.empty();
       copies.insert(copies.end(), p.copies.begin(), p.copies.end());
     }
+    // --profile-step: the first timed step alone inside the profiler's capture range.
+    const bool profiled = profile_step && step == 2;
+    if (profiled) cudaProfilerStart();
     if (absl::Status s = stepper.Decode(writes, next, copies, &rows, &out); !s.ok()) return s;
+    if (profiled) cudaProfilerStop();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (size_t r = 0; r < rows.size(); ++r) next[rows[r]] = out[r];
     if (step >= 2) {
@@ -507,7 +516,8 @@ int Main(const Options& o) {
         for (const auto& [B, graphs] : BatchesTimesGraphs(batches, o.graphs)) {
           (*backend)->SetCudaGraphs(graphs);
           const std::string on = graphs ? "on" : "off";
-          auto r = RunOne(backend->get(), cfg, mode, B, prefix, o.steps, o.chunk, o.stagger);
+          auto r = RunOne(backend->get(), cfg, mode, B, prefix, o.steps, o.chunk, o.stagger,
+                          o.profile_step);
           if (!r.ok()) {
             std::printf("| %s | %d | %d | %s | error: %s | | | | | %s | | | | | |\n", name.c_str(), prefix,
                         B, mode_name.c_str(), std::string(r.status().message()).c_str(),
@@ -661,6 +671,8 @@ int main(int argc, char** argv) {
       o.fp32_activations = true;
     } else if (a == "--no-limit") {
       o.limit = false;
+    } else if (a == "--profile-step") {
+      o.profile_step = true;
     } else if (a == "--dry-run") {
       o.dry_run = true;
     } else if (a == "--copy-tbps" || a == "--tensor-tflops") {

@@ -19,10 +19,22 @@ cudaError_t EmbeddingDispatched(const EmbeddingParams& p, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+bool Aligned(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
 template <typename T>
 cudaError_t RmsNormDispatched(const RmsNormParams& p, cudaStream_t s) {
   if (p.rows == 0) return cudaSuccess;
-  RmsNormKernel<T><<<p.rows, RowThreads(p.dim), 0, s>>>(p);
+  const int vecs = p.dim / 4;
+  if (p.dim % 4 == 0 && vecs <= kRmsVecs * 1024 && Aligned(p.x, 16) && Aligned(p.weight, 16) &&
+      Aligned(p.out, 8)) {
+    // The fewest threads that hold the row in kRmsVecs vectors each (128 for dim 4,096).
+    const int threads = std::max(32, (vecs + kRmsVecs - 1) / kRmsVecs + 31) / 32 * 32;
+    RmsNormVecKernel<T><<<p.rows, threads, 0, s>>>(p);
+  } else {
+    RmsNormKernel<T><<<p.rows, RowThreads(p.dim), 0, s>>>(p);
+  }
   return cudaGetLastError();
 }
 
@@ -30,8 +42,21 @@ template <typename T>
 cudaError_t RopeKvDispatched(const RopeKvParams& p, cudaStream_t s) {
   const int pairs = (p.num_q_heads + 2 * p.kv.num_kv_heads) * (p.kv.head_dim / 2);
   if (p.tokens == 0 || pairs == 0) return cudaSuccess;
-  const int threads = std::min(1024, (pairs + 31) / 32 * 32);
   const unsigned blocks = static_cast<unsigned>(std::min(p.tokens, 1 << 20));
+  const int in_bytes = p.qkv_in_dtype ? 16 : 32;  // eight input elements
+  if (p.kv.head_dim % 16 == 0 && Aligned(p.qkv, in_bytes) && Aligned(p.q_out, 16) &&
+      Aligned(p.kv.base, 16) && p.kv.v_offset % 8 == 0 && p.kv.chunk_stride % 8 == 0) {
+    const int units = p.interleaved ? pairs / 4 : pairs / 8;  // eight (or 2 x 8) elements each
+    const int threads = std::min(256, (units + 31) / 32 * 32);
+    const size_t smem = sizeof(float) * p.kv.head_dim;
+    if (p.qkv_in_dtype) {
+      RopeKvVecKernel<T, T><<<blocks, threads, smem, s>>>(p);
+    } else {
+      RopeKvVecKernel<T, float><<<blocks, threads, smem, s>>>(p);
+    }
+    return cudaGetLastError();
+  }
+  const int threads = std::min(1024, (pairs + 31) / 32 * 32);
   if (p.qkv_in_dtype) {
     RopeKvKernel<T, T><<<blocks, threads, 0, s>>>(p);
   } else {

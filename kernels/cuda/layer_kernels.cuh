@@ -4,6 +4,8 @@
 
 #include <cfloat>
 #include <climits>
+#include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/layer_kernels.h"
@@ -45,6 +47,42 @@ __global__ void RmsNormKernel(const __grid_constant__ RmsNormParams p) {
   const float inv = rsqrtf(ss / static_cast<float>(p.dim) + p.eps);
   T* out = static_cast<T*>(p.out) + r * p.dim;
   for (int i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = FromFloat<T>(x[i] * inv * p.weight[i]);
+}
+
+// One block per row, the row in registers: each thread holds up to kRmsVecs float4 vectors of it
+// (one read of x instead of two), the weight read as float4 and the output written four elements
+// (8 bytes) at a time. Needs dim % 4 == 0, dim <= 4 * kRmsVecs * 1024 and 16-byte aligned x and
+// weight (the dispatcher checks; otherwise RmsNormKernel above).
+inline constexpr int kRmsVecs = 8;
+template <typename T>
+__global__ void RmsNormVecKernel(const __grid_constant__ RmsNormParams p) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const int64_t src = p.row_index != nullptr ? p.row_index[r] : r;
+  const auto* x = reinterpret_cast<const float4*>(p.x + src * p.dim);
+  const int nv = p.dim / 4;
+  float4 v[kRmsVecs];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kRmsVecs; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    v[k] = i < nv ? x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+  }
+  ss = BlockSum(ss, scratch);
+  const float inv = rsqrtf(ss / static_cast<float>(p.dim) + p.eps);
+  const auto* w = reinterpret_cast<const float4*>(p.weight);
+  using Pair = typename PairOf<T>::Type;
+  Pair* out = reinterpret_cast<Pair*>(static_cast<T*>(p.out) + r * p.dim);
+#pragma unroll
+  for (int k = 0; k < kRmsVecs; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i >= nv) break;
+    const float4 wv = w[i];
+    Pair o[2] = {FromFloat2<T>(v[k].x * inv * wv.x, v[k].y * inv * wv.y),
+                 FromFloat2<T>(v[k].z * inv * wv.z, v[k].w * inv * wv.w)};
+    *reinterpret_cast<uint2*>(out + 2 * i) = *reinterpret_cast<const uint2*>(o);
+  }
 }
 
 // One block per token (grid-stride over tokens), its threads over (head, rotation pair) with
@@ -92,6 +130,90 @@ __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
       }
       dst[a] = FromFloat<T>(y0);
       dst[b] = FromFloat<T>(y1);
+    }
+  }
+}
+
+// Eight elements of `In` (fp32 or the dtype) at a 16-byte-aligned (dtype) or 32-byte-aligned
+// (fp32) address.
+template <typename In>
+__device__ __forceinline__ void LoadIn8(const In* p, float (&out)[8]) {
+  if constexpr (std::is_same_v<In, float>) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+    Load8<In>(p, out);
+  }
+}
+
+// RopeKvKernel with 16-byte accesses (head_dim % 16 == 0): per token the head_dim / 2 rotation
+// angles' cos and sin are computed once into shared memory (not once per head), then each thread
+// takes units of eight elements: with interleaved pairs (2i, 2i + 1), eight consecutive
+// elements (four pairs); otherwise elements [8j, 8j + 8) and their partners [8j + d/2, ...).
+// Same rounding as RopeKvKernel: sincosf of pos * inv_freq[i], products in fp32, one rounding
+// to the dtype. Shared memory: head_dim floats.
+template <typename T, typename In>
+__global__ void RopeKvVecKernel(const __grid_constant__ RopeKvParams p) {
+  extern __shared__ float rope_cs[];  // [half] cos, then [half] sin
+  const int d = p.kv.head_dim, half = d / 2;
+  const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads;
+  const int heads = hq + 2 * hkv;
+  const int per_head = p.interleaved ? d / 8 : half / 8;  // units per head
+  const int units = heads * per_head;
+  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    const bool write = p.write_kv[t] != 0;
+    const float pos = static_cast<float>(p.positions[t]);
+    __syncthreads();  // the previous token's angles are no longer read
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      sincosf(pos * p.inv_freq[i], &rope_cs[half + i], &rope_cs[i]);
+    }
+    __syncthreads();
+    const In* row = static_cast<const In*>(p.qkv) + t * static_cast<int64_t>(heads) * d;
+    const int64_t chunk_base = write ? p.slot_chunk[t] * p.kv.chunk_stride : 0;
+    const int slot = write ? p.slot_index[t] : 0;
+    for (int u = threadIdx.x; u < units; u += blockDim.x) {
+      const int h = u / per_head, j = u - h * per_head;
+      const bool is_q = h < hq, is_v = h >= hq + hkv;
+      if (!is_q && !write) continue;
+      T* dst;
+      if (is_q) {
+        dst = static_cast<T*>(p.q_out) + (t * hq + h) * d;
+      } else {
+        const int kh = is_v ? h - hq - hkv : h - hq;
+        dst = static_cast<T*>(p.kv.base) + chunk_base +
+              (static_cast<int64_t>(kh) * p.kv.chunk_size + slot) * d + (is_v ? p.kv.v_offset : 0);
+      }
+      const In* src = row + h * d;
+      if (p.interleaved) {
+        float f[8];
+        LoadIn8<In>(src + 8 * j, f);
+        if (!is_v) {
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const float cs = rope_cs[4 * j + m], sn = rope_cs[half + 4 * j + m];
+            const float x0 = f[2 * m], x1 = f[2 * m + 1];
+            f[2 * m] = x0 * cs - x1 * sn;
+            f[2 * m + 1] = x0 * sn + x1 * cs;
+          }
+        }
+        Store8<T>(dst + 8 * j, f);
+      } else {
+        float a[8], b[8];
+        LoadIn8<In>(src + 8 * j, a);
+        LoadIn8<In>(src + half + 8 * j, b);
+        if (!is_v) {
+#pragma unroll
+          for (int m = 0; m < 8; ++m) {
+            const float cs = rope_cs[8 * j + m], sn = rope_cs[half + 8 * j + m];
+            const float x0 = a[m], x1 = b[m];
+            a[m] = x0 * cs - x1 * sn;
+            b[m] = x0 * sn + x1 * cs;
+          }
+        }
+        Store8<T>(dst + 8 * j, a);
+        Store8<T>(dst + half + 8 * j, b);
+      }
     }
   }
 }
