@@ -35,7 +35,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-
 kvcache::ChunkPool MakePool(const engine::Backend& backend) {
   auto pool = kvcache::ChunkPool::Create(backend.num_chunks(), backend.chunk_size());
   BANYAN_CHECK(pool.ok()) << "the backend's KV pool shape: " << pool.status();

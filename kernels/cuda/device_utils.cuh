@@ -81,6 +81,14 @@ __device__ __forceinline__ void Load8(const T* p, float (&out)[8]) {
   Unpack8<T>(*reinterpret_cast<const uint4*>(p), out);
 }
 
+// Eight fp32 elements, two 16-byte loads. `p` must be 32-byte aligned.
+__device__ __forceinline__ void Load8(const float* p, float (&out)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0];
+  const float4 b = reinterpret_cast<const float4*>(p)[1];
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+  out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+
 // Eight elements, one 16-byte store, rounded to nearest.
 template <typename T>
 __device__ __forceinline__ void Store8(T* p, const float (&in)[8]) {

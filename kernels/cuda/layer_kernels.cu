@@ -68,7 +68,7 @@ cudaError_t RopeKvDispatched(const RopeKvParams& p, cudaStream_t s) {
 template <typename T>
 cudaError_t SwiGluDispatched(const SwiGluParams& p, cudaStream_t s) {
   if (p.rows == 0 || p.hidden == 0) return cudaSuccess;
-  const int per_row = p.hidden % 8 == 0 ? p.hidden / 8 : p.hidden % 4 == 0 ? p.hidden / 4 : p.hidden;
+  const int per_row = p.hidden % 8 == 0 ? p.hidden / 8 : p.hidden;
   const dim3 grid(static_cast<unsigned>(std::min((per_row + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(std::min(p.rows, 65535)));
   if (p.gate_up_in_dtype) {
@@ -137,9 +137,9 @@ absl::Status RopeWriteKv(DType dtype, const RopeKvParams& p, cudaStream_t stream
 }
 
 absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream) {
-  // The vector paths read 8 or 4 elements at a time from every row's start.
-  const uintptr_t in_align = (p.gate_up_in_dtype ? 2 : 4) * (p.hidden % 8 == 0 ? 8 : 4);
-  if (p.hidden % 4 == 0 && (!Aligned(p.gate_up, in_align) || !Aligned(p.out, 16))) {
+  // The vector path reads and writes 8 elements at a time from every row's start.
+  const uintptr_t in_align = p.gate_up_in_dtype ? 16 : 32;
+  if (p.hidden % 8 == 0 && (!Aligned(p.gate_up, in_align) || !Aligned(p.out, 16))) {
     return absl::InvalidArgumentError("SwiGlu: gate_up or out is not aligned for vector access");
   }
   return ByDtype<SwiGluOp>(dtype, p, stream, "SwiGlu");

@@ -5,7 +5,6 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/layer_kernels.h"
@@ -134,19 +133,6 @@ __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
   }
 }
 
-// Eight elements of `In` (fp32 or the dtype) at a 16-byte-aligned (dtype) or 32-byte-aligned
-// (fp32) address.
-template <typename In>
-__device__ __forceinline__ void LoadIn8(const In* p, float (&out)[8]) {
-  if constexpr (std::is_same_v<In, float>) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
-    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
-  } else {
-    Load8<In>(p, out);
-  }
-}
-
 // RopeKvKernel with 16-byte accesses (head_dim % 16 == 0): per token the head_dim / 2 rotation
 // angles' cos and sin are computed once into shared memory (not once per head), then each thread
 // takes units of eight elements: with interleaved pairs (2i, 2i + 1), eight consecutive
@@ -187,7 +173,7 @@ __global__ void RopeKvVecKernel(const __grid_constant__ RopeKvParams p) {
       const In* src = row + h * d;
       if (p.interleaved) {
         float f[8];
-        LoadIn8<In>(src + 8 * j, f);
+        Load8(src + 8 * j, f);
         if (!is_v) {
 #pragma unroll
           for (int m = 0; m < 4; ++m) {
@@ -200,8 +186,8 @@ __global__ void RopeKvVecKernel(const __grid_constant__ RopeKvParams p) {
         Store8<T>(dst + 8 * j, f);
       } else {
         float a[8], b[8];
-        LoadIn8<In>(src + 8 * j, a);
-        LoadIn8<In>(src + half + 8 * j, b);
+        Load8(src + 8 * j, a);
+        Load8(src + half + 8 * j, b);
         if (!is_v) {
 #pragma unroll
           for (int m = 0; m < 8; ++m) {
@@ -253,24 +239,16 @@ __global__ void QkvBiasNormKernel(const __grid_constant__ QkvBiasNormParams p) {
   }
 }
 
-__device__ __forceinline__ float4 Load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-template <typename T>
-__device__ __forceinline__ float4 Load4(const T* p) {
-  const auto* q = reinterpret_cast<const typename PairOf<T>::Type*>(p);
-  const float2 a = ToFloat2(q[0]), b = ToFloat2(q[1]);
-  return make_float4(a.x, a.y, b.x, b.y);
-}
-
 __device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
 
 // Rows over blockIdx.y (grid-stride), a row's elements over blockIdx.x and the threads, eight
-// at a time when hidden % 8 == 0, four when hidden % 4 == 0 (every row then starts aligned). In: fp32 or
+// at a time with 16-byte accesses when hidden % 8 == 0 (every row then starts aligned), else
+// one at a time. In: fp32 or
 // the dtype (SwiGluParams::gate_up_in_dtype).
 template <typename T, typename In>
 __global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
   const int n = p.hidden;
   const bool vec8 = n % 8 == 0;
-  const bool vec = n % 4 == 0;
   for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
     const In* g = static_cast<const In*>(p.gate_up) + r * 2 * n;
     const In* u = g + n;
@@ -278,19 +256,11 @@ __global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
     if (vec8) {  // 16-byte loads and stores of the dtype (two 16-byte loads per 8 fp32)
       for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n / 8; k += gridDim.x * blockDim.x) {
         float a[8], b[8];
-        LoadIn8<In>(g + 8 * k, a);
-        LoadIn8<In>(u + 8 * k, b);
+        Load8(g + 8 * k, a);
+        Load8(u + 8 * k, b);
 #pragma unroll
         for (int m = 0; m < 8; ++m) a[m] = Silu(a[m]) * b[m];
         Store8<T>(out + 8 * k, a);
-      }
-    } else if (vec) {
-      for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n / 4; k += gridDim.x * blockDim.x) {
-        const float4 a = Load4(g + 4 * k);
-        const float4 b = Load4(u + 4 * k);
-        auto* o = reinterpret_cast<typename PairOf<T>::Type*>(out + 4 * k);
-        o[0] = FromFloat2<T>(Silu(a.x) * b.x, Silu(a.y) * b.y);
-        o[1] = FromFloat2<T>(Silu(a.z) * b.z, Silu(a.w) * b.w);
       }
     } else {
       for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {

@@ -171,9 +171,8 @@ TEST(CudaLayerKernels, RopeWritesQAndKvSlots) {
 TEST(CudaLayerKernels, SwiGlu) {
   BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
-  // The scalar path (hidden % 4 != 0), the 4-wide path (hidden % 8 == 4), the 8-wide path, and
-  // more rows than one grid holds. narrow: gate | up in the dtype
-  // (SwiGluParams::gate_up_in_dtype), else fp32.
+  // The scalar path (hidden % 8 != 0: 777, 1028, 4), the 8-wide path, and more rows than one grid
+  // holds. narrow: gate | up in the dtype (SwiGluParams::gate_up_in_dtype), else fp32.
   for (auto [rows, hidden] : {std::pair{13, 777}, std::pair{13, 1028}, std::pair{13, 11008},
                               std::pair{70000, 4}, std::pair{70000, 8}})
   for (DType dt : {DType::kBf16, DType::kFp16})
