@@ -237,6 +237,9 @@ class Stepper {
 struct Result {
   double ms_per_step = 0;
   double tokens_per_s = 0;
+  // Stream time per timed step from the step's launch to its last kernel (the backend's CUDA
+  // events); ms_per_step minus this is host work the device waited for.
+  double device_ms_per_step = 0;
   engine::CudaAttentionStats attention;  // over the timed steps
   engine::cuda::DecodeGraphStats run_graph;  // over all decode steps, warm-up included
   double private_tokens = 0;  // per row, mean over the timed steps: context - prefix
@@ -293,10 +296,12 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   std::vector<kvcache::SeqId> rows;
   backend->ResetAttentionStats();
   engine::cuda::DecodeGraphStats warm;
+  double device_s0 = 0;
   for (int step = 0; step < steps + 2; ++step) {
     if (step == 2) {
       warm = backend->attention_stats().graph;
       backend->ResetAttentionStats();
+      device_s0 = backend->device_seconds();
     }
     std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
     for (kvcache::SeqId s : seqs) appends.emplace_back(s, next[s]);
@@ -326,6 +331,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   Result r;
   r.ms_per_step = 1000.0 * timed / timed_steps;
   r.tokens_per_s = B * timed_steps / timed;
+  r.device_ms_per_step = 1000.0 * (backend->device_seconds() - device_s0) / timed_steps;
   r.private_tokens = private_tokens / (double{1} * timed_steps * B);
   r.attention = backend->attention_stats();
   r.run_graph = r.attention.graph;
@@ -399,6 +405,9 @@ int Main(const Options& o) {
   std::map<std::tuple<std::string, int, int, std::string>, std::map<std::string, double>> table;
   // (model, prefix, B, graphs) -> the physical limit's tok/s (the same for every mode)
   std::map<std::tuple<std::string, int, int, std::string>, double> limit_tps;
+  // (model, prefix, B, graphs, mode) -> (step ms, device ms)
+  std::map<std::tuple<std::string, int, int, std::string, std::string>, std::pair<double, double>>
+      step_device;
   // (model, B) -> the projection-only GEMM step's tok/s
   std::map<std::pair<std::string, int>, double> gemm_tps;
   int failures = 0;
@@ -578,11 +587,23 @@ int Main(const Options& o) {
               capture_ms.c_str(), unstable.c_str(), limit_ms.c_str(), of_limit.c_str());
           std::fflush(stdout);
           table[{name, prefix, B, on}][mode_name] = r->tokens_per_s;
+          step_device[{name, prefix, B, on, mode_name}] = {r->ms_per_step, r->device_ms_per_step};
         }
       }
     }
   }
   if (o.dry_run) return 0;
+  // Where each step's time went: the device's part from the launch to the last kernel, the
+  // rest host work the device waited for (the benchmark's steps are synchronous). Printed
+  // before the summary, which scripts take as the last table.
+  std::printf("\n| model | prefix | B | graphs | mode | step ms | device ms | host ms (step - "
+              "device) | device / step |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& [key, v] : step_device) {
+    const auto& [model, prefix, B, on, mode] = key;
+    std::printf("| %s | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s |\n", model.c_str(), prefix, B,
+                on.c_str(), mode.c_str(), v.first, v.second, v.first - v.second,
+                v.first > 0 ? Fixed(v.second / v.first, 3).c_str() : "-");
+  }
   std::printf("\n| model | prefix | B | graphs | tpp tok/s | paged tok/s | none tok/s | tpp/none | "
               "tpp/paged | limit tok/s | tpp/limit | paged/limit | none/limit | "
               "none/GEMM-only |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

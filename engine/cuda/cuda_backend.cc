@@ -404,12 +404,17 @@ absl::Status CudaBackend::CollectSample(std::vector<SampleResult>* out) {
   m.sample_in_flight = false;
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(m.step_end));
   m.sampler.Collect(out);
-  if (m.step_begin_recorded) {
-    m.step_begin_recorded = false;
-    float ms = 0;
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, m.step_begin, m.step_end));
-    m.device_seconds += ms * 1e-3;
-  }
+  return AddStepDeviceTime(m);
+}
+
+// Adds the stream time from the step's begin event to its end event (both complete) to
+// device_seconds; nothing when the step recorded no begin (a step with no tokens).
+absl::Status CudaBackend::AddStepDeviceTime(Impl& m) {
+  if (!m.step_begin_recorded) return absl::OkStatus();
+  m.step_begin_recorded = false;
+  float ms = 0;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, m.step_begin, m.step_end));
+  m.device_seconds += ms * 1e-3;
   return absl::OkStatus();
 }
 
@@ -418,7 +423,9 @@ double CudaBackend::device_seconds() const { return impl_->device_seconds; }
 absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens) {
   Impl& m = *impl_;
   int32_t rows = 0;
+  m.step_begin_recorded = false;
   absl::Status s = Run(batch, /*greedy=*/true, &rows);
+  if (s.ok()) s = kc::CudaStatus(cudaEventRecord(m.step_end, m.stream), "cudaEventRecord");
   if (!s.ok()) {
     cudaStreamSynchronize(m.stream);
     return s;
@@ -429,6 +436,7 @@ absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int3
                                                 cudaMemcpyDeviceToHost, m.stream));
   }
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  BANYAN_RETURN_IF_ERROR(AddStepDeviceTime(m));
   tokens->assign(m.host_out.as<int32_t>(), m.host_out.as<int32_t>() + rows);
   for (int32_t t : *tokens) {
     if (t < 0) return absl::InternalError("the model produced a row of logits with no number");

@@ -159,7 +159,8 @@ class CudaBackend final : public Backend {
                           std::vector<DraftHeads::Tree>* out) override;
 
   // Like Forward, but greedy sampling runs on the device: tokens[i] = argmax of logits row i
-  // (lowest id on ties), and only the token ids come back to the host.
+  // (lowest id on ties), and only the token ids come back to the host. Its steps count in
+  // device_seconds too.
   absl::Status ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens);
 
   const CudaAttentionStats& attention_stats() const { return stats_; }
@@ -193,6 +194,8 @@ class CudaBackend final : public Backend {
   absl::Status Run(const StepBatch& batch, bool greedy, int32_t* rows);
   // Flattens and checks the step's inputs, sizes the workspace, uploads the inputs.
   absl::Status PrepareInputs(const StepBatch& batch, bool greedy, StepInputs* in);
+  // Adds the finished step's begin-to-end event time to device_seconds.
+  static absl::Status AddStepDeviceTime(Impl& m);
   // Builds the attention work of the step (TPP plan, paged items, prefill tiles), uploads it,
   // and fills the launch arguments. `fixed_layout`: tables at offsets that change only when a
   // capacity bucket grows (the graph path).
