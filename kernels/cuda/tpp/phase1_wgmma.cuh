@@ -183,11 +183,15 @@ __device__ __forceinline__ void IssueS(float (&d)[8][4], const uint32_t (&qf)[HE
   WgmmaCommit();
 }
 
-// The softmax of one tile's scores s (n valid slots): updates the running max and sum (and
-// rescales O when the max moves), and packs P as the register A operand of P V.
+// The softmax of one tile's scores s (n valid slots) and O += P V with the V tile at v_addr,
+// waited for (every wgmma of the warpgroup complete on return, also an S issued before).
+// The running max and sum move first (O rescaled when the max moves); then P is made and
+// multiplied 16 tokens at a time: the two MMAs of one 16-token step (one per 64 head dims) are
+// issued as soon as its 8 probabilities per thread are packed, so the tensor cores run P V
+// under the rest of the exponentials instead of after all of them.
 template <int HEAD_DIM, typename DType>
-__device__ __forceinline__ void SoftmaxToP(WgAcc<HEAD_DIM>& acc, float (&s)[8][4], int n,
-                                           float scale, int lane, uint32_t (&a)[4][4]) {
+__device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4], int n,
+                                          float scale, uint32_t v_addr, int lane) {
   using T = WgmmaTile<HEAD_DIM>;
   if (n < T::kBlockN) {
 #pragma unroll
@@ -233,53 +237,37 @@ __device__ __forceinline__ void SoftmaxToP(WgAcc<HEAD_DIM>& acc, float (&s)[8][4
     }
   }
   const float neg_max[2] = {-acc.row_max[0] * scale, -acc.row_max[1] * scale};
+  const uint64_t v_desc = SwizzledDesc(v_addr);
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float pr = FastExp2(fmaf(s[nt][e], scale, neg_max[e >> 1]));
-      s[nt][e] = pr;
-      acc.row_sum[e >> 1] += pr;
-    }
-  }
-
+  for (int h = 0; h < T::kHalves; ++h) FenceRegs(acc.o[h]);
+  // Per 16 tokens (kk): P's A fragment (the S accumulators of columns 16 kk .. 16 kk + 15),
+  // then its MMAs. The partial sums of a step are added to the row sums once.
+  uint32_t a[4][4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
+    float part[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pr = FastExp2(fmaf(s[2 * kk + j][e], scale, neg_max[e >> 1]));
+        s[2 * kk + j][e] = pr;
+        part[e >> 1] += pr;
+      }
+    }
+    acc.row_sum[0] += part[0];
+    acc.row_sum[1] += part[1];
     a[kk][0] = DTypeTraits<DType>::Pack(s[2 * kk][0], s[2 * kk][1]);
     a[kk][1] = DTypeTraits<DType>::Pack(s[2 * kk][2], s[2 * kk][3]);
     a[kk][2] = DTypeTraits<DType>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     a[kk][3] = DTypeTraits<DType>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-  }
-}
-
-// O += P V with the V tile at v_addr (issued and committed, not waited): 16 tokens per step
-// (2048 bytes of V rows), one MMA per 64 head dims.
-template <int HEAD_DIM, typename DType>
-__device__ __forceinline__ void IssuePv(WgAcc<HEAD_DIM>& acc, const uint32_t (&a)[4][4],
-                                        uint32_t v_addr) {
-  using T = WgmmaTile<HEAD_DIM>;
-  const uint64_t v_desc = SwizzledDesc(v_addr);
-#pragma unroll
-  for (int h = 0; h < T::kHalves; ++h) FenceRegs(acc.o[h]);
-  WgmmaFence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+    WgmmaFence();
 #pragma unroll
     for (int h = 0; h < T::kHalves; ++h) {
       WgmmaRSTransB<DType>(acc.o[h], a[kk], v_desc + ((h * T::kHalfBytes + kk * 2048) >> 4));
     }
   }
   WgmmaCommit();
-}
-
-// The softmax of one tile and O += P V, waited for (every wgmma of the warpgroup complete on
-// return, also an S issued before).
-template <int HEAD_DIM, typename DType>
-__device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4], int n,
-                                          float scale, uint32_t v_addr, int lane) {
-  uint32_t a[4][4];
-  SoftmaxToP<HEAD_DIM, DType>(acc, s, n, scale, lane, a);
-  IssuePv<HEAD_DIM, DType>(acc, a, v_addr);
   WgmmaWait<0>();
 #pragma unroll
   for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
