@@ -19,7 +19,9 @@
 // which TPP's paged call replaced. Its output is compared with
 // `paged`'s (paged_kernels_relnorm); its p2_items field is its item count.
 //
-// Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table.
+// Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table. The
+// first lines give the launch floor: the same timing of a graph of 1 and of 3 empty kernels
+// (PDL-chained like phase 1, phase 2 and the merge), what a call costs before any work.
 // Usage: tpp_bench [--reps N] [--only SUBSTRING of name_b<B>_p<shared>] [--sweep] [--dry-run]
 // --dry-run needs no GPU: it builds every selected case's tree and plan on the host and prints
 // its JSON line with the floor (mode "plan"), then the table without timings.
@@ -38,6 +40,7 @@
 
 #include "bench/physical_limit.h"
 #include "bench/tpp/bench_fill.h"
+#include "bench/tpp/launch_floor.h"
 #include "bench/tpp/cases.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_work.h"
@@ -462,6 +465,17 @@ int main(int argc, char** argv) {
   std::printf("{\"bench\":\"tpp_device\",\"name\":\"%s\",\"sms\":%d,\"l2_MB\":%.0f}\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
   Runner runner(reps);
+  // The launch floor: graphs of 1 and 3 empty kernels (a TPP call is phase 1, phase 2 and the
+  // merge), timed like a call.
+  for (int kernels : {1, 3}) {
+    const Timing t = runner.Time([&](cudaStream_t s) {
+      const cudaError_t e = LaunchEmptyKernels(kernels, s);
+      return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(e));
+    });
+    std::printf("{\"bench\":\"tpp_launch_floor\",\"kernels\":%d,\"median_us\":%.2f,"
+                "\"p10_us\":%.2f,\"p90_us\":%.2f}\n",
+                kernels, t.median_us, t.p10_us, t.p90_us);
+  }
   std::vector<std::string> table;
   for (const Case& c : TppCases()) {
     if (!only.empty() && c.Id().find(only) == std::string::npos) continue;
