@@ -19,6 +19,8 @@
 // The output is a normalised partial state per (query, split): o fp32 and lse (log2 domain).
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/cuda/tpp/common.cuh"
 #include "kernels/cuda/tpp/wgmma.cuh"
 
@@ -183,15 +185,21 @@ __device__ __forceinline__ void IssueS(float (&d)[8][4], const uint32_t (&qf)[HE
   WgmmaCommit();
 }
 
-// The softmax of one tile's scores s (n valid slots) and O += P V with the V tile at v_addr,
-// waited for (every wgmma of the warpgroup complete on return, also an S issued before).
+// The softmax of one tile's scores s (n valid slots) and O += P V with the V tile at v_addr.
 // The running max and sum move first (O rescaled when the max moves); then P is made and
 // multiplied 16 tokens at a time: the two MMAs of one 16-token step (one per 64 head dims) are
 // issued as soon as its 8 probabilities per thread are packed, so the tensor cores run P V
 // under the rest of the exponentials instead of after all of them.
-template <int HEAD_DIM, typename DType>
+// Wait groups (the S of the next tile is the group committed just before this call):
+//  - PRIOR_PV: the previous tile's P V may still be in flight (the group before that S); it is
+//    waited for only if O has to be rescaled, together with that S (a wait_group 1 there, which
+//    would leave the S in flight, makes ptxas serialise every wgmma of the kernel: C7514);
+//  - WAIT_PV: on return every wgmma of the warpgroup is complete; otherwise only the S issued
+//    before (this tile's P V stays in flight, and so does its V tile's use of shared memory).
+template <int HEAD_DIM, typename DType, bool PRIOR_PV = false, bool WAIT_PV = true>
 __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4], int n,
-                                          float scale, uint32_t v_addr, int lane) {
+                                          float scale, uint32_t v_addr, int lane,
+                                          uint32_t (&a)[4][4]) {
   using T = WgmmaTile<HEAD_DIM>;
   if (n < T::kBlockN) {
 #pragma unroll
@@ -220,6 +228,11 @@ __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4]
     grow |= (tile_max[i] - acc.row_max[i]) * scale > T::kLazyLog2;
   }
   if (__any_sync(0xffffffffu, grow)) {  // warp-uniform
+    if constexpr (PRIOR_PV) {
+      WgmmaWait<0>();  // the previous P V (O's writer), and the S just issued
+#pragma unroll
+      for (int h = 0; h < T::kHalves; ++h) FenceRegs(acc.o[h]);
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const float new_max = fmaxf(acc.row_max[i], tile_max[i]);
@@ -238,11 +251,14 @@ __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4]
   }
   const float neg_max[2] = {-acc.row_max[0] * scale, -acc.row_max[1] * scale};
   const uint64_t v_desc = SwizzledDesc(v_addr);
+  // (No register fence on O while a P V may be in flight: ptxas counts it as a read of the
+  // accumulators and serialises every wgmma, C7514.)
+  if constexpr (!PRIOR_PV) {
 #pragma unroll
-  for (int h = 0; h < T::kHalves; ++h) FenceRegs(acc.o[h]);
+    for (int h = 0; h < T::kHalves; ++h) FenceRegs(acc.o[h]);
+  }
   // Per 16 tokens (kk): P's A fragment (the S accumulators of columns 16 kk .. 16 kk + 15),
   // then its MMAs. The partial sums of a step are added to the row sums once.
-  uint32_t a[4][4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     float part[2] = {0.0f, 0.0f};
@@ -268,9 +284,13 @@ __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4]
     }
   }
   WgmmaCommit();
-  WgmmaWait<0>();
+  if constexpr (WAIT_PV) {
+    WgmmaWait<0>();
 #pragma unroll
-  for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
+    for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
+  } else {
+    WgmmaWait<1>();
+  }
 }
 
 // Writes the warp's 16 rows of a warpgroup's 64 (query m0 + ...) as normalised partial states.
@@ -378,7 +398,8 @@ __global__ void __launch_bounds__(WGS * 128)
     const int n = min(BN, t.span_end[comp_it.span] - comp_it.slot);
     const int next_stage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
     IssueS<HEAD_DIM, DType>(nxt, qf, SmemAddr(k_tile(next_stage)));
-    SoftmaxPv<HEAD_DIM, DType>(acc, cur, n, p.scale_log2, SmemAddr(k_tile(stage)) + TILE, lane);
+    uint32_t a[4][4];
+    SoftmaxPv<HEAD_DIM, DType>(acc, cur, n, p.scale_log2, SmemAddr(k_tile(stage)) + TILE, lane, a);
     FenceRegs(nxt);
     comp_it = next_it;
     stage = next_stage;
@@ -482,8 +503,14 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
   WgmmaWait<0>();
   FenceRegs(s_a);
 
+  // Tiles in pairs: the even tile's P V stays in flight under the odd tile's softmax (its own
+  // P registers, a_even, stay untouched until then); every wgmma is complete at the end of the
+  // pair, so none is in flight across the loop's back edge (ptxas would serialise them). The
+  // even tile's stage is released with the odd one's.
   int i = 0;  // tile index
-  auto step = [&](float(&cur)[8][4], float(&nxt)[8][4]) {
+  uint32_t a_even[4][4], a_odd[4][4];
+  auto step = [&](float(&cur)[8][4], float(&nxt)[8][4], uint32_t(&a)[4][4], auto odd) {
+    constexpr bool kOdd = decltype(odd)::value;
     const int stage = i % STAGES;
     const int next_stage = (i + 1) % STAGES;
     const int n = stage_n[stage];
@@ -492,17 +519,26 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
       FenceProxyAsync();
     }
     IssueS<HEAD_DIM, DType>(nxt, qf, SmemAddr(k_tile(next_stage)));
-    SoftmaxPv<HEAD_DIM, DType>(acc, cur, n, p.scale_log2, SmemAddr(k_tile(stage)) + TILE, lane);
+    SoftmaxPv<HEAD_DIM, DType, /*PRIOR_PV=*/kOdd, /*WAIT_PV=*/kOdd>(
+        acc, cur, n, p.scale_log2, SmemAddr(k_tile(stage)) + TILE, lane, a);
     FenceRegs(nxt);
-    __syncwarp();
-    if (lane == 0) MbarArrive(&empty[stage]);  // this warp is done with tile i's K, V and n
+    if constexpr (kOdd) {
+      __syncwarp();
+      if (lane == 0) {  // this warp is done with tiles i - 1 and i (K, V and n)
+        MbarArrive(&empty[(i + STAGES - 1) % STAGES]);
+        MbarArrive(&empty[stage]);
+      }
+    }
     ++i;
   };
   while (i < num_tiles) {
-    step(s_a, s_b);
+    step(s_a, s_b, a_even, std::false_type{});
     if (i >= num_tiles) break;
-    step(s_b, s_a);
+    step(s_b, s_a, a_odd, std::true_type{});
   }
+  WgmmaWait<0>();  // an even last tile's P V
+#pragma unroll
+  for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
   StorePartials<HEAD_DIM>(p, it, kvh, acc, wg * 64 + warp_in_wg * 16, lane);
 #else
   __trap();  // built only for sm_90a; the launcher never selects it elsewhere
