@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Source-level stall sampling (Nsight Compute SourceCounters) of the warp-specialised phase-1
-# kernel on the Hydragen B=1024 case; prints the SASS lines with the most stall samples and the
-# executed instructions per opcode. Usage, on the GPU machine, with the folder bench/tpp/package.sh
-# made (or any folder holding tpp_bench):
-#   OUT=... bash bench/tpp/source_profile.sh [.gpu-tpp]
+# Source-level stall sampling (Nsight Compute SourceCounters) of one TPP kernel on one case
+# (default: the warp-specialised phase-1 kernel on the Hydragen B=1024 case); prints the SASS
+# lines with the most stall samples and the executed instructions per opcode. Usage, on the GPU
+# machine, with the folder bench/tpp/package.sh made (or any folder holding tpp_bench):
+#   OUT=... [KERNEL=regex] [CASE=tpp_bench --only value] bash bench/tpp/source_profile.sh [.gpu-tpp]
+# e.g. KERNEL=TppPhase1WgmmaKernel CASE=chunkattn_table_b32_p1024 (the one-warpgroup kernel).
 set -u
 DIR=${1:-.gpu-tpp}
 OUT=${OUT:-/tmp/tpp-out}
@@ -12,8 +13,8 @@ export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -z "$NCU" ] && { echo "no ncu"; exit 0; }
 timeout 150 "$NCU" --clock-control none --set none --section SourceCounters \
-  --section WarpStateStats -k regex:WgmmaWsKernel --launch-count 1 -f -o "$OUT/prof" \
-  "$DIR/tpp_bench" --only hydragen_fig5_b1024 --reps 1 >"$OUT/ncu_run.txt" 2>&1
+  --section WarpStateStats -k "regex:${KERNEL:-WgmmaWsKernel}" --launch-count 1 -f -o "$OUT/prof" \
+  "$DIR/tpp_bench" --only "${CASE:-hydragen_fig5_b1024}" --reps 1 >"$OUT/ncu_run.txt" 2>&1
 timeout 120 "$NCU" -i "$OUT/prof.ncu-rep" --page source --csv --print-source sass >"$OUT/src.csv"
 python3 - "$OUT/src.csv" <<'PY'
 import collections, csv, sys
