@@ -152,6 +152,29 @@ class Fixture {
     CUDA_OK(cudaMemcpy(q_dev_->p, bits.data(), qn * 2, cudaMemcpyHostToDevice));
   }
 
+  // Scales the K row of a random `fraction` of the pool's (chunk, kv head, slot) entries by a
+  // factor in [3, max_scale] (rounded to the dtype again) and uploads the pool: scores that jump
+  // far above the running max in later tiles, so the kernels rescale O after the first tile
+  // (with lazy rescaling, random data almost never does).
+  void SpikeKeys(std::mt19937_64& rng, double fraction, float max_scale) {
+    std::bernoulli_distribution pick(fraction);
+    std::uniform_real_distribution<float> scale(3.0f, max_scale);
+    const int d = s_.head_dim;
+    for (int c = 0; c < num_chunks_; ++c) {
+      for (int h = 0; h < s_.kv_heads; ++h) {
+        for (int j = 0; j < s_.chunk; ++j) {
+          if (!pick(rng)) continue;
+          const float f = scale(rng);
+          float* k = kv_host_.data() + c * kv_.chunk_stride + (int64_t{h} * s_.chunk + j) * d;
+          for (int i = 0; i < d; ++i) k[i] = FromBits(ToBits(k[i] * f, s_.dtype), s_.dtype);
+        }
+      }
+    }
+    std::vector<uint16_t> bits(kv_host_.size());
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = ToBits(kv_host_[i], s_.dtype);
+    CUDA_OK(cudaMemcpy(kv_dev_->p, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+  }
+
   // CPU reference (fp32, exact TPP) for the current rows.
   std::vector<float> Reference(const AttentionPlan& plan) {
     KvView kv;
@@ -535,6 +558,36 @@ TEST(TppGpuTest, SplitsInBothPhases) {
     CheckOtherPhase1Paths(f, shared, opt, want, Tolerance(s.dtype), Name(s));
   }
   std::printf("phase 1 by default on %s\n", TppPhase1WgmmaAvailable() ? "wgmma" : "mma.sync");
+}
+
+// Keys with spikes (SpikeKeys): the running max grows in later tiles, so O is rescaled after
+// the first tile, in even and odd tiles of the warp-specialised phase 1 (whose odd tile
+// rescales while the even tile's P V may still be in flight), in phase 2 and in the merge.
+// Shared prefixes of 700-1,200 tokens (11-19 tiles), phase-1 splits kept long.
+TEST(TppGpuTest, RescalesAfterTheFirstTile) {
+  SKIP_WITHOUT_GPU();
+  BANYAN_SEEDED_RNG(rng);
+  for (const Shape& s : {Shape{128, 2, 1, 64, DType::kBf16}, Shape{128, 1, 4, 16, DType::kFp16},
+                         Shape{64, 2, 8, 32, DType::kBf16}, Shape{128, 2, 2, 64, DType::kFp16}}) {
+    Fixture f(s, 64000 / s.chunk);
+    testing::RandomTreeSpec spec;
+    spec.num_groups = 2;
+    spec.rows_per_group_max = 6;
+    spec.global_prefix_min = 700;
+    spec.global_prefix_max = 1200;
+    spec.group_prefix_max = 200;
+    spec.tail_max = 300;
+    ASSERT_FALSE(testing::BuildRandomTree(f.tree(), rng, spec).empty());
+    const std::vector<SeqId> rows = f.tree().DfsOrder();
+    f.FillData(rng, rows);
+    f.SpikeKeys(rng, 0.03, 16.0f);
+    for (int block_m : {0, 128}) {
+      TppOptions opt;
+      opt.p1_block_m = block_m;
+      opt.p1_min_split_tokens = 1024;  // one split per segment: every tile in one CTA's loop
+      CheckBoth(f, rows, s, opt, Name(s) + " block m " + std::to_string(block_m), true);
+    }
+  }
 }
 
 // GQA ratios that are not powers of two, and more than 8 q heads per kv head (several phase-2
