@@ -15,6 +15,10 @@ for b in tpp/tpp_bench gpu_tpp/tpp_gpu_test gpu_tpp/tpp_work_plan_test; do
   cp "$f" "$DEST/"
   strip "$DEST/$(basename "$f")"
 done
+# wgmma_rate (the tensor cores' rate by wgmma shape) where the build has it.
+if f=$(find "$BUILD" -path "*tpp/wgmma_rate" -type f | head -1) && [[ -n $f ]]; then
+  cp "$f" "$DEST/" && strip "$DEST/wgmma_rate"
+fi
 for f in "$DEST"/tpp_*; do
   ldd "$f" | awk '/=>/{print $3}' | grep -vE 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libcuda\.so|libcudart' \
     | while read -r l; do cp -nL "$l" "$DEST/lib/"; done
