@@ -210,9 +210,9 @@ __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4]
       }
     }
   }
-  float tile_max[2] = {kNegInf, kNegInf};
+  float tile_max[2] = {fmaxf(s[0][0], s[0][1]), fmaxf(s[0][2], s[0][3])};
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
+  for (int nt = 1; nt < 8; ++nt) {
     tile_max[0] = fmaxf(tile_max[0], fmaxf(s[nt][0], s[nt][1]));
     tile_max[1] = fmaxf(tile_max[1], fmaxf(s[nt][2], s[nt][3]));
   }
@@ -261,14 +261,18 @@ __device__ __forceinline__ void SoftmaxPv(WgAcc<HEAD_DIM>& acc, float (&s)[8][4]
   // then its MMAs. The partial sums of a step are added to the row sums once.
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    float part[2] = {0.0f, 0.0f};
+    float part[2];  // started from the step's first p of each row (no add of a zero)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float pr = FastExp2(fmaf(s[2 * kk + j][e], scale, neg_max[e >> 1]));
         s[2 * kk + j][e] = pr;
-        part[e >> 1] += pr;
+        if (j == 0 && (e & 1) == 0) {
+          part[e >> 1] = pr;
+        } else {
+          part[e >> 1] += pr;
+        }
       }
     }
     acc.row_sum[0] += part[0];
