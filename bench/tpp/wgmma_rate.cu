@@ -76,62 +76,33 @@ __device__ __forceinline__ uint64_t Desc(const void* p) {
 }
 
 // One m64nNk16 bf16 MMA with fp32 accumulation; A from registers (RS) or shared memory (SS).
+// D_REGS / D_OPS: the accumulator operand list and its constraints; A_RS / A_SS: the A and B
+// operands' placeholders, numbered after the accumulators.
 template <int N, bool RS>
 struct Mma;
-template <>
-struct Mma<64, true> {
-  __device__ static void Run(float* d, const uint32_t* a, uint64_t, uint64_t b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WR_D32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
-                 : F32(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-  }
-};
-template <>
-struct Mma<64, false> {
-  __device__ static void Run(float* d, const uint32_t*, uint64_t a, uint64_t b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WR_D32
-                 ", %32, %33, 1, 1, 1, 0, 0;\n"
-                 : F32(0)
-                 : "l"(a), "l"(b));
-  }
-};
-template <>
-struct Mma<128, true> {
-  __device__ static void Run(float* d, const uint32_t* a, uint64_t, uint64_t b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WR_D64
-                 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
-                 : F64(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-  }
-};
-template <>
-struct Mma<128, false> {
-  __device__ static void Run(float* d, const uint32_t*, uint64_t a, uint64_t b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WR_D64
-                 ", %64, %65, 1, 1, 1, 0, 0;\n"
-                 : F64(0)
-                 : "l"(a), "l"(b));
-  }
-};
-template <>
-struct Mma<256, true> {
-  __device__ static void Run(float* d, const uint32_t* a, uint64_t, uint64_t b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WR_D128
-                 ", {%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
-                 : F128(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-  }
-};
-template <>
-struct Mma<256, false> {
-  __device__ static void Run(float* d, const uint32_t*, uint64_t a, uint64_t b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WR_D128
-                 ", %128, %129, 1, 1, 1, 0, 0;\n"
-                 : F128(0)
-                 : "l"(a), "l"(b));
-  }
-};
+#define BANYAN_RATE_MMA(N, D_REGS, D_OPS, A_RS, A_SS)                                           \
+  template <>                                                                                 \
+  struct Mma<N, true> {                                                                       \
+    __device__ static void Run(float* d, const uint32_t* a, uint64_t, uint64_t b) {           \
+      asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " D_REGS ", " A_RS \
+                   ", 1, 1, 1, 0;\n"                                                          \
+                   : D_OPS                                                                    \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));                     \
+    }                                                                                         \
+  };                                                                                          \
+  template <>                                                                                 \
+  struct Mma<N, false> {                                                                      \
+    __device__ static void Run(float* d, const uint32_t*, uint64_t a, uint64_t b) {           \
+      asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " D_REGS ", " A_SS \
+                   ", 1, 1, 1, 0, 0;\n"                                                       \
+                   : D_OPS                                                                    \
+                   : "l"(a), "l"(b));                                                         \
+    }                                                                                         \
+  };
+BANYAN_RATE_MMA(64, WR_D32, F32(0), "{%32, %33, %34, %35}, %36", "%32, %33")
+BANYAN_RATE_MMA(128, WR_D64, F64(0), "{%64, %65, %66, %67}, %68", "%64, %65")
+BANYAN_RATE_MMA(256, WR_D128, F128(0), "{%128, %129, %130, %131}, %132", "%128, %129")
+#undef BANYAN_RATE_MMA
 
 // Shared memory: A (64 rows x 64 elements, 8 KB) then B (N rows x 64 elements), 1,024-aligned.
 template <int N>
