@@ -79,6 +79,19 @@ void SpmTokenizer::BuildIndexes() {
   if (min_score_ == FLT_MAX) min_score_ = 0.0f;
   if (max_score_ == FLT_MIN) max_score_ = 0.0f;
   for (int b = 0; b < 256; ++b) byte_ids_[b] = PieceToId(BytePieceName(b));
+  // Each piece's text, every "▁" a space, made once here rather than per decoded token.
+  piece_text_.resize(n);
+  for (int id = 0; id < n; ++id) {
+    const std::string_view piece = vocab_.pieces[id];
+    std::string& text = piece_text_[id];
+    for (size_t pos = 0; pos < piece.size();) {
+      const size_t space = piece.find(utf8::kSpaceSymbol, pos);
+      text.append(piece.substr(pos, space - pos));
+      if (space == std::string_view::npos) break;
+      text.push_back(' ');
+      pos = space + utf8::kSpaceSymbol.size();
+    }
+  }
 }
 
 std::string_view SpmTokenizer::Piece(int id) const {
@@ -270,19 +283,13 @@ void SpmTokenizer::AppendPieceText(int32_t id, bool text_empty, DecodeState* sta
     default:
       break;
   }
-  std::string_view piece = vocab_.pieces[id];
+  std::string_view text = piece_text_[id];
   if (state->at_start && (vocab_.add_dummy_prefix || vocab_.remove_extra_whitespaces) &&
-      piece.starts_with(utf8::kSpaceSymbol)) {
-    piece.remove_prefix(utf8::kSpaceSymbol.size());
+      std::string_view(vocab_.pieces[id]).starts_with(utf8::kSpaceSymbol)) {
+    text.remove_prefix(1);  // the space that the leading "▁" became
     state->bos_ws_seen = !vocab_.remove_extra_whitespaces;
   }
-  for (size_t pos = 0; pos < piece.size();) {
-    const size_t space = piece.find(utf8::kSpaceSymbol, pos);
-    out->append(piece.substr(pos, space - pos));
-    if (space == std::string_view::npos) break;
-    out->push_back(' ');
-    pos = space + utf8::kSpaceSymbol.size();
-  }
+  out->append(text);
 }
 
 void SpmTokenizer::DecodeStep(int32_t id, DecodeState* state, std::string* out) const {
@@ -302,16 +309,7 @@ void SpmTokenizer::DecodeStep(int32_t id, DecodeState* state, std::string* out) 
 std::string SpmTokenizer::TokenBytes(int id) const {
   if (!IsValidId(id)) return "";
   if (const int b = ByteOf(id); b >= 0) return std::string(1, static_cast<char>(b));
-  std::string text;
-  std::string_view piece = vocab_.pieces[id];
-  for (size_t pos = 0; pos < piece.size();) {
-    const size_t space = piece.find(utf8::kSpaceSymbol, pos);
-    text.append(piece.substr(pos, space - pos));
-    if (space == std::string_view::npos) break;
-    text.push_back(' ');
-    pos = space + utf8::kSpaceSymbol.size();
-  }
-  return text;
+  return piece_text_[id];
 }
 
 std::string SpmTokenizer::Describe() const {

@@ -109,6 +109,7 @@ class SpmTokenizer final : public Tokenizer {
   ByteTrie unigram_pieces_;              // unigram: the keys of piece_ids_
   std::array<int32_t, 256> byte_ids_{};  // byte -> id of its <0xXX> piece (unk_id if none)
   std::vector<int16_t> byte_value_;      // id -> byte of a kByte piece, -1 otherwise
+  std::vector<std::string> piece_text_;  // id -> the piece with every "▁" a space
   float min_score_ = 0.0f;               // unigram: over kNormal pieces, as sentencepiece
   float max_score_ = 0.0f;
 };
