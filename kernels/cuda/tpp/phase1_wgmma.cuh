@@ -9,13 +9,16 @@
 //               cores and the softmax overlap;
 //   online softmax in registers (raw-score max, exp2 of one FFMA, lazy rescaling);
 //   O += P V  : P re-packed from the S accumulators as the register A operand, V from shared
-//               memory as a transposed B, one m64n64k16 per 16 tokens and 64 head dims.
+//               memory as a transposed B, one m64n64k16 per 16 tokens and 64 head dims, each
+//               16 tokens' MMAs issued as soon as their probabilities are packed (under the
+//               rest of the tile's exponentials).
 // Two kernels:
 //  - TppPhase1WgmmaKernel<.., WGS>: WGS warpgroups (M tile 64 * WGS) that all issue the cp.async
 //    loads and meet at one barrier per tile;
 //  - TppPhase1WgmmaWsKernel (M tile 128, warp-specialised): a producer warpgroup issues every
 //    load and signals each stage's "full" mbarrier; the two consumer warpgroups wait only for
-//    their stage and release it through its "empty" mbarrier, so they never wait for each other.
+//    their stage and release it through its "empty" mbarrier, so they never wait for each other;
+//    they take tiles in pairs, the even tile's P V in flight under the odd tile's softmax.
 // The output is a normalised partial state per (query, split): o fp32 and lse (log2 domain).
 #pragma once
 
