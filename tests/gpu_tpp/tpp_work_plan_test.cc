@@ -308,6 +308,33 @@ TEST(TppWorkPlanTest, WarpKernelForReReadLongTails) {
   EXPECT_EQ(few_cta->p2_path(), Phase2Path::kCudaCores);
 }
 
+// Llama-3-8B's heads (32 q / 8 kv) with tails of 1..64 tokens behind a shared prefix: at 256
+// rows (2,048 warps of 4 heads) the warp kernel, which the H200 measured 5 % faster there
+// (docs/benchmarks_tpp.md); at 64 rows (512 warps, the tree's size) the CTA kernel.
+TEST(TppWorkPlanTest, WarpKernelForLlama3ShortTailsAtB256) {
+  auto pool = *kvcache::ChunkPool::Create(4000, 64);
+  kvcache::PrefixTree tree(&pool);
+  std::vector<int32_t> prefix(256);
+  for (size_t i = 0; i < prefix.size(); ++i) prefix[i] = static_cast<int32_t>(i);
+  std::vector<kvcache::SeqId> rows;
+  for (int r = 0; r < 256; ++r) {
+    auto seq = prefix;
+    for (int i = 0; i < 1 + r % 64; ++i) seq.push_back(10000 + 100 * r + i);
+    rows.push_back(tree.Insert("", seq)->seq);
+  }
+  const TppProblem llama3{32, 8, 128, 64};
+  AttentionPlan b256 = kvcache::BuildAttentionPlan(tree, rows);
+  ASSERT_GT(b256.seg_tokens.size(), 0u);  // the prefix is shared
+  auto warp = TppWorkPlan::Build(engine::ViewOf(b256), llama3, TppOptions{});
+  ASSERT_TRUE(warp.ok());
+  EXPECT_EQ(warp->p2_path(), Phase2Path::kWarpPerHead);
+  std::vector<kvcache::SeqId> quarter(rows.begin(), rows.begin() + 64);
+  AttentionPlan b64 = kvcache::BuildAttentionPlan(tree, quarter);
+  auto cta = TppWorkPlan::Build(engine::ViewOf(b64), llama3, TppOptions{});
+  ASSERT_TRUE(cta.ok());
+  EXPECT_EQ(cta->p2_path(), Phase2Path::kCudaCores);
+}
+
 TEST(TppWorkPlanTest, RejectsBadProblems) {
   AttentionPlan empty;
   EXPECT_FALSE(TppWorkPlan::Build(engine::ViewOf(empty), TppProblem{6, 4, 128, 64}).ok());

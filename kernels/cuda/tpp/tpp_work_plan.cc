@@ -277,7 +277,7 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   // docs/tpp.md, not a model):
   //  - where the CTA kernels wait on latency: short tails, with enough warps that each one's
   //    serial walk over its tail and heads is covered many times over (>= 1,024 warps and
-  //    >= 24 x mean tail x heads per warp; below it, e.g. 64 rows of a tree or Hydragen's
+  //    >= 12 x mean tail x heads per warp; below it, e.g. 64 rows of a tree or Hydragen's
   //    B = 64 / 256, the CTA kernels' 128 threads per (row, kv head) win by 3-40 %);
   //  - and for long tails that re-read the same chunks (a plan without sharing over a common
   //    prefix, the paged baseline: served from L2, where the warp kernel's direct loads ran
@@ -286,7 +286,7 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   const int32_t warp_heads = g >= 3 ? 4 : g;
   const int64_t warps = rows * hkv * CeilDiv(g, warp_heads);
   const bool short_tails = total <= options.p2_warp_max_mean_tail * rows && warps >= 1024 &&
-                           warps * rows >= 24 * total * warp_heads;
+                           warps * rows >= 12 * total * warp_heads;
   bool p2_warp = !p2_mma && (options.p2_warp == 1 || (options.p2_warp < 0 && short_tails));
   if (!p2_mma && !p2_warp && options.p2_warp < 0 && warps >= 4096) {
     p2_warp = PrivateReuse(plan, problem.chunk_size) >= 2.0;
