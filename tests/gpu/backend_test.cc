@@ -178,7 +178,7 @@ double CompareSteps(Side& cpu, Side& gpu, int vocab, const std::vector<std::vect
       copies.insert(copies.end(), placed->copies.begin(), placed->copies.end());
       const int32_t len = static_cast<int32_t>(p.size());
       items.push_back({placed->seq, std::min(placed->matched_tokens, len - 1), len,
-                       placed->matched_tokens, true});
+                       placed->matched_tokens, true, {}});
     }
     StepOutput out;
     const absl::Status st = sides[s]->runner.RunLogits(copies, {}, items, &out);
@@ -206,7 +206,7 @@ double CompareSteps(Side& cpu, Side& gpu, int vocab, const std::vector<std::vect
       std::vector<DecodeItem> decode;
       for (const auto& p : *placed) {
         copies.insert(copies.end(), p.copies.begin(), p.copies.end());
-        decode.push_back({p.seq, !p.new_slots.empty()});
+        decode.push_back({p.seq, !p.new_slots.empty(), {}});
       }
       StepOutput out;
       const absl::Status st = sides[s]->runner.RunLogits(copies, decode, {}, &out);
@@ -433,7 +433,7 @@ TEST_F(CudaBackendTest, TppGreedyEqualsPaged) {
       ASSERT_TRUE(placed.ok());
       const int32_t n = static_cast<int32_t>(context.size());
       StepOutput out;
-      ASSERT_TRUE(side->runner.RunLogits(placed->copies, {}, std::vector<PrefillItem>{{placed->seq, 0, n, 0, true}}, &out).ok());
+      ASSERT_TRUE(side->runner.RunLogits(placed->copies, {}, std::vector<PrefillItem>{{placed->seq, 0, n, 0, true, {}}}, &out).ok());
       const float gap = std::fabs(out.logits[a[j]] - out.logits[b[j]]);
       std::printf("d%d request %zu: tpp and paged diverge at token %zu: %d vs %d, logit gap %.4f\n",
                   s.head_dim, i, j, a[j], b[j], gap);
@@ -467,7 +467,7 @@ TEST_F(CudaBackendTest, DeviceDummyWeightsEqualHostDummyWeights) {
     auto placed = sides[s]->tree.Insert("", prompt);
     ASSERT_TRUE(placed.ok());
     StepOutput out;
-    ASSERT_TRUE(sides[s]->runner.RunLogits({}, {}, std::vector<PrefillItem>{{placed->seq, 0, 40, 0, true}}, &out).ok());
+    ASSERT_TRUE(sides[s]->runner.RunLogits({}, {}, std::vector<PrefillItem>{{placed->seq, 0, 40, 0, true, {}}}, &out).ok());
     logits[s] = out.logits;
   }
   EXPECT_EQ(logits[0], logits[1]);  // same rounded weights, same kernels: bit for bit
@@ -521,7 +521,7 @@ TEST_F(CudaBackendTest, SharedPrefixBatchEqualsSoloRuns) {
     EXPECT_TRUE(placed.ok());
     const int32_t n = static_cast<int32_t>(context.size());
     StepOutput out;
-    EXPECT_TRUE(side->runner.RunLogits(placed->copies, {}, std::vector<PrefillItem>{{placed->seq, 0, n, 0, true}}, &out).ok());
+    EXPECT_TRUE(side->runner.RunLogits(placed->copies, {}, std::vector<PrefillItem>{{placed->seq, 0, n, 0, true, {}}}, &out).ok());
     return out.logits;
   };
   int equal = 0, near_ties = 0;
@@ -669,7 +669,7 @@ void CheckOracleFolder(const std::string& dir, std::vector<OracleRow>* table) {
       ASSERT_TRUE(placed.ok());
       StepOutput out;
       const PrefillItem item{placed->seq, std::min(placed->matched_tokens, half - 1), half,
-                             placed->matched_tokens, true};
+                             placed->matched_tokens, true, {}};
       ASSERT_TRUE(side->runner.RunLogits(placed->copies, {}, std::vector<PrefillItem>{item}, &out).ok());
       auto slice = [&](int pos) {
         return std::vector<float>(want[i].begin() + int64_t{pos} * vocab,
@@ -684,7 +684,7 @@ void CheckOracleFolder(const std::string& dir, std::vector<OracleRow>* table) {
       for (int pos = half; pos < static_cast<int>(s.size()); ++pos) {
         auto appended = side->tree.Append(placed->seq, s[pos]);
         ASSERT_TRUE(appended.ok());
-        const DecodeItem d{placed->seq, !appended->new_slots.empty()};
+        const DecodeItem d{placed->seq, !appended->new_slots.empty(), {}};
         ASSERT_TRUE(side->runner.RunLogits(appended->copies, std::vector<DecodeItem>{d}, {}, &out).ok());
         account(out.logits, pos);
       }

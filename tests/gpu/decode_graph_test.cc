@@ -213,7 +213,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
         copies.insert(copies.end(), placed->copies.begin(), placed->copies.end());
         const int32_t len = static_cast<int32_t>(p.size());
         prefill.push_back({placed->seq, std::min(placed->matched_tokens, len - 1), len,
-                           placed->matched_tokens, true});
+                           placed->matched_tokens, true, {}});
         joined[g].push_back(placed->seq);
       }
       lane.Step(decode, prefill, copies, g == 1 && decode_only, &logits[g], &greedy, &rows[g],
@@ -318,7 +318,9 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
   // attention nodes are updated in place, which is what keeps serving on graphs. Bitwise equal
   // logits above show the updated nodes run the new work.
   EXPECT_GT(g.patches, 0) << c.label;
-  if (g.patches > 0) EXPECT_EQ(g.patched_nodes % g.patches, 0) << c.label;
+  if (g.patches > 0) {
+    EXPECT_EQ(g.patched_nodes % g.patches, 0) << c.label;
+  }
   if (c.mode == AttentionMode::kTpp) {
     EXPECT_GT(st.tpp_steps, 0) << c.label;
     EXPECT_GT(st.tpp_plan_builds, 3) << c.label;
@@ -386,7 +388,7 @@ TEST_F(DecodeGraphTest, SetCudaGraphsTogglesThePath) {
   std::vector<int32_t> tokens;
   std::vector<SeqId> rows;
   bool rebuilt = false;
-  lane.Step({}, {{placed->seq, 0, 20, 0, true}}, placed->copies, false, &logits, &tokens, &rows,
+  lane.Step({}, {{placed->seq, 0, 20, 0, true, {}}}, placed->copies, false, &logits, &tokens, &rows,
             &rebuilt);
   for (bool graphs : {false, true, false, true}) {
     lane.backend->SetCudaGraphs(graphs);
