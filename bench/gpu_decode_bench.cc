@@ -405,9 +405,15 @@ int Main(const Options& o) {
   std::map<std::tuple<std::string, int, int, std::string>, std::map<std::string, double>> table;
   // (model, prefix, B, graphs) -> the physical limit's tok/s (the same for every mode)
   std::map<std::tuple<std::string, int, int, std::string>, double> limit_tps;
-  // (model, prefix, B, graphs, mode) -> (step ms, device ms)
-  std::map<std::tuple<std::string, int, int, std::string, std::string>, std::pair<double, double>>
-      step_device;
+  // (model, prefix, B, graphs, mode) -> step ms, device ms and the backend's host parts
+  struct StepTimes {
+    double step_ms = 0, device_ms = 0;
+    double inputs_us = 0, attention_us = 0, launch_us = 0;  // per step
+    double graph_call_us = 0;  // of launch_us: the cudaGraphLaunch call
+    double patches = 0;        // attention-node updates per step
+    int64_t nodes = 0;         // kernel nodes of the step's graph
+  };
+  std::map<std::tuple<std::string, int, int, std::string, std::string>, StepTimes> step_device;
   // (model, B) -> the projection-only GEMM step's tok/s
   std::map<std::pair<std::string, int>, double> gemm_tps;
   int failures = 0;
@@ -587,7 +593,13 @@ int Main(const Options& o) {
               capture_ms.c_str(), unstable.c_str(), limit_ms.c_str(), of_limit.c_str());
           std::fflush(stdout);
           table[{name, prefix, B, on}][mode_name] = r->tokens_per_s;
-          step_device[{name, prefix, B, on, mode_name}] = {r->ms_per_step, r->device_ms_per_step};
+          const engine::CudaAttentionStats& at = r->attention;
+          const double per = at.host_steps > 0 ? 1.0 / static_cast<double>(at.host_steps) : 0.0;
+          step_device[{name, prefix, B, on, mode_name}] = {
+              r->ms_per_step, r->device_ms_per_step, at.inputs_host_us * per,
+              at.attention_host_us * per, at.launch_host_us * per,
+              at.graph.launch_call_us * per, static_cast<double>(at.graph.patches) * per,
+              at.graph.kernel_nodes};
         }
       }
     }
@@ -596,13 +608,22 @@ int Main(const Options& o) {
   // Where each step's time went: the device's part from the launch to the last kernel, the
   // rest host work the device waited for (the benchmark's steps are synchronous). Printed
   // before the summary, which scripts take as the last table.
+  // The backend's share of the host time: its inputs, the attention work (graph steps) and the
+  // launch; the rest is the benchmark's own (prefix-tree appends, the attention plan) and the
+  // wait for the tokens.
   std::printf("\n| model | prefix | B | graphs | mode | step ms | device ms | host ms (step - "
-              "device) | device / step |\n|---|---|---|---|---|---|---|---|---|\n");
+              "device) | device / step | backend host us per step: inputs / attention / launch "
+              "(graph call) | node updates per step | graph kernel nodes "
+              "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [key, v] : step_device) {
     const auto& [model, prefix, B, on, mode] = key;
-    std::printf("| %s | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s |\n", model.c_str(), prefix, B,
-                on.c_str(), mode.c_str(), v.first, v.second, v.first - v.second,
-                v.first > 0 ? Fixed(v.second / v.first, 3).c_str() : "-");
+    std::printf("| %s | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s | %.0f / %.0f / %.0f (%.0f) "
+                "| %.2f | %lld |\n",
+                model.c_str(), prefix, B, on.c_str(), mode.c_str(), v.step_ms, v.device_ms,
+                v.step_ms - v.device_ms,
+                v.step_ms > 0 ? Fixed(v.device_ms / v.step_ms, 3).c_str() : "-", v.inputs_us,
+                v.attention_us, v.launch_us, v.graph_call_us, v.patches,
+                static_cast<long long>(v.nodes));
   }
   std::printf("\n| model | prefix | B | graphs | tpp tok/s | paged tok/s | none tok/s | tpp/none | "
               "tpp/paged | limit tok/s | tpp/limit | paged/limit | none/limit | "

@@ -421,6 +421,16 @@ int Run(int argc, char** argv) {
                  "settled, {} fallbacks",
                  g.replays, g.patches, g.patch_host_us, g.captures, g.capture_host_us,
                  g.unstable, g.fallbacks);
+    if (a.host_steps > 0) {
+      const double per = 1e-3 / static_cast<double>(a.host_steps);
+      spdlog::info("cuda backend: host work of a step with decode rows, ms: {:.3f} inputs, {:.3f} "
+                   "attention work, {:.3f} launch, {:.3f} sampling ({} steps); {:.3f} ms per "
+                   "cudaGraphLaunch call ({} graph steps, {} kernel nodes)",
+                   a.inputs_host_us * per, a.attention_host_us * per, a.launch_host_us * per,
+                   a.sample_host_us * per, a.host_steps,
+                   g.steps > 0 ? g.launch_call_us * 1e-3 / static_cast<double>(g.steps) : 0.0,
+                   g.steps, g.kernel_nodes);
+    }
     if (g.patch_failures > 0) {
       spdlog::warn("cuda graphs: {} attention-node updates failed (captured instead): {}",
                    g.patch_failures, cuda->graph_update_error());

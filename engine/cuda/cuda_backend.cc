@@ -1,6 +1,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -311,22 +312,43 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
 
 absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_rows) {
   Impl& m = *impl_;
+  using Clock = std::chrono::steady_clock;
+  const auto us_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+  };
+  auto t = Clock::now();
   StepInputs in;
   BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, greedy, &in));
   *out_rows = in.n_real_out;
   m.last_out_rows = in.n_real_out;
   if (in.T == 0) return absl::OkStatus();
-  if (in.num_decode > 0) ++stats_.decode_steps;
+  if (in.num_decode > 0) {
+    ++stats_.decode_steps;
+    ++stats_.host_steps;
+    stats_.inputs_host_us += us_since(t);
+  }
+  // The launch's host time counts for steps with decode rows (also when it fails).
+  struct LaunchTimer {
+    double* us;
+    Clock::time_point t0 = Clock::now();
+    ~LaunchTimer() {
+      if (us != nullptr) *us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    }
+  };
   const bool graph = m.graphs_on && batch.prefill.empty() && in.num_decode > 0;
   if (!graph) {
     // (The host work of PrepareAttention inside layer 0 counts as device time here.)
+    LaunchTimer timer{in.num_decode > 0 ? &stats_.launch_host_us : nullptr};
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_begin, m.stream));
     m.step_begin_recorded = true;
     return Enqueue(batch, in, greedy, /*prepare_in_layer0=*/true);
   }
 
   // The graph path: all host work and uploads first, then one launch.
+  t = Clock::now();
   BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, /*fixed_layout=*/true));
+  stats_.attention_host_us += us_since(t);
+  LaunchTimer timer{&stats_.launch_host_us};
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_begin, m.stream));
   m.step_begin_recorded = true;
   bool launched = false;
@@ -388,8 +410,13 @@ absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const S
   m.step_begin_recorded = false;
   m.sample_in_flight = false;
   absl::Status s = Run(batch, /*greedy=*/false, &rows);
+  const auto t = std::chrono::steady_clock::now();
   if (s.ok()) s = m.sampler.Enqueue(m.logits.as<float>(), rows, cfg_.vocab_size, specs, m.stream);
   if (s.ok()) s = kc::CudaStatus(cudaEventRecord(m.step_end, m.stream), "cudaEventRecord");
+  if (!batch.decode.empty()) {
+    stats_.sample_host_us +=
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
+  }
   if (!s.ok()) {
     cudaStreamSynchronize(m.stream);  // leave no work in flight on a failed step
     return s;

@@ -79,6 +79,14 @@ struct CudaAttentionStats {
   bool last_deferred_merge = false;
   // CUDA graphs of decode-only steps (captures, replays, node updates, host cost).
   cuda::DecodeGraphStats graph;
+  // Host time of the steps with decode rows before the device can start on them, summed by part
+  // (the device waits for all of it when the step before has finished).
+  int64_t host_steps = 0;
+  double inputs_host_us = 0;     // PrepareInputs: flatten and check the rows, upload them
+  double attention_host_us = 0;  // graph steps: the TPP plan or paged work list, its upload
+  double launch_host_us = 0;     // the graph launch (node updates and captures included), or
+                                 // the eager enqueue of every kernel (its attention work too)
+  double sample_host_us = 0;     // LaunchSample: pack, upload and launch the sampling kernel
 };
 
 struct CudaBackendOptions {

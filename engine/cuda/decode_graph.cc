@@ -112,7 +112,11 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
     stats->capture_host_us += us;
   }
   ++stats->steps;
+  const auto t0 = std::chrono::steady_clock::now();
   BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(e.exec, stream));
+  stats->launch_call_us +=
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  stats->kernel_nodes = static_cast<int64_t>(e.kernels.size());
   *launched = true;
   return absl::OkStatus();
 }

@@ -57,6 +57,10 @@ struct DecodeGraphStats {
   int64_t patched_nodes = 0;   // kernel nodes those updates changed
   double patch_host_us = 0;    // summed host time of the updates
   int64_t patch_failures = 0;  // updates that failed (the step was captured instead)
+  double launch_call_us = 0;   // summed host time of the cudaGraphLaunch calls (on the H200 it
+                               // grows with the step's device time: the call returns while the
+                               // device already runs the graph; see docs/benchmarks.md)
+  int64_t kernel_nodes = 0;    // kernel nodes of the last executable launched
 
   DecodeGraphStats& operator+=(const DecodeGraphStats& o) {
     steps += o.steps;
@@ -69,6 +73,8 @@ struct DecodeGraphStats {
     patched_nodes += o.patched_nodes;
     patch_host_us += o.patch_host_us;
     patch_failures += o.patch_failures;
+    launch_call_us += o.launch_call_us;
+    kernel_nodes = o.kernel_nodes;
     return *this;
   }
 };
