@@ -5,7 +5,7 @@
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
 //                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]
 //                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
-//                    [--fp32-activations] [--profile-step]
+//                    [--fp32-activations] [--profile-step] [--pipeline]
 //
 // --model also takes banyand's dummy spelling, dummy:<shape>[:vocab=N] (engine/model_bundle.h),
 // so the daemon and this benchmark run the same shape and vocabulary.
@@ -33,7 +33,12 @@
 // new row count captures again, on the key's second step: the first runs eagerly) and the mean
 // host cost of one capture, stream capture plus cudaGraphExecUpdate / plus instantiation (the
 // replay that follows is in ms/step), and the timed steps that ran eagerly because their key was
-// new. --stagger gives row i i % chunk more prompt tokens, so rows start new chunks on different
+// new. --pipeline launches each decode step before the previous one's tokens are back
+// (CudaBackend::LaunchGreedy, two steps in flight): the tree gets placeholder tokens and each row's
+// real token is fed on the device from the step before, so the host's work per step (tree
+// appends, plan, inputs) runs while the device computes; ms/step is then the timed steps' wall
+// time over their number (one drain of the pipeline before them), not a sum of synchronous steps.
+// --stagger gives row i i % chunk more prompt tokens, so rows start new chunks on different
 // steps (with B >= chunk, some row does at every step: the TPP plan, and with it the graph key,
 // changes at every step; the realistic serving case that the default's aligned rows avoid).
 //
@@ -103,6 +108,7 @@ struct Options {
   bench::Rates rates;
   bool dry_run = false;
   bool profile_step = false;  // the first timed step inside cudaProfilerStart/Stop
+  bool pipeline = false;      // decode steps launched ahead of their tokens (LaunchGreedy)
 };
 
 // Mean private tokens per row (context - prefix) over RunOne's timed steps: row i holds its own
@@ -227,11 +233,58 @@ class Stepper {
     return b_->ForwardGreedy(batch, out);
   }
 
+  // Pipelined decode step: every row's token is fed on the device from the row of the same
+  // sequence in the step launched before (`prev_rows`, in its row order); the tree holds
+  // placeholders. If two steps are in flight, the oldest is collected first (into *collected,
+  // which is cleared when nothing was collected).
+  absl::Status LaunchDecode(const std::unordered_map<kvcache::SeqId, bool>& writes,
+                            std::span<const kvcache::ChunkCopy> copies,
+                            const std::vector<kvcache::SeqId>& prev_rows,
+                            std::vector<kvcache::SeqId>* rows, std::vector<int32_t>* collected) {
+    if (absl::Status s = b_->CopyChunks(copies); !s.ok()) return s;
+    rows->clear();
+    for (kvcache::SeqId s : tree_->DfsOrder()) {
+      if (writes.contains(s)) rows->push_back(s);
+    }
+    if (kvcache::PlanReusable(plan_, *tree_, *rows)) {
+      kvcache::AdvanceLengths(plan_, *tree_);
+    } else {
+      plan_ = kvcache::BuildAttentionPlan(*tree_, *rows, {.share = share_});
+    }
+    prev_index_.clear();
+    for (size_t i = 0; i < prev_rows.size(); ++i) {
+      prev_index_[prev_rows[i]] = static_cast<int32_t>(i);
+    }
+    batch_.plan = &plan_;
+    batch_.decode.resize(rows->size());
+    feed_.resize(rows->size());
+    for (size_t r = 0; r < rows->size(); ++r) {
+      const kvcache::SeqId s = (*rows)[r];
+      const int32_t len = tree_->Length(s);
+      engine::SeqWork& w = batch_.decode[r];
+      w.pos0 = len - 1;
+      w.tokens.assign(1, tree_->LastToken(s));
+      w.slots.assign(1, tree_->LastSlot(s));
+      w.write_kv.assign(1, static_cast<uint8_t>(writes.at(s) ? 1 : 0));
+      const auto it = prev_index_.find(s);
+      if (it == prev_index_.end()) return absl::InternalError("a row missing from the step before");
+      feed_[r] = it->second;
+    }
+    collected->clear();
+    if (b_->greedy_in_flight() == 2) {
+      if (absl::Status s = b_->CollectGreedy(collected); !s.ok()) return s;
+    }
+    return b_->LaunchGreedy(batch_, feed_);
+  }
+
  private:
   CudaBackend* b_;
   kvcache::PrefixTree* tree_;
   bool share_;
   kvcache::AttentionPlan plan_;
+  engine::StepBatch batch_;
+  std::vector<int32_t> feed_;
+  std::unordered_map<kvcache::SeqId, int32_t> prev_index_;
 };
 
 struct Result {
@@ -247,7 +300,7 @@ struct Result {
 
 absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& cfg,
                               AttentionMode mode, int B, int prefix, int steps, int chunk,
-                              bool stagger, bool profile_step) {
+                              bool stagger, bool profile_step, bool pipeline) {
   auto pool = kvcache::ChunkPool::Create(backend->num_chunks(), chunk);
   if (!pool.ok()) return pool.status();
   kvcache::PrefixTree tree(&*pool);
@@ -297,14 +350,27 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   backend->ResetAttentionStats();
   engine::cuda::DecodeGraphStats warm;
   double device_s0 = 0;
+  // --pipeline: the rows of the step launched last (the prefill's first), and the timed span.
+  std::vector<kvcache::SeqId> prev_rows = seqs;
+  std::vector<int32_t> collected;
+  auto drain = [&]() -> absl::Status {
+    while (backend->greedy_in_flight() > 0) {
+      if (absl::Status s = backend->CollectGreedy(&collected); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  std::chrono::steady_clock::time_point timed_begin;
   for (int step = 0; step < steps + 2; ++step) {
     if (step == 2) {
+      if (absl::Status s = drain(); !s.ok()) return s;
       warm = backend->attention_stats().graph;
       backend->ResetAttentionStats();
       device_s0 = backend->device_seconds();
+      timed_begin = std::chrono::steady_clock::now();
     }
     std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
-    for (kvcache::SeqId s : seqs) appends.emplace_back(s, next[s]);
+    // Pipelined, the tree gets a placeholder: the real token is fed on the device.
+    for (kvcache::SeqId s : seqs) appends.emplace_back(s, pipeline ? 3 : next[s]);
     const auto t0 = std::chrono::steady_clock::now();
     auto app = tree.AppendBatch(appends, /*allow_evict=*/true);
     if (!app.ok()) return app.status();
@@ -317,15 +383,27 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
     // --profile-step: the first timed step alone inside the profiler's capture range.
     const bool profiled = profile_step && step == 2;
     if (profiled) cudaProfilerStart();
-    if (absl::Status s = stepper.Decode(writes, next, copies, &rows, &out); !s.ok()) return s;
+    if (pipeline) {
+      if (absl::Status s = stepper.LaunchDecode(writes, copies, prev_rows, &rows, &collected);
+          !s.ok()) {
+        return s;
+      }
+      prev_rows = rows;
+    } else {
+      if (absl::Status s = stepper.Decode(writes, next, copies, &rows, &out); !s.ok()) return s;
+      for (size_t r = 0; r < rows.size(); ++r) next[rows[r]] = out[r];
+    }
     if (profiled) cudaProfilerStop();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (size_t r = 0; r < rows.size(); ++r) next[rows[r]] = out[r];
     if (step >= 2) {
-      timed += dt;
+      if (!pipeline) timed += dt;
       ++timed_steps;
       for (kvcache::SeqId s : seqs) private_tokens += tree.Length(s) - prefix;
     }
+  }
+  if (pipeline) {
+    if (absl::Status s = drain(); !s.ok()) return s;
+    timed = std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_begin).count();
   }
   for (kvcache::SeqId s : seqs) tree.Release(s).IgnoreError();
   Result r;
@@ -532,7 +610,7 @@ int Main(const Options& o) {
           (*backend)->SetCudaGraphs(graphs);
           const std::string on = graphs ? "on" : "off";
           auto r = RunOne(backend->get(), cfg, mode, B, prefix, o.steps, o.chunk, o.stagger,
-                          o.profile_step);
+                          o.profile_step, o.pipeline);
           if (!r.ok()) {
             std::printf("| %s | %d | %d | %s | error: %s | | | | | %s | | | | | |\n", name.c_str(), prefix,
                         B, mode_name.c_str(), std::string(r.status().message()).c_str(),
@@ -709,6 +787,8 @@ int main(int argc, char** argv) {
       o.chunk = std::atoi(value().c_str());
     } else if (a == "--stagger") {
       o.stagger = true;
+    } else if (a == "--pipeline") {
+      o.pipeline = true;
     } else if (a == "--fp32-activations") {
       o.fp32_activations = true;
     } else if (a == "--no-limit") {
@@ -740,7 +820,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] "
                    "[--prefix 2048[,16384]] [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] "
-                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] "
+                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--pipeline] "
                    "[--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]\n");
       return 2;
     }

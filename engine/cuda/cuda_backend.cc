@@ -89,6 +89,12 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   }
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m.step_begin));
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m.step_end));
+  m.cur_begin = m.step_begin;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.uploaded, cudaEventDisableTiming));
+  for (Impl::GreedySlot& s : m.greedy_slots) {
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&s.begin));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&s.end));
+  }
 
   // Memory plan, checked before anything big is allocated.
   size_t free_b = 0, total_b = 0;
@@ -199,6 +205,10 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
   ep.x = m.x.as<float>();
   ep.rows = T;
   ep.dim = dim;
+  if (in.o_feed >= 0) {
+    ep.feed = m.step_ints.Dev(in.o_feed);
+    ep.feed_tokens = m.out_tokens.as<int32_t>();
+  }
   BANYAN_RETURN_IF_ERROR(kc::EmbeddingGather(dt, ep, m.stream));
   if (options_.attention == AttentionMode::kNone) {
     BANYAN_CUDA_RETURN_IF_ERROR(
@@ -259,7 +269,10 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
     BANYAN_RETURN_IF_ERROR(kc::RopeWriteKv(dt, rp, m.stream));
 
     // Built on the host while the GPU runs layer 0 up to here.
-    if (l == 0 && prepare_in_layer0) BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, false));
+    if (l == 0 && prepare_in_layer0) {
+      BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, false));
+      BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.uploaded, m.stream));
+    }
     if (a.use_tpp) {
       kc::tpp::TppRunArgs ta = a.ta;
       ta.kv = kv;
@@ -310,7 +323,8 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
   return kc::ArgmaxRows(ap, m.stream);
 }
 
-absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_rows) {
+absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_rows,
+                              std::span<const int32_t> feed) {
   Impl& m = *impl_;
   using Clock = std::chrono::steady_clock;
   const auto us_since = [](Clock::time_point t) {
@@ -318,9 +332,11 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   };
   auto t = Clock::now();
   StepInputs in;
-  BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, greedy, &in));
+  BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, greedy, feed, &in));
   *out_rows = in.n_real_out;
   m.last_out_rows = in.n_real_out;
+  // A step that does not leave its tokens in out_tokens ends what a fed step may read there.
+  m.last_greedy_valid = false;
   if (in.T == 0) return absl::OkStatus();
   if (in.num_decode > 0) {
     ++stats_.decode_steps;
@@ -339,7 +355,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   if (!graph) {
     // (The host work of PrepareAttention inside layer 0 counts as device time here.)
     LaunchTimer timer{in.num_decode > 0 ? &stats_.launch_host_us : nullptr};
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_begin, m.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.cur_begin, m.stream));
     m.step_begin_recorded = true;
     return Enqueue(batch, in, greedy, /*prepare_in_layer0=*/true);
   }
@@ -347,9 +363,10 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   // The graph path: all host work and uploads first, then one launch.
   t = Clock::now();
   BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, /*fixed_layout=*/true));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.uploaded, m.stream));
   stats_.attention_host_us += us_since(t);
   LaunchTimer timer{&stats_.launch_host_us};
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_begin, m.stream));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.cur_begin, m.stream));
   m.step_begin_recorded = true;
   bool launched = false;
   const absl::Status s =
@@ -378,8 +395,16 @@ bool CudaBackend::cuda_graphs() const { return impl_->graphs_on; }
 
 const std::string& CudaBackend::graph_update_error() const { return impl_->graphs->update_error(); }
 
+absl::Status CudaBackend::NoGreedyInFlight() const {
+  if (impl_->greedy_count > 0) {
+    return absl::FailedPreconditionError("greedy steps launched ahead are not collected yet");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::Forward(const StepBatch& batch, std::vector<float>* logits) {
   Impl& m = *impl_;
+  BANYAN_RETURN_IF_ERROR(NoGreedyInFlight());
   int32_t rows = 0;
   absl::Status s = Run(batch, /*greedy=*/false, &rows);
   if (!s.ok()) {
@@ -406,6 +431,7 @@ absl::Status CudaBackend::ForwardSample(const StepBatch& batch, std::span<const 
 
 absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs) {
   Impl& m = *impl_;
+  BANYAN_RETURN_IF_ERROR(NoGreedyInFlight());
   int32_t rows = 0;
   m.step_begin_recorded = false;
   m.sample_in_flight = false;
@@ -449,6 +475,7 @@ double CudaBackend::device_seconds() const { return impl_->device_seconds; }
 
 absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens) {
   Impl& m = *impl_;
+  BANYAN_RETURN_IF_ERROR(NoGreedyInFlight());
   int32_t rows = 0;
   m.step_begin_recorded = false;
   absl::Status s = Run(batch, /*greedy=*/true, &rows);
@@ -464,9 +491,70 @@ absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int3
   }
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   BANYAN_RETURN_IF_ERROR(AddStepDeviceTime(m));
+  m.last_greedy_valid = true;
+  m.last_greedy_rows = rows;
   tokens->assign(m.host_out.as<int32_t>(), m.host_out.as<int32_t>() + rows);
   for (int32_t t : *tokens) {
     if (t < 0) return absl::InternalError("the model produced a row of logits with no number");
+  }
+  return absl::OkStatus();
+}
+
+int CudaBackend::greedy_in_flight() const { return impl_->greedy_count; }
+
+absl::Status CudaBackend::LaunchGreedy(const StepBatch& batch, std::span<const int32_t> feed) {
+  Impl& m = *impl_;
+  if (m.sample_in_flight) return absl::FailedPreconditionError("a sampled step is in flight");
+  if (m.greedy_count == Impl::kGreedyDepth) {
+    return absl::FailedPreconditionError("two greedy steps are in flight: collect one first");
+  }
+  // The step in flight may still be copying its inputs out of the staging buffers that this
+  // step is about to fill.
+  if (m.greedy_count > 0) BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(m.uploaded));
+  Impl::GreedySlot& slot = m.greedy_slots[(m.greedy_head + m.greedy_count) % Impl::kGreedyDepth];
+  m.cur_begin = slot.begin;
+  m.step_begin_recorded = false;
+  int32_t rows = 0;
+  absl::Status s = Run(batch, /*greedy=*/true, &rows, feed);
+  m.cur_begin = m.step_begin;
+  slot.begin_recorded = m.step_begin_recorded;
+  m.step_begin_recorded = false;
+  if (s.ok()) s = slot.host.Reserve(std::max(1, rows) * 4, "sampled tokens (host)");
+  if (s.ok() && rows > 0) {
+    s = kc::CudaStatus(cudaMemcpyAsync(slot.host.get(), m.out_tokens.get(), rows * 4,
+                                       cudaMemcpyDeviceToHost, m.stream),
+                       "cudaMemcpyAsync (sampled tokens)");
+  }
+  if (s.ok()) s = kc::CudaStatus(cudaEventRecord(slot.end, m.stream), "cudaEventRecord");
+  if (!s.ok()) {
+    // The steps in flight stay collectable. (A step refused before anything ran leaves
+    // out_tokens, and what may be fed from it, as they were; Run clears it past that point.)
+    cudaStreamSynchronize(m.stream);
+    return s;
+  }
+  slot.rows = rows;
+  ++m.greedy_count;
+  m.last_greedy_valid = true;
+  m.last_greedy_rows = rows;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CollectGreedy(std::vector<int32_t>* tokens) {
+  Impl& m = *impl_;
+  if (m.greedy_count == 0) return absl::FailedPreconditionError("no greedy step in flight");
+  Impl::GreedySlot& slot = m.greedy_slots[m.greedy_head];
+  m.greedy_head = (m.greedy_head + 1) % Impl::kGreedyDepth;
+  --m.greedy_count;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.end));
+  if (slot.begin_recorded) {
+    float ms = 0;
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, slot.begin, slot.end));
+    m.device_seconds += ms * 1e-3;
+  }
+  const int32_t* t = slot.host.as<int32_t>();
+  tokens->assign(t, t + slot.rows);
+  for (int32_t v : *tokens) {
+    if (v < 0) return absl::InternalError("the model produced a row of logits with no number");
   }
   return absl::OkStatus();
 }

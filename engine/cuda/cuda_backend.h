@@ -171,6 +171,16 @@ class CudaBackend final : public Backend {
   // device_seconds too.
   absl::Status ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens);
 
+  // Greedy steps launched ahead of their results, so that the host prepares step N + 1 while
+  // the device runs step N. LaunchGreedy enqueues a step as ForwardGreedy does and returns; at
+  // most two are in flight. `feed` is empty or has one entry per decode row: feed[r] >= 0 makes
+  // row r's input token the one the last greedy step launched sampled for its row feed[r], read
+  // on the device (the token in `batch` is then ignored). CollectGreedy waits for the oldest
+  // step in flight and returns its tokens. No other kind of step may run while one is in flight.
+  absl::Status LaunchGreedy(const StepBatch& batch, std::span<const int32_t> feed);
+  absl::Status CollectGreedy(std::vector<int32_t>* tokens);
+  int greedy_in_flight() const;
+
   const CudaAttentionStats& attention_stats() const { return stats_; }
   AttentionMode attention_mode() const { return options_.attention; }
   void ResetAttentionStats() { stats_ = {}; }
@@ -199,9 +209,14 @@ class CudaBackend final : public Backend {
   absl::Status Init(const ModelWeights* weights, uint64_t dummy_seed);
   // Runs the model up to the logits, left on the device (and their argmax when `greedy`);
   // *rows receives their number. Decode-only steps go through a CUDA graph when enabled.
-  absl::Status Run(const StepBatch& batch, bool greedy, int32_t* rows);
+  // `feed`: LaunchGreedy's.
+  absl::Status Run(const StepBatch& batch, bool greedy, int32_t* rows,
+                   std::span<const int32_t> feed = {});
   // Flattens and checks the step's inputs, sizes the workspace, uploads the inputs.
-  absl::Status PrepareInputs(const StepBatch& batch, bool greedy, StepInputs* in);
+  absl::Status PrepareInputs(const StepBatch& batch, bool greedy, std::span<const int32_t> feed,
+                             StepInputs* in);
+  // FailedPrecondition while LaunchGreedy's steps are in flight (for the other kinds of step).
+  absl::Status NoGreedyInFlight() const;
   // Adds the finished step's begin-to-end event time to device_seconds.
   static absl::Status AddStepDeviceTime(Impl& m);
   // Builds the attention work of the step (TPP plan, paged items, prefill tiles), uploads it,

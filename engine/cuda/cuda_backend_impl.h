@@ -115,6 +115,24 @@ struct CudaBackend::Impl {
   double device_seconds = 0;
   bool step_begin_recorded = false;  // by Run, for this step
   bool sample_in_flight = false;     // LaunchSample done, CollectSample not yet
+  cudaEvent_t cur_begin = nullptr;   // the begin event Run records (step_begin or a slot's)
+  // Recorded after each step's uploads (inputs, attention tables): the host may write the
+  // staging buffers again once it has completed.
+  cudaEvent_t uploaded = nullptr;
+  // Greedy steps launched ahead of their results (LaunchGreedy), a ring, oldest at greedy_head.
+  struct GreedySlot {
+    cudaEvent_t begin = nullptr, end = nullptr;
+    PinnedBuffer host;  // the step's tokens
+    int32_t rows = 0;
+    bool begin_recorded = false;
+  };
+  static constexpr int kGreedyDepth = 2;
+  GreedySlot greedy_slots[kGreedyDepth];
+  int greedy_head = 0, greedy_count = 0;
+  // out_tokens holds the tokens of the last greedy step launched (its rows), until another
+  // kind of step runs: what a fed step may read.
+  bool last_greedy_valid = false;
+  int32_t last_greedy_rows = 0;
 
   // CUDA graphs of decode-only steps; cuBLAS runs on cublas_workspace so capture never allocates.
   bool graphs_on = false;
@@ -125,6 +143,11 @@ struct CudaBackend::Impl {
     graphs.reset();
     if (step_begin != nullptr) cudaEventDestroy(step_begin);
     if (step_end != nullptr) cudaEventDestroy(step_end);
+    if (uploaded != nullptr) cudaEventDestroy(uploaded);
+    for (GreedySlot& s : greedy_slots) {
+      if (s.begin != nullptr) cudaEventDestroy(s.begin);
+      if (s.end != nullptr) cudaEventDestroy(s.end);
+    }
     if (fork_event != nullptr) cudaEventDestroy(fork_event);
     if (join_event != nullptr) cudaEventDestroy(join_event);
     if (side_stream != nullptr) cudaStreamDestroy(side_stream);
@@ -142,6 +165,7 @@ struct CudaBackend::StepInputs {
   int n_out = 0;  // rows of logits (padding rows included)
   int n_real_out = 0;  // of which the batch asked for (the first ones)
   int64_t o_tokens = 0, o_pos = 0, o_chunk = 0, o_slot = 0, o_write = 0, o_rows = 0;
+  int64_t o_feed = -1;  // the fed rows (LaunchGreedy's feed), -1 for none
   bool use_tpp = false;
 };
 

@@ -73,7 +73,8 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, StepInputs* in) {
+absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy,
+                                        std::span<const int32_t> feed, StepInputs* in) {
   Impl& m = *impl_;
   const ModelConfig& c = cfg_;
   const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
@@ -165,8 +166,27 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, Ste
   BANYAN_RETURN_IF_ERROR(m.h.Reserve(int64_t{T} * hidden * es, "MLP activations"));
   BANYAN_RETURN_IF_ERROR(m.xo.Reserve(std::max(1, n_out) * int64_t{dim} * es, "final norm"));
   BANYAN_RETURN_IF_ERROR(m.logits.Reserve(std::max(1, n_out) * int64_t{vocab} * 4, "logits"));
+  if (!feed.empty()) {
+    // Fed rows read the last greedy step's tokens where it left them.
+    if (!greedy || feed.size() != batch.decode.size()) {
+      return absl::InvalidArgumentError("a fed step is greedy, with one feed entry per decode row");
+    }
+    if (!m.last_greedy_valid) {
+      return absl::FailedPreconditionError("fed rows need the tokens of a greedy step just before");
+    }
+    for (int32_t f : feed) {
+      if (f >= m.last_greedy_rows) {
+        return absl::InvalidArgumentError(absl::StrCat("fed row reads token ", f, " of ",
+                                                       m.last_greedy_rows));
+      }
+    }
+  }
   if (greedy) {
+    const void* before = m.out_tokens.get();
     BANYAN_RETURN_IF_ERROR(m.out_tokens.Reserve(std::max(1, n_out) * 4, "sampled tokens"));
+    if (!feed.empty() && m.out_tokens.get() != before) {
+      return absl::FailedPreconditionError("a fed step has more rows than the step it reads");
+    }
   }
 
   m.step_ints.Clear();
@@ -176,6 +196,12 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, Ste
   in->o_slot = m.step_ints.Add(in->slot_index);
   in->o_write = m.step_ints.Add(in->writes);
   in->o_rows = m.step_ints.Add(in->logit_rows);
+  if (!feed.empty()) {
+    // One entry per token of the step: the decode rows' (they come first), -1 for the rest.
+    std::vector<int32_t> rows(static_cast<size_t>(T), -1);
+    std::copy(feed.begin(), feed.end(), rows.begin());
+    in->o_feed = m.step_ints.Add(rows);
+  }
   return m.step_ints.Upload(m.stream, "step inputs");
 }
 
@@ -306,7 +332,8 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) co
   const Impl& m = *impl_;
   const AttentionArgs& a = m.attn;
   cuda::DecodeGraphKey k;
-  k.shape = {in.T, in.n_out, greedy ? 1 : 0, a.use_tpp ? 1 : 0, a.paged ? 1 : 0};
+  k.shape = {in.T, in.n_out, greedy ? 1 : 0, a.use_tpp ? 1 : 0, a.paged ? 1 : 0,
+             in.o_feed >= 0 ? 1 : 0};
   auto ptr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
   // Buffers a launch points into (they move when they grow); the step_ints offsets follow from
   // T and n_out.

@@ -15,7 +15,9 @@ namespace banyan::kernels::cuda {
 template <typename T>
 __global__ void EmbeddingKernel(const __grid_constant__ EmbeddingParams p) {
   const int64_t r = blockIdx.x;
-  const T* src = static_cast<const T*>(p.table) + static_cast<int64_t>(p.tokens[r]) * p.dim;
+  int32_t token = p.tokens[r];
+  if (p.feed != nullptr && p.feed[r] >= 0) token = max(p.feed_tokens[p.feed[r]], 0);
+  const T* src = static_cast<const T*>(p.table) + static_cast<int64_t>(token) * p.dim;
   float* dst = p.x + r * p.dim;
   for (int i = threadIdx.x; i < p.dim; i += blockDim.x) dst[i] = ToFloat(src[i]);
 }

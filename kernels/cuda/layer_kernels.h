@@ -25,6 +25,11 @@ struct EmbeddingParams {
   float* x = nullptr;               // [rows, dim]
   int32_t rows = 0;
   int32_t dim = 0;
+  // Tokens fed on the device: where feed != nullptr and feed[r] >= 0, row r takes the token
+  // feed_tokens[feed[r]] (an earlier step's sampled token) instead of tokens[r]; a negative fed
+  // token (a row of logits with no number) reads row 0 of the table.
+  const int32_t* feed = nullptr;         // [rows] or nullptr
+  const int32_t* feed_tokens = nullptr;  // what feed indexes
 };
 absl::Status EmbeddingGather(DType dtype, const EmbeddingParams& p, cudaStream_t stream);
 

@@ -53,6 +53,25 @@ TEST(CudaLayerKernels, EmbeddingAndRmsNorm) {
     for (int r = 0; r < rows; ++r) {
       for (int i = 0; i < dim; ++i) ASSERT_EQ(x[size_t(r) * dim + i], table[size_t(tokens[r]) * dim + i]);
     }
+    // Fed rows: where feed[r] >= 0 the token is fed[feed[r]] (a negative one reads row 0).
+    {
+      std::vector<int32_t> fed(11), feed(rows, -1);
+      for (auto& t : fed) t = static_cast<int32_t>(rng() % vocab);
+      fed[3] = -1;
+      for (int r = 0; r < rows; r += 2) feed[r] = static_cast<int32_t>(rng() % fed.size());
+      feed[0] = 3;
+      DeviceArray<int32_t> fed_d(fed), feed_d(feed);
+      DeviceArray<float> y_d(size_t(rows) * dim);
+      EmbeddingParams fp{table_d.get(), tokens_d.get(), y_d.get(), rows, dim};
+      fp.feed = feed_d.get();
+      fp.feed_tokens = fed_d.get();
+      ASSERT_TRUE(EmbeddingGather(dt, fp, nullptr).ok());
+      const std::vector<float> y = y_d.Download();
+      for (int r = 0; r < rows; ++r) {
+        const int32_t tok = feed[r] >= 0 ? std::max(fed[feed[r]], 0) : tokens[r];
+        for (int i = 0; i < dim; ++i) ASSERT_EQ(y[size_t(r) * dim + i], table[size_t(tok) * dim + i]);
+      }
+    }
     // RMSNorm over a subset of rows, in a shuffled order.
     const std::vector<float> w = Normal(dim, rng);
     DeviceArray<float> w_d(w);
