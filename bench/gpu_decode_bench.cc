@@ -209,16 +209,7 @@ class Stepper {
                       const std::unordered_map<kvcache::SeqId, int32_t>& last,
                       std::span<const kvcache::ChunkCopy> copies, std::vector<kvcache::SeqId>* rows,
                       std::vector<int32_t>* out) {
-    if (absl::Status s = b_->CopyChunks(copies); !s.ok()) return s;
-    rows->clear();
-    for (kvcache::SeqId s : tree_->DfsOrder()) {
-      if (writes.contains(s)) rows->push_back(s);
-    }
-    if (kvcache::PlanReusable(plan_, *tree_, *rows)) {
-      kvcache::AdvanceLengths(plan_, *tree_);
-    } else {
-      plan_ = kvcache::BuildAttentionPlan(*tree_, *rows, {.share = share_});
-    }
+    if (absl::Status s = PlaceRows(writes, copies, rows); !s.ok()) return s;
     engine::StepBatch batch;
     batch.plan = &plan_;
     for (kvcache::SeqId s : *rows) {
@@ -241,16 +232,7 @@ class Stepper {
                             std::span<const kvcache::ChunkCopy> copies,
                             const std::vector<kvcache::SeqId>& prev_rows,
                             std::vector<kvcache::SeqId>* rows, std::vector<int32_t>* collected) {
-    if (absl::Status s = b_->CopyChunks(copies); !s.ok()) return s;
-    rows->clear();
-    for (kvcache::SeqId s : tree_->DfsOrder()) {
-      if (writes.contains(s)) rows->push_back(s);
-    }
-    if (kvcache::PlanReusable(plan_, *tree_, *rows)) {
-      kvcache::AdvanceLengths(plan_, *tree_);
-    } else {
-      plan_ = kvcache::BuildAttentionPlan(*tree_, *rows, {.share = share_});
-    }
+    if (absl::Status s = PlaceRows(writes, copies, rows); !s.ok()) return s;
     prev_index_.clear();
     for (size_t i = 0; i < prev_rows.size(); ++i) {
       prev_index_[prev_rows[i]] = static_cast<int32_t>(i);
@@ -278,6 +260,24 @@ class Stepper {
   }
 
  private:
+  // The step's chunk copies, its rows (the sequences in `writes`, in DFS order) and their
+  // attention plan (advanced when the shape allows, else rebuilt).
+  absl::Status PlaceRows(const std::unordered_map<kvcache::SeqId, bool>& writes,
+                         std::span<const kvcache::ChunkCopy> copies,
+                         std::vector<kvcache::SeqId>* rows) {
+    if (absl::Status s = b_->CopyChunks(copies); !s.ok()) return s;
+    rows->clear();
+    for (kvcache::SeqId s : tree_->DfsOrder()) {
+      if (writes.contains(s)) rows->push_back(s);
+    }
+    if (kvcache::PlanReusable(plan_, *tree_, *rows)) {
+      kvcache::AdvanceLengths(plan_, *tree_);
+    } else {
+      plan_ = kvcache::BuildAttentionPlan(*tree_, *rows, {.share = share_});
+    }
+    return absl::OkStatus();
+  }
+
   CudaBackend* b_;
   kvcache::PrefixTree* tree_;
   bool share_;
