@@ -140,6 +140,9 @@ struct CudaBackend::Impl {
   DeviceBuffer cublas_workspace;
 
   ~Impl() {
+    // Steps may still be in flight (LaunchGreedy, LaunchSample): let them finish before their
+    // buffers, events and stream go.
+    if (stream != nullptr) cudaStreamSynchronize(stream);
     graphs.reset();
     if (step_begin != nullptr) cudaEventDestroy(step_begin);
     if (step_end != nullptr) cudaEventDestroy(step_end);
