@@ -19,7 +19,9 @@
 #     binaries copied together, or set BANYAND, ENGINE_BENCH, SERVE_BENCH to their paths).
 #   Environment: SHAPE (llama-2-7b-shape), VOCABS ("32000 128256"), CLIENTS ("32 256 1024"),
 #   PREFIX (2048), OUTPUT_TOKENS (120), ENGINE_STEPS (OUTPUT_TOKENS), KV_BYTES (80e9),
-#   PORT (18080), ATTENTION (tpp), BANYAND_ARGS (more banyand flags, word-split).
+#   PORT (18080), ATTENTION (tpp), BANYAND_ARGS (more banyand flags, word-split), ENGINE_ARGS
+#   (more gpu_decode_bench flags, word-split: --pipeline measures the engine with each step
+#   launched before the previous step's tokens are back, which banyand's loop does not do yet).
 set -euo pipefail
 BIN=${1:?usage: served_vs_engine.sh BIN_DIR}
 BANYAND=${BANYAND:-$BIN/banyand}
@@ -37,6 +39,7 @@ ATTENTION=${ATTENTION:-tpp}
 # the same private tails (a 7B MHA row's tail costs 16 KB of KV reads per token and layer).
 ENGINE_STEPS=${ENGINE_STEPS:-$OUTPUT_TOKENS}
 BANYAND_ARGS=${BANYAND_ARGS:-}
+ENGINE_ARGS=${ENGINE_ARGS:-}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 max_clients=$(tr ' ' '\n' <<<"$CLIENTS" | sort -n | tail -1)
@@ -49,7 +52,7 @@ for V in $VOCABS; do
   model="dummy:$SHAPE:vocab=$V:context=$((PREFIX + OUTPUT_TOKENS + 64))"
   echo "== $model" >&2
   "$ENGINE_BENCH" --model "$model" --batches "$(tr ' ' ',' <<<"$CLIENTS")" --prefix "$PREFIX" \
-    --steps "$ENGINE_STEPS" --modes "$ATTENTION" --graphs on >"$WORK/engine_$V.txt" 2>&1 ||
+    --steps "$ENGINE_STEPS" --modes "$ATTENTION" --graphs on $ENGINE_ARGS >"$WORK/engine_$V.txt" 2>&1 ||
     echo "gpu_decode_bench failed; see $WORK/engine_$V.txt" >&2
   "$BANYAND" --backend cuda --model "$model" --attention "$ATTENTION" --http-port "$PORT" \
     --grpc-port $((PORT + 1)) --kv-memory "$KV_BYTES" --max-batch "$max_clients" \
