@@ -271,7 +271,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
     // Built on the host while the GPU runs layer 0 up to here.
     if (l == 0 && prepare_in_layer0) {
       BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, false));
-      BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.uploaded, m.stream));
+      if (m.record_uploaded) BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.uploaded, m.stream));
     }
     if (a.use_tpp) {
       kc::tpp::TppRunArgs ta = a.ta;
@@ -363,7 +363,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   // The graph path: all host work and uploads first, then one launch.
   t = Clock::now();
   BANYAN_RETURN_IF_ERROR(PrepareAttention(batch, in, /*fixed_layout=*/true));
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.uploaded, m.stream));
+  if (m.record_uploaded) BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.uploaded, m.stream));
   stats_.attention_host_us += us_since(t);
   LaunchTimer timer{&stats_.launch_host_us};
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.cur_begin, m.stream));
@@ -473,6 +473,16 @@ absl::Status CudaBackend::AddStepDeviceTime(Impl& m) {
 
 double CudaBackend::device_seconds() const { return impl_->device_seconds; }
 
+namespace {
+// The device argmax writes -1 for a row of logits with no number.
+absl::Status CheckSampledTokens(std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) {
+    if (t < 0) return absl::InternalError("the model produced a row of logits with no number");
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens) {
   Impl& m = *impl_;
   BANYAN_RETURN_IF_ERROR(NoGreedyInFlight());
@@ -494,10 +504,7 @@ absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int3
   m.last_greedy_valid = true;
   m.last_greedy_rows = rows;
   tokens->assign(m.host_out.as<int32_t>(), m.host_out.as<int32_t>() + rows);
-  for (int32_t t : *tokens) {
-    if (t < 0) return absl::InternalError("the model produced a row of logits with no number");
-  }
-  return absl::OkStatus();
+  return CheckSampledTokens(*tokens);
 }
 
 int CudaBackend::greedy_in_flight() const { return impl_->greedy_count; }
@@ -515,7 +522,9 @@ absl::Status CudaBackend::LaunchGreedy(const StepBatch& batch, std::span<const i
   m.cur_begin = slot.begin;
   m.step_begin_recorded = false;
   int32_t rows = 0;
+  m.record_uploaded = true;
   absl::Status s = Run(batch, /*greedy=*/true, &rows, feed);
+  m.record_uploaded = false;
   m.cur_begin = m.step_begin;
   slot.begin_recorded = m.step_begin_recorded;
   m.step_begin_recorded = false;
@@ -553,10 +562,7 @@ absl::Status CudaBackend::CollectGreedy(std::vector<int32_t>* tokens) {
   }
   const int32_t* t = slot.host.as<int32_t>();
   tokens->assign(t, t + slot.rows);
-  for (int32_t v : *tokens) {
-    if (v < 0) return absl::InternalError("the model produced a row of logits with no number");
-  }
-  return absl::OkStatus();
+  return CheckSampledTokens(*tokens);
 }
 
 absl::Status CudaBackend::HiddenRows(std::span<const int32_t> rows,

@@ -116,9 +116,12 @@ struct CudaBackend::Impl {
   bool step_begin_recorded = false;  // by Run, for this step
   bool sample_in_flight = false;     // LaunchSample done, CollectSample not yet
   cudaEvent_t cur_begin = nullptr;   // the begin event Run records (step_begin or a slot's)
-  // Recorded after each step's uploads (inputs, attention tables): the host may write the
-  // staging buffers again once it has completed.
+  // Recorded after the uploads (inputs, attention tables) of a LaunchGreedy step: the next launch
+  // may write the staging buffers again once it has completed. Other steps never overlap the
+  // next one's host work, so they skip it.
   cudaEvent_t uploaded = nullptr;
+  bool record_uploaded = false;  // set by LaunchGreedy around its Run
+  std::vector<int32_t> feed_rows;  // PrepareInputs' staging of a feed, kept across steps
   // Greedy steps launched ahead of their results (LaunchGreedy), a ring, oldest at greedy_head.
   struct GreedySlot {
     cudaEvent_t begin = nullptr, end = nullptr;

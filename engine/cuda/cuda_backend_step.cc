@@ -198,9 +198,9 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy,
   in->o_rows = m.step_ints.Add(in->logit_rows);
   if (!feed.empty()) {
     // One entry per token of the step: the decode rows' (they come first), -1 for the rest.
-    std::vector<int32_t> rows(static_cast<size_t>(T), -1);
-    std::copy(feed.begin(), feed.end(), rows.begin());
-    in->o_feed = m.step_ints.Add(rows);
+    m.feed_rows.assign(static_cast<size_t>(T), -1);
+    std::copy(feed.begin(), feed.end(), m.feed_rows.begin());
+    in->o_feed = m.step_ints.Add(m.feed_rows);
   }
   return m.step_ints.Upload(m.stream, "step inputs");
 }

@@ -274,17 +274,25 @@ TEST(PipelinedGreedyTest, FeedNeedsTheStepBefore) {
   std::vector<int32_t> out;
   ASSERT_TRUE(side.backend->CollectGreedy(&out).ok());
   ASSERT_EQ(out.size(), 1u);
-  // The step before had one row: row 1 does not exist.
-  side.Place({{placed->seq, 9}}, &batch, &rows);
+  // The step before had one row: row 1 does not exist. The batch's token is a placeholder
+  // other than the sampled one.
+  const int32_t placeholder = (out[0] + 1) % cfg.vocab_size;
+  side.Place({{placed->seq, placeholder}}, &batch, &rows);
   ASSERT_FALSE(HasFatalFailure());
   EXPECT_EQ(side.backend->LaunchGreedy(batch, std::vector<int32_t>{1}).code(),
             absl::StatusCode::kInvalidArgument);
-  // Fed from row 0: the token the previous step sampled, whatever the batch says.
+  // Fed from row 0: the token the previous step sampled (out[0]), whatever the batch says.
   ASSERT_TRUE(side.backend->LaunchGreedy(batch, std::vector<int32_t>{0}).ok());
   std::vector<int32_t> fed;
   ASSERT_TRUE(side.backend->CollectGreedy(&fed).ok());
   ASSERT_EQ(fed.size(), 1u);
-  EXPECT_GE(fed[0], 0);
+  // The same step again with out[0] in the batch and no feed (its K/V slot is rewritten with
+  // the same values): the same token.
+  batch.decode[0].tokens[0] = out[0];
+  std::vector<int32_t> direct;
+  ASSERT_TRUE(side.backend->ForwardGreedy(batch, &direct).ok());
+  ASSERT_EQ(direct.size(), 1u);
+  EXPECT_EQ(fed[0], direct[0]);
 }
 
 }  // namespace
