@@ -253,7 +253,7 @@ class Stepper {
       feed_[r] = it->second;
     }
     collected->clear();
-    if (b_->greedy_in_flight() == 2) {
+    if (b_->steps_in_flight() == 2) {
       if (absl::Status s = b_->CollectGreedy(collected); !s.ok()) return s;
     }
     return b_->LaunchGreedy(batch_, feed_);
@@ -354,7 +354,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& c
   std::vector<kvcache::SeqId> prev_rows = seqs;
   std::vector<int32_t> collected;
   auto drain = [&]() -> absl::Status {
-    while (backend->greedy_in_flight() > 0) {
+    while (backend->steps_in_flight() > 0) {
       if (absl::Status s = backend->CollectGreedy(&collected); !s.ok()) return s;
     }
     return absl::OkStatus();

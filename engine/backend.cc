@@ -1,6 +1,9 @@
 #include "engine/backend.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "engine/sampler/philox.h"
 
 namespace banyan::engine {
 
@@ -24,8 +27,10 @@ absl::Status Backend::ForwardSample(const StepBatch& batch, std::span<const Samp
       return absl::InternalError(absl::StrCat("sample ", i, " reads logits row ", spec.row,
                                               " of ", rows));
     }
-    auto r = Sample(std::span<const float>(logits).subspan(spec.row * vocab, vocab), *spec.params,
-                    *spec.state, &scratch);
+    const float u = SampleUniform(spec.state->seed(), spec.state->stream(),
+                                  spec.state->step() + static_cast<uint64_t>(spec.step_ahead));
+    auto r = SampleWithUniform(std::span<const float>(logits).subspan(spec.row * vocab, vocab),
+                               *spec.params, *spec.state, u, &scratch);
     if (r.ok()) {
       (*out)[i] = std::move(*r);
     } else {
@@ -35,14 +40,41 @@ absl::Status Backend::ForwardSample(const StepBatch& batch, std::span<const Samp
   return absl::OkStatus();
 }
 
-absl::Status Backend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs) {
-  launched_.clear();
-  return ForwardSample(batch, specs, &launched_);
+absl::Status Backend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
+                                   std::span<const int32_t> feed) {
+  if (launched_.size() >= static_cast<size_t>(kMaxStepsInFlight)) {
+    return absl::FailedPreconditionError("two steps are in flight: collect one first");
+  }
+  std::vector<SampleResult> results;
+  if (feed.empty()) {
+    if (absl::Status s = ForwardSample(batch, specs, &results); !s.ok()) return s;
+  } else {
+    if (feed.size() != batch.decode.size()) {
+      return absl::InvalidArgumentError("a fed step has one feed entry per decode row");
+    }
+    if (launched_.empty()) {
+      return absl::FailedPreconditionError("fed rows need the step before still in flight");
+    }
+    const std::vector<SampleResult>& before = launched_.back();
+    StepBatch fed = batch;
+    for (size_t r = 0; r < feed.size(); ++r) {
+      if (feed[r] < 0) continue;
+      if (static_cast<size_t>(feed[r]) >= before.size() || fed.decode[r].tokens.size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("fed row reads token ", feed[r], " of ",
+                                                       before.size()));
+      }
+      fed.decode[r].tokens[0] = std::max(before[feed[r]].token, 0);
+    }
+    if (absl::Status s = ForwardSample(fed, specs, &results); !s.ok()) return s;
+  }
+  launched_.push_back(std::move(results));
+  return absl::OkStatus();
 }
 
 absl::Status Backend::CollectSample(std::vector<SampleResult>* out) {
-  *out = std::move(launched_);
-  launched_.clear();
+  if (launched_.empty()) return absl::FailedPreconditionError("no step was launched");
+  *out = std::move(launched_.front());
+  launched_.pop_front();
   return absl::OkStatus();
 }
 

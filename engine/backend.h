@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,10 @@ struct SampleSpec {
   int32_t row = 0;
   const SamplingParams* params = nullptr;
   const SequenceSamplingState* state = nullptr;
+  // Steps the draw is ahead of `state`: the Philox counter is state->step() + step_ahead. A row
+  // launched before the sample's previous token is back (a fed row, below) samples as the state
+  // will be once that token is taken; its penalties would need that token, so a fed row has none.
+  int32_t step_ahead = 0;
 };
 
 class Backend {
@@ -82,13 +87,26 @@ class Backend {
                                      std::vector<SampleResult>* out);
 
   // ForwardSample in two halves, so that the caller can work while the device runs the step:
-  // LaunchSample enqueues it and returns; CollectSample waits for its tokens. One step at a time:
-  // every LaunchSample is followed by one CollectSample before the next LaunchSample, Forward or
-  // CopyChunks. The batch and the specs' parameters and states are read during LaunchSample
-  // only. The default runs ForwardSample inside LaunchSample and hands its result over in
-  // CollectSample (no overlap); a GPU backend returns from LaunchSample before the device is
-  // done.
-  virtual absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs);
+  // LaunchSample enqueues it and returns; CollectSample waits for the oldest step launched and
+  // returns its tokens. At most kMaxStepsInFlight steps are launched and not collected; while
+  // any is, nothing but LaunchSample, CollectSample and CopyChunks may run (they queue behind
+  // it). The batch and the specs' parameters and states are read during LaunchSample only.
+  //
+  // `feed` (empty, or one entry per decode row): feed[r] >= 0 makes decode row r's input token
+  // the one the step launched just before (still in flight or not) sampled for its spec
+  // feed[r], read where that step left it (a token of -1, no distribution, reads as 0); the
+  // row's token in `batch` is then ignored. The caller can so launch step N + 1 before step N's
+  // tokens are back: the device never waits for the host between them.
+  //
+  // The default runs ForwardSample inside LaunchSample (fed tokens taken from the results it
+  // holds) and hands the results over in CollectSample (no overlap); a GPU backend returns from
+  // LaunchSample before the device is done.
+  static constexpr int kMaxStepsInFlight = 2;
+  absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs) {
+    return LaunchSample(batch, specs, {});
+  }
+  virtual absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
+                                    std::span<const int32_t> feed);
   virtual absl::Status CollectSample(std::vector<SampleResult>* out);
   // Whether LaunchSample returns before the step is computed (the caller's overlap pays).
   virtual bool launches_async() const { return false; }
@@ -106,7 +124,7 @@ class Backend {
                                   std::vector<DraftHeads::Tree>* out);
 
  private:
-  std::vector<SampleResult> launched_;  // the default LaunchSample's result
+  std::deque<std::vector<SampleResult>> launched_;  // the default LaunchSample's results
 };
 
 // What a row with token -1 from ForwardSample means.

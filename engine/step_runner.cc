@@ -104,7 +104,8 @@ absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
         w.slots.assign(1, tree_->SlotAt(s, w.pos0));
       } else {
         w.pos0 = tree_->Length(s) - 1;
-        w.tokens.assign(1, tree_->LastToken(s));
+        // A fed row's token is read on the device; the pending one in the tree is no token id.
+        w.tokens.assign(1, item.feed >= 0 ? 0 : tree_->LastToken(s));
         w.slots.assign(1, tree_->LastSlot(s));
       }
       w.write_kv.assign(1, static_cast<uint8_t>(item.write_kv ? 1 : 0));
@@ -171,21 +172,36 @@ absl::Status StepRunner::Launch(std::span<const kvcache::ChunkCopy> copies,
                                 std::span<const PrefillItem> prefill, StepOutput* out) {
   StepBatch& batch = batch_;
   std::vector<SampleSpec>& specs = specs_;
-  launched_ = false;
+  if (launched_.size() >= static_cast<size_t>(Backend::kMaxStepsInFlight)) {
+    return absl::FailedPreconditionError("two steps are in flight: collect one first");
+  }
   if (absl::Status s = Prepare(copies, decode, prefill, true, &batch, &specs, out); !s.ok()) {
     return s;
   }
-  if (batch.decode.empty() && batch.prefill.empty()) return absl::OkStatus();
+  if (batch.decode.empty() && batch.prefill.empty()) {
+    launched_.push_back(false);
+    return absl::OkStatus();
+  }
+  // The feed in row order (rows are in DFS order, not the items').
+  feed_.clear();
+  for (size_t r = 0; r < items_.size() && r < batch.decode.size(); ++r) {
+    if (items_[r]->feed < 0) continue;
+    if (items_[r]->length > 0) return absl::InternalError("a candidate row cannot be fed");
+    if (feed_.empty()) feed_.assign(batch.decode.size(), -1);
+    feed_[r] = items_[r]->feed;
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = backend_->LaunchSample(batch, specs);
+  absl::Status s = backend_->LaunchSample(batch, specs, feed_);
   out->forward_seconds = SecondsSince(t0);
-  launched_ = s.ok();
+  if (s.ok()) launched_.push_back(true);
   return s;
 }
 
 absl::Status StepRunner::Collect(StepOutput* out) {
-  if (!launched_) return absl::OkStatus();
-  launched_ = false;
+  if (launched_.empty()) return absl::FailedPreconditionError("no step was launched");
+  const bool launched = launched_.front();
+  launched_.pop_front();
+  if (!launched) return absl::OkStatus();
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = backend_->CollectSample(&out->samples);
   out->forward_seconds += SecondsSince(t0);

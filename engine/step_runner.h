@@ -11,6 +11,7 @@
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct DecodeItem {
   // for the token at position length - 1, attending to the sequence's first `length` tokens; a
   // sequence may have several such rows (its candidate chain), each sampled.
   int32_t length = 0;
+  // >= 0: a fed row (Backend::LaunchSample's feed): the sequence's last token is pending in the
+  // tree (PrefixTree::AppendPending) and is the token the step launched just before sampled for
+  // its spec `feed`. -1: the token is in the tree.
+  int32_t feed = -1;
 };
 
 // A sequence whose positions [begin, end) are new this step (prompt prefill, a chunk of it, or
@@ -75,7 +80,9 @@ class StepRunner {
                    std::span<const PrefillItem> prefill, StepOutput* out);
   // Run in two halves (Backend::LaunchSample / CollectSample): Launch fills out->decode_rows and
   // starts the step; Collect fills out->samples once the step is done. Between them the tree may
-  // change (sequences released, nothing placed), and nothing else may run on the backend.
+  // change (sequences released; placements only for a step launched before this one is
+  // collected), and nothing else may run on the backend. Up to Backend::kMaxStepsInFlight steps
+  // may be launched before the first is collected; Collect takes them in launch order.
   absl::Status Launch(std::span<const kvcache::ChunkCopy> copies,
                       std::span<const DecodeItem> decode, std::span<const PrefillItem> prefill,
                       StepOutput* out);
@@ -106,8 +113,11 @@ class StepRunner {
   absl::flat_hash_map<kvcache::SeqId, int32_t> rank_;  // decode sequence -> rank in DFS order
   std::vector<const DecodeItem*> items_;              // the rows' items, in row order
   std::vector<int32_t> lengths_;                      // candidate rows: each row's context
+  std::vector<int32_t> feed_;                         // fed rows: per row, -1 or the feed
   StepStats stats_;
-  bool launched_ = false;  // a LaunchSample awaits its CollectSample
+  // Per step launched and not collected, oldest first: whether it reached the backend (a step
+  // with no rows does not).
+  std::deque<bool> launched_;
 };
 
 }  // namespace banyan::engine

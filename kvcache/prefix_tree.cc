@@ -400,6 +400,40 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
   return results;
 }
 
+bool PrefixTree::GrowsInPlace(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return false;
+  const Node* leaf = it->second.leaf;
+  return leaf->parent != nullptr && leaf->refcount == 1 && leaf->children.empty();
+}
+
+absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendPending(std::span<const SeqId> seqs,
+                                                                   bool allow_evict) {
+  std::vector<std::pair<SeqId, int32_t>> items;
+  items.reserve(seqs.size());
+  for (SeqId s : seqs) {
+    if (!GrowsInPlace(s)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, " does not grow in place: its next token is not pending"));
+    }
+    items.emplace_back(s, kPendingToken);
+  }
+  // Each leaf has one sequence and no children: every append grows its own leaf in place.
+  return AppendBatch(items, allow_evict);
+}
+
+absl::Status PrefixTree::SetPendingToken(SeqId seq, int32_t token) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
+  Node* leaf = it->second.leaf;
+  if (leaf->tokens.empty() || leaf->tokens.back() != kPendingToken) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has no pending token"));
+  }
+  if (token < 0) return absl::InvalidArgumentError(absl::StrCat("token ", token));
+  leaf->tokens.back() = token;
+  return absl::OkStatus();
+}
+
 int32_t PrefixTree::AppendChunksNeeded(SeqId seq, int32_t token) const {
   Node* leaf = seqs_.at(seq).leaf;
   Cursor cur = Walk(leaf, std::span<const int32_t>(&token, 1), /*decode=*/true);

@@ -144,6 +144,21 @@ class PrefixTree {
   absl::StatusOr<std::vector<PlaceResult>> AppendBatch(
       std::span<const std::pair<SeqId, int32_t>> items, bool allow_evict = false);
 
+  // Decoding a step ahead (the engine loop's fed steps, engine/backend.h): the next token of a
+  // sequence is placed before it is known, then set once it is.
+  // GrowsInPlace: whether `seq`'s next token grows its leaf in place whatever the token is (it
+  // alone uses its leaf, which has no children), so that its slot does not depend on the token.
+  // AppendPending: appends kPendingToken to each of `seqs`, every one of which GrowsInPlace
+  // (InvalidArgument otherwise, nothing changed); all or nothing on memory, as AppendBatch.
+  // SetPendingToken: the pending last token of `seq` becomes `token`. Until then nothing may
+  // place into, match against, fork or release these sequences (kPendingToken matches no
+  // token, so a match would only be short).
+  static constexpr int32_t kPendingToken = -1;
+  bool GrowsInPlace(SeqId seq) const;
+  absl::StatusOr<std::vector<PlaceResult>> AppendPending(std::span<const SeqId> seqs,
+                                                         bool allow_evict = false);
+  absl::Status SetPendingToken(SeqId seq, int32_t token);
+
   // Chunks Append(seq, token) would take from the pool now (0, 1 or 2). An upper bound for the
   // same append inside an AppendBatch.
   int32_t AppendChunksNeeded(SeqId seq, int32_t token) const;

@@ -70,7 +70,9 @@ EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenize
       pool_(MakePool(*backend_)), tree_(&pool_),
       runner_(backend_.get(), &tree_, options.attention), options_(options),
       chunks_total_(pool_.chunks_total()), chunk_size_(pool_.chunk_size()),
-      overlap_(options.overlap < 0 ? backend_->launches_async() : options.overlap > 0) {
+      overlap_(options.overlap < 0 ? backend_->launches_async() : options.overlap > 0),
+      feed_(overlap_ && options.speculation == LoopOptions::Speculation::kOff &&
+            (options.feed < 0 ? backend_->launches_async() : options.feed > 0)) {
   MetricsSnapshot& m = metrics_;
   m.time_to_first_token_seconds = Histogram(LatencyBuckets());
   m.inter_token_latency_seconds = Histogram(LatencyBuckets());
@@ -94,9 +96,11 @@ EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenize
 }
 
 EngineLoop::~EngineLoop() {
-  if (inflight_.active) {
+  // The device must be done with the KV and buffers.
+  for (InFlight* f : {&inflight_, &ahead_}) {
+    if (!f->active) continue;
     engine::StepOutput out;
-    runner_.Collect(&out).IgnoreError();  // the device must be done with the KV and buffers
+    runner_.Collect(&out).IgnoreError();
   }
   ++step_serial_;
   for (auto* list : {&waiting_, &running_}) {
@@ -425,7 +429,29 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
   // else from this call.
   ThreadClocks cycle = last_collect_.has_value() ? *last_collect_ : ThreadClocks::Now();
   last_collect_.reset();
-  bool moved = false;
+  const bool took = added_;
+  added_ = false;
+  const size_t before = waiting_.size() + running_.size();
+  bool moved = took;
+  if (inflight_.active && feed_) {
+    // Fed: step N + 1 is launched before step N's tokens are taken. Cancelled requests go first
+    // (their tokens are all in the tree: the last pending ones were set when N - 1 was taken).
+    CancelDue(cancel_all);
+    if (FedReady() && ScheduleAndLaunch(cycle, /*fed=*/true) == Launch::kLaunched) {
+      CollectInflight();  // sets N + 1's pending tokens before anything can release them
+      retired_.clear();   // N named them; N + 1 names none of them
+      if (ahead_.active) {
+        // N + 1's wall and device time start where N's ended: the steps' times add up.
+        ahead_.t_begin = collected_clocks_.wall;
+        ahead_.device_before = backend_->device_seconds();
+        std::swap(inflight_, ahead_);
+      }
+      EmitPending();
+      Retire();
+      PublishMetrics();
+      return true;
+    }
+  }
   if (inflight_.active) {
     // Step N's tokens: wait for them, then place them (the next step needs them in the tree).
     moved = true;
@@ -433,13 +459,10 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
     cycle = collected_clocks_;
   }
   retired_.clear();  // nothing in flight names them any more
-  const bool took = added_;
-  added_ = false;
-  const size_t before = waiting_.size() + running_.size();
   CancelDue(cancel_all);
-  moved = moved || took || waiting_.size() + running_.size() != before;
+  moved = moved || waiting_.size() + running_.size() != before;
   if (!waiting_.empty() || !running_.empty()) {
-    if (ScheduleAndLaunch(cycle)) {
+    if (ScheduleAndLaunch(cycle, /*fed=*/false) == Launch::kLaunched) {
       moved = true;
       // Without overlap the step's tokens are taken at once; with it, on the next Step, and the
       // work below (detokenizing, stop strings, stream pushes) runs while the device computes.
@@ -456,6 +479,24 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
   }
   inflight_.collected_this_step = false;
   return moved || inflight_.active;
+}
+
+bool EngineLoop::FedReady() const {
+  if (inflight_.speculated || !pending_copies_.empty() || running_.empty()) return false;
+  for (const LivePtr& l : running_) {
+    if (l->state != RequestState::kDecoding) return false;  // prefilling: no sample rows yet
+    const engine::SamplingParams& p = l->req.params;
+    const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+                           p.presence_penalty != 0.0f;
+    for (const Live::Sample& s : l->samples) {
+      if (s.finished) continue;
+      // Its next token comes from a row of N, and its slot does not depend on the token.
+      if (penalties || !inflight_.owner.contains(s.seq) || !tree_.GrowsInPlace(s.seq)) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 void EngineLoop::FailAll(const absl::Status& status) {
@@ -501,7 +542,7 @@ void EngineLoop::Retire() {
   }
 }
 
-bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
+EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool fed) {
   const Clock::time_point cycle_start = cycle.wall;
   const Clock::time_point t_schedule = Clock::now();
   // Summarise the state for the policy.
@@ -585,7 +626,10 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
     if (!tenant_seqs[t].empty()) in.tenants[t].chunks_used = tree_.ChunksOnlyUsedBy(tenant_seqs[t]);
   }
   IterationPlan plan = Schedule(in);
-  if (plan.empty()) return false;  // nothing can move until a request finishes or arrives
+  if (fed && (plan.empty() || !plan.preempt.empty() || !plan.prefill.empty())) {
+    return Launch::kNotFed;  // this step must see step N's tokens first
+  }
+  if (plan.empty()) return Launch::kNothing;  // nothing can move until a request finishes or arrives
   const Clock::time_point t_place = Clock::now();
 
   for (uint64_t h : plan.preempt) Preempt(*by_handle[h]);
@@ -615,11 +659,40 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
       Preempt(l);
     }
   }
-  // Decode appends: one batch so agreeing samples keep sharing their node.
-  std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
   absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;
   owner.reserve(running_.size());
-  for (uint64_t h : plan.decode) {
+  std::vector<engine::DecodeItem> decode;
+  if (fed) {
+    // Each sample's next token is pending: it is what its row of step N samples (spec r of N is
+    // its decode row r: FedReady saw no prompt rows and no candidates in N).
+    absl::flat_hash_map<kvcache::SeqId, int32_t> row_of;
+    const std::vector<kvcache::SeqId>& rows = inflight_.out.decode_rows;
+    row_of.reserve(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) row_of.emplace(rows[r], static_cast<int32_t>(r));
+    std::vector<kvcache::SeqId> seqs;
+    for (uint64_t h : plan.decode) {
+      Live& l = *by_handle[h];
+      for (size_t i = 0; i < l.samples.size(); ++i) {
+        if (l.samples[i].finished) continue;
+        seqs.push_back(l.samples[i].seq);
+        owner[l.samples[i].seq] = {&l, i};
+      }
+    }
+    // All or nothing: on a memory shortfall the step waits for N and preempts as usual.
+    if (!tree_.AppendPending(seqs, /*allow_evict=*/true).ok()) return Launch::kNotFed;
+    ahead_.patches.clear();
+    for (kvcache::SeqId seq : seqs) {
+      const int32_t feed = row_of.at(seq);
+      decode.push_back(engine::DecodeItem{.seq = seq, .write_kv = true, .sample = {}, .length = 0,
+                                          .feed = feed});
+      ahead_.patches.emplace_back(seq, feed);
+    }
+  }
+  // Decode appends (of tokens in hand): one batch so agreeing samples keep sharing their node.
+  std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
+  const std::span<const uint64_t> unfed =
+      fed ? std::span<const uint64_t>() : std::span<const uint64_t>(plan.decode);
+  for (uint64_t h : unfed) {
     Live& l = *by_handle[h];
     for (size_t i = 0; i < l.samples.size(); ++i) {
       if (l.samples[i].finished) continue;
@@ -627,7 +700,6 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
       owner[l.samples[i].seq] = {&l, i};
     }
   }
-  std::vector<engine::DecodeItem> decode;
   while (!appends.empty()) {
     auto placed = tree_.AppendBatch(appends, /*allow_evict=*/true);
     if (placed.ok()) {
@@ -655,7 +727,8 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
   }
   // Speculation: candidates after each decode row's token, verified by this step; they take
   // what the prefill left of the step's token budget.
-  InFlight& f = inflight_;
+  InFlight& f = fed ? ahead_ : inflight_;
+  f.fed = fed;
   f.row_states.clear();
   f.item_node.clear();
   f.speculation_class = -1;
@@ -680,7 +753,9 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
   for (engine::DecodeItem& d : decode) {
     if (d.sample.state != nullptr) continue;
     auto [l, k] = owner.at(d.seq);
-    d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling};
+    // A fed row samples as the state will be once step N's token is taken.
+    d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling,
+                .step_ahead = d.feed >= 0 ? 1 : 0};
   }
   f.owner = std::move(owner);
   f.logit_owners = std::move(logit_owners);
@@ -695,15 +770,24 @@ bool EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle) {
   f.device_before = backend_->device_seconds();
   if (absl::Status run = runner_.Launch(copies, decode, prefill, &f.out); !run.ok()) {
     FailAll(run);
-    return true;
+    return Launch::kLaunched;
   }
   f.active = true;
   const ThreadClocks launched = ThreadClocks::Now();
+  if (fed) {
+    // The device did not wait for this host work: it ran beside step N.
+    ++stats_.fed_steps;
+    stats_.fed_launch_seconds += Seconds(cycle_start, launched.wall);
+    f.take_seconds = f.schedule_seconds = f.place_seconds = 0;
+    f.launch_seconds = f.launch_cpu_seconds = f.backend_launch_seconds = 0;
+    f.launch_context_switches = 0;
+    return Launch::kLaunched;
+  }
   f.launch_seconds = Seconds(cycle_start, launched.wall);
   f.launch_cpu_seconds = launched.cpu_seconds - cycle.cpu_seconds;
   f.launch_context_switches = launched.context_switches - cycle.context_switches;
   f.backend_launch_seconds = f.out.forward_seconds;  // Collect adds its wait later
-  return true;
+  return Launch::kLaunched;
 }
 
 }  // namespace banyan::scheduler

@@ -71,6 +71,15 @@ struct LoopOptions {
   // The CPU a step ahead (see the top of this file): 1 on, 0 off, -1 where the backend launches
   // asynchronously (Backend::launches_async: the GPU).
   int overlap = -1;
+  // Fed steps (with overlap, without speculation): while step N runs, step N + 1 is scheduled,
+  // placed and launched before N's tokens are back; its decode rows read their input tokens on
+  // the device (Backend::LaunchSample's feed), the tree holds them as pending until N is
+  // collected, and the device does not wait for the host between steps. A step falls back to
+  // waiting for N when a row cannot be fed: penalties (they need the token), a sample sharing
+  // its leaf (n > 1 before the samples diverge, or a cached continuation below it), a prompt
+  // finishing its prefill, admission, preemption. 1 on, 0 off, -1 where the backend launches
+  // asynchronously. The tokens are the same with and without.
+  int feed = -1;
   // Speculative decoding: each decode row proposes candidate tokens after its next token, a
   // chain or (draft heads with draft_tree) a tree, that the same step verifies through the
   // prefix tree (one row per candidate, attending to the context and the candidate's ancestors;
@@ -143,6 +152,8 @@ struct LoopStats {
   double decode_place_seconds = 0;
   double decode_launch_cpu_seconds = 0;
   int64_t decode_launch_context_switches = 0;
+  int64_t fed_steps = 0;           // decode steps launched before the step before was collected
+  double fed_launch_seconds = 0;   // their host work up to the launch (beside the device's work)
   int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
   // Draft heads: wall time of drafting (Backend::DraftTrees, on the collect path of each step
   // that drafts), the steps that drafted, and the calls that failed (those samples decoded
@@ -244,8 +255,13 @@ class EngineLoop {
     int64_t context_switches = 0;
     static ThreadClocks Now();
   };
-  // Schedules, places and launches a step; false when nothing could move.
-  bool ScheduleAndLaunch(const ThreadClocks& cycle);
+  // Schedules, places and launches a step. kNothing: nothing could move. Fed (`fed`): the step
+  // goes to ahead_ while inflight_ runs, its decode rows fed from inflight_'s; kNotFed when this
+  // step cannot be (nothing was changed: the caller collects inflight_ and schedules again).
+  enum class Launch { kNothing, kLaunched, kNotFed };
+  Launch ScheduleAndLaunch(const ThreadClocks& cycle, bool fed);
+  // Whether every decoding sample can take a fed row after inflight_ (see LoopOptions::feed).
+  bool FedReady() const;
   // Waits for the step in flight and takes its tokens.
   void CollectInflight();
   // Moves admitted, preempted and finished requests between the lists.
@@ -304,9 +320,15 @@ class EngineLoop {
     double launch_cpu_seconds = 0;
     int64_t launch_context_switches = 0;
     double device_before = 0;
+    // A fed step: its rows' pending tokens, (sequence, spec of the step before that samples it),
+    // set in the tree when the step before is collected.
+    bool fed = false;
+    std::vector<std::pair<kvcache::SeqId, int32_t>> patches;
   };
   ThreadClocks collected_clocks_;  // when the last step in flight was collected
   InFlight inflight_;
+  InFlight ahead_;   // a fed step, launched while inflight_ runs, until inflight_ is collected
+  const bool feed_;  // LoopOptions::feed resolved
   // Without overlap: when the last Step's step was collected, if the loop is to go on at once.
   std::optional<ThreadClocks> last_collect_;
   struct PendingToken {

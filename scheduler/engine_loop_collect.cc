@@ -1,5 +1,6 @@
 // EngineLoop::CollectInflight: taking a finished step's results (engine_loop.cc launches the
 // steps; engine_loop_speculation.cc takes a speculating sample's candidates).
+#include <algorithm>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -21,6 +22,16 @@ void EngineLoop::CollectInflight() {
   if (!st.ok()) {
     FailAll(st);
     return;
+  }
+  if (ahead_.active) {
+    // The fed step launched since: its rows' pending tokens are this step's samples (a token of
+    // -1, no distribution, was read as 0 on the device, and so goes into the tree).
+    for (auto [seq, spec] : ahead_.patches) {
+      const int32_t token = std::max(out.samples.at(static_cast<size_t>(spec)).token, 0);
+      const absl::Status set = tree_.SetPendingToken(seq, token);
+      BANYAN_CHECK(set.ok()) << set;
+    }
+    ahead_.patches.clear();
   }
   ++metrics_.iterations_total;
   // out.samples: the decode rows in out.decode_rows order, then the prompts'. A speculating
@@ -130,6 +141,7 @@ void EngineLoop::CollectInflight() {
     stats_.decode_launch_cpu_seconds += f.launch_cpu_seconds;
     stats_.decode_launch_context_switches += f.launch_context_switches;
     ++metrics_.decode_steps_total;
+    if (f.fed) ++metrics_.decode_fed_steps_total;
     metrics_.decode_rows_total += f.decode_rows;
     metrics_.decode_step_seconds_total += step_seconds;
     metrics_.decode_forward_seconds_total += out.forward_seconds;

@@ -55,6 +55,9 @@ struct MetricsSnapshot {
   // it; with the CPU a step ahead, the rest of the host work runs beside the device).
   double decode_launch_seconds_total = 0;
   double decode_device_seconds_total = 0;
+  // Of those steps, the fed ones: launched before the step before was collected, their decode
+  // rows reading their tokens on the device (LoopOptions::feed); their launch seconds are 0.
+  int64_t decode_fed_steps_total = 0;
   Histogram time_to_first_token_seconds;
   Histogram inter_token_latency_seconds;
   Histogram e2e_request_latency_seconds;

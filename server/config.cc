@@ -234,6 +234,10 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("overlap", v, {"auto", "on", "off"}, &c.overlap);
        }},
+      {"feed",
+       [](DaemonConfig& c, const std::string& v) {
+         return OneOf("feed", v, {"auto", "on", "off"}, &c.feed);
+       }},
       {"speculative",
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("speculative", v, {"off", "hydra", "lookup"}, &c.speculative);

@@ -3,8 +3,8 @@
 //   banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]
 //           [--backend auto|cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]
 //           [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]
-//           [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off] [--api-key KEY]...
-//           [--tenants FILE]
+//           [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off] [--feed auto|on|off]
+//           [--api-key KEY]... [--tenants FILE]
 //           [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N]
 //           [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]
 //           [--log-level LEVEL] [--max-model-len N]
@@ -73,6 +73,7 @@ struct DaemonConfig {
   // The CPU a step ahead (scheduler/engine_loop.h): "auto" (on where the backend launches
   // asynchronously: the GPU), "on", "off".
   std::string overlap = "auto";
+  std::string feed = "auto";  // fed steps (LoopOptions::feed)
   // Speculative decoding (scheduler/engine_loop.h, LoopOptions::Speculation): "off", "hydra"
   // (draft heads from draft_heads, a head set's config.json) or "lookup" (a repeated greedy
   // request's own earlier continuation); draft_tokens candidates per chain, or (hydra) a tree

@@ -65,6 +65,7 @@ constexpr char kUsage[] =
     "               [--backend auto|cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]\n"
     "               [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]\n"
     "               [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off]\n"
+    "               [--feed auto|on|off]\n"
     "               [--api-key KEY]... [--tenants FILE]\n"
     "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
     "               [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]\n"
@@ -261,6 +262,7 @@ int Run(int argc, char** argv) {
   so.loop.prefill_token_budget = cfg->prefill_budget;
   so.queue_limit = cfg->queue_limit;
   so.loop.overlap = cfg->overlap == "auto" ? -1 : cfg->overlap == "on" ? 1 : 0;
+  so.loop.feed = cfg->feed == "auto" ? -1 : cfg->feed == "on" ? 1 : 0;
   std::optional<engine::DraftHeads> heads;
   if (cfg->speculative == "hydra") {
     if (cfg->draft_heads.empty()) {
@@ -369,11 +371,12 @@ int Run(int argc, char** argv) {
   const scheduler::LoopStats& st = sched.loop().stats();
   spdlog::info("engine: {} steps, {} decode-only ({} rows, {:.3f} s, of which {:.3f} s on the "
                "device and {:.3f} s of host work before each launch, {:.3f} s of it in the "
-               "backend); host time outside the backend calls {:.3f} s; CPU a step ahead: {}",
+               "backend); host time outside the backend calls {:.3f} s; CPU a step ahead: {}; fed "
+               "steps: {} ({:.3f} s of host work beside the device)",
                st.steps, st.decode_steps, st.decode_tokens, st.decode_seconds,
                st.decode_device_seconds, st.decode_launch_seconds,
                st.decode_backend_launch_seconds, st.host_seconds,
-               sched.loop().overlap() ? "on" : "off");
+               sched.loop().overlap() ? "on" : "off", st.fed_steps, st.fed_launch_seconds);
   if (st.decode_steps > 0) {
     const double per = 1e3 / static_cast<double>(st.decode_steps);
     spdlog::info("engine: host work before each decode launch, ms per step: {:.3f} taking the "

@@ -175,6 +175,10 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
   w.Scalar("banyan_decode_device_seconds_total", "counter",
            "Device busy time within those steps (0 on the CPU backend), seconds.",
            m.decode_device_seconds_total);
+  w.Scalar("banyan_decode_fed_steps_total", "counter",
+           "Of those steps, the ones launched before the step before was collected (their rows' "
+           "tokens read on the device; no launch seconds).",
+           static_cast<double>(m.decode_fed_steps_total));
 
   // --- banyan_* histograms
   w.Hist("banyan_time_to_first_token_seconds", "Arrival to first generated token, seconds.",

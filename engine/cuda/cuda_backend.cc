@@ -91,7 +91,7 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m.step_end));
   m.cur_begin = m.step_begin;
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.uploaded, cudaEventDisableTiming));
-  for (Impl::GreedySlot& s : m.greedy_slots) {
+  for (Impl::FlightSlot& s : m.flights) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&s.begin));
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&s.end));
   }
@@ -324,7 +324,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
 }
 
 absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_rows,
-                              std::span<const int32_t> feed) {
+                              std::span<const int32_t> feed, int32_t samples) {
   Impl& m = *impl_;
   using Clock = std::chrono::steady_clock;
   const auto us_since = [](Clock::time_point t) {
@@ -332,11 +332,11 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   };
   auto t = Clock::now();
   StepInputs in;
-  BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, greedy, feed, &in));
+  BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, greedy, samples, feed, &in));
   *out_rows = in.n_real_out;
   m.last_out_rows = in.n_real_out;
   // A step that does not leave its tokens in out_tokens ends what a fed step may read there.
-  m.last_greedy_valid = false;
+  m.feedable_valid = false;
   if (in.T == 0) return absl::OkStatus();
   if (in.num_decode > 0) {
     ++stats_.decode_steps;
@@ -395,16 +395,16 @@ bool CudaBackend::cuda_graphs() const { return impl_->graphs_on; }
 
 const std::string& CudaBackend::graph_update_error() const { return impl_->graphs->update_error(); }
 
-absl::Status CudaBackend::NoGreedyInFlight() const {
-  if (impl_->greedy_count > 0) {
-    return absl::FailedPreconditionError("greedy steps launched ahead are not collected yet");
+absl::Status CudaBackend::NoStepInFlight() const {
+  if (impl_->flight_count > 0) {
+    return absl::FailedPreconditionError("steps launched ahead are not collected yet");
   }
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::Forward(const StepBatch& batch, std::vector<float>* logits) {
   Impl& m = *impl_;
-  BANYAN_RETURN_IF_ERROR(NoGreedyInFlight());
+  BANYAN_RETURN_IF_ERROR(NoStepInFlight());
   int32_t rows = 0;
   absl::Status s = Run(batch, /*greedy=*/false, &rows);
   if (!s.ok()) {
@@ -425,39 +425,107 @@ absl::Status CudaBackend::Forward(const StepBatch& batch, std::vector<float>* lo
 
 absl::Status CudaBackend::ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                                         std::vector<SampleResult>* out) {
-  BANYAN_RETURN_IF_ERROR(LaunchSample(batch, specs));
+  BANYAN_RETURN_IF_ERROR(NoStepInFlight());
+  BANYAN_RETURN_IF_ERROR(LaunchSample(batch, specs, {}));
   return CollectSample(out);
 }
 
-absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs) {
+// Claims the next flight slot for a step launched ahead: refuses a full ring or a ring of the
+// other kind, waits until the step in flight has read the staging buffers, and points Run's
+// begin event at the slot's.
+absl::Status CudaBackend::BeginFlight(bool sampled) {
   Impl& m = *impl_;
-  BANYAN_RETURN_IF_ERROR(NoGreedyInFlight());
-  int32_t rows = 0;
+  if (m.flight_count > 0 && m.flights[m.flight_head].sampled != sampled) {
+    return absl::FailedPreconditionError(sampled ? "greedy steps are in flight"
+                                                 : "a sampled step is in flight");
+  }
+  if (m.flight_count == Impl::kFlightDepth) {
+    return absl::FailedPreconditionError("two steps are in flight: collect one first");
+  }
+  // The step in flight may still be copying its inputs out of the staging buffers that this
+  // step is about to fill.
+  if (m.flight_count > 0) BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(m.uploaded));
+  Impl::FlightSlot& slot = m.flights[m.NextFlight()];
+  slot.sampled = sampled;
+  m.cur_begin = slot.begin;
   m.step_begin_recorded = false;
-  m.sample_in_flight = false;
-  absl::Status s = Run(batch, /*greedy=*/false, &rows);
+  m.record_uploaded = true;
+  return absl::OkStatus();
+}
+
+// After Run: the slot keeps whether its begin event was recorded; Run's defaults come back.
+void CudaBackend::EndFlightRun() {
+  Impl& m = *impl_;
+  m.record_uploaded = false;
+  m.cur_begin = m.step_begin;
+  m.flights[m.NextFlight()].begin_recorded = m.step_begin_recorded;
+  m.step_begin_recorded = false;
+}
+
+// Takes the oldest slot in flight, of the given kind, once its end event has completed; adds its
+// device time.
+absl::Status CudaBackend::FinishFlight(bool sampled, int* slot_index) {
+  Impl& m = *impl_;
+  if (m.flight_count == 0 || m.flights[m.flight_head].sampled != sampled) {
+    return absl::FailedPreconditionError(sampled ? "no sampled step in flight"
+                                                 : "no greedy step in flight");
+  }
+  *slot_index = m.flight_head;
+  Impl::FlightSlot& slot = m.flights[m.flight_head];
+  m.flight_head = (m.flight_head + 1) % Impl::kFlightDepth;
+  --m.flight_count;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.end));
+  if (slot.begin_recorded) {
+    float ms = 0;
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, slot.begin, slot.end));
+    m.device_seconds += ms * 1e-3;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
+                                       std::span<const int32_t> feed) {
+  Impl& m = *impl_;
+  BANYAN_RETURN_IF_ERROR(BeginFlight(/*sampled=*/true));
+  const int index = m.NextFlight();
+  int32_t rows = 0;
+  const int32_t n = static_cast<int32_t>(specs.size());
+  absl::Status s = Run(batch, /*greedy=*/false, &rows, feed, n);
+  EndFlightRun();
   const auto t = std::chrono::steady_clock::now();
-  if (s.ok()) s = m.sampler.Enqueue(m.logits.as<float>(), rows, cfg_.vocab_size, specs, m.stream);
-  if (s.ok()) s = kc::CudaStatus(cudaEventRecord(m.step_end, m.stream), "cudaEventRecord");
+  cuda::DeviceSampler& sampler = m.sampler[index];
+  if (s.ok()) s = sampler.Enqueue(m.logits.as<float>(), rows, cfg_.vocab_size, specs, m.stream);
+  if (s.ok() && n > 0) {
+    // The tokens, one per spec, where a fed step reads them: out of the results' {token,
+    // logprob} pairs.
+    s = kc::CudaStatus(cudaMemcpy2DAsync(m.out_tokens.get(), sizeof(int32_t),
+                                         sampler.device_results(), sizeof(kc::SampleTokenDev),
+                                         sizeof(int32_t), static_cast<size_t>(n),
+                                         cudaMemcpyDeviceToDevice, m.stream),
+                       "cudaMemcpy2DAsync (sampled tokens)");
+  }
+  if (s.ok()) s = kc::CudaStatus(cudaEventRecord(m.flights[index].end, m.stream), "cudaEventRecord");
   if (!batch.decode.empty()) {
     stats_.sample_host_us +=
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
   }
   if (!s.ok()) {
-    cudaStreamSynchronize(m.stream);  // leave no work in flight on a failed step
+    // The steps in flight stay collectable.
+    cudaStreamSynchronize(m.stream);  // leave no work of this step in flight
     return s;
   }
-  m.sample_in_flight = true;
+  ++m.flight_count;
+  m.feedable_valid = n > 0;
+  m.feedable_count = n;
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CollectSample(std::vector<SampleResult>* out) {
   Impl& m = *impl_;
-  if (!m.sample_in_flight) return absl::FailedPreconditionError("no step was launched");
-  m.sample_in_flight = false;
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(m.step_end));
-  m.sampler.Collect(out);
-  return AddStepDeviceTime(m);
+  int index = 0;
+  BANYAN_RETURN_IF_ERROR(FinishFlight(/*sampled=*/true, &index));
+  m.sampler[index].Collect(out);
+  return absl::OkStatus();
 }
 
 // Adds the stream time from the step's begin event to its end event (both complete) to
@@ -485,7 +553,7 @@ absl::Status CheckSampledTokens(std::span<const int32_t> tokens) {
 
 absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens) {
   Impl& m = *impl_;
-  BANYAN_RETURN_IF_ERROR(NoGreedyInFlight());
+  BANYAN_RETURN_IF_ERROR(NoStepInFlight());
   int32_t rows = 0;
   m.step_begin_recorded = false;
   absl::Status s = Run(batch, /*greedy=*/true, &rows);
@@ -501,33 +569,21 @@ absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int3
   }
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   BANYAN_RETURN_IF_ERROR(AddStepDeviceTime(m));
-  m.last_greedy_valid = true;
-  m.last_greedy_rows = rows;
+  m.feedable_valid = true;
+  m.feedable_count = rows;
   tokens->assign(m.host_out.as<int32_t>(), m.host_out.as<int32_t>() + rows);
   return CheckSampledTokens(*tokens);
 }
 
-int CudaBackend::greedy_in_flight() const { return impl_->greedy_count; }
+int CudaBackend::steps_in_flight() const { return impl_->flight_count; }
 
 absl::Status CudaBackend::LaunchGreedy(const StepBatch& batch, std::span<const int32_t> feed) {
   Impl& m = *impl_;
-  if (m.sample_in_flight) return absl::FailedPreconditionError("a sampled step is in flight");
-  if (m.greedy_count == Impl::kGreedyDepth) {
-    return absl::FailedPreconditionError("two greedy steps are in flight: collect one first");
-  }
-  // The step in flight may still be copying its inputs out of the staging buffers that this
-  // step is about to fill.
-  if (m.greedy_count > 0) BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(m.uploaded));
-  Impl::GreedySlot& slot = m.greedy_slots[(m.greedy_head + m.greedy_count) % Impl::kGreedyDepth];
-  m.cur_begin = slot.begin;
-  m.step_begin_recorded = false;
+  BANYAN_RETURN_IF_ERROR(BeginFlight(/*sampled=*/false));
+  Impl::FlightSlot& slot = m.flights[m.NextFlight()];
   int32_t rows = 0;
-  m.record_uploaded = true;
   absl::Status s = Run(batch, /*greedy=*/true, &rows, feed);
-  m.record_uploaded = false;
-  m.cur_begin = m.step_begin;
-  slot.begin_recorded = m.step_begin_recorded;
-  m.step_begin_recorded = false;
+  EndFlightRun();
   if (s.ok()) s = slot.host.Reserve(std::max(1, rows) * 4, "sampled tokens (host)");
   if (s.ok() && rows > 0) {
     s = kc::CudaStatus(cudaMemcpyAsync(slot.host.get(), m.out_tokens.get(), rows * 4,
@@ -542,24 +598,17 @@ absl::Status CudaBackend::LaunchGreedy(const StepBatch& batch, std::span<const i
     return s;
   }
   slot.rows = rows;
-  ++m.greedy_count;
-  m.last_greedy_valid = true;
-  m.last_greedy_rows = rows;
+  ++m.flight_count;
+  m.feedable_valid = true;
+  m.feedable_count = rows;
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CollectGreedy(std::vector<int32_t>* tokens) {
   Impl& m = *impl_;
-  if (m.greedy_count == 0) return absl::FailedPreconditionError("no greedy step in flight");
-  Impl::GreedySlot& slot = m.greedy_slots[m.greedy_head];
-  m.greedy_head = (m.greedy_head + 1) % Impl::kGreedyDepth;
-  --m.greedy_count;
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.end));
-  if (slot.begin_recorded) {
-    float ms = 0;
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, slot.begin, slot.end));
-    m.device_seconds += ms * 1e-3;
-  }
+  int index = 0;
+  BANYAN_RETURN_IF_ERROR(FinishFlight(/*sampled=*/false, &index));
+  const Impl::FlightSlot& slot = m.flights[index];
   const int32_t* t = slot.host.as<int32_t>();
   tokens->assign(t, t + slot.rows);
   return CheckSampledTokens(*tokens);

@@ -153,9 +153,14 @@ class CudaBackend final : public Backend {
   absl::Status ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                              std::vector<SampleResult>* out) override;
   // The same in two halves: LaunchSample enqueues the step, its sampling and the copy of the
-  // results into pinned memory, records an event and returns; CollectSample waits for that
-  // event only (no device-wide or stream sync).
-  absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs) override;
+  // results into pinned memory, records an event and returns; CollectSample waits for the
+  // oldest step's event only (no device-wide or stream sync). Two may be in flight; a fed row
+  // reads the sampled token on the device (each sampled step also leaves its tokens, one per
+  // spec, in out_tokens). Before refilling the staging buffers, a launch waits only for the
+  // uploads of the step in flight.
+  using Backend::LaunchSample;
+  absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
+                            std::span<const int32_t> feed) override;
   absl::Status CollectSample(std::vector<SampleResult>* out) override;
   bool launches_async() const override { return true; }
   // Copies the rows from the device (call after CollectSample: the step is done).
@@ -179,7 +184,8 @@ class CudaBackend final : public Backend {
   // step in flight and returns its tokens. No other kind of step may run while one is in flight.
   absl::Status LaunchGreedy(const StepBatch& batch, std::span<const int32_t> feed);
   absl::Status CollectGreedy(std::vector<int32_t>* tokens);
-  int greedy_in_flight() const;
+  // Steps launched ahead and not collected yet (LaunchGreedy's or LaunchSample's).
+  int steps_in_flight() const;
 
   const CudaAttentionStats& attention_stats() const { return stats_; }
   AttentionMode attention_mode() const { return options_.attention; }
@@ -209,14 +215,19 @@ class CudaBackend final : public Backend {
   absl::Status Init(const ModelWeights* weights, uint64_t dummy_seed);
   // Runs the model up to the logits, left on the device (and their argmax when `greedy`);
   // *rows receives their number. Decode-only steps go through a CUDA graph when enabled.
-  // `feed`: LaunchGreedy's.
+  // `feed`: LaunchSample's / LaunchGreedy's. `samples`: the specs a sampled step will leave in
+  // out_tokens (what a later fed step may read).
   absl::Status Run(const StepBatch& batch, bool greedy, int32_t* rows,
-                   std::span<const int32_t> feed = {});
+                   std::span<const int32_t> feed = {}, int32_t samples = 0);
   // Flattens and checks the step's inputs, sizes the workspace, uploads the inputs.
-  absl::Status PrepareInputs(const StepBatch& batch, bool greedy, std::span<const int32_t> feed,
-                             StepInputs* in);
-  // FailedPrecondition while LaunchGreedy's steps are in flight (for the other kinds of step).
-  absl::Status NoGreedyInFlight() const;
+  absl::Status PrepareInputs(const StepBatch& batch, bool greedy, int32_t samples,
+                             std::span<const int32_t> feed, StepInputs* in);
+  // FailedPrecondition while steps launched ahead are in flight (for the other calls).
+  absl::Status NoStepInFlight() const;
+  // The flight ring of LaunchSample / LaunchGreedy (cuda_backend.cc).
+  absl::Status BeginFlight(bool sampled);
+  void EndFlightRun();
+  absl::Status FinishFlight(bool sampled, int* slot_index);
   // Adds the finished step's begin-to-end event time to device_seconds.
   static absl::Status AddStepDeviceTime(Impl& m);
   // Builds the attention work of the step (TPP plan, paged items, prefill tiles), uploads it,

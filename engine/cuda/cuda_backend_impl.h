@@ -94,7 +94,12 @@ struct CudaBackend::Impl {
   int last_out_rows = 0;  // real output rows of the last step (xo holds their hidden states)
   StagedInts step_ints, attn_ints;
   PinnedBuffer host_out;
-  cuda::DeviceSampler sampler;  // ForwardSample
+  // Steps launched ahead of their results (LaunchSample, LaunchGreedy): a ring of slots, the
+  // oldest at flight_head; all of one kind at a time.
+  static constexpr int kFlightDepth = Backend::kMaxStepsInFlight;
+  // One sampler per flight slot: a step's packed samples, uploads and results stay its own while
+  // the next step is launched.
+  cuda::DeviceSampler sampler[kFlightDepth];
   cuda::DeviceDraftHeads draft_heads;  // DraftTrees
   AttentionArgs attn;
   kc::DecodeWork decode_work;
@@ -114,28 +119,27 @@ struct CudaBackend::Impl {
   cudaEvent_t step_begin = nullptr, step_end = nullptr;
   double device_seconds = 0;
   bool step_begin_recorded = false;  // by Run, for this step
-  bool sample_in_flight = false;     // LaunchSample done, CollectSample not yet
   cudaEvent_t cur_begin = nullptr;   // the begin event Run records (step_begin or a slot's)
-  // Recorded after the uploads (inputs, attention tables) of a LaunchGreedy step: the next launch
-  // may write the staging buffers again once it has completed. Other steps never overlap the
-  // next one's host work, so they skip it.
+  // Recorded after the uploads (inputs, attention tables) of a step launched ahead (LaunchSample,
+  // LaunchGreedy): the next launch may write the staging buffers again once it has completed.
+  // Other steps never overlap the next one's host work, so they skip it.
   cudaEvent_t uploaded = nullptr;
-  bool record_uploaded = false;  // set by LaunchGreedy around its Run
+  bool record_uploaded = false;  // set around Run by the launches ahead
   std::vector<int32_t> feed_rows;  // PrepareInputs' staging of a feed, kept across steps
-  // Greedy steps launched ahead of their results (LaunchGreedy), a ring, oldest at greedy_head.
-  struct GreedySlot {
+  struct FlightSlot {
     cudaEvent_t begin = nullptr, end = nullptr;
-    PinnedBuffer host;  // the step's tokens
+    PinnedBuffer host;  // a greedy step's tokens (a sampled step's are its sampler's)
     int32_t rows = 0;
     bool begin_recorded = false;
+    bool sampled = false;  // LaunchSample's (else LaunchGreedy's)
   };
-  static constexpr int kGreedyDepth = 2;
-  GreedySlot greedy_slots[kGreedyDepth];
-  int greedy_head = 0, greedy_count = 0;
-  // out_tokens holds the tokens of the last greedy step launched (its rows), until another
-  // kind of step runs: what a fed step may read.
-  bool last_greedy_valid = false;
-  int32_t last_greedy_rows = 0;
+  FlightSlot flights[kFlightDepth];
+  int flight_head = 0, flight_count = 0;
+  int NextFlight() const { return (flight_head + flight_count) % kFlightDepth; }
+  // out_tokens holds the tokens of the last step launched (a greedy step's per row, a sampled
+  // step's per spec), until a step that leaves none there runs: what a fed step may read.
+  bool feedable_valid = false;
+  int32_t feedable_count = 0;
 
   // CUDA graphs of decode-only steps; cuBLAS runs on cublas_workspace so capture never allocates.
   bool graphs_on = false;
@@ -150,7 +154,7 @@ struct CudaBackend::Impl {
     if (step_begin != nullptr) cudaEventDestroy(step_begin);
     if (step_end != nullptr) cudaEventDestroy(step_end);
     if (uploaded != nullptr) cudaEventDestroy(uploaded);
-    for (GreedySlot& s : greedy_slots) {
+    for (FlightSlot& s : flights) {
       if (s.begin != nullptr) cudaEventDestroy(s.begin);
       if (s.end != nullptr) cudaEventDestroy(s.end);
     }

@@ -73,7 +73,7 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy,
+absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, int32_t samples,
                                         std::span<const int32_t> feed, StepInputs* in) {
   Impl& m = *impl_;
   const ModelConfig& c = cfg_;
@@ -167,23 +167,24 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy,
   BANYAN_RETURN_IF_ERROR(m.xo.Reserve(std::max(1, n_out) * int64_t{dim} * es, "final norm"));
   BANYAN_RETURN_IF_ERROR(m.logits.Reserve(std::max(1, n_out) * int64_t{vocab} * 4, "logits"));
   if (!feed.empty()) {
-    // Fed rows read the last greedy step's tokens where it left them.
-    if (!greedy || feed.size() != batch.decode.size()) {
-      return absl::InvalidArgumentError("a fed step is greedy, with one feed entry per decode row");
+    // Fed rows read the tokens the step just before left in out_tokens.
+    if (feed.size() != batch.decode.size()) {
+      return absl::InvalidArgumentError("a fed step has one feed entry per decode row");
     }
-    if (!m.last_greedy_valid) {
-      return absl::FailedPreconditionError("fed rows need the tokens of a greedy step just before");
+    if (!m.feedable_valid) {
+      return absl::FailedPreconditionError("fed rows need the tokens of a step just before");
     }
     for (int32_t f : feed) {
-      if (f >= m.last_greedy_rows) {
+      if (f >= m.feedable_count) {
         return absl::InvalidArgumentError(absl::StrCat("fed row reads token ", f, " of ",
-                                                       m.last_greedy_rows));
+                                                       m.feedable_count));
       }
     }
   }
-  if (greedy) {
+  if (greedy || samples > 0) {
     const void* before = m.out_tokens.get();
-    BANYAN_RETURN_IF_ERROR(m.out_tokens.Reserve(std::max(1, n_out) * 4, "sampled tokens"));
+    BANYAN_RETURN_IF_ERROR(
+        m.out_tokens.Reserve(std::max({1, greedy ? n_out : 0, samples}) * 4, "sampled tokens"));
     if (!feed.empty() && m.out_tokens.get() != before) {
       return absl::FailedPreconditionError("a fed step has more rows than the step it reads");
     }
@@ -340,7 +341,8 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) co
   k.params = {ptr(m.x.get()),       ptr(m.xb.get()),      ptr(m.q.get()),
               ptr(m.att.get()),     ptr(m.scratch.get()), ptr(m.h.get()),
               ptr(m.xo.get()),      ptr(m.logits.get()),  ptr(m.step_ints.Dev(0))};
-  if (greedy) k.params.push_back(ptr(m.out_tokens.get()));
+  // The argmax writes out_tokens; fed rows read it.
+  if (greedy || in.o_feed >= 0) k.params.push_back(ptr(m.out_tokens.get()));
   if (a.use_tpp) {
     // Which kernels run and how is the launch signature; the plan's geometry (grids, the image's
     // table offsets, the partial states) is what UpdateAttentionNodes moves: every build counts

@@ -8,8 +8,8 @@
 // tokens when repetition_penalty != 1).
 //
 // Header-only so that it needs no build change beside the backend. Not thread-safe: the engine
-// thread owns it with the backend; buffers are reused across steps, which is safe because the
-// backend synchronizes its stream at the end of every step.
+// thread owns it with the backend. Buffers are reused across steps: the backend keeps one
+// sampler per step in flight and reuses it only once that step was collected.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -102,7 +102,7 @@ inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows,
     out->num_top += d.num_top_logprobs;
     d.seed = st.seed();
     d.stream = st.stream();
-    d.step = st.step();
+    d.step = st.step() + static_cast<uint64_t>(in.step_ahead);
     BANYAN_RETURN_IF_ERROR(AddPenaltyEntries(p, st, vocab, &d, &out->entries));
     if (d.penalty_count > 0) d.penalized_row = out->penalized_rows++;
   }
@@ -180,6 +180,12 @@ class DeviceSampler {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_.get(), dev_out_.get(), out_bytes,
                                                 cudaMemcpyDeviceToHost, stream));
     return absl::OkStatus();
+  }
+
+  // The last Enqueue's results on the device: one {token, logprob} per spec, then the top
+  // entries (valid on the stream after that Enqueue's work).
+  const kernels::cuda::SampleTokenDev* device_results() const {
+    return dev_out_.as<kernels::cuda::SampleTokenDev>();
   }
 
   // The results of the last Enqueue (its stream synchronized). Token -1: no distribution.

@@ -195,7 +195,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
       feed[r] = static_cast<int32_t>(std::find(prev_rows.begin(), prev_rows.end(), rows[r]) -
                                      prev_rows.begin());
     }
-    if (pip.backend->greedy_in_flight() == 2) {
+    if (pip.backend->steps_in_flight() == 2) {
       collect();
       ASSERT_FALSE(::testing::Test::HasFatalFailure());
     }
@@ -205,7 +205,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
     prev_rows = rows;
     if (k == 1) {
       // Two steps in flight: a third launch and the other kinds of step are refused.
-      ASSERT_EQ(pip.backend->greedy_in_flight(), 2);
+      ASSERT_EQ(pip.backend->steps_in_flight(), 2);
       EXPECT_EQ(pip.backend->LaunchGreedy(batch, feed).code(),
                 absl::StatusCode::kFailedPrecondition);
       std::vector<int32_t> out;
@@ -213,7 +213,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
                 absl::StatusCode::kFailedPrecondition);
     }
   }
-  while (pip.backend->greedy_in_flight() > 0) {
+  while (pip.backend->steps_in_flight() > 0) {
     collect();
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
   }
@@ -266,7 +266,7 @@ TEST(PipelinedGreedyTest, FeedNeedsTheStepBefore) {
   // No greedy step has run yet.
   EXPECT_EQ(side.backend->LaunchGreedy(batch, std::vector<int32_t>{0}).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(side.backend->greedy_in_flight(), 0);
+  EXPECT_EQ(side.backend->steps_in_flight(), 0);
   // One entry per decode row.
   EXPECT_EQ(side.backend->LaunchGreedy(batch, std::vector<int32_t>{0, 0}).code(),
             absl::StatusCode::kInvalidArgument);

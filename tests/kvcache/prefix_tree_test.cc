@@ -104,6 +104,60 @@ TEST(PrefixTreeTest, SharesPrefixAndSplitsMidChunk) {
   EXPECT_EQ(st.chunks_saved_by_sharing, CeilDivForTest(85, 16));
 }
 
+// Pending tokens (the engine loop's fed steps): only a sequence alone on a childless leaf takes
+// one; its slot is the one the real token would get; the pending token matches nothing until it
+// is set, and then the sequence reads back as if the token had been appended.
+TEST(PrefixTreeTest, PendingTokensGrowInPlaceAndAreSetLater) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> p(16);  // fills its chunk: the pending token takes a new one
+  for (int i = 0; i < 16; ++i) p[i] = 10 + i;
+  auto a = tree.Insert("", p);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(tree.GrowsInPlace(a->seq));
+  auto forks = tree.Fork(a->seq, 2);
+  ASSERT_TRUE(forks.ok());
+  EXPECT_FALSE(tree.GrowsInPlace(a->seq)) << "two samples share the leaf";
+  const int32_t used = pool.chunks_used();
+  EXPECT_FALSE(tree.AppendPending(std::vector<SeqId>{a->seq}).ok());
+  EXPECT_EQ(pool.chunks_used(), used) << "a refused pending append changes nothing";
+  ASSERT_TRUE(tree.Release((*forks)[1]).ok());
+  EXPECT_TRUE(tree.GrowsInPlace(a->seq));
+
+  // The same append with the real token, on a twin tree, gives the slot to compare with.
+  auto twin_pool = *ChunkPool::Create(64, 16);
+  PrefixTree twin(&twin_pool);
+  auto t = twin.Insert("", p);
+  ASSERT_TRUE(t.ok());
+  auto want = twin.Append(t->seq, 77);
+  ASSERT_TRUE(want.ok());
+
+  auto placed = tree.AppendPending(std::vector<SeqId>{a->seq});
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_EQ(placed->size(), 1u);
+  EXPECT_EQ((*placed)[0].new_slots, want->new_slots);
+  EXPECT_TRUE((*placed)[0].copies.empty());
+  EXPECT_EQ(tree.LastToken(a->seq), PrefixTree::kPendingToken);
+  EXPECT_EQ(tree.Length(a->seq), 17);
+  std::vector<int32_t> with = p;
+  with.push_back(77);
+  EXPECT_EQ(tree.Match("", with), 16) << "a pending token matches nothing";
+  EXPECT_FALSE(tree.SetPendingToken(a->seq, -5).ok());
+  ASSERT_TRUE(tree.SetPendingToken(a->seq, 77).ok());
+  EXPECT_FALSE(tree.SetPendingToken(a->seq, 78).ok()) << "it is no longer pending";
+  EXPECT_EQ(tree.Tokens(a->seq), with);
+  EXPECT_EQ(tree.Match("", with), 17);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+
+  // A leaf with a (cached) child does not grow in place.
+  auto b = tree.Insert("", p);  // matches the whole prompt: a second sequence on that path
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(tree.GrowsInPlace(b->seq));
+  ASSERT_TRUE(tree.Release(a->seq).ok());
+  EXPECT_FALSE(tree.GrowsInPlace(b->seq)) << "the released continuation is a cached child";
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+}
+
 int64_t SavedBySharingOf(const PrefixTree& tree) { return tree.Stats().chunks_saved_by_sharing; }
 
 // Issue 13: banyan_kv_chunks_saved_by_sharing went negative under load. Sharing a short prefix

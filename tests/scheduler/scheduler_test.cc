@@ -281,14 +281,19 @@ TEST_F(SchedulerTest, DrainTimeoutCutsLongRequests) {
 // cancellations on a small cache; `overlap`: the CPU a step ahead (engine_loop.h), which the CPU
 // backend runs as well (its launch computes the step, so nothing overlaps, but every path of the
 // pipelined loop is taken).
-void RunSoak(SchedulerTest* test, int overlap);
+// `feed`: fed steps (LoopOptions::feed), on the CPU backend too (its launch computes the step
+// with the fed tokens taken from the step before).
+void RunSoak(SchedulerTest* test, int overlap, int feed = 0);
 
 TEST_F(SchedulerTest, Soak) { RunSoak(this, 0); }
 TEST_F(SchedulerTest, SoakWithOverlap) { RunSoak(this, 1); }
+TEST_F(SchedulerTest, SoakWithFedSteps) { RunSoak(this, 1, 1); }
 
-// Overlap on and off give the same tokens, text, finish reasons and usage: greedy and seeded
-// sampling, n > 1, stop strings, max_tokens and EOS, shared prefixes, and preemption by recompute
-// on a cache too small for the batch.
+// Overlap on and off, and fed steps, give the same tokens, text, finish reasons and usage:
+// greedy and seeded sampling, n > 1, stop strings, max_tokens and EOS, penalties (rows that
+// cannot be fed), shared prefixes, and preemption by recompute on a cache too small for the
+// batch. With fed steps every generated token ends up in the tree as it would without (the
+// pending ones were all set).
 TEST_F(SchedulerTest, OverlapGivesTheSameOutputsAsLockstep) {
   std::vector<Request> reqs;
   for (int i = 0; i < 10; ++i) {
@@ -302,53 +307,80 @@ TEST_F(SchedulerTest, OverlapGivesTheSameOutputsAsLockstep) {
     }
     if (i % 4 == 2) r.stop = {"the", "Max"};
     if (i == 7) r.params.ignore_eos = true;
+    if (i == 4) r.params.frequency_penalty = 0.5f;
     reqs.push_back(r);
   }
-  std::vector<GenerationResult> out[2];
-  for (int overlap : {0, 1}) {
+  // Modes: lockstep, the CPU a step ahead, and fed steps.
+  const struct Mode {
+    int overlap, feed;
+  } modes[] = {{0, 0}, {1, 0}, {1, 1}};
+  std::vector<GenerationResult> out[3];
+  for (int m = 0; m < 3; ++m) {
     for (int chunks : {512, 40}) {  // 40 chunks of 16: preemption
       auto backend = engine::CpuBackend::Create(&bundle_->weights,
                                                 {.num_chunks = chunks, .chunk_size = 16});
       ASSERT_TRUE(backend.ok());
       EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend),
                       {.max_running_sequences = 16, .prefill_token_budget = 64,
-                       .overlap = overlap});
-      EXPECT_EQ(loop.overlap(), overlap == 1);
+                       .overlap = modes[m].overlap, .feed = modes[m].feed});
+      EXPECT_EQ(loop.overlap(), modes[m].overlap == 1);
       auto res = GenerateAll(loop, reqs);
       ASSERT_TRUE(res.ok()) << res.status();
       EXPECT_EQ(loop.tree().Stats().chunks_live, 0);
       EXPECT_TRUE(loop.tree().CheckInvariants().ok());
       if (chunks == 40) {
-        EXPECT_GT(loop.metrics().preemptions_total, 0) << "overlap " << overlap;
+        EXPECT_GT(loop.metrics().preemptions_total, 0) << "mode " << m;
       }
-      out[overlap].insert(out[overlap].end(), res->begin(), res->end());
+      if (modes[m].feed == 1) {
+        EXPECT_GT(loop.stats().fed_steps, loop.stats().decode_steps / 4)
+            << "chunks " << chunks << ": most decode steps should be fed";
+        EXPECT_EQ(loop.metrics().decode_fed_steps_total, loop.stats().fed_steps);
+      } else {
+        EXPECT_EQ(loop.stats().fed_steps, 0);
+      }
+      if (chunks == 512) {
+        // Nothing was evicted: each greedy sample's prompt and tokens, but its last, are cached.
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          if (reqs[i].n != 1) continue;
+          std::vector<int32_t> all = reqs[i].prompt;
+          const std::vector<int32_t>& gen = (*res)[i].samples[0].tokens;
+          all.insert(all.end(), gen.begin(), gen.end());
+          if (!gen.empty()) all.pop_back();
+          EXPECT_EQ(loop.tree().Match(reqs[i].cache_namespace, all),
+                    static_cast<int32_t>(all.size()))
+              << "mode " << m << " request " << i;
+        }
+      }
+      out[m].insert(out[m].end(), res->begin(), res->end());
     }
   }
-  ASSERT_EQ(out[0].size(), out[1].size());
   int stopped_by_string = 0;
-  for (size_t i = 0; i < out[0].size(); ++i) {
-    ASSERT_EQ(out[0][i].samples.size(), out[1][i].samples.size());
-    for (size_t k = 0; k < out[0][i].samples.size(); ++k) {
-      const SampleOutput& a = out[0][i].samples[k];
-      const SampleOutput& b = out[1][i].samples[k];
-      EXPECT_EQ(a.tokens, b.tokens) << "request " << i << " sample " << k;
-      EXPECT_EQ(a.text, b.text) << "request " << i << " sample " << k;
-      EXPECT_EQ(a.finish, b.finish) << "request " << i << " sample " << k;
-      const auto& stop = reqs[i % reqs.size()].stop;
-      if (!stop.empty() && a.finish == FinishReason::kStop &&
-          a.tokens.size() < static_cast<size_t>(reqs[i % reqs.size()].params.max_tokens)) {
-        ++stopped_by_string;
+  for (int m = 1; m < 3; ++m) {
+    ASSERT_EQ(out[0].size(), out[m].size());
+    for (size_t i = 0; i < out[0].size(); ++i) {
+      ASSERT_EQ(out[0][i].samples.size(), out[m][i].samples.size());
+      for (size_t k = 0; k < out[0][i].samples.size(); ++k) {
+        const SampleOutput& a = out[0][i].samples[k];
+        const SampleOutput& b = out[m][i].samples[k];
+        EXPECT_EQ(a.tokens, b.tokens) << "mode " << m << " request " << i << " sample " << k;
+        EXPECT_EQ(a.text, b.text) << "mode " << m << " request " << i << " sample " << k;
+        EXPECT_EQ(a.finish, b.finish) << "mode " << m << " request " << i << " sample " << k;
+        const auto& stop = reqs[i % reqs.size()].stop;
+        if (m == 1 && !stop.empty() && a.finish == FinishReason::kStop &&
+            a.tokens.size() < static_cast<size_t>(reqs[i % reqs.size()].params.max_tokens)) {
+          ++stopped_by_string;
+        }
       }
+      EXPECT_EQ(out[0][i].usage.completion_tokens, out[m][i].usage.completion_tokens) << i;
+      EXPECT_EQ(out[0][i].usage.prompt_tokens, out[m][i].usage.prompt_tokens) << i;
     }
-    EXPECT_EQ(out[0][i].usage.completion_tokens, out[1][i].usage.completion_tokens) << i;
-    EXPECT_EQ(out[0][i].usage.prompt_tokens, out[1][i].usage.prompt_tokens) << i;
   }
   EXPECT_GT(stopped_by_string, 0);
 }
 
-void RunSoak(SchedulerTest* test, int overlap) {
+void RunSoak(SchedulerTest* test, int overlap, int feed) {
   test->Make(160, 16, {.loop = {.max_running_sequences = 32, .prefill_token_budget = 128,
-                                .overlap = overlap},
+                                .overlap = overlap, .feed = feed},
                        .queue_limit = 64});
   auto& sched_ = test->sched_;
   sched_->Start();
