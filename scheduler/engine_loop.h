@@ -207,6 +207,7 @@ class EngineLoop {
   const engine::ModelConfig& config() const { return config_; }
   engine::Backend& backend() { return *backend_; }
   kvcache::PrefixTree& tree() { return tree_; }
+  const kvcache::PrefixTree& tree() const { return tree_; }
   int32_t kv_chunks_total() const { return chunks_total_; }
 
  private:

@@ -36,6 +36,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/small_model.h"
 #include "tests/testing/random.h"
 
 namespace banyan::engine {
@@ -58,14 +59,7 @@ ModelWeights Rounded(const ModelWeights& w, DType dt) {
 }
 
 ModelConfig SmallConfig(int head_dim, int heads, int kv_heads) {
-  ModelConfig c;
-  c.dim = head_dim * heads;
-  c.hidden_dim = 3 * c.dim;
-  c.n_layers = 2;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.vocab_size = 512;
-  c.max_seq_len = 1024;
+  ModelConfig c = testing::SmallModelConfig(head_dim, heads, kv_heads);
   c.rope_style = RopeStyle::kHalf;
   return c;
 }

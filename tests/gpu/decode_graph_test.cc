@@ -35,6 +35,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/small_model.h"
 #include "tests/testing/random.h"
 
 namespace banyan::engine {
@@ -149,14 +150,7 @@ struct Case {
 
 // Runs the scenario of the file comment for one case.
 void RunCase(const Case& c, std::mt19937_64& rng) {
-  ModelConfig cfg;
-  cfg.dim = c.head_dim * c.heads;
-  cfg.hidden_dim = 3 * cfg.dim;
-  cfg.n_layers = 2;
-  cfg.n_heads = c.heads;
-  cfg.n_kv_heads = c.kv_heads;
-  cfg.vocab_size = 512;
-  cfg.max_seq_len = 1024;
+  const ModelConfig cfg = testing::SmallModelConfig(c.head_dim, c.heads, c.kv_heads);
   const int vocab = cfg.vocab_size;
   const ModelWeights w = MakeDummyWeights(cfg, rng());
   std::unique_ptr<Lane> lanes[2];  // 0: graphs off (the reference), 1: graphs on
@@ -366,14 +360,7 @@ TEST(DecodeRowBucket, RoundsUpToTheBucketOfItsRange) {
 // with graphs off never captures.
 TEST_F(DecodeGraphTest, SetCudaGraphsTogglesThePath) {
   BANYAN_SEEDED_RNG(rng);
-  ModelConfig cfg;
-  cfg.dim = 256;
-  cfg.hidden_dim = 768;
-  cfg.n_layers = 1;
-  cfg.n_heads = 2;
-  cfg.n_kv_heads = 2;
-  cfg.vocab_size = 256;
-  cfg.max_seq_len = 256;
+  const ModelConfig cfg = testing::SmallModelConfig(128, 2, 2, /*layers=*/1, /*vocab=*/256, 256);
   const ModelWeights w = MakeDummyWeights(cfg, rng());
   CudaBackendOptions o;
   o.num_chunks = kChunks;

@@ -17,6 +17,8 @@
 #include "scheduler/engine_loop.h"
 #include "scheduler/generate.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/small_model.h"
+#include "tests/testing/generated_cached.h"
 #include "tests/testing/random.h"
 
 namespace banyan::engine {
@@ -30,14 +32,7 @@ struct Case {
 TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
   BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
-  ModelConfig cfg;
-  cfg.dim = 512;
-  cfg.hidden_dim = 1024;
-  cfg.n_layers = 2;
-  cfg.n_heads = 4;
-  cfg.n_kv_heads = 1;  // head_dim 128, GQA 4
-  cfg.vocab_size = 512;
-  cfg.max_seq_len = 512;
+  const ModelConfig cfg = testing::SmallModelConfig(128, 4, 1);  // GQA 4
   const ModelWeights w = MakeDummyWeights(cfg, rng());
 
   std::vector<int32_t> prefix(70);
@@ -89,16 +84,7 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
       fed_steps[feed] = loop.stats().fed_steps;
       EXPECT_EQ(loop.metrics().decode_fed_steps_total, loop.stats().fed_steps);
       EXPECT_TRUE(loop.tree().CheckInvariants().ok());
-      // Every pending token was set: each greedy single sample's tokens, but its last, are cached.
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        if (reqs[i].n != 1) continue;
-        std::vector<int32_t> all = reqs[i].prompt;
-        const std::vector<int32_t>& gen = (*res)[i].samples[0].tokens;
-        all.insert(all.end(), gen.begin(), gen.end());
-        if (!gen.empty()) all.pop_back();
-        EXPECT_EQ(loop.tree().Match("", all), static_cast<int32_t>(all.size()))
-            << "feed " << feed << " request " << i;
-      }
+      testing::ExpectGeneratedCached(loop, reqs, *res, "feed " + std::to_string(feed));
     }
     EXPECT_EQ(fed_steps[0], 0);
     EXPECT_GT(fed_steps[1], 20) << "mode " << static_cast<int>(c.mode) << " graphs " << c.graphs;

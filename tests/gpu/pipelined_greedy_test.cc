@@ -20,6 +20,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/small_model.h"
 #include "tests/testing/random.h"
 
 namespace banyan::engine {
@@ -84,14 +85,7 @@ struct Case {
 };
 
 void RunCase(const Case& c, std::mt19937_64& rng) {
-  ModelConfig cfg;
-  cfg.dim = 512;
-  cfg.hidden_dim = 1024;
-  cfg.n_layers = 2;
-  cfg.n_heads = 4;
-  cfg.n_kv_heads = 1;  // head_dim 128, GQA 4
-  cfg.vocab_size = 512;
-  cfg.max_seq_len = 512;
+  const ModelConfig cfg = testing::SmallModelConfig(128, 4, 1);  // GQA 4
   const ModelWeights w = MakeDummyWeights(cfg, rng());
   std::unique_ptr<Side> sides[2];  // 0: step by step, 1: pipelined
   for (auto& side : sides) {
@@ -242,14 +236,7 @@ TEST(PipelinedGreedyTest, FedStepsEqualStepByStep) {
 TEST(PipelinedGreedyTest, FeedNeedsTheStepBefore) {
   BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
-  ModelConfig cfg;
-  cfg.dim = 256;
-  cfg.hidden_dim = 512;
-  cfg.n_layers = 1;
-  cfg.n_heads = 2;
-  cfg.n_kv_heads = 2;
-  cfg.vocab_size = 256;
-  cfg.max_seq_len = 256;
+  const ModelConfig cfg = testing::SmallModelConfig(128, 2, 2, /*layers=*/1, /*vocab=*/256, 256);
   const ModelWeights w = MakeDummyWeights(cfg, rng());
   CudaBackendOptions o;
   o.num_chunks = kChunks;
