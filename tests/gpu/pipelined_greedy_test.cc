@@ -232,7 +232,8 @@ TEST(PipelinedGreedyTest, FedStepsEqualStepByStep) {
   }
 }
 
-// A fed step needs a greedy step just before it whose rows it indexes.
+// A fed step needs a step just before it whose rows it indexes; launches of the two kinds do not
+// mix.
 TEST(PipelinedGreedyTest, FeedNeedsTheStepBefore) {
   BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
@@ -280,6 +281,21 @@ TEST(PipelinedGreedyTest, FeedNeedsTheStepBefore) {
   ASSERT_TRUE(side.backend->ForwardGreedy(batch, &direct).ok());
   ASSERT_EQ(direct.size(), 1u);
   EXPECT_EQ(fed[0], direct[0]);
+  // The two kinds of launch ahead do not mix: a greedy launch is refused while a sampled step
+  // is in flight. That step, greedy, samples the argmax of the same step again.
+  SamplingParams params;
+  params.temperature = 0;
+  const SequenceSamplingState state(0, {});
+  const SampleSpec spec{.row = 0, .params = &params, .state = &state};
+  ASSERT_TRUE(side.backend->LaunchSample(batch, std::span(&spec, 1), {}).ok());
+  EXPECT_EQ(side.backend->steps_in_flight(), 1);
+  EXPECT_EQ(side.backend->LaunchGreedy(batch, {}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(side.backend->CollectGreedy(&out).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<SampleResult> sampled;
+  ASSERT_TRUE(side.backend->CollectSample(&sampled).ok());
+  ASSERT_EQ(sampled.size(), 1u);
+  EXPECT_EQ(sampled[0].token, direct[0]);
+  EXPECT_EQ(side.backend->steps_in_flight(), 0);
 }
 
 }  // namespace
