@@ -673,13 +673,20 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
     for (uint64_t h : plan.decode) {
       Live& l = *by_handle[h];
       for (size_t i = 0; i < l.samples.size(); ++i) {
-        if (l.samples[i].finished) continue;
-        seqs.push_back(l.samples[i].seq);
-        owner[l.samples[i].seq] = {&l, i};
+        const Live::Sample& smp = l.samples[i];
+        if (smp.finished) continue;
+        // N's token is its last (max_tokens): as in the unfed loop, the step after has no row
+        // for it, and so the same rows. (An EOS or a stop string cannot be known ahead: such a
+        // sample has one more row, whose token is dropped.)
+        if (static_cast<int64_t>(smp.generated.size()) + 1 >= l.req.params.max_tokens) continue;
+        seqs.push_back(smp.seq);
+        owner[smp.seq] = {&l, i};
       }
     }
     // All or nothing: on a memory shortfall the step waits for N and preempts as usual.
-    if (!tree_.AppendPending(seqs, /*allow_evict=*/true).ok()) return Launch::kNotFed;
+    if (seqs.empty() || !tree_.AppendPending(seqs, /*allow_evict=*/true).ok()) {
+      return Launch::kNotFed;
+    }
     ahead_.patches.clear();
     for (kvcache::SeqId seq : seqs) {
       const int32_t feed = row_of.at(seq);

