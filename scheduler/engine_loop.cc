@@ -437,8 +437,11 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
     // Fed: step N + 1 is launched before step N's tokens are taken. Cancelled requests go first
     // (their tokens are all in the tree: the last pending ones were set when N - 1 was taken).
     CancelDue(cancel_all);
+    const uint64_t collects = collects_;
     if (FedReady() && ScheduleAndLaunch(cycle, /*fed=*/true) == Launch::kLaunched) {
-      CollectInflight();  // sets N + 1's pending tokens before anything can release them
+      // N, unless the launch took it first (a fed step that could not be): its tokens set N + 1's
+      // pending ones before anything can release them.
+      if (collects_ == collects) CollectInflight();
       retired_.clear();   // N named them; N + 1 names none of them
       if (ahead_.active) {
         // N + 1's wall and device time start where N's ended: the steps' times add up.
@@ -484,10 +487,17 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
 bool EngineLoop::FedReady() const {
   if (inflight_.speculated || !pending_copies_.empty() || running_.empty()) return false;
   for (const LivePtr& l : running_) {
-    if (l->state != RequestState::kDecoding) return false;  // prefilling: no sample rows yet
     const engine::SamplingParams& p = l->req.params;
     const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
                            p.presence_penalty != 0.0f;
+    if (l->state == RequestState::kPrefilling) {
+      if (!FirstTokenInFlight(*l)) continue;  // more prompt to place: prefill rows only
+      // Its first token is sampled by N; its first decode row is fed from there. With n > 1
+      // the samples share the prompt's leaf until they diverge: they wait for it.
+      if (penalties || l->req.n != 1 || !tree_.GrowsInPlace(l->prompt_seq)) return false;
+      continue;
+    }
+    if (l->state != RequestState::kDecoding) return false;
     for (const Live::Sample& s : l->samples) {
       if (s.finished) continue;
       // Its next token comes from a row of N, and its slot does not depend on the token.
@@ -497,6 +507,13 @@ bool EngineLoop::FedReady() const {
     }
   }
   return true;
+}
+
+bool EngineLoop::FirstTokenInFlight(const Live& live) const {
+  return live.state == RequestState::kPrefilling &&
+         live.placed == static_cast<int32_t>(live.req.prompt.size()) &&
+         std::find(inflight_.logit_owners.begin(), inflight_.logit_owners.end(), &live) !=
+             inflight_.logit_owners.end();
 }
 
 void EngineLoop::FailAll(const absl::Status& status) {
@@ -544,6 +561,7 @@ void EngineLoop::Retire() {
 
 EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool fed) {
   const Clock::time_point cycle_start = cycle.wall;
+  Clock::time_point begin = cycle_start;  // where the step's wall time starts
   const Clock::time_point t_schedule = Clock::now();
   // Summarise the state for the policy.
   const int32_t c = tree_.chunk_size();
@@ -611,6 +629,11 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
         seqs.push_back(s.seq);
         p.chunks_needed += tree_.AppendChunksNeeded(s.seq, s.next_token);
       }
+    } else if (fed && FirstTokenInFlight(*l)) {
+      // Decodes from its prompt's sequence (its one sample's, once N is collected).
+      p.decoding = true;
+      seqs.push_back(l->prompt_seq);
+      p.chunks_needed += tree_.AppendChunksNeeded(l->prompt_seq, kvcache::PrefixTree::kPendingToken);
     } else {
       seqs.push_back(l->prompt_seq);
       p.remaining_prefill = static_cast<int32_t>(l->req.prompt.size()) - l->placed;
@@ -626,7 +649,7 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
     if (!tenant_seqs[t].empty()) in.tenants[t].chunks_used = tree_.ChunksOnlyUsedBy(tenant_seqs[t]);
   }
   IterationPlan plan = Schedule(in);
-  if (fed && (plan.empty() || !plan.preempt.empty() || !plan.prefill.empty())) {
+  if (fed && (plan.empty() || !plan.preempt.empty())) {
     return Launch::kNotFed;  // this step must see step N's tokens first
   }
   if (plan.empty()) return Launch::kNothing;  // nothing can move until a request finishes or arrives
@@ -663,12 +686,18 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
   owner.reserve(running_.size());
   std::vector<engine::DecodeItem> decode;
   if (fed) {
-    // Each sample's next token is pending: it is what its row of step N samples (spec r of N is
-    // its decode row r: FedReady saw no prompt rows and no candidates in N).
-    absl::flat_hash_map<kvcache::SeqId, int32_t> row_of;
+    // Each sample's next token is pending: it is what step N samples for it, spec `feed` of N
+    // (N's specs: its decode rows in row order, then each prompt's samples; FedReady saw no
+    // candidates in N).
+    absl::flat_hash_map<kvcache::SeqId, int32_t> spec_of;
     const std::vector<kvcache::SeqId>& rows = inflight_.out.decode_rows;
-    row_of.reserve(rows.size());
-    for (size_t r = 0; r < rows.size(); ++r) row_of.emplace(rows[r], static_cast<int32_t>(r));
+    spec_of.reserve(rows.size() + inflight_.logit_owners.size());
+    for (size_t r = 0; r < rows.size(); ++r) spec_of.emplace(rows[r], static_cast<int32_t>(r));
+    int32_t spec = static_cast<int32_t>(rows.size());
+    for (const Live* l : inflight_.logit_owners) {
+      if (l->req.n == 1) spec_of.emplace(l->prompt_seq, spec);
+      spec += static_cast<int32_t>(l->samples.size());
+    }
     std::vector<kvcache::SeqId> seqs;
     for (uint64_t h : plan.decode) {
       Live& l = *by_handle[h];
@@ -679,20 +708,35 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
         // for it, and so the same rows. (An EOS or a stop string cannot be known ahead: such a
         // sample has one more row, whose token is dropped.)
         if (static_cast<int64_t>(smp.generated.size()) + 1 >= l.req.params.max_tokens) continue;
-        seqs.push_back(smp.seq);
-        owner[smp.seq] = {&l, i};
+        // A prompt whose first token N samples decodes on its prompt's sequence: the one
+        // sample's once N is collected (Fork of one keeps the id).
+        const kvcache::SeqId seq = l.state == RequestState::kPrefilling ? l.prompt_seq : smp.seq;
+        seqs.push_back(seq);
+        owner[seq] = {&l, i};
       }
     }
-    // All or nothing: on a memory shortfall the step waits for N and preempts as usual.
-    if (seqs.empty() || !tree_.AppendPending(seqs, /*allow_evict=*/true).ok()) {
-      return Launch::kNotFed;
-    }
-    ahead_.patches.clear();
-    for (kvcache::SeqId seq : seqs) {
-      const int32_t feed = row_of.at(seq);
-      decode.push_back(engine::DecodeItem{.seq = seq, .write_kv = true, .sample = {}, .length = 0,
-                                          .feed = feed});
-      ahead_.patches.emplace_back(seq, feed);
+    // Prefill placed above may have split a decoding sequence's leaf, or made it a parent: its
+    // next slot would depend on the token. Then, as on a memory shortfall, this step takes N's
+    // tokens first and appends them (the prefill already placed stays).
+    const bool in_place = std::all_of(seqs.begin(), seqs.end(), [&](kvcache::SeqId s) {
+      return tree_.GrowsInPlace(s);
+    });
+    if (!seqs.empty() && in_place && tree_.AppendPending(seqs, /*allow_evict=*/true).ok()) {
+      ahead_.patches.clear();
+      for (kvcache::SeqId seq : seqs) {
+        const int32_t feed = spec_of.at(seq);
+        decode.push_back(engine::DecodeItem{.seq = seq, .write_kv = true, .sample = {},
+                                            .length = 0, .feed = feed});
+        ahead_.patches.emplace_back(seq, feed);
+      }
+    } else if (plan.prefill.empty()) {
+      return Launch::kNotFed;  // nothing changed yet: the caller takes N's tokens and schedules
+    } else {
+      fed = false;
+      owner.clear();
+      ++stats_.fed_fallbacks;
+      if (!CollectInflight()) return Launch::kLaunched;  // failed: FailAll ran
+      begin = collected_clocks_.wall;  // the device waits from here
     }
   }
   // Decode appends (of tokens in hand): one batch so agreeing samples keep sharing their node.
@@ -769,11 +813,15 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
   f.decode_rows = static_cast<int64_t>(decode.size());
   f.prefill_tokens = 0;
   for (const engine::PrefillItem& p : prefill) f.prefill_tokens += p.end - p.begin;
-  f.t_begin = cycle_start;
+  // A fed step that took N's tokens after all (hybrid) counts from N's tokens, as a step that
+  // waited for them does; its host work before that counts as placing.
+  const bool hybrid = begin != cycle_start;
+  const ThreadClocks& from = hybrid ? collected_clocks_ : cycle;
+  f.t_begin = begin;
   const Clock::time_point t_launch = Clock::now();
-  f.take_seconds = Seconds(cycle_start, t_schedule);
-  f.schedule_seconds = Seconds(t_schedule, t_place);
-  f.place_seconds = Seconds(t_place, t_launch);
+  f.take_seconds = hybrid ? 0 : Seconds(cycle_start, t_schedule);
+  f.schedule_seconds = hybrid ? 0 : Seconds(t_schedule, t_place);
+  f.place_seconds = Seconds(hybrid ? begin : t_place, t_launch);
   f.device_before = backend_->device_seconds();
   if (absl::Status run = runner_.Launch(copies, decode, prefill, &f.out); !run.ok()) {
     FailAll(run);
@@ -790,9 +838,9 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
     f.launch_context_switches = 0;
     return Launch::kLaunched;
   }
-  f.launch_seconds = Seconds(cycle_start, launched.wall);
-  f.launch_cpu_seconds = launched.cpu_seconds - cycle.cpu_seconds;
-  f.launch_context_switches = launched.context_switches - cycle.context_switches;
+  f.launch_seconds = Seconds(begin, launched.wall);
+  f.launch_cpu_seconds = launched.cpu_seconds - from.cpu_seconds;
+  f.launch_context_switches = launched.context_switches - from.context_switches;
   f.backend_launch_seconds = f.out.forward_seconds;  // Collect adds its wait later
   return Launch::kLaunched;
 }

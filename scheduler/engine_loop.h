@@ -152,8 +152,11 @@ struct LoopStats {
   double decode_place_seconds = 0;
   double decode_launch_cpu_seconds = 0;
   int64_t decode_launch_context_switches = 0;
-  int64_t fed_steps = 0;           // decode steps launched before the step before was collected
+  int64_t fed_steps = 0;           // steps launched before the step before was collected
   double fed_launch_seconds = 0;   // their host work up to the launch (beside the device's work)
+  // Steps that placed prompts as fed steps and then found a decode row that could not be fed:
+  // they took the step before's tokens first (their prompts stayed placed).
+  int64_t fed_fallbacks = 0;
   int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
   // Draft heads: wall time of drafting (Backend::DraftTrees, on the collect path of each step
   // that drafts), the steps that drafted, and the calls that failed (those samples decoded
@@ -258,13 +261,18 @@ class EngineLoop {
   };
   // Schedules, places and launches a step. kNothing: nothing could move. Fed (`fed`): the step
   // goes to ahead_ while inflight_ runs, its decode rows fed from inflight_'s; kNotFed when this
-  // step cannot be (nothing was changed: the caller collects inflight_ and schedules again).
+  // step cannot be and nothing was changed (the caller collects inflight_ and schedules again).
+  // When prompts were placed before a decode row turned out not to be feedable, it collects
+  // inflight_ itself and launches the step as an unfed one.
   enum class Launch { kNothing, kLaunched, kNotFed };
   Launch ScheduleAndLaunch(const ThreadClocks& cycle, bool fed);
   // Whether every decoding sample can take a fed row after inflight_ (see LoopOptions::feed).
   bool FedReady() const;
-  // Waits for the step in flight and takes its tokens.
-  void CollectInflight();
+  // A request whose last prompt chunk is in inflight_: its first token comes with it.
+  bool FirstTokenInFlight(const Live& live) const;
+  // Waits for the step in flight and takes its tokens; false when the step failed (FailAll ran).
+  bool CollectInflight();
+  uint64_t collects_ = 0;  // CollectInflight calls
   // Moves admitted, preempted and finished requests between the lists.
   void Retire();
   // Fails every request (a step could not run).

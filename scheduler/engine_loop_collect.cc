@@ -11,7 +11,8 @@
 
 namespace banyan::scheduler {
 
-void EngineLoop::CollectInflight() {
+bool EngineLoop::CollectInflight() {
+  ++collects_;
   InFlight& f = inflight_;
   f.active = false;
   engine::StepOutput& out = f.out;
@@ -21,7 +22,7 @@ void EngineLoop::CollectInflight() {
   f.collected_this_step = true;
   if (!st.ok()) {
     FailAll(st);
-    return;
+    return false;
   }
   if (ahead_.active) {
     // The fed step launched since: its rows' pending tokens are this step's samples (a token of
@@ -155,6 +156,7 @@ void EngineLoop::CollectInflight() {
   stats_.plan_builds = runner_.stats().plan_builds;
   f.owner.clear();
   f.logit_owners.clear();
+  return true;
 }
 
 }  // namespace banyan::scheduler

@@ -330,6 +330,8 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         {"tpp_m128", false, [](TppOptions& o) { o.p1_block_m = 128; }},
         {"tpp_nopdl", false, [](TppOptions& o) { o.pdl = false; }},
         {"tpp_split1k", false, [](TppOptions& o) { o.p1_min_split_tokens = 1024; }},
+        {"tpp_split64", false, [](TppOptions& o) { o.p1_min_split_tokens = 64; }},
+        {"tpp_split256", false, [](TppOptions& o) { o.p1_min_split_tokens = 256; }},
         {"tpp_fused", false, [](TppOptions& o) { o.defer_merge = 0; }},
         {"tpp_deferred", false, [](TppOptions& o) { o.defer_merge = 1; }},
         {"paged_warp_split256", true,

@@ -85,7 +85,7 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
       ASSERT_TRUE(res.ok()) << res.status();
       out[feed] = *res;
       fed_steps[feed] = loop.stats().fed_steps;
-      EXPECT_EQ(loop.metrics().decode_fed_steps_total, loop.stats().fed_steps);
+      EXPECT_LE(loop.metrics().decode_fed_steps_total, loop.stats().fed_steps);
       EXPECT_TRUE(loop.tree().CheckInvariants().ok());
       testing::ExpectGeneratedCached(loop, reqs, *res, "feed " + std::to_string(feed));
     }
