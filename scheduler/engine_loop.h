@@ -74,11 +74,12 @@ struct LoopOptions {
   // Fed steps (with overlap, without speculation): while step N runs, step N + 1 is scheduled,
   // placed and launched before N's tokens are back; its decode rows read their input tokens on
   // the device (Backend::LaunchSample's feed), the tree holds them as pending until N is
-  // collected, and the device does not wait for the host between steps. A step falls back to
-  // waiting for N when a row cannot be fed: penalties (they need the token), a sample sharing
-  // its leaf (n > 1 before the samples diverge, or a cached continuation below it), a prompt
-  // finishing its prefill, admission, preemption. 1 on, 0 off, -1 where the backend launches
-  // asynchronously. The tokens are the same with and without.
+  // collected, and the device does not wait for the host between steps. Prompts are placed in
+  // fed steps too, and a prompt's first token (sampled by N) feeds its first decode row. A step
+  // waits for N when a row cannot be fed: penalties (they need the token), a sample sharing its
+  // leaf (n > 1 before the samples diverge, a cached continuation below it, or a prompt placed
+  // in this step that continues its whole path), preemption. 1 on, 0 off, -1 where the backend
+  // launches asynchronously. The tokens are the same with and without.
   int feed = -1;
   // Speculative decoding: each decode row proposes candidate tokens after its next token, a
   // chain or (draft heads with draft_tree) a tree, that the same step verifies through the
