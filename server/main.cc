@@ -372,11 +372,12 @@ int Run(int argc, char** argv) {
   spdlog::info("engine: {} steps, {} decode-only ({} rows, {:.3f} s, of which {:.3f} s on the "
                "device and {:.3f} s of host work before each launch, {:.3f} s of it in the "
                "backend); host time outside the backend calls {:.3f} s; CPU a step ahead: {}; fed "
-               "steps: {} ({:.3f} s of host work beside the device)",
+               "steps: {} ({:.3f} s of host work beside the device, {} fallbacks)",
                st.steps, st.decode_steps, st.decode_tokens, st.decode_seconds,
                st.decode_device_seconds, st.decode_launch_seconds,
                st.decode_backend_launch_seconds, st.host_seconds,
-               sched.loop().overlap() ? "on" : "off", st.fed_steps, st.fed_launch_seconds);
+               sched.loop().overlap() ? "on" : "off", st.fed_steps, st.fed_launch_seconds,
+               st.fed_fallbacks);
   if (st.decode_steps > 0) {
     const double per = 1e3 / static_cast<double>(st.decode_steps);
     spdlog::info("engine: host work before each decode launch, ms per step: {:.3f} taking the "
