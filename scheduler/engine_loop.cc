@@ -441,8 +441,17 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
     if (FedReady() && ScheduleAndLaunch(cycle, /*fed=*/true) == Launch::kLaunched) {
       // N, unless the launch took it first (a fed step that could not be): its tokens set N + 1's
       // pending ones before anything can release them.
-      if (collects_ == collects) CollectInflight();
-      retired_.clear();   // N named them; N + 1 names none of them
+      const bool collected = collects_ != collects || CollectInflight();
+      if (!collected && ahead_.active) {
+        // N failed and every request with it: N + 1 names them too. Wait for it and drop it
+        // (its pending tokens stay kPendingToken in the cache, which matches nothing).
+        engine::StepOutput dropped;
+        runner_.Collect(&dropped).IgnoreError();
+        ahead_.active = false;
+        ahead_.owner.clear();
+        ahead_.logit_owners.clear();
+        ahead_.patches.clear();
+      }
       if (ahead_.active) {
         // N + 1's wall and device time start where N's ended: the steps' times add up.
         ahead_.t_begin = collected_clocks_.wall;
@@ -450,6 +459,7 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
         std::swap(inflight_, ahead_);
       }
       EmitPending();
+      retired_.clear();  // N named them (and their pending events); N + 1 names none of them
       Retire();
       PublishMetrics();
       return true;
@@ -518,6 +528,7 @@ bool EngineLoop::FirstTokenInFlight(const Live& live) const {
 
 void EngineLoop::FailAll(const absl::Status& status) {
   Log()->error("engine step failed: {}", std::string(status.message()));
+  pending_.clear();  // every request below fails: their taken tokens are not emitted
   for (auto* list : {&waiting_, &running_}) {
     for (LivePtr& l : *list) {
       Finish(*l, status, FinishReason::kError);
@@ -721,7 +732,9 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
     const bool in_place = std::all_of(seqs.begin(), seqs.end(), [&](kvcache::SeqId s) {
       return tree_.GrowsInPlace(s);
     });
-    if (!seqs.empty() && in_place && tree_.AppendPending(seqs, /*allow_evict=*/true).ok()) {
+    if (seqs.empty() && plan.prefill.empty()) return Launch::kNotFed;  // nothing to launch
+    // (No decode row: a step of prompts alone, launched ahead all the same.)
+    if (in_place && (seqs.empty() || tree_.AppendPending(seqs, /*allow_evict=*/true).ok())) {
       ahead_.patches.clear();
       for (kvcache::SeqId seq : seqs) {
         const int32_t feed = spec_of.at(seq);

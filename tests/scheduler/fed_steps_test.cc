@@ -1,0 +1,250 @@
+// Fed steps (LoopOptions::feed) on the CPU backend, where a step can be made to fail on demand:
+// a step that fails while another is in flight fails every request cleanly (no event names a
+// freed request, no step is left in flight) and the loop serves the next requests; steps of
+// prompts alone are launched ahead too; and random arrivals (prompts continuing live sequences,
+// n = 2, penalties, stop strings, small caches) give every request its solo tokens.
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model_bundle.h"
+#include "gtest/gtest.h"
+#include "scheduler/engine_loop.h"
+#include "scheduler/generate.h"
+#include "tests/testing/random.h"
+
+namespace banyan::scheduler {
+namespace {
+
+// The CPU backend with one launch or one collect failing when asked.
+class FlakyBackend : public engine::Backend {
+ public:
+  explicit FlakyBackend(std::unique_ptr<engine::Backend> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return "flaky-cpu"; }
+  int32_t num_chunks() const override { return inner_->num_chunks(); }
+  int32_t chunk_size() const override { return inner_->chunk_size(); }
+  absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> c) override {
+    return inner_->CopyChunks(c);
+  }
+  absl::Status Forward(const engine::StepBatch& b, std::vector<float>* logits) override {
+    return inner_->Forward(b, logits);
+  }
+  using Backend::LaunchSample;
+  absl::Status LaunchSample(const engine::StepBatch& b, std::span<const engine::SampleSpec> s,
+                            std::span<const int32_t> feed) override {
+    if (fail_launch) {
+      fail_launch = false;
+      return absl::ResourceExhaustedError("injected launch failure");
+    }
+    return Backend::LaunchSample(b, s, feed);
+  }
+  absl::Status CollectSample(std::vector<engine::SampleResult>* out) override {
+    absl::Status s = Backend::CollectSample(out);
+    if (fail_collect) {
+      fail_collect = false;
+      return absl::InternalError("injected collect failure");
+    }
+    return s;
+  }
+  bool fail_launch = false;
+  bool fail_collect = false;
+
+ private:
+  std::unique_ptr<engine::Backend> inner_;
+};
+
+class FedStepsTest : public ::testing::Test {
+ public:
+  static void SetUpTestSuite() {
+    auto b = engine::LoadModelBundle(std::string(BANYAN_SOURCE_DIR) +
+                                     "/models/stories260K/stories260K.bin");
+    ASSERT_TRUE(b.ok()) << b.status();
+    bundle_ = new engine::ModelBundle(std::move(*b));
+  }
+  static void TearDownTestSuite() { delete bundle_; }
+
+  std::unique_ptr<EngineLoop> Make(int chunks, int budget, int feed, FlakyBackend** flaky) {
+    auto cpu = engine::CpuBackend::Create(&bundle_->weights,
+                                          {.num_chunks = chunks, .chunk_size = 16});
+    EXPECT_TRUE(cpu.ok());
+    auto backend = std::make_unique<FlakyBackend>(std::move(*cpu));
+    if (flaky != nullptr) *flaky = backend.get();
+    return std::make_unique<EngineLoop>(
+        bundle_->weights.config, bundle_->tokenizer.get(), std::move(backend),
+        LoopOptions{.max_running_sequences = 8, .prefill_token_budget = budget, .overlap = 1,
+                    .feed = feed});
+  }
+  Request Greedy(const std::string& text, int max_tokens) {
+    Request r;
+    r.id = "r" + std::to_string(++ids_);
+    r.prompt = bundle_->tokenizer->Encode(text, true);
+    r.params.temperature = 0;
+    r.params.max_tokens = max_tokens;
+    return r;
+  }
+  std::vector<int32_t> Solo(const Request& r, int sample = 0) {
+    auto loop = Make(512, 64, 0, nullptr);
+    auto res = GenerateAll(*loop, std::span<const Request>(&r, 1));
+    EXPECT_TRUE(res.ok()) << res.status();
+    return res.ok() ? (*res)[0].samples[sample].tokens : std::vector<int32_t>{};
+  }
+  // Tokens of a finished stream by sample (the kStop event's token left out, as GenerateAll).
+  static std::vector<std::vector<int32_t>> Read(RequestStream& s, int n) {
+    std::vector<std::vector<int32_t>> got(n);
+    std::vector<TokenEvent> ev;
+    while (s.Read(&ev, std::chrono::milliseconds(0))) {
+      for (const TokenEvent& e : ev) {
+        if (e.token >= 0 && e.finish != FinishReason::kStop) got[e.sample].push_back(e.token);
+      }
+      ev.clear();
+    }
+    return got;
+  }
+
+  static engine::ModelBundle* bundle_;
+  int ids_ = 0;
+};
+engine::ModelBundle* FedStepsTest::bundle_ = nullptr;
+
+// Runs `a` for a few steps, then injects the failure in the next Step and checks that every
+// request failed, nothing is left in flight or live, and a new request gets its solo tokens.
+void ExpectCleanFailure(FedStepsTest* t, EngineLoop& loop, std::shared_ptr<RequestStream> a) {
+  EXPECT_TRUE(a->finished());
+  EXPECT_FALSE(a->status().ok());
+  EXPECT_TRUE(loop.idle());
+  EXPECT_EQ(loop.tree().Stats().chunks_live, 0);
+  EXPECT_TRUE(loop.tree().CheckInvariants().ok()) << loop.tree().CheckInvariants();
+  Request next = t->Greedy("Lily went to the park", 12);
+  auto s = std::make_shared<RequestStream>();
+  loop.Add(next, s, std::chrono::steady_clock::now());
+  while (!loop.idle()) loop.Step();
+  ASSERT_TRUE(s->status().ok()) << s->status();
+  EXPECT_EQ(FedStepsTest::Read(*s, 1)[0], t->Solo(next));
+}
+
+// A prompt that continues a decoding sequence's whole path makes the fed step take the tokens
+// in flight first (a fallback); then its launch fails.
+TEST_F(FedStepsTest, LaunchFailureAfterAFallbackFailsEveryRequest) {
+  FlakyBackend* flaky = nullptr;
+  auto loop = Make(512, 64, 1, &flaky);
+  Request a = Greedy("Once upon a time, there was a little dog", 60);
+  a.params.ignore_eos = true;
+  auto sa = std::make_shared<RequestStream>();
+  loop->Add(a, sa, std::chrono::steady_clock::now());
+  for (int i = 0; i < 6; ++i) loop->Step();
+  ASSERT_GT(loop->stats().fed_steps, 0);
+  Request e = Greedy("", 5);
+  e.prompt = loop->tree().Tokens(loop->tree().DfsOrder().at(0));
+  e.prompt.push_back(9);
+  auto se = std::make_shared<RequestStream>();
+  loop->Add(e, se, std::chrono::steady_clock::now());
+  flaky->fail_launch = true;
+  loop->Step();
+  EXPECT_EQ(loop->stats().fed_fallbacks, 1);
+  while (!loop->idle()) loop->Step();
+  EXPECT_FALSE(se->status().ok());
+  ExpectCleanFailure(this, *loop, sa);
+}
+
+// Step N's collect fails while the fed step N + 1 is in flight.
+TEST_F(FedStepsTest, CollectFailureWithAStepAheadFailsEveryRequest) {
+  FlakyBackend* flaky = nullptr;
+  auto loop = Make(512, 64, 1, &flaky);
+  Request a = Greedy("Once upon a time, there was a little dog", 60);
+  a.params.ignore_eos = true;
+  auto sa = std::make_shared<RequestStream>();
+  loop->Add(a, sa, std::chrono::steady_clock::now());
+  for (int i = 0; i < 6; ++i) loop->Step();
+  const int64_t fed = loop->stats().fed_steps;
+  ASSERT_GT(fed, 0);
+  flaky->fail_collect = true;
+  loop->Step();
+  EXPECT_EQ(loop->stats().fed_steps, fed + 1) << "the failing collect came after a fed launch";
+  while (!loop->idle()) loop->Step();
+  ExpectCleanFailure(this, *loop, sa);
+}
+
+// A long prompt prefilled in chunks: its chunk steps are launched ahead too (none of them has a
+// decode row to feed, and none is a fallback).
+TEST_F(FedStepsTest, PromptChunksAreLaunchedAhead) {
+  auto loop = Make(512, 16, 1, nullptr);
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += "Once upon a time, there was a little dog named Max. ";
+  Request a = Greedy(text, 3);
+  ASSERT_GT(a.prompt.size(), 64u);
+  auto sa = std::make_shared<RequestStream>();
+  loop->Add(a, sa, std::chrono::steady_clock::now());
+  while (!loop->idle()) loop->Step();
+  ASSERT_TRUE(sa->status().ok()) << sa->status();
+  EXPECT_EQ(loop->stats().fed_fallbacks, 0);
+  EXPECT_GE(loop->stats().fed_steps, static_cast<int64_t>(a.prompt.size() / 16) - 1);
+  EXPECT_EQ(Read(*sa, 1)[0], Solo(a));
+}
+
+// Random arrivals on caches from roomy to tight: prompts that continue a live sequence's path
+// (or stop one token short of it), greedy and seeded sampling, n = 2, penalties, stop strings.
+TEST_F(FedStepsTest, RandomArrivalsEqualSoloRuns) {
+  BANYAN_SEEDED_RNG(seeds);
+  const char* bases[] = {"Once upon a time, there was a little dog named Max.",
+                         "Lily went to the park", "The sun was hot and", "Once upon a time"};
+  int64_t fed = 0, fallbacks = 0, steps = 0;
+  for (int round = 0; round < 12; ++round) {
+    std::mt19937_64 rng(seeds());
+    const int chunks = round % 3 == 0 ? 512 : round % 3 == 1 ? 24 : 14;
+    auto loop = Make(chunks, 24, 1, nullptr);
+    std::vector<Request> reqs;
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int step = 0; reqs.size() < 10 || !loop->idle(); ++step) {
+      ASSERT_LT(step, 20000);
+      if (reqs.size() < 10 && rng() % 3 == 0) {
+        Request r = Greedy(bases[rng() % 4], 1 + static_cast<int>(rng() % 25));
+        const std::vector<kvcache::SeqId> live = loop->tree().DfsOrder();
+        if (!live.empty() && rng() % 3 == 0) {
+          r.prompt = loop->tree().Tokens(live[rng() % live.size()]);
+          if (rng() % 2) {
+            r.prompt.push_back(5 + static_cast<int32_t>(rng() % 50));
+          } else if (r.prompt.size() > 3) {
+            r.prompt.pop_back();
+          }
+        }
+        if (rng() % 2) {
+          r.params.temperature = 0.9f;
+          r.params.seed = rng();
+          r.params.has_seed = true;
+        }
+        r.params.ignore_eos = rng() % 2;
+        if (rng() % 4 == 0) r.n = 2;
+        if (rng() % 6 == 0) r.stop = {"the"};
+        if (rng() % 8 == 0) r.params.frequency_penalty = 0.5f;
+        if (loop->Check(r).ok()) {
+          reqs.push_back(r);
+          streams.push_back(std::make_shared<RequestStream>());
+          loop->Add(r, streams.back(), std::chrono::steady_clock::now());
+        }
+      }
+      loop->Step();
+    }
+    ASSERT_TRUE(loop->tree().CheckInvariants().ok()) << loop->tree().CheckInvariants();
+    ASSERT_EQ(loop->tree().Stats().chunks_live, 0);
+    fed += loop->stats().fed_steps;
+    fallbacks += loop->stats().fed_fallbacks;
+    steps += loop->stats().steps;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(streams[i]->status().ok()) << streams[i]->status();
+      const auto got = Read(*streams[i], reqs[i].n);
+      for (int k = 0; k < reqs[i].n; ++k) {
+        EXPECT_EQ(got[k], Solo(reqs[i], k)) << "round " << round << " request " << i << " sample "
+                                            << k;
+      }
+    }
+  }
+  std::printf("[ fed ] %lld of %lld steps fed, %lld fallbacks\n", static_cast<long long>(fed),
+              static_cast<long long>(steps), static_cast<long long>(fallbacks));
+  EXPECT_GT(fed, steps / 3);
+}
+
+}  // namespace
+}  // namespace banyan::scheduler
