@@ -4,7 +4,9 @@
 // the loop with fed steps and without (the CPU a step ahead in both); the steps have the same
 // rows and the same inputs, so the tokens and their logprobs must be equal, bit for bit: greedy
 // and seeded sampled requests, top logprobs, n = 2 (fed once the samples diverge), a penalised
-// request (never fed), a shared prefix, graphs on and off, TPP and paged attention. Every request
+// request (never fed), a shared prefix, prompts prefilled in chunks (a 96-token budget: prompt
+// steps launched ahead, first tokens fed to first decode rows), graphs on and off, TPP and paged
+// attention. Every request
 // ends at max_tokens: a sample that ends at EOS has one more row in a fed loop (its end cannot
 // be known ahead), and on TPP another batch splits the shared work differently, which moves the
 // low bits of the other rows' logits (measured: logprobs equal to 1e-5, tokens equal), as any
@@ -78,7 +80,7 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
       auto b = CudaBackend::Create(&w, o);
       ASSERT_TRUE(b.ok()) << b.status();
       scheduler::EngineLoop loop(w.config, nullptr, *std::move(b),
-                                 {.max_running_sequences = 64, .prefill_token_budget = 4096,
+                                 {.max_running_sequences = 64, .prefill_token_budget = 96,
                                   .attention = c.mode, .feed = feed});
       ASSERT_TRUE(loop.overlap());
       auto res = scheduler::GenerateAll(loop, reqs);
