@@ -6,11 +6,10 @@
 // and seeded sampled requests, top logprobs, n = 2 (fed once the samples diverge), a penalised
 // request (never fed), a shared prefix, prompts prefilled in chunks (a 96-token budget: prompt
 // steps launched ahead, first tokens fed to first decode rows), graphs on and off, TPP and paged
-// attention. Every request
-// ends at max_tokens: a sample that ends at EOS has one more row in a fed loop (its end cannot
-// be known ahead), and on TPP another batch splits the shared work differently, which moves the
-// low bits of the other rows' logits (measured: logprobs equal to 1e-5, tokens equal), as any
-// change in what else runs does.
+// attention. Every request ends at max_tokens: a sample that ends at EOS has one more row in a
+// fed loop (its end cannot be known ahead), and on TPP another batch splits the shared work
+// differently, which moves the low bits of the other rows' logits (measured: logprobs equal to
+// 1e-5, tokens equal), as any change in what else runs does.
 #include <cstdio>
 #include <memory>
 #include <random>
