@@ -109,6 +109,16 @@ class FedStepsTest : public ::testing::Test {
 };
 engine::ModelBundle* FedStepsTest::bundle_ = nullptr;
 
+// A long greedy request, six steps in: decoding with fed steps.
+std::shared_ptr<RequestStream> StartDecoding(FedStepsTest* t, EngineLoop& loop) {
+  Request a = t->Greedy("Once upon a time, there was a little dog", 60);
+  a.params.ignore_eos = true;
+  auto s = std::make_shared<RequestStream>();
+  loop.Add(a, s, std::chrono::steady_clock::now());
+  for (int i = 0; i < 6; ++i) loop.Step();
+  return s;
+}
+
 // Runs `a` for a few steps, then injects the failure in the next Step and checks that every
 // request failed, nothing is left in flight or live, and a new request gets its solo tokens.
 void ExpectCleanFailure(FedStepsTest* t, EngineLoop& loop, std::shared_ptr<RequestStream> a) {
@@ -130,11 +140,7 @@ void ExpectCleanFailure(FedStepsTest* t, EngineLoop& loop, std::shared_ptr<Reque
 TEST_F(FedStepsTest, LaunchFailureAfterAFallbackFailsEveryRequest) {
   FlakyBackend* flaky = nullptr;
   auto loop = Make(512, 64, 1, &flaky);
-  Request a = Greedy("Once upon a time, there was a little dog", 60);
-  a.params.ignore_eos = true;
-  auto sa = std::make_shared<RequestStream>();
-  loop->Add(a, sa, std::chrono::steady_clock::now());
-  for (int i = 0; i < 6; ++i) loop->Step();
+  auto sa = StartDecoding(this, *loop);
   ASSERT_GT(loop->stats().fed_steps, 0);
   Request e = Greedy("", 5);
   e.prompt = loop->tree().Tokens(loop->tree().DfsOrder().at(0));
@@ -153,11 +159,7 @@ TEST_F(FedStepsTest, LaunchFailureAfterAFallbackFailsEveryRequest) {
 TEST_F(FedStepsTest, CollectFailureWithAStepAheadFailsEveryRequest) {
   FlakyBackend* flaky = nullptr;
   auto loop = Make(512, 64, 1, &flaky);
-  Request a = Greedy("Once upon a time, there was a little dog", 60);
-  a.params.ignore_eos = true;
-  auto sa = std::make_shared<RequestStream>();
-  loop->Add(a, sa, std::chrono::steady_clock::now());
-  for (int i = 0; i < 6; ++i) loop->Step();
+  auto sa = StartDecoding(this, *loop);
   const int64_t fed = loop->stats().fed_steps;
   ASSERT_GT(fed, 0);
   flaky->fail_collect = true;
