@@ -65,7 +65,24 @@ absl::Status Backend::LaunchSample(const StepBatch& batch, std::span<const Sampl
       }
       fed.decode[r].tokens[0] = std::max(before[feed[r]].token, 0);
     }
-    if (absl::Status s = ForwardSample(fed, specs, &results); !s.ok()) return s;
+    // A fed row's penalties count its fed token: they read a copy of the state that has taken
+    // it (whose step is then one further: step_ahead one less, the same Philox counter).
+    std::vector<SampleSpec> ahead(specs.begin(), specs.end());
+    std::deque<SequenceSamplingState> taken;  // stable addresses
+    for (SampleSpec& spec : ahead) {
+      const SamplingParams& p = *spec.params;
+      const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+                             p.presence_penalty != 0.0f;
+      if (!penalties || spec.row < 0 || static_cast<size_t>(spec.row) >= feed.size() ||
+          feed[spec.row] < 0) {
+        continue;
+      }
+      taken.push_back(*spec.state);
+      taken.back().Accept(fed.decode[spec.row].tokens[0]);
+      spec.state = &taken.back();
+      spec.step_ahead -= 1;
+    }
+    if (absl::Status s = ForwardSample(fed, ahead, &results); !s.ok()) return s;
   }
   launched_.push_back(std::move(results));
   return absl::OkStatus();

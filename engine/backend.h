@@ -57,7 +57,8 @@ struct SampleSpec {
   const SequenceSamplingState* state = nullptr;
   // Steps the draw is ahead of `state`: the Philox counter is state->step() + step_ahead. A row
   // launched before the sample's previous token is back (a fed row, below) samples as the state
-  // will be once that token is taken; its penalties would need that token, so a fed row has none.
+  // will be once that token is taken: step_ahead 1, and its penalties count the fed token as
+  // generated once more (the backend reads it where the row's input is read).
   int32_t step_ahead = 0;
 };
 

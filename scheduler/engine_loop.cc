@@ -496,24 +496,20 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
 
 bool EngineLoop::FedReady() const {
   if (inflight_.speculated || !pending_copies_.empty() || running_.empty()) return false;
+  // Penalties do not hold a row back: the backend counts a fed row's token in its penalties.
   for (const LivePtr& l : running_) {
-    const engine::SamplingParams& p = l->req.params;
-    const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-                           p.presence_penalty != 0.0f;
     if (l->state == RequestState::kPrefilling) {
       if (!FirstTokenInFlight(*l)) continue;  // more prompt to place: prefill rows only
       // Its first token is sampled by N; its first decode row is fed from there. With n > 1
       // the samples share the prompt's leaf until they diverge: they wait for it.
-      if (penalties || l->req.n != 1 || !tree_.GrowsInPlace(l->prompt_seq)) return false;
+      if (l->req.n != 1 || !tree_.GrowsInPlace(l->prompt_seq)) return false;
       continue;
     }
     if (l->state != RequestState::kDecoding) return false;
     for (const Live::Sample& s : l->samples) {
       if (s.finished) continue;
       // Its next token comes from a row of N, and its slot does not depend on the token.
-      if (penalties || !inflight_.owner.contains(s.seq) || !tree_.GrowsInPlace(s.seq)) {
-        return false;
-      }
+      if (!inflight_.owner.contains(s.seq) || !tree_.GrowsInPlace(s.seq)) return false;
     }
   }
   return true;

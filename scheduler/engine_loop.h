@@ -76,10 +76,11 @@ struct LoopOptions {
   // the device (Backend::LaunchSample's feed), the tree holds them as pending until N is
   // collected, and the device does not wait for the host between steps. Prompts are placed in
   // fed steps too, and a prompt's first token (sampled by N) feeds its first decode row. A step
-  // waits for N when a row cannot be fed: penalties (they need the token), a sample sharing its
-  // leaf (n > 1 before the samples diverge, a cached continuation below it, or a prompt placed
-  // in this step that continues its whole path), preemption. 1 on, 0 off, -1 where the backend
-  // launches asynchronously. The tokens are the same with and without.
+  // waits for N when a row cannot be fed: a sample sharing its leaf (n > 1 before the samples
+  // diverge, a cached continuation below it, or a prompt placed in this step that continues its
+  // whole path), preemption. A fed row's penalties count its fed token on the device (SampleSpec::
+  // step_ahead). 1 on, 0 off, -1 where the backend launches asynchronously. The tokens are the
+  // same with and without.
   int feed = -1;
   // Speculative decoding: each decode row proposes candidate tokens after its next token, a
   // chain or (draft heads with draft_tree) a tree, that the same step verifies through the

@@ -494,7 +494,11 @@ absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const S
   EndFlightRun();
   const auto t = std::chrono::steady_clock::now();
   cuda::DeviceSampler& sampler = m.sampler[index];
-  if (s.ok()) s = sampler.Enqueue(m.logits.as<float>(), rows, cfg_.vocab_size, specs, m.stream);
+  // The sampler reads the fed tokens before this step's own overwrite them (below).
+  if (s.ok()) {
+    s = sampler.Enqueue(m.logits.as<float>(), rows, cfg_.vocab_size, specs, m.stream, feed,
+                        m.out_tokens.as<int32_t>());
+  }
   if (s.ok() && n > 0) {
     // The tokens, one per spec, where a fed step reads them: out of the results' {token,
     // logprob} pairs.

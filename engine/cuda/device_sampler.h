@@ -69,10 +69,12 @@ inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSam
   return absl::OkStatus();
 }
 
-// Packs `specs` (rows of a [rows, vocab] logits array). InternalError for a spec outside the rows
-// or a penalised token outside the vocabulary (the CPU sampler's invariants).
+// Packs `specs` (rows of a [rows, vocab] logits array). `feed`: the step's (Backend::LaunchSample);
+// a spec with penalties on a fed row names its pending token, feed[row] of the fed tokens.
+// InternalError for a spec outside the rows or a penalised token outside the vocabulary (the CPU
+// sampler's invariants).
 inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows, int32_t vocab,
-                                PackedSamples* out) {
+                                PackedSamples* out, std::span<const int32_t> feed = {}) {
   namespace kc = kernels::cuda;
   out->specs.resize(specs.size());
   out->entries.clear();
@@ -104,7 +106,12 @@ inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows,
     d.stream = st.stream();
     d.step = st.step() + static_cast<uint64_t>(in.step_ahead);
     BANYAN_RETURN_IF_ERROR(AddPenaltyEntries(p, st, vocab, &d, &out->entries));
-    if (d.penalty_count > 0) d.penalized_row = out->penalized_rows++;
+    const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+                           p.presence_penalty != 0.0f;
+    if (penalties && static_cast<size_t>(in.row) < feed.size() && feed[in.row] >= 0) {
+      d.pending_index = feed[in.row];
+    }
+    if (d.penalty_count > 0 || d.pending_index >= 0) d.penalized_row = out->penalized_rows++;
   }
   return absl::OkStatus();
 }
@@ -132,12 +139,15 @@ class DeviceSampler {
   // Enqueues on `stream` the upload, the sampling of every spec over `logits` (device,
   // [rows, vocab]) and the copy of the results to pinned memory. Synchronize the stream, then
   // call Collect(). The specs' params and states are read here only.
+  // `feed` and `fed_tokens` (device): the step's feed and the tokens it reads, for the pending
+  // tokens of fed rows with penalties (PackSamples).
   absl::Status Enqueue(const float* logits, int32_t rows, int32_t vocab,
-                       std::span<const SampleSpec> specs, cudaStream_t stream) {
+                       std::span<const SampleSpec> specs, cudaStream_t stream,
+                       std::span<const int32_t> feed = {}, const int32_t* fed_tokens = nullptr) {
     namespace kc = kernels::cuda;
     packed_.specs.clear();
     if (specs.empty()) return absl::OkStatus();
-    BANYAN_RETURN_IF_ERROR(PackSamples(specs, rows, vocab, &packed_));
+    BANYAN_RETURN_IF_ERROR(PackSamples(specs, rows, vocab, &packed_, feed));
 
     // Inputs: [specs][penalty entries], one copy.
     const int64_t spec_bytes =
@@ -171,6 +181,7 @@ class DeviceSampler {
     sp.penalties =
         reinterpret_cast<const kc::SamplePenaltyEntry*>(dev_in_.as<char>() + spec_bytes);
     sp.penalized = penalized_.as<float>();
+    sp.pending_tokens = fed_tokens;
     sp.out = dev_out_.as<kc::SampleTokenDev>();
     sp.top = reinterpret_cast<kc::SampleTopDev*>(sp.out + n);
     sp.rows = rows;

@@ -474,25 +474,38 @@ __global__ void __launch_bounds__(BLOCK) SampleKernel(const __grid_constant__ Sa
     TopLogprobs<BLOCK>(x, vocab, s.num_top_logprobs, lsm, p.top + s.top_offset, sh);
   }
 
-  // Step 3: the penalised row, materialised only for samples with penalty entries. The CPU's
-  // float operations, rounded the same way (no fused multiply-add).
+  // Step 3: the penalised row, materialised only for samples with penalties to apply. The CPU's
+  // float operations, rounded the same way (no fused multiply-add). A pending token (a fed row's
+  // previous token) adds one to its entry's count, or is a generated token of its own.
   const float* z = x;
   RowStats zs = xs;
-  if (s.penalty_count > 0) {
+  if (s.penalized_row >= 0) {
+    __shared__ int pending_listed;
+    const int pending = s.pending_index >= 0 ? max(p.pending_tokens[s.pending_index], 0) : -1;
     float* zp = p.penalized + static_cast<int64_t>(s.penalized_row) * vocab;
     for (int i = threadIdx.x; i < vocab; i += BLOCK) zp[i] = Sanitized(x[i]);
+    if (threadIdx.x == 0) pending_listed = 0;
     __syncthreads();
-    for (int e = threadIdx.x; e < s.penalty_count; e += BLOCK) {
-      const SamplePenaltyEntry pe = p.penalties[s.penalty_begin + e];
-      float l = zp[pe.token];
+    const auto penalise = [&](int token, int generated_count) {
+      float l = zp[token];
       if (s.repetition_penalty != 1.0f) {
         l = l > 0.0f ? __fdiv_rn(l, s.repetition_penalty) : __fmul_rn(l, s.repetition_penalty);
       }
-      if (pe.generated_count > 0) {
-        l = __fsub_rn(l, __fmul_rn(s.frequency_penalty, static_cast<float>(pe.generated_count)));
+      if (generated_count > 0) {
+        l = __fsub_rn(l, __fmul_rn(s.frequency_penalty, static_cast<float>(generated_count)));
         l = __fsub_rn(l, s.presence_penalty);
       }
-      zp[pe.token] = l;
+      zp[token] = l;
+    };
+    for (int e = threadIdx.x; e < s.penalty_count; e += BLOCK) {
+      const SamplePenaltyEntry pe = p.penalties[s.penalty_begin + e];
+      const bool is_pending = pe.token == pending;
+      if (is_pending) pending_listed = 1;  // entries are distinct: one writer at most
+      penalise(pe.token, pe.generated_count + (is_pending ? 1 : 0));
+    }
+    __syncthreads();
+    if (pending >= 0 && pending < vocab && pending_listed == 0 && threadIdx.x == 0) {
+      penalise(pending, 1);
     }
     __syncthreads();
     z = zp;

@@ -21,7 +21,10 @@
 //
 // Penalties: the samples whose penalties are not the defaults list one SamplePenaltyEntry per
 // distinct penalised token; their penalised row is materialised in `penalized` (one vocab row per
-// such sample) and the filters read it. Other samples read the logits row directly.
+// such sample) and the filters read it. Other samples read the logits row directly. A sample of a
+// fed row (its previous token still on the device, not yet in its entries) names that token by
+// its index in `pending_tokens`; it then counts as generated once more, as the host will count it
+// once the token is back (engine/backend.h, SampleSpec).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -56,9 +59,9 @@ struct SampleSpecDev {
   int32_t top_offset = 0;        // first entry of this sample in SampleParams::top
   int32_t penalty_begin = 0;     // entries [begin, begin + count) of SampleParams::penalties
   int32_t penalty_count = 0;     // > 0 only for a sample with non-default penalties
-  int32_t penalized_row = -1;    // row of SampleParams::penalized when penalty_count > 0
+  int32_t penalized_row = -1;    // row of SampleParams::penalized, -1 for none
   uint32_t stream = 0;
-  uint32_t pad = 0;
+  int32_t pending_index = -1;    // >= 0: SampleParams::pending_tokens[i] is generated once more
   uint64_t seed = 0;
   uint64_t step = 0;
 };
@@ -80,6 +83,7 @@ struct SampleParams {
   const SampleSpecDev* specs = nullptr;          // [num_specs]
   const SamplePenaltyEntry* penalties = nullptr; // [sum of penalty_count], distinct tokens per spec
   float* penalized = nullptr;                    // [penalised specs, vocab] scratch
+  const int32_t* pending_tokens = nullptr;       // the fed tokens (-1 reads as 0); see above
   SampleTokenDev* out = nullptr;                 // [num_specs]
   SampleTopDev* top = nullptr;                   // [sum of num_top_logprobs], most likely first
   int32_t rows = 0;

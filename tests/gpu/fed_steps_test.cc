@@ -3,8 +3,8 @@
 // input token on the device from where step N's sampler left it. The same requests run through
 // the loop with fed steps and without (the CPU a step ahead in both); the steps have the same
 // rows and the same inputs, so the tokens and their logprobs must be equal, bit for bit: greedy
-// and seeded sampled requests, top logprobs, n = 2 (fed once the samples diverge), a penalised
-// request (never fed), a shared prefix, prompts prefilled in chunks (a 96-token budget: prompt
+// and seeded sampled requests, top logprobs, n = 2 (fed once the samples diverge), penalised
+// requests (fed: the sampler counts the token in flight), a shared prefix, prompts prefilled in chunks (a 96-token budget: prompt
 // steps launched ahead, first tokens fed to first decode rows), graphs on and off, TPP and paged
 // attention. Every request ends at max_tokens: a sample that ends at EOS has one more row in a
 // fed loop (its end cannot be known ahead), and on TPP another batch splits the shared work
@@ -57,10 +57,11 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
     }
     if (i % 4 == 2) r.params.logprobs = 3;
     if (i == 4) r.n = 2;  // sampled: the two samples soon diverge
-    if (i == 8) {
-      r.params.frequency_penalty = 0.4f;  // its rows wait for their tokens: short
-      r.params.max_tokens = 12;
+    if (i == 8) {  // greedy with penalties: fed rows count their token in flight
+      r.params.frequency_penalty = 0.4f;
+      r.params.presence_penalty = 0.3f;
     }
+    if (i == 10) r.params.repetition_penalty = 1.2f;  // sampled, the prompt's tokens penalised
     r.params.ignore_eos = true;
     reqs.push_back(r);
   }

@@ -9,6 +9,8 @@
 //    all the contract allows to differ), and such cases must be rare. Logprobs: relative 1e-4.
 //  - a distribution test: one row, many steps, the empirical frequencies against the exact
 //    probabilities of the filtered distribution (chi-square, and nothing outside the support).
+//  - fed rows (their previous token still on the device): the penalties count that token, as
+//    the CPU reference does with a state that has taken it.
 //  - CudaBackend::ForwardSample on the bundled stories260K against Forward + the CPU sampler.
 #include <cuda_runtime_api.h>
 
@@ -47,10 +49,13 @@ struct Dev {
 };
 
 // Runs the packing and the kernel over host logits [rows, vocab] with poisoned outputs.
+// `feed` and `fed_tokens`: a fed step's (PackSamples), the fed tokens uploaded here.
 std::vector<SampleResult> DeviceSample(const std::vector<float>& logits, int32_t rows,
-                                       int32_t vocab, std::span<const SampleSpec> specs) {
+                                       int32_t vocab, std::span<const SampleSpec> specs,
+                                       std::span<const int32_t> feed = {},
+                                       std::span<const int32_t> fed_tokens = {}) {
   cuda::PackedSamples packed;
-  const absl::Status st = cuda::PackSamples(specs, rows, vocab, &packed);
+  const absl::Status st = cuda::PackSamples(specs, rows, vocab, &packed, feed);
   EXPECT_TRUE(st.ok()) << st;
   Dev<float> d_logits(logits.size());
   cudaMemcpy(d_logits.p, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice);
@@ -63,7 +68,10 @@ std::vector<SampleResult> DeviceSample(const std::vector<float>& logits, int32_t
   Dev<float> d_pen(static_cast<size_t>(packed.penalized_rows) * vocab, 0xff);  // NaN
   Dev<kc::SampleTokenDev> d_out(specs.size(), 0x7f);
   Dev<kc::SampleTopDev> d_top(packed.num_top, 0x7f);
+  Dev<int32_t> d_fed(fed_tokens.size());
+  cudaMemcpy(d_fed.p, fed_tokens.data(), fed_tokens.size() * 4, cudaMemcpyHostToDevice);
   kc::SampleParams p;
+  p.pending_tokens = d_fed.p;
   p.logits = d_logits.p;
   p.specs = d_specs.p;
   p.penalties = d_entries.p;
@@ -291,6 +299,96 @@ TEST(DeviceSampling, MatchesCpuReference) {
   }
   std::printf("samples %d, sampled %d, tokens that differ within the rounding margin %d\n",
               stats.samples, stats.sampled, stats.margin_mismatches);
+  EXPECT_LE(stats.margin_mismatches, std::max(2, stats.sampled / 500));
+}
+
+// A fed row's sample (Backend::LaunchSample's feed, SampleSpec::step_ahead 1): its penalties
+// count the fed token, read on the device, as generated once more. The pending token is one the
+// state generated already, a prompt-only token, the row's argmax (so that a greedy row changes
+// its pick when the penalty counts it), any token, or -1 (no distribution, read as 0). Rows
+// without penalties or not fed are mixed in.
+TEST(DeviceSampling, FedRowsCountTheirPendingToken) {
+  BANYAN_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  Stats stats;
+  int changed_by_pending = 0;  // greedy rows whose CPU pick moves when the token is counted
+  for (int c = 0; c < 8; ++c) {
+    const int vocab = c % 2 == 0 ? 1000 : 32000;
+    const int rows = 16 + static_cast<int>(rng() % 48);
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (float& x : logits) x = normal(rng);
+    std::vector<SamplingParams> params(rows);
+    std::vector<SequenceSamplingState> states;
+    std::vector<int32_t> feed(rows, -1), pending(rows, -1);
+    std::vector<int32_t> fed_tokens(rows + 7);
+    std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+    for (int32_t& t : fed_tokens) t = tok(rng);
+    std::vector<int32_t> slots(fed_tokens.size());
+    for (size_t j = 0; j < slots.size(); ++j) slots[j] = static_cast<int32_t>(j);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    for (int r = 0; r < rows; ++r) {
+      const std::span<const float> row(logits.data() + static_cast<size_t>(r) * vocab, vocab);
+      params[r] = RandomParams(rng, vocab);
+      SamplingParams& p = params[r];
+      if (r % 5 != 4) {  // penalties on (the fifth row keeps whatever RandomParams drew)
+        p.repetition_penalty = rng() % 2 == 0 ? 1.0f : 1.1f + 0.9f * static_cast<float>(rng() % 100) / 100;
+        p.frequency_penalty = 0.5f + static_cast<float>(rng() % 300) / 100;
+        p.presence_penalty = rng() % 2 == 0 ? 0.0f : static_cast<float>(rng() % 300) / 100;
+      }
+      if (r % 3 == 0) p.temperature = 0.0f;
+      states.push_back(RandomState(rng, vocab, 0));
+      if (r % 7 == 6) continue;  // not fed
+      const SequenceSamplingState& st = states.back();
+      int32_t t = -1;
+      switch (rng() % 5) {
+        case 0:
+          if (!st.generated_counts().empty()) t = st.generated_counts().begin()->first;
+          break;
+        case 1:
+          for (int32_t id : st.prompt_tokens()) {
+            if (!st.generated_counts().contains(id)) t = id;
+          }
+          break;
+        case 2:
+        case 3:
+          t = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+          break;
+        default:
+          t = rng() % 3 == 0 ? -1 : tok(rng);
+      }
+      feed[r] = slots[r];
+      fed_tokens[feed[r]] = t;
+      pending[r] = std::max(t, 0);
+    }
+    std::vector<SampleSpec> specs(rows);
+    for (int r = 0; r < rows; ++r) {
+      specs[r] = {r, &params[r], &states[r], feed[r] >= 0 ? 1 : 0};
+    }
+    const std::vector<SampleResult> dev = DeviceSample(logits, rows, vocab, specs, feed, fed_tokens);
+    ASSERT_EQ(dev.size(), specs.size());
+    for (int r = 0; r < rows; ++r) {
+      const std::span<const float> row(logits.data() + static_cast<size_t>(r) * vocab, vocab);
+      SequenceSamplingState taken = states[r];
+      if (feed[r] >= 0) taken.Accept(pending[r]);
+      const SamplingParams& p = params[r];
+      if (feed[r] >= 0 && p.temperature < kGreedyTemperature) {
+        auto with = SampleWithUniform(row, p, taken, 0.5f);
+        auto without = SampleWithUniform(row, p, states[r], 0.5f);
+        if (with.ok() && without.ok() && with->token != without->token) ++changed_by_pending;
+      }
+      Compare(row, p, taken, dev[r],
+              absl::StrCat("case ", c, " vocab ", vocab, " row ", r, " fed ", feed[r], " pending ",
+                           pending[r], " T ", p.temperature, " rep ", p.repetition_penalty,
+                           " freq ", p.frequency_penalty, " pres ", p.presence_penalty),
+              &stats);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  std::printf("samples %d, sampled %d, margin mismatches %d, greedy picks moved by the pending "
+              "token %d\n", stats.samples, stats.sampled, stats.margin_mismatches,
+              changed_by_pending);
+  EXPECT_GT(changed_by_pending, 0) << "no case where counting the pending token matters";
   EXPECT_LE(stats.margin_mismatches, std::max(2, stats.sampled / 500));
 }
 

@@ -2,7 +2,8 @@
 // a step that fails while another is in flight fails every request cleanly (no event names a
 // freed request, no step is left in flight) and the loop serves the next requests; steps of
 // prompts alone are launched ahead too; and random arrivals (prompts continuing live sequences,
-// n = 2, penalties, stop strings, small caches) give every request its solo tokens.
+// n = 2, penalties, stop strings, small caches) give every request its solo tokens; penalised
+// rows are fed.
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -184,6 +185,46 @@ TEST_F(FedStepsTest, PromptChunksAreLaunchedAhead) {
   EXPECT_EQ(loop->stats().fed_fallbacks, 0);
   EXPECT_GE(loop->stats().fed_steps, static_cast<int64_t>(a.prompt.size() / 16) - 1);
   EXPECT_EQ(Read(*sa, 1)[0], Solo(a));
+}
+
+// Requests with penalties are fed like any other: a fed row's penalties count its token in
+// flight (Backend::LaunchSample's feed). Repetition (with the prompt's tokens), frequency and
+// presence penalties, greedy and seeded, all at once and one arriving while the others decode
+// (its first token feeds its first decode row): most steps are fed, and every request gets its
+// solo tokens.
+TEST_F(FedStepsTest, PenalisedRowsAreFedAndEqualSoloRuns) {
+  auto loop = Make(512, 64, 1, nullptr);
+  const char* texts[] = {"Once upon a time, there was a little dog named Max.",
+                         "Lily went to the park", "The sun was hot and", "Once upon a time"};
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r = Greedy(texts[i % 4], 30 + 4 * i);
+    r.params.ignore_eos = true;
+    r.params.repetition_penalty = i % 3 == 0 ? 1.3f : 1.0f;
+    r.params.frequency_penalty = i % 3 == 1 ? 0.8f : 0.0f;
+    r.params.presence_penalty = i % 2 == 0 ? 0.6f : 0.0f;
+    if (i >= 3) {
+      r.params.temperature = 0.8f;
+      r.params.seed = 7 + i;
+      r.params.has_seed = true;
+    }
+    reqs.push_back(r);
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (i == reqs.size() - 1) {  // the last arrives while the others decode
+      for (int k = 0; k < 5; ++k) loop->Step();
+    }
+    streams.push_back(std::make_shared<RequestStream>());
+    loop->Add(reqs[i], streams.back(), std::chrono::steady_clock::now());
+  }
+  while (!loop->idle()) loop->Step();
+  EXPECT_GT(loop->stats().fed_steps, loop->stats().steps / 2)
+      << loop->stats().fed_steps << " of " << loop->stats().steps << " steps fed";
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(streams[i]->status().ok()) << streams[i]->status();
+    EXPECT_EQ(Read(*streams[i], 1)[0], Solo(reqs[i])) << "request " << i;
+  }
 }
 
 // Random arrivals on caches from roomy to tight: prompts that continue a live sequence's path
