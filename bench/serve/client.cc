@@ -154,6 +154,7 @@ std::string CompletionBody(const Target& t, const Options& o, const RequestSpec&
   j["max_tokens"] = spec.output_tokens;
   j["temperature"] = o.temperature;
   if (o.ignore_eos) j["ignore_eos"] = true;
+  if (spec.penalised) j["frequency_penalty"] = o.frequency_penalty;
   if (spec.n > 1) j["n"] = spec.n;
   if (!spec.user.empty()) j["user"] = spec.user;
   if (stream) {

@@ -12,8 +12,11 @@
 #   bench/serve/feed_ab.sh BIN_DIR     (BIN_DIR holds banyand and banyan_serve_bench)
 #   Environment: MODEL (dummy:llama-2-7b-shape:vocab=32000:context=2300), VOCAB (32000),
 #   BACKEND (cuda), PREFIX (2048), OUTPUT_TOKENS (120), RATE (200), PROMPTS (2000),
-#   CONCURRENCY (1024), ROUNDS (2), PORT (18090), KV_BYTES (80e9), BANYAND_ARGS (word-split).
+#   CONCURRENCY (1024), ROUNDS (2), PORT (18090), KV_BYTES (80e9), BANYAND_ARGS (word-split),
+#   PENALTY (0: none) and PENALISED_SHARE (1): a frequency penalty sent by that share of the
+#   requests (before cf01fc4 one such request made every step wait for the one before).
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)  # metrics_delta.py
 BIN=${1:?usage: feed_ab.sh BIN_DIR}
 MODEL=${MODEL:-dummy:llama-2-7b-shape:vocab=32000:context=2300}
 VOCAB=${VOCAB:-32000}
@@ -27,6 +30,8 @@ ROUNDS=${ROUNDS:-2}
 PORT=${PORT:-18090}
 KV_BYTES=${KV_BYTES:-80000000000}
 BANYAND_ARGS=${BANYAND_ARGS:-}
+PENALTY=${PENALTY:-0}
+PENALISED_SHARE=${PENALISED_SHARE:-1}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 
@@ -49,23 +54,17 @@ for round in $(seq "$ROUNDS"); do
     "$BIN/banyan_serve_bench" --port "$PORT" --workload shared-prefix --prefix-tokens "$PREFIX" \
       --suffix-tokens 1 --output-tokens "$OUTPUT_TOKENS" --num-prompts "$PROMPTS" \
       --concurrency "$CONCURRENCY" --request-rate "$RATE" --vocab "$VOCAB" --seed "$round" \
+      --frequency-penalty "$PENALTY" --penalised-share "$PENALISED_SHARE" \
       >"$WORK/serve_${feed}_$round.json" 2>"$WORK/serve_${feed}_$round.log" ||
       cat "$WORK/serve_${feed}_$round.log" >&2
     curl -sf "http://127.0.0.1:$PORT/metrics" >"$WORK/m1"
     kill -TERM "$pid"
     wait "$pid" || true
-    python3 - "$WORK/serve_${feed}_$round.json" "$WORK/m0" "$WORK/m1" "$feed" "$round" <<'PY'
-import json, sys
-res = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-def m(path):
-    out = {}
-    for line in open(path):
-        if line.startswith('#') or ' ' not in line: continue
-        k, v = line.split()[:2]
-        out[k] = float(v)
-    return out
-a, b = m(sys.argv[2]), m(sys.argv[3])
-d = lambda k: b.get(k, 0) - a.get(k, 0)
+    PYTHONPATH="$HERE" python3 - "$WORK/serve_${feed}_$round.json" "$WORK/m0" "$WORK/m1" "$feed" "$round" <<'PY'
+import sys
+from metrics_delta import delta, last_report
+res = last_report(sys.argv[1])
+d = delta(sys.argv[2], sys.argv[3])
 steps, fed = d('banyan_decode_steps_total'), d('banyan_decode_fed_steps_total')
 wall, dev = d('banyan_decode_step_seconds_total'), d('banyan_decode_device_seconds_total')
 ttft, tpot = res.get('ttft_ms', {}), res.get('tpot_ms', {})

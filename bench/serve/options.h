@@ -38,6 +38,8 @@ struct Options {
   // --- request body
   double temperature = 0.0;
   bool ignore_eos = true;
+  double frequency_penalty = 0.0;  // sent by a penalised_share of the requests (evenly spread)
+  double penalised_share = 1.0;
 
   // --- greedy verification (temperature 0 only; one run, not a sweep or the probe)
   bool verify_greedy = false;

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/serve/client.h"
 #include "bench/serve/options.h"
 #include "bench/serve/runner.h"
 #include "bench/serve/sse.h"
@@ -137,6 +138,33 @@ TEST(WorkloadTest, SuffixPoolRepeatsWholePrompts) {
   o.suffix_pool = 2;
   o.workload = "no-sharing";
   EXPECT_NE(BuildWorkload(o, &w), "");
+}
+
+// --frequency-penalty with --penalised-share: that share of the requests, evenly spread, carry
+// the penalty in their body; out-of-range values are refused.
+TEST(WorkloadTest, PenalisedShareIsSpreadEvenly) {
+  const char* argv[] = {"bench", "--workload", "shared-prefix", "--num-prompts", "40",
+                        "--prefix-tokens", "8", "--frequency-penalty", "0.5",
+                        "--penalised-share", "0.25"};
+  Options o;
+  bool help = false;
+  ASSERT_EQ(ParseOptions(11, const_cast<char**>(argv), &o, &help), "");
+  Workload w;
+  ASSERT_EQ(BuildWorkload(o, &w), "");
+  int penalised = 0;
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    penalised += w.requests[i].penalised ? 1 : 0;
+    if (i % 8 == 7) EXPECT_EQ(penalised, static_cast<int>(i + 1) / 4) << "after " << i + 1;
+  }
+  EXPECT_EQ(penalised, 10);
+  Target t;
+  EXPECT_NE(CompletionBody(t, o, w.requests[3], true).find("\"frequency_penalty\":0.5"),
+            std::string::npos);
+  EXPECT_EQ(CompletionBody(t, o, w.requests[0], true).find("frequency_penalty"), std::string::npos);
+  const char* bad[] = {"bench", "--frequency-penalty", "2.5"};
+  EXPECT_NE(ParseOptions(3, const_cast<char**>(bad), &o, &help), "");
+  const char* share[] = {"bench", "--penalised-share", "1.5"};
+  EXPECT_NE(ParseOptions(3, const_cast<char**>(share), &o, &help), "");
 }
 
 TEST(OptionsTest, ParsesRatesAndRejectsBadValues) {

@@ -23,6 +23,7 @@
 #   (more gpu_decode_bench flags, word-split: --pipeline measures the engine with each step
 #   launched before the previous step's tokens are back, which banyand's loop does not do yet).
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)  # metrics_delta.py
 BIN=${1:?usage: served_vs_engine.sh BIN_DIR}
 BANYAND=${BANYAND:-$BIN/banyand}
 ENGINE_BENCH=${ENGINE_BENCH:-$BIN/gpu_decode_bench}
@@ -78,18 +79,11 @@ for V in $VOCABS; do
     engine=$(awk -F'|' -v b="$C" -v mode="$ATTENTION" '
       $4+0 == b && $5 ~ "^ *" mode " *$" && $3+0 > 0 { gsub(/ /, "", $7); print $7; exit }' \
       "$WORK/engine_$V.txt")
-    python3 - "$WORK/serve_${V}_$C.json" "$WORK/m0" "$WORK/m1" "$C" "${engine:-0}" <<'PY'
-import json, sys
-res = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-def m(path):
-    out = {}
-    for line in open(path):
-        if line.startswith('#') or ' ' not in line: continue
-        k, v = line.split()[:2]
-        out[k] = float(v)
-    return out
-a, b = m(sys.argv[2]), m(sys.argv[3])
-d = lambda k: b.get(k, 0) - a.get(k, 0)
+    PYTHONPATH="$HERE" python3 - "$WORK/serve_${V}_$C.json" "$WORK/m0" "$WORK/m1" "$C" "${engine:-0}" <<'PY'
+import sys
+from metrics_delta import delta, last_report
+res = last_report(sys.argv[1])
+d = delta(sys.argv[2], sys.argv[3])
 steps, rows = d('banyan_decode_steps_total'), d('banyan_decode_rows_total')
 wall, dev = d('banyan_decode_step_seconds_total'), d('banyan_decode_device_seconds_total')
 fwd = d('banyan_decode_forward_seconds_total')

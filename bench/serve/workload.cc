@@ -1,6 +1,7 @@
 #include "bench/serve/workload.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -155,6 +156,13 @@ std::string BuildWorkload(const Options& o, Workload* out) {
   }
   for (const RequestSpec& r : w.requests) {
     if (r.prompt.empty()) return "the workload's prompts are empty: give --prefix/--suffix-tokens";
+  }
+  // Evenly spread: request i is penalised when i * share crosses an integer.
+  if (o.frequency_penalty != 0.0) {
+    for (size_t i = 0; i < w.requests.size(); ++i) {
+      w.requests[i].penalised = std::floor(static_cast<double>(i + 1) * o.penalised_share) >
+                                std::floor(static_cast<double>(i) * o.penalised_share);
+    }
   }
   *out = std::move(w);
   return "";

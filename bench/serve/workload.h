@@ -33,6 +33,7 @@ struct RequestSpec {
   int output_tokens = 0;        // max_tokens
   int n = 1;                    // samples
   std::string user;             // empty: no `user` field
+  bool penalised = false;       // carries --frequency-penalty (a --penalised-share of them)
 };
 
 struct Workload {
