@@ -77,6 +77,14 @@ std::vector<TppCase> TppCases() {
   // chunks, so each level is its own phase-1 segment.
   cs.push_back({"tree_4x4x2x2", 64, 32, 8, 128, 2048, 64, true,
                 {{4, 1024}, {16, 512}, {32, 256}}, 1});
+  // Small shared cases around ChunkAttention's, for the phase-1 split model (`--only split_fit
+  // --sweep` times every forced split count): MHA at B = 16 / 64 / 128, Llama-3-8B's heads at
+  // B = 32, 1K and 4K prefixes, and MHA B = 32 at 8K.
+  for (int p : {1024, 4096}) {
+    for (int b : {16, 64, 128}) cs.push_back({"split_fit_mha", b, 32, 32, 128, p, 1, true});
+    cs.push_back({"split_fit_gqa4", 32, 32, 8, 128, p, 1, true});
+  }
+  cs.push_back({"split_fit_mha", 32, 32, 32, 128, 8192, 1, true});
   return cs;
 }
 

@@ -332,6 +332,13 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         {"tpp_split1k", false, [](TppOptions& o) { o.p1_min_split_tokens = 1024; }},
         {"tpp_split64", false, [](TppOptions& o) { o.p1_min_split_tokens = 64; }},
         {"tpp_split256", false, [](TppOptions& o) { o.p1_min_split_tokens = 256; }},
+        // Phase-1 split counts forced (the longest segment's), for fitting the split model.
+        {"tpp_k1", false, [](TppOptions& o) { o.p1_splits = 1; }},
+        {"tpp_k2", false, [](TppOptions& o) { o.p1_splits = 2; o.p1_min_split_tokens = 16; }},
+        {"tpp_k4", false, [](TppOptions& o) { o.p1_splits = 4; o.p1_min_split_tokens = 16; }},
+        {"tpp_k8", false, [](TppOptions& o) { o.p1_splits = 8; o.p1_min_split_tokens = 16; }},
+        {"tpp_k16", false, [](TppOptions& o) { o.p1_splits = 16; o.p1_min_split_tokens = 16; }},
+        {"tpp_k32", false, [](TppOptions& o) { o.p1_splits = 32; o.p1_min_split_tokens = 16; }},
         {"tpp_fused", false, [](TppOptions& o) { o.defer_merge = 0; }},
         {"tpp_deferred", false, [](TppOptions& o) { o.defer_merge = 1; }},
         {"paged_warp_split256", true,

@@ -167,6 +167,20 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
   ASSERT_TRUE(wp.ok());
   EXPECT_GT(wp->max_p1_splits(), 16);
   EXPECT_EQ(wp->p1_block_m(), 64);
+  // A forced split count (TppOptions::p1_splits) overrides the model, within the minimum length.
+  for (int32_t k : {1, 3, 8}) {
+    TppOptions o;
+    o.p1_splits = k;
+    auto forced = TppWorkPlan::Build(engine::ViewOf(small), TppProblem{8, 1, 128, 64}, o);
+    ASSERT_TRUE(forced.ok());
+    EXPECT_EQ(forced->max_p1_splits(), k);
+  }
+  TppOptions few;
+  few.p1_splits = 64;
+  few.p1_min_split_tokens = 1024;
+  auto capped = TppWorkPlan::Build(engine::ViewOf(small), TppProblem{8, 1, 128, 64}, few);
+  ASSERT_TRUE(capped.ok());
+  EXPECT_EQ(capped->max_p1_splits(), 32);  // 32,769 tokens, splits of at least 1,024
 
   // The phase-1 path is resolved once, at Build; auto follows the device.
   const std::pair<int32_t, Phase1Path> paths[] = {{0, Phase1Path::kMmaSync},

@@ -77,6 +77,9 @@ struct TppOptions {
   int32_t p1_block_m = 0;  // phase-1 queries per CTA (4 warps x 16 or 32 rows): 0 auto, 64, 128
   int32_t p1_min_split_tokens = 128;  // phase-1 KV splits are never shorter than this
   int32_t p1_max_splits = 64;
+  // > 0: the longest segment takes this many phase-1 splits (the others in proportion, within
+  // the limits above) instead of the split model's choice; for benchmarks that sweep it.
+  int32_t p1_splits = 0;
   int32_t p2_min_split_tokens = 1024;  // a private tail is split only into pieces this long
   int32_t p2_ctas_per_sm = 4;          // phase-2 split target: this many CTAs per SM
   int32_t p2_max_splits = 64;

@@ -214,7 +214,10 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   };
   int64_t best_len = std::max<int64_t>(max_tokens, 1);
   double best = nseg > 0 ? estimate(best_len) : 0;
-  for (int32_t k = 2; k <= options.p1_max_splits && nseg > 0; ++k) {
+  if (options.p1_splits > 0) {
+    best_len = std::max<int64_t>(CeilDiv(max_tokens, options.p1_splits), 1);
+  }
+  for (int32_t k = 2; options.p1_splits <= 0 && k <= options.p1_max_splits && nseg > 0; ++k) {
     const int64_t len = (max_tokens + k - 1) / k;
     if (len < options.p1_min_split_tokens) break;
     const double t = estimate(len);
