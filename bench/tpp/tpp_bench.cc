@@ -180,6 +180,22 @@ double RelNorm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// TPP_SPLITS: the forced phase-1 split counts of --sweep.
+std::vector<int> ForcedSplits() {
+  std::vector<int> ks;
+  const char* env = std::getenv("TPP_SPLITS");
+  std::string list = env != nullptr ? env : "1,2,4,8,16,32";
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    const int k = std::atoi(list.substr(start, comma - start).c_str());
+    if (k > 0) ks.push_back(k);
+    start = comma + 1;
+  }
+  return ks;
+}
+
 void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>* table) {
   std::mt19937_64 rng(12345);
   auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(TppPoolChunks(c)), kChunk);
@@ -332,13 +348,6 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         {"tpp_split1k", false, [](TppOptions& o) { o.p1_min_split_tokens = 1024; }},
         {"tpp_split64", false, [](TppOptions& o) { o.p1_min_split_tokens = 64; }},
         {"tpp_split256", false, [](TppOptions& o) { o.p1_min_split_tokens = 256; }},
-        // Phase-1 split counts forced (the longest segment's), for fitting the split model.
-        {"tpp_k1", false, [](TppOptions& o) { o.p1_splits = 1; }},
-        {"tpp_k2", false, [](TppOptions& o) { o.p1_splits = 2; o.p1_min_split_tokens = 16; }},
-        {"tpp_k4", false, [](TppOptions& o) { o.p1_splits = 4; o.p1_min_split_tokens = 16; }},
-        {"tpp_k8", false, [](TppOptions& o) { o.p1_splits = 8; o.p1_min_split_tokens = 16; }},
-        {"tpp_k16", false, [](TppOptions& o) { o.p1_splits = 16; o.p1_min_split_tokens = 16; }},
-        {"tpp_k32", false, [](TppOptions& o) { o.p1_splits = 32; o.p1_min_split_tokens = 16; }},
         {"tpp_fused", false, [](TppOptions& o) { o.defer_merge = 0; }},
         {"tpp_deferred", false, [](TppOptions& o) { o.defer_merge = 1; }},
         {"paged_warp_split256", true,
@@ -359,6 +368,14 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
       v.set(o);
       run_mode(v.mode, v.paged ? paged_plan : shared_plan, v.paged, o,
                v.paged ? out_paged : out_tpp);
+    }
+    // Phase-1 split counts forced (the longest segment's; modes tpp_k<N>), for fitting the split
+    // model: TPP_SPLITS (a comma list) or 1, 2, 4, 8, 16, 32.
+    for (int k : ForcedSplits()) {
+      TppOptions o;
+      o.p1_splits = k;
+      o.p1_min_split_tokens = 16;
+      run_mode("tpp_k" + std::to_string(k), shared_plan, false, o, out_tpp);
     }
   }
   CHECK_CUDA(cudaDeviceSynchronize());

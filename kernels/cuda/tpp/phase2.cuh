@@ -20,6 +20,7 @@
 #pragma once
 
 #include "kernels/cuda/tpp/common.cuh"
+#include "kernels/cuda/tpp/tpp_attention.h"
 
 namespace banyan::kernels::cuda::tpp {
 
@@ -61,12 +62,12 @@ __device__ __forceinline__ void LoadState8(const float* p, float (&v)[8]) {
   v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-// Merges the row's listed partial states into (m, w, acc) for (head, vector c). Loads four
-// states ahead, so that their latencies overlap.
+// Merges the row's listed partial states into (m, w, acc) for (head, vector c). Loads
+// kTppMergeAhead states at once, so that their latencies overlap.
 template <int HEAD_DIM>
 __device__ __forceinline__ void MergeList(const TppParams& p, int begin, int end, int head, int c,
                                           float& m, float& w, float (&acc)[8]) {
-  constexpr int kAhead = 4;
+  constexpr int kAhead = kTppMergeAhead;
   int i = begin;
   for (; i + kAhead <= end; i += kAhead) {
     float lse[kAhead];

@@ -64,6 +64,10 @@ enum class Phase2Path {
   kWarpPerHead   // phase2_warp.cuh: a warp per (item, kv head, <= 4 q heads), no shared memory
 };
 
+// Partial states a merge loads at once (phase2.cuh's MergeList); the split model counts the
+// merge's rounds of dependent loads with it.
+inline constexpr int kTppMergeAhead = 4;
+
 struct TppProblem {
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;

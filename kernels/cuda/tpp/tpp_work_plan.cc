@@ -3,10 +3,12 @@
 // Phase 1: every segment s (rows [r0, r1), tokens T_s, M_s = (r1 - r0) * g queries per kv head)
 // is cut into k_s KV splits at span boundaries and into M tiles of 16 * warps queries. k_s comes
 // from one token length L shared by all segments (k_s ~ T_s / L), L chosen by a small cost model:
-//   time(L) = max(bytes(L) / (BW * min(1, items / SMs)), flops / (RATE * wave efficiency)),
+//   time(L) = max(bytes(L) / (BW * min(1, items / SMs)), flops / (RATE * wave efficiency))
+//             + partials(L) / PARTIAL_RATE + merge rounds(L) * ROUND + waves * FILL,
 // bytes = the shared KV once + the partial states written and read back (they grow with k),
-// items = CTAs = sum of k_s * M tiles * kv heads. So a segment is split only as far as needed to
-// fill the SMs, and no further when its partials would cost more than the parallelism gains.
+// items = CTAs = sum of k_s * M tiles * kv heads, merge rounds = ceil(max k_s / loads at once).
+// So a segment is split only as far as needed to fill the SMs, and no further when its partials
+// and their merge would cost more than the parallelism gains.
 //
 // Phase 2: each row's private spans are cut into pieces of at least p2_min_split_tokens, and so
 // that all rows together make about p2_ctas_per_sm CTAs per SM (flash-decoding); a row with one
@@ -26,6 +28,12 @@ namespace {
 // Attainable rates used by the split model (H200, measured for these kernels; docs/tpp.md).
 constexpr double kBytesPerSecond = 3.6e12;
 constexpr double kWaveSeconds = 1e-6;  // Q tile load + first K/V tiles of a CTA
+// The partial states cost more than their bytes at kBytesPerSecond: each split adds a state per
+// row and head that phase 1 writes and the merge reads back in a chain of dependent loads
+// (MergeList: the state indices, then kTppMergeAhead states at a time). Fitted on forced split
+// counts of 12 small shared cases (docs/benchmarks_tpp.md, 2026-12-03, "the split model").
+constexpr double kPartialBytesPerSecond = 0.5e12;
+constexpr double kMergeRoundSeconds = 2.5e-6;
 
 // The phase-1 kernel's resident CTAs per SM and its attainable MMA rate.
 struct Phase1Rates {
@@ -182,10 +190,12 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   };
   auto estimate = [&](int64_t len) {
     double bytes = 0, partial_bytes = 0, flops = 0, items = 0, item_time = 0;
+    int32_t max_k = 1;
     const double cta_bytes_per_second = kBytesPerSecond / (occupancy * options.num_sms);
     const double cta_flops_per_second = kMmaFlopsPerSecond / (occupancy * options.num_sms);
     for (int32_t s = 0; s < nseg; ++s) {
       const int32_t k = splits_for(s, len);
+      max_k = std::max(max_k, k);
       const int32_t tiles = CeilDiv(seg_m[s], block_m);
       const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
       const double seg_bytes = 4.0 * seg_tokens[s] * hkv * d;  // K and V, 2 bytes each
@@ -206,11 +216,14 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     const double capacity = static_cast<double>(options.num_sms) * occupancy;
     const double waves = std::ceil(items / capacity);
     const double flop_util = items / (waves * capacity);
-    // Phase 1 (written partials overlap its reads or its MMAs), then phase 2 reads them back,
-    // and every wave of CTAs pays a pipeline fill.
+    // Phase 1 (written partials overlap its reads or its MMAs), then the merge reads them back
+    // (at the partials' rate, in rounds of dependent loads), and every wave of CTAs pays a
+    // pipeline fill.
+    const double merge_rounds = max_k > 1 ? CeilDiv(max_k, kTppMergeAhead) : 0;
     return std::max({(bytes + partial_bytes) / (kBytesPerSecond * mem_util),
                      flops / (kMmaFlopsPerSecond * flop_util), item_time}) +
-           partial_bytes / kBytesPerSecond + waves * kWaveSeconds;
+           partial_bytes / kPartialBytesPerSecond + merge_rounds * kMergeRoundSeconds +
+           waves * kWaveSeconds;
   };
   int64_t best_len = std::max<int64_t>(max_tokens, 1);
   double best = nseg > 0 ? estimate(best_len) : 0;
