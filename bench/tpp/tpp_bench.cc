@@ -420,7 +420,8 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   CHECK_CUDA(cudaFree(out_backend));
 }
 
-// The case's tree and plans on the host only: its JSON line (mode "plan", no timings) and a row.
+// The case's tree and plans on the host only: its JSON line (mode "plan", no timings; the work
+// plan's phase-1 choice as on an H200: the warp-specialised wgmma path, 132 SMs) and a row.
 void PlanCase(const Case& c, std::vector<std::string>* table) {
   std::mt19937_64 rng(12345);
   auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(TppPoolChunks(c)), kChunk);
@@ -429,16 +430,21 @@ void PlanCase(const Case& c, std::vector<std::string>* table) {
   std::vector<SeqId> rows = BuildTppTree(tree, c, rng);
   const AttentionPlan plan = kvcache::BuildAttentionPlan(tree, rows, {.share = true});
   const TppFloor f = TppCaseFloor(c, plan);
+  TppOptions h200;
+  h200.p1_wgmma = 1;
+  auto wp = TppWorkPlan::Build(engine::ViewOf(plan), TppProblem{c.hq, c.hkv, c.d, kChunk}, h200);
+  const int p1_splits = wp.ok() ? wp->max_p1_splits() : -1;
+  const int p1_block_m = wp.ok() ? wp->p1_block_m() : -1;
   std::printf(
       "{\"bench\":\"tpp\",\"case\":\"%s\",\"B\":%d,\"Hq\":%d,\"Hkv\":%d,\"d\":%d,"
       "\"prefix\":%d,\"suffix\":%d,\"share\":%s,\"mode\":\"plan\",\"floor_us\":%.2f,"
       "\"bytes\":%.0f,\"flops\":%.0f,\"segments\":%d,\"shared_tokens\":%lld,"
       "\"private_tokens\":%lld,\"levels\":%d,\"tail_min\":%d,\"shared_desc\":\"%s\","
-      "\"private_desc\":\"%s\"}\n",
+      "\"private_desc\":\"%s\",\"p1_block_m\":%d,\"p1_splits\":%d}\n",
       c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false", f.us,
       f.bytes, f.flops, plan.num_segments(), static_cast<long long>(plan.shared_tokens()),
       static_cast<long long>(plan.private_tokens()), static_cast<int>(c.levels.size()),
-      c.tail_min, c.SharedDesc().c_str(), c.PrivateDesc().c_str());
+      c.tail_min, c.SharedDesc().c_str(), c.PrivateDesc().c_str(), p1_block_m, p1_splits);
   char line[512];
   std::snprintf(line, sizeof(line), "| %s | %d | %d | %d | %d | %s | %s | %.1f | - | - | - | - | - |",
                 c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.SharedDesc().c_str(),

@@ -16,6 +16,7 @@
 #include "scheduler/engine_loop.h"
 #include "scheduler/generate.h"
 #include "tests/testing/random.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::scheduler {
 namespace {
@@ -59,13 +60,7 @@ class FlakyBackend : public engine::Backend {
 
 class FedStepsTest : public ::testing::Test {
  public:
-  static void SetUpTestSuite() {
-    auto b = engine::LoadModelBundle(std::string(BANYAN_SOURCE_DIR) +
-                                     "/models/stories260K/stories260K.bin");
-    ASSERT_TRUE(b.ok()) << b.status();
-    bundle_ = new engine::ModelBundle(std::move(*b));
-  }
-  static void TearDownTestSuite() { delete bundle_; }
+  static void SetUpTestSuite() { bundle_ = &banyan::testing::BundledModel(); }
 
   std::unique_ptr<EngineLoop> Make(int chunks, int budget, int feed, FlakyBackend** flaky) {
     auto cpu = engine::CpuBackend::Create(&bundle_->weights,
@@ -105,10 +100,10 @@ class FedStepsTest : public ::testing::Test {
     return got;
   }
 
-  static engine::ModelBundle* bundle_;
+  static const engine::ModelBundle* bundle_;
   int ids_ = 0;
 };
-engine::ModelBundle* FedStepsTest::bundle_ = nullptr;
+const engine::ModelBundle* FedStepsTest::bundle_ = nullptr;
 
 // A long greedy request, six steps in: decoding with fed steps.
 std::shared_ptr<RequestStream> StartDecoding(FedStepsTest* t, EngineLoop& loop) {

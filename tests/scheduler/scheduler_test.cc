@@ -15,6 +15,7 @@
 #include "kvcache/chunk_pool.h"
 #include "tests/testing/generated_cached.h"
 #include "tests/testing/random.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::scheduler {
 namespace {
@@ -52,13 +53,7 @@ Result Collect(RequestStream& s, int n, std::function<void(int)> on_event = null
 
 class SchedulerTest : public ::testing::Test {
  public:
-  static void SetUpTestSuite() {
-    auto b = engine::LoadModelBundle(std::string(BANYAN_SOURCE_DIR) +
-                                     "/models/stories260K/stories260K.bin");
-    ASSERT_TRUE(b.ok()) << b.status();
-    bundle_ = new engine::ModelBundle(std::move(*b));
-  }
-  static void TearDownTestSuite() { delete bundle_; }
+  static void SetUpTestSuite() { bundle_ = &banyan::testing::BundledModel(); }
 
   void Make(int chunks, int chunk_size = 16, SchedulerOptions opts = {}) {
     sched_ = std::make_unique<Scheduler>(
@@ -97,11 +92,11 @@ class SchedulerTest : public ::testing::Test {
     return res;
   }
 
-  static engine::ModelBundle* bundle_;
+  static const engine::ModelBundle* bundle_;
   std::unique_ptr<Scheduler> sched_;
   int ids_ = 0;
 };
-engine::ModelBundle* SchedulerTest::bundle_ = nullptr;
+const engine::ModelBundle* SchedulerTest::bundle_ = nullptr;
 
 const std::string kSystem =
     "Once upon a time, there was a little dog named Max. Max liked to run in the big green park "

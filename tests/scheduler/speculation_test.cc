@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/generate.h"
 #include "tests/scheduler/speculation_util.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::scheduler {
 namespace {
@@ -26,16 +27,13 @@ const std::string kDir = std::string(BANYAN_SOURCE_DIR) + "/models/stories260K";
 class SpeculationTest : public ::testing::Test {
  public:
   static void SetUpTestSuite() {
-    auto b = engine::LoadModelBundle(kDir + "/stories260K.bin");
-    ASSERT_TRUE(b.ok()) << b.status();
-    bundle_ = new engine::ModelBundle(std::move(*b));
+    bundle_ = &banyan::testing::BundledModel();
     auto h = engine::DraftHeads::Load(kDir + "/hydra/config.json", bundle_->weights);
     ASSERT_TRUE(h.ok()) << h.status();
     heads_ = new engine::DraftHeads(std::move(*h));
   }
   static void TearDownTestSuite() {
     delete heads_;
-    delete bundle_;
   }
 
   Request Make(const std::string& text, int max_tokens) {
@@ -89,11 +87,11 @@ class SpeculationTest : public ::testing::Test {
     testing::ExpectSameResults(a, b, what);
   }
 
-  static engine::ModelBundle* bundle_;
+  static const engine::ModelBundle* bundle_;
   static engine::DraftHeads* heads_;
   int ids_ = 0;
 };
-engine::ModelBundle* SpeculationTest::bundle_ = nullptr;
+const engine::ModelBundle* SpeculationTest::bundle_ = nullptr;
 engine::DraftHeads* SpeculationTest::heads_ = nullptr;
 
 TEST_F(SpeculationTest, HydraHeadsKeepOutputsExactly) {

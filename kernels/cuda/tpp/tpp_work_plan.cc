@@ -4,7 +4,7 @@
 // is cut into k_s KV splits at span boundaries and into M tiles of 16 * warps queries. k_s comes
 // from one token length L shared by all segments (k_s ~ T_s / L), L chosen by a small cost model:
 //   time(L) = max(bytes(L) / (BW * min(1, items / SMs)), flops / (RATE * wave efficiency))
-//             + partials(L) / PARTIAL_RATE + merge rounds(L) * ROUND + waves * FILL,
+//             + CTAs per slot * CTA + partials(L) / BW + merge rounds(L) * ROUND + waves * FILL,
 // bytes = the shared KV once + the partial states written and read back (they grow with k),
 // items = CTAs = sum of k_s * M tiles * kv heads, merge rounds = ceil(max k_s / loads at once).
 // So a segment is split only as far as needed to fill the SMs, and no further when its partials
@@ -28,12 +28,13 @@ namespace {
 // Attainable rates used by the split model (H200, measured for these kernels; docs/tpp.md).
 constexpr double kBytesPerSecond = 3.6e12;
 constexpr double kWaveSeconds = 1e-6;  // Q tile load + first K/V tiles of a CTA
-// The partial states cost more than their bytes at kBytesPerSecond: each split adds a state per
-// row and head that phase 1 writes and the merge reads back in a chain of dependent loads
-// (MergeList: the state indices, then kTppMergeAhead states at a time). Fitted on forced split
-// counts of 12 small shared cases (docs/benchmarks_tpp.md, 2026-12-03, "the split model").
-constexpr double kPartialBytesPerSecond = 0.5e12;
-constexpr double kMergeRoundSeconds = 2.5e-6;
+// Two latencies that bandwidth and FLOPs do not show, fitted on forced split counts of 15 shared
+// cases (docs/benchmarks_tpp.md, 2026-12-03, "the split model"): each CTA's own fill and
+// epilogue (work tables, Q, the first K/V tiles, the partials' stores), which a resident slot
+// pays once per CTA it runs; and each round of the merge's dependent loads (MergeList: the state
+// indices, then kTppMergeAhead states at a time).
+constexpr double kCtaSeconds = 6e-6;
+constexpr double kMergeRoundSeconds = 1.5e-6;
 
 // The phase-1 kernel's resident CTAs per SM and its attainable MMA rate.
 struct Phase1Rates {
@@ -216,14 +217,14 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     const double capacity = static_cast<double>(options.num_sms) * occupancy;
     const double waves = std::ceil(items / capacity);
     const double flop_util = items / (waves * capacity);
-    // Phase 1 (written partials overlap its reads or its MMAs), then the merge reads them back
-    // (at the partials' rate, in rounds of dependent loads), and every wave of CTAs pays a
-    // pipeline fill.
+    // Phase 1 (written partials overlap its reads or its MMAs) with each slot's CTA latencies,
+    // then the merge reads the partials back in rounds of dependent loads, and every wave of
+    // CTAs pays a pipeline fill.
     const double merge_rounds = max_k > 1 ? CeilDiv(max_k, kTppMergeAhead) : 0;
     return std::max({(bytes + partial_bytes) / (kBytesPerSecond * mem_util),
                      flops / (kMmaFlopsPerSecond * flop_util), item_time}) +
-           partial_bytes / kPartialBytesPerSecond + merge_rounds * kMergeRoundSeconds +
-           waves * kWaveSeconds;
+           items / capacity * kCtaSeconds + partial_bytes / kBytesPerSecond +
+           merge_rounds * kMergeRoundSeconds + waves * kWaveSeconds;
   };
   int64_t best_len = std::max<int64_t>(max_tokens, 1);
   double best = nseg > 0 ? estimate(best_len) : 0;

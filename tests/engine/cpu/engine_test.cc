@@ -19,6 +19,7 @@
 #include "tests/engine/cpu/naive_forward.h"
 #include "tests/engine/model/test_util.h"
 #include "tests/testing/random.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::engine {
 namespace {
@@ -78,15 +79,10 @@ double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
 
 class EngineTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto b = LoadModelBundle(kModelDir + "/stories260K.bin");
-    ASSERT_TRUE(b.ok()) << b.status();
-    bundle_ = new ModelBundle(std::move(*b));
-  }
-  static void TearDownTestSuite() { delete bundle_; }
-  static ModelBundle* bundle_;
+  static void SetUpTestSuite() { bundle_ = &banyan::testing::BundledModel(); }
+  static const ModelBundle* bundle_;
 };
-ModelBundle* EngineTest::bundle_ = nullptr;
+const ModelBundle* EngineTest::bundle_ = nullptr;
 
 TEST_F(EngineTest, PrefillMatchesNaiveForward) {
   BANYAN_SEEDED_RNG(rng);

@@ -14,6 +14,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::engine {
 namespace {
@@ -22,12 +23,7 @@ const std::string kDir = std::string(BANYAN_SOURCE_DIR) + "/models/stories260K";
 
 class DraftHeadsTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto b = LoadModelBundle(kDir + "/stories260K.bin");
-    ASSERT_TRUE(b.ok()) << b.status();
-    bundle_ = new ModelBundle(std::move(*b));
-  }
-  static void TearDownTestSuite() { delete bundle_; }
+  static void SetUpTestSuite() { bundle_ = &banyan::testing::BundledModel(); }
 
   // The final-norm hidden state at the prompt's last token, and the base model's next token.
   void Hidden(const std::vector<int32_t>& prompt, std::vector<float>* h, int32_t* next) {
@@ -50,9 +46,9 @@ class DraftHeadsTest : public ::testing::Test {
     *next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
 
-  static ModelBundle* bundle_;
+  static const ModelBundle* bundle_;
 };
-ModelBundle* DraftHeadsTest::bundle_ = nullptr;
+const ModelBundle* DraftHeadsTest::bundle_ = nullptr;
 
 TEST_F(DraftHeadsTest, ShippedHeadsDraftTheReferenceTokens) {
   struct Case {

@@ -8,19 +8,14 @@
 #include "gtest/gtest.h"
 #include "server/grpc/grpc_status.h"
 #include "server/validation.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::server {
 namespace {
 
 class TranslateTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto b = engine::LoadModelBundle(std::string(BANYAN_SOURCE_DIR) +
-                                     "/models/stories260K/stories260K.bin");
-    ASSERT_TRUE(b.ok()) << b.status();
-    bundle_ = new engine::ModelBundle(std::move(*b));
-  }
-  static void TearDownTestSuite() { delete bundle_; }
+  static void SetUpTestSuite() { bundle_ = &banyan::testing::BundledModel(); }
 
   TranslateTest() {
     ctx_.model_name = "stories260K";
@@ -29,10 +24,10 @@ class TranslateTest : public ::testing::Test {
   }
   int context() const { return bundle_->weights.config.max_seq_len; }
 
-  static engine::ModelBundle* bundle_;
+  static const engine::ModelBundle* bundle_;
   ServerContext ctx_;
 };
-engine::ModelBundle* TranslateTest::bundle_ = nullptr;
+const engine::ModelBundle* TranslateTest::bundle_ = nullptr;
 
 TEST_F(TranslateTest, UnsetFieldsTakeTheDocumentedDefaults) {
   v1::GenerateRequest req;

@@ -5,18 +5,11 @@
 
 #include "common/check.h"
 #include "scheduler/generate.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::server::testing {
 
-const engine::ModelBundle& Bundle() {
-  static const engine::ModelBundle* bundle = [] {
-    auto b = engine::LoadModelBundle(std::string(BANYAN_SOURCE_DIR) +
-                                     "/models/stories260K/stories260K.bin");
-    BANYAN_CHECK(b.ok()) << b.status().ToString();
-    return new engine::ModelBundle(*std::move(b));
-  }();
-  return *bundle;
-}
+const engine::ModelBundle& Bundle() { return banyan::testing::BundledModel(); }
 
 TestServer::TestServer(TestServerOptions options) {
   const engine::ModelBundle& b = Bundle();

@@ -21,6 +21,7 @@
 #include "server/http/chat_template.h"
 #include "server/http/http_server.h"
 #include "server/server_context.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::server::http::http_test {
 
@@ -33,17 +34,7 @@ inline constexpr char kModel[] = "stories260K";
 inline constexpr int64_t kBodyLimit = 64 << 10;
 
 // The model, loaded once for every test.
-inline const engine::ModelBundle& Bundle() {
-  static const engine::ModelBundle* bundle = [] {
-    auto b = engine::LoadModelBundle(kModelPath);
-    if (!b.ok()) {
-      ADD_FAILURE() << b.status();
-      std::abort();
-    }
-    return new engine::ModelBundle(*std::move(b));
-  }();
-  return *bundle;
-}
+inline const engine::ModelBundle& Bundle() { return banyan::testing::BundledModel(); }
 
 // Backend, scheduler (with its loop's pool and tree), context and front end: one serving stack.
 struct Stack {
