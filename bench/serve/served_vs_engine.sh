@@ -21,7 +21,7 @@
 #   PREFIX (2048), OUTPUT_TOKENS (120), ENGINE_STEPS (OUTPUT_TOKENS), KV_BYTES (80e9),
 #   PORT (18080), ATTENTION (tpp), BANYAND_ARGS (more banyand flags, word-split), ENGINE_ARGS
 #   (more gpu_decode_bench flags, word-split: --pipeline measures the engine with each step
-#   launched before the previous step's tokens are back, which banyand's loop does not do yet).
+#   launched before the previous step's tokens are back, as banyand's fed steps do).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)  # metrics_delta.py
 BIN=${1:?usage: served_vs_engine.sh BIN_DIR}
