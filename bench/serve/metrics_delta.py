@@ -1,6 +1,7 @@
 """What bench/serve's scripts read after a load: the last JSON line of a banyan_serve_bench
 report, and the change of banyand's /metrics counters between two scrapes (Prometheus text,
-one `name value` per line; comments and labelled series without a plain value are skipped)."""
+one `name value` per line, a labelled series under its name with its labels; comments and
+lines whose value is not a number are skipped)."""
 import json
 
 

@@ -16,11 +16,11 @@ namespace {
 
 namespace net = boost::asio;
 
-// Orders requests by what decides their greedy answer.
+// Orders requests by what decides their greedy answer (a frequency penalty changes it).
 struct SameAnswer {
   bool operator()(const RequestSpec* a, const RequestSpec* b) const {
-    return std::tie(a->prompt, a->output_tokens, a->n) <
-           std::tie(b->prompt, b->output_tokens, b->n);
+    return std::tie(a->prompt, a->output_tokens, a->n, a->penalised) <
+           std::tie(b->prompt, b->output_tokens, b->n, b->penalised);
   }
 };
 

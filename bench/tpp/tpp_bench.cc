@@ -435,16 +435,18 @@ void PlanCase(const Case& c, std::vector<std::string>* table) {
   auto wp = TppWorkPlan::Build(engine::ViewOf(plan), TppProblem{c.hq, c.hkv, c.d, kChunk}, h200);
   const int p1_splits = wp.ok() ? wp->max_p1_splits() : -1;
   const int p1_block_m = wp.ok() ? wp->p1_block_m() : -1;
+  const int deferred = wp.ok() && wp->deferred_merge() ? 1 : 0;
   std::printf(
       "{\"bench\":\"tpp\",\"case\":\"%s\",\"B\":%d,\"Hq\":%d,\"Hkv\":%d,\"d\":%d,"
       "\"prefix\":%d,\"suffix\":%d,\"share\":%s,\"mode\":\"plan\",\"floor_us\":%.2f,"
       "\"bytes\":%.0f,\"flops\":%.0f,\"segments\":%d,\"shared_tokens\":%lld,"
       "\"private_tokens\":%lld,\"levels\":%d,\"tail_min\":%d,\"shared_desc\":\"%s\","
-      "\"private_desc\":\"%s\",\"p1_block_m\":%d,\"p1_splits\":%d}\n",
+      "\"private_desc\":\"%s\",\"p1_block_m\":%d,\"p1_splits\":%d,\"deferred\":%d}\n",
       c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false", f.us,
       f.bytes, f.flops, plan.num_segments(), static_cast<long long>(plan.shared_tokens()),
       static_cast<long long>(plan.private_tokens()), static_cast<int>(c.levels.size()),
-      c.tail_min, c.SharedDesc().c_str(), c.PrivateDesc().c_str(), p1_block_m, p1_splits);
+      c.tail_min, c.SharedDesc().c_str(), c.PrivateDesc().c_str(), p1_block_m, p1_splits,
+      deferred);
   char line[512];
   std::snprintf(line, sizeof(line), "| %s | %d | %d | %d | %d | %s | %s | %.1f | - | - | - | - | - |",
                 c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.SharedDesc().c_str(),

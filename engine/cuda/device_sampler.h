@@ -147,6 +147,9 @@ class DeviceSampler {
     namespace kc = kernels::cuda;
     packed_.specs.clear();
     if (specs.empty()) return absl::OkStatus();
+    if (!feed.empty() && fed_tokens == nullptr) {
+      return absl::InvalidArgumentError("a fed step's sampling needs the fed tokens");
+    }
     BANYAN_RETURN_IF_ERROR(PackSamples(specs, rows, vocab, &packed_, feed));
 
     // Inputs: [specs][penalty entries], one copy.

@@ -63,7 +63,9 @@ __device__ __forceinline__ void LoadState8(const float* p, float (&v)[8]) {
 }
 
 // Merges the row's listed partial states into (m, w, acc) for (head, vector c). Loads
-// kTppMergeAhead states at once, so that their latencies overlap.
+// kTppMergeAhead states at once, so that their latencies overlap, and the last fewer than
+// kTppMergeAhead at once as well: a list of n states takes ceil(n / kTppMergeAhead) rounds of
+// loads (the split model counts them).
 template <int HEAD_DIM>
 __device__ __forceinline__ void MergeList(const TppParams& p, int begin, int end, int head, int c,
                                           float& m, float& w, float (&acc)[8]) {
@@ -81,12 +83,22 @@ __device__ __forceinline__ void MergeList(const TppParams& p, int begin, int end
 #pragma unroll
     for (int k = 0; k < kAhead; ++k) MergeState8(m, w, acc, lse[k], ob[k]);
   }
-  for (; i < end; ++i) {
-    const int64_t st = p.t.merge_states[i];
-    const float lse = p.partial_lse[st * p.num_q_heads + head];
-    float ob[8];
-    LoadState8(p.partial_o + (st * p.num_q_heads + head) * HEAD_DIM + c * 8, ob);
-    MergeState8(m, w, acc, lse, ob);
+  const int rest = end - i;
+  if (rest > 0) {
+    float lse[kAhead - 1];
+    float ob[kAhead - 1][8];
+#pragma unroll
+    for (int k = 0; k < kAhead - 1; ++k) {
+      if (k < rest) {
+        const int64_t st = p.t.merge_states[i + k];
+        lse[k] = p.partial_lse[st * p.num_q_heads + head];
+        LoadState8(p.partial_o + (st * p.num_q_heads + head) * HEAD_DIM + c * 8, ob[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kAhead - 1; ++k) {
+      if (k < rest) MergeState8(m, w, acc, lse[k], ob[k]);
+    }
   }
 }
 

@@ -30,9 +30,10 @@ constexpr double kBytesPerSecond = 3.6e12;
 constexpr double kWaveSeconds = 1e-6;  // Q tile load + first K/V tiles of a CTA
 // Two latencies that bandwidth and FLOPs do not show, fitted on forced split counts of 15 shared
 // cases (docs/benchmarks_tpp.md, 2026-12-03, "the split model"): each CTA's own fill and
-// epilogue (work tables, Q, the first K/V tiles, the partials' stores), which a resident slot
-// pays once per CTA it runs; and each round of the merge's dependent loads (MergeList: the state
-// indices, then kTppMergeAhead states at a time).
+// epilogue (work tables, Q, the first K/V tiles, the partials' stores), counted as the CTAs per
+// resident slot on average (items / slots, so a fraction when the grid does not fill the
+// machine); and each round of the merge's dependent loads (MergeList: the state indices, then
+// up to kTppMergeAhead states at a time) over the longest merge list.
 constexpr double kCtaSeconds = 6e-6;
 constexpr double kMergeRoundSeconds = 1.5e-6;
 
@@ -160,6 +161,16 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     }
   }
 
+  for (int32_t s = 0; s < nseg; ++s) {
+    if (plan.seg_row_begin[s] < 0 || plan.seg_row_end[s] <= plan.seg_row_begin[s] ||
+        plan.seg_row_end[s] > plan.num_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("tpp: segment ", s, " has rows [",
+                                                     plan.seg_row_begin[s], ", ",
+                                                     plan.seg_row_end[s], ") of ",
+                                                     plan.num_rows));
+    }
+  }
+
   // ---- Phase 1: M tile and KV splits.
   std::vector<int64_t> seg_tokens(nseg);
   std::vector<int32_t> seg_m(nseg);
@@ -189,16 +200,18 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
                   std::max(1, static_cast<int32_t>(seg_tokens[s] / options.p1_min_split_tokens))});
     return std::max(k, 1);
   };
+  std::vector<int32_t> row_states(static_cast<size_t>(plan.num_rows) + 1);  // estimate's scratch
   auto estimate = [&](int64_t len) {
     double bytes = 0, partial_bytes = 0, flops = 0, items = 0, item_time = 0;
-    int32_t max_k = 1;
+    std::fill(row_states.begin(), row_states.end(), 0);
     const double cta_bytes_per_second = kBytesPerSecond / (occupancy * options.num_sms);
     const double cta_flops_per_second = kMmaFlopsPerSecond / (occupancy * options.num_sms);
     for (int32_t s = 0; s < nseg; ++s) {
       const int32_t k = splits_for(s, len);
-      max_k = std::max(max_k, k);
       const int32_t tiles = CeilDiv(seg_m[s], block_m);
       const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
+      row_states[plan.seg_row_begin[s]] += k;  // each of its rows merges k more states
+      row_states[plan.seg_row_end[s]] -= k;
       const double seg_bytes = 4.0 * seg_tokens[s] * hkv * d;  // K and V, 2 bytes each
       const double seg_flops = 4.0 * CeilDiv(seg_m[s], 16) * 16.0 * seg_tokens[s] * d * hkv;
       bytes += seg_bytes;
@@ -217,10 +230,16 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     const double capacity = static_cast<double>(options.num_sms) * occupancy;
     const double waves = std::ceil(items / capacity);
     const double flop_util = items / (waves * capacity);
-    // Phase 1 (written partials overlap its reads or its MMAs) with each slot's CTA latencies,
-    // then the merge reads the partials back in rounds of dependent loads, and every wave of
-    // CTAs pays a pipeline fill.
-    const double merge_rounds = max_k > 1 ? CeilDiv(max_k, kTppMergeAhead) : 0;
+    // The longest merge list: the states of every segment on a row's path.
+    int32_t max_states = 0;
+    for (int32_t r = 0, n = 0; r < plan.num_rows; ++r) {
+      n += row_states[r];
+      max_states = std::max(max_states, n);
+    }
+    // Phase 1 (written partials overlap its reads or its MMAs) with the CTAs' own latencies
+    // spread over the slots, then the merge reads the partials back in rounds of dependent
+    // loads, and every wave of CTAs pays a pipeline fill.
+    const double merge_rounds = max_states > 1 ? CeilDiv(max_states, kTppMergeAhead) : 0;
     return std::max({(bytes + partial_bytes) / (kBytesPerSecond * mem_util),
                      flops / (kMmaFlopsPerSecond * flop_util), item_time}) +
            items / capacity * kCtaSeconds + partial_bytes / kBytesPerSecond +
@@ -228,8 +247,9 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   };
   int64_t best_len = std::max<int64_t>(max_tokens, 1);
   double best = nseg > 0 ? estimate(best_len) : 0;
-  if (options.p1_splits > 0) {
+  if (options.p1_splits > 0 && nseg > 0) {
     best_len = std::max<int64_t>(CeilDiv(max_tokens, options.p1_splits), 1);
+    best = estimate(best_len);  // the deferred-merge choice below reads it
   }
   for (int32_t k = 2; options.p1_splits <= 0 && k <= options.p1_max_splits && nseg > 0; ++k) {
     const int64_t len = (max_tokens + k - 1) / k;
