@@ -490,6 +490,13 @@ absl::Status PrefixTree::Release(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
   Node* leaf = it->second.leaf;
+  if (leaf->size() >= 2 && leaf->tokens.back() == kPendingToken && leaf->refcount == 1 &&
+      leaf->children.empty()) {
+    // A pending token never set (its step failed): the cache keeps only known tokens.
+    if (absl::Status s = Truncate(seq, leaf->depth_tokens + leaf->size() - 1, nullptr); !s.ok()) {
+      return s;
+    }
+  }
   leaf->seqs_ending.erase(seq);
   ++clock_;
   for (Node* p = leaf; p->parent != nullptr; p = p->parent) {
@@ -733,6 +740,15 @@ absl::Status PrefixTree::CheckInvariants() const {
             absl::StrCat("refcount ", n->refcount, " but ", want, " live sequences pass"));
       }
       if (n->tokens.empty()) return absl::InternalError("non-root node without tokens");
+      // A pending token is the last of a live sequence's own leaf, or nowhere (Release drops it).
+      for (size_t i = 0; i < n->tokens.size(); ++i) {
+        if (n->tokens[i] == kPendingToken &&
+            (i + 1 != n->tokens.size() || n->seqs_ending.size() != 1 || !n->children.empty())) {
+          return absl::InternalError(absl::StrCat("pending token at ", i, " of a ",
+                                                  n->tokens.size(), "-token node with ",
+                                                  n->seqs_ending.size(), " live sequences"));
+        }
+      }
       if (n->first_slot < 0 || n->first_slot >= chunk_size_) {
         return absl::InternalError(absl::StrCat("bad first_slot ", n->first_slot));
       }

@@ -151,8 +151,8 @@ class PrefixTree {
   // AppendPending: appends kPendingToken to each of `seqs`, every one of which GrowsInPlace
   // (InvalidArgument otherwise, nothing changed); all or nothing on memory, as AppendBatch.
   // SetPendingToken: the pending last token of `seq` becomes `token`. Until then nothing may
-  // place into, match against, fork or release these sequences (kPendingToken matches no
-  // token, so a match would only be short).
+  // place into, match against or fork these sequences (kPendingToken matches no token, so a
+  // match would only be short); releasing one (its step failed) drops the pending token.
   static constexpr int32_t kPendingToken = -1;
   bool GrowsInPlace(SeqId seq) const;
   absl::StatusOr<std::vector<PlaceResult>> AppendPending(std::span<const SeqId> seqs,

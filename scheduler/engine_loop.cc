@@ -444,7 +444,7 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
       const bool collected = collects_ != collects || CollectInflight();
       if (!collected && ahead_.active) {
         // N failed and every request with it: N + 1 names them too. Wait for it and drop it
-        // (its pending tokens stay kPendingToken in the cache, which matches nothing).
+        // (releasing the failed requests' sequences dropped N + 1's pending tokens).
         engine::StepOutput dropped;
         runner_.Collect(&dropped).IgnoreError();
         ahead_.active = false;

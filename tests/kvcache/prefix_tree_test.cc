@@ -158,6 +158,29 @@ TEST(PrefixTreeTest, PendingTokensGrowInPlaceAndAreSetLater) {
   EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
 }
 
+// A pending token whose step failed is never set: releasing its sequence drops it (and the
+// chunk it alone took), so the cache keeps only known tokens and the prompt still matches whole.
+TEST(PrefixTreeTest, ReleasingAPendingSequenceDropsItsPendingToken) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  std::vector<int32_t> p(16);  // fills its chunk: the pending token takes a new one
+  for (int i = 0; i < 16; ++i) p[i] = 10 + i;
+  auto a = tree.Insert("", p);
+  ASSERT_TRUE(a.ok());
+  const int32_t used = pool.chunks_used();
+  ASSERT_TRUE(tree.AppendPending(std::vector<SeqId>{a->seq}).ok());
+  EXPECT_EQ(pool.chunks_used(), used + 1);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  ASSERT_TRUE(tree.Release(a->seq).ok());
+  EXPECT_EQ(pool.chunks_used(), used) << "the pending token's chunk is freed";
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  auto b = tree.Insert("", p);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->matched_tokens, 16);
+  EXPECT_TRUE(tree.GrowsInPlace(b->seq)) << "no cached pending child below the prompt";
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+}
+
 int64_t SavedBySharingOf(const PrefixTree& tree) { return tree.Stats().chunks_saved_by_sharing; }
 
 // Issue 13: banyan_kv_chunks_saved_by_sharing went negative under load. Sharing a short prefix
