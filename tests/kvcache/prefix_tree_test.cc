@@ -104,14 +104,20 @@ TEST(PrefixTreeTest, SharesPrefixAndSplitsMidChunk) {
   EXPECT_EQ(st.chunks_saved_by_sharing, CeilDivForTest(85, 16));
 }
 
+// 16 tokens: one whole chunk of 16, so that the next token takes a new chunk.
+std::vector<int32_t> OneFullChunk() {
+  std::vector<int32_t> p(16);
+  for (int i = 0; i < 16; ++i) p[i] = 10 + i;
+  return p;
+}
+
 // Pending tokens (the engine loop's fed steps): only a sequence alone on a childless leaf takes
 // one; its slot is the one the real token would get; the pending token matches nothing until it
 // is set, and then the sequence reads back as if the token had been appended.
 TEST(PrefixTreeTest, PendingTokensGrowInPlaceAndAreSetLater) {
   auto pool = *ChunkPool::Create(64, 16);
   PrefixTree tree(&pool);
-  std::vector<int32_t> p(16);  // fills its chunk: the pending token takes a new one
-  for (int i = 0; i < 16; ++i) p[i] = 10 + i;
+  const std::vector<int32_t> p = OneFullChunk();  // the pending token takes a new chunk
   auto a = tree.Insert("", p);
   ASSERT_TRUE(a.ok());
   EXPECT_TRUE(tree.GrowsInPlace(a->seq));
@@ -163,8 +169,7 @@ TEST(PrefixTreeTest, PendingTokensGrowInPlaceAndAreSetLater) {
 TEST(PrefixTreeTest, ReleasingAPendingSequenceDropsItsPendingToken) {
   auto pool = *ChunkPool::Create(64, 16);
   PrefixTree tree(&pool);
-  std::vector<int32_t> p(16);  // fills its chunk: the pending token takes a new one
-  for (int i = 0; i < 16; ++i) p[i] = 10 + i;
+  const std::vector<int32_t> p = OneFullChunk();  // the pending token takes a new chunk
   auto a = tree.Insert("", p);
   ASSERT_TRUE(a.ok());
   const int32_t used = pool.chunks_used();
