@@ -70,10 +70,7 @@ absl::Status Backend::LaunchSample(const StepBatch& batch, std::span<const Sampl
     std::vector<SampleSpec> ahead(specs.begin(), specs.end());
     std::deque<SequenceSamplingState> taken;  // stable addresses
     for (SampleSpec& spec : ahead) {
-      const SamplingParams& p = *spec.params;
-      const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-                             p.presence_penalty != 0.0f;
-      if (!penalties || spec.row < 0 || static_cast<size_t>(spec.row) >= feed.size() ||
+      if (!spec.params->HasPenalties() || spec.row < 0 || static_cast<size_t>(spec.row) >= feed.size() ||
           feed[spec.row] < 0) {
         continue;
       }

@@ -302,8 +302,7 @@ void EngineLoop::StartSamples(Live& live) {
       seed, r.params.repetition_penalty != 1.0f ? std::span<const int32_t>(r.prompt)
                                                 : std::span<const int32_t>(),
       0);
-  base.set_count_tokens(r.params.repetition_penalty != 1.0f ||
-                        r.params.frequency_penalty != 0.0f || r.params.presence_penalty != 0.0f);
+  base.set_count_tokens(r.params.HasPenalties());
   live.samples.clear();
   for (int k = 0; k < r.n; ++k) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
@@ -447,10 +446,7 @@ bool EngineLoop::StepUnannounced(bool cancel_all) {
         // (releasing the failed requests' sequences dropped N + 1's pending tokens).
         engine::StepOutput dropped;
         runner_.Collect(&dropped).IgnoreError();
-        ahead_.active = false;
-        ahead_.owner.clear();
-        ahead_.logit_owners.clear();
-        ahead_.patches.clear();
+        ahead_ = InFlight{};
       }
       if (ahead_.active) {
         // N + 1's wall and device time start where N's ended: the steps' times add up.

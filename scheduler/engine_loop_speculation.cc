@@ -42,8 +42,7 @@ uint64_t PromptKey(const Request& r) {
 }
 
 bool Greedy(const engine::SamplingParams& p) {
-  return p.temperature < engine::kGreedyTemperature && p.repetition_penalty == 1.0f &&
-         p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
+  return p.temperature < engine::kGreedyTemperature && !p.HasPenalties();
 }
 
 constexpr size_t kMaxContinuations = 4096;

@@ -44,9 +44,7 @@ inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSam
                                       int32_t vocab, kernels::cuda::SampleSpecDev* d,
                                       std::vector<kernels::cuda::SamplePenaltyEntry>* entries) {
   const bool repetition = p.repetition_penalty != 1.0f;
-  if (!repetition && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) {
-    return absl::OkStatus();
-  }
+  if (!p.HasPenalties()) return absl::OkStatus();
   d->penalty_begin = static_cast<int32_t>(entries->size());
   const auto check = [vocab](int32_t id) {
     return id >= 0 && id < vocab
@@ -106,9 +104,7 @@ inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows,
     d.stream = st.stream();
     d.step = st.step() + static_cast<uint64_t>(in.step_ahead);
     BANYAN_RETURN_IF_ERROR(AddPenaltyEntries(p, st, vocab, &d, &out->entries));
-    const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-                           p.presence_penalty != 0.0f;
-    if (penalties && static_cast<size_t>(in.row) < feed.size() && feed[in.row] >= 0) {
+    if (p.HasPenalties() && static_cast<size_t>(in.row) < feed.size() && feed[in.row] >= 0) {
       d.pending_index = feed[in.row];
     }
     if (d.penalty_count > 0 || d.pending_index >= 0) d.penalized_row = out->penalized_rows++;

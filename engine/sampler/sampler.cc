@@ -185,7 +185,7 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& params,
       if (!state.generated_counts().contains(id)) repeat(at(id));
     }
   }
-  if (rep == 1.0f && freq == 0.0f && presence == 0.0f) return;
+  if (!params.HasPenalties()) return;
   for (const auto& [id, count] : state.generated_counts()) {
     float& l = at(id);
     if (rep != 1.0f) repeat(l);

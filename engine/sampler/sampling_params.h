@@ -42,6 +42,11 @@ struct SamplingParams {
   bool ignore_eos = false;
   // How many top log-probabilities to return per token. Range: [0, 20].
   int logprobs = 0;
+
+  // Whether any of the three penalties is on (step 3 of sampler.h changes the logits).
+  bool HasPenalties() const {
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+  }
 };
 
 inline constexpr int kMaxLogprobs = 20;

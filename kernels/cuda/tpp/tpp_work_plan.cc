@@ -200,18 +200,36 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
                   std::max(1, static_cast<int32_t>(seg_tokens[s] / options.p1_min_split_tokens))});
     return std::max(k, 1);
   };
-  std::vector<int32_t> row_states(static_cast<size_t>(plan.num_rows) + 1);  // estimate's scratch
+  // A row merges the states of every segment on its path. The segments' row ranges nest (they
+  // are subtrees in DFS order), so a row's list is its deepest segment's chain of enclosing
+  // ones: order the segments outermost first and link each to the one that encloses it, once,
+  // so that estimate() sums the chains in O(segments) instead of walking the rows.
+  std::vector<int32_t> seg_order(nseg), seg_parent(nseg, -1);
+  for (int32_t s = 0; s < nseg; ++s) seg_order[s] = s;
+  std::sort(seg_order.begin(), seg_order.end(), [&](int32_t a, int32_t b) {
+    return plan.seg_row_begin[a] != plan.seg_row_begin[b]
+               ? plan.seg_row_begin[a] < plan.seg_row_begin[b]
+               : plan.seg_row_end[a] > plan.seg_row_end[b];
+  });
+  {
+    std::vector<int32_t> open;  // enclosing segments of the current one, outermost first
+    for (int32_t s : seg_order) {
+      while (!open.empty() && plan.seg_row_end[open.back()] <= plan.seg_row_begin[s]) {
+        open.pop_back();
+      }
+      if (!open.empty()) seg_parent[s] = open.back();
+      open.push_back(s);
+    }
+  }
+  std::vector<int32_t> chain(nseg);  // estimate's scratch: states merged down to the segment
   auto estimate = [&](int64_t len) {
     double bytes = 0, partial_bytes = 0, flops = 0, items = 0, item_time = 0;
-    std::fill(row_states.begin(), row_states.end(), 0);
     const double cta_bytes_per_second = kBytesPerSecond / (occupancy * options.num_sms);
     const double cta_flops_per_second = kMmaFlopsPerSecond / (occupancy * options.num_sms);
     for (int32_t s = 0; s < nseg; ++s) {
       const int32_t k = splits_for(s, len);
       const int32_t tiles = CeilDiv(seg_m[s], block_m);
       const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
-      row_states[plan.seg_row_begin[s]] += k;  // each of its rows merges k more states
-      row_states[plan.seg_row_end[s]] -= k;
       const double seg_bytes = 4.0 * seg_tokens[s] * hkv * d;  // K and V, 2 bytes each
       const double seg_flops = 4.0 * CeilDiv(seg_m[s], 16) * 16.0 * seg_tokens[s] * d * hkv;
       bytes += seg_bytes;
@@ -230,11 +248,11 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     const double capacity = static_cast<double>(options.num_sms) * occupancy;
     const double waves = std::ceil(items / capacity);
     const double flop_util = items / (waves * capacity);
-    // The longest merge list: the states of every segment on a row's path.
+    // The longest merge list (outermost first, so a parent's chain is ready before its children).
     int32_t max_states = 0;
-    for (int32_t r = 0, n = 0; r < plan.num_rows; ++r) {
-      n += row_states[r];
-      max_states = std::max(max_states, n);
+    for (int32_t s : seg_order) {
+      chain[s] = splits_for(s, len) + (seg_parent[s] >= 0 ? chain[seg_parent[s]] : 0);
+      max_states = std::max(max_states, chain[s]);
     }
     // Phase 1 (written partials overlap its reads or its MMAs) with the CTAs' own latencies
     // spread over the slots, then the merge reads the partials back in rounds of dependent
