@@ -5,7 +5,7 @@
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
 //                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]
 //                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
-//                    [--fp32-activations] [--profile-step] [--pipeline]
+//                    [--fp32-activations] [--early-launch-rows 128] [--profile-step] [--pipeline]
 //
 // --model also takes banyand's dummy spelling, dummy:<shape>[:vocab=N] (engine/model_bundle.h),
 // so the daemon and this benchmark run the same shape and vocabulary.
@@ -54,6 +54,10 @@
 // a second time, ~13-15 GiB for the 7B/8B shapes, and frees them before the runs).
 // --fp32-activations: the QKV and gate/up GEMMs write fp32 (CudaBackendOptions::narrow_activations
 // off), as before 2026-12-02.
+// --early-launch-rows N: captured steps of at most N rows launch the layer kernels early
+// (CudaBackendOptions::graph_early_launch_rows; default 128, 0: none, every kernel after the one
+// before it has ended, as before 2026-12-03). The step-time table gives, beside the graph's
+// kernel nodes, how many of its edges launch early.
 // --profile-step: the first timed step of each run between cudaProfilerStart and
 // cudaProfilerStop, for a profiler started with its capture off (bench/step_profile.sh: every
 // kernel of one decode step, with --graphs off).
@@ -103,6 +107,7 @@ struct Options {
   int64_t max_paged_tokens = 2500000;
   bool stagger = false;  // row i's prompt gets i % chunk more tokens: rows start chunks apart
   bool fp32_activations = false;  // CudaBackendOptions::narrow_activations off
+  int early_launch_rows = -1;     // CudaBackendOptions::graph_early_launch_rows (-1: default)
   std::vector<bool> graphs = {true};
   bool limit = true;  // measure the projection-only GEMM step and print the physical limit
   bench::Rates rates;
@@ -490,6 +495,7 @@ int Main(const Options& o) {
     double graph_call_us = 0;  // of launch_us: the cudaGraphLaunch call
     double patches = 0;        // attention-node updates per step
     int64_t nodes = 0;         // kernel nodes of the step's graph
+    int64_t early = 0;         // of its edges, those launched early
   };
   std::map<std::tuple<std::string, int, int, std::string, std::string>, StepTimes> step_device;
   // (model, B) -> the projection-only GEMM step's tok/s
@@ -566,6 +572,7 @@ int Main(const Options& o) {
         opt.chunk_size = o.chunk;
         opt.attention = mode;
         opt.narrow_activations = !o.fp32_activations;
+        if (o.early_launch_rows >= 0) opt.graph_early_launch_rows = o.early_launch_rows;
         if (!TppVariant(mode_name, &opt.tpp)) {
           std::fprintf(stderr, "unknown tpp variant in %s\n", mode_name.c_str());
           return 2;
@@ -677,7 +684,7 @@ int Main(const Options& o) {
               r->ms_per_step, r->device_ms_per_step, at.inputs_host_us * per,
               at.attention_host_us * per, at.launch_host_us * per,
               at.graph.launch_call_us * per, static_cast<double>(at.graph.patches) * per,
-              at.graph.kernel_nodes};
+              at.graph.kernel_nodes, at.graph.early_edges};
         }
       }
     }
@@ -691,17 +698,17 @@ int Main(const Options& o) {
   // wait for the tokens.
   std::printf("\n| model | prefix | B | graphs | mode | step ms | device ms | host ms (step - "
               "device) | device / step | backend host us per step: inputs / attention / launch "
-              "(graph call) | node updates per step | graph kernel nodes "
+              "(graph call) | node updates per step | graph kernel nodes (edges launched early) "
               "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [key, v] : step_device) {
     const auto& [model, prefix, B, on, mode] = key;
     std::printf("| %s | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s | %.0f / %.0f / %.0f (%.0f) "
-                "| %.2f | %lld |\n",
+                "| %.2f | %lld (%lld) |\n",
                 model.c_str(), prefix, B, on.c_str(), mode.c_str(), v.step_ms, v.device_ms,
                 v.step_ms - v.device_ms,
                 v.step_ms > 0 ? Fixed(v.device_ms / v.step_ms, 3).c_str() : "-", v.inputs_us,
                 v.attention_us, v.launch_us, v.graph_call_us, v.patches,
-                static_cast<long long>(v.nodes));
+                static_cast<long long>(v.nodes), static_cast<long long>(v.early));
   }
   std::printf("\n| model | prefix | B | graphs | tpp tok/s | paged tok/s | none tok/s | tpp/none | "
               "tpp/paged | limit tok/s | tpp/limit | paged/limit | none/limit | "
@@ -791,6 +798,11 @@ int main(int argc, char** argv) {
       o.pipeline = true;
     } else if (a == "--fp32-activations") {
       o.fp32_activations = true;
+    } else if (a == "--early-launch-rows") {
+      if (!absl::SimpleAtoi(value(), &o.early_launch_rows) || o.early_launch_rows < 0) {
+        std::fprintf(stderr, "--early-launch-rows takes a row count (0: none)\n");
+        return 2;
+      }
     } else if (a == "--no-limit") {
       o.limit = false;
     } else if (a == "--profile-step") {
@@ -821,7 +833,7 @@ int main(int argc, char** argv) {
                    "usage: gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] "
                    "[--prefix 2048[,16384]] [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] "
                    "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--pipeline] "
-                   "[--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]\n");
+                   "[--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run] [--early-launch-rows 128]\n");
       return 2;
     }
   }

@@ -78,6 +78,9 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   m.graphs_on = options_.cuda_graphs;
   m.graphs = std::make_unique<cuda::DecodeGraphCache>(options_.graph_cache_shapes,
                                                       options_.graph_min_stable_steps);
+  if (options_.graph_early_launch && prop.major >= 9) {
+    m.graphs->SetEarlyLaunch(kc::EarlyLaunchKernels());
+  }
   // Decode rows run on the TPP kernels wherever they are built for the head dim: two-phase over
   // the shared segments of a kTpp plan, phase 2 alone (TPP's paged call) over a kPaged plan,
   // which has none. Other head dims run the generic paged kernel of kernels/cuda/attention.h.
@@ -394,6 +397,8 @@ void CudaBackend::SetCudaGraphs(bool on) {
 bool CudaBackend::cuda_graphs() const { return impl_->graphs_on; }
 
 const std::string& CudaBackend::graph_update_error() const { return impl_->graphs->update_error(); }
+
+const std::string& CudaBackend::graph_early_error() const { return impl_->graphs->early_error(); }
 
 absl::Status CudaBackend::NoStepInFlight() const {
   if (impl_->flight_count > 0) {

@@ -335,6 +335,7 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) co
   cuda::DecodeGraphKey k;
   k.shape = {in.T, in.n_out, greedy ? 1 : 0, a.use_tpp ? 1 : 0, a.paged ? 1 : 0,
              in.o_feed >= 0 ? 1 : 0};
+  k.early_launch = in.T <= options_.graph_early_launch_rows;  // T is part of the shape
   auto ptr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
   // Buffers a launch points into (they move when they grow); the step_ints offsets follow from
   // T and n_out.

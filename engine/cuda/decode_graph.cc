@@ -48,7 +48,7 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
       Destroy(*lru);
       entries_.erase(lru);
     }
-    entries_.push_back(Entry{key.shape, nullptr, nullptr, {}, {}, {}, {}, 0, 0});
+    entries_.push_back(Entry{key.shape, nullptr, nullptr, {}, {}, {}, {}, 0, 0, 0});
     it = entries_.end() - 1;
   }
   Entry& e = *it;
@@ -89,6 +89,20 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
     const auto t0 = std::chrono::steady_clock::now();
     cudaGraph_t graph = nullptr;
     BANYAN_RETURN_IF_ERROR(Capture(stream, enqueue, &graph));
+    int early_edges = 0;
+    if (key.early_launch && !early_kernels_.empty()) {
+      const absl::Status early = kernels::cuda::LaunchEarly(graph, early_kernels_, &early_edges);
+      if (!early.ok()) {
+        // The graph may have lost an edge: take the step again as it is, and stop trying.
+        cudaGetLastError();
+        early_error_ = std::string(early.message());
+        early_kernels_.clear();
+        early_edges = 0;
+        cudaGraphDestroy(graph);
+        graph = nullptr;
+        BANYAN_RETURN_IF_ERROR(Capture(stream, enqueue, &graph));
+      }
+    }
     // A fresh executable, never cudaGraphExecUpdate: node updates (`update`) must name nodes of
     // the graph the executable was instantiated from (see the header).
     Destroy(e);
@@ -106,6 +120,7 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
     }
     e.exec_params = key.params;
     e.exec_patch = key.patch;
+    e.early_edges = early_edges;
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     ++stats->captures;
@@ -117,6 +132,7 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
   stats->launch_call_us +=
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   stats->kernel_nodes = static_cast<int64_t>(e.kernels.size());
+  stats->early_edges = e.early_edges;
   *launched = true;
   return absl::OkStatus();
 }

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -61,6 +62,7 @@ struct DecodeGraphStats {
                                // grows with the step's device time: the call returns while the
                                // device already runs the graph; see docs/benchmarks.md)
   int64_t kernel_nodes = 0;    // kernel nodes of the last executable launched
+  int64_t early_edges = 0;     // of its edges, those made launch-early (SetEarlyLaunch)
 
   DecodeGraphStats& operator+=(const DecodeGraphStats& o) {
     steps += o.steps;
@@ -75,6 +77,7 @@ struct DecodeGraphStats {
     patch_failures += o.patch_failures;
     launch_call_us += o.launch_call_us;
     kernel_nodes = o.kernel_nodes;
+    early_edges = o.early_edges;
     return *this;
   }
 };
@@ -83,6 +86,9 @@ struct DecodeGraphKey {
   std::vector<int64_t> shape;
   std::vector<int64_t> params;
   std::vector<int64_t> patch;
+  // A capture of this key launches the SetEarlyLaunch kernels early. Part of the choice of the
+  // shape: give the same value for equal shapes.
+  bool early_launch = true;
 };
 
 class DecodeGraphCache {
@@ -107,6 +113,12 @@ class DecodeGraphCache {
                       absl::FunctionRef<absl::Status()> enqueue, Update update,
                       DecodeGraphStats* stats, bool* launched);
 
+  // Kernels (host stubs) that wait for their predecessor on the device (griddepcontrol.wait):
+  // each capture of a key with early_launch from now on launches them early
+  // (kernels::cuda::LaunchEarly). If the driver refuses, that capture is taken again as it was
+  // and early launch stays off (early_error()).
+  void SetEarlyLaunch(std::vector<const void*> kernels) { early_kernels_ = std::move(kernels); }
+  const std::string& early_error() const { return early_error_; }
   // Destroys every cached executable.
   void Clear();
   // Why the last failed attention-node update failed (empty if none did).
@@ -124,6 +136,7 @@ class DecodeGraphCache {
     std::vector<int64_t> seen_params;  // the params asked for last, and how many times in a row
     int seen = 0;
     uint64_t last_use = 0;
+    int early_edges = 0;  // launch-early edges of `graph`
   };
   static void Destroy(Entry& e);
   // Captures `enqueue` into *graph.
@@ -133,6 +146,8 @@ class DecodeGraphCache {
   int capacity_;
   int min_stable_steps_;
   std::string update_error_;
+  std::vector<const void*> early_kernels_;
+  std::string early_error_;
   uint64_t clock_ = 0;
   std::vector<Entry> entries_;
 };

@@ -12,6 +12,24 @@
 
 namespace banyan::kernels::cuda {
 
+// Programmatic dependent launch (sm_90): no-ops when the grid was launched without it. Before
+// sm_90 the instructions do not exist and the launch attribute has no effect (plain stream
+// order: a dependent grid starts after its predecessor ends), so nothing is needed there.
+// GridDependencyWait: returns once the grids this one depends on have completed and their
+// memory is visible; a kernel that may be launched early (PDL, or a graph's programmatic edge)
+// calls it before it touches memory they write or read.
+__device__ __forceinline__ void GridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+// LaunchDependents: lets a grid launched after this one with PDL start now.
+__device__ __forceinline__ void LaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 template <typename T>
 struct PairOf;
 template <>

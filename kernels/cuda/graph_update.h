@@ -43,4 +43,16 @@ absl::Status ListKernelNodes(cudaGraph_t graph, std::vector<KernelNode>* nodes);
 absl::Status ApplyKernelNodeUpdates(const std::vector<KernelNode>& nodes, cudaGraphExec_t exec,
                                     const std::vector<KernelNodeUpdate>& updates, int* updated);
 
+// Launch early: for every kernel node of `graph` whose function is in `kernels` (kernels that
+// call griddepcontrol.wait before they touch memory, e.g. layer_kernels.h's EarlyLaunchKernels)
+// and whose only dependency is a plain edge from another kernel node (cuBLAS's included), that
+// edge becomes a programmatic one from the other kernel's launch-completion port: the node is
+// launched once every block of the kernel before it has started, and its own wait holds it
+// until that kernel has completed. Its launch and block scheduling overlap the kernel before
+// instead of following it. Call before instantiating. *converted: edges changed. Needs
+// sm_90 and a driver with graph edge data (CUDA 12.3); on a refusal the edge is restored and
+// the error returned (edges converted before it stay).
+absl::Status LaunchEarly(cudaGraph_t graph, const std::vector<const void*>& kernels,
+                         int* converted);
+
 }  // namespace banyan::kernels::cuda

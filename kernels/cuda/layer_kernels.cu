@@ -1,6 +1,7 @@
 #include "kernels/cuda/layer_kernels.cuh"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
@@ -182,6 +183,33 @@ absl::Status ArgmaxRows(const ArgmaxParams& p, cudaStream_t stream) {
   if (p.rows == 0) return absl::OkStatus();
   ArgmaxKernel<<<p.rows, 512, 0, stream>>>(p);
   return CudaStatus(cudaGetLastError(), "ArgmaxRows");
+}
+
+std::vector<const void*> EarlyLaunchKernels() {
+  using bf16 = __nv_bfloat16;
+  return {
+      reinterpret_cast<const void*>(EmbeddingKernel<bf16>),
+      reinterpret_cast<const void*>(EmbeddingKernel<__half>),
+      reinterpret_cast<const void*>(RmsNormKernel<bf16>),
+      reinterpret_cast<const void*>(RmsNormKernel<__half>),
+      reinterpret_cast<const void*>(RmsNormVecKernel<bf16>),
+      reinterpret_cast<const void*>(RmsNormVecKernel<__half>),
+      reinterpret_cast<const void*>(RopeKvKernel<bf16, bf16>),
+      reinterpret_cast<const void*>(RopeKvKernel<bf16, float>),
+      reinterpret_cast<const void*>(RopeKvKernel<__half, __half>),
+      reinterpret_cast<const void*>(RopeKvKernel<__half, float>),
+      reinterpret_cast<const void*>(RopeKvVecKernel<bf16, bf16>),
+      reinterpret_cast<const void*>(RopeKvVecKernel<bf16, float>),
+      reinterpret_cast<const void*>(RopeKvVecKernel<__half, __half>),
+      reinterpret_cast<const void*>(RopeKvVecKernel<__half, float>),
+      reinterpret_cast<const void*>(QkvBiasNormKernel<4>),
+      reinterpret_cast<const void*>(QkvBiasNormKernel<8>),
+      reinterpret_cast<const void*>(SwiGluKernel<bf16, bf16>),
+      reinterpret_cast<const void*>(SwiGluKernel<bf16, float>),
+      reinterpret_cast<const void*>(SwiGluKernel<__half, __half>),
+      reinterpret_cast<const void*>(SwiGluKernel<__half, float>),
+      reinterpret_cast<const void*>(ArgmaxKernel),
+  };
 }
 
 }  // namespace banyan::kernels::cuda

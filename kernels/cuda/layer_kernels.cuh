@@ -14,6 +14,7 @@ namespace banyan::kernels::cuda {
 // One block per row; threads stride the row.
 template <typename T>
 __global__ void EmbeddingKernel(const __grid_constant__ EmbeddingParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   const int64_t r = blockIdx.x;
   int32_t token = p.tokens[r];
   if (p.feed != nullptr && p.feed[r] >= 0) token = max(p.feed_tokens[p.feed[r]], 0);
@@ -38,6 +39,7 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
 // One block per row.
 template <typename T>
 __global__ void RmsNormKernel(const __grid_constant__ RmsNormParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   const int64_t src = p.row_index != nullptr ? p.row_index[r] : r;
@@ -57,6 +59,7 @@ __global__ void RmsNormKernel(const __grid_constant__ RmsNormParams p) {
 inline constexpr int kRmsVecs = 8;
 template <typename T>
 __global__ void RmsNormVecKernel(const __grid_constant__ RmsNormParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   const int64_t src = p.row_index != nullptr ? p.row_index[r] : r;
@@ -91,6 +94,7 @@ __global__ void RmsNormVecKernel(const __grid_constant__ RmsNormParams p) {
 // only copied).
 template <typename T, typename In>
 __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   const int d = p.kv.head_dim, half = d / 2;
   const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads;
   const int heads = hq + 2 * hkv;
@@ -143,6 +147,7 @@ __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
 // to the dtype. Shared memory: head_dim floats.
 template <typename T, typename In>
 __global__ void RopeKvVecKernel(const __grid_constant__ RopeKvParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   extern __shared__ float rope_cs[];  // [half] cos, then [half] sin
   const int d = p.kv.head_dim, half = d / 2;
   const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads;
@@ -210,6 +215,7 @@ __global__ void RopeKvVecKernel(const __grid_constant__ RopeKvParams p) {
 // only). Each lane holds head_dim / 32 values (rounded up) in registers between the passes.
 template <int MAX_PER_LANE>
 __global__ void QkvBiasNormKernel(const __grid_constant__ QkvBiasNormParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   const int hq = p.num_q_heads, hkv = p.num_kv_heads, d = p.head_dim;
   const int heads = hq + 2 * hkv;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -249,6 +255,7 @@ __device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
 // the dtype (SwiGluParams::gate_up_in_dtype).
 template <typename T, typename In>
 __global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   const int n = p.hidden;
   const bool vec8 = n % 8 == 0;
   for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
@@ -298,6 +305,7 @@ __device__ __forceinline__ void ArgmaxCombine(float& v, int& idx, float v2, int 
 
 // One block per row.
 __global__ void ArgmaxKernel(const __grid_constant__ ArgmaxParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   __shared__ float sv[32];
   __shared__ int si[32];
   const float* row = p.logits + static_cast<int64_t>(blockIdx.x) * p.vocab;

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dtype.h"
@@ -116,5 +117,11 @@ struct ArgmaxParams {
   int32_t vocab = 0;
 };
 absl::Status ArgmaxRows(const ArgmaxParams& p, cudaStream_t stream);
+
+// The layer kernels above (every instantiation) that wait for the grids before them on the
+// device (griddepcontrol.wait) before they touch memory: a step's graph may launch them as soon
+// as the kernel before them has started all its blocks (graph_update.h, LaunchEarly), so that
+// their launch overlaps that kernel's last wave instead of following its end.
+std::vector<const void*> EarlyLaunchKernels();
 
 }  // namespace banyan::kernels::cuda

@@ -1,6 +1,6 @@
 // PTX wrappers and small helpers shared by the TPP kernels (sm_80+ instructions, built for
-// sm_90): cp.async with zero fill, ldmatrix, mma.sync m16n8k16 with fp32 accumulation,
-// programmatic-dependent-launch controls.
+// sm_90): cp.async with zero fill, ldmatrix, mma.sync m16n8k16 with fp32 accumulation. (The
+// programmatic-dependent-launch controls are device_utils.cuh's.)
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/device_utils.cuh"  // GridDependencyWait, LaunchDependents
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/kv_view.h"
 
@@ -89,20 +90,6 @@ __device__ __forceinline__ void CpAsyncCommit() {
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Programmatic dependent launch (sm_90): no-ops when the grid was launched without it. Before
-// sm_90 the instructions do not exist and the launch attribute has no effect (plain stream
-// order: a dependent grid starts after its predecessor ends), so nothing is needed there.
-__device__ __forceinline__ void GridDependencyWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void LaunchDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
 }
 
 constexpr float kNegInf = -__builtin_huge_valf();
