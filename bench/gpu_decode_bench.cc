@@ -22,7 +22,7 @@
 // row reads its whole context; skipped when B x prefix > --max-paged-tokens, since it costs
 // about B x prefix x 0.5 MiB of KV reads per 7B step), none (attention skipped, projections
 // kept: the no-attention ceiling), and tpp variants "tpp:defer", "tpp:fused", "tpp:m64",
-// "tpp:m128", "tpp:nopdl" (joined by '+') that change the TPP work plan's options (main table
+// "tpp:m128", "tpp:nopdl", "tpp:p2min<N>" (joined by '+') that change the TPP work plan's options (main table
 // only). With nothing shared (B = 1) tpp runs the paged kernel. For tpp the table also gives the TPP work plan's host cost
 // per decode step: full builds (shape changes) and span-end updates, each with its upload.
 // The KV pool is sized for the largest batch of a prefix (--kv-gib caps it when > 0).
@@ -80,6 +80,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "bench/gemm_ceiling.h"
 #include "bench/physical_limit.h"
 #include "engine/cuda/cuda_backend.h"
@@ -146,7 +147,8 @@ AttentionMode ModeOf(const std::string& m) {
 }
 
 // "tpp:<knob>[+<knob>...]" runs tpp with TppOptions changed: defer (deferred merge, phase 2
-// beside phase 1 on a side stream), fused (never deferred), m64 / m128 (phase-1 M tile), nopdl.
+// beside phase 1 on a side stream), fused (never deferred), m64 / m128 (phase-1 M tile), nopdl,
+// p2min<N> (private tails split into pieces of at least N tokens).
 bool TppVariant(const std::string& m, kernels::cuda::tpp::TppOptions* t) {
   if (m.rfind("tpp:", 0) != 0) return true;
   for (absl::string_view k : absl::StrSplit(m.substr(4), '+')) {
@@ -160,6 +162,10 @@ bool TppVariant(const std::string& m, kernels::cuda::tpp::TppOptions* t) {
       t->p1_block_m = 128;
     } else if (k == "nopdl") {
       t->pdl = false;
+    } else if (absl::ConsumePrefix(&k, "p2min")) {  // p2min<N>: TppOptions::p2_min_split_tokens
+      int n = 0;
+      if (!absl::SimpleAtoi(k, &n) || n < 1) return false;
+      t->p2_min_split_tokens = n;
     } else {
       return false;
     }

@@ -54,6 +54,11 @@ std::vector<TppCase> TppCases() {
   cs.push_back({"noshare_hydragen", 256, 8, 1, 128, 32768, 256, false});
   cs.push_back({"noshare_hydragen", 1024, 8, 1, 128, 32768, 1, false});
   cs.push_back({"noshare_llama7b", 256, 32, 32, 128, 16384, 128, false});
+  // One sequence, or a few, alone (a single user's chat): nothing shared, few CTAs unless the
+  // context is split.
+  for (int p : {2048, 16384}) cs.push_back({"single_llama7b", 1, 32, 32, 128, p, 1, false});
+  cs.push_back({"single_llama3_8b", 1, 32, 8, 128, 8192, 1, false});
+  cs.push_back({"few_llama7b", 4, 32, 32, 128, 4096, 1, false});
   // Hierarchical: a global prefix, 16 group prefixes, private tails of 32..256 tokens (GQA 4).
   cs.push_back({"hierarchical", 256, 32, 8, 128, 4096, 256, true, {{16, 1024}}, 32});
   // Issue 15, the regimes end-to-end serving hits (one layer of each model's attention).
