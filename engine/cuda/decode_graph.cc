@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "kernels/cuda/cuda_status.h"
 
@@ -22,6 +23,47 @@ absl::Status DecodeGraphCache::Capture(cudaStream_t stream,
     return kernels::cuda::CudaStatus(ended, "cudaStreamEndCapture (decode step)");
   }
   *graph = g;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeGraphCache::Build(bool early, cudaStream_t stream,
+                                     absl::FunctionRef<absl::Status()> enqueue, Entry& e,
+                                     int* early_edges) {
+  *early_edges = 0;
+  cudaGraph_t graph = nullptr;
+  BANYAN_RETURN_IF_ERROR(Capture(stream, enqueue, &graph));
+  // The template's kernel nodes: node updates name them (kept with the executable), and early
+  // launch picks its nodes among them. Changing edges keeps the nodes.
+  std::vector<kernels::cuda::KernelNode> nodes;
+  if (!kernels::cuda::ListKernelNodes(graph, &nodes).ok()) {
+    cudaGetLastError();
+    nodes.clear();  // updates then fail their node count and capture instead
+  }
+  absl::Status early_status = absl::OkStatus();
+  if (early) early_status = kernels::cuda::LaunchEarly(graph, nodes, early_kernels_, early_edges);
+  cudaError_t err = cudaErrorUnknown;
+  if (early_status.ok()) err = cudaGraphInstantiate(&e.exec, graph, 0);
+  if (!early_status.ok() || (err != cudaSuccess && *early_edges > 0)) {
+    // Refused with early edges (the graph may also have lost one): the step again as captured,
+    // and no early launch from now on.
+    cudaGetLastError();
+    early_error_ = !early_status.ok()
+                       ? std::string(early_status.message())
+                       : std::string(kernels::cuda::CudaStatus(
+                                         err, "cudaGraphInstantiate with launch-early edges")
+                                         .message());
+    early_kernels_.clear();
+    e.exec = nullptr;
+    cudaGraphDestroy(graph);
+    return Build(false, stream, enqueue, e, early_edges);
+  }
+  if (err != cudaSuccess) {
+    e.exec = nullptr;
+    cudaGraphDestroy(graph);
+    return kernels::cuda::CudaStatus(err, "cudaGraphInstantiate (decode step)");
+  }
+  e.graph = graph;  // kept: node updates name its nodes
+  e.kernels = std::move(nodes);
   return absl::OkStatus();
 }
 
@@ -48,8 +90,9 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
       Destroy(*lru);
       entries_.erase(lru);
     }
-    entries_.push_back(Entry{key.shape, nullptr, nullptr, {}, {}, {}, {}, 0, 0, 0});
+    entries_.emplace_back();
     it = entries_.end() - 1;
+    it->shape = key.shape;
   }
   Entry& e = *it;
   e.last_use = clock_;
@@ -87,37 +130,12 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
       return absl::OkStatus();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    cudaGraph_t graph = nullptr;
-    BANYAN_RETURN_IF_ERROR(Capture(stream, enqueue, &graph));
-    int early_edges = 0;
-    if (key.early_launch && !early_kernels_.empty()) {
-      const absl::Status early = kernels::cuda::LaunchEarly(graph, early_kernels_, &early_edges);
-      if (!early.ok()) {
-        // The graph may have lost an edge: take the step again as it is, and stop trying.
-        cudaGetLastError();
-        early_error_ = std::string(early.message());
-        early_kernels_.clear();
-        early_edges = 0;
-        cudaGraphDestroy(graph);
-        graph = nullptr;
-        BANYAN_RETURN_IF_ERROR(Capture(stream, enqueue, &graph));
-      }
-    }
     // A fresh executable, never cudaGraphExecUpdate: node updates (`update`) must name nodes of
     // the graph the executable was instantiated from (see the header).
     Destroy(e);
-    const cudaError_t err = cudaGraphInstantiate(&e.exec, graph, 0);
-    if (err != cudaSuccess) {
-      e.exec = nullptr;
-      cudaGraphDestroy(graph);
-      return kernels::cuda::CudaStatus(err, "cudaGraphInstantiate (decode step)");
-    }
-    // Keep the template: node updates name its nodes.
-    e.graph = graph;
-    if (!kernels::cuda::ListKernelNodes(graph, &e.kernels).ok()) {
-      cudaGetLastError();
-      e.kernels.clear();  // updates then fail their node count and capture instead
-    }
+    int early_edges = 0;
+    BANYAN_RETURN_IF_ERROR(
+        Build(key.early_launch && !early_kernels_.empty(), stream, enqueue, e, &early_edges));
     e.exec_params = key.params;
     e.exec_patch = key.patch;
     e.early_edges = early_edges;

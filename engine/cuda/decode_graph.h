@@ -115,8 +115,8 @@ class DecodeGraphCache {
 
   // Kernels (host stubs) that wait for their predecessor on the device (griddepcontrol.wait):
   // each capture of a key with early_launch from now on launches them early
-  // (kernels::cuda::LaunchEarly). If the driver refuses, that capture is taken again as it was
-  // and early launch stays off (early_error()).
+  // (kernels::cuda::LaunchEarly). If the driver refuses the edges or an executable with them,
+  // that capture is taken again as it was and early launch stays off (early_error()).
   void SetEarlyLaunch(std::vector<const void*> kernels) { early_kernels_ = std::move(kernels); }
   const std::string& early_error() const { return early_error_; }
   // Destroys every cached executable.
@@ -139,6 +139,12 @@ class DecodeGraphCache {
     int early_edges = 0;  // launch-early edges of `graph`
   };
   static void Destroy(Entry& e);
+  // Captures `enqueue` and instantiates it into e.graph / e.exec / e.kernels (e destroyed
+  // before), launching early where `early` says. If the driver refuses the early edges, at the
+  // edge or at instantiation, it captures again without them and stops launching early.
+  // *early_edges: edges launched early in the result.
+  absl::Status Build(bool early, cudaStream_t stream, absl::FunctionRef<absl::Status()> enqueue,
+                     Entry& e, int* early_edges);
   // Captures `enqueue` into *graph.
   static absl::Status Capture(cudaStream_t stream, absl::FunctionRef<absl::Status()> enqueue,
                               cudaGraph_t* graph);

@@ -58,11 +58,12 @@ absl::Status ApplyKernelNodeUpdates(const std::vector<KernelNode>& nodes, cudaGr
   return absl::OkStatus();
 }
 
-absl::Status LaunchEarly(cudaGraph_t graph, const std::vector<const void*>& kernels,
-                         int* converted) {
+absl::Status LaunchEarly(cudaGraph_t graph, const std::vector<KernelNode>& nodes,
+                         const std::vector<const void*>& kernels, int* converted) {
   *converted = 0;
 #if CUDART_VERSION < 12030
   (void)graph;
+  (void)nodes;
   (void)kernels;
   return absl::UnimplementedError("LaunchEarly: graph edge data needs CUDA 12.3 or newer");
 #else
@@ -71,8 +72,6 @@ absl::Status LaunchEarly(cudaGraph_t graph, const std::vector<const void*>& kern
 #define cudaGraphAddDependencies cudaGraphAddDependencies_v2
 #define cudaGraphRemoveDependencies cudaGraphRemoveDependencies_v2
 #endif
-  std::vector<KernelNode> nodes;
-  BANYAN_RETURN_IF_ERROR(ListKernelNodes(graph, &nodes));
   for (const KernelNode& kn : nodes) {
     if (std::find(kernels.begin(), kernels.end(), kn.func) == kernels.end()) continue;
     cudaGraphNode_t dep[2] = {};

@@ -51,8 +51,9 @@ absl::Status ApplyKernelNodeUpdates(const std::vector<KernelNode>& nodes, cudaGr
 // until that kernel has completed. Its launch and block scheduling overlap the kernel before
 // instead of following it. Call before instantiating. *converted: edges changed. Needs
 // sm_90 and a driver with graph edge data (CUDA 12.3); on a refusal the edge is restored and
-// the error returned (edges converted before it stay).
-absl::Status LaunchEarly(cudaGraph_t graph, const std::vector<const void*>& kernels,
-                         int* converted);
+// the error returned (edges converted before it stay; a caller should drop the graph).
+// `nodes`: ListKernelNodes(graph).
+absl::Status LaunchEarly(cudaGraph_t graph, const std::vector<KernelNode>& nodes,
+                         const std::vector<const void*>& kernels, int* converted);
 
 }  // namespace banyan::kernels::cuda

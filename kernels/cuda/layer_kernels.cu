@@ -187,9 +187,15 @@ absl::Status ArgmaxRows(const ArgmaxParams& p, cudaStream_t stream) {
 
 std::vector<const void*> EarlyLaunchKernels() {
   using bf16 = __nv_bfloat16;
+  // Built without sm_90 code (PTX for an older architecture, JIT-compiled on this device) the
+  // waits compile to nothing: then none may be launched early.
+  cudaFuncAttributes attr = {};
+  if (cudaFuncGetAttributes(&attr, RmsNormVecKernel<bf16>) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  if (attr.ptxVersion < 90) return {};
   return {
-      reinterpret_cast<const void*>(EmbeddingKernel<bf16>),
-      reinterpret_cast<const void*>(EmbeddingKernel<__half>),
       reinterpret_cast<const void*>(RmsNormKernel<bf16>),
       reinterpret_cast<const void*>(RmsNormKernel<__half>),
       reinterpret_cast<const void*>(RmsNormVecKernel<bf16>),

@@ -14,7 +14,6 @@ namespace banyan::kernels::cuda {
 // One block per row; threads stride the row.
 template <typename T>
 __global__ void EmbeddingKernel(const __grid_constant__ EmbeddingParams p) {
-  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   const int64_t r = blockIdx.x;
   int32_t token = p.tokens[r];
   if (p.feed != nullptr && p.feed[r] >= 0) token = max(p.feed_tokens[p.feed[r]], 0);

@@ -118,10 +118,12 @@ struct ArgmaxParams {
 };
 absl::Status ArgmaxRows(const ArgmaxParams& p, cudaStream_t stream);
 
-// The layer kernels above (every instantiation) that wait for the grids before them on the
-// device (griddepcontrol.wait) before they touch memory: a step's graph may launch them as soon
-// as the kernel before them has started all its blocks (graph_update.h, LaunchEarly), so that
-// their launch overlaps that kernel's last wave instead of following its end.
+// The layer kernels above (every instantiation of RMSNorm, RoPE + KV write, QKV bias / norm,
+// SwiGLU and argmax) that wait for the grids before them on the device (griddepcontrol.wait)
+// before they touch memory: a step's graph may launch them as soon as the kernel before them has
+// started all its blocks (graph_update.h, LaunchEarly), so that their launch overlaps that
+// kernel's last wave instead of following its end. Empty when they were not compiled for sm_90
+// (their waits would be no-ops). A kernel added here must wait first, as these do.
 std::vector<const void*> EarlyLaunchKernels();
 
 }  // namespace banyan::kernels::cuda

@@ -21,7 +21,8 @@
 // with the default schedule) and paged (head_dim 128). On sm_90 the graphs launch the layer
 // kernels early (CudaBackendOptions::graph_early_launch, on in every case but one; these steps
 // have fewer rows than graph_early_launch_rows): the executables must have such edges, and the
-// logits stay bitwise equal.
+// logits stay bitwise equal. One case has q/k/v biases and q/k norms: QkvBiasNorm runs between
+// the QKV GEMM and RoPE (two early-launched kernels in a row; fp32 GEMM outputs).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -150,11 +151,13 @@ struct Case {
   int32_t defer_merge;  // TppOptions::defer_merge
   int32_t min_stable;   // CudaBackendOptions::graph_min_stable_steps
   bool late_launch = false;  // CudaBackendOptions::graph_early_launch off
+  bool qkv_extras = false;   // q/k/v biases and per-head q/k norms (QkvBiasNorm before RoPE)
 };
 
 // Runs the scenario of the file comment for one case.
 void RunCase(const Case& c, std::mt19937_64& rng) {
-  const ModelConfig cfg = testing::SmallModelConfig(c.head_dim, c.heads, c.kv_heads);
+  ModelConfig cfg = testing::SmallModelConfig(c.head_dim, c.heads, c.kv_heads);
+  cfg.qkv_bias = cfg.qk_norm = c.qkv_extras;
   const int vocab = cfg.vocab_size;
   const ModelWeights w = MakeDummyWeights(cfg, rng());
   std::unique_ptr<Lane> lanes[2];  // 0: graphs off (the reference), 1: graphs on
@@ -325,7 +328,8 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
     EXPECT_GT(st.tpp_plan_builds, 3) << c.label;
   }
   // On sm_90 the layer kernels after a GEMM are launched early (the equality above holds with
-  // them): one edge per RMSNorm, RoPE, SwiGLU and argmax at least.
+  // them): per layer its two RMSNorms, RoPE (or QKV bias / norm, then RoPE after it) and SwiGLU,
+  // and the final RMSNorm (and the argmax of a greedy step).
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   std::printf("[ %s ] edges launched early in the last executable: %lld %s\n", c.label,
@@ -333,7 +337,8 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
   if (c.late_launch || major < 9) {
     EXPECT_EQ(g.early_edges, 0) << c.label;
   } else {
-    EXPECT_GE(g.early_edges, 3 * cfg.n_layers + 1) << c.label << ": " << on.graph_early_error();
+    EXPECT_GE(g.early_edges, (c.qkv_extras ? 5 : 4) * cfg.n_layers + 1)
+        << c.label << ": " << on.graph_early_error();
   }
 }
 
@@ -350,7 +355,9 @@ TEST_F(DecodeGraphTest, GraphsOnEqualGraphsOffAcrossShapeChanges) {
         Case{"paged d128 gqa4", 128, 4, 1, AttentionMode::kPaged, -1, 1},
         Case{"tpp d128 gqa4 stable 2", 128, 4, 1, AttentionMode::kTpp, -1, 2},
         Case{"paged d128 gqa4 stable 2", 128, 4, 1, AttentionMode::kPaged, -1, 2},
-        Case{"tpp d64 mha late launch", 64, 4, 4, AttentionMode::kTpp, -1, 1, true}}) {
+        Case{"tpp d64 mha late launch", 64, 4, 4, AttentionMode::kTpp, -1, 1, true},
+        Case{"tpp d128 gqa4 biases + qk norms", 128, 4, 1, AttentionMode::kTpp, -1, 1, false,
+             true}}) {
     SCOPED_TRACE(c.label);
     RunCase(c, rng);
     if (HasFatalFailure()) return;
