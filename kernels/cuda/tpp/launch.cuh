@@ -154,6 +154,13 @@ cudaError_t LaunchPhase2Group(const TppWorkPlan& plan, const TppParams& p, bool 
   return WithPhase2Variant(plan, Phase2Launch<HEAD_DIM, DType>{plan, p, pdl, stream});
 }
 
+// The merge kernel's grid: merge rows x blocks of kTppMergeThreads (head, 8 head dims) pairs.
+template <int HEAD_DIM>
+dim3 TppMergeGrid(const TppWorkPlan& plan) {
+  const int pairs = plan.problem().num_q_heads * (HEAD_DIM / 8);
+  return dim3(plan.num_merge_rows(), (pairs + kTppMergeThreads - 1) / kTppMergeThreads);
+}
+
 template <int HEAD_DIM, DType DTYPE>
 cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                 cudaStream_t stream) {
@@ -199,7 +206,8 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
   }
   if (plan.num_merge_rows() > 0) {
     // A plain launch on `stream`: phases 1 and 2 are complete before it starts.
-    TppMergeKernel<HEAD_DIM, Elem><<<plan.num_merge_rows(), 128, 0, stream>>>(p);
+    TppMergeKernel<HEAD_DIM, Elem>
+        <<<TppMergeGrid<HEAD_DIM>(plan), kTppMergeThreads, 0, stream>>>(p);
     e = cudaGetLastError();
   }
   return e;
@@ -240,7 +248,7 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   }
   if (plan.num_merge_rows() > 0) {
     updates->push_back({reinterpret_cast<const void*>(TppMergeKernel<HEAD_DIM, Elem>),
-                        dim3(plan.num_merge_rows()), sizeof(TppParams), patch});
+                        TppMergeGrid<HEAD_DIM>(plan), sizeof(TppParams), patch});
   }
   return cudaSuccess;
 }

@@ -354,15 +354,22 @@ __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ T
                                                                head0, heads);
 }
 
+inline constexpr int kTppMergeThreads = 128;
+
 // Finishes rows whose private tail was split: merges the row's phase-1 partials and its
-// phase-2 pieces, normalises, writes the output. One CTA per such row.
+// phase-2 pieces, normalises, writes the output. Grid (TppMergeGrid, launch.cuh): (merge row,
+// block of kTppMergeThreads (head, 8 head dims) pairs), one pair per thread, so that a row's
+// merges run side by side (with 32 heads, one CTA of 128 threads per row took four pairs per
+// thread, one after another, each a chain of dependent loads).
 template <int HEAD_DIM, typename DType>
-__global__ void __launch_bounds__(128) TppMergeKernel(const __grid_constant__ TppParams p) {
+__global__ void __launch_bounds__(kTppMergeThreads)
+    TppMergeKernel(const __grid_constant__ TppParams p) {
   constexpr int VECS = HEAD_DIM / 8;
   const int row = p.t.merge_rows[blockIdx.x];
   const int begin = p.t.row_merge_begin[row];
   const int end = p.t.row_merge_end[row];
-  for (int idx = threadIdx.x; idx < p.num_q_heads * VECS; idx += blockDim.x) {
+  for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < p.num_q_heads * VECS;
+       idx += blockDim.x * gridDim.y) {
     const int head = idx / VECS;
     const int c = idx % VECS;
     float m = kNegInf, w = 0.0f;
