@@ -140,6 +140,31 @@ TEST(TppWorkPlanTest, PartitionCoversThePlanExactly) {
   }
 }
 
+// One sequence alone (a single user's decode): its private tail is cut into pieces of at least
+// p2_min_split_tokens so that the SMs have work, but never into more than p2_max_splits, since
+// the merge reads a row's states a few at a time.
+TEST(TppWorkPlanTest, OneRowSplitsItsTailWithinTheMergeBound) {
+  BANYAN_SEEDED_RNG(rng);
+  for (int context : {2048, 16384}) {
+    auto pool = *kvcache::ChunkPool::Create(600, 64);
+    kvcache::PrefixTree tree(&pool);
+    std::vector<int32_t> tokens(context);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % 50000);
+    const kvcache::SeqId seq = tree.Insert("", tokens)->seq;
+    const std::vector<kvcache::SeqId> rows = {seq};
+    AttentionPlan plan = kvcache::BuildAttentionPlan(tree, rows, {.share = false});
+    TppProblem pr{32, 32, 128, 64};  // the 7B shape's heads
+    TppOptions opt;
+    auto wp = TppWorkPlan::Build(engine::ViewOf(plan), pr, opt);
+    ASSERT_TRUE(wp.ok()) << wp.status();
+    CheckPartition(plan, *wp, 1);
+    // 2K: pieces of 256 (8 of them, where pieces of 1,024 left 2 x 32 CTAs for 132 SMs); 16K:
+    // the bound, 16 pieces.
+    EXPECT_EQ(wp->max_p2_splits(), context == 2048 ? 8 : opt.p2_max_splits) << context;
+    EXPECT_EQ(wp->num_merge_rows(), 1) << context;
+  }
+}
+
 TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
   BANYAN_SEEDED_RNG(rng);
   auto pool = *kvcache::ChunkPool::Create(4000, 64);
@@ -218,6 +243,7 @@ TEST(TppWorkPlanTest, Phase2KernelChoice) {
                        Case{12, 0, 8, 2}, Case{2, 1, 16, 1}, Case{1, 1, 1, 1}}) {
     TppOptions o;
     o.p2_mma = c.option;
+    o.p2_min_split_tokens = 1024;  // tails kept whole: the stage rule below sees them
     auto wp = TppWorkPlan::Build(engine::ViewOf(plan), TppProblem{2 * c.g, 2, 128, 64}, o);
     ASSERT_TRUE(wp.ok()) << wp.status();
     EXPECT_EQ(wp->p2_head_group(), c.group) << "g " << c.g << " p2_mma " << c.option;
@@ -231,10 +257,12 @@ TEST(TppWorkPlanTest, Phase2KernelChoice) {
   {
     std::vector<kvcache::SeqId> few(rows.begin(), rows.begin() + 1);  // 300 tokens
     AttentionPlan p1 = kvcache::BuildAttentionPlan(tree, few, {.share = false});
-    auto mma = TppWorkPlan::Build(engine::ViewOf(p1), TppProblem{16, 2, 128, 64}, TppOptions{});
+    TppOptions whole;
+    whole.p2_min_split_tokens = 1024;  // the 300-token tail in one piece
+    auto mma = TppWorkPlan::Build(engine::ViewOf(p1), TppProblem{16, 2, 128, 64}, whole);
     ASSERT_TRUE(mma.ok());
     EXPECT_EQ(mma->p2_stages(), 2);  // 5 tiles of 64
-    TppOptions cuda_cores;
+    TppOptions cuda_cores = whole;
     cuda_cores.p2_mma = 0;
     auto ffma = TppWorkPlan::Build(engine::ViewOf(p1), TppProblem{16, 2, 128, 64}, cuda_cores);
     ASSERT_TRUE(ffma.ok());

@@ -84,9 +84,14 @@ struct TppOptions {
   // > 0: the longest segment takes this many phase-1 splits (the others in proportion, within
   // the limits above) instead of the split model's choice; for benchmarks that sweep it.
   int32_t p1_splits = 0;
-  int32_t p2_min_split_tokens = 1024;  // a private tail is split only into pieces this long
-  int32_t p2_ctas_per_sm = 4;          // phase-2 split target: this many CTAs per SM
-  int32_t p2_max_splits = 64;
+  // Phase-2 splits: a private tail is cut into pieces of at least p2_min_split_tokens, into at
+  // most p2_max_splits (a row's merge reads its states a few at a time, one memory latency per
+  // kTppMergeAhead states); measured on the H200 (docs/benchmarks_tpp.md, 2026-12-03, night):
+  // one 2K row alone 2-4 % faster per decode step in pieces of 256 than of 1,024, and one 16K
+  // row 4 % slower in 64 pieces than in 16.
+  int32_t p2_min_split_tokens = 256;
+  int32_t p2_ctas_per_sm = 4;  // phase-2 split target: this many CTAs per SM
+  int32_t p2_max_splits = 16;
   int32_t p2_max_split_tokens = 0;     // > 0: private-tail pieces are at most this long
   // Phase-2 cp.async pipeline depth: 3 stages hide a tile's load behind two others' compute; 2
   // stages take a third less shared memory, so more CTAs fit on an SM, which is what short

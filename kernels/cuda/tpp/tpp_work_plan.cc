@@ -10,9 +10,10 @@
 // So a segment is split only as far as needed to fill the SMs, and no further when its partials
 // and their merge would cost more than the parallelism gains.
 //
-// Phase 2: each row's private spans are cut into pieces of at least p2_min_split_tokens, and so
-// that all rows together make about p2_ctas_per_sm CTAs per SM (flash-decoding); a row with one
-// piece merges its phase-1 partials and writes the output in the same CTA.
+// Phase 2: each row's private spans are cut into pieces of at least p2_min_split_tokens, at most
+// p2_max_splits of them, and so that all rows together make about p2_ctas_per_sm CTAs per SM
+// (flash-decoding); a row with one piece merges its phase-1 partials and writes the output in
+// the same CTA.
 #include <algorithm>
 #include <cmath>
 #include <limits>
