@@ -22,9 +22,10 @@
 // row reads its whole context; skipped when B x prefix > --max-paged-tokens, since it costs
 // about B x prefix x 0.5 MiB of KV reads per 7B step), none (attention skipped, projections
 // kept: the no-attention ceiling), and tpp variants "tpp:defer", "tpp:fused", "tpp:m64",
-// "tpp:m128", "tpp:nopdl", "tpp:p2min<N>" (joined by '+') that change the TPP work plan's options (main table
-// only). With nothing shared (B = 1) tpp runs the paged kernel. For tpp the table also gives the TPP work plan's host cost
-// per decode step: full builds (shape changes) and span-end updates, each with its upload.
+// "tpp:m128", "tpp:nopdl", "tpp:p2min<N>" (joined by '+') that change the TPP work plan's
+// options (main table only). With nothing shared (B = 1) tpp runs the paged kernel. For tpp the
+// table also gives the TPP work plan's host cost per decode step: full builds (shape changes)
+// and span-end updates, each with its upload.
 // The KV pool is sized for the largest batch of a prefix (--kv-gib caps it when > 0).
 // A summary table gives tok/s per mode and the ratios tpp/none and tpp/paged.
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run

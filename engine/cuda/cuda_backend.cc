@@ -78,7 +78,7 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   m.graphs_on = options_.cuda_graphs;
   m.graphs = std::make_unique<cuda::DecodeGraphCache>(options_.graph_cache_shapes,
                                                       options_.graph_min_stable_steps);
-  if (options_.graph_early_launch && prop.major >= 9) {
+  if (options_.graph_early_launch_rows > 0 && prop.major >= 9) {
     m.graphs->SetEarlyLaunch(kc::EarlyLaunchKernels());
   }
   // Decode rows run on the TPP kernels wherever they are built for the head dim: two-phase over

@@ -109,13 +109,12 @@ struct CudaBackendOptions {
   int32_t graph_min_stable_steps = 2;
   // Shapes (row count, greedy or not, attention path) whose executables are kept, LRU.
   int32_t graph_cache_shapes = 8;
-  // In a captured step of at most graph_early_launch_rows rows, the RMSNorm, RoPE + KV write,
-  // QKV bias / norm, SwiGLU and argmax kernels are launched as soon as the kernel before them
-  // (a GEMM, mostly) has started all its blocks, and wait for it on the device
+  // In a captured step of at most graph_early_launch_rows rows (0: none), the RMSNorm, RoPE +
+  // KV write, QKV bias / norm, SwiGLU and argmax kernels are launched as soon as the kernel
+  // before them (a GEMM, mostly) has started all its blocks, and wait for it on the device
   // (kernels::cuda::LaunchEarly): their launch overlaps its last wave instead of following its
   // end. sm_90 and newer; results are the same bits either way. It shortens small steps and
   // did not pay at 1,024 rows (docs/benchmarks.md, 2026-12-03, night), hence the row bound.
-  bool graph_early_launch = true;
   int32_t graph_early_launch_rows = 128;
   // Decode-only steps run on a row count rounded up to a bucket (DecodeRowBucket), so that a
   // batch that gains or loses a few rows keeps its graph shape; the padding rows cost GEMM

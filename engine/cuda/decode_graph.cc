@@ -133,12 +133,10 @@ absl::Status DecodeGraphCache::Launch(const DecodeGraphKey& key, cudaStream_t st
     // A fresh executable, never cudaGraphExecUpdate: node updates (`update`) must name nodes of
     // the graph the executable was instantiated from (see the header).
     Destroy(e);
-    int early_edges = 0;
     BANYAN_RETURN_IF_ERROR(
-        Build(key.early_launch && !early_kernels_.empty(), stream, enqueue, e, &early_edges));
+        Build(key.early_launch && !early_kernels_.empty(), stream, enqueue, e, &e.early_edges));
     e.exec_params = key.params;
     e.exec_patch = key.patch;
-    e.early_edges = early_edges;
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     ++stats->captures;

@@ -19,7 +19,7 @@
 // second step. tpp (head_dim 128 GQA 4
 // with the deferred-merge schedule forced, so the side-stream fork is captured; head_dim 64 MHA
 // with the default schedule) and paged (head_dim 128). On sm_90 the graphs launch the layer
-// kernels early (CudaBackendOptions::graph_early_launch, on in every case but one; these steps
+// kernels early (CudaBackendOptions::graph_early_launch_rows, 0 in one case; these steps
 // have fewer rows than graph_early_launch_rows): the executables must have such edges, and the
 // logits stay bitwise equal. One case has q/k/v biases and q/k norms: QkvBiasNorm runs between
 // the QKV GEMM and RoPE (two early-launched kernels in a row; fp32 GEMM outputs).
@@ -150,7 +150,7 @@ struct Case {
   AttentionMode mode;
   int32_t defer_merge;  // TppOptions::defer_merge
   int32_t min_stable;   // CudaBackendOptions::graph_min_stable_steps
-  bool late_launch = false;  // CudaBackendOptions::graph_early_launch off
+  bool late_launch = false;  // CudaBackendOptions::graph_early_launch_rows = 0
   bool qkv_extras = false;   // q/k/v biases and per-head q/k norms (QkvBiasNorm before RoPE)
 };
 
@@ -169,7 +169,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
     o.tpp.defer_merge = c.defer_merge;
     o.cuda_graphs = g == 1;
     o.graph_min_stable_steps = c.min_stable;
-    o.graph_early_launch = !c.late_launch;
+    if (c.late_launch) o.graph_early_launch_rows = 0;
     auto b = CudaBackend::Create(&w, o);
     ASSERT_TRUE(b.ok()) << b.status();
     lanes[g] = std::make_unique<Lane>(std::move(*b), c.mode);
