@@ -332,14 +332,16 @@ int Run(int argc, char** argv) {
   GrpcFrontEnd grpc_server(&ctx);
   if (absl::Status s = grpc_server.Start(); !s.ok()) return Fail(s);
   signals.Serving();
-  ready = true;
-  grpc_server.UpdateHealth();
+  // The banner goes out before /ready and gRPC health say SERVING: whoever waits for ready
+  // (a script, an orchestrator, the tests) finds the ports and the example calls logged.
   spdlog::info("serving model '{}': HTTP http://{}:{} (OpenAI API), gRPC {}:{}{}", ctx.model_name,
                ctx.options.host, http.port(), ctx.options.host, grpc_server.port(),
                ctx.auth.keys_required()
                    ? absl::StrCat(" (API keys required; ", ctx.auth.tenants().size(), " tenants)")
                    : std::string(" (no API key: one tenant)"));
   LogUsage(ctx.options.host, http.port(), grpc_server.port(), ctx.model_name);
+  ready = true;
+  grpc_server.UpdateHealth();
 
   // The drain. Further signals meanwhile are logged and ignored by `signals`' thread.
   const int sig = signals.WaitForDrain();

@@ -21,7 +21,8 @@ function run(args, opts = {}) {
   let log = '';
   proc.stdout.on('data', (c) => { log += c; });
   proc.stderr.on('data', (c) => { log += c; });
-  const exit = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  // 'close': after the exit and the last of its output (see Daemon.exit in lib/daemon.js).
+  const exit = new Promise((resolve) => proc.on('close', (code, signal) => resolve({ code, signal })));
   return { proc, exit, get log() { return log; } };
 }
 
@@ -51,8 +52,9 @@ test('the start-up banner names the ports banyand listens on', async () => {
   const d = await startDaemon();
   try {
     assert.notEqual(d.httpPort, 8000);
+    // banyand logs the banner before /ready answers 200, but its output is read asynchronously.
+    await d.waitForLog(new RegExp(`banyan-grpc-client --addr localhost:${d.grpcPort} `));
     assert.match(d.log, new RegExp(`try: curl -s http://localhost:${d.httpPort}/v1/completions`));
-    assert.match(d.log, new RegExp(`banyan-grpc-client --addr localhost:${d.grpcPort} `));
     assert.doesNotMatch(d.log, /:8000\b|:50051\b/);
     assert.match(d.log, /backend cpu \(--backend auto: /);
   } finally {

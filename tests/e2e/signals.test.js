@@ -24,7 +24,7 @@ describe('shutdown signals', () => {
     t.after(() => proc.exitCode === null && proc.kill('SIGKILL'));
     let log = '';
     let signalled = false;
-    const exit = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+    const exit = new Promise((resolve) => proc.on('close', (code, signal) => resolve({ code, signal })));
     const onData = (chunk) => {
       log += chunk.toString('utf8');
       if (!signalled && /loading model/.test(log)) {

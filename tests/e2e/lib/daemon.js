@@ -81,8 +81,10 @@ class Daemon {
     this.modelName = MODEL_NAME;
     this.logChunks = [];
     this.logBytes = 0;
+    // 'close', not 'exit': 'exit' can come before the last of stdout / stderr has been read,
+    // and a test that reads the log after the exit must see all of it.
     this.exit = new Promise((resolve) => {
-      proc.on('exit', (code, signal) => {
+      proc.on('close', (code, signal) => {
         live.delete(this);
         this.exitInfo = { code, signal };
         resolve(this.exitInfo);
@@ -106,6 +108,20 @@ class Daemon {
   // The daemon's output so far (the last few MB), stdout and stderr interleaved.
   get log() {
     return this.logChunks.join('');
+  }
+
+  // Resolves once the output matches `re`; rejects after `timeoutMs` (scaled) or when banyand
+  // has exited without printing it. Output reaches this process asynchronously: a line logged
+  // before an HTTP reply may be read after it.
+  async waitForLog(re, timeoutMs = 10000) {
+    const deadline = Date.now() + scaled(timeoutMs);
+    for (;;) {
+      if (re.test(this.log)) return;
+      if (!this.running || Date.now() > deadline) {
+        throw new Error(`banyand's output never matched ${re}\n${this.tail()}`);
+      }
+      await sleep(20);
+    }
   }
 
   get running() {
