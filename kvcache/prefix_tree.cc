@@ -409,17 +409,61 @@ bool PrefixTree::GrowsInPlace(SeqId seq) const {
 
 absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendPending(std::span<const SeqId> seqs,
                                                                    bool allow_evict) {
-  std::vector<std::pair<SeqId, int32_t>> items;
-  items.reserve(seqs.size());
+  std::unordered_set<SeqId> seen;
   for (SeqId s : seqs) {
-    if (!GrowsInPlace(s)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", s, " does not grow in place: its next token is not pending"));
+    auto it = seqs_.find(s);
+    if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", s));
+    if (!seen.insert(s).second) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " twice"));
     }
-    items.emplace_back(s, kPendingToken);
+    const Node* leaf = it->second.leaf;
+    if (leaf->parent == nullptr || leaf->tokens.back() == kPendingToken) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, " is empty or has a pending token already"));
+    }
   }
-  // Each leaf has one sequence and no children: every append grows its own leaf in place.
-  return AppendBatch(items, allow_evict);
+  // In place: a chunk when the leaf's last one is full. A pending fork: its own first chunk.
+  auto needed = [&]() {
+    int32_t n = 0;
+    for (SeqId s : seqs) {
+      const Node* leaf = seqs_.at(s).leaf;
+      n += !GrowsInPlace(s) || (leaf->first_slot + leaf->size()) % chunk_size_ == 0 ? 1 : 0;
+    }
+    return n;
+  };
+  int32_t need = needed();
+  if (pool_->chunks_free() < need && allow_evict) {
+    Evict(need - pool_->chunks_free());  // never a node a live sequence uses: no leaf here
+    need = needed();  // eviction may have removed cached children: recount
+  }
+  if (absl::Status s = Reserve(need); !s.ok()) return s;
+
+  std::vector<PlaceResult> results(seqs.size());
+  const int32_t pending = kPendingToken;
+  ++clock_;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    PlaceResult& r = results[i];
+    r.seq = seqs[i];
+    Sequence& sq = seqs_.at(seqs[i]);
+    Node* leaf = sq.leaf;
+    if (GrowsInPlace(seqs[i])) {
+      AppendTokens(leaf, std::span<const int32_t>(&pending, 1), &r.new_slots);
+      continue;
+    }
+    auto child = std::make_unique<Node>();
+    child->parent = leaf;
+    child->depth_tokens = leaf->depth_tokens + leaf->size();
+    child->refcount = 1;
+    child->last_use = clock_;
+    Node* raw = child.get();
+    leaf->children.emplace(kPendingToken, std::move(child));
+    AppendTokens(raw, std::span<const int32_t>(&pending, 1), &r.new_slots);
+    leaf->seqs_ending.erase(seqs[i]);
+    raw->seqs_ending.insert(seqs[i]);
+    sq.leaf = raw;
+    ++shape_version_;
+  }
+  return results;
 }
 
 absl::Status PrefixTree::SetPendingToken(SeqId seq, int32_t token) {
@@ -431,6 +475,20 @@ absl::Status PrefixTree::SetPendingToken(SeqId seq, int32_t token) {
   }
   if (token < 0) return absl::InvalidArgumentError(absl::StrCat("token ", token));
   leaf->tokens.back() = token;
+  if (leaf->size() == 1) {
+    // A pending fork (an append in place leaves at least two tokens): key it by its token.
+    Node* parent = leaf->parent;
+    auto [lo, hi] = parent->children.equal_range(kPendingToken);
+    for (auto c = lo; c != hi; ++c) {
+      if (c->second.get() != leaf) continue;
+      auto handle = parent->children.extract(c);
+      handle.key() = token;
+      parent->children.insert(std::move(handle));
+      break;
+    }
+    DropStaleContinuation(parent, token);
+    ++shape_version_;
+  }
   return absl::OkStatus();
 }
 
@@ -490,8 +548,19 @@ absl::Status PrefixTree::Release(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
   Node* leaf = it->second.leaf;
-  if (leaf->size() >= 2 && leaf->tokens.back() == kPendingToken && leaf->refcount == 1 &&
+  if (leaf->size() == 1 && leaf->tokens[0] == kPendingToken && leaf->refcount == 1 &&
       leaf->children.empty()) {
+    // A pending fork never set (its step failed): the node goes with its chunk, and the
+    // sequence is released from the node above.
+    Node* parent = leaf->parent;
+    leaf->seqs_ending.erase(seq);
+    FreeNode(leaf);
+    Unlink(leaf);
+    parent->seqs_ending.insert(seq);
+    it->second.leaf = leaf = parent;
+    ++shape_version_;
+  } else if (leaf->size() >= 2 && leaf->tokens.back() == kPendingToken && leaf->refcount == 1 &&
+             leaf->children.empty()) {
     // A pending token never set (its step failed): the cache keeps only known tokens.
     if (absl::Status s = Truncate(seq, leaf->depth_tokens + leaf->size() - 1, nullptr); !s.ok()) {
       return s;

@@ -147,12 +147,20 @@ class PrefixTree {
   // Decoding a step ahead (the engine loop's fed steps, engine/backend.h): the next token of a
   // sequence is placed before it is known, then set once it is.
   // GrowsInPlace: whether `seq`'s next token grows its leaf in place whatever the token is (it
-  // alone uses its leaf, which has no children), so that its slot does not depend on the token.
-  // AppendPending: appends kPendingToken to each of `seqs`, every one of which GrowsInPlace
-  // (InvalidArgument otherwise, nothing changed); all or nothing on memory, as AppendBatch.
-  // SetPendingToken: the pending last token of `seq` becomes `token`. Until then nothing may
-  // place into, match against or fork these sequences (kPendingToken matches no token, so a
-  // match would only be short); releasing one (its step failed) drops the pending token.
+  // alone uses its leaf, which has no children).
+  // AppendPending: appends kPendingToken to each of `seqs` (live, none with a pending token yet),
+  // at a slot that does not depend on the token: in place where the sequence GrowsInPlace, else
+  // into a new one-token child of its leaf that the sequence alone uses (a "pending fork": n
+  // samples that share a leaf, or a leaf with a cached continuation below it). A pending fork
+  // is keyed by kPendingToken until it is set. All or nothing on memory, as AppendBatch.
+  // SetPendingToken: the pending last token of `seq` becomes `token`; a pending fork is keyed by
+  // it from then on, beside any sibling with the same first token (as a decoding sequence's
+  // sibling of a live child is), and a cached longer sibling starting with it is dropped as a
+  // stale duplicate (as Append drops it). Until then nothing may place into, match against or
+  // fork these sequences (kPendingToken matches no token, so a match would only be short);
+  // releasing one (its step failed) drops the pending token, and a pending fork with it.
+  // Samples that would have agreed on the token no longer share its node: a pending fork costs
+  // a chunk per sample where an unfed step would share one, until the sequence ends.
   static constexpr int32_t kPendingToken = -1;
   bool GrowsInPlace(SeqId seq) const;
   absl::StatusOr<std::vector<PlaceResult>> AppendPending(std::span<const SeqId> seqs,

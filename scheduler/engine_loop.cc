@@ -496,19 +496,28 @@ bool EngineLoop::FedReady() const {
   for (const LivePtr& l : running_) {
     if (l->state == RequestState::kPrefilling) {
       if (!FirstTokenInFlight(*l)) continue;  // more prompt to place: prefill rows only
-      // Its first token is sampled by N; its first decode row is fed from there. With n > 1
-      // the samples share the prompt's leaf until they diverge: they wait for it.
-      if (l->req.n != 1 || !tree_.GrowsInPlace(l->prompt_seq)) return false;
+      // Its first token is sampled by N; its first decode rows are fed from there (n > 1: the
+      // samples are made from the prompt's sequence before N is collected, ForkAhead).
       continue;
     }
     if (l->state != RequestState::kDecoding) return false;
     for (const Live::Sample& s : l->samples) {
       if (s.finished) continue;
-      // Its next token comes from a row of N, and its slot does not depend on the token.
-      if (!inflight_.owner.contains(s.seq) || !tree_.GrowsInPlace(s.seq)) return false;
+      // Its next token comes from a row of N. (Its slot never depends on the token: samples
+      // that share a leaf, or a leaf with children, take pending forks, PrefixTree::AppendPending.)
+      if (!inflight_.owner.contains(s.seq)) return false;
     }
   }
   return true;
+}
+
+void EngineLoop::ForkAhead(Live& live) {
+  if (!FirstTokenInFlight(live) || live.req.n == 1 || live.prompt_seq < 0) return;
+  // Fork needs no memory; a live prompt sequence cannot be refused.
+  auto ids = tree_.Fork(live.prompt_seq, live.req.n);
+  BANYAN_CHECK(ids.ok()) << ids.status();
+  for (size_t k = 0; k < live.samples.size(); ++k) live.samples[k].seq = (*ids)[k];
+  live.prompt_seq = -1;
 }
 
 bool EngineLoop::FirstTokenInFlight(const Live& live) const {
@@ -633,10 +642,13 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
         p.chunks_needed += tree_.AppendChunksNeeded(s.seq, s.next_token);
       }
     } else if (fed && FirstTokenInFlight(*l)) {
-      // Decodes from its prompt's sequence (its one sample's, once N is collected).
+      // Decodes from its prompt's sequence (its one sample's, once N is collected); n > 1
+      // samples each take a pending fork of a chunk.
       p.decoding = true;
       seqs.push_back(l->prompt_seq);
-      p.chunks_needed += tree_.AppendChunksNeeded(l->prompt_seq, kvcache::PrefixTree::kPendingToken);
+      p.chunks_needed +=
+          l->req.n > 1 ? l->req.n
+                       : tree_.AppendChunksNeeded(l->prompt_seq, kvcache::PrefixTree::kPendingToken);
     } else {
       seqs.push_back(l->prompt_seq);
       p.remaining_prefill = static_cast<int32_t>(l->req.prompt.size()) - l->placed;
@@ -692,13 +704,20 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
     // Each sample's next token is pending: it is what step N samples for it, spec `feed` of N
     // (N's specs: its decode rows in row order, then each prompt's samples; FedReady saw no
     // candidates in N).
+    for (uint64_t h : plan.decode) ForkAhead(*by_handle[h]);
     absl::flat_hash_map<kvcache::SeqId, int32_t> spec_of;
     const std::vector<kvcache::SeqId>& rows = inflight_.out.decode_rows;
     spec_of.reserve(rows.size() + inflight_.logit_owners.size());
     for (size_t r = 0; r < rows.size(); ++r) spec_of.emplace(rows[r], static_cast<int32_t>(r));
     int32_t spec = static_cast<int32_t>(rows.size());
     for (const Live* l : inflight_.logit_owners) {
-      if (l->req.n == 1) spec_of.emplace(l->prompt_seq, spec);
+      if (l->prompt_seq >= 0) {
+        spec_of.emplace(l->prompt_seq, spec);  // n = 1, or not decoding in this step
+      } else {
+        for (size_t k = 0; k < l->samples.size(); ++k) {
+          spec_of.emplace(l->samples[k].seq, spec + static_cast<int32_t>(k));
+        }
+      }
       spec += static_cast<int32_t>(l->samples.size());
     }
     std::vector<kvcache::SeqId> seqs;
@@ -712,21 +731,18 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
         // sample has one more row, whose token is dropped.)
         if (static_cast<int64_t>(smp.generated.size()) + 1 >= l.req.params.max_tokens) continue;
         // A prompt whose first token N samples decodes on its prompt's sequence: the one
-        // sample's once N is collected (Fork of one keeps the id).
-        const kvcache::SeqId seq = l.state == RequestState::kPrefilling ? l.prompt_seq : smp.seq;
+        // sample's once N is collected (Fork of one keeps the id), or its samples' (n > 1).
+        const kvcache::SeqId seq = l.prompt_seq >= 0 ? l.prompt_seq : smp.seq;
         seqs.push_back(seq);
         owner[seq] = {&l, i};
       }
     }
-    // Prefill placed above may have split a decoding sequence's leaf, or made it a parent: its
-    // next slot would depend on the token. Then, as on a memory shortfall, this step takes N's
-    // tokens first and appends them (the prefill already placed stays).
-    const bool in_place = std::all_of(seqs.begin(), seqs.end(), [&](kvcache::SeqId s) {
-      return tree_.GrowsInPlace(s);
-    });
+    // A leaf that prefill placed above made a parent, one that samples share, or one with a
+    // cached continuation below takes its pending token in a fork of its own. On a memory
+    // shortfall this step takes N's tokens first and appends them (the prefill placed stays).
     if (seqs.empty() && plan.prefill.empty()) return Launch::kNotFed;  // nothing to launch
     // (No decode row: a step of prompts alone, launched ahead all the same.)
-    if (in_place && (seqs.empty() || tree_.AppendPending(seqs, /*allow_evict=*/true).ok())) {
+    if (seqs.empty() || tree_.AppendPending(seqs, /*allow_evict=*/true).ok()) {
       ahead_.patches.clear();
       for (kvcache::SeqId seq : seqs) {
         const int32_t feed = spec_of.at(seq);

