@@ -10,7 +10,7 @@
 //    first_slot, only after a mid-chunk split) and the last.
 //  - Children are keyed by their first token. Matching takes the child with the longest match;
 //    two children may start with the same token only when a decoding sequence declined to split
-//    a live sibling (see Appending).
+//    a live sibling (see Appending) or took a pending fork (see AppendPending).
 //  - A live sequence is a path root → leaf node and always ends at the end of its leaf node.
 //    Several sequences may end at the same node (right after Fork).
 //  - refcount(node) = number of live sequences whose path contains the node.
@@ -230,7 +230,8 @@ class PrefixTree {
     std::set<SeqId> seqs_ending;  // live sequences whose leaf is this node
     // Keyed by first token. Usually one child per token; a decoding sequence that diverges from
     // a *live* longer sibling only in timing (it would follow it one token behind, splitting it
-    // at every step) gets a sibling of its own with the same first token instead.
+    // at every step) gets a sibling of its own with the same first token instead, and so does a
+    // pending fork (keyed by kPendingToken until its token is set).
     std::multimap<int32_t, std::unique_ptr<Node>> children;
 
     int32_t size() const { return static_cast<int32_t>(tokens.size()); }

@@ -537,6 +537,16 @@ void EngineLoop::FailAll(const absl::Status& status) {
     }
     list->clear();
   }
+  // What the failed step (and a step launched after it) was to write is unknown: prompt tokens
+  // placed for it, tokens set at a collect whose KV the next step writes. They stay in the tree
+  // as cached nodes once their sequences are released, and a later prompt would match them.
+  // Every request failed, so nothing is live: drop the whole cache.
+  pending_copies_.clear();
+  const int32_t dropped = tree_.Evict(tree_.Stats().chunks_total);
+  if (dropped > 0) {
+    Log()->warn("[kv] dropped the prefix cache ({} chunks): the failed step's KV is unknown",
+                dropped);
+  }
 }
 
 void EngineLoop::Retire() {

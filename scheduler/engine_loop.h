@@ -156,8 +156,8 @@ struct LoopStats {
   int64_t decode_launch_context_switches = 0;
   int64_t fed_steps = 0;           // steps launched before the step before was collected
   double fed_launch_seconds = 0;   // their host work up to the launch (beside the device's work)
-  // Steps that placed prompts as fed steps and then found a decode row that could not be fed:
-  // they took the step before's tokens first (their prompts stayed placed).
+  // Steps that placed prompts as fed steps and then found no room in the pool for the pending
+  // tokens: they took the step before's tokens first (their prompts stayed placed).
   int64_t fed_fallbacks = 0;
   int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
   // Draft heads: wall time of drafting (Backend::DraftTrees, on the collect path of each step

@@ -14,7 +14,9 @@
 #   BACKEND (cuda), PREFIX (2048), OUTPUT_TOKENS (120), RATE (200), PROMPTS (2000),
 #   CONCURRENCY (1024), ROUNDS (2), PORT (18090), KV_BYTES (80e9), BANYAND_ARGS (word-split),
 #   PENALTY (0: none) and PENALISED_SHARE (1): a frequency penalty sent by that share of the
-#   requests (before cf01fc4 one such request made every step wait for the one before).
+#   requests (before cf01fc4 one such request made every step wait for the one before);
+#   N (1) samples per request at TEMPERATURE (0) (before pending forks, a request with n > 1
+#   made the step after its prompt wait, and so did samples that still agreed).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)  # metrics_delta.py
 BIN=${1:?usage: feed_ab.sh BIN_DIR}
@@ -32,6 +34,8 @@ KV_BYTES=${KV_BYTES:-80000000000}
 BANYAND_ARGS=${BANYAND_ARGS:-}
 PENALTY=${PENALTY:-0}
 PENALISED_SHARE=${PENALISED_SHARE:-1}
+N=${N:-1}
+TEMPERATURE=${TEMPERATURE:-0}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 
@@ -55,6 +59,7 @@ for round in $(seq "$ROUNDS"); do
       --suffix-tokens 1 --output-tokens "$OUTPUT_TOKENS" --num-prompts "$PROMPTS" \
       --concurrency "$CONCURRENCY" --request-rate "$RATE" --vocab "$VOCAB" --seed "$round" \
       --frequency-penalty "$PENALTY" --penalised-share "$PENALISED_SHARE" \
+      --n "$N" --temperature "$TEMPERATURE" \
       >"$WORK/serve_${feed}_$round.json" 2>"$WORK/serve_${feed}_$round.log" ||
       cat "$WORK/serve_${feed}_$round.log" >&2
     curl -sf "http://127.0.0.1:$PORT/metrics" >"$WORK/m1"

@@ -15,9 +15,18 @@
 namespace banyan::engine {
 namespace {
 
-// c[m, n] = a[m, k] * w[n, k]^T + beta * c
-void MatMulT(const float* a, int m, int k, const Tensor& w, float* c, float beta) {
+// c[m, n] = a[m, k] * w[n, k]^T + beta * c. per_row: one matrix-vector product per row
+// (CpuBackendOptions::row_invariant), so that a row's result does not depend on m: a GEMM's
+// blocking and kernel choice do, in the last bits.
+void MatMulT(const float* a, int m, int k, const Tensor& w, float* c, float beta, bool per_row) {
   const int n = static_cast<int>(w.shape[0]);
+  if (per_row) {
+    for (int r = 0; r < m; ++r) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w.data.data(), k,
+                  a + static_cast<int64_t>(r) * k, 1, beta, c + static_cast<int64_t>(r) * n, 1);
+    }
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, w.data.data(), k,
               beta, c, n);
 }
@@ -141,6 +150,7 @@ void CpuBackend::Attention(const StepBatch& batch, int layer, const float* q, fl
     p.scale = scale;
     p.partial_o = partial_o_.data();
     p.partial_lse = partial_lse_.data();
+    p.fixed_max = options_.row_invariant;
     kernels::cpu::TppDecodeAttention(p);
   }
   int64_t t = static_cast<int64_t>(batch.decode.size());
@@ -157,12 +167,14 @@ void CpuBackend::Attention(const StepBatch& batch, int layer, const float* q, fl
     p.num_q = static_cast<int32_t>(s.tokens.size());
     p.num_q_heads = hq;
     p.scale = scale;
+    p.fixed_max = options_.row_invariant;
     kernels::cpu::PrefillAttention(p);
     t += static_cast<int64_t>(s.tokens.size());
   }
 }
 
 absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* logits) {
+  const bool per_row = options_.row_invariant;
   const int dim = cfg_.dim, d = cfg_.head_dim(), hq = cfg_.n_heads, hkv = cfg_.n_kv_heads;
   const int hidden = cfg_.hidden_dim, vocab = cfg_.vocab_size;
   if (!batch.decode.empty() &&
@@ -216,9 +228,9 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const LayerWeights& lw = w_.layers[l];
     RmsNorm(x_.data(), lw.attn_norm, T, dim, cfg_.norm_eps, xb_.data());
-    MatMulT(xb_.data(), T, dim, lw.wq, q_.data(), 0.0f);
-    MatMulT(xb_.data(), T, dim, lw.wk, k_.data(), 0.0f);
-    MatMulT(xb_.data(), T, dim, lw.wv, v_.data(), 0.0f);
+    MatMulT(xb_.data(), T, dim, lw.wq, q_.data(), 0.0f, per_row);
+    MatMulT(xb_.data(), T, dim, lw.wk, k_.data(), 0.0f, per_row);
+    MatMulT(xb_.data(), T, dim, lw.wv, v_.data(), 0.0f, per_row);
     if (cfg_.qkv_bias) {
       AddBias(q_.data(), T, lw.bq);
       AddBias(k_.data(), T, lw.bk);
@@ -242,15 +254,15 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
       }
     }
     Attention(batch, l, q_.data(), att_.data());
-    MatMulT(att_.data(), T, hq * d, lw.wo, x_.data(), 1.0f);  // x += attn Wo^T
+    MatMulT(att_.data(), T, hq * d, lw.wo, x_.data(), 1.0f, per_row);  // x += attn Wo^T
     RmsNorm(x_.data(), lw.ffn_norm, T, dim, cfg_.norm_eps, xb_.data());
-    MatMulT(xb_.data(), T, dim, lw.w_gate, h1_.data(), 0.0f);
-    MatMulT(xb_.data(), T, dim, lw.w_up, h3_.data(), 0.0f);
+    MatMulT(xb_.data(), T, dim, lw.w_gate, h1_.data(), 0.0f, per_row);
+    MatMulT(xb_.data(), T, dim, lw.w_up, h3_.data(), 0.0f, per_row);
     for (size_t i = 0; i < h1_.size(); ++i) {
       const float g = h1_[i];
       h1_[i] = g / (1.0f + std::exp(-g)) * h3_[i];  // SwiGLU
     }
-    MatMulT(h1_.data(), T, hidden, lw.w_down, x_.data(), 1.0f);  // x += mlp
+    MatMulT(h1_.data(), T, hidden, lw.w_down, x_.data(), 1.0f, per_row);  // x += mlp
   }
   const int n_out = static_cast<int>(logit_rows.size());
   std::vector<float>& last = hidden_;
@@ -261,7 +273,9 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
   }
   RmsNorm(last.data(), w_.final_norm, n_out, dim, cfg_.norm_eps, last.data());
   logits->resize(static_cast<size_t>(n_out) * vocab);
-  if (n_out > 0) MatMulT(last.data(), n_out, dim, w_.output_matrix(), logits->data(), 0.0f);
+  if (n_out > 0) {
+    MatMulT(last.data(), n_out, dim, w_.output_matrix(), logits->data(), 0.0f, per_row);
+  }
   return absl::OkStatus();
 }
 

@@ -20,6 +20,14 @@ struct CpuBackendOptions {
   int32_t num_chunks = 1024;
   int32_t chunk_size = 64;
   AttentionMode attention = AttentionMode::kTpp;
+  // Every row computed on its own: one matrix-vector product per row and weight instead of one
+  // GEMM per step, so that a row's logits do not depend on what else the step holds (a GEMM's
+  // blocking does, in the last bits, and a seeded sample near a tie then flips); and attention
+  // with one softmax max per context (DecodeAttentionParams::fixed_max), so that they do not
+  // depend on how the tree cut the context into chunks and nodes either. With paged attention,
+  // a request then gets the same bits in any batch and any cache state as alone. It reads the
+  // weights once per row: for tests that compare batched runs with solo runs, not for serving.
+  bool row_invariant = false;
 };
 
 class CpuBackend final : public Backend {

@@ -59,6 +59,11 @@ struct DecodeAttentionParams {
   // lse [num_partials, num_q_heads]. Needed when plan.num_partials > 0.
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
+  // Rows' private spans with one softmax max over the whole span list, found first (K read
+  // twice): the result then does not depend on where the context is cut into spans (a chunk
+  // boundary, a node boundary), only on its tokens. For runs compared bit for bit across
+  // layouts (CpuBackendOptions::row_invariant); phase-1 segments are unchanged.
+  bool fixed_max = false;
 };
 
 }  // namespace banyan::kernels

@@ -18,11 +18,33 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // span for all queries (the matrix form of phase 1).
 void Attend(const float* q, int64_t q_stride, int num_q, const KvView& kv, int head,
             const int32_t* span_chunk, const int32_t* span_begin, const int32_t* span_end,
-            int span_lo, int span_hi, int64_t token_limit, float scale, float* o, float* lse) {
+            int span_lo, int span_hi, int64_t token_limit, float scale, float* o, float* lse,
+            bool fixed_max = false) {
   const int d = kv.head_dim;
   std::vector<float> m(num_q, kNegInf), l(num_q, 0.0f);
   std::fill(o, o + static_cast<int64_t>(num_q) * d, 0.0f);
   std::vector<float> logits(kv.chunk_size);
+  // fixed_max: each query's max over the whole context first; every block then uses it, so the
+  // sums run token by token in the same order however the spans cut the context.
+  std::vector<float> global_max;
+  if (fixed_max) {
+    global_max.assign(num_q, kNegInf);
+    int64_t seen_max = 0;
+    for (int s = span_lo; s < span_hi && seen_max < token_limit; ++s) {
+      const int begin = span_begin[s];
+      const int64_t left = token_limit - seen_max;
+      const int end = (span_end[s] - begin > left) ? begin + static_cast<int>(left) : span_end[s];
+      seen_max += end - begin;
+      for (int i = 0; i < num_q; ++i) {
+        for (int t = begin; t < end; ++t) {
+          const float* k = kv.K(span_chunk[s], head, t);
+          float dot = 0.0f;
+          for (int x = 0; x < d; ++x) dot += q[i * q_stride + x] * k[x];
+          global_max[i] = std::max(global_max[i], dot * scale);
+        }
+      }
+    }
+  }
   int64_t seen = 0;
   for (int s = span_lo; s < span_hi && seen < token_limit; ++s) {
     const int chunk = span_chunk[s];
@@ -41,6 +63,7 @@ void Attend(const float* q, int64_t q_stride, int num_q, const KvView& kv, int h
         block_max = std::max(block_max, logits[t - begin]);
       }
       if (block_max == kNegInf) continue;
+      if (fixed_max) block_max = global_max[i];
       float new_m = std::max(m[i], block_max);
       float rescale = std::exp(m[i] - new_m);  // exp(-inf) == 0 on the first block
       float* oi = o + static_cast<int64_t>(i) * d;
@@ -127,7 +150,7 @@ void TppDecodeAttention(const DecodeAttentionParams& p) {
       const int64_t base = r * row_stride + static_cast<int64_t>(h) * g * d;
       Attend(p.q + base, d, g, kv, h, plan.span_chunk, plan.span_begin, plan.span_end,
              plan.row_span_begin[r], plan.row_span_end[r], INT64_MAX, p.scale, p.out + base,
-             lse.data());
+             lse.data(), p.fixed_max);
       for (int i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
         const int s = plan.row_seg_ids[i];
         const int64_t part = plan.seg_partial_offset[s] + (r - plan.seg_row_begin[s]);
@@ -152,7 +175,7 @@ void PagedDecodeAttention(const DecodeAttentionParams& p) {
       const int64_t base = r * row_stride + static_cast<int64_t>(h) * g * d;
       Attend(p.q + base, d, g, p.kv, h, p.plan.span_chunk, p.plan.span_begin, p.plan.span_end,
              p.plan.row_span_begin[r], p.plan.row_span_end[r], INT64_MAX, p.scale,
-             p.out + base, lse.data());
+             p.out + base, lse.data(), p.fixed_max);
     }
   }
 }
@@ -166,7 +189,8 @@ void PrefillAttention(const PrefillAttentionParams& p) {
     for (int h = 0; h < p.kv.num_kv_heads; ++h) {
       const int64_t base = j * row_stride + static_cast<int64_t>(h) * g * d;
       Attend(p.q + base, d, g, p.kv, h, p.span_chunk, p.span_begin, p.span_end, 0, p.num_spans,
-             static_cast<int64_t>(p.q_pos0) + j + 1, p.scale, p.out + base, lse.data());
+             static_cast<int64_t>(p.q_pos0) + j + 1, p.scale, p.out + base, lse.data(),
+             p.fixed_max);
     }
   }
 }

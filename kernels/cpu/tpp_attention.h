@@ -42,6 +42,7 @@ struct PrefillAttentionParams {
   int32_t num_q = 0;
   int32_t num_q_heads = 0;
   float scale = 0.0f;
+  bool fixed_max = false;  // as DecodeAttentionParams::fixed_max
 };
 void PrefillAttention(const PrefillAttentionParams& p);
 

@@ -1,7 +1,9 @@
 // Differential tests of the CPU attention kernels against a naive per-sequence oracle in double
 // precision that reads each sequence's slots straight from the tree (no plan involved).
 // Random trees with hierarchical sharing, fresh data every run, outputs poisoned with NaN first.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -219,6 +221,80 @@ TEST(PrefillAttentionTest, CausalOverCachedPathMatchesOracle) {
     }
   }
   EXPECT_LT(RelErr(out, want), 1e-5);
+}
+
+// fixed_max (the row-invariant CPU backend): the same context cut into spans two ways (whole
+// chunks, and random pieces at random slots of other chunks, holding the same K/V) gives the
+// same bits; and it is still attention (the naive oracle). Queries scaled up so that the blocks'
+// own maxima differ, which is what moved the bits before.
+TEST(PrefillAttentionTest, FixedMaxDoesNotDependOnHowTheContextIsCut) {
+  BANYAN_SEEDED_RNG(rng);
+  const int c = 16, d = 64, kvh = 2, g = 2, hq = kvh * g, n = 40;
+  std::vector<float> store;
+  KvView kv = MakeKv(store, 64, kvh, c, d);
+  FillRandom(store, rng);
+  // Layout A: chunks 0, 1, 2 from slot 0. Layout B: pieces of 1 to 16 tokens in chunks 10...,
+  // each starting at a random slot, with the K/V of the same tokens copied there.
+  std::vector<int32_t> a_chunk, a_begin, a_end, b_chunk, b_begin, b_end;
+  std::vector<SlotRef> a_slots;
+  for (int t = 0; t < n; t += c) {
+    a_chunk.push_back(t / c);
+    a_begin.push_back(0);
+    a_end.push_back(std::min(c, n - t));
+    for (int s = 0; s < a_end.back(); ++s) a_slots.push_back(SlotRef{t / c, s});
+  }
+  for (int t = 0, chunk = 10; t < n; ++chunk) {
+    const int begin = static_cast<int>(rng() % c);
+    const int len = std::min({n - t, c - begin, 1 + static_cast<int>(rng() % c)});
+    b_chunk.push_back(chunk);
+    b_begin.push_back(begin);
+    b_end.push_back(begin + len);
+    for (int s = 0; s < len; ++s, ++t) {
+      for (int h = 0; h < kvh; ++h) {
+        const SlotRef from = a_slots[t];
+        std::copy(kv.K(from.chunk, h, from.slot), kv.K(from.chunk, h, from.slot) + d,
+                  kv.K(chunk, h, begin + s));
+        std::copy(kv.V(from.chunk, h, from.slot), kv.V(from.chunk, h, from.slot) + d,
+                  kv.V(chunk, h, begin + s));
+      }
+    }
+  }
+  ASSERT_GT(b_chunk.size(), a_chunk.size());
+  std::vector<float> q(static_cast<size_t>(hq) * d);
+  FillRandom(q, rng);
+  for (float& x : q) x *= 8.0f;
+  auto run = [&](const std::vector<int32_t>& ch, const std::vector<int32_t>& be,
+                 const std::vector<int32_t>& en, bool fixed) {
+    std::vector<float> out(q.size(), NAN);
+    PrefillAttentionParams p;
+    p.q = q.data();
+    p.out = out.data();
+    p.kv = kv;
+    p.span_chunk = ch.data();
+    p.span_begin = be.data();
+    p.span_end = en.data();
+    p.num_spans = static_cast<int32_t>(ch.size());
+    p.q_pos0 = n - 1;
+    p.num_q = 1;
+    p.num_q_heads = hq;
+    p.scale = 0.125f;
+    p.fixed_max = fixed;
+    PrefillAttention(p);
+    return out;
+  };
+  const std::vector<float> a = run(a_chunk, a_begin, a_end, true);
+  const std::vector<float> b = run(b_chunk, b_begin, b_end, true);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_FALSE(std::isnan(a[i])) << i;
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "element " << i;
+  }
+  std::vector<double> want(q.size());
+  for (int h = 0; h < hq; ++h) {
+    NaiveAttend(q.data() + static_cast<size_t>(h) * d, a_slots, kv, h / g, 0.125f,
+                want.data() + static_cast<size_t>(h) * d);
+  }
+  EXPECT_LT(RelErr(a, want), 1e-5);
+  EXPECT_LT(RelErr(run(b_chunk, b_begin, b_end, false), want), 1e-5);
 }
 
 }  // namespace

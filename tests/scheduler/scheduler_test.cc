@@ -376,14 +376,18 @@ TEST_F(SchedulerTest, OverlapGivesTheSameOutputsAsLockstep) {
 // prompt's first token feeds its first decode row, and a prompt that continues a decoding
 // sequence's whole path (its leaf becomes a parent) does not hold the step back: that
 // sequence's next token takes a pending fork. Every request gets the tokens it gets alone (the
-// CPU backend computes each row exactly).
+// CPU backend, row-invariant with paged attention, gives a row the same bits in any batch and
+// any tree layout).
 TEST_F(SchedulerTest, FedStepsWithArrivalsEqualSoloRuns) {
   auto make = [&](int overlap, int feed) {
-    auto backend = engine::CpuBackend::Create(&bundle_->weights, {.num_chunks = 512, .chunk_size = 16});
+    auto backend = engine::CpuBackend::Create(
+        &bundle_->weights, {.num_chunks = 512, .chunk_size = 16,
+                            .attention = engine::AttentionMode::kPaged, .row_invariant = true});
     EXPECT_TRUE(backend.ok());
     return std::make_unique<EngineLoop>(
         bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend),
-        LoopOptions{.max_running_sequences = 16, .prefill_token_budget = 64, .overlap = overlap,
+        LoopOptions{.max_running_sequences = 16, .prefill_token_budget = 64,
+                    .attention = engine::AttentionMode::kPaged, .overlap = overlap,
                     .feed = feed});
   };
   auto loop = make(1, 1);
