@@ -410,6 +410,8 @@ bool PrefixTree::GrowsInPlace(SeqId seq) const {
 absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendPending(std::span<const SeqId> seqs,
                                                                    bool allow_evict) {
   std::unordered_set<SeqId> seen;
+  std::vector<Sequence*> found;  // live sequences are never evicted: valid throughout
+  found.reserve(seqs.size());
   for (SeqId s : seqs) {
     auto it = seqs_.find(s);
     if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", s));
@@ -421,13 +423,14 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendPending(std::span<con
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", s, " is empty or has a pending token already"));
     }
+    found.push_back(&it->second);
   }
   // In place: a chunk when the leaf's last one is full. A pending fork: its own first chunk.
   auto needed = [&]() {
     int32_t n = 0;
-    for (SeqId s : seqs) {
-      const Node* leaf = seqs_.at(s).leaf;
-      n += !GrowsInPlace(s) || (leaf->first_slot + leaf->size()) % chunk_size_ == 0 ? 1 : 0;
+    for (const Sequence* sq : found) {
+      const Node* leaf = sq->leaf;
+      n += !CanGrowInPlace(leaf, leaf) || (leaf->first_slot + leaf->size()) % chunk_size_ == 0;
     }
     return n;
   };
@@ -444,9 +447,9 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendPending(std::span<con
   for (size_t i = 0; i < seqs.size(); ++i) {
     PlaceResult& r = results[i];
     r.seq = seqs[i];
-    Sequence& sq = seqs_.at(seqs[i]);
+    Sequence& sq = *found[i];
     Node* leaf = sq.leaf;
-    if (GrowsInPlace(seqs[i])) {
+    if (CanGrowInPlace(leaf, leaf)) {
       AppendTokens(leaf, std::span<const int32_t>(&pending, 1), &r.new_slots);
       continue;
     }

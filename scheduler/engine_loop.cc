@@ -494,12 +494,9 @@ bool EngineLoop::FedReady() const {
   if (inflight_.speculated || !pending_copies_.empty() || running_.empty()) return false;
   // Penalties do not hold a row back: the backend counts a fed row's token in its penalties.
   for (const LivePtr& l : running_) {
-    if (l->state == RequestState::kPrefilling) {
-      if (!FirstTokenInFlight(*l)) continue;  // more prompt to place: prefill rows only
-      // Its first token is sampled by N; its first decode rows are fed from there (n > 1: the
-      // samples are made from the prompt's sequence before N is collected, ForkAhead).
-      continue;
-    }
+    // A prompt: more of it to place (prefill rows only), or its first token is sampled by N and
+    // its first decode rows are fed from there (n > 1: ForkAhead makes the samples first).
+    if (l->state == RequestState::kPrefilling) continue;
     if (l->state != RequestState::kDecoding) return false;
     for (const Live::Sample& s : l->samples) {
       if (s.finished) continue;
@@ -511,13 +508,20 @@ bool EngineLoop::FedReady() const {
   return true;
 }
 
-void EngineLoop::ForkAhead(Live& live) {
-  if (!FirstTokenInFlight(live) || live.req.n == 1 || live.prompt_seq < 0) return;
-  // Fork needs no memory; a live prompt sequence cannot be refused.
+absl::Status EngineLoop::MakeSamples(Live& live) {
+  if (live.prompt_seq < 0) return absl::OkStatus();  // made already (ForkAhead)
   auto ids = tree_.Fork(live.prompt_seq, live.req.n);
-  BANYAN_CHECK(ids.ok()) << ids.status();
+  if (!ids.ok()) return ids.status();
   for (size_t k = 0; k < live.samples.size(); ++k) live.samples[k].seq = (*ids)[k];
-  live.prompt_seq = -1;
+  live.prompt_seq = -1;  // now owned by samples[0]
+  return absl::OkStatus();
+}
+
+void EngineLoop::ForkAhead(Live& live) {
+  if (live.req.n == 1 || live.prompt_seq < 0 || !FirstTokenInFlight(live)) return;
+  // Fork needs no memory; a live prompt sequence cannot be refused.
+  const absl::Status s = MakeSamples(live);
+  BANYAN_CHECK(s.ok()) << s;
 }
 
 bool EngineLoop::FirstTokenInFlight(const Live& live) const {

@@ -272,8 +272,11 @@ class EngineLoop {
   bool FedReady() const;
   // A request whose last prompt chunk is in inflight_: its first token comes with it.
   bool FirstTokenInFlight(const Live& live) const;
-  // Such a request with n > 1, about to decode in a fed step: makes its samples from the prompt's
-  // sequence now (CollectInflight makes them otherwise), so that each takes its own row.
+  // A prompt's samples from its sequence (Fork; samples[0] keeps its id), once: when its first
+  // token is collected, or earlier by ForkAhead.
+  absl::Status MakeSamples(Live& live);
+  // Such a request with n > 1, about to decode in a fed step: makes its samples now, so that
+  // each takes its own row.
   void ForkAhead(Live& live);
   // Waits for the step in flight and takes its tokens; false when the step failed (FailAll ran).
   bool CollectInflight();

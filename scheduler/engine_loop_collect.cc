@@ -73,15 +73,10 @@ bool EngineLoop::CollectInflight() {
     next += l->samples.size();
     const int32_t row = logit_row++;
     if (l->state != RequestState::kPrefilling) continue;  // failed or cancelled meanwhile
-    if (l->prompt_seq >= 0) {
-      auto ids = tree_.Fork(l->prompt_seq, l->req.n);
-      if (!ids.ok()) {
-        Finish(*l, ids.status(), FinishReason::kError);
-        continue;
-      }
-      for (size_t k = 0; k < l->samples.size(); ++k) l->samples[k].seq = (*ids)[k];
-      l->prompt_seq = -1;  // now owned by samples[0]
-    }  // else made already, for the fed step launched since (EngineLoop::ForkAhead)
+    if (absl::Status s = MakeSamples(*l); !s.ok()) {
+      Finish(*l, s, FinishReason::kError);
+      continue;
+    }
     l->state = RequestState::kDecoding;
     for (size_t k = 0; k < l->samples.size(); ++k) {
       TakeSample(*l, k, out.samples[first + k], t_done);

@@ -24,6 +24,13 @@ void Attend(const float* q, int64_t q_stride, int num_q, const KvView& kv, int h
   std::vector<float> m(num_q, kNegInf), l(num_q, 0.0f);
   std::fill(o, o + static_cast<int64_t>(num_q) * d, 0.0f);
   std::vector<float> logits(kv.chunk_size);
+  // Where span s ends within the first token_limit tokens, `seen` tokens read before it (no
+  // begin + left: token_limit may be INT64_MAX).
+  auto end_of = [&](int s, int64_t seen) {
+    const int64_t left = token_limit - seen;
+    return span_end[s] - span_begin[s] > left ? span_begin[s] + static_cast<int>(left)
+                                              : span_end[s];
+  };
   // fixed_max: each query's max over the whole context first; every block then uses it, so the
   // sums run token by token in the same order however the spans cut the context.
   std::vector<float> global_max;
@@ -32,8 +39,7 @@ void Attend(const float* q, int64_t q_stride, int num_q, const KvView& kv, int h
     int64_t seen_max = 0;
     for (int s = span_lo; s < span_hi && seen_max < token_limit; ++s) {
       const int begin = span_begin[s];
-      const int64_t left = token_limit - seen_max;
-      const int end = (span_end[s] - begin > left) ? begin + static_cast<int>(left) : span_end[s];
+      const int end = end_of(s, seen_max);
       seen_max += end - begin;
       for (int i = 0; i < num_q; ++i) {
         for (int t = begin; t < end; ++t) {
@@ -49,8 +55,7 @@ void Attend(const float* q, int64_t q_stride, int num_q, const KvView& kv, int h
   for (int s = span_lo; s < span_hi && seen < token_limit; ++s) {
     const int chunk = span_chunk[s];
     const int begin = span_begin[s];
-    const int64_t left = token_limit - seen;  // no begin + left: token_limit may be INT64_MAX
-    const int end = (span_end[s] - begin > left) ? begin + static_cast<int>(left) : span_end[s];
+    const int end = end_of(s, seen);
     seen += end - begin;
     for (int i = 0; i < num_q; ++i) {
       const float* qi = q + i * q_stride;
