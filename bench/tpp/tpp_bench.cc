@@ -25,6 +25,8 @@
 // Usage: tpp_bench [--reps N] [--only SUBSTRING of name_b<B>_p<shared>] [--sweep] [--dry-run]
 // --dry-run needs no GPU: it builds every selected case's tree and plan on the host and prints
 // its JSON line with the floor (mode "plan"), then the table without timings.
+// --sweep also times TppOptions variants (tpp_m64, tpp_nopdl, ...; TPP_VARIANTS, a comma
+// list, narrows them) and forced phase-1 split counts (tpp_k<N>; TPP_SPLITS, empty for none).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "bench/physical_limit.h"
 #include "bench/tpp/bench_fill.h"
 #include "bench/tpp/launch_floor.h"
@@ -180,20 +184,33 @@ double RelNorm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// The items of a comma list in environment variable `name` (`fallback` when it is unset).
+std::vector<std::string> EnvList(const char* name, const char* fallback) {
+  const char* env = std::getenv(name);
+  const std::string list = env != nullptr ? env : fallback;
+  std::vector<std::string> items;
+  for (const absl::string_view item : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    items.emplace_back(item);
+  }
+  return items;
+}
+
 // TPP_SPLITS: the forced phase-1 split counts of --sweep.
 std::vector<int> ForcedSplits() {
   std::vector<int> ks;
-  const char* env = std::getenv("TPP_SPLITS");
-  std::string list = env != nullptr ? env : "1,2,4,8,16,32";
-  size_t start = 0;
-  while (start < list.size()) {
-    size_t comma = list.find(',', start);
-    if (comma == std::string::npos) comma = list.size();
-    const int k = std::atoi(list.substr(start, comma - start).c_str());
+  for (const std::string& item : EnvList("TPP_SPLITS", "1,2,4,8,16,32")) {
+    const int k = std::atoi(item.c_str());
     if (k > 0) ks.push_back(k);
-    start = comma + 1;
   }
   return ks;
+}
+
+// TPP_VARIANTS: the sweep's option variants to run (tpp_m128, ...); all when unset, none when
+// set but empty.
+bool RunVariant(const std::string& mode) {
+  if (std::getenv("TPP_VARIANTS") == nullptr) return true;
+  const std::vector<std::string> only = EnvList("TPP_VARIANTS", "");
+  return std::find(only.begin(), only.end(), mode) != only.end();
 }
 
 void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>* table) {
@@ -364,6 +381,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         {"tpp_p2s3", false, [](TppOptions& o) { o.p2_stages = 3; }},
     };
     for (const Variant& v : variants) {
+      if (!RunVariant(v.mode)) continue;
       TppOptions o;
       v.set(o);
       run_mode(v.mode, v.paged ? paged_plan : shared_plan, v.paged, o,
