@@ -62,43 +62,59 @@ __device__ __forceinline__ void LoadState8(const float* p, float (&v)[8]) {
   v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-// Merges the row's listed partial states into (m, w, acc) for (head, vector c). Loads
-// kTppMergeAhead states at once, so that their latencies overlap, and the last fewer than
-// kTppMergeAhead at once as well: a list of n states takes ceil(n / kTppMergeAhead) rounds of
-// loads (the split model counts them).
-template <int HEAD_DIM>
-__device__ __forceinline__ void MergeList(const TppParams& p, int begin, int end, int head, int c,
-                                          float& m, float& w, float (&acc)[8]) {
-  constexpr int kAhead = kTppMergeAhead;
-  int i = begin;
-  for (; i + kAhead <= end; i += kAhead) {
-    float lse[kAhead];
-    float ob[kAhead][8];
+// A row's merge list and the states of its first round (up to kTppMergeAhead), read from the
+// plan's tables before phase 1 is waited for (they are not phase 1's output), so that after the
+// wait the first round's loads go out at once instead of behind two dependent table reads.
+struct MergeHead {
+  int begin = 0, end = 0;
+  int32_t first[kTppMergeAhead];
+  __device__ __forceinline__ void Load(const TppTables& t, int row) {
+    begin = t.row_merge_begin[row];
+    end = t.row_merge_end[row];
 #pragma unroll
-    for (int k = 0; k < kAhead; ++k) {
-      const int64_t st = p.t.merge_states[i + k];
+    for (int k = 0; k < kTppMergeAhead; ++k) {
+      first[k] = begin + k < end ? t.merge_states[begin + k] : 0;
+    }
+  }
+};
+
+// Loads up to kTppMergeAhead states (states[k] for k < count) at once, then merges them into
+// (m, w, acc) in order.
+template <int HEAD_DIM>
+__device__ __forceinline__ void MergeRound(const TppParams& p, const int32_t (&states)[kTppMergeAhead],
+                                           int count, int head, int c, float& m, float& w,
+                                           float (&acc)[8]) {
+  constexpr int kAhead = kTppMergeAhead;
+  float lse[kAhead];
+  float ob[kAhead][8];
+#pragma unroll
+  for (int k = 0; k < kAhead; ++k) {
+    if (k < count) {
+      const int64_t st = states[k];
       lse[k] = p.partial_lse[st * p.num_q_heads + head];
       LoadState8(p.partial_o + (st * p.num_q_heads + head) * HEAD_DIM + c * 8, ob[k]);
     }
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k) MergeState8(m, w, acc, lse[k], ob[k]);
   }
-  const int rest = end - i;
-  if (rest > 0) {
-    float lse[kAhead - 1];
-    float ob[kAhead - 1][8];
 #pragma unroll
-    for (int k = 0; k < kAhead - 1; ++k) {
-      if (k < rest) {
-        const int64_t st = p.t.merge_states[i + k];
-        lse[k] = p.partial_lse[st * p.num_q_heads + head];
-        LoadState8(p.partial_o + (st * p.num_q_heads + head) * HEAD_DIM + c * 8, ob[k]);
-      }
-    }
+  for (int k = 0; k < kAhead; ++k) {
+    if (k < count) MergeState8(m, w, acc, lse[k], ob[k]);
+  }
+}
+
+// Merges the row's listed partial states into (m, w, acc) for (head, vector c), in rounds of
+// kTppMergeAhead states loaded at once, so that their latencies overlap: a list of n states
+// takes ceil(n / kTppMergeAhead) rounds of loads (the split model counts them). The first
+// round's state indices come with the head; each later round reads its indices first.
+template <int HEAD_DIM>
+__device__ __forceinline__ void MergeList(const TppParams& p, const MergeHead& mh, int head,
+                                          int c, float& m, float& w, float (&acc)[8]) {
+  constexpr int kAhead = kTppMergeAhead;
+  MergeRound<HEAD_DIM>(p, mh.first, min(kAhead, mh.end - mh.begin), head, c, m, w, acc);
+  for (int i = mh.begin + kAhead; i < mh.end; i += kAhead) {
+    int32_t states[kAhead];
 #pragma unroll
-    for (int k = 0; k < kAhead - 1; ++k) {
-      if (k < rest) MergeState8(m, w, acc, lse[k], ob[k]);
-    }
+    for (int k = 0; k < kAhead; ++k) states[k] = i + k < mh.end ? p.t.merge_states[i + k] : 0;
+    MergeRound<HEAD_DIM>(p, states, min(kAhead, mh.end - i), head, c, m, w, acc);
   }
 }
 
@@ -157,8 +173,8 @@ __device__ __forceinline__ void Phase2Finish(const TppParams& p, const float* s_
   const TppTables& t = p.t;
   const int hq = p.num_q_heads;
   const bool final_item = out_state < 0;
-  const int merge_begin = final_item ? t.row_merge_begin[row] : 0;
-  const int merge_end = final_item ? t.row_merge_end[row] : 0;
+  MergeHead merge;
+  if (final_item) merge.Load(t, row);
   // Launched with PDL behind phase 1: phase-1 partials are visible only after the wait. Every
   // CTA waits (not only those that read partials), so that this grid completes after phase 1
   // and a kernel queued after it (the merge) sees phase 1's output too.
@@ -205,7 +221,7 @@ __device__ __forceinline__ void Phase2Finish(const TppParams& p, const float* s_
       if (c == 0) p.partial_lse[static_cast<int64_t>(out_state) * hq + head] = state_m;
       continue;
     }
-    MergeList<HEAD_DIM>(p, merge_begin, merge_end, head, c, state_m, state_w, acc);
+    MergeList<HEAD_DIM>(p, merge, head, c, state_m, state_w, acc);
     StoreOut8(static_cast<DType*>(p.out) + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM +
                   c * 8,
               state_w, acc);
@@ -366,15 +382,15 @@ __global__ void __launch_bounds__(kTppMergeThreads)
     TppMergeKernel(const __grid_constant__ TppParams p) {
   constexpr int VECS = HEAD_DIM / 8;
   const int row = p.t.merge_rows[blockIdx.x];
-  const int begin = p.t.row_merge_begin[row];
-  const int end = p.t.row_merge_end[row];
+  MergeHead merge;
+  merge.Load(p.t, row);
   for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < p.num_q_heads * VECS;
        idx += blockDim.x * gridDim.y) {
     const int head = idx / VECS;
     const int c = idx % VECS;
     float m = kNegInf, w = 0.0f;
     float acc[8] = {};
-    MergeList<HEAD_DIM>(p, begin, end, head, c, m, w, acc);
+    MergeList<HEAD_DIM>(p, merge, head, c, m, w, acc);
     StoreOut8(static_cast<DType*>(p.out) +
                   (static_cast<int64_t>(row) * p.num_q_heads + head) * HEAD_DIM + c * 8,
               w, acc);

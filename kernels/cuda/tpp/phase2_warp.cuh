@@ -174,8 +174,11 @@ __global__ void __launch_bounds__(128) TppPhase2WarpKernel(const __grid_constant
       }
     }
   }
-  // Launched with PDL behind phase 1: every thread waits before phase-1 partials are read, as in
-  // the CTA kernels (the grid then completes after phase 1).
+  // The merge list's head from the plan before the wait (MergeHead). Launched with PDL behind
+  // phase 1: every thread waits before phase-1 partials are read, as in the CTA kernels (the
+  // grid then completes after phase 1).
+  MergeHead merge;
+  if (valid_warp && out_state < 0) merge.Load(t, row);
   if (p.wait_phase1) GridDependencyWait();
   if (!valid_warp) return;
 #pragma unroll
@@ -201,8 +204,7 @@ __global__ void __launch_bounds__(128) TppPhase2WarpKernel(const __grid_constant
       if (c == 0) p.partial_lse[static_cast<int64_t>(out_state) * hq + head] = state_m;
       continue;
     }
-    MergeList<HEAD_DIM>(p, t.row_merge_begin[row], t.row_merge_end[row], head, c, state_m,
-                        state_w, acc);
+    MergeList<HEAD_DIM>(p, merge, head, c, state_m, state_w, acc);
     StoreOut8(static_cast<DType*>(p.out) + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM +
                   c * 8,
               state_w, acc);
