@@ -115,14 +115,15 @@ absl::Status EngineLoop::Check(const Request& r) const {
   if (absl::Status s = engine::ValidateGeneration(config_, r.prompt, r.params, r.n); !s.ok()) {
     return s;
   }
-  if (r.n > options_.max_running_sequences) {
-    return absl::InvalidArgumentError(absl::StrCat("n is ", r.n, ", more than the ",
+  const int n = SamplesRun(r);
+  if (n > options_.max_running_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("n is ", n, ", more than the ",
                                                    options_.max_running_sequences,
                                                    " sequences the server runs at once"));
   }
   const int32_t c = chunk_size_;
   const int64_t worst = CeilDiv(static_cast<int64_t>(r.prompt.size()), c) +
-                        int64_t{r.n} * (CeilDiv(r.params.max_tokens, c) + 2);
+                        int64_t{n} * (CeilDiv(r.params.max_tokens, c) + 2);
   if (worst > chunks_total_) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request may need ", worst, " KV chunks, more than the whole cache (",
@@ -138,6 +139,10 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
   live->stream = std::move(stream);
   live->submitted = submitted;
   live->usage.prompt_tokens = static_cast<int32_t>(live->req.prompt.size());
+  if (SamplesRun(live->req) < live->req.n) {
+    live->copies = live->req.n;
+    live->req.n = 1;
+  }
   live->handle = live->arrival = ++arrival_counter_;
   waiting_.push_back(std::move(live));
   added_ = true;
@@ -172,6 +177,7 @@ void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
     }
   }
   ReleaseAll(live);
+  live.usage.completion_tokens *= live.copies;  // the tokens sent, over all choices
   MetricsSnapshot& m = metrics_;
   ++m.requests_finished_total;
   if (reason == FinishReason::kCancelled) ++m.requests_cancelled_total;
@@ -355,7 +361,7 @@ void EngineLoop::EmitPending() {
     }
     s.last_token = p.at;
     ++s.emitted;
-    ++m.generation_tokens_total;
+    m.generation_tokens_total += live.copies;
     ++live.usage.completion_tokens;
     TokenEvent e;
     e.sample = static_cast<int>(p.sample);
@@ -400,7 +406,16 @@ void EngineLoop::Touch(Live& live) {
   touched_.push_back(live.stream);
 }
 
+int EngineLoop::SamplesRun(const Request& r) {
+  return r.params.temperature < engine::kGreedyTemperature ? 1 : r.n;
+}
+
 void EngineLoop::Emit(Live& live, TokenEvent event) {
+  for (int k = 1; k < live.copies; ++k) {  // greedy n > 1: every choice
+    TokenEvent copy = event;
+    copy.sample = k;
+    live.stream->Push(std::move(copy), /*announce=*/false);
+  }
   live.stream->Push(std::move(event), /*announce=*/false);
   Touch(live);
 }

@@ -228,6 +228,9 @@ class EngineLoop {
   // Turns a prefilled prompt into n samples (forks its sequence); their sampling states are
   // ready before the forward pass so that the backend samples the first tokens.
   void StartSamples(Live& live);
+  // The samples a request runs: n, or 1 for greedy requests (temperature 0: every sample would
+  // draw the same tokens; their choices get copies of one).
+  static int SamplesRun(const Request& r);
   // A sampled token reaches its sample: into its sampling state and generated tokens, or ending
   // it at EOS / max_tokens (KV released at once). The event is queued for EmitPending.
   void TakeSample(Live& live, size_t sample, const engine::SampleResult& result,

@@ -72,6 +72,9 @@ struct EngineLoop::Live {
   kvcache::SeqId prompt_seq = -1;  // while prefilling
   int32_t placed = 0;              // prompt tokens placed in the tree (prefilling)
   std::vector<Sample> samples;     // from the step that computes the prompt's last token
+  // Greedy n > 1 (EngineLoop::SamplesRun): the n samples would all be the same, so one runs
+  // (req.n is 1 from Add on) and Emit sends each of its events to all n choices (`copies`).
+  int32_t copies = 1;
   Usage usage;
   std::chrono::steady_clock::time_point submitted;
   bool first_token_seen = false;

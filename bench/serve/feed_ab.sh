@@ -7,7 +7,7 @@
 # such rates, so admission runs beside decoding all the time (the all-at-once load of
 # served_vs_engine.sh admits once). One Markdown row per run: output tok/s, TTFT and TPOT (mean
 # / p99), the fed share of the daemon's decode-only steps and the device's idle share of them
-# (from /metrics before and after the load).
+# (from /metrics before and after the load), and the preemptions it took (KV memory ran out).
 #
 #   bench/serve/feed_ab.sh BIN_DIR     (BIN_DIR holds banyand and banyan_serve_bench)
 #   Environment: MODEL (dummy:llama-2-7b-shape:vocab=32000:context=2300), VOCAB (32000),
@@ -39,8 +39,8 @@ TEMPERATURE=${TEMPERATURE:-0}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 
-echo "| --feed | round | output tok/s | TTFT ms mean / p99 | TPOT ms mean / p99 | failed | fed share of decode steps | device idle share |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| --feed | round | output tok/s | TTFT ms mean / p99 | TPOT ms mean / p99 | failed | fed share of decode steps | device idle share | preemptions |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$ROUNDS"); do
   for feed in off on; do
     log="$WORK/banyand_${feed}_$round.log"
@@ -77,7 +77,8 @@ print(f"| {sys.argv[4]} | {sys.argv[5]} | {res.get('output_throughput', 0):,.0f}
       f"| {ttft.get('mean', 0):.1f} / {ttft.get('p99', 0):.1f} "
       f"| {tpot.get('mean', 0):.2f} / {tpot.get('p99', 0):.2f} | {res.get('failed', 0)} "
       f"| {fed / steps if steps else 0:.0%} ({fed:.0f} of {steps:.0f}) "
-      f"| {(wall - dev) / wall if wall > 0 and dev > 0 else 0:.1%} |")
+      f"| {(wall - dev) / wall if wall > 0 and dev > 0 else 0:.1%} "
+      f"| {d('banyan_preemptions_total'):.0f} |")
 PY
   done
 done

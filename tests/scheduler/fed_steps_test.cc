@@ -199,10 +199,11 @@ TEST_F(FedStepsTest, PromptChunksAreLaunchedAhead) {
   EXPECT_EQ(Read(*sa, 1)[0], Solo(a));
 }
 
-// A prompt asked again (its first answer cached below its leaf) and greedy samples that agree
-// (n = 3, sharing their leaf at every step) were steps the loop waited on. Now their tokens take
-// pending forks (the n = 3 samples are made before the prompt's first token is collected): every
-// step but the prompt's is fed. The tokens are the solo ones, and the tree holds them all.
+// A prompt asked again (its first answer cached below its leaf) and samples that agree (n = 3
+// at a temperature low enough that they draw the greedy tokens, so they share their leaf at
+// every step) were steps the loop waited on. Now their tokens take pending forks (the n = 3
+// samples are made before the prompt's first token is collected): every step but the prompt's
+// is fed. The tokens are the solo ones, and the tree holds them all.
 TEST_F(FedStepsTest, RepeatedPromptsAndAgreeingSamplesAreFed) {
   auto loop = Make(512, 64, 1, nullptr);
   Request a = Greedy("Once upon a time, there was a little dog named Max.", 24);
@@ -235,15 +236,89 @@ TEST_F(FedStepsTest, RepeatedPromptsAndAgreeingSamplesAreFed) {
   Request three = a;
   three.id = "three";
   three.n = 3;
+  three.params.temperature = 0.01f;  // not greedy (three samples run), yet they agree
+  three.params.seed = 5;
+  three.params.has_seed = true;
+  const int64_t rows_before = loop->stats().decode_tokens;
   auto [samples, steps3, fed3] = run(three);
   for (int k = 0; k < 3; ++k) EXPECT_EQ(samples[k], solo) << "sample " << k;
   EXPECT_EQ(fed3, steps3 - 1) << "n > 1 and agreeing samples held no step back";
+  EXPECT_EQ(loop->stats().decode_tokens - rows_before, 3 * 23) << "three samples decoded";
 
   EXPECT_EQ(loop->tree().Stats().chunks_live, 0);
   EXPECT_TRUE(loop->tree().CheckInvariants().ok()) << loop->tree().CheckInvariants();
   std::vector<int32_t> all = a.prompt;
   all.insert(all.end(), solo.begin(), solo.end() - 1);  // the last token's KV is never written
   EXPECT_EQ(loop->tree().Match(a.cache_namespace, all), static_cast<int32_t>(all.size()));
+}
+
+// Greedy n > 1: every sample would draw the same tokens, so one sequence runs (one decode row a
+// step) and each choice gets its events: the solo tokens, text, logprobs and a finish event per
+// choice, and usage counts the tokens of all choices. A stop string ends every choice alike.
+TEST_F(FedStepsTest, GreedySamplesRunOnceForEveryChoice) {
+  auto loop = Make(512, 64, 1, nullptr);
+  Request a = Greedy("Once upon a time, there was a little dog named Max.", 24);
+  a.params.ignore_eos = true;
+  a.params.logprobs = 2;
+  const std::vector<int32_t> solo = Solo(a);
+  ASSERT_EQ(solo.size(), 24u);
+  Request four = a;
+  four.n = 4;
+  auto s = std::make_shared<RequestStream>();
+  loop->Add(four, s, std::chrono::steady_clock::now());
+  while (!loop->idle()) loop->Step();
+  ASSERT_TRUE(s->status().ok()) << s->status();
+  EXPECT_EQ(loop->stats().decode_tokens, 23) << "one sequence decoded";
+  std::vector<std::vector<TokenEvent>> by_choice(4);
+  std::vector<TokenEvent> ev;
+  while (s->Read(&ev, std::chrono::milliseconds(0))) {
+    for (TokenEvent& e : ev) {
+      ASSERT_GE(e.sample, 0);
+      ASSERT_LT(e.sample, 4);
+      by_choice[e.sample].push_back(std::move(e));
+    }
+    ev.clear();
+  }
+  for (int k = 0; k < 4; ++k) {
+    std::vector<int32_t> tokens;
+    int finishes = 0;
+    for (const TokenEvent& e : by_choice[k]) {
+      if (e.token >= 0) tokens.push_back(e.token);
+      if (e.finish != FinishReason::kNone) ++finishes;
+      EXPECT_EQ(e.top_logprobs.size(), e.token >= 0 ? 2u : 0u);
+    }
+    EXPECT_EQ(tokens, solo) << "choice " << k;
+    EXPECT_EQ(finishes, 1) << "choice " << k;
+    ASSERT_EQ(by_choice[k].size(), by_choice[0].size());
+    for (size_t j = 0; j < by_choice[k].size(); ++j) {
+      EXPECT_EQ(by_choice[k][j].text, by_choice[0][j].text);
+      EXPECT_EQ(by_choice[k][j].logprob, by_choice[0][j].logprob);
+    }
+  }
+  EXPECT_EQ(s->usage().completion_tokens, 4 * 24);
+  EXPECT_EQ(loop->metrics().generation_tokens_total, 4 * 24);
+
+  Request stop = Greedy("Once upon a time", 40);  // "... named " then the stop string
+  stop.stop = {"Lily"};
+  stop.n = 3;
+  auto st = std::make_shared<RequestStream>();
+  loop->Add(stop, st, std::chrono::steady_clock::now());
+  while (!loop->idle()) loop->Step();
+  std::vector<std::string> text(3);
+  std::vector<FinishReason> finish(3, FinishReason::kNone);
+  while (st->Read(&ev, std::chrono::milliseconds(0))) {
+    for (const TokenEvent& e : ev) {
+      text[e.sample] += e.text;
+      if (e.finish != FinishReason::kNone) finish[e.sample] = e.finish;
+    }
+    ev.clear();
+  }
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(text[k], text[0]) << "choice " << k;
+    EXPECT_EQ(finish[k], FinishReason::kStop) << "choice " << k;
+  }
+  EXPECT_EQ(text[0].find("Lily"), std::string::npos);
+  EXPECT_EQ(loop->tree().Stats().chunks_live, 0);
 }
 
 // Requests with penalties are fed like any other: a fed row's penalties count its token in

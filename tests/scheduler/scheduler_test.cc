@@ -210,9 +210,14 @@ TEST_F(SchedulerTest, RejectsBadRequestsWithReasons) {
   EXPECT_NE(sched_->Submit(r).status().message().find("top_p"), std::string::npos);
   r = Greedy("x", 400);
   r.n = 8;  // 8 x 400 tokens cannot fit in 64 chunks of 16: never, so not "retry later"
+  r.params.temperature = 0.8f;
   auto big = sched_->Submit(r);
   EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(big.status().message().find("more than the whole cache"), std::string::npos);
+  r.params.temperature = 0;  // greedy: one sequence runs for the 8 choices, and it fits
+  auto greedy = sched_->Submit(r);
+  EXPECT_TRUE(greedy.ok()) << greedy.status();
+  if (greedy.ok()) (*greedy)->Cancel();
 }
 
 TEST_F(SchedulerTest, DeadlineCancels) {

@@ -8,7 +8,7 @@
 //  - a random Hydra head set written in the draft-head format (docs/hydra.md) and accepted by
 //    DraftHeads::Load;
 //  - greedy requests, a shared-prefix batch (a long common prompt, distinct suffixes, one n = 2
-//    request) and one request alone, decoded without speculation, with the heads (CPU a step
+//    request: one sequence, its tokens sent to both choices) and one request alone, decoded without speculation, with the heads (CPU a step
 //    ahead off and on), and with prompt lookup (each load twice): token for token the same.
 //    (With a KV cache small enough to preempt, the heads abort the loop: see the disabled
 //    test's comment.)
@@ -183,12 +183,17 @@ TEST_P(SpeculationArchTest, HydraHeadsKeepGreedyOutputExactly) {
 }
 
 // The shared-prefix batch, every request long, in KV caches small enough to preempt (each
-// architecture preempts at some of these sizes). The n = 2 request's greedy samples draft the
-// same chain, so the second one's candidates reuse the first one's node; cutting the rejected
-// ones splits that node, which needs a chunk a full pool may not have: the loop then takes the
-// verified tokens and preempts the request (this once aborted in PrefixTree::Split).
+// architecture preempts at some of these sizes), with the last request asked twice. The two
+// greedy sequences of that prompt draft the same chain, so the second one's candidates reuse
+// the first one's node; cutting the rejected ones splits that node, which needs a chunk a full
+// pool may not have: the loop then takes the verified tokens and preempts the request (this
+// once aborted in PrefixTree::Split). (Before greedy n > 1 ran one sequence, the n = 2
+// request's two samples made that case.)
 TEST_P(SpeculationArchTest, HydraHeadsKeepGreedyOutputUnderPreemption) {
   std::vector<Request> reqs = SharedPrefixBatch();
+  reqs.push_back(reqs.back());
+  reqs.back().id += "-again";
+  reqs.back().n = 1;
   for (Request& r : reqs) {  // all of them long at once
     r.params.max_tokens = 39;
     r.params.ignore_eos = true;

@@ -51,7 +51,7 @@ class SpeculationTest : public ::testing::Test {
                            "One day, a big red ball", "Tom had a toy car. He liked to"};
     for (int i = 0; i < 12; ++i) {
       Request r = Make(texts[i % 5], 12 + 7 * i);
-      if (i % 5 == 2) r.n = 2;                     // greedy samples sharing everything
+      if (i % 5 == 2) r.n = 2;                     // greedy: one sequence, two choices
       if (i % 4 == 3) r.stop = {"the", "Max"};     // stop strings inside accepted chains
       if (i == 9) r.params.ignore_eos = true;
       if (i % 6 == 5) {                            // sampled, with a seed
