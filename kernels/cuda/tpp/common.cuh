@@ -48,6 +48,7 @@ struct TppParams {
   int32_t num_q_heads;
   int32_t group;      // g = num_q_heads / num_kv_heads
   int32_t wait_phase1;  // phase 2 was launched with PDL behind phase 1: every CTA waits for it
+  int32_t wait_phase2;  // the merge kernel was launched with PDL behind phase 2: it waits for it
 };
 
 template <typename T>

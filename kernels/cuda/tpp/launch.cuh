@@ -37,6 +37,7 @@ inline TppParams MakeTppParams(const TppWorkPlan& plan, const TppRunArgs& a) {
   p.num_q_heads = pr.num_q_heads;
   p.group = pr.num_q_heads / pr.num_kv_heads;
   p.wait_phase1 = 0;
+  p.wait_phase2 = 0;
   return p;
 }
 
@@ -205,9 +206,24 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     }
   }
   if (plan.num_merge_rows() > 0) {
-    // A plain launch on `stream`: phases 1 and 2 are complete before it starts.
-    TppMergeKernel<HEAD_DIM, Elem>
-        <<<TppMergeGrid<HEAD_DIM>(plan), kTppMergeThreads, 0, stream>>>(p);
+    // On `stream` after phases 1 and 2. Right behind phase 2 (not deferred), with PDL: its CTAs
+    // start while phase 2 runs, read their merge lists, and wait for phase 2 (which completes
+    // after phase 1) before they read any partial state. After the deferred merge's join, a
+    // plain launch.
+    const bool pdl = !plan.deferred_merge() && phase2 && plan.options().pdl;
+    p.wait_phase2 = pdl ? 1 : 0;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = TppMergeGrid<HEAD_DIM>(plan);
+    config.blockDim = dim3(kTppMergeThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = pdl ? 1 : 0;
+    if ((e = cudaLaunchKernelEx(&config, TppMergeKernel<HEAD_DIM, Elem>, p)) != cudaSuccess) {
+      return e;
+    }
     e = cudaGetLastError();
   }
   return e;
@@ -219,8 +235,8 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   using Elem = typename ElementOf<DTYPE>::Type;
   updates->clear();
   const TppParams fresh = MakeTppParams(plan, args);
-  // The plan's tables and partial states; q, out, the KV view, the scale and wait_phase1 (part
-  // of the launch signature) stay as captured.
+  // The plan's tables and partial states; q, out, the KV view, the scale, wait_phase1 and
+  // wait_phase2 (part of the launch signature) stay as captured.
   auto patch = [fresh](void* params) {
     auto* p = static_cast<TppParams*>(params);
     p->t = fresh.t;

@@ -230,6 +230,7 @@ __device__ __forceinline__ void Phase2Finish(const TppParams& p, const float* s_
 
 template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
 __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ TppParams p) {
+  LaunchDependents();  // the merge kernel, where it follows with PDL
   using Cfg = Phase2Config<HEAD_DIM, DType, GROUP, STAGES>;
   constexpr int VECS = Cfg::kVecs;
   constexpr int LANES_Y = Cfg::kLanesY;
@@ -384,6 +385,7 @@ __global__ void __launch_bounds__(kTppMergeThreads)
   const int row = p.t.merge_rows[blockIdx.x];
   MergeHead merge;
   merge.Load(p.t, row);
+  if (p.wait_phase2) GridDependencyWait();  // PDL behind phase 2: its pieces, and phase 1's
   for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < p.num_q_heads * VECS;
        idx += blockDim.x * gridDim.y) {
     const int head = idx / VECS;

@@ -37,6 +37,7 @@ struct Phase2MmaConfig {
 
 template <int HEAD_DIM, typename DType, int STAGES>
 __global__ void __launch_bounds__(128) TppPhase2MmaKernel(const __grid_constant__ TppParams p) {
+  LaunchDependents();  // the merge kernel, where it follows with PDL
   using Cfg = Phase2MmaConfig<HEAD_DIM, DType, STAGES>;
   constexpr int BN = Cfg::kBlockN;
   constexpr int VECS = Cfg::kVecs;

@@ -35,6 +35,7 @@ struct Phase2WarpConfig {
 
 template <int HEAD_DIM, typename DType, int HW>
 __global__ void __launch_bounds__(128) TppPhase2WarpKernel(const __grid_constant__ TppParams p) {
+  LaunchDependents();  // the merge kernel, where it follows with PDL
   using Cfg = Phase2WarpConfig<HEAD_DIM, HW>;
   constexpr int VECS = Cfg::kVecs;
   constexpr int TL = Cfg::kTokLanes;
