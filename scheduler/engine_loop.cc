@@ -177,7 +177,8 @@ void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
     }
   }
   ReleaseAll(live);
-  live.usage.completion_tokens *= live.copies;  // the tokens sent, over all choices
+  Usage sent = live.usage;
+  sent.completion_tokens *= live.copies;  // the tokens sent, over all choices
   MetricsSnapshot& m = metrics_;
   ++m.requests_finished_total;
   if (reason == FinishReason::kCancelled) ++m.requests_cancelled_total;
@@ -190,10 +191,9 @@ void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
               !status.ok() ? "failed"
               : reason == FinishReason::kNone ? "finished"
                                               : std::string(FinishReasonName(reason)),
-              live.usage.prompt_tokens, live.usage.cached_prompt_tokens,
-              live.usage.completion_tokens,
+              sent.prompt_tokens, sent.cached_prompt_tokens, sent.completion_tokens,
               status.ok() ? "" : ": " + std::string(status.message()));
-  live.stream->Finish(std::move(status), live.usage, /*announce=*/false);
+  live.stream->Finish(std::move(status), sent, /*announce=*/false);
   Touch(live);
 }
 

@@ -77,6 +77,25 @@ constexpr int Phase2SmemBytes() {
   }
 }
 
+// Launches kernel(p) on `stream`, with programmatic dependent launch (it may start before the
+// kernel ahead of it completes, and waits for it on the device) when `pdl`.
+template <typename Kernel>
+cudaError_t LaunchTppKernel(Kernel kernel, const TppParams& p, dim3 grid, dim3 block,
+                            size_t smem_bytes, bool pdl, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, p);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES>
 cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
                          cudaStream_t stream) {
@@ -87,19 +106,8 @@ cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (e != cudaSuccess) return e;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(plan.num_p2_items(), plan.p2_grid_y());
-  config.blockDim = dim3(128);
-  config.dynamicSmemBytes = kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = pdl ? 1 : 0;
-  e = cudaLaunchKernelEx(&config, kernel, p);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return LaunchTppKernel(kernel, p, dim3(plan.num_p2_items(), plan.p2_grid_y()), dim3(128),
+                         kSmemBytes, pdl, stream);
 }
 
 // The one place that maps a plan to its phase-2 instantiation (kernel, head group, pipeline
@@ -212,19 +220,8 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     // plain launch.
     const bool pdl = !plan.deferred_merge() && phase2 && plan.options().pdl;
     p.wait_phase2 = pdl ? 1 : 0;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = TppMergeGrid<HEAD_DIM>(plan);
-    config.blockDim = dim3(kTppMergeThreads);
-    config.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = pdl ? 1 : 0;
-    if ((e = cudaLaunchKernelEx(&config, TppMergeKernel<HEAD_DIM, Elem>, p)) != cudaSuccess) {
-      return e;
-    }
-    e = cudaGetLastError();
+    e = LaunchTppKernel(TppMergeKernel<HEAD_DIM, Elem>, p, TppMergeGrid<HEAD_DIM>(plan),
+                        dim3(kTppMergeThreads), 0, pdl, stream);
   }
   return e;
 }
