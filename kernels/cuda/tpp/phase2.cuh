@@ -62,6 +62,13 @@ __device__ __forceinline__ void LoadState8(const float* p, float (&v)[8]) {
   v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
+// The state indices of the merge-list entries [i, i + kTppMergeAhead) below `end` (0 past it).
+__device__ __forceinline__ void LoadMergeIndices(const TppTables& t, int i, int end,
+                                                 int32_t (&states)[kTppMergeAhead]) {
+#pragma unroll
+  for (int k = 0; k < kTppMergeAhead; ++k) states[k] = i + k < end ? t.merge_states[i + k] : 0;
+}
+
 // A row's merge list and the states of its first round (up to kTppMergeAhead), read from the
 // plan's tables before phase 1 is waited for (they are not phase 1's output), so that after the
 // wait the first round's loads go out at once instead of behind two dependent table reads.
@@ -71,10 +78,7 @@ struct MergeHead {
   __device__ __forceinline__ void Load(const TppTables& t, int row) {
     begin = t.row_merge_begin[row];
     end = t.row_merge_end[row];
-#pragma unroll
-    for (int k = 0; k < kTppMergeAhead; ++k) {
-      first[k] = begin + k < end ? t.merge_states[begin + k] : 0;
-    }
+    LoadMergeIndices(t, begin, end, first);
   }
 };
 
@@ -104,17 +108,21 @@ __device__ __forceinline__ void MergeRound(const TppParams& p, const int32_t (&s
 // Merges the row's listed partial states into (m, w, acc) for (head, vector c), in rounds of
 // kTppMergeAhead states loaded at once, so that their latencies overlap: a list of n states
 // takes ceil(n / kTppMergeAhead) rounds of loads (the split model counts them). The first
-// round's state indices come with the head; each later round reads its indices first.
+// round's state indices come with the head; each round reads the next round's indices before
+// its own state loads, so a round waits for one memory latency, not two.
 template <int HEAD_DIM>
 __device__ __forceinline__ void MergeList(const TppParams& p, const MergeHead& mh, int head,
                                           int c, float& m, float& w, float (&acc)[8]) {
   constexpr int kAhead = kTppMergeAhead;
-  MergeRound<HEAD_DIM>(p, mh.first, min(kAhead, mh.end - mh.begin), head, c, m, w, acc);
-  for (int i = mh.begin + kAhead; i < mh.end; i += kAhead) {
-    int32_t states[kAhead];
+  int32_t states[kAhead];
 #pragma unroll
-    for (int k = 0; k < kAhead; ++k) states[k] = i + k < mh.end ? p.t.merge_states[i + k] : 0;
+  for (int k = 0; k < kAhead; ++k) states[k] = mh.first[k];
+  for (int i = mh.begin; i < mh.end; i += kAhead) {
+    int32_t next[kAhead];
+    LoadMergeIndices(p.t, i + kAhead, mh.end, next);
     MergeRound<HEAD_DIM>(p, states, min(kAhead, mh.end - i), head, c, m, w, acc);
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) states[k] = next[k];
   }
 }
 
