@@ -42,7 +42,7 @@ uint64_t PromptKey(const Request& r) {
 }
 
 bool Greedy(const engine::SamplingParams& p) {
-  return p.temperature < engine::kGreedyTemperature && !p.HasPenalties();
+  return p.temperature < engine::kGreedyTemperature && !p.ChangesLogits();
 }
 
 constexpr size_t kMaxContinuations = 4096;

@@ -146,6 +146,13 @@ absl::Status ValidateSampling(const engine::SamplingParams& p, int vocab_size) {
       return bad("stop_token_ids", id, absl::StrCat("a token id in [0, ", vocab_size, ")"));
     }
   }
+  if (!p.logit_bias.empty()) {  // the engine's checks, named after the field
+    engine::SamplingParams bias_only;
+    bias_only.logit_bias = p.logit_bias;
+    if (absl::Status s = engine::Validate(bias_only, vocab_size); !s.ok()) {
+      return InvalidParam("logit_bias", std::string(s.message()));
+    }
+  }
   // The engine's own check, in case it knows more than the list above.
   engine::SamplingParams copy = p;
   copy.max_tokens = 1;

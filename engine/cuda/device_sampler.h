@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -39,29 +40,47 @@ struct PackedSamples {
 };
 
 // The entries of step 3 for one sample, as ApplyPenalties visits them: every generated token,
-// and the prompt-only tokens when repetition_penalty != 1. None when the penalties are off.
+// the prompt-only tokens when repetition_penalty != 1, and the biased tokens not among those,
+// each with its bias. None when there is no bias and the penalties are off.
 inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSamplingState& st,
                                       int32_t vocab, kernels::cuda::SampleSpecDev* d,
                                       std::vector<kernels::cuda::SamplePenaltyEntry>* entries) {
   const bool repetition = p.repetition_penalty != 1.0f;
-  if (!p.HasPenalties()) return absl::OkStatus();
+  if (!p.ChangesLogits()) return absl::OkStatus();
   d->penalty_begin = static_cast<int32_t>(entries->size());
+  // logit_bias is sorted by id (Validate).
+  const auto bias_of = [&p](int32_t id) {
+    const auto it = std::lower_bound(p.logit_bias.begin(), p.logit_bias.end(),
+                                     std::pair<int32_t, float>(id, -INFINITY));
+    return it != p.logit_bias.end() && it->first == id ? it->second : 0.0f;
+  };
+  const bool penalties = p.HasPenalties();
   const auto check = [vocab](int32_t id) {
     return id >= 0 && id < vocab
                ? absl::OkStatus()
                : absl::InternalError(absl::StrCat("penalised token id ", id,
                                                   " outside a vocabulary of ", vocab));
   };
-  for (const auto& [id, count] : st.generated_counts()) {
-    BANYAN_RETURN_IF_ERROR(check(id));
-    entries->push_back({id, count, st.prompt_tokens().contains(id) ? 1 : 0});
+  if (penalties) {
+    for (const auto& [id, count] : st.generated_counts()) {
+      BANYAN_RETURN_IF_ERROR(check(id));
+      entries->push_back({id, count, st.prompt_tokens().contains(id) ? 1 : 0, bias_of(id)});
+    }
   }
   if (repetition) {
     for (int32_t id : st.prompt_tokens()) {
       if (st.generated_counts().contains(id)) continue;
       BANYAN_RETURN_IF_ERROR(check(id));
-      entries->push_back({id, 0, 1});
+      entries->push_back({id, 0, 1, bias_of(id)});
     }
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (penalties && (st.generated_counts().contains(id) ||
+                      (repetition && st.prompt_tokens().contains(id)))) {
+      continue;  // listed above with its bias
+    }
+    BANYAN_RETURN_IF_ERROR(check(id));
+    entries->push_back({id, 0, 0, bias});
   }
   d->penalty_count = static_cast<int32_t>(entries->size()) - d->penalty_begin;
   return absl::OkStatus();

@@ -180,6 +180,7 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& params,
   };
   const auto repeat = [rep](float& l) { l = l > 0.0f ? l / rep : l * rep; };
 
+  for (const auto& [id, bias] : params.logit_bias) at(id) = at(id) + bias;
   if (rep != 1.0f) {
     for (int32_t id : state.prompt_tokens()) {
       if (!state.generated_counts().contains(id)) repeat(at(id));

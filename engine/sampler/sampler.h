@@ -11,7 +11,8 @@
 //     penalties, temperature and filtering (vLLM's default "raw_logprobs"; OpenAI's meaning of
 //     logprobs as the model's own distribution). Tokens at -inf get -inf. If some x_i = +inf,
 //     the limit is taken: those tokens share the mass, the others get -inf.
-//  3. z = ApplyPenalties(x) (repetition, then frequency, then presence; vLLM's definitions).
+//  3. z = ApplyPenalties(x): each logit_bias entry added (z_i = x_i + bias_i, first, as vLLM
+//     does), then repetition, then frequency, then presence (vLLM's definitions).
 //  4. temperature < kGreedyTemperature: token = argmax z, the lowest id on ties. Done.
 //  5. Weights w_i = exp((z_i - max z) / T), so the most likely token has w = 1 and nothing
 //     overflows. If max z = +inf, w_i = (z_i == +inf) ? 1 : 0.
@@ -113,7 +114,8 @@ struct SamplerScratch {
   std::vector<int32_t> ids;    // candidate token ids
 };
 
-// z[i] for penalised tokens, in place, exactly as vLLM does it:
+// z[i] for biased and penalised tokens, in place, exactly as vLLM does it:
+//   i in logit_bias:           z = z + bias_i (first)
 //   i in prompt or generated:  z = z > 0 ? z / repetition_penalty : z * repetition_penalty
 //   i generated count c times: z = z - frequency_penalty * c;  z = z - presence_penalty
 // logits: [vocab]. Token ids held by `state` must lie in [0, vocab).

@@ -52,6 +52,24 @@ absl::Status Validate(const SamplingParams& p, int vocab_size) {
   if (p.logprobs < 0 || p.logprobs > kMaxLogprobs) {
     return Bad("logprobs", p.logprobs, "in [0, 20]");
   }
+  if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBiasTokens)) {
+    return Bad("logit_bias", absl::StrCat(p.logit_bias.size(), " tokens"),
+               absl::StrCat("at most ", kMaxLogitBiasTokens, " tokens"));
+  }
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const auto [id, bias] = p.logit_bias[i];
+    if (id < 0 || id >= vocab_size) {
+      return Bad("logit_bias", absl::StrCat("token id ", id),
+                 absl::StrCat("keyed by token ids in [0, ", vocab_size, ") for this model"));
+    }
+    if (i > 0 && id <= p.logit_bias[i - 1].first) {
+      return Bad("logit_bias", absl::StrCat("token id ", id, " out of order or twice"),
+                 "keyed by distinct token ids");
+    }
+    if (!(std::fabs(bias) <= kMaxAbsLogitBias)) {
+      return Bad("logit_bias", absl::StrCat(bias, " for token ", id), "biases in [-100, 100]");
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,16 +43,25 @@ struct SamplingParams {
   bool ignore_eos = false;
   // How many top log-probabilities to return per token. Range: [0, 20].
   int logprobs = 0;
+  // Added to the logits of these tokens before the penalties (OpenAI's logit_bias, applied
+  // first as vLLM does): (token id, bias) pairs in ascending id order, ids distinct and in
+  // [0, vocab), biases in [-100, 100], at most kMaxLogitBiasTokens of them. -100 all but bans a
+  // token, +100 all but forces it. Log-probabilities stay those of the raw model.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Whether any of the three penalties is on (step 3 of sampler.h changes the logits).
   bool HasPenalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
+  // Whether step 3 of sampler.h changes any logit (a bias or a penalty).
+  bool ChangesLogits() const { return HasPenalties() || !logit_bias.empty(); }
 };
 
 inline constexpr int kMaxLogprobs = 20;
 inline constexpr float kMaxAbsFrequencyPenalty = 2.0f;
 inline constexpr float kMaxAbsPresencePenalty = 2.0f;
+inline constexpr float kMaxAbsLogitBias = 100.0f;
+inline constexpr int kMaxLogitBiasTokens = 1024;
 
 // Returns InvalidArgument naming the first bad field, its value and the accepted range.
 // vocab_size: the model's vocabulary size (> 0), used to check stop_token_ids.

@@ -474,9 +474,10 @@ __global__ void __launch_bounds__(BLOCK) SampleKernel(const __grid_constant__ Sa
     TopLogprobs<BLOCK>(x, vocab, s.num_top_logprobs, lsm, p.top + s.top_offset, sh);
   }
 
-  // Step 3: the penalised row, materialised only for samples with penalties to apply. The CPU's
-  // float operations, rounded the same way (no fused multiply-add). A pending token (a fed row's
-  // previous token) adds one to its entry's count, or is a generated token of its own.
+  // Step 3: the biased and penalised row, materialised only for samples with a bias or penalties
+  // to apply. The CPU's float operations, rounded the same way (no fused multiply-add). A
+  // pending token (a fed row's previous token) adds one to its entry's count, or is a generated
+  // token of its own.
   const float* z = x;
   RowStats zs = xs;
   if (s.penalized_row >= 0) {
@@ -486,9 +487,9 @@ __global__ void __launch_bounds__(BLOCK) SampleKernel(const __grid_constant__ Sa
     for (int i = threadIdx.x; i < vocab; i += BLOCK) zp[i] = Sanitized(x[i]);
     if (threadIdx.x == 0) pending_listed = 0;
     __syncthreads();
-    const auto penalise = [&](int token, int generated_count) {
-      float l = zp[token];
-      if (s.repetition_penalty != 1.0f) {
+    const auto penalise = [&](int token, int generated_count, bool in_prompt, float bias) {
+      float l = __fadd_rn(zp[token], bias);
+      if (s.repetition_penalty != 1.0f && (in_prompt || generated_count > 0)) {
         l = l > 0.0f ? __fdiv_rn(l, s.repetition_penalty) : __fmul_rn(l, s.repetition_penalty);
       }
       if (generated_count > 0) {
@@ -501,11 +502,11 @@ __global__ void __launch_bounds__(BLOCK) SampleKernel(const __grid_constant__ Sa
       const SamplePenaltyEntry pe = p.penalties[s.penalty_begin + e];
       const bool is_pending = pe.token == pending;
       if (is_pending) pending_listed = 1;  // entries are distinct: one writer at most
-      penalise(pe.token, pe.generated_count + (is_pending ? 1 : 0));
+      penalise(pe.token, pe.generated_count + (is_pending ? 1 : 0), pe.in_prompt != 0, pe.bias);
     }
     __syncthreads();
     if (pending >= 0 && pending < vocab && pending_listed == 0 && threadIdx.x == 0) {
-      penalise(pending, 1);
+      penalise(pending, 1, false, 0.0f);
     }
     __syncthreads();
     z = zp;

@@ -19,9 +19,9 @@
 // warp that holds u * W scans its range. Masses are accumulated in double (as the CPU does);
 // every reduction has a fixed order, so the result is deterministic.
 //
-// Penalties: the samples whose penalties are not the defaults list one SamplePenaltyEntry per
-// distinct penalised token; their penalised row is materialised in `penalized` (one vocab row per
-// such sample) and the filters read it. Other samples read the logits row directly. A sample of a
+// Biases and penalties: the samples with a logit_bias or non-default penalties list one
+// SamplePenaltyEntry per distinct biased or penalised token; their changed row is materialised in
+// `penalized` (one vocab row per such sample) and the filters read it. Other samples read the logits row directly. A sample of a
 // fed row (its previous token still on the device, not yet in its entries) names that token by
 // its index in `pending_tokens`; it then counts as generated once more, as the host will count it
 // once the token is back (engine/backend.h, SampleSpec).
@@ -37,11 +37,12 @@ namespace banyan::kernels::cuda {
 
 inline constexpr int kSampleMaxTopLogprobs = 20;
 
-// One penalised token of one sample (step 3 of sampler.h).
+// One biased or penalised token of one sample (step 3 of sampler.h).
 struct SamplePenaltyEntry {
   int32_t token = 0;            // in [0, vocab)
-  int32_t generated_count = 0;  // times generated; 0 for a prompt-only token
-  int32_t in_prompt = 0;        // 1 when the token occurs in the prompt
+  int32_t generated_count = 0;  // times generated; 0 for a prompt-only or bias-only token
+  int32_t in_prompt = 0;        // 1 when the token occurs in the prompt (and repetition is on)
+  float bias = 0.0f;            // its logit_bias, added first
 };
 
 // One sample, packed on the host.
@@ -58,7 +59,7 @@ struct SampleSpecDev {
   int32_t num_top_logprobs = 0;  // 0..kSampleMaxTopLogprobs
   int32_t top_offset = 0;        // first entry of this sample in SampleParams::top
   int32_t penalty_begin = 0;     // entries [begin, begin + count) of SampleParams::penalties
-  int32_t penalty_count = 0;     // > 0 only for a sample with non-default penalties
+  int32_t penalty_count = 0;     // > 0 only for a sample with a bias or non-default penalties
   int32_t penalized_row = -1;    // row of SampleParams::penalized, -1 for none
   uint32_t stream = 0;
   int32_t pending_index = -1;    // >= 0: SampleParams::pending_tokens[i] is generated once more

@@ -1,5 +1,6 @@
 #include "server/grpc/grpc_translate.h"
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <random>
@@ -43,6 +44,8 @@ engine::SamplingParams ToSamplingParams(const v1::SamplingParams& s) {
   p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   p.ignore_eos = s.ignore_eos();
   p.logprobs = s.has_logprobs() ? s.logprobs() : 0;
+  p.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());  // a map's ids are distinct
   return p;
 }
 

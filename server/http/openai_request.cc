@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string_view>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/http/http_log.h"
@@ -63,6 +65,42 @@ void LogUnknownFields(const Json& body, Api api) {
 }
 
 // The fields both endpoints share. Fills `common` (prompt left empty) and `out`'s stream flags.
+// OpenAI's logit_bias: an object from token ids (as strings) to numbers. Sorted by id; the ids'
+// and biases' ranges are checked with the other sampling parameters (ValidateSampling).
+absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float>>* out) {
+  if (!lb.is_object()) {
+    return absl::InvalidArgumentError(
+        "logit_bias must be an object mapping token ids (as strings) to biases in [-100, 100]");
+  }
+  out->clear();
+  for (const auto& [key, value] : lb.items()) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(key, &id) || id < 0 || id > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logit_bias keys must be token ids (non-negative integers as strings), got \"",
+          key.size() > 32 ? key.substr(0, 32) + "..." : key, "\""));
+    }
+    if (!value.is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias[\"", id,
+                                                     "\"] must be a number, got ", value.type_name()));
+    }
+    const double bias = value.get<double>();
+    if (!(std::fabs(bias) <= engine::kMaxAbsLogitBias)) {  // also before the cast to float
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias[\"", id, "\"] must be in [-100, 100], got ", bias));
+    }
+    out->emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  std::sort(out->begin(), out->end());
+  for (size_t i = 1; i < out->size(); ++i) {
+    if ((*out)[i].first == (*out)[i - 1].first) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias names token ", (*out)[i].first, " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseCommon(const Json& body, const ServerContext& ctx, GenerationInput* common,
                          ParsedGeneration* out) {
   if (absl::Status s = CheckModel(body, ctx); !s.ok()) return s;
@@ -96,11 +134,8 @@ absl::Status ParseCommon(const Json& body, const ServerContext& ctx, GenerationI
   f.String("cache_salt", &common->cache_salt);
   f.Bool("stream", &out->stream);
   if (f.Has("logit_bias")) {
-    const Json& lb = body["logit_bias"];
-    if (!lb.is_object()) {
-      f.Fail("logit_bias", "logit_bias must be an object mapping token ids to biases");
-    } else if (!lb.empty()) {
-      f.Fail("logit_bias", "logit_bias is not supported by this server");
+    if (absl::Status s = ParseLogitBias(body["logit_bias"], &p.logit_bias); !s.ok()) {
+      f.Fail("logit_bias", std::string(s.message()));
     }
   }
   if (f.Has("stream_options")) {

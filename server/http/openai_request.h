@@ -6,7 +6,7 @@
 //    model_not_found otherwise).
 //  - Unknown fields are ignored (logged at debug level), as OpenAI does. Known fields that would
 //    change the output and that banyan can not honour are rejected with 400 rather than silently
-//    ignored: `suffix`, `best_of` != n, a non-empty `logit_bias`, non-text content parts.
+//    ignored: `suffix`, `best_of` != n, non-text content parts.
 //  - Completions `prompt`: a string, an array of token ids, or a batch: an array of strings or
 //    an array of token-id arrays (at most kMaxBatchPrompts). Choice i*n + j is sample j of
 //    prompt i, as in OpenAI's API. Strings get BOS unless `add_special_tokens` is false; token
@@ -14,6 +14,8 @@
 //  - `priority`: vLLM's meaning, lower is served first (default 0); it is negated for the
 //    scheduler, where larger is more important.
 //  - `user` and the vLLM extension `cache_salt` select the prefix-cache namespace.
+//  - `logit_bias`: token ids (as strings) to biases in [-100, 100], added to the logits before
+//    the penalties (engine/sampler/sampler.h, step 3).
 //  - vLLM extensions also accepted: top_k, min_p, repetition_penalty, ignore_eos,
 //    stop_token_ids, add_special_tokens.
 #pragma once

@@ -174,6 +174,10 @@ describe('bad input', () => {
         [{ stop: [''] }, 'stop'],
         [{ stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }, 'stop'],
         [{ stop_token_ids: [512] }, 'stop_token_ids'],
+        [{ logit_bias: { 512: 1 } }, 'logit_bias'],
+        [{ logit_bias: { 5: 101 } }, 'logit_bias'],
+        [{ logit_bias: { five: 1 } }, 'logit_bias'],
+        [{ logit_bias: [5] }, 'logit_bias'],
         [{ prompt: [1, 2, 600] }, 'prompt'],
         [{ prompt: [1, -3] }, 'prompt'],
       ];

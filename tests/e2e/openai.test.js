@@ -231,6 +231,25 @@ describe('openai client', () => {
     assert.equal(c, a, 'same seed under concurrent load, different text');
   });
 
+  test('logit_bias: +100 forces a token in completions and chat; logprobs stay the model\'s', async () => {
+    // (-100 against the greedy token is checked by id in scheduler_test: text re-tokenized need
+    // not give back the ids that were generated.)
+    const big = (await post(d, '/tokenize', { prompt: ' big', add_special_tokens: false })).json.tokens;
+    assert.equal(big.length, 1, JSON.stringify(big));
+    const forced = await greedy('Once upon a time', 4, { logit_bias: { [String(big[0])]: 100 }, logprobs: 1 });
+    assert.equal(forced.choices[0].text, ' big'.repeat(4));
+    // The log-probabilities are the model's own, not the biased distribution's.
+    assert.ok(forced.choices[0].logprobs.token_logprobs[0] < -1, JSON.stringify(forced.choices[0].logprobs));
+    const chat = await client.chat.completions.create({
+      model: MODEL_NAME,
+      messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 3,
+      temperature: 0.8,
+      logit_bias: { [String(big[0])]: 100 },
+    });
+    assert.equal(chat.choices[0].message.content, ' big'.repeat(3));
+  });
+
   test('logprobs: completions shape', async () => {
     const r = await greedy('Once upon a time', 8, { logprobs: 3 });
     const lp = r.choices[0].logprobs;

@@ -229,6 +229,21 @@ SamplingParams RandomParams(std::mt19937_64& rng, int vocab) {
     p.presence_penalty = uni(rng) < 0.3f ? 0.0f : 4.0f * uni(rng) - 2.0f;
   }
   p.logprobs = uni(rng) < 0.5f ? 0 : static_cast<int>(rng() % 21);
+  if (uni(rng) < 0.3f) {
+    // Biased tokens also from the range RandomState draws most from, so that they overlap the
+    // prompt and generated tokens (entries that carry a bias and a penalty).
+    const int k = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < k; ++i) {
+      const int32_t id = static_cast<int32_t>(rng() % (rng() % 2 == 0 ? std::min(vocab, 50) : vocab));
+      const float bias = uni(rng) < 0.2f ? (uni(rng) < 0.5f ? -100.0f : 100.0f)
+                                         : 10.0f * uni(rng) - 5.0f;
+      p.logit_bias.emplace_back(id, bias);
+    }
+    std::sort(p.logit_bias.begin(), p.logit_bias.end());
+    p.logit_bias.erase(std::unique(p.logit_bias.begin(), p.logit_bias.end(),
+                                   [](const auto& a, const auto& b) { return a.first == b.first; }),
+                       p.logit_bias.end());
+  }
   return p;
 }
 
@@ -269,7 +284,10 @@ TEST(DeviceSampling, MatchesCpuReference) {
       const SequenceSamplingState base = RandomState(rng, vocab, 0);
       for (int i = 0; i < n; ++i) {
         params.push_back(RandomParams(rng, vocab));
-        if (kinds[r] == RowKind::kOverflow) params.back().repetition_penalty = 4.0f;
+        if (kinds[r] == RowKind::kOverflow) {
+          params.back().repetition_penalty = 4.0f;
+          params.back().logit_bias.clear();
+        }
         states.push_back(base.Fork(static_cast<uint32_t>(i)));
         spec_rows.push_back(r);
       }
@@ -292,7 +310,8 @@ TEST(DeviceSampling, MatchesCpuReference) {
                            " kind ", static_cast<int>(kinds[spec_rows[i]]), " T ", p.temperature,
                            " k ", p.top_k, " p ", p.top_p, " min_p ", p.min_p, " rep ",
                            p.repetition_penalty, " freq ", p.frequency_penalty, " pres ",
-                           p.presence_penalty, " logprobs ", p.logprobs),
+                           p.presence_penalty, " logprobs ", p.logprobs, " biased ",
+                           p.logit_bias.size()),
               &stats);
       if (::testing::Test::HasFatalFailure()) return;
     }

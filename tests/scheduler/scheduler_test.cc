@@ -25,6 +25,7 @@ using namespace std::chrono_literals;
 struct Result {
   std::vector<std::string> text;
   std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<float>> logprobs;  // of each token
   std::vector<FinishReason> finish;
   absl::Status status;
   Usage usage;
@@ -34,13 +35,17 @@ Result Collect(RequestStream& s, int n, std::function<void(int)> on_event = null
   Result r;
   r.text.resize(n);
   r.tokens.resize(n);
+  r.logprobs.resize(n);
   r.finish.resize(n, FinishReason::kNone);
   std::vector<TokenEvent> ev;
   int events = 0;
   while (s.Read(&ev, 100ms)) {
     for (TokenEvent& e : ev) {
       r.text[e.sample] += e.text;
-      if (e.token >= 0) r.tokens[e.sample].push_back(e.token);
+      if (e.token >= 0) {
+        r.tokens[e.sample].push_back(e.token);
+        r.logprobs[e.sample].push_back(e.logprob);
+      }
       if (e.finish != FinishReason::kNone) r.finish[e.sample] = e.finish;
       if (on_event) on_event(++events);
     }
@@ -249,6 +254,43 @@ TEST_F(SchedulerTest, StopStringsSeedsAndSamples) {
   EXPECT_EQ(x.tokens, y.tokens);  // seeded: reproducible
   EXPECT_NE(x.tokens[0], x.tokens[1]);
   EXPECT_EQ(y.usage.cached_prompt_tokens, static_cast<int32_t>(s.prompt.size()));
+}
+
+// logit_bias through the whole loop on the bundled model: -100 keeps the greedy choice's token
+// out of the text, +100 forces a token, greedy and sampled alike; the raw log-probabilities are
+// reported, not the biased ones.
+TEST_F(SchedulerTest, LogitBiasSteersGeneration) {
+  Make(256);
+  sched_->Start();
+  Request plain = Greedy("Once upon a time", 12);
+  const Result base = Collect(**sched_->Submit(plain), 1);
+  ASSERT_EQ(base.tokens[0].size(), 12u);
+  const int32_t first = base.tokens[0][0];
+
+  Request banned = plain;
+  banned.params.logit_bias = {{first, -100.0f}};
+  const Result b = Collect(**sched_->Submit(banned), 1);
+  ASSERT_FALSE(b.tokens[0].empty());
+  EXPECT_EQ(std::count(b.tokens[0].begin(), b.tokens[0].end(), first), 0) << b.text[0];
+
+  const int32_t forced = bundle_->tokenizer->Encode(" big", false).front();
+  ASSERT_NE(forced, first);
+  Request push = plain;
+  push.params.max_tokens = 6;
+  push.params.logit_bias = {{forced, 100.0f}};
+  push.params.logprobs = 1;
+  const Result f = Collect(**sched_->Submit(push), 1);
+  EXPECT_EQ(f.tokens[0], std::vector<int32_t>(6, forced)) << f.text[0];
+  // The model's own log-probability of " big" right after the prompt (the biased one would be
+  // about 0).
+  ASSERT_FALSE(f.logprobs[0].empty());
+  EXPECT_LT(f.logprobs[0][0], -1.0f);
+  Request sampled = push;
+  sampled.params.temperature = 1.0f;
+  sampled.params.logprobs = 0;
+  sampled.n = 3;
+  const Result s = Collect(**sched_->Submit(sampled), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.tokens[i], std::vector<int32_t>(6, forced)) << i;
 }
 
 TEST_F(SchedulerTest, DrainFinishesThenRefuses) {

@@ -492,6 +492,52 @@ std::vector<double> DirectLogSoftmax(const std::vector<float>& x) {
   return out;
 }
 
+// logit_bias is added before the penalties (vLLM's order), to the listed tokens only, and the
+// log-probabilities stay the raw model's.
+TEST_F(SamplerTest, LogitBiasIsAddedBeforeThePenalties) {
+  const std::vector<int32_t> prompt = {0};
+  SequenceSamplingState s(1, prompt);
+  s.Accept(1);
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.logit_bias = {{0, 3.0f}, {1, -1.5f}, {3, 0.25f}};
+  const std::vector<float> in = {1.0f, 2.0f, 0.5f, -0.75f, -kInf};
+  std::vector<float> out = in;
+  ApplyPenalties(out, p, s);
+  EXPECT_EQ(out[0], (1.0f + 3.0f) / 2.0f);                  // biased, then repeated (prompt)
+  EXPECT_EQ(out[1], (2.0f - 1.5f) / 2.0f - 0.5f);           // biased, repeated, presence
+  EXPECT_EQ(out[2], 0.5f);                                   // untouched
+  EXPECT_EQ(out[3], -0.75f + 0.25f);                         // biased only
+  EXPECT_EQ(out[4], -kInf);
+
+  // Alone (no penalties), a bias flips the greedy choice and sampling follows the biased
+  // logits; the reported log-probabilities are those of the raw logits.
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.logprobs = 2;
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f};
+  EXPECT_EQ(MustSample(logits, greedy, s).token, 0);
+  greedy.logit_bias = {{2, 2.5f}};
+  const SampleResult r = MustSample(logits, greedy, s);
+  EXPECT_EQ(r.token, 2);
+  const std::vector<double> raw = DirectLogSoftmax(logits);
+  EXPECT_NEAR(r.logprob, raw[2], 1e-5);
+  ASSERT_EQ(r.top_logprobs.size(), 2u);
+  EXPECT_EQ(r.top_logprobs[0].first, 0);
+  greedy.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(MustSample(logits, greedy, s).token, 1);
+
+  SamplingParams sampled;
+  sampled.temperature = Uniform(0.5f, 1.5f);
+  sampled.logit_bias = {{1, 1.25f}, {2, -0.5f}};
+  std::vector<float> z = logits;
+  ApplyPenalties(z, sampled, s);
+  EXPECT_EQ(z[1], 2.25f);
+  ExpectSameDistribution(Sweep(logits, sampled, s, 4000), ReferenceDistribution(z, sampled).p,
+                         1.5 / 4000);
+}
+
 TEST_F(SamplerTest, LogprobsAreTheRawLogSoftmax) {
   for (int trial = 0; trial < 30; ++trial) {
     const std::vector<float> logits = RandomLogits(UniformInt(1, 2000), 3.0f);

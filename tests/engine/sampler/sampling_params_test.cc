@@ -26,6 +26,7 @@ TEST(Validate, AcceptsDefaultsAndBoundaries) {
   p.presence_penalty = 2.0f;
   p.max_tokens = 1;
   p.stop_token_ids = {0, kVocab - 1};
+  p.logit_bias = {{0, -100.0f}, {7, 0.0f}, {kVocab - 1, 100.0f}};
   p.logprobs = 20;
   EXPECT_TRUE(Validate(p, kVocab).ok()) << Validate(p, kVocab);
   p.temperature = 5.0f;   // vLLM's range: any finite temperature >= 0
@@ -71,6 +72,17 @@ TEST(Validate, RejectsEachBadFieldByName) {
       {"stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {kVocab}; }},
       {"logprobs", [](SamplingParams& p) { p.logprobs = -1; }},
       {"logprobs", [](SamplingParams& p) { p.logprobs = 21; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{kVocab, 1.0f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 1.0f}, {3, 2.0f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{4, 1.0f}, {3, 2.0f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, kNaN}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, -kInf}}; }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         for (int i = 0; i <= kMaxLogitBiasTokens; ++i) p.logit_bias.emplace_back(i, 1.0f);
+       }},
   };
   for (const BadCase& c : cases) {
     SamplingParams p;

@@ -70,6 +70,8 @@ TEST_F(TranslateTest, SetFieldsCarryOver) {
   s->add_stop_token_ids(13);
   s->set_ignore_eos(true);
   s->set_logprobs(0);
+  (*s->mutable_logit_bias())[40] = -100.0f;
+  (*s->mutable_logit_bias())[3] = 2.5f;
   auto r = ToSchedulerRequest(req, ctx_, "x", "default");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->prompt, ctx_.tokenizer->Encode("Hi", /*add_bos=*/false));
@@ -87,6 +89,8 @@ TEST_F(TranslateTest, SetFieldsCarryOver) {
   EXPECT_EQ(r->stop, std::vector<std::string>{"The"});
   EXPECT_EQ(r->params.stop_token_ids, std::vector<int32_t>{13});
   EXPECT_TRUE(r->params.ignore_eos);
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_EQ(r->params.logit_bias, (Bias{{3, 2.5f}, {40, -100.0f}}));  // sorted by id
   EXPECT_EQ(r->priority, 7);
   EXPECT_EQ(r->cache_namespace, CacheNamespace("default", "", "tenant-a"));
 }
@@ -151,6 +155,14 @@ TEST_F(TranslateTest, BadRequestsNameTheirField) {
        [](v1::GenerateRequest* r) { r->mutable_token_ids()->add_ids(512); },
        absl::StatusCode::kInvalidArgument,
        {"512", "vocabulary"}},
+      {"logit_bias id outside vocab",
+       [](v1::GenerateRequest* r) { (*r->mutable_sampling()->mutable_logit_bias())[512] = 1; },
+       absl::StatusCode::kInvalidArgument,
+       {"logit_bias", "512"}},
+      {"logit_bias out of range",
+       [](v1::GenerateRequest* r) { (*r->mutable_sampling()->mutable_logit_bias())[5] = 200; },
+       absl::StatusCode::kInvalidArgument,
+       {"logit_bias", "[-100, 100]"}},
       {"unknown model",
        [](v1::GenerateRequest* r) { r->set_model("gpt-4"); },
        absl::StatusCode::kNotFound,

@@ -131,6 +131,8 @@ TEST(BuildRequestTest, EveryBadFieldIsNamed) {
       {"presence_penalty", [](GenerationInput* in) { in->params.presence_penalty = -3; }},
       {"logprobs", [](GenerationInput* in) { in->params.logprobs = 21; }},
       {"stop_token_ids", [](GenerationInput* in) { in->params.stop_token_ids = {9999}; }},
+      {"logit_bias", [](GenerationInput* in) { in->params.logit_bias = {{512, 1.0f}}; }},
+      {"logit_bias", [](GenerationInput* in) { in->params.logit_bias = {{5, 101.0f}}; }},
       {"max_tokens", [](GenerationInput* in) { in->max_tokens = 0; }},
       {"max_tokens", [](GenerationInput* in) { in->max_tokens = 98; }},
       {"priority", [](GenerationInput* in) { in->priority = int64_t{1} << 40; }},
@@ -262,6 +264,27 @@ TEST_F(RequestParseTest, CompletionFields) {
   EXPECT_EQ(p->top_logprobs, 3);
 }
 
+// OpenAI's logit_bias: string token ids to numbers, kept sorted by id; empty or null is none.
+TEST_F(RequestParseTest, LogitBias) {
+  absl::StatusOr<http::ParsedGeneration> p = http::ParseCompletionRequest(
+      Json::parse(R"({"prompt": "x", "logit_bias": {"300": -100, "7": 2.5, "12": 100}})"), ctx_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_EQ(p->inputs[0].params.logit_bias, (Bias{{7, 2.5f}, {12, 100.0f}, {300, -100.0f}}));
+  for (const char* none : {R"({"prompt": "x", "logit_bias": {}})",
+                           R"({"prompt": "x", "logit_bias": null})"}) {
+    p = http::ParseCompletionRequest(Json::parse(none), ctx_);
+    ASSERT_TRUE(p.ok()) << none << " " << p.status();
+    EXPECT_TRUE(p->inputs[0].params.logit_bias.empty()) << none;
+  }
+  // Ids past the vocabulary are refused when the request is built (BuildRequest).
+  p = http::ParseChatRequest(
+      Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"9": 1}})"),
+      ctx_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->inputs[0].params.logit_bias, (Bias{{9, 1.0f}}));
+}
+
 TEST_F(RequestParseTest, CompletionPromptForms) {
   auto parse = [&](const char* json) {
     return http::ParseCompletionRequest(Json::parse(json), ctx_);
@@ -314,7 +337,14 @@ TEST_F(RequestParseTest, CompletionErrorsNameTheField) {
        "stream_options.include_usage"},
       {R"({"prompt": "x", "best_of": 3})", "best_of"},
       {R"({"prompt": "x", "suffix": "y"})", "suffix"},
-      {R"({"prompt": "x", "logit_bias": {"5": 10}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": [5, 10]})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"five": 10}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"-3": 10}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": "10"}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": true}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": 1e300}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": -100.5}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": 1, "05": 2}})", "logit_bias"},
       {R"({"prompt": "x", "top_k": -5})", "top_k"},
       {R"({"prompt": "x", "priority": 1e12})", "priority"},
       {R"({"prompt": [1, 99999]})", "prompt"},
