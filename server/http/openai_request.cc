@@ -224,15 +224,59 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
   return absl::OkStatus();
 }
 
-// Features the OpenAI API has and this server does not yet (tool calls, constrained output):
-// refused with a 400 naming the field, never silently dropped (an agent loop that sent tools and
-// got plain text back would go wrong without a word). What asks for nothing passes: an empty
-// tools list, tool_choice "none" or "auto" without tools, response_format {"type": "text"}.
+// Features the OpenAI API has and this server does not yet (tool calls, constrained output), and
+// vLLM's extensions that banyan lacks (min_tokens, guided decoding, ...): refused with a 400
+// naming the field, never silently dropped (an agent loop that sent tools and got plain text
+// back would go wrong without a word). What asks for nothing passes: an empty tools list,
+// tool_choice "none" or "auto" without tools, response_format {"type": "text"}, a vLLM
+// extension at its default.
 absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
   auto present = [&](const char* key) -> const Json* {
     auto it = body.find(key);
     return it == body.end() || it->is_null() ? nullptr : &*it;
   };
+  // vLLM's extensions that would change the output and that banyan does not implement: each is
+  // accepted only with vLLM's default value (it then changes nothing).
+  struct Extension {
+    const char* name;
+    bool chat_only;
+    bool (*is_default)(const Json&);
+  };
+  static constexpr auto kFalse = [](const Json& v) { return v.is_boolean() && !v.get<bool>(); };
+  static constexpr auto kTrue = [](const Json& v) { return v.is_boolean() && v.get<bool>(); };
+  static constexpr auto kZero = [](const Json& v) { return v.is_number() && v.get<double>() == 0; };
+  static constexpr auto kEmpty = [](const Json& v) { return v.is_array() && v.empty(); };
+  static constexpr auto kNever = [](const Json&) { return false; };
+  static constexpr Extension kExtensions[] = {
+      {"use_beam_search", false, kFalse},
+      {"include_stop_str_in_output", false, kFalse},
+      {"min_tokens", false, kZero},
+      {"skip_special_tokens", false, kTrue},
+      {"spaces_between_special_tokens", false, kTrue},
+      {"return_tokens_as_token_ids", false, kFalse},
+      {"truncate_prompt_tokens", false, kNever},
+      {"allowed_token_ids", false, kNever},
+      {"bad_words", false, kEmpty},
+      {"prompt_logprobs", false, kNever},
+      {"logits_processors", false, kNever},
+      {"guided_json", false, kNever},
+      {"guided_regex", false, kNever},
+      {"guided_choice", false, kNever},
+      {"guided_grammar", false, kNever},
+      {"structured_outputs", false, kNever},
+      {"echo", true, kFalse},  // chat's echo (completions' is supported)
+      {"continue_final_message", true, kFalse},
+      {"chat_template", true, kNever},
+      {"documents", true, kNever},
+  };
+  for (const Extension& e : kExtensions) {
+    if (e.chat_only && api != Api::kChat) continue;
+    if (const Json* v = present(e.name); v != nullptr && !e.is_default(*v)) {
+      return InvalidParam(e.name, absl::StrCat(e.name,
+                                               " (a vLLM extension) is not supported by this "
+                                               "server; leave it out or send its default"));
+    }
+  }
   if (const Json* rf = present("response_format")) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
       return InvalidParam("response_format",

@@ -411,6 +411,63 @@ TEST_F(RequestParseTest, UnsupportedFeaturesAreRefusedByName) {
                   .ok());
 }
 
+// vLLM's extensions that banyan lacks: a 400 naming the field, unless the value is vLLM's
+// default (which changes nothing).
+TEST_F(RequestParseTest, VllmExtensionsAreRefusedUnlessDefault) {
+  struct Case {
+    const char* extra;
+    const char* param;  // nullptr: accepted
+  };
+  const Case completions[] = {
+      {R"("min_tokens": 4)", "min_tokens"},
+      {R"("min_tokens": 0)", nullptr},
+      {R"("skip_special_tokens": false)", "skip_special_tokens"},
+      {R"("skip_special_tokens": true)", nullptr},
+      {R"("include_stop_str_in_output": true)", "include_stop_str_in_output"},
+      {R"("include_stop_str_in_output": null)", nullptr},
+      {R"("use_beam_search": true)", "use_beam_search"},
+      {R"("truncate_prompt_tokens": 8)", "truncate_prompt_tokens"},
+      {R"("allowed_token_ids": [1, 2])", "allowed_token_ids"},
+      {R"("bad_words": ["the"])", "bad_words"},
+      {R"("bad_words": [])", nullptr},
+      {R"("prompt_logprobs": 1)", "prompt_logprobs"},
+      {R"("guided_json": {"type": "object"})", "guided_json"},
+      {R"("guided_choice": ["a", "b"])", "guided_choice"},
+      {R"("structured_outputs": {"regex": "a+"})", "structured_outputs"},
+      {R"("return_tokens_as_token_ids": true)", "return_tokens_as_token_ids"},
+      {R"("echo": true)", nullptr},  // completions' own echo
+  };
+  for (const Case& c : completions) {
+    const std::string json = std::string(R"({"prompt": "x", )") + c.extra + "}";
+    auto r = http::ParseCompletionRequest(Json::parse(json), ctx_);
+    if (c.param == nullptr) {
+      EXPECT_TRUE(r.ok()) << json << " " << r.status();
+      continue;
+    }
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_EQ(StatusParam(r.status()), c.param) << json << " " << r.status();
+    EXPECT_NE(r.status().message().find("vLLM extension"), std::string::npos) << r.status();
+  }
+  const Case chat[] = {
+      {R"("echo": true)", "echo"},
+      {R"("echo": false)", nullptr},
+      {R"("continue_final_message": true)", "continue_final_message"},
+      {R"("chat_template": "{{ messages }}")", "chat_template"},
+      {R"("min_tokens": 2)", "min_tokens"},
+  };
+  for (const Case& c : chat) {
+    const std::string json =
+        std::string(R"({"messages": [{"role": "user", "content": "x"}], )") + c.extra + "}";
+    auto r = http::ParseChatRequest(Json::parse(json), ctx_);
+    if (c.param == nullptr) {
+      EXPECT_TRUE(r.ok()) << json << " " << r.status();
+      continue;
+    }
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_EQ(StatusParam(r.status()), c.param) << json << " " << r.status();
+  }
+}
+
 TEST_F(RequestParseTest, ChatFields) {
   Json body = Json::parse(R"({"messages": [{"role": "system", "content": "Be brief."},
       {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}],
