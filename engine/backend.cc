@@ -30,7 +30,8 @@ absl::Status Backend::ForwardSample(const StepBatch& batch, std::span<const Samp
     const float u = SampleUniform(spec.state->seed(), spec.state->stream(),
                                   spec.state->step() + static_cast<uint64_t>(spec.step_ahead));
     auto r = SampleWithUniform(std::span<const float>(logits).subspan(spec.row * vocab, vocab),
-                               *spec.params, *spec.state, u, &scratch);
+                               *spec.params, *spec.state, u, &scratch,
+                               static_cast<uint64_t>(spec.step_ahead));
     if (r.ok()) {
       (*out)[i] = std::move(*r);
     } else {

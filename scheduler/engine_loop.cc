@@ -139,6 +139,21 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
   live->stream = std::move(stream);
   live->submitted = submitted;
   live->usage.prompt_tokens = static_cast<int32_t>(live->req.prompt.size());
+  if (engine::SamplingParams& sp = live->req.params; sp.min_tokens > 0) {
+    // What min_tokens holds back: the model's end ids (unless ignore_eos), stop_token_ids.
+    std::vector<int32_t>& banned = sp.min_tokens_banned;
+    banned.assign(sp.stop_token_ids.begin(), sp.stop_token_ids.end());
+    if (!sp.ignore_eos) {
+      if (config_.stop_ids.empty()) {
+        banned.push_back(config_.eos_id);
+      } else {
+        banned.insert(banned.end(), config_.stop_ids.begin(), config_.stop_ids.end());
+      }
+    }
+    std::erase_if(banned, [&](int32_t id) { return id < 0 || id >= config_.vocab_size; });
+    std::sort(banned.begin(), banned.end());
+    banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
+  }
   if (SamplesRun(live->req) < live->req.n) {
     live->copies = live->req.n;
     live->req.n = 1;
@@ -369,7 +384,9 @@ void EngineLoop::EmitPending() {
     e.logprob = p.result.logprob;
     e.top_logprobs = std::move(p.result.top_logprobs);
     bool stopped = false;
-    if (p.stop != engine::FinishReason::kStop && s.text) e.text = s.text->Push(e.token, &stopped);
+    if (p.stop != engine::FinishReason::kStop && s.text) {
+      e.text = s.text->Push(e.token, &stopped, s.emitted >= live.req.params.min_tokens);
+    }
     if (stopped || p.stop == engine::FinishReason::kStop) {
       e.finish = FinishReason::kStop;
     } else if (p.stop == engine::FinishReason::kLength) {

@@ -12,13 +12,15 @@ SampleText::SampleText(const engine::Tokenizer& tokenizer, std::vector<std::stri
   detok_.Flush();  // an incomplete byte sequence at the prompt's end is not continued
 }
 
-std::string SampleText::Push(int32_t token, bool* stopped) {
+std::string SampleText::Push(int32_t token, bool* stopped, bool match_stops) {
   *stopped = false;
   if (stopped_) return "";
   held_ += detok_.Push(token);
   // Earliest complete stop string.
   size_t cut = std::string::npos;
-  for (const std::string& s : stop_) cut = std::min(cut, held_.find(s));
+  if (match_stops) {
+    for (const std::string& s : stop_) cut = std::min(cut, held_.find(s));
+  }
   if (cut != std::string::npos) {
     stopped_ = true;
     *stopped = true;

@@ -26,7 +26,10 @@ class SampleText {
 
   // Adds a token; returns newly final text. Sets *stopped when a stop string matched (the text
   // before it is returned; everything after is dropped; further pushes return nothing).
-  std::string Push(int32_t token, bool* stopped);
+  // match_stops false (min_tokens not reached yet): no stop string ends the sample at this
+  // token; a possible stop-string start is still held back, so a match that ends in a later
+  // token counts, as vLLM's window does.
+  std::string Push(int32_t token, bool* stopped, bool match_stops = true);
   // The sample ended without a stop string: returns the held-back text.
   std::string Finish();
 

@@ -156,6 +156,8 @@ absl::Status ValidateSampling(const engine::SamplingParams& p, int vocab_size) {
   // The engine's own check, in case it knows more than the list above.
   engine::SamplingParams copy = p;
   copy.max_tokens = 1;
+  copy.min_tokens = 0;  // checked against the resolved max_tokens in BuildRequest
+  if (p.min_tokens < 0) return bad("min_tokens", p.min_tokens, ">= 0");
   absl::Status s = engine::Validate(copy, vocab_size);
   if (!s.ok()) return InvalidParam("", std::string(s.message()));
   return absl::OkStatus();
@@ -227,6 +229,11 @@ absl::StatusOr<scheduler::Request> BuildRequest(GenerationInput input, const Mod
       ResolveMaxTokens(input.max_tokens, default_max_tokens, static_cast<int>(input.prompt.size()),
                        limits.context_tokens, input.max_tokens_field, input.prompt_field);
   if (!max_tokens.ok()) return max_tokens.status();
+  if (input.params.min_tokens > *max_tokens) {
+    return InvalidParam("min_tokens", absl::StrCat("min_tokens (", input.params.min_tokens,
+                                                   ") must be at most max_tokens (", *max_tokens,
+                                                   ")"));
+  }
 
   scheduler::Request r;
   r.id = std::move(id);

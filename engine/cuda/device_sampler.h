@@ -41,18 +41,40 @@ struct PackedSamples {
 
 // The entries of step 3 for one sample, as ApplyPenalties visits them: every generated token,
 // the prompt-only tokens when repetition_penalty != 1, and the biased tokens not among those,
-// each with its bias. None when there is no bias and the penalties are off.
+// each with its bias (-inf for min_tokens_banned while fewer than min_tokens are generated:
+// `generated`, the draw's state.step() + step_ahead). None when nothing changes the logits.
 inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSamplingState& st,
-                                      int32_t vocab, kernels::cuda::SampleSpecDev* d,
+                                      uint64_t generated, int32_t vocab,
+                                      kernels::cuda::SampleSpecDev* d,
                                       std::vector<kernels::cuda::SamplePenaltyEntry>* entries) {
   const bool repetition = p.repetition_penalty != 1.0f;
   if (!p.ChangesLogits()) return absl::OkStatus();
   d->penalty_begin = static_cast<int32_t>(entries->size());
-  // logit_bias is sorted by id (Validate).
-  const auto bias_of = [&p](int32_t id) {
-    const auto it = std::lower_bound(p.logit_bias.begin(), p.logit_bias.end(),
-                                     std::pair<int32_t, float>(id, -INFINITY));
-    return it != p.logit_bias.end() && it->first == id ? it->second : 0.0f;
+  // The sample's biases, sorted by id (logit_bias is: Validate); min_tokens' bans win (-inf).
+  std::vector<std::pair<int32_t, float>> banned_bias;
+  const std::vector<std::pair<int32_t, float>>* biases = &p.logit_bias;
+  if (generated < static_cast<uint64_t>(p.min_tokens) && !p.min_tokens_banned.empty()) {
+    banned_bias = p.logit_bias;
+    for (int32_t id : p.min_tokens_banned) banned_bias.emplace_back(id, -INFINITY);
+    std::stable_sort(banned_bias.begin(), banned_bias.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    // Of equal ids the ban came last: keep the last of each run.
+    std::vector<std::pair<int32_t, float>> merged;
+    for (const auto& e : banned_bias) {
+      if (!merged.empty() && merged.back().first == e.first) {
+        merged.back() = e;
+      } else {
+        merged.push_back(e);
+      }
+    }
+    banned_bias = std::move(merged);
+    biases = &banned_bias;
+  }
+  const auto bias_of = [biases](int32_t id) {
+    const auto it = std::lower_bound(
+        biases->begin(), biases->end(), id,
+        [](const std::pair<int32_t, float>& e, int32_t v) { return e.first < v; });
+    return it != biases->end() && it->first == id ? it->second : 0.0f;
   };
   const bool penalties = p.HasPenalties();
   const auto check = [vocab](int32_t id) {
@@ -74,7 +96,7 @@ inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSam
       entries->push_back({id, 0, 1, bias_of(id)});
     }
   }
-  for (const auto& [id, bias] : p.logit_bias) {
+  for (const auto& [id, bias] : *biases) {
     if (penalties && (st.generated_counts().contains(id) ||
                       (repetition && st.prompt_tokens().contains(id)))) {
       continue;  // listed above with its bias
@@ -122,7 +144,7 @@ inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows,
     d.seed = st.seed();
     d.stream = st.stream();
     d.step = st.step() + static_cast<uint64_t>(in.step_ahead);
-    BANYAN_RETURN_IF_ERROR(AddPenaltyEntries(p, st, vocab, &d, &out->entries));
+    BANYAN_RETURN_IF_ERROR(AddPenaltyEntries(p, st, d.step, vocab, &d, &out->entries));
     if (p.HasPenalties() && static_cast<size_t>(in.row) < feed.size() && feed[in.row] >= 0) {
       d.pending_index = feed[in.row];
     }

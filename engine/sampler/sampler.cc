@@ -169,7 +169,7 @@ int32_t SequenceSamplingState::GeneratedCount(int32_t token) const {
 }
 
 void ApplyPenalties(std::span<float> logits, const SamplingParams& params,
-                    const SequenceSamplingState& state) {
+                    const SequenceSamplingState& state, uint64_t step_ahead) {
   const float rep = params.repetition_penalty;
   const float freq = params.frequency_penalty;
   const float presence = params.presence_penalty;
@@ -181,6 +181,9 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& params,
   const auto repeat = [rep](float& l) { l = l > 0.0f ? l / rep : l * rep; };
 
   for (const auto& [id, bias] : params.logit_bias) at(id) = at(id) + bias;
+  if (state.step() + step_ahead < static_cast<uint64_t>(params.min_tokens)) {
+    for (int32_t id : params.min_tokens_banned) at(id) = -kInf;
+  }
   if (rep != 1.0f) {
     for (int32_t id : state.prompt_tokens()) {
       if (!state.generated_counts().contains(id)) repeat(at(id));
@@ -198,7 +201,7 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& params,
 absl::StatusOr<SampleResult> SampleWithUniform(std::span<const float> logits,
                                                const SamplingParams& params,
                                                const SequenceSamplingState& state, float u,
-                                               SamplerScratch* scratch) {
+                                               SamplerScratch* scratch, uint64_t step_ahead) {
   BANYAN_CHECK(!logits.empty()) << "empty logits";
   BANYAN_CHECK(u >= 0.0f && u < 1.0f) << "u = " << u;
   SamplerScratch local;
@@ -213,7 +216,7 @@ absl::StatusOr<SampleResult> SampleWithUniform(std::span<const float> logits,
   SampleResult result;
   result.top_logprobs = TopLogprobs(z, params.logprobs, raw, s.ids);
 
-  ApplyPenalties(z, params, state);
+  ApplyPenalties(z, params, state, step_ahead);
   if (*std::max_element(z.begin(), z.end()) == -kInf) {
     return NoDistributionError(/*after_penalties=*/true);
   }

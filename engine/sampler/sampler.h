@@ -12,7 +12,8 @@
 //     logprobs as the model's own distribution). Tokens at -inf get -inf. If some x_i = +inf,
 //     the limit is taken: those tokens share the mass, the others get -inf.
 //  3. z = ApplyPenalties(x): each logit_bias entry added (z_i = x_i + bias_i, first, as vLLM
-//     does), then repetition, then frequency, then presence (vLLM's definitions).
+//     does), then repetition, then frequency, then presence (vLLM's definitions); while fewer
+//     than min_tokens tokens are generated, z_i = -inf for i in min_tokens_banned.
 //  4. temperature < kGreedyTemperature: token = argmax z, the lowest id on ties. Done.
 //  5. Weights w_i = exp((z_i - max z) / T), so the most likely token has w = 1 and nothing
 //     overflows. If max z = +inf, w_i = (z_i == +inf) ? 1 : 0.
@@ -116,11 +117,13 @@ struct SamplerScratch {
 
 // z[i] for biased and penalised tokens, in place, exactly as vLLM does it:
 //   i in logit_bias:           z = z + bias_i (first)
+//   i in min_tokens_banned, state.step() + step_ahead < min_tokens: z = -inf
 //   i in prompt or generated:  z = z > 0 ? z / repetition_penalty : z * repetition_penalty
 //   i generated count c times: z = z - frequency_penalty * c;  z = z - presence_penalty
 // logits: [vocab]. Token ids held by `state` must lie in [0, vocab).
+// step_ahead: as SampleSpec's (engine/backend.h), the tokens the draw is ahead of `state`.
 void ApplyPenalties(std::span<float> logits, const SamplingParams& params,
-                    const SequenceSamplingState& state);
+                    const SequenceSamplingState& state, uint64_t step_ahead = 0);
 
 // Samples one token. logits: [vocab], not modified. params must have passed Validate().
 // scratch: optional reusable buffers (nullptr: allocate locally).
@@ -130,9 +133,11 @@ absl::StatusOr<SampleResult> Sample(std::span<const float> logits, const Samplin
 
 // Steps 1-7 with the uniform number given instead of drawn: u in [0, 1). Sample() is this with
 // u = SampleUniform(state.seed(), state.stream(), state.step()).
+// step_ahead: as ApplyPenalties' (min_tokens counts state.step() + step_ahead tokens).
 absl::StatusOr<SampleResult> SampleWithUniform(std::span<const float> logits,
                                                const SamplingParams& params,
                                                const SequenceSamplingState& state, float u,
-                                               SamplerScratch* scratch = nullptr);
+                                               SamplerScratch* scratch = nullptr,
+                                               uint64_t step_ahead = 0);
 
 }  // namespace banyan::engine

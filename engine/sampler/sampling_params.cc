@@ -43,6 +43,9 @@ absl::Status Validate(const SamplingParams& p, int vocab_size) {
   if (p.max_tokens < 1) {
     return Bad("max_tokens", p.max_tokens, ">= 1");
   }
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens) {
+    return Bad("min_tokens", p.min_tokens, absl::StrCat("in [0, max_tokens = ", p.max_tokens, "]"));
+  }
   for (int32_t id : p.stop_token_ids) {
     if (id < 0 || id >= vocab_size) {
       return Bad("stop_token_ids", id,

@@ -36,6 +36,13 @@ struct SamplingParams {
   bool has_seed = false;
   // Upper bound on generated tokens (the prompt not counted). Range: >= 1.
   int max_tokens = 16;
+  // vLLM's min_tokens: until this many tokens are generated, the ids in min_tokens_banned (the
+  // model's end-of-sequence ids unless ignore_eos, and stop_token_ids) cannot be sampled (their
+  // logits are -inf) and stop strings do not end the sample. Range: [0, max_tokens].
+  int min_tokens = 0;
+  // Set by the engine loop at admission from the model and stop_token_ids (not by clients):
+  // sorted, distinct, in [0, vocab).
+  std::vector<int32_t> min_tokens_banned;
   // Sampling any of these finishes the sequence with kStop (the token is emitted). Each must be
   // a valid token id.
   std::vector<int32_t> stop_token_ids;
@@ -53,8 +60,8 @@ struct SamplingParams {
   bool HasPenalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
-  // Whether step 3 of sampler.h changes any logit (a bias or a penalty).
-  bool ChangesLogits() const { return HasPenalties() || !logit_bias.empty(); }
+  // Whether step 3 of sampler.h may change a logit (a bias, min_tokens or a penalty).
+  bool ChangesLogits() const { return HasPenalties() || !logit_bias.empty() || min_tokens > 0; }
 };
 
 inline constexpr int kMaxLogprobs = 20;

@@ -488,7 +488,8 @@ __global__ void __launch_bounds__(BLOCK) SampleKernel(const __grid_constant__ Sa
     if (threadIdx.x == 0) pending_listed = 0;
     __syncthreads();
     const auto penalise = [&](int token, int generated_count, bool in_prompt, float bias) {
-      float l = __fadd_rn(zp[token], bias);
+      // A -inf bias is min_tokens' ban: -inf also over a +inf logit (the CPU assigns it).
+      float l = bias == -INFINITY ? -INFINITY : __fadd_rn(zp[token], bias);
       if (s.repetition_penalty != 1.0f && (in_prompt || generated_count > 0)) {
         l = l > 0.0f ? __fdiv_rn(l, s.repetition_penalty) : __fmul_rn(l, s.repetition_penalty);
       }

@@ -42,7 +42,7 @@ struct SamplePenaltyEntry {
   int32_t token = 0;            // in [0, vocab)
   int32_t generated_count = 0;  // times generated; 0 for a prompt-only or bias-only token
   int32_t in_prompt = 0;        // 1 when the token occurs in the prompt (and repetition is on)
-  float bias = 0.0f;            // its logit_bias, added first
+  float bias = 0.0f;            // its logit_bias, added first; -inf: banned (min_tokens)
 };
 
 // One sample, packed on the host.

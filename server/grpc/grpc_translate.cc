@@ -45,6 +45,7 @@ engine::SamplingParams ToSamplingParams(const v1::SamplingParams& s) {
   p.ignore_eos = s.ignore_eos();
   p.logprobs = s.has_logprobs() ? s.logprobs() : 0;
   p.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  p.min_tokens = s.min_tokens();
   std::sort(p.logit_bias.begin(), p.logit_bias.end());  // a map's ids are distinct
   return p;
 }

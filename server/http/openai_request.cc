@@ -36,7 +36,8 @@ constexpr std::array kSamplingFields = {"model",
                                         "ignore_eos",
                                         "priority",
                                         "best_of",
-                                        "logit_bias"};
+                                        "logit_bias",
+                                        "min_tokens"};
 constexpr std::array kCompletionFields = {"prompt", "echo", "suffix", "add_special_tokens",
                                          "response_format"};
 constexpr std::array kChatFields = {"messages",  "max_completion_tokens", "top_logprobs",
@@ -127,6 +128,9 @@ absl::Status ParseCommon(const Json& body, const ServerContext& ctx, GenerationI
   f.StringOrList("stop", &common->stop);
   f.IntList("stop_token_ids", &p.stop_token_ids);
   f.Bool("ignore_eos", &p.ignore_eos);
+  int64_t min_tokens = 0;
+  f.IntRange("min_tokens", 0, 1 << 30, &min_tokens);
+  p.min_tokens = static_cast<int>(min_tokens);
   int64_t priority = 0;
   f.IntRange("priority", -kMaxAbsPriority, kMaxAbsPriority, &priority);
   common->priority = -priority;  // vLLM: lower is earlier; scheduler: larger is earlier
@@ -225,7 +229,7 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
 }
 
 // Features the OpenAI API has and this server does not yet (tool calls, constrained output), and
-// vLLM's extensions that banyan lacks (min_tokens, guided decoding, ...): refused with a 400
+// vLLM's extensions that banyan lacks (guided decoding, beam search, ...): refused with a 400
 // naming the field, never silently dropped (an agent loop that sent tools and got plain text
 // back would go wrong without a word). What asks for nothing passes: an empty tools list,
 // tool_choice "none" or "auto" without tools, response_format {"type": "text"}, a vLLM
@@ -244,13 +248,11 @@ absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
   };
   static constexpr auto kFalse = [](const Json& v) { return v.is_boolean() && !v.get<bool>(); };
   static constexpr auto kTrue = [](const Json& v) { return v.is_boolean() && v.get<bool>(); };
-  static constexpr auto kZero = [](const Json& v) { return v.is_number() && v.get<double>() == 0; };
   static constexpr auto kEmpty = [](const Json& v) { return v.is_array() && v.empty(); };
   static constexpr auto kNever = [](const Json&) { return false; };
   static constexpr Extension kExtensions[] = {
       {"use_beam_search", false, kFalse},
       {"include_stop_str_in_output", false, kFalse},
-      {"min_tokens", false, kZero},
       {"skip_special_tokens", false, kTrue},
       {"spaces_between_special_tokens", false, kTrue},
       {"return_tokens_as_token_ids", false, kFalse},

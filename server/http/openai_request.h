@@ -17,7 +17,8 @@
 //  - `logit_bias`: token ids (as strings) to biases in [-100, 100], added to the logits before
 //    the penalties (engine/sampler/sampler.h, step 3).
 //  - vLLM extensions also accepted: top_k, min_p, repetition_penalty, ignore_eos,
-//    stop_token_ids, add_special_tokens.
+//    stop_token_ids, min_tokens, add_special_tokens. Its other extensions that would change the
+//    output are refused unless they carry vLLM's default.
 #pragma once
 
 #include <string>

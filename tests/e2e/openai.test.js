@@ -250,6 +250,25 @@ describe('openai client', () => {
     assert.equal(chat.choices[0].message.content, ' big'.repeat(3));
   });
 
+  test("vLLM's min_tokens: a stop string before min_tokens does not end the text", async () => {
+    const plain = await greedy('Once upon a time', 6);
+    const stop = [plain.choices[0].text[0]];
+    const cut = await greedy('Once upon a time', 6, { stop });
+    assert.equal(cut.choices[0].text, '');
+    assert.equal(cut.choices[0].finish_reason, 'stop');
+    const r = await post(d, '/v1/completions', {
+      model: MODEL_NAME, prompt: 'Once upon a time', max_tokens: 6, temperature: 0, stop, min_tokens: 3,
+    });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(r.json.choices[0].text.startsWith(stop[0]), JSON.stringify(r.json.choices[0]));
+    assert.ok(r.json.usage.completion_tokens >= 3, JSON.stringify(r.json.usage));
+    const bad = await post(d, '/v1/completions', {
+      model: MODEL_NAME, prompt: 'Once upon a time', max_tokens: 4, min_tokens: 5,
+    });
+    assert.equal(bad.status, 400, bad.text);
+    assert.equal(bad.json.error.param, 'min_tokens');
+  });
+
   test('logprobs: completions shape', async () => {
     const r = await greedy('Once upon a time', 8, { logprobs: 3 });
     const lp = r.choices[0].logprobs;

@@ -244,6 +244,20 @@ SamplingParams RandomParams(std::mt19937_64& rng, int vocab) {
                                    [](const auto& a, const auto& b) { return a.first == b.first; }),
                        p.logit_bias.end());
   }
+  if (uni(rng) < 0.3f) {
+    // min_tokens around RandomState's 0-99 generated tokens, so that the ban is on or off; banned
+    // ids may be biased too (the ban wins).
+    p.min_tokens = static_cast<int>(rng() % 150);
+    p.max_tokens = std::max(p.max_tokens, p.min_tokens);
+    const int k = 1 + static_cast<int>(rng() % 5);
+    for (int i = 0; i < k; ++i) {
+      p.min_tokens_banned.push_back(
+          static_cast<int32_t>(rng() % (rng() % 2 == 0 ? std::min(vocab, 50) : vocab)));
+    }
+    std::sort(p.min_tokens_banned.begin(), p.min_tokens_banned.end());
+    p.min_tokens_banned.erase(std::unique(p.min_tokens_banned.begin(), p.min_tokens_banned.end()),
+                              p.min_tokens_banned.end());
+  }
   return p;
 }
 
@@ -311,7 +325,8 @@ TEST(DeviceSampling, MatchesCpuReference) {
                            " k ", p.top_k, " p ", p.top_p, " min_p ", p.min_p, " rep ",
                            p.repetition_penalty, " freq ", p.frequency_penalty, " pres ",
                            p.presence_penalty, " logprobs ", p.logprobs, " biased ",
-                           p.logit_bias.size()),
+                           p.logit_bias.size(), " min_tokens ", p.min_tokens, " step ",
+                           states[i].step()),
               &stats);
       if (::testing::Test::HasFatalFailure()) return;
     }

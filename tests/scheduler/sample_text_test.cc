@@ -41,6 +41,36 @@ TEST_F(SampleTextTest, CutsBeforeStopStringSpanningTokens) {
   EXPECT_EQ(out, "Once upon a time, ");
 }
 
+// min_tokens: pushes with match_stops false never stop, and emit a stop string they contain; a
+// match that ends in a later, matched push counts (also when it began in an unmatched one).
+TEST_F(SampleTextTest, UnmatchedPushesDoNotStop) {
+  const std::vector<int32_t> ids = tok_->Encode("the cat. the cat. the dog", false);
+  const std::string full = tok_->Decode(ids);
+  for (size_t min_tokens = 0; min_tokens <= ids.size(); ++min_tokens) {
+    SampleText st(*tok_, {"cat"});
+    std::string out;
+    bool stopped = false;
+    size_t i = 0;
+    for (; i < ids.size() && !stopped; ++i) out += st.Push(ids[i], &stopped, i + 1 >= min_tokens);
+    if (!stopped) out += st.Finish();
+    // Where the text decoded through token k ends.
+    const auto text_to = [&](size_t k) {
+      return tok_->Decode(std::vector<int32_t>(ids.begin(), ids.begin() + k));
+    };
+    // The first "cat" that ends at or after the text of token min_tokens - 1 ends the sample.
+    const size_t from = min_tokens == 0 ? 0 : text_to(min_tokens - 1).size();
+    size_t want_cut = std::string::npos;
+    for (size_t pos = full.find("cat"); pos != std::string::npos; pos = full.find("cat", pos + 1)) {
+      if (pos + 3 > from) {
+        want_cut = pos;
+        break;
+      }
+    }
+    EXPECT_EQ(stopped, want_cut != std::string::npos) << min_tokens;
+    EXPECT_EQ(out, full.substr(0, want_cut)) << min_tokens;
+  }
+}
+
 TEST_F(SampleTextTest, NoStopEmitsEverything) {
   auto [out, stopped] = Stream(*tok_, "The cat sat. The end", {"dog", "xyz"});
   EXPECT_FALSE(stopped);

@@ -293,6 +293,51 @@ TEST_F(SchedulerTest, LogitBiasSteersGeneration) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(s.tokens[i], std::vector<int32_t>(6, forced)) << i;
 }
 
+// vLLM's min_tokens on the bundled model: the end-of-sequence token, stop_token_ids and stop
+// strings do not end a sample before min_tokens tokens.
+TEST_F(SchedulerTest, MinTokensHoldsBackEveryStop) {
+  Make(256);
+  sched_->Start();
+  // The end-of-sequence token, pushed by a +100 bias: at once without min_tokens; with it, held
+  // back (the ban wins over the bias) until min_tokens, then at once.
+  const int32_t eos = bundle_->weights.config.eos_id;
+  Request to_eos = Greedy("Once upon a time", 12);
+  to_eos.params.logit_bias = {{eos, 100.0f}};
+  const Result at_once = Collect(**sched_->Submit(to_eos), 1);
+  EXPECT_EQ(at_once.tokens[0], std::vector<int32_t>{eos});
+  EXPECT_EQ(at_once.finish[0], FinishReason::kStop);
+  to_eos.params.min_tokens = 5;
+  const Result after = Collect(**sched_->Submit(to_eos), 1);
+  ASSERT_EQ(after.tokens[0].size(), 6u);
+  EXPECT_EQ(std::count(after.tokens[0].begin(), after.tokens[0].end(), eos), 1);
+  EXPECT_EQ(after.tokens[0].back(), eos);
+  EXPECT_EQ(after.finish[0], FinishReason::kStop);
+  to_eos.params.ignore_eos = true;  // then the end-of-sequence id is not held back
+  EXPECT_EQ(Collect(**sched_->Submit(to_eos), 1).tokens[0].front(), eos);
+
+  Request greedy = Greedy("Once upon a time", 12);
+  const Result base = Collect(**sched_->Submit(greedy), 1);
+  Request ids = greedy;
+  const int32_t second = base.tokens[0][1];
+  ids.params.stop_token_ids = {second};
+  const Result early = Collect(**sched_->Submit(ids), 1);
+  EXPECT_EQ(early.tokens[0].size(), 2u);
+  ids.params.min_tokens = 4;
+  const Result held = Collect(**sched_->Submit(ids), 1);
+  ASSERT_GE(held.tokens[0].size(), 4u);
+  EXPECT_EQ(std::count(held.tokens[0].begin(), held.tokens[0].begin() + 4, second), 0);
+  if (held.finish[0] == FinishReason::kStop) EXPECT_EQ(held.tokens[0].back(), second);
+
+  Request text = greedy;
+  text.stop = {base.text[0].substr(0, 1)};  // the first character of the plain text
+  const Result cut = Collect(**sched_->Submit(text), 1);
+  EXPECT_EQ(cut.text[0], "");
+  text.params.min_tokens = 3;
+  const Result kept = Collect(**sched_->Submit(text), 1);
+  EXPECT_GE(kept.tokens[0].size(), 3u);
+  EXPECT_EQ(kept.text[0].substr(0, 1), text.stop[0]) << kept.text[0];
+}
+
 TEST_F(SchedulerTest, DrainFinishesThenRefuses) {
   Make(256);
   sched_->Start();

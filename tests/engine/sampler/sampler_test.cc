@@ -538,6 +538,39 @@ TEST_F(SamplerTest, LogitBiasIsAddedBeforeThePenalties) {
                          1.5 / 4000);
 }
 
+// min_tokens: the banned ids are -inf while fewer than min_tokens tokens are generated (counting
+// step_ahead, the tokens a fed draw is ahead of its state), over any bias; nothing after.
+TEST_F(SamplerTest, MinTokensBansUntilReached) {
+  SequenceSamplingState s(1, {});
+  s.Accept(4);
+  s.Accept(4);  // step 2
+  SamplingParams p;
+  p.min_tokens = 4;
+  p.min_tokens_banned = {0, 3};
+  p.logit_bias = {{3, 50.0f}};
+  const std::vector<float> in = {5.0f, 1.0f, 0.5f, kInf, 2.0f};
+  std::vector<float> z = in;
+  ApplyPenalties(z, p, s);
+  EXPECT_EQ(z, (std::vector<float>{-kInf, 1.0f, 0.5f, -kInf, 2.0f}));
+  z = in;
+  ApplyPenalties(z, p, s, /*step_ahead=*/1);  // the draw of step 3: still banned
+  EXPECT_EQ(z[0], -kInf);
+  z = in;
+  ApplyPenalties(z, p, s, /*step_ahead=*/2);  // step 4: min_tokens reached
+  EXPECT_EQ(z, (std::vector<float>{5.0f, 1.0f, 0.5f, kInf, 2.0f}));
+
+  SamplingParams greedy = p;
+  greedy.temperature = 0.0f;
+  const std::vector<float> logits = {5.0f, 1.0f, 0.5f, 0.0f, 2.0f};
+  EXPECT_EQ(MustSample(logits, greedy, s).token, 4);  // 0 and the biased 3 banned
+  auto later = SampleWithUniform(logits, greedy, s, 0.5f, nullptr, /*step_ahead=*/2);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->token, 3);  // the bias counts again: 0 + 50
+  // Every finite logit banned: no distribution, an error rather than a banned token.
+  const std::vector<float> only_banned = {1.0f, -kInf, -kInf, 2.0f, -kInf};
+  EXPECT_FALSE(SampleWithUniform(only_banned, greedy, s, 0.5f).ok());
+}
+
 TEST_F(SamplerTest, LogprobsAreTheRawLogSoftmax) {
   for (int trial = 0; trial < 30; ++trial) {
     const std::vector<float> logits = RandomLogits(UniformInt(1, 2000), 3.0f);

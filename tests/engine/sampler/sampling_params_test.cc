@@ -65,6 +65,8 @@ TEST(Validate, RejectsEachBadFieldByName) {
       {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = kNaN; }},
       {"max_tokens", [](SamplingParams& p) { p.max_tokens = 0; }},
       {"max_tokens", [](SamplingParams& p) { p.max_tokens = -5; }},
+      {"min_tokens", [](SamplingParams& p) { p.min_tokens = -1; }},
+      {"min_tokens", [](SamplingParams& p) { p.min_tokens = p.max_tokens + 1; }},
       {"stop_token_ids",
        [](SamplingParams& p) {
          p.stop_token_ids = {3, -1};

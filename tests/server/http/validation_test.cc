@@ -133,6 +133,12 @@ TEST(BuildRequestTest, EveryBadFieldIsNamed) {
       {"stop_token_ids", [](GenerationInput* in) { in->params.stop_token_ids = {9999}; }},
       {"logit_bias", [](GenerationInput* in) { in->params.logit_bias = {{512, 1.0f}}; }},
       {"logit_bias", [](GenerationInput* in) { in->params.logit_bias = {{5, 101.0f}}; }},
+      {"min_tokens",
+       [](GenerationInput* in) {
+         in->max_tokens = 10;
+         in->params.min_tokens = 11;
+       }},
+      {"min_tokens", [](GenerationInput* in) { in->params.min_tokens = -1; }},
       {"max_tokens", [](GenerationInput* in) { in->max_tokens = 0; }},
       {"max_tokens", [](GenerationInput* in) { in->max_tokens = 98; }},
       {"priority", [](GenerationInput* in) { in->priority = int64_t{1} << 40; }},
@@ -262,6 +268,21 @@ TEST_F(RequestParseTest, CompletionFields) {
   EXPECT_TRUE(p->include_usage);
   EXPECT_TRUE(p->logprobs);
   EXPECT_EQ(p->top_logprobs, 3);
+}
+
+// vLLM's min_tokens: an integer >= 0 (its bound by max_tokens is BuildRequest's).
+TEST_F(RequestParseTest, MinTokens) {
+  auto p = http::ParseCompletionRequest(
+      Json::parse(R"({"prompt": "x", "min_tokens": 4, "max_tokens": 8})"), ctx_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->inputs[0].params.min_tokens, 4);
+  for (const char* bad : {R"({"prompt": "x", "min_tokens": -1})",
+                          R"({"prompt": "x", "min_tokens": 1.5})",
+                          R"({"prompt": "x", "min_tokens": "3"})"}) {
+    p = http::ParseCompletionRequest(Json::parse(bad), ctx_);
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_EQ(StatusParam(p.status()), "min_tokens") << bad << " " << p.status();
+  }
 }
 
 // OpenAI's logit_bias: string token ids to numbers, kept sorted by id; empty or null is none.
@@ -419,8 +440,6 @@ TEST_F(RequestParseTest, VllmExtensionsAreRefusedUnlessDefault) {
     const char* param;  // nullptr: accepted
   };
   const Case completions[] = {
-      {R"("min_tokens": 4)", "min_tokens"},
-      {R"("min_tokens": 0)", nullptr},
       {R"("skip_special_tokens": false)", "skip_special_tokens"},
       {R"("skip_special_tokens": true)", nullptr},
       {R"("include_stop_str_in_output": true)", "include_stop_str_in_output"},
@@ -453,7 +472,6 @@ TEST_F(RequestParseTest, VllmExtensionsAreRefusedUnlessDefault) {
       {R"("echo": false)", nullptr},
       {R"("continue_final_message": true)", "continue_final_message"},
       {R"("chat_template": "{{ messages }}")", "chat_template"},
-      {R"("min_tokens": 2)", "min_tokens"},
   };
   for (const Case& c : chat) {
     const std::string json =
