@@ -2,6 +2,7 @@
 // JSON field reading and error mapping, request decoding, chat templates.
 #include "server/validation.h"
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -456,34 +457,32 @@ TEST_F(RequestParseTest, VllmExtensionsAreRefusedUnlessDefault) {
       {R"("return_tokens_as_token_ids": true)", "return_tokens_as_token_ids"},
       {R"("echo": true)", nullptr},  // completions' own echo
   };
-  for (const Case& c : completions) {
-    const std::string json = std::string(R"({"prompt": "x", )") + c.extra + "}";
-    auto r = http::ParseCompletionRequest(Json::parse(json), ctx_);
-    if (c.param == nullptr) {
-      EXPECT_TRUE(r.ok()) << json << " " << r.status();
-      continue;
+  // Each case inside a body that is otherwise valid for `parse`: refused naming its field, or
+  // accepted.
+  const auto check = [](std::span<const Case> cases, const std::string& body_start,
+                        const auto& parse) {
+    for (const Case& c : cases) {
+      const std::string json = body_start + c.extra + "}";
+      auto r = parse(Json::parse(json));
+      if (c.param == nullptr) {
+        EXPECT_TRUE(r.ok()) << json << " " << r.status();
+        continue;
+      }
+      ASSERT_FALSE(r.ok()) << json;
+      EXPECT_EQ(StatusParam(r.status()), c.param) << json << " " << r.status();
+      EXPECT_NE(r.status().message().find("vLLM extension"), std::string::npos) << r.status();
     }
-    ASSERT_FALSE(r.ok()) << json;
-    EXPECT_EQ(StatusParam(r.status()), c.param) << json << " " << r.status();
-    EXPECT_NE(r.status().message().find("vLLM extension"), std::string::npos) << r.status();
-  }
+  };
+  check(completions, R"({"prompt": "x", )",
+        [&](const Json& body) { return http::ParseCompletionRequest(body, ctx_); });
   const Case chat[] = {
       {R"("echo": true)", "echo"},
       {R"("echo": false)", nullptr},
       {R"("continue_final_message": true)", "continue_final_message"},
       {R"("chat_template": "{{ messages }}")", "chat_template"},
   };
-  for (const Case& c : chat) {
-    const std::string json =
-        std::string(R"({"messages": [{"role": "user", "content": "x"}], )") + c.extra + "}";
-    auto r = http::ParseChatRequest(Json::parse(json), ctx_);
-    if (c.param == nullptr) {
-      EXPECT_TRUE(r.ok()) << json << " " << r.status();
-      continue;
-    }
-    ASSERT_FALSE(r.ok()) << json;
-    EXPECT_EQ(StatusParam(r.status()), c.param) << json << " " << r.status();
-  }
+  check(chat, R"({"messages": [{"role": "user", "content": "x"}], )",
+        [&](const Json& body) { return http::ParseChatRequest(body, ctx_); });
 }
 
 TEST_F(RequestParseTest, ChatFields) {
