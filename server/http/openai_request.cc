@@ -77,9 +77,11 @@ absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float
   for (const auto& [key, value] : lb.items()) {
     int64_t id = 0;
     if (!absl::SimpleAtoi(key, &id) || id < 0 || id > INT32_MAX) {
+      size_t shown = std::min<size_t>(key.size(), 32);  // cut on a UTF-8 character boundary
+      while (shown < key.size() && shown > 0 && (key[shown] & 0xC0) == 0x80) --shown;
       return absl::InvalidArgumentError(absl::StrCat(
           "logit_bias keys must be token ids (non-negative integers as strings), got \"",
-          key.size() > 32 ? key.substr(0, 32) + "..." : key, "\""));
+          key.substr(0, shown), shown < key.size() ? "...\"" : "\""));
     }
     if (!value.is_number()) {
       return absl::InvalidArgumentError(absl::StrCat("logit_bias[\"", id,

@@ -299,6 +299,13 @@ TEST_F(RequestParseTest, LogitBias) {
     ASSERT_TRUE(p.ok()) << none << " " << p.status();
     EXPECT_TRUE(p->inputs[0].params.logit_bias.empty()) << none;
   }
+  // A long non-numeric key is quoted cut on a character boundary (valid UTF-8 in the error).
+  const std::string key = std::string(31, 'k') + "\u00e9\u00e9";  // the first é spans bytes 31-32
+  p = http::ParseCompletionRequest(
+      Json::parse(R"({"prompt": "x", "logit_bias": {")" + key + R"(": 1}})"), ctx_);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("\"" + std::string(31, 'k') + "...\""), std::string::npos)
+      << p.status();
   // Ids past the vocabulary are refused when the request is built (BuildRequest).
   p = http::ParseChatRequest(
       Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"9": 1}})"),
