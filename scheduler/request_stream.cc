@@ -41,45 +41,34 @@ Usage RequestStream::usage() const {
 }
 
 void RequestStream::SetListener(std::function<void()> listener) {
-  auto l = listener ? std::make_shared<const std::function<void()>>(std::move(listener)) : nullptr;
-  absl::MutexLock lock(&mu_);
-  listener_ = std::move(l);
+  absl::MutexLock lock(&call_mu_);  // waits for a call in progress
+  listener_ = std::move(listener);
 }
 
-void RequestStream::Notify(std::shared_ptr<const std::function<void()>> listener) {
-  if (listener != nullptr) (*listener)();
+void RequestStream::Notify() {
+  absl::MutexLock lock(&call_mu_);
+  if (listener_) listener_();
 }
 
 void RequestStream::Push(TokenEvent event, bool announce) {
-  std::shared_ptr<const std::function<void()>> listener;
   {
     absl::MutexLock lock(&mu_);
     events_.push_back(std::move(event));
-    if (announce) listener = listener_;
   }
-  Notify(std::move(listener));
+  if (announce) Notify();
 }
 
 void RequestStream::Finish(absl::Status status, Usage usage, bool announce) {
-  std::shared_ptr<const std::function<void()>> listener;
   {
     absl::MutexLock lock(&mu_);
     finished_ = true;
     status_ = std::move(status);
     usage_ = usage;
-    if (announce) listener = listener_;
   }
-  Notify(std::move(listener));
+  if (announce) Notify();
 }
 
-void RequestStream::Announce() {
-  std::shared_ptr<const std::function<void()>> listener;
-  {
-    absl::MutexLock lock(&mu_);
-    listener = listener_;
-  }
-  Notify(std::move(listener));
-}
+void RequestStream::Announce() { Notify(); }
 
 bool RequestStream::cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
 

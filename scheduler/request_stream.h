@@ -34,9 +34,11 @@ class RequestStream {
   void Cancel();
   // `listener` is called after every Push and Finish, on the producer's thread and outside the
   // stream's lock, so a writer waiting for output can be woken instead of polling. It must be
-  // cheap and must not call back into this stream's producer side. Replaces any earlier one;
-  // an empty function removes it. Events pushed before it is set are not announced: read once
-  // after setting it.
+  // cheap and must not call back into this stream's producer side, nor into SetListener.
+  // Replaces any earlier one; an empty function removes it. Returns once no call of the earlier
+  // listener is running, so that what the listener refers to (a connection, whose last
+  // reference it may hold) can be released safely afterwards. Events pushed before it is set
+  // are not announced: read once after setting it.
   void SetListener(std::function<void()> listener);
   // Final status and usage; meaningful once Read returned false.
   absl::Status status() const;
@@ -62,9 +64,12 @@ class RequestStream {
   std::atomic<bool> cancel_{false};
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   Usage usage_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const std::function<void()>> listener_ ABSL_GUARDED_BY(mu_);
+  // Held while the listener runs (and by SetListener), never together with mu_ held first.
+  absl::Mutex call_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::function<void()> listener_ ABSL_GUARDED_BY(call_mu_);
 
-  void Notify(std::shared_ptr<const std::function<void()>> listener);
+  // Calls the listener, if any (outside mu_).
+  void Notify();
 };
 
 }  // namespace banyan::scheduler

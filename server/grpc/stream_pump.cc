@@ -39,7 +39,7 @@ void GenerateCall::OnCancel() {
 }
 
 void GenerateCall::OnDone() {
-  stream_->SetListener({});  // a listener already running only touches pending_ and the pump
+  stream_->SetListener({});  // returns once no call of the listener is running
   pump_->Remove(this);
   delete this;
 }
