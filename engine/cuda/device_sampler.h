@@ -50,31 +50,21 @@ inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSam
   const bool repetition = p.repetition_penalty != 1.0f;
   if (!p.ChangesLogits()) return absl::OkStatus();
   d->penalty_begin = static_cast<int32_t>(entries->size());
-  // The sample's biases, sorted by id (logit_bias is: Validate); min_tokens' bans win (-inf).
-  std::vector<std::pair<int32_t, float>> banned_bias;
-  const std::vector<std::pair<int32_t, float>>* biases = &p.logit_bias;
-  if (generated < static_cast<uint64_t>(p.min_tokens) && !p.min_tokens_banned.empty()) {
-    banned_bias = p.logit_bias;
-    for (int32_t id : p.min_tokens_banned) banned_bias.emplace_back(id, -INFINITY);
-    std::stable_sort(banned_bias.begin(), banned_bias.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    // Of equal ids the ban came last: keep the last of each run.
-    std::vector<std::pair<int32_t, float>> merged;
-    for (const auto& e : banned_bias) {
-      if (!merged.empty() && merged.back().first == e.first) {
-        merged.back() = e;
-      } else {
-        merged.push_back(e);
-      }
-    }
-    banned_bias = std::move(merged);
-    biases = &banned_bias;
-  }
-  const auto bias_of = [biases](int32_t id) {
+  // min_tokens' bans (-inf) win over logit_bias; both lists are sorted by id (Validate, and the
+  // engine loop for the bans).
+  const bool ban = generated < static_cast<uint64_t>(p.min_tokens);
+  const auto banned = [&](int32_t id) {
+    return ban && std::binary_search(p.min_tokens_banned.begin(), p.min_tokens_banned.end(), id);
+  };
+  const auto user_bias = [&](int32_t id) -> const float* {  // nullptr: none
     const auto it = std::lower_bound(
-        biases->begin(), biases->end(), id,
+        p.logit_bias.begin(), p.logit_bias.end(), id,
         [](const std::pair<int32_t, float>& e, int32_t v) { return e.first < v; });
-    return it != biases->end() && it->first == id ? it->second : 0.0f;
+    return it != p.logit_bias.end() && it->first == id ? &it->second : nullptr;
+  };
+  const auto bias_of = [&](int32_t id) {
+    const float* b = user_bias(id);
+    return banned(id) ? -INFINITY : b != nullptr ? *b : 0.0f;
   };
   const bool penalties = p.HasPenalties();
   const auto check = [vocab](int32_t id) {
@@ -96,13 +86,22 @@ inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSam
       entries->push_back({id, 0, 1, bias_of(id)});
     }
   }
-  for (const auto& [id, bias] : *biases) {
-    if (penalties && (st.generated_counts().contains(id) ||
-                      (repetition && st.prompt_tokens().contains(id)))) {
-      continue;  // listed above with its bias
-    }
+  // The biased or banned tokens that the penalties did not list.
+  const auto listed = [&](int32_t id) {
+    return penalties && (st.generated_counts().contains(id) ||
+                         (repetition && st.prompt_tokens().contains(id)));
+  };
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (listed(id)) continue;
     BANYAN_RETURN_IF_ERROR(check(id));
-    entries->push_back({id, 0, 0, bias});
+    entries->push_back({id, 0, 0, bias_of(id)});
+  }
+  if (ban) {
+    for (int32_t id : p.min_tokens_banned) {
+      if (listed(id) || user_bias(id) != nullptr) continue;  // listed with the ban already
+      BANYAN_RETURN_IF_ERROR(check(id));
+      entries->push_back({id, 0, 0, -INFINITY});
+    }
   }
   d->penalty_count = static_cast<int32_t>(entries->size()) - d->penalty_begin;
   return absl::OkStatus();
