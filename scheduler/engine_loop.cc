@@ -144,11 +144,7 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
     std::vector<int32_t>& banned = sp.min_tokens_banned;
     banned.assign(sp.stop_token_ids.begin(), sp.stop_token_ids.end());
     if (!sp.ignore_eos) {
-      if (config_.stop_ids.empty()) {
-        banned.push_back(config_.eos_id);
-      } else {
-        banned.insert(banned.end(), config_.stop_ids.begin(), config_.stop_ids.end());
-      }
+      for (int id : config_.StopIds()) banned.push_back(id);
     }
     std::erase_if(banned, [&](int32_t id) { return id < 0 || id >= config_.vocab_size; });
     std::sort(banned.begin(), banned.end());

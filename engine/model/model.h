@@ -63,6 +63,8 @@ struct ModelConfig {
   std::string arch = "llama";  // for messages and logs only
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  // The ids that end a sequence: stop_ids, or {eos_id} when it is empty.
+  std::vector<int> StopIds() const { return stop_ids.empty() ? std::vector<int>{eos_id} : stop_ids; }
   bool IsStop(int token) const {
     if (stop_ids.empty()) return token == eos_id;
     for (int id : stop_ids) {

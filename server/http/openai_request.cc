@@ -65,9 +65,9 @@ void LogUnknownFields(const Json& body, Api api) {
   }
 }
 
-// The fields both endpoints share. Fills `common` (prompt left empty) and `out`'s stream flags.
-// OpenAI's logit_bias: an object from token ids (as strings) to numbers. Sorted by id; the ids'
-// and biases' ranges are checked with the other sampling parameters (ValidateSampling).
+// OpenAI's logit_bias: an object from token ids (as strings) to numbers, sorted by id. The bias
+// range is checked here too, before the cast to float; the ids against the vocabulary with the
+// other sampling parameters (ValidateSampling).
 absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float>>* out) {
   if (!lb.is_object()) {
     return absl::InvalidArgumentError(
@@ -88,7 +88,7 @@ absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float
                                                      "\"] must be a number, got ", value.type_name()));
     }
     const double bias = value.get<double>();
-    if (!(std::fabs(bias) <= engine::kMaxAbsLogitBias)) {  // also before the cast to float
+    if (!(std::fabs(bias) <= engine::kMaxAbsLogitBias)) {
       return absl::InvalidArgumentError(
           absl::StrCat("logit_bias[\"", id, "\"] must be in [-100, 100], got ", bias));
     }
@@ -104,6 +104,7 @@ absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float
   return absl::OkStatus();
 }
 
+// The fields both endpoints share. Fills `common` (prompt left empty) and `out`'s stream flags.
 absl::Status ParseCommon(const Json& body, const ServerContext& ctx, GenerationInput* common,
                          ParsedGeneration* out) {
   if (absl::Status s = CheckModel(body, ctx); !s.ok()) return s;
