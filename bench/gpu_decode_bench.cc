@@ -22,7 +22,7 @@
 // row reads its whole context; skipped when B x prefix > --max-paged-tokens, since it costs
 // about B x prefix x 0.5 MiB of KV reads per 7B step), none (attention skipped, projections
 // kept: the no-attention ceiling), and tpp variants "tpp:defer", "tpp:fused", "tpp:m64",
-// "tpp:m128", "tpp:nopdl", "tpp:wide", "tpp:p2min<N>" (joined by '+') that change the TPP work plan's
+// "tpp:m128", "tpp:nopdl", "tpp:p2min<N>" (joined by '+') that change the TPP work plan's
 // options (main table only). With nothing shared (B = 1) tpp runs the paged kernel. For tpp the
 // table also gives the TPP work plan's host cost per decode step: full builds (shape changes)
 // and span-end updates, each with its upload.
@@ -149,8 +149,7 @@ AttentionMode ModeOf(const std::string& m) {
 
 // "tpp:<knob>[+<knob>...]" runs tpp with TppOptions changed: defer (deferred merge, phase 2
 // beside phase 1 on a side stream), fused (never deferred), m64 / m128 (phase-1 M tile), nopdl,
-// wide (phase 1 with 128-token K/V tiles), p2min<N> (private tails split into pieces of at least
-// N tokens).
+// p2min<N> (private tails split into pieces of at least N tokens).
 bool TppVariant(const std::string& m, kernels::cuda::tpp::TppOptions* t) {
   if (m.rfind("tpp:", 0) != 0) return true;
   for (absl::string_view k : absl::StrSplit(m.substr(4), '+')) {
@@ -164,8 +163,6 @@ bool TppVariant(const std::string& m, kernels::cuda::tpp::TppOptions* t) {
       t->p1_block_m = 128;
     } else if (k == "nopdl") {
       t->pdl = false;
-    } else if (k == "wide") {  // phase 1 with 128-token K/V tiles (TppOptions::p1_wgmma 3)
-      t->p1_wgmma = 3;
     } else if (absl::ConsumePrefix(&k, "p2min")) {  // p2min<N>: TppOptions::p2_min_split_tokens
       int n = 0;
       if (!absl::SimpleAtoi(k, &n) || n < 1) return false;

@@ -349,8 +349,6 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     run_mode("tpp_mma", shared_plan, false, o, out_tpp);
     o.p1_wgmma = 2;  // wgmma without warp specialisation
     run_mode("tpp_nows", shared_plan, false, o, out_tpp);
-    o.p1_wgmma = 3;  // 128-token K/V tiles
-    run_mode("tpp_wide", shared_plan, false, o, out_tpp);
   }
   if (sweep && shared_plan.num_segments() > 0) {
     // One plan option changed per variant (the paged ones on the paged plan; the warp kernel

@@ -210,8 +210,7 @@ TEST(TppWorkPlanTest, SplitsOnlyAsFarAsNeeded) {
   // The phase-1 path is resolved once, at Build; auto follows the device.
   const std::pair<int32_t, Phase1Path> paths[] = {{0, Phase1Path::kMmaSync},
                                                   {1, Phase1Path::kWgmma},
-                                                  {2, Phase1Path::kWgmmaCooperative},
-                                                  {3, Phase1Path::kWgmmaWide}};
+                                                  {2, Phase1Path::kWgmmaCooperative}};
   for (const auto& [option, path] : paths) {
     TppOptions o;
     o.p1_wgmma = option;

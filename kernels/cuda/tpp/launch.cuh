@@ -180,7 +180,8 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
   const bool phase2 = plan.num_p2_items() > 0;
   auto launch_phase1 = [&](cudaStream_t s) {
     if (plan.p1_path() != Phase1Path::kMmaSync) {
-      return LaunchPhase1Wgmma(HEAD_DIM, DTYPE, plan.p1_block_m(), plan.p1_path(), p,
+      return LaunchPhase1Wgmma(HEAD_DIM, DTYPE, plan.p1_block_m(),
+                               plan.p1_path() == Phase1Path::kWgmma, p,
                                dim3(plan.num_p1_items(), plan.problem().num_kv_heads), s);
     }
     return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, Elem, 2>(plan, p, s)
@@ -243,7 +244,8 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   if (plan.num_p1_items() > 0) {
     const void* f = nullptr;
     if (plan.p1_path() != Phase1Path::kMmaSync) {
-      f = Phase1WgmmaKernel(HEAD_DIM, DTYPE, plan.p1_block_m(), plan.p1_path());
+      f = Phase1WgmmaKernel(HEAD_DIM, DTYPE, plan.p1_block_m(),
+                            plan.p1_path() == Phase1Path::kWgmma);
     } else {
       f = plan.p1_block_m() == 128
               ? reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, Elem, 2>)

@@ -108,28 +108,24 @@ __device__ __forceinline__ void LoadQTiles(const TppParams& p, const Phase1Item&
   }
 }
 
-// Issues the cp.async copies of one K/V piece (slots [slot, slot + n) of a chunk, at most 64;
-// rows past n zero-filled) into rows [row_off, row_off + 64) of swizzled K and V tiles of
-// TILE_ROWS rows (64-element column blocks TILE_ROWS * 128 bytes apart, V right after K), threads
-// tid = 0..threads-1.
-template <int HEAD_DIM, typename DType, int THREADS, int TILE_ROWS = 64>
+// Issues the cp.async copies of one K/V tile (slots [slot, slot + n) of a chunk; rows past n
+// zero-filled) into swizzled K and V tiles, threads tid = 0..threads-1.
+template <int HEAD_DIM, typename DType, int THREADS>
 __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chunk, int slot, int n,
-                                           uint8_t* s_k, int tid, int row_off = 0) {
+                                           uint8_t* s_k, int tid) {
   using T = WgmmaTile<HEAD_DIM>;
   static_assert(THREADS % T::kVecs == 0 && (THREADS / T::kVecs) % 8 == 0,
                 "each thread keeps one vector column and one row phase (row & 7)");
   constexpr int kRowStep = THREADS / T::kVecs;  // rows between a thread's copies
-  constexpr int kHalfBytes = TILE_ROWS * 128;
   const DType* k_src = static_cast<const DType*>(p.kv.base) +
                        static_cast<int64_t>(chunk) * p.kv.chunk_stride +
                        (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM;
-  // Row tid / kVecs + kRowStep i, vector tid % kVecs: the swizzled offset moves by a constant
-  // (row_off is a multiple of 8, so the swizzle phase of a row stays its own).
+  // Row tid / kVecs + kRowStep i, vector tid % kVecs: the swizzled offset moves by a constant.
   const int row0 = tid / T::kVecs;
   const int c = tid % T::kVecs;
-  const uint32_t off0 = (c >> 3) * kHalfBytes + Sw128(row_off + row0, c & 7);
+  const uint32_t off0 = T::Off(row0, c);
   const DType* src0 = k_src + row0 * HEAD_DIM + c * 8;
-  uint8_t* s_v = s_k + TILE_ROWS * HEAD_DIM * 2;
+  uint8_t* s_v = s_k + T::kTileBytes;
 #pragma unroll
   for (int i = 0; i < T::kBlockN / kRowStep; ++i) {
     const bool valid = row0 + i * kRowStep < n;

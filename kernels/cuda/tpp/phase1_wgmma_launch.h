@@ -12,14 +12,13 @@ namespace banyan::kernels::cuda::tpp {
 struct TppParams;
 
 // Launches phase 1 on wgmma: grid (items, kv heads), M tile block_m (64 or 128). 128-query
-// tiles run TppPhase1WgmmaWsKernel for Phase1Path::kWgmma, TppPhase1WgmmaWideKernel for
-// kWgmmaWide, else TppPhase1WgmmaKernel<.., 2>; 64-query tiles always
-// TppPhase1WgmmaKernel<.., 1>. cudaErrorNotSupported when head_dim / block_m has no kernel.
-// (TppPhase1WgmmaAvailable, tpp_attention.h, is defined beside it.)
+// tiles run TppPhase1WgmmaWsKernel when `warp_specialized`, else TppPhase1WgmmaKernel<.., 2>;
+// 64-query tiles always TppPhase1WgmmaKernel<.., 1>. cudaErrorNotSupported when head_dim /
+// block_m has no kernel. (TppPhase1WgmmaAvailable, tpp_attention.h, is defined beside it.)
 // The kernel LaunchPhase1Wgmma launches for these arguments (null when there is none).
-const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, Phase1Path path);
+const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, bool warp_specialized);
 
-cudaError_t LaunchPhase1Wgmma(int head_dim, DType dtype, int block_m, Phase1Path path,
+cudaError_t LaunchPhase1Wgmma(int head_dim, DType dtype, int block_m, bool warp_specialized,
                               const TppParams& p, dim3 grid, cudaStream_t stream);
 
 }  // namespace banyan::kernels::cuda::tpp

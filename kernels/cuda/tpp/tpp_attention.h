@@ -53,9 +53,8 @@ namespace banyan::kernels::cuda::tpp {
 // The phase-1 kernel family a work plan is built for and launched with.
 enum class Phase1Path {
   kMmaSync,          // mma.sync m16n8k16, any sm_90 device
-  kWgmma,             // wgmma (sm_90a): warp-specialised for 128-query tiles
-  kWgmmaCooperative,  // wgmma without warp specialisation (measurement baseline)
-  kWgmmaWide          // as kWgmma, with 128-token K/V tiles (phase1_wgmma_wide.cuh)
+  kWgmma,            // wgmma (sm_90a): warp-specialised for 128-query tiles
+  kWgmmaCooperative  // wgmma without warp specialisation (measurement baseline)
 };
 
 // The phase-2 kernel (the private tails; also the paged kernel) a work plan is launched with.
@@ -119,8 +118,7 @@ struct TppOptions {
   int32_t defer_merge = -1;
   // Phase-1 tensor-core path: 1 wgmma (sm_90a kernels, compute capability 9.0 only; elsewhere
   // the launch fails; M tile 128 on the warp-specialised kernel), 2 wgmma without warp
-  // specialisation, 3 wgmma warp-specialised with 128-token K/V tiles, 0 mma.sync (any sm_90+
-  // device), -1 wgmma where the device runs it.
+  // specialisation, 0 mma.sync (any sm_90+ device), -1 wgmma where the device runs it.
   int32_t p1_wgmma = -1;
 };
 

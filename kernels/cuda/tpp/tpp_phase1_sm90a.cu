@@ -3,7 +3,6 @@
 #include <atomic>
 
 #include "kernels/cuda/tpp/phase1_wgmma.cuh"
-#include "kernels/cuda/tpp/phase1_wgmma_wide.cuh"
 #include "kernels/cuda/tpp/phase1_wgmma_launch.h"
 
 namespace banyan::kernels::cuda::tpp {
@@ -35,56 +34,51 @@ cudaError_t LaunchWs(const TppParams& p, dim3 grid, cudaStream_t stream) {
 }
 
 template <int HEAD_DIM, typename DType>
-cudaError_t LaunchWide(const TppParams& p, dim3 grid, cudaStream_t stream) {
-  using Cfg = Phase1WgmmaWideConfig<HEAD_DIM>;
-  return LaunchWith(TppPhase1WgmmaWideKernel<HEAD_DIM, DType>, Cfg::kThreads, Cfg::kSmemBytes,
-                    p, grid, stream);
-}
-
-template <int HEAD_DIM, typename DType>
-cudaError_t ForBlockM(int block_m, Phase1Path path, const TppParams& p, dim3 grid,
-                      cudaStream_t stream) {
-  if (block_m == 64) return Launch<HEAD_DIM, DType, 1>(p, grid, stream);
-  if (block_m != 128) return cudaErrorNotSupported;
-  switch (path) {
-    case Phase1Path::kWgmma: return LaunchWs<HEAD_DIM, DType>(p, grid, stream);
-    case Phase1Path::kWgmmaWide: return LaunchWide<HEAD_DIM, DType>(p, grid, stream);
-    default: return Launch<HEAD_DIM, DType, 2>(p, grid, stream);
+cudaError_t ForBlockM(int block_m, bool ws, const TppParams& p, dim3 grid, cudaStream_t stream) {
+  switch (block_m) {
+    case 64:
+      return Launch<HEAD_DIM, DType, 1>(p, grid, stream);
+    case 128:
+      return ws ? LaunchWs<HEAD_DIM, DType>(p, grid, stream)
+                : Launch<HEAD_DIM, DType, 2>(p, grid, stream);
+    default:
+      return cudaErrorNotSupported;
   }
 }
 
 template <int HEAD_DIM>
-cudaError_t ForDType(DType dtype, int block_m, Phase1Path path, const TppParams& p, dim3 grid,
+cudaError_t ForDType(DType dtype, int block_m, bool ws, const TppParams& p, dim3 grid,
                      cudaStream_t stream) {
-  return dtype == DType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, path, p, grid, stream)
-                               : ForBlockM<HEAD_DIM, __half>(block_m, path, p, grid, stream);
+  return dtype == DType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, ws, p, grid, stream)
+                                 : ForBlockM<HEAD_DIM, __half>(block_m, ws, p, grid, stream);
 }
 
 template <int HEAD_DIM, typename DType>
-const void* KernelFor(int block_m, Phase1Path path) {
-  auto fn = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
-  if (block_m == 64) return fn(TppPhase1WgmmaKernel<HEAD_DIM, DType, 1>);
-  if (block_m != 128) return nullptr;
-  switch (path) {
-    case Phase1Path::kWgmma: return fn(TppPhase1WgmmaWsKernel<HEAD_DIM, DType>);
-    case Phase1Path::kWgmmaWide: return fn(TppPhase1WgmmaWideKernel<HEAD_DIM, DType>);
-    default: return fn(TppPhase1WgmmaKernel<HEAD_DIM, DType, 2>);
+const void* KernelFor(int block_m, bool ws) {
+  switch (block_m) {
+    case 64:
+      return reinterpret_cast<const void*>(TppPhase1WgmmaKernel<HEAD_DIM, DType, 1>);
+    case 128:
+      return ws ? reinterpret_cast<const void*>(TppPhase1WgmmaWsKernel<HEAD_DIM, DType>)
+                : reinterpret_cast<const void*>(TppPhase1WgmmaKernel<HEAD_DIM, DType, 2>);
+    default:
+      return nullptr;
   }
 }
 
 }  // namespace
 
-const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, Phase1Path path) {
+const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, bool warp_specialized) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
     case 64:
-      return dtype == DType::kBf16 ? KernelFor<64, __nv_bfloat16>(block_m, path)
-                                     : KernelFor<64, __half>(block_m, path);
+      return dtype == DType::kBf16 ? KernelFor<64, __nv_bfloat16>(block_m, warp_specialized)
+                                     : KernelFor<64, __half>(block_m, warp_specialized);
 #endif
 #ifdef BANYAN_TPP_HAS_D128
     case 128:
-      return dtype == DType::kBf16 ? KernelFor<128, __nv_bfloat16>(block_m, path)
-                                     : KernelFor<128, __half>(block_m, path);
+      return dtype == DType::kBf16 ? KernelFor<128, __nv_bfloat16>(block_m, warp_specialized)
+                                     : KernelFor<128, __half>(block_m, warp_specialized);
 #endif
     default:
       return nullptr;
@@ -108,16 +102,16 @@ bool TppPhase1WgmmaAvailable() {
   return known == 1;
 }
 
-cudaError_t LaunchPhase1Wgmma(int head_dim, DType dtype, int block_m, Phase1Path path,
+cudaError_t LaunchPhase1Wgmma(int head_dim, DType dtype, int block_m, bool warp_specialized,
                               const TppParams& p, dim3 grid, cudaStream_t stream) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
     case 64:
-      return ForDType<64>(dtype, block_m, path, p, grid, stream);
+      return ForDType<64>(dtype, block_m, warp_specialized, p, grid, stream);
 #endif
 #ifdef BANYAN_TPP_HAS_D128
     case 128:
-      return ForDType<128>(dtype, block_m, path, p, grid, stream);
+      return ForDType<128>(dtype, block_m, warp_specialized, p, grid, stream);
 #endif
     default:
       return cudaErrorNotSupported;

@@ -44,8 +44,7 @@ struct Phase1Rates {
   double flops_per_second;
 };
 Phase1Rates RatesFor(Phase1Path path, int32_t block_m) {
-  const bool ws = path == Phase1Path::kWgmma || path == Phase1Path::kWgmmaWide;
-  if (!ws) return {2, 350e12};  // mma.sync (and the cooperative wgmma)
+  if (path != Phase1Path::kWgmma) return {2, 350e12};  // mma.sync (and the cooperative wgmma)
   if (block_m == 128) return {1, 460e12};              // warp-specialised wgmma, 384 threads
   return {2, 360e12};                                  // wgmma, one warpgroup
 }
@@ -55,7 +54,6 @@ Phase1Path ResolvePath(int32_t p1_wgmma) {
     case 0: return Phase1Path::kMmaSync;
     case 2: return Phase1Path::kWgmmaCooperative;
     case 1: return Phase1Path::kWgmma;
-    case 3: return Phase1Path::kWgmmaWide;
     default: return TppPhase1WgmmaAvailable() ? Phase1Path::kWgmma : Phase1Path::kMmaSync;
   }
 }

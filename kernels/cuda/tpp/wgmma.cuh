@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only) primitives for the TPP phase-1 kernel: shared-memory
-// matrix descriptors for 128-byte-swizzled tiles, m64n64k16 and m64n128k16 with fp32
-// accumulation (A from registers), and the fences that order the asynchronous MMAs.
+// matrix descriptors for 128-byte-swizzled tiles, m64n64k16 with fp32 accumulation (A from
+// shared memory or from registers), and the fences that order the asynchronous MMAs.
 //
 // Shared-memory tile layout (what the descriptors describe): a matrix of R rows x 64 elements
 // (128 bytes per row), 1024-byte aligned, in 8-row groups of 1024 bytes; in row r the 16-byte
@@ -52,10 +52,9 @@ __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 // Keeps the compiler from moving accumulator reads or writes across a wgmma wait or fence.
-template <int N>
-__device__ __forceinline__ void FenceRegs(float (&d)[N][4]) {
+__device__ __forceinline__ void FenceRegs(float (&d)[8][4]) {
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
+  for (int i = 0; i < 8; ++i) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
   }
@@ -129,50 +128,6 @@ __device__ __forceinline__ void WgmmaRSTransB<__half>(float (&d)[8][4], const ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
 
-// The m64n128 accumulator: 64 registers, the layout above over i = 0..15 (columns 8i + ..).
-#define BANYAN_WGMMA_D64                                                                        \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
-  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
-  "%56, %57, %58, %59, %60, %61, %62, %63}"
-#define BANYAN_WGMMA_D64_OPERANDS(d)                                                 \
-  BANYAN_WGMMA_D32_OPERANDS(d), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),         \
-      "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),     \
-      "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), \
-      "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), \
-      "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), \
-      "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
-      "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-
-// d[64 x 128] (+)= A[64 x 16] B[16 x 128], A in registers, B K-major in shared memory: 128
-// rows of a 128B-swizzled tile, 8-row groups 1024 bytes apart (SwizzledDesc).
-template <typename T>
-__device__ __forceinline__ void WgmmaRS128(float (&d)[16][4], const uint32_t (&a)[4],
-                                           uint64_t b_desc, int accumulate);
-template <>
-__device__ __forceinline__ void WgmmaRS128<__nv_bfloat16>(float (&d)[16][4],
-                                                          const uint32_t (&a)[4], uint64_t b_desc,
-                                                          int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " BANYAN_WGMMA_D64
-      ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : BANYAN_WGMMA_D64_OPERANDS(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-}
-template <>
-__device__ __forceinline__ void WgmmaRS128<__half>(float (&d)[16][4], const uint32_t (&a)[4],
-                                                   uint64_t b_desc, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " BANYAN_WGMMA_D64
-      ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : BANYAN_WGMMA_D64_OPERANDS(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-}
-
-#undef BANYAN_WGMMA_D64
-#undef BANYAN_WGMMA_D64_OPERANDS
 #undef BANYAN_WGMMA_D32
 #undef BANYAN_WGMMA_D32_OPERANDS
 
@@ -184,15 +139,6 @@ __device__ __forceinline__ void SetMaxRegs() {
   } else {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
   }
-}
-
-// Named CTA barriers (ids 1..15; 0 is __syncthreads) over `threads` threads, a multiple of 32:
-// Sync waits until that many have arrived (itself included), Arrive counts without waiting.
-__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Shared-memory mbarriers (sm_90), for the warp-specialised kernel: a producer warp fills
