@@ -12,12 +12,9 @@
 // bandwidth = those bytes / time; time / floor; tpp / paged. The tpp and paged outputs are
 // compared (relative norm) as a sanity check at scale.
 //
-// Mode `paged_generic`: the generic paged decode kernel (kernels/cuda/attention.h,
-// PagedDecodeAttention over BuildDecodeWork's items; the engine's fallback for head dims the
-// TPP kernels are not built for) on the same paged plan, KV and q. Before 2026-12-02 this mode
-// ran the backend's own fast paged kernel (named paged_backend in the results of that time),
-// which TPP's paged call replaced. Its output is compared with
-// `paged`'s (paged_kernels_relnorm); its p2_items field is its item count.
+// Results before 2026-12-04 (sixteenth session) also have mode `paged_generic`: the generic
+// paged decode kernel the engine then kept for head dims without a TPP family (TPP's generic
+// phase 2 replaced it), with its output compared to `paged`'s as paged_kernels_relnorm.
 //
 // Output: one JSON object per line (for bench/tpp/merge_table.py), then a Markdown table. The
 // first lines give the launch floor: the same timing of a graph of 1 and of 3 empty kernels
@@ -46,9 +43,6 @@
 #include "bench/tpp/bench_fill.h"
 #include "bench/tpp/launch_floor.h"
 #include "bench/tpp/cases.h"
-#include "kernels/cuda/attention.h"
-#include "kernels/cuda/attention_work.h"
-#include "kernels/cuda/decode_work_upload.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
@@ -230,12 +224,10 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   const size_t kv_elems = static_cast<size_t>(max_chunk + 1) * chunk_stride;
   const size_t q_elems = static_cast<size_t>(c.batch) * c.hq * c.d;
   void *kv = nullptr, *q = nullptr, *out_tpp = nullptr, *out_paged = nullptr;
-  void* out_backend = nullptr;
   CHECK_CUDA(cudaMalloc(&kv, kv_elems * 2));
   CHECK_CUDA(cudaMalloc(&q, q_elems * 2));
   CHECK_CUDA(cudaMalloc(&out_tpp, q_elems * 2));
   CHECK_CUDA(cudaMalloc(&out_paged, q_elems * 2));
-  CHECK_CUDA(cudaMalloc(&out_backend, q_elems * 2));
   CHECK_CUDA(FillRandomBf16(kv, kv_elems, 1.0f, 7, runner.stream()));
   CHECK_CUDA(FillRandomBf16(q, q_elems, 1.0f, 11, runner.stream()));
 
@@ -304,45 +296,6 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
       run_mode("paged_p2ffma", paged_plan, true, o, out_paged);
     }
   }
-  {
-    // The generic paged kernel on the same rows (see the header).
-    namespace kc = kernels::cuda;
-    kc::DecodeWork w;
-    kc::BuildDecodeWork(engine::ViewOf(paged_plan), kc::kDefaultItemTokens, &w);
-    const std::vector<int32_t> flat = kc::PackDecodeWork(w);
-    int32_t* d_flat = nullptr;
-    float *po = nullptr, *plse = nullptr;
-    const size_t parts = static_cast<size_t>(std::max(w.num_partials, 1));
-    CHECK_CUDA(cudaMalloc(&d_flat, flat.size() * sizeof(int32_t)));
-    CHECK_CUDA(cudaMalloc(&po, parts * c.hq * c.d * sizeof(float)));
-    CHECK_CUDA(cudaMalloc(&plse, parts * c.hq * sizeof(float)));
-    CHECK_CUDA(cudaMemcpy(d_flat, flat.data(), flat.size() * sizeof(int32_t),
-                          cudaMemcpyHostToDevice));
-    kc::PagedDecodeParams p;
-    p.q = q;
-    p.out = out_backend;
-    p.kv.base = kv;
-    p.kv.chunk_stride = chunk_stride;
-    p.kv.v_offset = v_offset;
-    p.kv.chunk_size = kChunk;
-    p.kv.num_kv_heads = c.hkv;
-    p.kv.head_dim = c.d;
-    kc::PointDecodeTables(w, d_flat, &p);
-    p.num_q_heads = c.hq;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-    p.partial_o = po;
-    p.partial_lse = plse;
-    Result r;
-    r.mode = "paged_generic";
-    r.t = runner.Time(
-        [&](cudaStream_t s) { return kc::PagedDecodeAttention(kc::DType::kBf16, p, s); });
-    r.p2_items = w.num_items();
-    results.push_back(r);
-    CHECK_CUDA(cudaDeviceSynchronize());
-    CHECK_CUDA(cudaFree(d_flat));
-    CHECK_CUDA(cudaFree(po));
-    CHECK_CUDA(cudaFree(plse));
-  }
   if (shared_plan.num_segments() > 0 && TppPhase1WgmmaAvailable()) {
     TppOptions o;
     o.p1_wgmma = 0;  // the mma.sync phase 1, measured beside the default wgmma one
@@ -397,12 +350,10 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     }
   }
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint16_t> ht(q_elems), hp(q_elems), hb(q_elems);
+  std::vector<uint16_t> ht(q_elems), hp(q_elems);
   CHECK_CUDA(cudaMemcpy(ht.data(), out_tpp, q_elems * 2, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(hp.data(), out_paged, q_elems * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(hb.data(), out_backend, q_elems * 2, cudaMemcpyDeviceToHost));
   const double diff = RelNorm(ht, hp);
-  const double kernels_diff = RelNorm(hb, hp);
 
   const double tpp_us = results[0].t.median_us, paged_us = results[1].t.median_us;
   for (const Result& r : results) {
@@ -413,13 +364,12 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         "\"bytes\":%.0f,\"flops\":%.0f,\"achieved_TBps\":%.3f,\"achieved_TFLOPs\":%.1f,"
         "\"segments\":%d,\"p1_items\":%d,\"p1_block_m\":%d,\"p1_splits\":%d,\"p2_items\":%d,"
         "\"p2_splits\":%d,\"deferred\":%d,\"tpp_vs_paged_relnorm\":%.2e,"
-        "\"paged_kernels_relnorm\":%.2e,"
         "\"levels\":%d,\"tail_min\":%d,\"shared_desc\":\"%s\",\"private_desc\":\"%s\"}\n",
         c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false",
         c.levels.empty() ? 0 : c.levels[0].groups, r.mode.c_str(), r.t.median_us, r.t.p10_us, r.t.p90_us, floor_us, bytes, flops,
         bytes / (r.t.median_us * 1e-6) / 1e12, flops / (r.t.median_us * 1e-6) / 1e12,
         shared_plan.num_segments(), r.p1_items, r.warps, r.p1_splits, r.p2_items, r.p2_splits,
-        r.deferred, diff, kernels_diff, static_cast<int>(c.levels.size()), c.tail_min,
+        r.deferred, diff, static_cast<int>(c.levels.size()), c.tail_min,
         c.SharedDesc().c_str(), c.PrivateDesc().c_str());
   }
   std::fflush(stdout);
@@ -435,7 +385,6 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   CHECK_CUDA(cudaFree(q));
   CHECK_CUDA(cudaFree(out_tpp));
   CHECK_CUDA(cudaFree(out_paged));
-  CHECK_CUDA(cudaFree(out_backend));
 }
 
 // The case's tree and plans on the host only: its JSON line (mode "plan", no timings; the work

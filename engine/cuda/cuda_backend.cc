@@ -81,9 +81,9 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   if (options_.graph_early_launch_rows > 0 && prop.major >= 9) {
     m.graphs->SetEarlyLaunch(kc::EarlyLaunchKernels());
   }
-  // Decode rows run on the TPP kernels wherever they are built for the head dim: two-phase over
-  // the shared segments of a kTpp plan, phase 2 alone (TPP's paged call) over a kPaged plan,
-  // which has none. Other head dims run the generic paged kernel of kernels/cuda/attention.h.
+  // Decode rows run on the TPP kernels: two-phase over the shared segments of a kTpp plan, phase
+  // 2 alone (TPP's paged call) over a kPaged plan, which has none. Head dims without a compiled
+  // TPP family (the bundled model's 8) run every plan in phase 2, on its generic kernel.
   m.tpp = options_.attention != AttentionMode::kNone && kc::tpp::TppSupportsHeadDim(d);
   if (m.tpp) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.side_stream, cudaStreamNonBlocking));
@@ -280,10 +280,6 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
       kc::tpp::TppRunArgs ta = a.ta;
       ta.kv = kv;
       BANYAN_RETURN_IF_ERROR(kc::tpp::TppDecodeAttention(*m.tpp_plan, ta, m.stream));
-    } else if (a.paged) {
-      kc::PagedDecodeParams dp = a.dp;
-      dp.kv = kv;
-      BANYAN_RETURN_IF_ERROR(kc::PagedDecodeAttention(dt, dp, m.stream));
     }
     if (a.prefill) {
       kc::PrefillParams pp = a.pp;

@@ -8,23 +8,23 @@
 //
 // Per layer: RMSNorm -> one fused QKV GEMM -> RoPE + K/V written into chunk slots (one kernel
 // for every token of the step, before any attention of the layer) -> attention (decode rows:
-// the TPP kernel in kTpp mode, the paged kernel otherwise; prefill sequences: the tensor-core
-// prefill kernel) -> Wo GEMM (+= x) -> RMSNorm -> one fused gate|up GEMM -> SwiGLU -> W_down
+// the TPP kernels; prefill sequences: the tensor-core prefill kernel) -> Wo GEMM (+= x) -> RMSNorm -> one fused gate|up GEMM -> SwiGLU -> W_down
 // GEMM (+= x).
 //
 // KV memory: [layer][chunk][k|v][kv_head][chunk_size][head_dim] in the model dtype, one
 // allocation sized at creation (kernels/cuda/kv_view.h). Attention modes (backend.h):
-//  - kTpp with head_dim 64 or 128: decode steps whose plan has shared segments run the
-//    two-phase-partition kernel
+//  - kTpp: decode steps whose plan has shared segments run the two-phase-partition kernel
 //    (kernels/cuda/tpp/): each plan segment's shared KV is read once for all its rows on the
 //    tensor cores, then each row's private tail, merged by log-sum-exp. The TppWorkPlan (host
 //    work partition, one int32 image) is rebuilt only when the AttentionPlan's shape changes
 //    (its version, rows or chunk lists); otherwise only the span ends AdvanceLengths moved are
 //    patched and re-uploaded. Either is done on the host after layer 0's QKV kernels are
 //    enqueued and before its attention, so it overlaps GPU work. A plan without segments (nothing
-//    shared) runs the paged kernel: the same work without phase 1, so `tpp` costs what `paged`
-//    costs when nothing is shared. Other head dims: the paged kernel.
-//  - kPaged: the backend's paged decode kernel (plans built without segments).
+//    shared) runs TPP's paged call: the same work without phase 1, so `tpp` costs what `paged`
+//    costs when nothing is shared. Head dims without a compiled TPP family (64 and 128 have
+//    one; the bundled model's 8 does not) read every row's segments in phase 2, on TPP's generic
+//    kernel: correct, with nothing read once for several rows.
+//  - kPaged: TPP's paged call (plans built without segments).
 //  - kNone: attention skipped, projections kept.
 //
 // CUDA graphs (CudaBackendOptions::cuda_graphs): a step whose rows are all decode rows (no
@@ -32,7 +32,7 @@
 // inputs and attention tables are copied into fixed device buffers on the stream before the
 // replay. The shape is the row count rounded up to a bucket (pad_decode_rows) and the attention
 // path; a capture also bakes in the buffer addresses and the attention's launch signature
-// (which kernels run, and how). A new TPP plan or paged work list of the same signature (rows
+// (which kernels run, and how). A new TPP plan of the same signature (rows
 // that cross chunk boundaries, rows that join or leave within the bucket) does not capture: the
 // attention kernel nodes of the cached executable get the new grids and tables
 // (cudaGraphExecKernelNodeSetParams, UpdateAttentionNodes). A new shape or signature captures
@@ -83,7 +83,7 @@ struct CudaAttentionStats {
   // (the device waits for all of it when the step before has finished).
   int64_t host_steps = 0;
   double inputs_host_us = 0;     // PrepareInputs: flatten and check the rows, upload them
-  double attention_host_us = 0;  // graph steps: the TPP plan or paged work list, its upload
+  double attention_host_us = 0;  // graph steps: the TPP plan, its upload
   double launch_host_us = 0;     // the graph launch (node updates and captures included), or
                                  // the eager enqueue of every kernel (its attention work too)
   double sample_host_us = 0;     // LaunchSample: pack, upload and launch the sampling kernel
@@ -197,8 +197,8 @@ class CudaBackend final : public Backend {
   const CudaAttentionStats& attention_stats() const { return stats_; }
   AttentionMode attention_mode() const { return options_.attention; }
   void ResetAttentionStats() { stats_ = {}; }
-  // True when decode rows run on the TPP kernels (a head_dim they are built for, attention on):
-  // two-phase where the plan has shared segments (kTpp), their paged call where it has none.
+  // True when decode rows run on the TPP kernels (attention on): two-phase where the plan has
+  // shared segments (kTpp) and the head dim a compiled family, phase 2 alone otherwise.
   bool uses_tpp_kernel() const;
   // Turns the graph path on or off for the following steps (off drops the cached graphs). It
   // also turns off by itself if a capture fails (stats: graph.fallbacks, graph_error()).
@@ -239,7 +239,7 @@ class CudaBackend final : public Backend {
   absl::Status FinishFlight(bool sampled, int* slot_index);
   // Adds the finished step's begin-to-end event time to device_seconds.
   static absl::Status AddStepDeviceTime(Impl& m);
-  // Builds the attention work of the step (TPP plan, paged items, prefill tiles), uploads it,
+  // Builds the attention work of the step (TPP plan, prefill tiles), uploads it,
   // and fills the launch arguments. `fixed_layout`: tables at offsets that change only when a
   // capacity bucket grows (the graph path).
   absl::Status PrepareAttention(const StepBatch& batch, const StepInputs& in, bool fixed_layout);
@@ -250,8 +250,8 @@ class CudaBackend final : public Backend {
                        bool prepare_in_layer0);
   // What the captured launches of this step depend on (decode_graph.h).
   cuda::DecodeGraphKey GraphKey(const StepInputs& in, bool greedy) const;
-  // Moves the attention nodes of a captured step to this step's work partition (the TPP plan
-  // or the paged work list); fails unless every layer's nodes were found.
+  // Moves the attention nodes of a captured step to this step's work partition (the TPP plan);
+  // fails unless every layer's nodes were found.
   absl::Status UpdateAttentionNodes(const std::vector<kernels::cuda::KernelNode>& kernels,
                                     cudaGraphExec_t exec, int* nodes);
   // Brings the TPP work plan and its device image up to date with `plan` (host work + async

@@ -62,10 +62,8 @@ inline double MicrosSince(std::chrono::steady_clock::time_point t0) {
 // and set the layer's KV view).
 struct AttentionArgs {
   bool use_tpp = false;  // decode rows through the TPP kernel
-  bool paged = false;    // decode rows through the paged kernel
   bool prefill = false;  // prefill rows through the prefill kernel
   kc::tpp::TppRunArgs ta;
-  kc::PagedDecodeParams dp;
   kc::PrefillParams pp;
 };
 
@@ -90,7 +88,7 @@ struct CudaBackend::Impl {
   DeviceBuffer kv;
   int64_t layer_stride = 0;  // KV elements per layer
   // Workspace, grown on demand.
-  DeviceBuffer x, xb, q, att, scratch, h, xo, logits, partial_o, partial_lse, out_tokens;
+  DeviceBuffer x, xb, q, att, scratch, h, xo, logits, out_tokens;
   int last_out_rows = 0;  // real output rows of the last step (xo holds their hidden states)
   StagedInts step_ints, attn_ints;
   PinnedBuffer host_out;
@@ -102,10 +100,9 @@ struct CudaBackend::Impl {
   cuda::DeviceSampler sampler[kFlightDepth];
   cuda::DeviceDraftHeads draft_heads;  // DraftTrees
   AttentionArgs attn;
-  kc::DecodeWork decode_work;
   kc::PrefillWork prefill_work;
 
-  // TPP decode attention (kTpp mode, head_dim 64/128).
+  // TPP decode attention (every mode but kNone; every supported head_dim).
   bool tpp = false;
   std::optional<kc::tpp::TppWorkPlan> tpp_plan;
   kvcache::AttentionPlan tpp_key;  // the plan tpp_plan was built from (its shape)

@@ -1,5 +1,5 @@
 // A step's inputs and attention work on the host: flattening and checking the batch, the TPP
-// work plan, the paged and prefill work lists, and the key of the step's CUDA graph.
+// work plan, the prefill work list, and the key of the step's CUDA graph.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -151,8 +151,7 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, int
   }
   const int T = in->T = static_cast<int>(in->tokens.size());
   const int n_out = in->n_out = static_cast<int>(in->logit_rows.size());
-  // Decode rows through the TPP kernels where they are built for the head dim (a plan without
-  // segments runs their paged call); the generic paged kernel otherwise.
+  // Decode rows through the TPP kernels (a plan without segments runs their paged call).
   in->use_tpp = m.tpp && in->num_decode > 0;
   if (T == 0) return absl::OkStatus();
 
@@ -222,9 +221,7 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
                         : m.attn_ints.Add(v);
   };
   m.attn_ints.Clear();
-  int64_t od[10] = {};
   a.use_tpp = in.use_tpp;
-  a.paged = in.num_decode > 0 && !in.use_tpp;
   a.prefill = !in.prefill_seqs.empty();
   if (a.use_tpp) {
     BANYAN_RETURN_IF_ERROR(PrepareTpp(*batch.plan));
@@ -245,23 +242,6 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     ta.side_stream = m.side_stream;
     ta.fork_event = m.fork_event;
     ta.join_event = m.join_event;
-  } else if (a.paged) {
-    kc::BuildDecodeWork(ViewOf(*batch.plan), kc::kDefaultItemTokens, &m.decode_work);
-    const kc::DecodeWork& w = m.decode_work;
-    od[0] = add(w.span_chunk);
-    od[1] = add(w.span_begin);
-    od[2] = add(w.span_end);
-    od[3] = add(w.item_row);
-    od[4] = add(w.item_span_begin);
-    od[5] = add(w.item_span_end);
-    od[6] = add(w.item_partial);
-    od[7] = add(w.merge_row);
-    od[8] = add(w.merge_partial_begin);
-    od[9] = add(w.merge_count);
-    BANYAN_RETURN_IF_ERROR(m.partial_o.Reserve(std::max(1, w.num_partials) * int64_t{hq} * d * 4,
-                                               "attention partials"));
-    BANYAN_RETURN_IF_ERROR(m.partial_lse.Reserve(std::max(1, w.num_partials) * int64_t{hq} * 4,
-                                                 "attention partials"));
   }
   int64_t op[12] = {};
   if (a.prefill) {
@@ -281,28 +261,6 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     op[11] = add(w.token_seq);
   }
   BANYAN_RETURN_IF_ERROR(m.attn_ints.Upload(m.stream, "attention work"));
-  if (a.paged) {
-    const kc::DecodeWork& w = m.decode_work;
-    kc::PagedDecodeParams& dp = a.dp;
-    dp.q = m.q.get();
-    dp.out = m.att.get();
-    dp.span_chunk = m.attn_ints.Dev(od[0]);
-    dp.span_begin = m.attn_ints.Dev(od[1]);
-    dp.span_end = m.attn_ints.Dev(od[2]);
-    dp.item_row = m.attn_ints.Dev(od[3]);
-    dp.item_span_begin = m.attn_ints.Dev(od[4]);
-    dp.item_span_end = m.attn_ints.Dev(od[5]);
-    dp.item_partial = m.attn_ints.Dev(od[6]);
-    dp.merge_row = m.attn_ints.Dev(od[7]);
-    dp.merge_partial_begin = m.attn_ints.Dev(od[8]);
-    dp.merge_count = m.attn_ints.Dev(od[9]);
-    dp.num_items = w.num_items();
-    dp.num_merge_rows = w.num_merge_rows();
-    dp.num_q_heads = hq;
-    dp.scale = scale;
-    dp.partial_o = m.partial_o.as<float>();
-    dp.partial_lse = m.partial_lse.as<float>();
-  }
   if (a.prefill) {
     const kc::PrefillWork& w = m.prefill_work;
     kc::PrefillParams& pp = a.pp;
@@ -333,7 +291,7 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) co
   const Impl& m = *impl_;
   const AttentionArgs& a = m.attn;
   cuda::DecodeGraphKey k;
-  k.shape = {in.T, in.n_out, greedy ? 1 : 0, a.use_tpp ? 1 : 0, a.paged ? 1 : 0,
+  k.shape = {in.T, in.n_out, greedy ? 1 : 0, a.use_tpp ? 1 : 0,
              in.o_feed >= 0 ? 1 : 0};
   k.early_launch = in.T <= options_.graph_early_launch_rows;  // T is part of the shape
   auto ptr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
@@ -351,14 +309,6 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) co
     const std::vector<int64_t> sig = kc::tpp::TppLaunchSignature(*m.tpp_plan, a.ta);
     k.params.insert(k.params.end(), sig.begin(), sig.end());
     k.patch = {ptr(a.ta.image), ptr(a.ta.workspace), m.tpp_plan_generation};
-  } else if (a.paged) {
-    const kc::PagedDecodeParams& dp = a.dp;
-    k.params.push_back(dp.num_merge_rows > 0 ? 1 : 0);  // the merge kernel runs
-    k.patch = {dp.num_items,           dp.num_merge_rows,          ptr(dp.partial_o),
-               ptr(dp.partial_lse),    ptr(dp.span_chunk),         ptr(dp.span_begin),
-               ptr(dp.span_end),       ptr(dp.item_row),           ptr(dp.item_span_begin),
-               ptr(dp.item_span_end),  ptr(dp.item_partial),       ptr(dp.merge_row),
-               ptr(dp.merge_partial_begin), ptr(dp.merge_count)};
   }
   return k;
 }
@@ -370,13 +320,6 @@ absl::Status CudaBackend::UpdateAttentionNodes(const std::vector<kc::KernelNode>
   std::vector<kc::KernelNodeUpdate> updates;
   if (a.use_tpp) {
     BANYAN_RETURN_IF_ERROR(kc::tpp::TppNodeUpdates(*m.tpp_plan, a.ta, &updates));
-  } else if (a.paged) {
-    // The layer's KV view is set per launch; the kernel choice reads its shape.
-    kc::PagedDecodeParams dp = a.dp;
-    dp.kv.head_dim = cfg_.head_dim();
-    dp.kv.num_kv_heads = cfg_.n_kv_heads;
-    dp.kv.chunk_size = options_.chunk_size;
-    BANYAN_RETURN_IF_ERROR(kc::PagedDecodeNodeUpdates(options_.dtype, dp, &updates));
   }
   BANYAN_RETURN_IF_ERROR(kc::ApplyKernelNodeUpdates(kernels, exec, updates, nodes));
   // Every layer launches each listed kernel once: anything else means the graph holds

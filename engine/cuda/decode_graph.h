@@ -9,7 +9,7 @@
 //  - The key has three parts. `shape` picks the cached executable: rows, logit rows, greedy or
 //    not, the attention path. `params` is what a launch bakes in that only a capture can change:
 //    buffer addresses, the attention's launch signature (which kernels, launched how). `patch`
-//    is the attention's work partition (which TPP plan build, the paged work list's length):
+//    is the attention's work partition (which TPP plan build):
 //    what the caller's `update` moves in the executable's kernel nodes without a capture
 //    (kernels/cuda/graph_update.h). When shape and params equal a cached executable's, Launch
 //    replays it, calling `update` first when the patch differs. Serving changes the partition

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "kernels/cuda/attention_launch.cuh"
-#include "kernels/cuda/decode_attention.cuh"
+#include "kernels/cuda/generic_attention.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
 
 namespace banyan::kernels::cuda {

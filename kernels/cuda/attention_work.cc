@@ -6,53 +6,6 @@
 
 namespace banyan::kernels::cuda {
 
-void BuildDecodeWork(const PlanView& plan, int32_t item_tokens, DecodeWork* work) {
-  BANYAN_CHECK(item_tokens >= 1) << item_tokens;
-  DecodeWork& w = *work;
-  w = DecodeWork{};
-  w.num_rows = plan.num_rows;
-  for (int32_t r = 0; r < plan.num_rows; ++r) {
-    const int32_t first_item = w.num_items();
-    int32_t in_item = 0;  // tokens in the open item
-    auto open_item = [&]() {
-      w.item_row.push_back(r);
-      w.item_span_begin.push_back(static_cast<int32_t>(w.span_chunk.size()));
-      w.item_span_end.push_back(static_cast<int32_t>(w.span_chunk.size()));
-      w.item_partial.push_back(-1);
-      in_item = 0;
-    };
-    auto add_spans = [&](int32_t lo, int32_t hi) {
-      for (int32_t s = lo; s < hi; ++s) {
-        int32_t b = plan.span_begin[s];
-        const int32_t e = plan.span_end[s];
-        while (b < e) {
-          if (w.num_items() == first_item || in_item == item_tokens) open_item();
-          const int32_t take = std::min(e - b, item_tokens - in_item);
-          w.span_chunk.push_back(plan.span_chunk[s]);
-          w.span_begin.push_back(b);
-          w.span_end.push_back(b + take);
-          w.item_span_end.back() = static_cast<int32_t>(w.span_chunk.size());
-          in_item += take;
-          b += take;
-        }
-      }
-    };
-    for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
-      const int32_t seg = plan.row_seg_ids[i];
-      add_spans(plan.seg_span_begin[seg], plan.seg_span_end[seg]);
-    }
-    add_spans(plan.row_span_begin[r], plan.row_span_end[r]);
-    if (w.num_items() == first_item) open_item();  // no context: one empty item writes zeros
-    const int32_t items = w.num_items() - first_item;
-    if (items > 1) {
-      w.merge_row.push_back(r);
-      w.merge_partial_begin.push_back(w.num_partials);
-      w.merge_count.push_back(items);
-      for (int32_t k = 0; k < items; ++k) w.item_partial[first_item + k] = w.num_partials++;
-    }
-  }
-}
-
 void BuildPrefillWork(std::span<const PrefillSeq> seqs, int32_t group, int32_t block_m,
                       PrefillWork* work) {
   BANYAN_CHECK(group >= 1 && block_m >= 1) << group << " " << block_m;

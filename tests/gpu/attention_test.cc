@@ -1,8 +1,8 @@
 // The CUDA attention kernels against the CPU reference kernels (kernels/cpu), on KV and queries
-// rounded to the kernel's dtype first so that both sides read identical values: paged decode
-// over plans with and without sharing (random prefix trees, context lengths not multiples of the
-// chunk size, long contexts split across items, batch up to 1024), and causal prefill over a
-// cached path plus new tokens. Random data fresh each run, outputs poisoned, NaN never passes.
+// rounded to the kernel's dtype first so that both sides read identical values: decode (TPP,
+// every head dim from 8 to 256) over plans with and without sharing (random prefix trees,
+// context lengths not multiples of the chunk size, long contexts split into pieces, batch up to
+// 1024), and causal prefill over a cached path plus new tokens. Random data fresh each run, outputs poisoned, NaN never passes.
 //
 // Tolerance: the GPU rounds its output to the dtype (relative error about 2^-9 / sqrt(3) for bf16,
 // 2^-12 for fp16) and the prefill kernel rounds softmax probabilities to the dtype before the P.V
@@ -15,6 +15,7 @@
 #include "kernels/cpu/tpp_attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_work.h"
+#include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/chunk_pool.h"
@@ -75,42 +76,33 @@ std::vector<float> RandomRounded(DType dt, size_t n, std::mt19937_64& rng, float
   return v;
 }
 
-// Runs the CUDA paged decode kernel over `plan`; returns the output as floats.
+// Runs TPP decode attention over `plan` (two-phase where it has segments and the head dim a
+// compiled family; phase 2 alone on the generic kernel for other head dims), rows cut into
+// pieces of at most max_piece_tokens; returns the output as floats.
 std::vector<float> RunGpuDecode(const Case& c, const TestKv& kv, const kvcache::AttentionPlan& plan,
-                                const std::vector<float>& q, int item_tokens) {
+                                const std::vector<float>& q, int max_piece_tokens) {
   const int hq = c.kv_heads * c.gqa;
-  DecodeWork w;
-  BuildDecodeWork(engine::ViewOf(plan), item_tokens, &w);
-  DeviceArray<int32_t> span_chunk(w.span_chunk), span_begin(w.span_begin), span_end(w.span_end);
-  DeviceArray<int32_t> item_row(w.item_row), item_sb(w.item_span_begin), item_se(w.item_span_end);
-  DeviceArray<int32_t> item_part(w.item_partial), merge_row(w.merge_row);
-  DeviceArray<int32_t> merge_pb(w.merge_partial_begin), merge_cnt(w.merge_count);
+  tpp::TppOptions opt;
+  opt.p2_max_split_tokens = max_piece_tokens;
+  auto wp = tpp::TppWorkPlan::Build(engine::ViewOf(plan),
+                                    tpp::TppProblem{hq, c.kv_heads, c.head_dim, c.chunk_size}, opt);
+  EXPECT_TRUE(wp.ok()) << wp.status();
+  if (!wp.ok()) return {};
+  DeviceArray<int32_t> image(wp->image());
+  DeviceArray<float> workspace((wp->workspace_bytes() + 3) / 4);  // poisoned
   DeviceArray<uint16_t> qd(ToDtype(c.dtype, q));
   DeviceArray<uint16_t> out(q.size());  // poisoned
-  DeviceArray<float> po(std::max<size_t>(1, size_t(w.num_partials) * hq * c.head_dim));
-  DeviceArray<float> pl(std::max<size_t>(1, size_t(w.num_partials) * hq));
-  PagedDecodeParams p;
-  p.q = qd.get();
-  p.out = out.get();
-  p.kv = kv.gpu;
-  p.span_chunk = span_chunk.get();
-  p.span_begin = span_begin.get();
-  p.span_end = span_end.get();
-  p.item_row = item_row.get();
-  p.item_span_begin = item_sb.get();
-  p.item_span_end = item_se.get();
-  p.item_partial = item_part.get();
-  p.merge_row = merge_row.get();
-  p.merge_partial_begin = merge_pb.get();
-  p.merge_count = merge_cnt.get();
-  p.num_items = w.num_items();
-  p.num_merge_rows = w.num_merge_rows();
-  p.num_q_heads = hq;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  p.partial_o = po.get();
-  p.partial_lse = pl.get();
-  const absl::Status s = PagedDecodeAttention(c.dtype, p, nullptr);
+  tpp::TppRunArgs a;
+  a.q = qd.get();
+  a.out = out.get();
+  a.kv = kv.gpu;
+  a.dtype = c.dtype;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.image = image.get();
+  a.workspace = workspace.get();
+  const absl::Status s = tpp::TppDecodeAttention(*wp, a, nullptr);
   EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return FromDtype(c.dtype, out.Download());
 }
 
@@ -163,9 +155,9 @@ TEST(CudaDecodeAttention, MatchesCpuOnRandomTrees) {
     for (bool share : {true, false}) {
       const auto plan = kvcache::BuildAttentionPlan(tree, rows, {.share = share});
       const std::vector<float> want = RunCpuDecode(c, kv, plan, q);
-      for (int item_tokens : {kDefaultItemTokens, 37}) {  // 37: many items, merges
-        const double err = RelErr(RunGpuDecode(c, kv, plan, q, item_tokens), want);
-        EXPECT_LT(err, Tolerance(c.dtype)) << "share " << share << " item_tokens " << item_tokens;
+      for (int piece : {0, 37}) {  // 0: the plan's own cut; 37: many pieces, merges
+        const double err = RelErr(RunGpuDecode(c, kv, plan, q, piece), want);
+        EXPECT_LT(err, Tolerance(c.dtype)) << "share " << share << " pieces of " << piece;
       }
     }
   }
@@ -190,7 +182,7 @@ TEST(CudaDecodeAttention, LongContextsSplitAndMerge) {
     const std::vector<float> q =
         RandomRounded(c.dtype, rows.size() * c.kv_heads * c.gqa * c.head_dim, rng);
     const auto plan = kvcache::BuildAttentionPlan(tree, rows, {.share = false});
-    EXPECT_LT(RelErr(RunGpuDecode(c, kv, plan, q, kDefaultItemTokens), RunCpuDecode(c, kv, plan, q)),
+    EXPECT_LT(RelErr(RunGpuDecode(c, kv, plan, q, 0), RunCpuDecode(c, kv, plan, q)),
               Tolerance(c.dtype));
   }
 }
@@ -218,7 +210,7 @@ TEST(CudaDecodeAttention, Batch1024) {
       RandomRounded(c.dtype, rows.size() * c.kv_heads * c.gqa * c.head_dim, rng);
   for (bool share : {true, false}) {
     const auto plan = kvcache::BuildAttentionPlan(tree, rows, {.share = share});
-    EXPECT_LT(RelErr(RunGpuDecode(c, kv, plan, q, kDefaultItemTokens), RunCpuDecode(c, kv, plan, q)),
+    EXPECT_LT(RelErr(RunGpuDecode(c, kv, plan, q, 0), RunCpuDecode(c, kv, plan, q)),
               Tolerance(c.dtype))
         << "share " << share;
   }
@@ -324,12 +316,9 @@ TEST(CudaPrefillAttention, MatchesCpu) {
 }
 
 TEST(CudaAttention, RejectsUnsupportedHeadDim) {
-  PagedDecodeParams p;
-  p.kv.head_dim = 12;
-  p.kv.num_kv_heads = 1;
-  p.num_q_heads = 1;
-  EXPECT_EQ(PagedDecodeAttention(DType::kBf16, p, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(tpp::TppSupportsHeadDim(12));
+  EXPECT_FALSE(tpp::TppSupportsHeadDim(264));
+  EXPECT_TRUE(tpp::TppSupportsHeadDim(40));
   PrefillParams pp;
   pp.kv.head_dim = 512;
   pp.kv.num_kv_heads = 1;

@@ -258,7 +258,8 @@ TEST_F(CudaBackendTest, StoriesLogitsMatchCpu) {
       ASSERT_NE(gpu, nullptr);
       const std::string label = std::string("stories260K ") + kernels::cuda::DTypeName(dt) +
                                 (mode == AttentionMode::kTpp ? " tpp" : " paged");
-      EXPECT_FALSE(CudaOf(*gpu).uses_tpp_kernel());  // head_dim 8: the paged kernel
+      // head_dim 8: TPP's generic phase 2 (segments read per row, merged with the tails)
+      EXPECT_TRUE(CudaOf(*gpu).uses_tpp_kernel());
       EXPECT_LT(CompareSteps(*cpu, *gpu, w->config.vocab_size,
                              SharedPrefixPrompts(w->config.vocab_size, rng), 12, label),
                 Tol(dt))
@@ -274,7 +275,8 @@ TEST_F(CudaBackendTest, DummyModelsLogitsMatchCpu) {
     RopeStyle rope;
   };
   for (const Shape& s : {Shape{64, 4, 4, RopeStyle::kHalf}, Shape{64, 8, 2, RopeStyle::kInterleaved},
-                         Shape{128, 4, 4, RopeStyle::kInterleaved}, Shape{128, 4, 1, RopeStyle::kHalf}}) {
+                         Shape{128, 4, 4, RopeStyle::kInterleaved}, Shape{128, 4, 1, RopeStyle::kHalf},
+                         Shape{96, 4, 2, RopeStyle::kHalf}}) {  // 96: the generic phase 2
     ModelConfig cfg = SmallConfig(s.head_dim, s.heads, s.kv_heads);
     cfg.rope_style = s.rope;
     const ModelWeights w = MakeDummyWeights(cfg, rng());

@@ -1,9 +1,7 @@
-// GPU differential tests of TPP decode attention and the paged kernel against the CPU reference
-// (kernels/cpu/tpp_attention.h), over random prefix trees with hierarchical sharing. Every case
-// also runs the generic paged decode kernel (kernels/cuda/attention.h: PagedDecodeAttention
-// over BuildDecodeWork's items, on the shared and the unshared plan, with the default and a
-// small item size so that rows are split and merged): the tree's two per-row decode kernels
-// are checked on the same inputs against the same reference.
+// GPU differential tests of TPP decode attention and its paged call against the CPU reference
+// (kernels/cpu/tpp_attention.h), over random prefix trees with hierarchical sharing: head dims
+// with a compiled family (64, 128) on every phase-1 and phase-2 kernel, others (8, 96) on the
+// generic phase 2, with small pieces so that rows are split and merged.
 //
 // - Inputs (q, K, V) are drawn fresh every run (seed printed; BANYAN_TEST_SEED pins it), rounded
 //   to the kernel dtype, and the CPU reference runs in fp32 on the same rounded values.
@@ -29,9 +27,6 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/tpp_attention.h"
-#include "kernels/cuda/attention.h"
-#include "kernels/cuda/attention_work.h"
-#include "kernels/cuda/decode_work_upload.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
@@ -224,47 +219,6 @@ class Fixture {
     return Download();
   }
 
-  // Runs the generic paged decode kernel (kernels/cuda/attention.h) over `plan` (any plan:
-  // each row reads its segments' spans, then its private spans), items of at most
-  // `item_tokens`; output and partial states poisoned first. Empty when the library has no
-  // kernel for the dtype (BANYAN_CUDA_FP16=OFF).
-  std::vector<float> RunBackendPaged(const AttentionPlan& plan, int item_tokens) {
-    DecodeWork w;
-    BuildDecodeWork(engine::ViewOf(plan), item_tokens, &w);
-    const std::vector<int32_t> flat = PackDecodeWork(w);
-    DevBuf<int32_t> tables(flat.size());
-    const size_t parts = static_cast<size_t>(std::max(w.num_partials, 1));
-    DevBuf<float> po(parts * hq() * s_.head_dim), plse(parts * hq());
-    EXPECT_NE(tables.p, nullptr);
-    EXPECT_NE(po.p, nullptr);
-    EXPECT_NE(plse.p, nullptr);
-    EXPECT_EQ(cudaMemcpy(tables.p, flat.data(), flat.size() * sizeof(int32_t),
-                         cudaMemcpyHostToDevice),
-              cudaSuccess);
-    EXPECT_EQ(cudaMemset(po.p, 0xff, po.n * sizeof(float)), cudaSuccess);      // NaN
-    EXPECT_EQ(cudaMemset(plse.p, 0xff, plse.n * sizeof(float)), cudaSuccess);  // NaN
-    EXPECT_EQ(cudaMemset(out_dev_->p, 0xff, out_dev_->n * 2), cudaSuccess);    // NaN
-    PagedDecodeParams p;
-    p.q = q_dev_->p;
-    p.out = out_dev_->p;
-    p.kv.base = kv_dev_->p;
-    p.kv.chunk_stride = kv_.chunk_stride;
-    p.kv.v_offset = kv_.v_offset;
-    p.kv.chunk_size = kv_.chunk_size;
-    p.kv.num_kv_heads = kv_.num_kv_heads;
-    p.kv.head_dim = kv_.head_dim;
-    PointDecodeTables(w, tables.p, &p);
-    p.num_q_heads = hq();
-    p.scale = 1.0f / std::sqrt(static_cast<float>(s_.head_dim));
-    p.partial_o = po.p;
-    p.partial_lse = plse.p;
-    const absl::Status st = cuda::PagedDecodeAttention(s_.dtype, p, nullptr);
-    if (s_.dtype == DType::kFp16 && st.code() == absl::StatusCode::kInvalidArgument) return {};
-    EXPECT_TRUE(st.ok()) << st;
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
-    return Download();
-  }
-
   TppRunArgs Args(const int32_t* image, void* ws) const {
     TppRunArgs a;
     a.q = q_dev_->p;
@@ -368,6 +322,7 @@ void CheckEveryPhase2Kernel(Fixture& f, const AttentionPlan& shared, const Atten
   // for MHA, tensor cores for GQA 8); every kernel is forced on the smaller cases, which keeps
   // the suite short.
   if (opt.p2_mma >= 0 || opt.p2_warp >= 0 || plain.num_rows() > 512) return;
+  if (!TppHasCompiledFamily(s.head_dim)) return;  // one phase-2 kernel: CheckGenericPieces
   const std::pair<Phase2Path, const char*> paths[] = {
       {Phase2Path::kCudaCores, "CUDA cores"},
       {Phase2Path::kWarpPerHead, "a warp per head"},
@@ -386,18 +341,23 @@ void CheckEveryPhase2Kernel(Fixture& f, const AttentionPlan& shared, const Atten
   }
 }
 
-// The generic paged kernel (the engine's fallback for other head dims) on the same inputs: over the
-// shared plan and the unshared one, items of the default 256 tokens and of 48 (not a multiple of
-// any chunk size here, so items cut spans and long rows merge many partials).
-void CheckBackendPaged(Fixture& f, const AttentionPlan& shared, const AttentionPlan& plain,
-                       const std::vector<float>& want, double tol, const std::string& label) {
+// Head dims without a compiled family (TPP's generic phase 2): no phase-1 items, and rows also
+// cut into pieces of at most 48 tokens (not a multiple of any chunk size here, so pieces cut
+// spans and long rows merge many states), over the shared plan and the unshared one.
+void CheckGenericPieces(Fixture& f, const AttentionPlan& shared, const AttentionPlan& plain,
+                        const Shape& s, const TppOptions& opt, const std::vector<float>& want,
+                        double tol, const std::string& label) {
+  if (TppHasCompiledFamily(s.head_dim)) return;
+  TppOptions small = opt;
+  small.p2_max_split_tokens = 48;
   for (const AttentionPlan* plan : {&shared, &plain}) {
-    for (int item_tokens : {kDefaultItemTokens, 48}) {
-      const std::vector<float> got = f.RunBackendPaged(*plan, item_tokens);
-      if (got.empty()) return;  // no fp16 kernels in this build
-      EXPECT_LT(RelErr(got, want), tol)
-          << label << " generic paged kernel, " << (plan == &shared ? "shared" : "unshared")
-          << " plan, items of " << item_tokens;
+    for (const TppOptions& o : {opt, small}) {
+      TppWorkPlan wp;
+      EXPECT_LT(RelErr(f.RunGpu(*plan, o, plan == &plain, &wp), want), tol)
+          << label << " generic phase 2, " << (plan == &shared ? "shared" : "unshared")
+          << " plan, pieces of at most " << o.p2_max_split_tokens << " tokens (0: default)";
+      EXPECT_EQ(wp.num_p1_items(), 0) << label;
+      EXPECT_TRUE(wp.p2_path() == Phase2Path::kGeneric || wp.num_p2_items() == 0) << label;
     }
   }
 }
@@ -423,7 +383,7 @@ void CheckBoth(Fixture& f, const std::vector<SeqId>& rows, const Shape& s, const
   EXPECT_LT(e_paged, tol) << label << " paged";
   CheckOtherPhase1Paths(f, shared, opt, want, tol, label);
   CheckEveryPhase2Kernel(f, shared, plain, s, opt, want, tol, label);
-  CheckBackendPaged(f, shared, plain, want, tol, label);
+  CheckGenericPieces(f, shared, plain, s, opt, want, tol, label);
 }
 
 class TppGpuRandomTreeTest : public ::testing::TestWithParam<Shape> {};
@@ -459,7 +419,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Shape{64, 2, 1, 16, DType::kBf16}, Shape{64, 2, 4, 64, DType::kFp16},
                       Shape{64, 1, 8, 32, DType::kBf16}, Shape{128, 2, 1, 64, DType::kFp16},
                       Shape{128, 2, 4, 16, DType::kBf16}, Shape{128, 1, 8, 64, DType::kBf16},
-                      Shape{128, 2, 8, 32, DType::kFp16}, Shape{64, 2, 1, 128, DType::kFp16}),
+                      Shape{128, 2, 8, 32, DType::kFp16}, Shape{64, 2, 1, 128, DType::kFp16},
+                      Shape{8, 2, 1, 16, DType::kBf16}, Shape{96, 2, 4, 32, DType::kFp16}),
     [](const auto& info) { return Name(info.param); });
 
 // The per-row decode kernel (TPP's phase 2; GQA: one CTA loads each K/V tile once for the whole
@@ -568,7 +529,8 @@ TEST(TppGpuTest, RescalesAfterTheFirstTile) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   for (const Shape& s : {Shape{128, 2, 1, 64, DType::kBf16}, Shape{128, 1, 4, 16, DType::kFp16},
-                         Shape{64, 2, 8, 32, DType::kBf16}, Shape{128, 2, 2, 64, DType::kFp16}}) {
+                         Shape{64, 2, 8, 32, DType::kBf16}, Shape{128, 2, 2, 64, DType::kFp16},
+                         Shape{96, 2, 2, 32, DType::kBf16}}) {
     Fixture f(s, 64000 / s.chunk);
     testing::RandomTreeSpec spec;
     spec.num_groups = 2;

@@ -140,6 +140,70 @@ TEST(TppWorkPlanTest, PartitionCoversThePlanExactly) {
   }
 }
 
+// Head dims without a compiled family (the bundled model's 8; 96): no phase 1, every row reads
+// its segments' spans and its private spans in phase 2, each span exactly once, and a row with
+// segments merges exactly its own pieces.
+TEST(TppWorkPlanTest, GenericHeadDimsReadSegmentsInPhase2) {
+  BANYAN_SEEDED_RNG(rng);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int chunk = 16 << (trial % 3);
+    auto pool = *kvcache::ChunkPool::Create(20000, chunk);
+    kvcache::PrefixTree tree(&pool);
+    testing::RandomTreeSpec spec;
+    spec.num_groups = 1 + trial % 4;
+    spec.rows_per_group_max = 6;
+    spec.global_prefix_min = 1;
+    spec.global_prefix_max = 2000;
+    spec.group_prefix_max = 400;
+    spec.tail_max = trial % 3 == 0 ? 3000 : 80;
+    testing::BuildRandomTree(tree, rng, spec);
+    const auto rows = tree.DfsOrder();
+    AttentionPlan plan = kvcache::BuildAttentionPlan(tree, rows, {.share = true});
+    ASSERT_GT(plan.num_segments(), 0);
+    const int head_dim = trial % 2 ? 8 : 96;
+    ASSERT_FALSE(TppHasCompiledFamily(head_dim));
+    TppOptions opt;
+    if (trial % 4 == 3) opt.p2_max_split_tokens = 48;
+    auto wp = TppWorkPlan::Build(engine::ViewOf(plan), TppProblem{4, 2, head_dim, chunk}, opt);
+    ASSERT_TRUE(wp.ok()) << wp.status();
+    EXPECT_EQ(wp->num_p1_items(), 0);
+    EXPECT_EQ(wp->p2_path(), Phase2Path::kGeneric);
+    EXPECT_FALSE(wp->deferred_merge());
+    const TppImageLayout& l = wp->layout();
+    std::map<int, std::multiset<int>> read;    // row -> spans its items read
+    std::map<int, std::multiset<int>> states;  // row -> states its items write
+    std::map<int, int> finals;
+    for (int i = 0; i < wp->num_p2_items(); ++i) {
+      const int r = At(*wp, l.p2_row)[i];
+      for (int sp = At(*wp, l.p2_span_lo)[i]; sp < At(*wp, l.p2_span_hi)[i]; ++sp) {
+        read[r].insert(sp);
+      }
+      const int st = At(*wp, l.p2_state)[i];
+      if (st < 0) {
+        ++finals[r];
+      } else {
+        states[r].insert(st);
+      }
+    }
+    for (int r = 0; r < plan.num_rows(); ++r) {
+      std::multiset<int> want;
+      for (int i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
+        const int seg = plan.row_seg_ids[i];
+        for (int sp = plan.seg_span_begin[seg]; sp < plan.seg_span_end[seg]; ++sp) want.insert(sp);
+      }
+      for (int sp = plan.row_span_begin[r]; sp < plan.row_span_end[r]; ++sp) want.insert(sp);
+      EXPECT_EQ(read[r], want) << "row " << r;
+      const int mb = At(*wp, l.row_merge_begin)[r], me = At(*wp, l.row_merge_end)[r];
+      if (plan.row_seg_end[r] > plan.row_seg_begin[r]) {
+        EXPECT_EQ(finals[r], 0) << "row " << r;
+        EXPECT_EQ(std::multiset<int>(At(*wp, l.merge_states) + mb, At(*wp, l.merge_states) + me),
+                  states[r])
+            << "row " << r;
+      }
+    }
+  }
+}
+
 // One sequence alone (a single user's decode): its private tail is cut into pieces of at least
 // p2_min_split_tokens so that the SMs have work, but never into more than p2_max_splits, since
 // the merge reads a row's states a few at a time.

@@ -164,9 +164,8 @@ cudaError_t LaunchPhase2Group(const TppWorkPlan& plan, const TppParams& p, bool 
 }
 
 // The merge kernel's grid: merge rows x blocks of kTppMergeThreads (head, 8 head dims) pairs.
-template <int HEAD_DIM>
-dim3 TppMergeGrid(const TppWorkPlan& plan) {
-  const int pairs = plan.problem().num_q_heads * (HEAD_DIM / 8);
+inline dim3 TppMergeGrid(const TppWorkPlan& plan) {
+  const int pairs = plan.problem().num_q_heads * (plan.problem().head_dim / 8);
   return dim3(plan.num_merge_rows(), (pairs + kTppMergeThreads - 1) / kTppMergeThreads);
 }
 
@@ -220,10 +219,23 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     // plain launch.
     const bool pdl = !plan.deferred_merge() && phase2 && plan.options().pdl;
     p.wait_phase2 = pdl ? 1 : 0;
-    e = LaunchTppKernel(TppMergeKernel<HEAD_DIM, Elem>, p, TppMergeGrid<HEAD_DIM>(plan),
+    e = LaunchTppKernel(TppMergeKernel<HEAD_DIM, Elem>, p, TppMergeGrid(plan),
                         dim3(kTppMergeThreads), 0, pdl, stream);
   }
   return e;
+}
+
+// What a graph node update writes into a captured launch's TppParams: the plan's tables and
+// partial states; q, out, the KV view, the scale, wait_phase1 and wait_phase2 (part of the launch
+// signature) stay as captured.
+inline auto TppParamsPatch(const TppWorkPlan& plan, const TppRunArgs& args) {
+  const TppParams fresh = MakeTppParams(plan, args);
+  return [fresh](void* params) {
+    auto* p = static_cast<TppParams*>(params);
+    p->t = fresh.t;
+    p->partial_o = fresh.partial_o;
+    p->partial_lse = fresh.partial_lse;
+  };
 }
 
 template <int HEAD_DIM, DType DTYPE>
@@ -231,15 +243,7 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
                                      std::vector<KernelNodeUpdate>* updates) {
   using Elem = typename ElementOf<DTYPE>::Type;
   updates->clear();
-  const TppParams fresh = MakeTppParams(plan, args);
-  // The plan's tables and partial states; q, out, the KV view, the scale, wait_phase1 and
-  // wait_phase2 (part of the launch signature) stay as captured.
-  auto patch = [fresh](void* params) {
-    auto* p = static_cast<TppParams*>(params);
-    p->t = fresh.t;
-    p->partial_o = fresh.partial_o;
-    p->partial_lse = fresh.partial_lse;
-  };
+  const auto patch = TppParamsPatch(plan, args);
   const int kvh = plan.problem().num_kv_heads;
   if (plan.num_p1_items() > 0) {
     const void* f = nullptr;
@@ -261,7 +265,7 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   }
   if (plan.num_merge_rows() > 0) {
     updates->push_back({reinterpret_cast<const void*>(TppMergeKernel<HEAD_DIM, Elem>),
-                        TppMergeGrid<HEAD_DIM>(plan), sizeof(TppParams), patch});
+                        TppMergeGrid(plan), sizeof(TppParams), patch});
   }
   return cudaSuccess;
 }

@@ -83,11 +83,10 @@ struct MergeHead {
 };
 
 // Loads up to kTppMergeAhead states (states[k] for k < count) at once, then merges them into
-// (m, w, acc) in order.
-template <int HEAD_DIM>
+// (m, w, acc) in order. head_dim: a compile-time constant where the caller has one.
 __device__ __forceinline__ void MergeRound(const TppParams& p, const int32_t (&states)[kTppMergeAhead],
-                                           int count, int head, int c, float& m, float& w,
-                                           float (&acc)[8]) {
+                                           int count, int head_dim, int head, int c, float& m,
+                                           float& w, float (&acc)[8]) {
   constexpr int kAhead = kTppMergeAhead;
   float lse[kAhead];
   float ob[kAhead][8];
@@ -96,7 +95,7 @@ __device__ __forceinline__ void MergeRound(const TppParams& p, const int32_t (&s
     if (k < count) {
       const int64_t st = states[k];
       lse[k] = p.partial_lse[st * p.num_q_heads + head];
-      LoadState8(p.partial_o + (st * p.num_q_heads + head) * HEAD_DIM + c * 8, ob[k]);
+      LoadState8(p.partial_o + (st * p.num_q_heads + head) * head_dim + c * 8, ob[k]);
     }
   }
 #pragma unroll
@@ -110,9 +109,8 @@ __device__ __forceinline__ void MergeRound(const TppParams& p, const int32_t (&s
 // takes ceil(n / kTppMergeAhead) rounds of loads (the split model counts them). The first
 // round's state indices come with the head; each round reads the next round's indices before
 // its own state loads, so a round waits for one memory latency, not two.
-template <int HEAD_DIM>
-__device__ __forceinline__ void MergeList(const TppParams& p, const MergeHead& mh, int head,
-                                          int c, float& m, float& w, float (&acc)[8]) {
+__device__ __forceinline__ void MergeList(const TppParams& p, const MergeHead& mh, int head_dim,
+                                          int head, int c, float& m, float& w, float (&acc)[8]) {
   constexpr int kAhead = kTppMergeAhead;
   int32_t states[kAhead];
 #pragma unroll
@@ -120,7 +118,7 @@ __device__ __forceinline__ void MergeList(const TppParams& p, const MergeHead& m
   for (int i = mh.begin; i < mh.end; i += kAhead) {
     int32_t next[kAhead];
     LoadMergeIndices(p.t, i + kAhead, mh.end, next);
-    MergeRound<HEAD_DIM>(p, states, min(kAhead, mh.end - i), head, c, m, w, acc);
+    MergeRound(p, states, min(kAhead, mh.end - i), head_dim, head, c, m, w, acc);
 #pragma unroll
     for (int k = 0; k < kAhead; ++k) states[k] = next[k];
   }
@@ -229,7 +227,7 @@ __device__ __forceinline__ void Phase2Finish(const TppParams& p, const float* s_
       if (c == 0) p.partial_lse[static_cast<int64_t>(out_state) * hq + head] = state_m;
       continue;
     }
-    MergeList<HEAD_DIM>(p, merge, head, c, state_m, state_w, acc);
+    MergeList(p, merge, HEAD_DIM, head, c, state_m, state_w, acc);
     StoreOut8(static_cast<DType*>(p.out) + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM +
                   c * 8,
               state_w, acc);
@@ -386,10 +384,12 @@ inline constexpr int kTppMergeThreads = 128;
 // block of kTppMergeThreads (head, 8 head dims) pairs), one pair per thread, so that a row's
 // merges run side by side (with 32 heads, one CTA of 128 threads per row took four pairs per
 // thread, one after another, each a chain of dependent loads).
+// HEAD_DIM 0: the head dim of the KV view (the generic family's).
 template <int HEAD_DIM, typename DType>
 __global__ void __launch_bounds__(kTppMergeThreads)
     TppMergeKernel(const __grid_constant__ TppParams p) {
-  constexpr int VECS = HEAD_DIM / 8;
+  const int d = HEAD_DIM > 0 ? HEAD_DIM : p.kv.head_dim;
+  const int VECS = d / 8;
   const int row = p.t.merge_rows[blockIdx.x];
   MergeHead merge;
   merge.Load(p.t, row);
@@ -400,9 +400,9 @@ __global__ void __launch_bounds__(kTppMergeThreads)
     const int c = idx % VECS;
     float m = kNegInf, w = 0.0f;
     float acc[8] = {};
-    MergeList<HEAD_DIM>(p, merge, head, c, m, w, acc);
+    MergeList(p, merge, d, head, c, m, w, acc);
     StoreOut8(static_cast<DType*>(p.out) +
-                  (static_cast<int64_t>(row) * p.num_q_heads + head) * HEAD_DIM + c * 8,
+                  (static_cast<int64_t>(row) * p.num_q_heads + head) * d + c * 8,
               w, acc);
   }
 }

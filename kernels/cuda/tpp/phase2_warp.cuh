@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(128) TppPhase2WarpKernel(const __grid_constant
       if (c == 0) p.partial_lse[static_cast<int64_t>(out_state) * hq + head] = state_m;
       continue;
     }
-    MergeList<HEAD_DIM>(p, merge, head, c, state_m, state_w, acc);
+    MergeList(p, merge, HEAD_DIM, head, c, state_m, state_w, acc);
     StoreOut8(static_cast<DType*>(p.out) + (static_cast<int64_t>(row) * hq + head) * HEAD_DIM +
                   c * 8,
               state_w, acc);

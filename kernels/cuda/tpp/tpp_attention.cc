@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention.h"  // kMaxGenericHeadDim
 #include "kernels/cuda/tpp/tpp_launch.h"
 
 namespace banyan::kernels::cuda::tpp {
@@ -31,8 +32,9 @@ absl::Status Run(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t s
         pr.chunk_size, ")"));
   }
   if (!TppSupportsHeadDim(pr.head_dim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tpp: no kernels for head_dim ", pr.head_dim, " in this build"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tpp: head_dim ", pr.head_dim, " is not supported (a multiple of 8, at most ",
+        kMaxGenericHeadDim, ")"));
   }
   if (args.dtype != DType::kBf16 && args.dtype != DType::kFp16) {
     return absl::InvalidArgumentError("tpp: dtype must be bf16 or fp16");
@@ -53,7 +55,10 @@ absl::Status Run(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t s
 #ifdef BANYAN_TPP_HAS_D128
     case 128: e = ForHeadDim<128>(plan, args, stream); break;
 #endif
-    default: break;
+    default:
+      e = args.dtype == DType::kBf16 ? LaunchTppGeneric<DType::kBf16>(plan, args, stream)
+                                     : LaunchTppGeneric<DType::kFp16>(plan, args, stream);
+      break;
   }
   if (e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("tpp: launch failed: ", cudaGetErrorString(e)));
@@ -93,7 +98,10 @@ absl::Status TppNodeUpdates(const TppWorkPlan& plan, const TppRunArgs& args,
 #ifdef BANYAN_TPP_HAS_D128
     case 128: e = UpdatesForHeadDim<128>(plan, args, updates); break;
 #endif
-    default: break;
+    default:
+      e = args.dtype == DType::kBf16 ? TppNodeUpdatesGeneric<DType::kBf16>(plan, args, updates)
+                                     : TppNodeUpdatesGeneric<DType::kFp16>(plan, args, updates);
+      break;
   }
   if (e != cudaSuccess) {
     return absl::InvalidArgumentError(
@@ -103,6 +111,10 @@ absl::Status TppNodeUpdates(const TppWorkPlan& plan, const TppRunArgs& args,
 }
 
 bool TppSupportsHeadDim(int32_t head_dim) {
+  return head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxGenericHeadDim;
+}
+
+bool TppHasCompiledFamily(int32_t head_dim) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
     case 64: return true;

@@ -28,9 +28,11 @@
 //    long (deferred merge), phase 2 never waits: it runs beside phase 1 on a side stream and
 //    the merge kernel finishes every row with segments.
 //  - with no segments only phase 2 (and the merge, for split rows) runs: that is the paged kernel.
+//  - head dims without a templated family (TppHasCompiledFamily) never run phase 1: each row
+//    reads its segments' spans in phase 2 as pieces of its own (phase2_generic.cuh).
 //
 // Shapes: q and out [num_rows][num_q_heads][head_dim] in the KV dtype. Any batch, any GQA ratio
-// (num_q_heads % num_kv_heads == 0), head_dim 64 or 128, bf16 or fp16. Empty states (lse = -inf)
+// (num_q_heads % num_kv_heads == 0), head_dim a multiple of 8 up to 256, bf16 or fp16. Empty states (lse = -inf)
 // merge without NaN; a row with no context gets zeros. The dtype (DType, kernels/cuda/dtype.h)
 // and the KV view (KvViewDev, kernels/cuda/kv_view.h) are the ones of the backend's kernels.
 #pragma once
@@ -61,7 +63,8 @@ enum class Phase1Path {
 enum class Phase2Path {
   kCudaCores,    // phase2.cuh: a CTA per (item, kv head, group of 1-8 q heads), FFMA dot products
   kTensorCores,  // phase2_mma.cuh: a CTA per (item, kv head, 16 q heads), mma.sync (GQA >= 4)
-  kWarpPerHead   // phase2_warp.cuh: a warp per (item, kv head, <= 4 q heads), no shared memory
+  kWarpPerHead,  // phase2_warp.cuh: a warp per (item, kv head, <= 4 q heads), no shared memory
+  kGeneric       // phase2_generic.cuh: a warp per (item, q head), any head_dim (no compiled family)
 };
 
 // Partial states a merge loads at once (phase2.cuh's MergeList); the split model counts the
@@ -227,8 +230,13 @@ std::vector<int64_t> TppLaunchSignature(const TppWorkPlan& plan, const TppRunArg
 absl::Status TppNodeUpdates(const TppWorkPlan& plan, const TppRunArgs& args,
                             std::vector<KernelNodeUpdate>* updates);
 
-// True when this library was built with kernels for the head_dim.
+// True when TPP runs this head_dim: a multiple of 8 up to 256. Head dims with a compiled family
+// (TppHasCompiledFamily) run every kernel above; the others run their plans in phase 2 alone, on
+// the generic kernel (TppWorkPlan::Build reads every row's segments there).
 bool TppSupportsHeadDim(int32_t head_dim);
+// True when this library was built with the templated kernels for the head_dim (64 and 128 by
+// default, BANYAN_TPP_HEAD_DIMS).
+bool TppHasCompiledFamily(int32_t head_dim);
 
 // True when phase 1 can run on wgmma here: the sm_90a kernels are built in and the current
 // device has compute capability 9.0. Cached per device (tpp_phase1_sm90a.cu).

@@ -21,4 +21,13 @@ template <int HEAD_DIM, DType DTYPE>
 cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                      std::vector<KernelNodeUpdate>* updates);
 
+// The same two for head dims without a compiled family (tpp_generic.cu): phase 2 on
+// TppPhase2GenericKernel, then the merge; plans for them have no phase-1 items.
+template <DType DTYPE>
+cudaError_t LaunchTppGeneric(const TppWorkPlan& plan, const TppRunArgs& args,
+                             cudaStream_t stream);
+template <DType DTYPE>
+cudaError_t TppNodeUpdatesGeneric(const TppWorkPlan& plan, const TppRunArgs& args,
+                                  std::vector<KernelNodeUpdate>* updates);
+
 }  // namespace banyan::kernels::cuda::tpp

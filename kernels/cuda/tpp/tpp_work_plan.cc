@@ -147,10 +147,14 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   const int32_t hkv = problem.num_kv_heads;
   const int32_t hq = problem.num_q_heads;
   const int32_t d = problem.head_dim;
-  const int32_t nseg = plan.num_segments;
+  // Head dims without a compiled family have no phase 1: every row reads its segments' spans in
+  // phase 2 too (as pieces of its own, merged with its private ones), on the generic kernel.
+  const bool generic = !TppHasCompiledFamily(d);
+  const int32_t all_segs = plan.num_segments;
+  const int32_t nseg = generic ? 0 : all_segs;  // segments phase 1 reads
 
   int32_t num_spans = 0;
-  for (int32_t s = 0; s < nseg; ++s) num_spans = std::max(num_spans, plan.seg_span_end[s]);
+  for (int32_t s = 0; s < all_segs; ++s) num_spans = std::max(num_spans, plan.seg_span_end[s]);
   for (int32_t r = 0; r < plan.num_rows; ++r) {
     num_spans = std::max(num_spans, plan.row_span_end[r]);
   }
@@ -162,7 +166,7 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     }
   }
 
-  for (int32_t s = 0; s < nseg; ++s) {
+  for (int32_t s = 0; s < all_segs; ++s) {
     if (plan.seg_row_begin[s] < 0 || plan.seg_row_end[s] <= plan.seg_row_begin[s] ||
         plan.seg_row_end[s] > plan.num_rows) {
       return absl::InvalidArgumentError(absl::StrCat("tpp: segment ", s, " has rows [",
@@ -316,10 +320,19 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     wp.deferred_ = nseg > 0 && (options.defer_merge == 1 ||
                                 (options.defer_merge < 0 && std::min(t1, t2) > merge + 5e-6));
   }
+  // The tokens each row reads in phase 2: its private spans, and on the generic path its
+  // segments' spans too.
   std::vector<int64_t> row_tokens(plan.num_rows);
   int64_t total = 0;
   for (int32_t r = 0; r < plan.num_rows; ++r) {
     row_tokens[r] = SpanTokens(plan, plan.row_span_begin[r], plan.row_span_end[r]);
+    for (int32_t i = plan.row_seg_begin[r]; generic && i < plan.row_seg_end[r]; ++i) {
+      const int32_t s = plan.row_seg_ids[i];
+      if (s < 0 || s >= all_segs) {
+        return absl::InvalidArgumentError(absl::StrCat("tpp: row ", r, " not in segment ", s));
+      }
+      row_tokens[r] += SpanTokens(plan, plan.seg_span_begin[s], plan.seg_span_end[s]);
+    }
     total += row_tokens[r];
   }
   // Tensor cores for phase 2 where they pay (measured on the H200, docs/tpp.md): GQA >= 4 with
@@ -347,7 +360,10 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   if (!p2_mma && !p2_warp && options.p2_warp < 0 && warps >= 4096) {
     p2_warp = PrivateReuse(plan, problem.chunk_size) >= 2.0;
   }
-  if (p2_mma) {
+  if (generic) {
+    wp.p2_path_ = Phase2Path::kGeneric;
+    wp.p2_group_ = 1;  // a warp per q head
+  } else if (p2_mma) {
     wp.p2_path_ = Phase2Path::kTensorCores;
     wp.p2_group_ = 16;
   } else if (p2_warp) {
@@ -368,25 +384,38 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   std::vector<int32_t> p2_row, p2_lo, p2_hi, p2_state, merge_rows;
   std::vector<int32_t> merge_begin(plan.num_rows), merge_end(plan.num_rows), merge_states;
   int64_t longest_item = 0;  // tokens of the longest phase-2 item (about: pieces are near equal)
+  // A span range cut into pieces of about split_len tokens (at most p2_max_splits).
+  auto cut = [&](int32_t lo, int32_t hi) {
+    const int32_t k = std::min({CeilDiv(SpanTokens(plan, lo, hi), split_len),
+                                options.p2_max_splits, std::max(hi - lo, 1)});
+    return CutSpans(plan, lo, hi, std::max(k, 1));
+  };
   for (int32_t r = 0; r < plan.num_rows; ++r) {
-    const int32_t spans = plan.row_span_end[r] - plan.row_span_begin[r];
-    int32_t k = std::min({CeilDiv(row_tokens[r], split_len), options.p2_max_splits,
-                          std::max(spans, 1)});
-    auto pieces = CutSpans(plan, plan.row_span_begin[r], plan.row_span_end[r], std::max(k, 1));
+    std::vector<Range> pieces;
     merge_begin[r] = static_cast<int32_t>(merge_states.size());
     for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
       const int32_t s = plan.row_seg_ids[i];
-      if (s < 0 || s >= nseg || r < plan.seg_row_begin[s] || r >= plan.seg_row_end[s]) {
+      if (s < 0 || s >= all_segs || r < plan.seg_row_begin[s] || r >= plan.seg_row_end[s]) {
         return absl::InvalidArgumentError(absl::StrCat("tpp: row ", r, " not in segment ", s));
+      }
+      if (generic) {
+        for (const Range& piece : cut(plan.seg_span_begin[s], plan.seg_span_end[s])) {
+          pieces.push_back(piece);
+        }
+        continue;
       }
       const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
       for (int32_t j = 0; j < seg_splits[s]; ++j) {
         merge_states.push_back(seg_state[s] + j * rows + (r - plan.seg_row_begin[s]));
       }
     }
+    for (const Range& piece : cut(plan.row_span_begin[r], plan.row_span_end[r])) {
+      pieces.push_back(piece);
+    }
     wp.max_p2_splits_ = std::max(wp.max_p2_splits_, static_cast<int32_t>(pieces.size()));
     longest_item = std::max<int64_t>(
         longest_item, CeilDiv(row_tokens[r], static_cast<int64_t>(std::max<size_t>(pieces.size(), 1))));
+    // Rows with segments on the generic path have at least two pieces: merged, never final.
     const bool has_segments = plan.row_seg_end[r] > plan.row_seg_begin[r];
     if (pieces.size() == 1 && !(wp.deferred_ && has_segments)) {
       p2_row.push_back(r);
@@ -411,7 +440,9 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
     // A phase-2 tile: 64 slots on tensor cores; on CUDA cores 4 slots per token lane,
     // 128 / (d / 8) lanes (32 slots at d = 128).
     const int64_t tile = p2_mma ? 64 : 4 * 128 / (d / 8);
-    wp.p2_stages_ = wp.p2_path_ == Phase2Path::kWarpPerHead ? 2  // no pipeline: one value
+    const bool no_pipeline =
+        wp.p2_path_ == Phase2Path::kWarpPerHead || wp.p2_path_ == Phase2Path::kGeneric;
+    wp.p2_stages_ = no_pipeline ? 2  // one value, so that it never changes a launch signature
                     : options.p2_stages == 2 || options.p2_stages == 3
                         ? options.p2_stages
                         : (longest_item <= 8 * tile ? 2 : 3);
@@ -448,6 +479,9 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
 }
 
 int32_t TppWorkPlan::p2_grid_y() const {
+  if (p2_path_ == Phase2Path::kGeneric) {
+    return CeilDiv(problem_.num_q_heads, 4);  // kTppGenericWarps q heads per CTA
+  }
   if (p2_path_ == Phase2Path::kWarpPerHead) {
     return CeilDiv(static_cast<int64_t>(problem_.num_kv_heads) * p2_groups_, 4);  // 4 warps
   }

@@ -1,37 +1,14 @@
-// The generic paged decode kernel (any head_dim; the engine runs it only for head dims the TPP
-// kernels are not built for: kernels/cuda/tpp runs the rest), the generic prefill kernel, and
-// the log-sum-exp merge. Scores and log-sum-exps are kept in log2 units
-// (logits pre-multiplied by scale * log2(e)) so that every exponential is one exp2f.
+// Attention for any head_dim (a multiple of 8, up to kMaxGenericHeadDim): one warp per query
+// over a span list (GenericAttendWarp), used by the generic prefill kernel below and by TPP's
+// phase 2 for head dims without a compiled family (kernels/cuda/tpp/phase2_generic.cuh). Scores
+// and log-sum-exps are kept in log2 units (logits pre-multiplied by scale * log2(e)) so that
+// every exponential is one exp2f.
 #pragma once
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_utils.cuh"
 
 namespace banyan::kernels::cuda {
-
-// Merges a row's partial states: one CTA per (merge row, q head).
-template <typename T>
-__global__ void MergeStatesKernel(const __grid_constant__ PagedDecodeParams p) {
-  const int mr = blockIdx.x, qh = blockIdx.y;
-  const int hq = p.num_q_heads, d = p.kv.head_dim;
-  const int row = p.merge_row[mr], p0 = p.merge_partial_begin[mr], n = p.merge_count[mr];
-  float mm = -INFINITY;
-  for (int k = 0; k < n; ++k) mm = fmaxf(mm, p.partial_lse[static_cast<int64_t>(p0 + k) * hq + qh]);
-  for (int x = threadIdx.x; x < d; x += blockDim.x) {
-    float val = 0.0f;
-    if (mm != -INFINITY) {  // all states empty: zero output, no exp2(-inf - -inf)
-      float ws = 0.0f, acc = 0.0f;
-      for (int k = 0; k < n; ++k) {
-        const int64_t st = static_cast<int64_t>(p0 + k) * hq + qh;
-        const float w = exp2f(p.partial_lse[st] - mm);
-        ws += w;
-        acc += w * p.partial_o[st * d + x];
-      }
-      val = acc / ws;
-    }
-    static_cast<T*>(p.out)[(static_cast<int64_t>(row) * hq + qh) * d + x] = FromFloat<T>(val);
-  }
-}
 
 // Generic single-query attention for one warp: any head_dim that is a multiple of 8, up to
 // kMaxGenericHeadDim. Lane j scores key j of each block of 32; the output element x lives in
@@ -98,38 +75,6 @@ template <typename T>
 __device__ __forceinline__ void LoadQueryWarp(const T* qrow, int d, float scale_log2, float* q_s) {
   for (int x = threadIdx.x % 32; x < d; x += 32) q_s[x] = ToFloat(qrow[x]) * scale_log2;
   __syncwarp();
-}
-
-// Decode, generic head_dim: one warp per (item, q head); 4 warps per CTA over q heads.
-template <typename T>
-__global__ void __launch_bounds__(128) GenericDecodeKernel(const __grid_constant__ PagedDecodeParams p) {
-  __shared__ float q_s[4][kMaxGenericHeadDim];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int item = blockIdx.x, qh = blockIdx.y * 4 + warp;
-  const int hq = p.num_q_heads, d = p.kv.head_dim;
-  if (qh >= hq) return;
-  const int kvh = qh / (hq / p.kv.num_kv_heads);
-  const int row = p.item_row[item];
-  LoadQueryWarp(static_cast<const T*>(p.q) + (static_cast<int64_t>(row) * hq + qh) * d, d,
-                p.scale * kLog2e, q_s[warp]);
-  float o[kMaxGenericHeadDim / 32], m, l;
-  GenericAttendWarp<T>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin, p.span_end,
-                       p.item_span_begin[item], p.item_span_end[item], INT64_MAX, o, m, l);
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  const int part = p.item_partial[item];
-#pragma unroll
-  for (int i = 0; i < kMaxGenericHeadDim / 32; ++i) {
-    const int x = lane + 32 * i;
-    if (x >= d) continue;
-    if (part < 0) {
-      static_cast<T*>(p.out)[(static_cast<int64_t>(row) * hq + qh) * d + x] = FromFloat<T>(o[i] * inv);
-    } else {
-      p.partial_o[(static_cast<int64_t>(part) * hq + qh) * d + x] = o[i] * inv;
-    }
-  }
-  if (part >= 0 && lane == 0) {
-    p.partial_lse[static_cast<int64_t>(part) * hq + qh] = l > 0.0f ? m + log2f(l) : -INFINITY;
-  }
 }
 
 // Prefill, generic head_dim: one warp per (new token, q head).
