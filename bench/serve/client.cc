@@ -1,5 +1,6 @@
 #include "bench/serve/client.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -154,7 +155,19 @@ std::string CompletionBody(const Target& t, const Options& o, const RequestSpec&
   j["max_tokens"] = spec.output_tokens;
   j["temperature"] = o.temperature;
   if (o.ignore_eos) j["ignore_eos"] = true;
-  if (spec.penalised) j["frequency_penalty"] = o.frequency_penalty;
+  if (spec.penalised && o.frequency_penalty != 0.0) j["frequency_penalty"] = o.frequency_penalty;
+  if (spec.penalised && o.logit_bias_tokens > 0) {
+    // K ids spread evenly over [min_token, vocab): the same set for every request.
+    Json bias = Json::object();
+    const int64_t span = o.vocab - o.min_token;
+    for (int k = 0; k < o.logit_bias_tokens; ++k) {
+      bias[std::to_string(o.min_token + k * span / o.logit_bias_tokens)] = 1.0;
+    }
+    j["logit_bias"] = std::move(bias);
+  }
+  if (spec.penalised && o.min_tokens > 0) {
+    j["min_tokens"] = std::min(o.min_tokens, spec.output_tokens);
+  }
   if (spec.n > 1) j["n"] = spec.n;
   if (!spec.user.empty()) j["user"] = spec.user;
   if (stream) {

@@ -100,6 +100,8 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
        }},
       {"temperature", Double(&Options::temperature, 0.0, "temperature")},
       {"frequency-penalty", Double(&Options::frequency_penalty, -2.0, "frequency-penalty")},
+      {"logit-bias-tokens", Int(&Options::logit_bias_tokens, 0, 1024, "logit-bias-tokens")},
+      {"min-tokens", Int(&Options::min_tokens, 0, 1 << 24, "min-tokens")},
       {"penalised-share", Double(&Options::penalised_share, 0.0, "penalised-share")},
       {"verify-samples", Int(&Options::verify_samples, 0, 1 << 24, "verify-samples")},
       {"concurrency", Int(&Options::concurrency, 0, 1 << 24, "concurrency")},
@@ -187,6 +189,9 @@ std::string ParseOptions(int argc, char** argv, Options* out, bool* help) {
     return "--frequency-penalty must lie in [-2, 2] (the API's range)";
   }
   if (!(o.penalised_share <= 1.0)) return "--penalised-share must lie in [0, 1]";
+  if (o.logit_bias_tokens > o.vocab - o.min_token) {
+    return "--logit-bias-tokens must not exceed the token ids in [--min-token, --vocab)";
+  }
   if (o.verify_greedy && o.temperature != 0.0) {
     return "--verify-greedy compares texts that only greedy decoding makes reproducible: it "
            "needs --temperature 0, got " + std::to_string(o.temperature);
@@ -215,7 +220,8 @@ Workloads:  --workload generated-shared-prefix | prefix-repetition | multi-tenan
             --min-prefix-tokens/--max-prefix-tokens (multi-tenant system prompts, 1024..4096)
             --vocab V (512) --min-token T (3): token ids are drawn from [T, V)  --seed S
 Requests:   --temperature 0  --no-ignore-eos  --request-timeout-s 0 (none)
-            --frequency-penalty X (0: none) sent by --penalised-share F (1) of the requests
+            --frequency-penalty X (0: none), --logit-bias-tokens K (0: none; +1 on K ids),
+            --min-tokens M (0: none): sent by --penalised-share F (1) of the requests
 Verify:     --verify-greedy (temperature 0 only): requests with the same prompt must stream
             the same text, and up to --verify-samples K (64) distinct prompts are sent again
             alone without streaming after the load, their text compared with the streamed

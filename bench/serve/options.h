@@ -38,7 +38,10 @@ struct Options {
   // --- request body
   double temperature = 0.0;
   bool ignore_eos = true;
-  double frequency_penalty = 0.0;  // sent by a penalised_share of the requests (evenly spread)
+  // Sampling adjustments, sent by a penalised_share of the requests (evenly spread):
+  double frequency_penalty = 0.0;  // 0: none
+  int logit_bias_tokens = 0;       // > 0: a logit_bias of +1 on this many token ids
+  int min_tokens = 0;              // > 0: vLLM's min_tokens (at most the request's max_tokens)
   double penalised_share = 1.0;
 
   // --- greedy verification (temperature 0 only; one run, not a sweep or the probe)

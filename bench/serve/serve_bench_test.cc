@@ -1,4 +1,5 @@
 // The bench's pure parts: SSE framing, percentiles, the /metrics parser, workload sharing.
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -165,6 +166,45 @@ TEST(WorkloadTest, PenalisedShareIsSpreadEvenly) {
   EXPECT_NE(ParseOptions(3, const_cast<char**>(bad), &o, &help), "");
   const char* share[] = {"bench", "--penalised-share", "1.5"};
   EXPECT_NE(ParseOptions(3, const_cast<char**>(share), &o, &help), "");
+}
+
+// --logit-bias-tokens and --min-tokens ride on the same share: a body with K distinct biased
+// ids and min_tokens capped at max_tokens; no frequency_penalty unless asked for.
+TEST(WorkloadTest, LogitBiasAndMinTokensRideOnTheShare) {
+  const char* argv[] = {"bench", "--workload", "shared-prefix", "--num-prompts", "8",
+                        "--prefix-tokens", "8", "--output-tokens", "16",
+                        "--logit-bias-tokens", "5", "--min-tokens", "40",
+                        "--penalised-share", "0.5"};
+  Options o;
+  bool help = false;
+  const int argc = static_cast<int>(std::size(argv));
+  ASSERT_EQ(ParseOptions(argc, const_cast<char**>(argv), &o, &help), "");
+  Workload w;
+  ASSERT_EQ(BuildWorkload(o, &w), "");
+  int penalised = 0;
+  Target t;
+  for (const RequestSpec& r : w.requests) {
+    const Json body = Json::parse(CompletionBody(t, o, r, true));
+    EXPECT_FALSE(body.contains("frequency_penalty"));
+    if (!r.penalised) {
+      EXPECT_FALSE(body.contains("logit_bias"));
+      EXPECT_FALSE(body.contains("min_tokens"));
+      continue;
+    }
+    ++penalised;
+    ASSERT_TRUE(body.contains("logit_bias"));
+    EXPECT_EQ(body["logit_bias"].size(), 5u);
+    for (const auto& [id, bias] : body["logit_bias"].items()) {
+      EXPECT_GE(std::stoi(id), o.min_token);
+      EXPECT_LT(std::stoi(id), o.vocab);
+      EXPECT_EQ(bias.get<double>(), 1.0);
+    }
+    EXPECT_EQ(body["min_tokens"].get<int>(), 16);  // capped at the request's max_tokens
+  }
+  EXPECT_EQ(penalised, 4);
+  const char* bad[] = {"bench", "--logit-bias-tokens", "600"};  // above vocab - min_token
+  Options o2;
+  EXPECT_NE(ParseOptions(3, const_cast<char**>(bad), &o2, &help), "");
 }
 
 TEST(OptionsTest, ParsesRatesAndRejectsBadValues) {

@@ -158,7 +158,7 @@ std::string BuildWorkload(const Options& o, Workload* out) {
     if (r.prompt.empty()) return "the workload's prompts are empty: give --prefix/--suffix-tokens";
   }
   // Evenly spread: request i is penalised when i * share crosses an integer.
-  if (o.frequency_penalty != 0.0) {
+  if (o.frequency_penalty != 0.0 || o.logit_bias_tokens > 0 || o.min_tokens > 0) {
     for (size_t i = 0; i < w.requests.size(); ++i) {
       w.requests[i].penalised = std::floor(static_cast<double>(i + 1) * o.penalised_share) >
                                 std::floor(static_cast<double>(i) * o.penalised_share);

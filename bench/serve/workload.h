@@ -33,7 +33,9 @@ struct RequestSpec {
   int output_tokens = 0;        // max_tokens
   int n = 1;                    // samples
   std::string user;             // empty: no `user` field
-  bool penalised = false;       // carries --frequency-penalty (a --penalised-share of them)
+  // Carries --frequency-penalty, --logit-bias-tokens and --min-tokens (a --penalised-share of
+  // the requests).
+  bool penalised = false;
 };
 
 struct Workload {
