@@ -2,7 +2,7 @@
 //
 // A decode step's CUDA graph (engine/cuda/decode_graph.h) bakes each attention kernel's grid and
 // by-value parameter struct into its nodes. When only the work partition changes (a new TPP
-// plan of the same launch structure, a paged work list of another length), the same kernels run
+// plan of the same launch structure), the same kernels run
 // with other grids and other table pointers: the kernel library describes that change as
 // KernelNodeUpdates, and ApplyKernelNodeUpdates writes it into every matching node of the
 // executable (cudaGraphExecKernelNodeSetParams), keeping whatever differs per layer (the KV

@@ -425,10 +425,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The per-row decode kernel (TPP's phase 2; GQA: one CTA loads each K/V tile once for the whole
 // head group) over the full matrix GQA 1/4/8 x head_dim 64/128 x bf16/fp16, random chunk sizes,
-// random private-tail lengths from 1 token to ~2.5K (the long ones split by TppWorkPlan and by
-// the backend's items, then merged), through every call path (CheckBoth: TPP with sharing,
-// TPP's paged, the generic paged kernel over the shared and the unshared plan), outputs
-// and partial states poisoned.
+// random private-tail lengths from 1 token to ~2.5K (the long ones split by TppWorkPlan, then
+// merged), through every call path (CheckBoth: TPP with sharing, TPP's paged call, every
+// phase-2 kernel over the shared and the unshared plan), outputs and partial states poisoned.
 TEST(TppGpuTest, PerRowKernelGqaMatrix) {
   SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
