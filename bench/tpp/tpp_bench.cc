@@ -303,6 +303,14 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     o.p1_wgmma = 2;  // wgmma without warp specialisation
     run_mode("tpp_nows", shared_plan, false, o, out_tpp);
   }
+  if (sweep) {
+    // The private tails' split bound (TppOptions::p2_max_splits, default 16) on the paged plan.
+    for (int k : {8, 32}) {
+      TppOptions o;
+      o.p2_max_splits = k;
+      run_mode("paged_p2max" + std::to_string(k), paged_plan, true, o, out_paged);
+    }
+  }
   if (sweep && shared_plan.num_segments() > 0) {
     // One plan option changed per variant (the paged ones on the paged plan; the warp kernel
     // alone on it is `paged_p2warp` above).

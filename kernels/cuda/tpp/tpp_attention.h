@@ -93,7 +93,7 @@ struct TppOptions {
   // one 2K row alone 2-4 % faster per decode step in pieces of 256 than of 1,024, and one 16K
   // row 4 % slower in 64 pieces than in 16.
   int32_t p2_min_split_tokens = 256;
-  int32_t p2_ctas_per_sm = 4;  // phase-2 split target: this many CTAs per SM
+  int32_t p2_ctas_per_sm = 4;  // phase-2 split target: at most this many CTAs per SM
   int32_t p2_max_splits = 16;
   int32_t p2_max_split_tokens = 0;     // > 0: private-tail pieces are at most this long
   // Phase-2 cp.async pipeline depth: 3 stages hide a tile's load behind two others' compute; 2
