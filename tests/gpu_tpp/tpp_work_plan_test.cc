@@ -150,9 +150,11 @@ TEST(TppWorkPlanTest, GenericHeadDimsReadSegmentsInPhase2) {
     auto pool = *kvcache::ChunkPool::Create(20000, chunk);
     kvcache::PrefixTree tree(&pool);
     testing::RandomTreeSpec spec;
-    spec.num_groups = 1 + trial % 4;
+    // At least two groups under a global prefix of at least 200 tokens: every trial has a
+    // segment (a single row, or a prefix shorter than a chunk, would have none).
+    spec.num_groups = 2 + trial % 4;
     spec.rows_per_group_max = 6;
-    spec.global_prefix_min = 1;
+    spec.global_prefix_min = 200;
     spec.global_prefix_max = 2000;
     spec.group_prefix_max = 400;
     spec.tail_max = trial % 3 == 0 ? 3000 : 80;
