@@ -155,7 +155,9 @@ TEST(WorkloadTest, PenalisedShareIsSpreadEvenly) {
   int penalised = 0;
   for (size_t i = 0; i < w.requests.size(); ++i) {
     penalised += w.requests[i].penalised ? 1 : 0;
-    if (i % 8 == 7) EXPECT_EQ(penalised, static_cast<int>(i + 1) / 4) << "after " << i + 1;
+    if (i % 8 == 7) {
+      EXPECT_EQ(penalised, static_cast<int>(i + 1) / 4) << "after " << i + 1;
+    }
   }
   EXPECT_EQ(penalised, 10);
   Target t;

@@ -13,6 +13,12 @@
 namespace banyan::scheduler {
 namespace {
 
+TokenEvent Token(int32_t id) {
+  TokenEvent e;
+  e.token = id;
+  return e;
+}
+
 TEST(RequestStreamTest, SetListenerWaitsForARunningCall) {
   RequestStream s;
   absl::Notification entered, release;
@@ -22,7 +28,7 @@ TEST(RequestStreamTest, SetListenerWaitsForARunningCall) {
     entered.Notify();
     release.WaitForNotification();
   });
-  std::thread producer([&] { s.Push(TokenEvent{.token = 7}); });
+  std::thread producer([&] { s.Push(Token(7)); });
   entered.WaitForNotification();
   std::atomic<bool> replaced{false};
   std::thread front_end([&] {
@@ -37,7 +43,7 @@ TEST(RequestStreamTest, SetListenerWaitsForARunningCall) {
   producer.join();
   EXPECT_TRUE(replaced.load());
   // Removed: later pushes call nothing.
-  s.Push(TokenEvent{.token = 8});
+  s.Push(Token(8));
   s.Finish(absl::OkStatus(), Usage{});
   EXPECT_EQ(calls.load(), 1);
   std::vector<TokenEvent> got;
@@ -53,9 +59,9 @@ TEST(RequestStreamTest, ListenerCallsFollowAnnouncements) {
   RequestStream s;
   int calls = 0;
   s.SetListener([&] { ++calls; });
-  s.Push(TokenEvent{.token = 1});
+  s.Push(Token(1));
   EXPECT_EQ(calls, 1);
-  s.Push(TokenEvent{.token = 2}, /*announce=*/false);
+  s.Push(Token(2), /*announce=*/false);
   EXPECT_EQ(calls, 1);
   s.Announce();
   EXPECT_EQ(calls, 2);

@@ -326,7 +326,9 @@ TEST_F(SchedulerTest, MinTokensHoldsBackEveryStop) {
   const Result held = Collect(**sched_->Submit(ids), 1);
   ASSERT_GE(held.tokens[0].size(), 4u);
   EXPECT_EQ(std::count(held.tokens[0].begin(), held.tokens[0].begin() + 4, second), 0);
-  if (held.finish[0] == FinishReason::kStop) EXPECT_EQ(held.tokens[0].back(), second);
+  if (held.finish[0] == FinishReason::kStop) {
+    EXPECT_EQ(held.tokens[0].back(), second);
+  }
 
   Request text = greedy;
   text.stop = {base.text[0].substr(0, 1)};  // the first character of the plain text
