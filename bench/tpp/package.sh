@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs into a git-ignored folder (default .gpu-tpp): the stripped
 # test and bench binaries, the shared libraries ldd lists (except libc, libm, libstdc++,
-# libgcc_s, ld-linux, libcuda and CUDA's own, which the machine has), the PyTorch reference and
-# the table merger (the PyTorch reference is left out, with a note, when SHARED_DIR lacks it).
-# Usage: bench/tpp/package.sh BUILD_DIR [DEST] [SHARED_DIR]
+# libgcc_s, ld-linux, libcuda and CUDA's own, which the machine has), the PyTorch reference
+# (torch_attention_reference.py) and the table merger.
+# Usage: bench/tpp/package.sh BUILD_DIR [DEST]
 set -euo pipefail
 BUILD=$1
 DEST=${2:-.gpu-tpp}
-SHARED=${3:-../shared}
 rm -rf "$DEST"
 mkdir -p "$DEST/lib"
 for b in tpp/tpp_bench gpu_tpp/tpp_gpu_test gpu_tpp/tpp_work_plan_test; do
@@ -23,10 +22,5 @@ for f in "$DEST"/tpp_*; do
   ldd "$f" | awk '/=>/{print $3}' | grep -vE 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libcuda\.so|libcudart' \
     | while read -r l; do cp -nL "$l" "$DEST/lib/"; done
 done
-if [[ -f $SHARED/bench/torch_attention_reference.py ]]; then
-  cp "$SHARED/bench/torch_attention_reference.py" "$DEST/"
-else
-  echo "package.sh: no $SHARED/bench/torch_attention_reference.py: run.sh will skip the PyTorch reference"
-fi
-cp "$(dirname "$0")/merge_table.py" "$DEST/"
+cp "$(dirname "$0")/torch_attention_reference.py" "$(dirname "$0")/merge_table.py" "$DEST/"
 du -sh "$DEST"

@@ -9,7 +9,7 @@
 #   cmake -S . -B build-tpp -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=OFF \
 #     -DCMAKE_CUDA_ARCHITECTURES=90
 #   ninja -C build-tpp tpp_bench tpp_gpu_test tpp_work_plan_test wgmma_rate
-#   bench/tpp/package.sh build-tpp .gpu-tpp ../shared   # ../shared: torch_attention_reference.py
+#   bench/tpp/package.sh build-tpp .gpu-tpp
 #   bash bench/tpp/run.sh .gpu-tpp [bench args]
 # (package.sh strips and copies; copying the folder to another GPU machine works the same way.)
 # `tpp_bench --dry-run` prints every case's floor without a GPU.
