@@ -5,7 +5,7 @@ Least-squares line through the `tpp` calls of one case family: call us against t
 (ChunkAttention: memory-bound) or FLOPs (Hydragen: FLOP-bound). Prints the intercept (us per
 call) and the slope as TB/s or TFLOP/s, with the same run's launch floor.
 
-  python3 bench/tpp/fixed_cost.py bench/tpp/results/h200-2026-12-02-pair-bench.jsonl
+  python3 bench/tpp/fixed_cost.py results/tpp/h200-2026-12-02-pair-bench.jsonl
 """
 import json
 import sys
@@ -40,4 +40,4 @@ def main(path):
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else
-         "bench/tpp/results/h200-2026-12-02-pair-bench.jsonl")
+         "results/tpp/h200-2026-12-02-pair-bench.jsonl")

@@ -43,7 +43,7 @@ std::map<std::string, TppCase> ById() {
 
 TEST(TppCases, RecordedFloorsAreUnchanged) {
   // Bytes, FLOPs and floors of the H200 run of 2026-11-30
-  // (bench/tpp/results/h200-2026-11-30-wgmma-ws3-bench.jsonl), shared cases.
+  // (results/tpp/h200-2026-12-04-s16-table.jsonl has the same floors), shared cases.
   struct Recorded {
     const char* id;
     double floor_us, bytes, flops;
