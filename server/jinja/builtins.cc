@@ -86,11 +86,14 @@ Value SelectOrReject(Interpreter& in, const Value& seq, CallArgs& args, bool by_
   const Value* test = args.positional.size() > skip ? &args.positional[skip] : nullptr;
   if (test != nullptr && !test->is_string()) throw Error("the test name must be a string");
   CallArgs rest = Rest(args, skip + 1);
-  for (const Value& item : Iterate(seq, args.line)) {
+  Cursor items(seq, args.line);
+  for (Value item; items.Next(&item);) {
     in.Tick(args.line);
     const Value v = by_attr ? Attribute(item, attr) : item;
     const bool ok = test ? ApplyTest(in, test->str(), v, rest) : v.Truthy();
-    if (ok == select) out.push_back(item);
+    if (ok != select) continue;
+    in.CheckItems(out.size() + 1, args.line);
+    out.push_back(std::move(item));
   }
   return Value(std::move(out));
 }
@@ -128,8 +131,12 @@ Value ToFloat(const Value& v, const CallArgs& args) {
   return d ? *d : Value(0.0);
 }
 
-std::string Escape(const std::string& s) {
+std::string Escape(const std::string& s, Interpreter& in, int line) {
+  size_t size = s.size();
+  for (char c : s) size += c == '&' ? 4 : c == '<' || c == '>' ? 3 : c == '"' || c == '\'' ? 4 : 0;
+  in.CheckSize(size, line);
   std::string out;
+  out.reserve(size);
   for (char c : s) {
     switch (c) {
       case '&': out += "&amp;"; break;
@@ -143,7 +150,17 @@ std::string Escape(const std::string& s) {
   return out;
 }
 
-std::string Indent(const std::string& s, const std::string& pad, bool first, bool blank) {
+std::string Indent(const std::string& s, const std::string& pad, bool first, bool blank,
+                   Interpreter& in, int line) {
+  // The size first: a long pad times many lines must be refused before it is built.
+  size_t lines = 1;
+  for (char c : s) lines += c == '\n';
+  size_t total = 0;
+  if (__builtin_mul_overflow(lines, pad.size(), &total) ||
+      __builtin_add_overflow(total, s.size(), &total)) {
+    total = SIZE_MAX;
+  }
+  in.CheckSize(total, line);
   std::string out;
   size_t start = 0;
   bool is_first = true;
@@ -160,7 +177,28 @@ std::string Indent(const std::string& s, const std::string& pad, bool first, boo
   return out;
 }
 
+constexpr std::string_view kFilters[] = {
+    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
+    "float", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
+    "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
+    "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper",
+    "wordcount"};
+
+constexpr std::string_view kTests[] = {
+    "!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq",
+    "equalto", "even", "false", "float", "ge", "gt", "in", "integer", "iterable", "le", "lower",
+    "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "true",
+    "undefined", "upper"};
+
 }  // namespace
+
+bool IsFilter(std::string_view name) {
+  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters);
+}
+
+bool IsTest(std::string_view name) {
+  return std::find(std::begin(kTests), std::end(kTests), name) != std::end(kTests);
+}
 
 Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallArgs& args) {
   if (name == "safe") return v;
@@ -172,14 +210,7 @@ Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallAr
     }
     return v;
   }
-  static constexpr std::string_view kFilters[] = {
-      "abs", "attr", "capitalize", "count", "dictsort", "e", "escape", "first", "float",
-      "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min",
-      "reject", "rejectattr", "replace", "reverse", "round", "select", "selectattr", "sort",
-      "string", "sum", "title", "tojson", "trim", "unique", "upper", "wordcount"};
-  if (std::find(std::begin(kFilters), std::end(kFilters), name) == std::end(kFilters)) {
-    throw Error("unknown filter '" + std::string(name) + "'");
-  }
+  if (!IsFilter(name)) throw Error("unknown filter '" + std::string(name) + "'");
   if (v.is_undefined() && name != "length" && name != "count" && name != "list" &&
       name != "string" && name != "tojson" && name != "join" && name != "map" &&
       name != "selectattr" && name != "rejectattr" && name != "select" && name != "reject") {
@@ -187,27 +218,35 @@ Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallAr
   }
   if (name == "tojson") {
     const int64_t indent = ArgInt(args, 0, "indent", 0);
-    std::string s = v.ToJson(static_cast<int>(std::clamp<int64_t>(indent, 0, 64)));
-    in.CheckSize(s.size(), args.line);
-    return Value(std::move(s));
+    return Value(v.ToJson(static_cast<int>(std::clamp<int64_t>(indent, 0, 64)),
+                          in.max_output_bytes()));
   }
-  if (name == "string") return Value(v.ToString());
+  if (name == "string") return Value(in.Str(v));
   if (name == "trim") {
     const std::string chars = ArgStr(args, 0, "chars", "");
-    return Value(PyStrip(v.ToString(), chars.empty() ? nullptr : &chars, true, true));
+    return Value(PyStrip(in.Str(v), chars.empty() ? nullptr : &chars, true, true));
   }
   if (name == "length" || name == "count") {
     if (v.is_string()) return Value(static_cast<int64_t>(Utf8Length(v.str())));
+    if (v.is_range()) return Value(v.range().size());
     if (v.is_list()) return Value(static_cast<int64_t>(v.list().size()));
     if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().size()));
     if (v.is_undefined()) return Value(int64_t{0});
     throw Error("object of type '" + std::string(v.TypeName()) + "' has no length");
   }
-  if (name == "list") return Value(Iterate(v, args.line));
-  if (name == "first" || name == "last") {
-    List items = Iterate(v, args.line);
-    if (items.empty()) return Value();
-    return name == "first" ? items.front() : items.back();
+  if (name == "list") return Value(in.Items(v, args.line));
+  if (name == "first") {
+    Value item;
+    Cursor(v, args.line).Next(&item);
+    return item;
+  }
+  if (name == "last") {
+    if (v.is_list() || v.is_range()) return GetItem(v, Value(int64_t{-1}));
+    Cursor items(v, args.line);
+    Value item;
+    while (items.Next(&item)) {
+    }
+    return item;
   }
   if (name == "items") {
     if (!v.is_dict()) throw Error("items filter needs a mapping, got " + std::string(v.TypeName()));
@@ -232,22 +271,29 @@ Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallAr
   if (name == "join") {
     const std::string sep = ArgStr(args, 0, "d", "");
     const Value* attr = args.Get(1, "attribute");
+    const std::string attr_path = attr ? in.Str(*attr) : "";
     std::string out;
     bool first = true;
-    for (const Value& item : Iterate(v, args.line)) {
+    Cursor items(v, args.line);
+    for (Value item; items.Next(&item);) {
+      in.Tick(args.line);
+      const std::string s = in.Str(attr ? Attribute(item, attr_path) : item);
+      in.CheckSize(out.size() + (first ? 0 : sep.size()) + s.size(), args.line);
       if (!first) out += sep;
       first = false;
-      out += (attr ? Attribute(item, attr->ToString()) : item).ToString();
-      in.CheckSize(out.size(), args.line);
+      out += s;
     }
     return Value(std::move(out));
   }
   if (name == "map") {
     List out;
+    Cursor items(v, args.line);
     if (const Value* attr = args.Get(99, "attribute")) {
       const Value* dflt = args.Get(99, "default");
-      for (const Value& item : Iterate(v, args.line)) {
-        Value x = Attribute(item, attr->ToString());
+      const std::string path = in.Str(*attr);
+      for (Value item; items.Next(&item);) {
+        in.CheckItems(out.size() + 1, args.line);
+        Value x = Attribute(item, path);
         out.push_back(x.is_undefined() && dflt ? *dflt : x);
       }
       return Value(std::move(out));
@@ -256,8 +302,9 @@ Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallAr
       throw Error("map needs a filter name or attribute=");
     }
     CallArgs rest = Rest(args, 1);
-    for (const Value& item : Iterate(v, args.line)) {
+    for (Value item; items.Next(&item);) {
       in.Tick(args.line);
+      in.CheckItems(out.size() + 1, args.line);
       out.push_back(ApplyFilter(in, args.positional[0].str(), item, rest));
     }
     return Value(std::move(out));
@@ -286,41 +333,41 @@ Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallAr
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     CallArgs none;
-    return *CallStringMethod(in, v.ToString(), name, none);
+    return *CallStringMethod(in, in.Str(v), name, none);
   }
   if (name == "replace") {
     CallArgs a = args;
-    return *CallStringMethod(in, v.ToString(), "replace", a);
+    return *CallStringMethod(in, in.Str(v), "replace", a);
   }
-  if (name == "escape" || name == "e") return Value(Escape(v.ToString()));
+  if (name == "escape" || name == "e") return Value(Escape(in.Str(v), in, args.line));
   if (name == "indent") {
     const Value* w = args.Get(0, "width");
     const std::string pad = w && w->is_string() ? w->str()
                                                 : std::string(static_cast<size_t>(std::clamp<int64_t>(
                                                                   ArgInt(args, 0, "width", 4), 0, 256)),
                                                               ' ');
-    return Value(Indent(v.ToString(), pad, ArgBool(args, 1, "first", false),
-                        ArgBool(args, 2, "blank", false)));
+    return Value(Indent(in.Str(v), pad, ArgBool(args, 1, "first", false),
+                        ArgBool(args, 2, "blank", false), in, args.line));
   }
-  if (name == "wordcount") {
-    return Value(static_cast<int64_t>(PySplit(v.ToString(), nullptr, -1).size()));
-  }
+  if (name == "wordcount") return Value(PyWordCount(in.Str(v)));
   if (name == "reverse") {
     if (v.is_string()) return Slice(v, Value(), Value(), Value(int64_t{-1}), args.line);
-    List l = Iterate(v, args.line);
+    List l = in.Items(v, args.line);
     std::reverse(l.begin(), l.end());
     return Value(std::move(l));
   }
   if (name == "sort" || name == "unique" || name == "min" || name == "max") {
     const bool case_sensitive = ArgBool(args, 99, "case_sensitive", false);
     const Value* attr = args.Get(99, "attribute");
-    auto key = [&](const Value& x) { return attr ? Attribute(x, attr->ToString()) : x; };
-    List l = Iterate(v, args.line);
+    const std::string path = attr ? in.Str(*attr) : "";
+    auto key = [&](const Value& x) { return attr ? Attribute(x, path) : x; };
+    List l = in.Items(v, args.line);
     if (name == "unique") {
       List out;
       for (const Value& x : l) {
         bool seen = false;
         for (const Value& y : out) {
+          in.Tick(args.line);  // quadratic: count the comparisons
           Value kx = key(x), ky = key(y);
           seen = seen || (!case_sensitive && kx.is_string() && ky.is_string()
                               ? AsciiLower(kx.str()) == AsciiLower(ky.str())
@@ -344,8 +391,11 @@ Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallAr
     const Value* attr = args.Get(0, "attribute");
     const Value* start = args.Get(1, "start");
     Value total = start ? *start : Value(int64_t{0});
-    for (const Value& x : Iterate(v, args.line)) {
-      const Value y = attr ? Attribute(x, attr->ToString()) : x;
+    const std::string path = attr ? in.Str(*attr) : "";
+    Cursor items(v, args.line);
+    for (Value x; items.Next(&x);) {
+      in.Tick(args.line);
+      const Value y = attr ? Attribute(x, path) : x;
       if (!y.is_number() || !total.is_number()) throw Error("sum needs numbers");
       total = total.is_int() && y.is_int() ? Value(total.int_value() + y.int_value())
                                            : Value(total.float_value() + y.float_value());
@@ -373,8 +423,9 @@ bool ApplyTest(Interpreter& in, std::string_view name, const Value& v, CallArgs&
   if (name == "true") return v.is_bool() && v.bool_value();
   if (name == "false") return v.is_bool() && !v.bool_value();
   if (name == "mapping") return v.is_dict();
-  if (name == "sequence") return v.is_list() || v.is_string() || v.is_dict();
-  if (name == "iterable") return v.is_list() || v.is_string() || v.is_dict();
+  if (name == "sequence" || name == "iterable") {
+    return v.is_list() || v.is_string() || v.is_dict() || v.is_range();
+  }
   if (name == "callable") return v.is_callable();
   if (name == "odd" || name == "even") {
     if (!v.is_int()) throw Error("test '" + std::string(name) + "' needs an integer");
@@ -404,6 +455,7 @@ bool ApplyTest(Interpreter& in, std::string_view name, const Value& v, CallArgs&
       }
       return false;
     }
+    if (arg.is_range()) return v.is_int() && arg.range().Has(v.int_value());
     if (arg.is_string() && v.is_string()) return arg.str().find(v.str()) != std::string::npos;
     if (arg.is_dict() && v.is_string()) return arg.dict().Find(v.str()) != nullptr;
     throw Error("test 'in' needs a container");
@@ -430,7 +482,8 @@ void AddGlobals(Dict* g, int64_t now_unix_s) {
            for (const auto& [k, v] : a.keyword) d.Set(k, v);
            return Value(std::move(d));
          }));
-  g->Set("range", Value::Callable("range", [](Interpreter& in, CallArgs& a) {
+  // A range, not its list: loops walk it, and a list is made only when asked (|list, ...).
+  g->Set("range", Value::Callable("range", [](Interpreter&, CallArgs& a) {
            if (a.positional.empty() || a.positional.size() > 3) {
              throw Error("range() takes 1 to 3 integer arguments");
            }
@@ -443,16 +496,11 @@ void AddGlobals(Dict* g, int64_t now_unix_s) {
              step = ArgInt(a, 2, "step", 1);
            }
            if (step == 0) throw Error("range() step must not be zero");
-           List out;
-           for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
-             in.Tick(a.line);
-             out.push_back(Value(static_cast<int64_t>(i)));
-           }
-           return Value(std::move(out));
+           return Value(Range{start, stop, step});
          }));
-  g->Set("raise_exception", Value::Callable("raise_exception", [](Interpreter&, CallArgs& a) -> Value {
+  g->Set("raise_exception", Value::Callable("raise_exception", [](Interpreter& in, CallArgs& a) -> Value {
            throw Error(a.positional.empty() ? "raise_exception() was called"
-                                            : a.positional[0].ToString());
+                                            : in.Str(a.positional[0]));
          }));
   g->Set("strftime_now", Value::Callable("strftime_now", [now_unix_s](Interpreter&, CallArgs& a) {
            const std::string fmt = ArgStr(a, 0, "format", "");
@@ -473,7 +521,7 @@ std::optional<Value> BindMethod(const Value& obj, std::string_view name) {
     const std::string n(name);
     return Value::Callable(n, [self, n](Interpreter& in, CallArgs& a) {
       return *CallStringMethod(in, self.str(), n, a);
-    });
+    }, self.depth());
   }
   if (obj.is_dict() && !obj.is_namespace()) {
     if (name != "items" && name != "keys" && name != "values" && name != "get") {
@@ -494,7 +542,7 @@ std::optional<Value> BindMethod(const Value& obj, std::string_view name) {
         out.push_back(n == "items" ? Value(List{Value(k), v}) : n == "keys" ? Value(k) : v);
       }
       return Value(std::move(out));
-    });
+    }, self.depth());
   }
   if (obj.is_list() && (name == "index" || name == "count")) {
     const Value self = obj;
@@ -508,9 +556,9 @@ std::optional<Value> BindMethod(const Value& obj, std::string_view name) {
         if (index) return Value(static_cast<int64_t>(i));
         ++count;
       }
-      if (index) throw Error(x->Repr() + " is not in list");
+      if (index) throw Error(x->ShortRepr() + " is not in list");
       return Value(count);
-    });
+    }, self.depth());
   }
   return std::nullopt;
 }

@@ -24,6 +24,10 @@
 
 namespace banyan::jinja {
 
+// Whether a filter / test of this name exists (Parse refuses templates that use others).
+bool IsFilter(std::string_view name);
+bool IsTest(std::string_view name);
+
 Value ApplyFilter(Interpreter& in, std::string_view name, const Value& operand, CallArgs& args);
 bool ApplyTest(Interpreter& in, std::string_view name, const Value& operand, CallArgs& args);
 // obj.name as a bound method; nullopt when the value's type has no such method.

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "server/jinja/builtins.h"
 
@@ -39,21 +40,23 @@ Value GetItem(const Value& obj, const Value& key) {
     const Value* v = obj.dict().Find(key.str());
     return v ? *v : Value();
   }
-  if (obj.is_list() && (key.is_int() || key.is_bool())) {
-    int64_t i = ToIndex(key, 0);
-    const int64_t n = static_cast<int64_t>(obj.list().size());
+  if (!key.is_int() && !key.is_bool()) return Value();
+  int64_t i = ToIndex(key, 0);
+  if (obj.is_list() || obj.is_range()) {
+    const int64_t n =
+        obj.is_list() ? static_cast<int64_t>(obj.list().size()) : obj.range().size();
     if (i < 0) i += n;
     if (i < 0 || i >= n) return Value();
+    if (obj.is_range()) return Value(obj.range().At(i));
     return obj.list()[static_cast<size_t>(i)];
   }
-  if (obj.is_string() && (key.is_int() || key.is_bool())) {
-    const std::vector<size_t> off = Utf8Offsets(obj.str());
-    int64_t i = ToIndex(key, 0);
-    const int64_t n = static_cast<int64_t>(off.size()) - 1;
-    if (i < 0) i += n;
-    if (i < 0 || i >= n) return Value();
-    return Value(obj.str().substr(off[static_cast<size_t>(i)], off[static_cast<size_t>(i) + 1] -
-                                                                   off[static_cast<size_t>(i)]));
+  if (obj.is_string()) {
+    const std::string& s = obj.str();
+    if (i < 0) i += static_cast<int64_t>(Utf8Length(s));
+    if (i < 0) return Value();
+    const size_t at = Utf8Offset(s, static_cast<size_t>(i));
+    if (at >= s.size()) return Value();
+    return Value(s.substr(at, Utf8Next(s, at)));
   }
   return Value();
 }
@@ -63,63 +66,99 @@ Value Slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
   auto opt = [&](const Value& v, int64_t dflt) {
     return v.is_undefined() || v.is_none() ? dflt : ToIndex(v, line);
   };
-  std::vector<size_t> off;
   int64_t n = 0;
   if (obj.is_list()) {
     n = static_cast<int64_t>(obj.list().size());
   } else if (obj.is_string()) {
-    off = Utf8Offsets(obj.str());
-    n = static_cast<int64_t>(off.size()) - 1;
+    n = static_cast<int64_t>(Utf8Length(obj.str()));
   } else {
     throw Error("cannot slice a value of type " + std::string(obj.TypeName()), line);
   }
   const int64_t step = opt(step_v, 1);
   if (step == 0) throw Error("slice step cannot be zero", line);
-  auto clamp = [&](int64_t i, bool is_start) {
+  auto clamp = [&](int64_t i) {
     if (i < 0) i += n;
     if (step > 0) return std::clamp<int64_t>(i, 0, n);
-    (void)is_start;
     return std::clamp<int64_t>(i, -1, n - 1);
   };
-  int64_t start = step > 0 ? opt(start_v, 0) : opt(start_v, n - 1);
-  int64_t stop = step > 0 ? opt(stop_v, n) : opt(stop_v, -n - 1);
-  start = clamp(start, true);
-  stop = clamp(stop, false);
-  std::vector<int64_t> idx;  // wide counter: start + step may pass int64's range
-  for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
-    idx.push_back(static_cast<int64_t>(i));
-  }
+  const int64_t start = clamp(step > 0 ? opt(start_v, 0) : opt(start_v, n - 1));
+  const int64_t stop = clamp(step > 0 ? opt(stop_v, n) : opt(stop_v, -n - 1));
+  // The picked indices: start, start + step, ... short of stop (never more than n).
+  auto picked = [&](int64_t i) {
+    const __int128 d = step > 0 ? __int128{i} - start : __int128{start} - i;
+    const __int128 s = step > 0 ? __int128{step} : -__int128{step};
+    return d >= 0 && d % s == 0 && (step > 0 ? i < stop : i > stop);
+  };
   if (obj.is_list()) {
     List out;
-    out.reserve(idx.size());
-    for (int64_t i : idx) out.push_back(obj.list()[static_cast<size_t>(i)]);
+    const Range r{start, stop, step};
+    out.reserve(static_cast<size_t>(r.size()));
+    for (int64_t k = 0; k < r.size(); ++k) out.push_back(obj.list()[static_cast<size_t>(r.At(k))]);
     return Value(std::move(out));
   }
+  // Strings: one walk over the code points, forwards or backwards, with no table of offsets.
+  const std::string& s = obj.str();
   std::string out;
-  for (int64_t i : idx) {
-    const size_t a = off[static_cast<size_t>(i)];
-    out.append(obj.str(), a, off[static_cast<size_t>(i) + 1] - a);
+  if (step > 0) {
+    int64_t i = 0;
+    for (size_t at = 0; at < s.size() && i < stop; ++i) {
+      const size_t len = Utf8Next(s, at);
+      if (picked(i)) out.append(s, at, len);
+      at += len;
+    }
+  } else {
+    int64_t i = n - 1;
+    for (size_t at = s.size(); at > 0 && i > stop; --i) {
+      const size_t prev = Utf8Prev(s, at);
+      if (picked(i)) out.append(s, prev, at - prev);
+      at = prev;
+    }
   }
   return Value(std::move(out));
 }
 
-List Iterate(const Value& v, int line) {
+Cursor::Cursor(Value v, int line) : v_(std::move(v)) {
+  if (v_.is_list()) {
+    size_ = static_cast<int64_t>(v_.list().size());
+  } else if (v_.is_dict()) {
+    size_ = static_cast<int64_t>(v_.dict().size());
+  } else if (v_.is_string()) {
+    size_ = static_cast<int64_t>(Utf8Length(v_.str()));
+  } else if (v_.is_range()) {
+    size_ = v_.range().size();
+  } else if (!v_.is_undefined()) {  // Jinja iterates an undefined value as empty
+    throw Error("'" + std::string(v_.TypeName()) + "' object is not iterable", line);
+  }
+}
+
+bool Cursor::Next(Value* item) {
+  if (index_ >= size_) return false;
+  const auto i = static_cast<size_t>(index_);
+  if (v_.is_list()) {
+    *item = v_.list()[i];
+  } else if (v_.is_dict()) {
+    // A namespace may lose keys while a loop walks it.
+    if (i >= v_.dict().size()) return false;
+    *item = Value(v_.dict().items()[i].first);
+  } else if (v_.is_string()) {
+    const size_t len = Utf8Next(v_.str(), byte_);
+    *item = Value(v_.str().substr(byte_, len));
+    byte_ += len;
+  } else {
+    *item = Value(v_.range().At(index_));
+  }
+  ++index_;
+  return true;
+}
+
+List Interpreter::Items(const Value& v, int line) {
   if (v.is_list()) return v.list();
-  if (v.is_dict()) {
-    List keys;
-    for (const auto& [k, unused] : v.dict().items()) keys.push_back(Value(k));
-    return keys;
-  }
-  if (v.is_string()) {
-    const std::vector<size_t> off = Utf8Offsets(v.str());
-    List chars;
-    for (size_t i = 0; i + 1 < off.size(); ++i) {
-      chars.push_back(Value(v.str().substr(off[i], off[i + 1] - off[i])));
-    }
-    return chars;
-  }
-  if (v.is_undefined()) return {};  // Jinja iterates an undefined value as empty
-  throw Error("'" + std::string(v.TypeName()) + "' object is not iterable", line);
+  Cursor c(v, line);
+  CheckItems(static_cast<size_t>(c.size()), line);
+  List out;
+  out.reserve(static_cast<size_t>(c.size()));
+  for (Value item; c.Next(&item);) out.push_back(std::move(item));
+  return out;
 }
 
 std::string Interpreter::Run(const Body& body, Dict globals) {
@@ -136,6 +175,38 @@ void Interpreter::CheckSize(size_t bytes, int line) const {
   if (bytes > limits_.max_output_bytes) {
     throw Error("the rendered text would exceed " + std::to_string(limits_.max_output_bytes) +
                     " bytes",
+                line);
+  }
+}
+
+void Interpreter::CheckItems(size_t items, int line) const {
+  if (items > limits_.max_list_items) {
+    throw Error("a list of " + std::to_string(items) + " items would exceed the limit of " +
+                    std::to_string(limits_.max_list_items) + " items",
+                line);
+  }
+}
+
+void Interpreter::Emit(const Value& v, std::string* out, int line) {
+  const size_t left = limits_.max_output_bytes - std::min(limits_.max_output_bytes, out->size());
+  if (v.is_string()) {
+    CheckSize(out->size() + v.str().size(), line);
+    out->append(v.str());
+    return;
+  }
+  try {
+    out->append(v.ToString(left));
+  } catch (Error&) {
+    CheckSize(limits_.max_output_bytes + 1, line);  // the same message as any other overflow
+    throw;
+  }
+}
+
+Interpreter::Deeper::Deeper(Interpreter* in, int line) : in(in) {
+  if (++in->eval_depth_ > in->limits_.max_eval_depth) {
+    --in->eval_depth_;
+    throw Error("the template nests more than " + std::to_string(in->limits_.max_eval_depth) +
+                    " evaluations deep (runaway recursion?)",
                 line);
   }
 }
@@ -160,13 +231,14 @@ Interpreter::Flow Interpreter::Exec(const Body& body, const std::shared_ptr<Fram
 Interpreter::Flow Interpreter::ExecOne(const Stmt& s, const std::shared_ptr<Frame>& frame,
                                        std::string* out) {
   Tick(s.line);
+  Deeper deeper(this, s.line);
   try {
     switch (s.kind) {
       case StmtKind::kText:
         out->append(s.text);
         break;
       case StmtKind::kOutput:
-        out->append(Eval(*s.expr, frame).ToString());
+        Emit(Eval(*s.expr, frame), out, s.line);
         break;
       case StmtKind::kIf:
         for (const auto& [cond, body] : s.branches) {
@@ -205,7 +277,7 @@ Interpreter::Flow Interpreter::ExecOne(const Stmt& s, const std::shared_ptr<Fram
         Value fn = Eval(*call.args[0], frame);
         CallArgs args = EvalArgs(call, 1, frame);
         args.keyword.emplace_back("caller", std::move(caller));
-        out->append(Call(fn, args).ToString());
+        Emit(Call(fn, args), out, s.line);
         break;
       }
       case StmtKind::kFilterBlock: {
@@ -213,7 +285,7 @@ Interpreter::Flow Interpreter::ExecOne(const Stmt& s, const std::shared_ptr<Fram
         Exec(s.body, frame, &body);
         const Expr& f = *s.expr;
         CallArgs args = EvalArgs(f, 1, frame);
-        out->append(ApplyFilter(*this, f.name, Value(std::move(body)), args).ToString());
+        Emit(ApplyFilter(*this, f.name, Value(std::move(body)), args), out, s.line);
         break;
       }
       case StmtKind::kBreak:
@@ -229,40 +301,61 @@ Interpreter::Flow Interpreter::ExecOne(const Stmt& s, const std::shared_ptr<Fram
   return Flow::kNormal;
 }
 
+void Interpreter::Bind(const std::vector<std::string>& targets, const Value& item, Frame* scope,
+                       int line) {
+  if (targets.size() == 1) {
+    scope->vars.Set(targets[0], item);
+    return;
+  }
+  Cursor parts(item, line);
+  if (parts.size() != static_cast<int64_t>(targets.size())) {
+    throw Error("cannot unpack " + std::to_string(parts.size()) + " values into " +
+                    std::to_string(targets.size()) + " names",
+                line);
+  }
+  Value part;
+  for (size_t i = 0; parts.Next(&part); ++i) scope->vars.Set(targets[i], part);
+}
+
+// The loop walks its sequence with a cursor and one item of lookahead (loop.nextitem), so a
+// step holds three items and one `loop` dict whatever the loop's length. With an `if` filter,
+// the items it keeps are collected first (loop.length counts them), within max_list_items.
 void Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Frame>& frame, std::string* out) {
   auto scope = std::make_shared<Frame>();
   scope->parent = frame;
-  const List all = Iterate(Eval(*s.expr, frame), s.line);
-  auto bind = [&](const Value& item) {
-    if (s.targets.size() == 1) {
-      scope->vars.Set(s.targets[0], item);
-      return;
-    }
-    const List parts = Iterate(item, s.line);
-    if (parts.size() != s.targets.size()) {
-      throw Error("cannot unpack " + std::to_string(parts.size()) + " values into " +
-                      std::to_string(s.targets.size()) + " loop variables",
-                  s.line);
-    }
-    for (size_t i = 0; i < parts.size(); ++i) scope->vars.Set(s.targets[i], parts[i]);
-  };
-  List items;
+  Cursor all(Eval(*s.expr, frame), s.line);
+  std::optional<Cursor> kept;
   if (s.cond) {
-    for (const Value& item : all) {
+    List items;
+    for (Value item; all.Next(&item);) {
       Tick(s.line);
-      bind(item);
-      if (Eval(*s.cond, scope).Truthy()) items.push_back(item);
+      Bind(s.targets, item, scope.get(), s.line);
+      if (!Eval(*s.cond, scope).Truthy()) continue;
+      CheckItems(items.size() + 1, s.line);
+      items.push_back(std::move(item));
     }
-  } else {
-    items = all;
+    kept.emplace(Value(std::move(items)), s.line);
   }
-  if (items.empty()) {
+  Cursor& items = kept ? *kept : all;
+  const int64_t n = items.size();
+  Value cur, next;
+  if (n == 0 || !items.Next(&next)) {
     Exec(s.else_body, frame, out);
     return;
   }
-  const int64_t n = static_cast<int64_t>(items.size());
+  auto index = std::make_shared<int64_t>(0);
+  const Value cycle = Value::Callable("cycle", [index](Interpreter&, CallArgs& a) {
+    if (a.positional.empty()) throw Error("loop.cycle() needs at least one value");
+    return a.positional[static_cast<size_t>(*index) % a.positional.size()];
+  });
   for (int64_t i = 0; i < n; ++i) {
     Tick(s.line);
+    *index = i;
+    Value prev = std::move(cur);
+    cur = std::move(next);
+    next = Value();
+    if (i + 1 < n) items.Next(&next);
+    // A new dict each step (its depth is its items'), the one before freed as it is replaced.
     Dict loop;
     loop.Set("index", Value(i + 1));
     loop.Set("index0", Value(i));
@@ -271,14 +364,11 @@ void Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Frame>& frame, st
     loop.Set("first", Value(i == 0));
     loop.Set("last", Value(i == n - 1));
     loop.Set("length", Value(n));
-    loop.Set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
-    loop.Set("nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value());
-    loop.Set("cycle", Value::Callable("cycle", [i](Interpreter&, CallArgs& a) {
-               if (a.positional.empty()) throw Error("loop.cycle() needs at least one value");
-               return a.positional[static_cast<size_t>(i) % a.positional.size()];
-             }));
+    loop.Set("previtem", std::move(prev));
+    loop.Set("nextitem", next);
+    loop.Set("cycle", cycle);
     scope->vars.Set("loop", Value(std::move(loop)));
-    bind(items[static_cast<size_t>(i)]);
+    Bind(s.targets, cur, scope.get(), s.line);
     if (Exec(s.body, scope, out) == Flow::kBreak) break;
     CheckSize(out->size(), s.line);
   }
@@ -300,20 +390,10 @@ void Interpreter::ExecSet(const Stmt& s, const std::shared_ptr<Frame>& frame) {
                       "': not a namespace() object",
                   s.line);
     }
-    ns.dict().Set(s.text, std::move(v));
+    ns.SetAttr(s.text, std::move(v));
     return;
   }
-  if (s.targets.size() == 1) {
-    frame->vars.Set(s.targets[0], std::move(v));
-    return;
-  }
-  const List parts = Iterate(v, s.line);
-  if (parts.size() != s.targets.size()) {
-    throw Error("cannot unpack " + std::to_string(parts.size()) + " values into " +
-                    std::to_string(s.targets.size()) + " names",
-                s.line);
-  }
-  for (size_t i = 0; i < parts.size(); ++i) frame->vars.Set(s.targets[i], parts[i]);
+  Bind(s.targets, v, frame.get(), s.line);
 }
 
 Value Interpreter::MakeMacro(const Stmt& s, const std::shared_ptr<Frame>& frame) {
@@ -379,6 +459,7 @@ CallArgs Interpreter::EvalArgs(const Expr& e, size_t first, const std::shared_pt
 }
 
 Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
+  Deeper deeper(this, e.line);
   switch (e.kind) {
     case ExprKind::kLiteral:
       return e.literal;
@@ -414,7 +495,7 @@ Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
       Value obj = Eval(*e.args[0], frame);
       Value key = Eval(*e.args[1], frame);
       if (obj.is_undefined()) {
-        throw Error("cannot read item " + key.Repr() + " of an undefined value", e.line);
+        throw Error("cannot read item " + key.ShortRepr() + " of an undefined value", e.line);
       }
       if (obj.is_dict() && key.is_string() && obj.dict().Find(key.str()) == nullptr) {
         if (std::optional<Value> m = BindMethod(obj, key.str())) return *m;
@@ -502,10 +583,11 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Frame>& frame
   if (op == "==") return Value(a.Equals(b));
   if (op == "!=") return Value(!a.Equals(b));
   if (op == "~") {
-    std::string s = a.ToString();
-    std::string t = b.ToString();
+    std::string s = Str(a);
+    const std::string t = Str(b);
     CheckSize(s.size() + t.size(), line);
-    return Value(s + t);
+    s += t;
+    return Value(std::move(s));
   }
   if (op == "in" || op == "not in") {
     bool r = false;
@@ -513,7 +595,11 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Frame>& frame
       if (!a.is_string()) BadOperands(op, a, b, line);
       r = b.str().find(a.str()) != std::string::npos;
     } else if (b.is_list()) {
-      for (const Value& x : b.list()) r = r || x.Equals(a);
+      for (const Value& x : b.list()) {
+        if ((r = x.Equals(a))) break;
+      }
+    } else if (b.is_range()) {
+      r = a.is_int() && b.range().Has(a.int_value());
     } else if (b.is_dict()) {
       r = a.is_string() && b.dict().Find(a.str()) != nullptr;
     } else if (b.is_undefined()) {
@@ -549,6 +635,7 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Frame>& frame
       return Value(a.str() + b.str());
     }
     if (a.is_list() && b.is_list()) {
+      CheckItems(a.list().size() + b.list().size(), line);
       List l = a.list();
       l.insert(l.end(), b.list().begin(), b.list().end());
       return Value(std::move(l));
@@ -562,13 +649,16 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Frame>& frame
     const size_t unit = seq.is_string() ? seq.str().size() : seq.list().size();
     size_t total = 0;
     if (__builtin_mul_overflow(unit, static_cast<uint64_t>(n), &total)) total = SIZE_MAX;
-    if (n > 0) CheckSize(total, line);
+    if (n > 0 && seq.is_string()) CheckSize(total, line);
+    if (n > 0 && seq.is_list()) CheckItems(total, line);
     if (seq.is_string()) {
       std::string s;
+      s.reserve(total);
       for (int64_t i = 0; i < n; ++i) s += seq.str();
       return Value(std::move(s));
     }
     List l;
+    l.reserve(total);
     for (int64_t i = 0; i < n; ++i) l.insert(l.end(), seq.list().begin(), seq.list().end());
     return Value(std::move(l));
   }

@@ -3,6 +3,8 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "server/jinja/builtins.h"
+
 namespace banyan::jinja {
 namespace {
 
@@ -24,6 +26,18 @@ class Parser {
     }
     ~Nest() { --p->depth_; }
     Parser* p;
+  };
+  // The same for a loop that builds a left-leaning chain (a + b + c, x | f | g, x.a.b): the
+  // tree is as deep as the chain is long, and the interpreter recurses over it.
+  struct Chain {
+    explicit Chain(Parser* p) : p(p) {}
+    void Deeper() {
+      ++links;
+      if (++p->depth_ > kMaxNesting) throw Error("the template nests too deeply", p->Line());
+    }
+    ~Chain() { p->depth_ -= links; }
+    Parser* p;
+    int links = 0;
   };
 
   const Token& Cur() const { return t_[pos_]; }
@@ -237,9 +251,11 @@ class Parser {
 
   ExprPtr ParseExpression(bool with_condition = true) {
     Nest nest(this);
+    Chain chain(this);
     ExprPtr e = ParseOr();
     if (!with_condition) return e;
     while (IsName("if")) {
+      chain.Deeper();
       const int line = Line();
       Next();
       auto c = Make(ExprKind::kCond, line);
@@ -260,8 +276,10 @@ class Parser {
   }
 
   ExprPtr ParseOr() {
+    Chain chain(this);
     ExprPtr e = ParseAnd();
     while (IsName("or")) {
+      chain.Deeper();
       const int line = Line();
       Next();
       e = Binary("or", std::move(e), ParseAnd(), line);
@@ -270,8 +288,10 @@ class Parser {
   }
 
   ExprPtr ParseAnd() {
+    Chain chain(this);
     ExprPtr e = ParseNot();
     while (IsName("and")) {
+      chain.Deeper();
       const int line = Line();
       Next();
       e = Binary("and", std::move(e), ParseNot(), line);
@@ -293,6 +313,7 @@ class Parser {
   }
 
   ExprPtr ParseCompare() {
+    Chain chain(this);
     ExprPtr e = ParseMath1();
     for (;;) {
       const int line = Line();
@@ -311,13 +332,16 @@ class Parser {
       } else {
         return e;
       }
+      chain.Deeper();
       e = Binary(op, std::move(e), ParseMath1(), line);
     }
   }
 
   ExprPtr ParseMath1() {
+    Chain chain(this);
     ExprPtr e = ParseConcat();
     while (IsOp("+") || IsOp("-")) {
+      chain.Deeper();
       const std::string op = Cur().text;
       const int line = Line();
       Next();
@@ -327,8 +351,10 @@ class Parser {
   }
 
   ExprPtr ParseConcat() {
+    Chain chain(this);
     ExprPtr e = ParseMath2();
     while (IsOp("~")) {
+      chain.Deeper();
       const int line = Line();
       Next();
       e = Binary("~", std::move(e), ParseMath2(), line);
@@ -337,8 +363,10 @@ class Parser {
   }
 
   ExprPtr ParseMath2() {
+    Chain chain(this);
     ExprPtr e = ParsePow();
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
+      chain.Deeper();
       const std::string op = Cur().text;
       const int line = Line();
       Next();
@@ -348,8 +376,10 @@ class Parser {
   }
 
   ExprPtr ParsePow() {
+    Chain chain(this);
     ExprPtr e = ParseUnary(true);
     while (IsOp("**")) {
+      chain.Deeper();
       const int line = Line();
       Next();
       e = Binary("**", std::move(e), ParseUnary(true), line);
@@ -369,7 +399,9 @@ class Parser {
       e = ParsePostfix(ParsePrimary());
     }
     if (!with_filter) return e;
+    Chain chain(this);
     for (;;) {
+      chain.Deeper();
       if (IsOp("|")) {
         Next();
         e = ParseFilter(std::move(e));
@@ -382,17 +414,39 @@ class Parser {
     }
   }
 
+  // operand | name(args) | name2(args) ...
   ExprPtr ParseFilter(ExprPtr operand) {
-    auto f = Make(ExprKind::kFilter, Line());
-    f->name = ExpectName();
-    while (AcceptOp(".")) f->name += "." + ExpectName();
-    f->args.push_back(std::move(operand));
-    if (IsOp("(")) ParseCallArgs(f.get());
-    if (IsOp("|")) {
-      Next();
-      return ParseFilter(std::move(f));
+    Chain chain(this);
+    for (;;) {
+      chain.Deeper();
+      const int line = Line();
+      auto f = Make(ExprKind::kFilter, line);
+      f->name = ExpectName();
+      while (AcceptOp(".")) f->name += "." + ExpectName();
+      // Python's Jinja refuses unknown filters when it compiles a template; so do we.
+      if (!IsFilter(f->name)) throw Error("unknown filter '" + f->name + "'", line);
+      f->args.push_back(std::move(operand));
+      if (IsOp("(")) ParseCallArgs(f.get());
+      CheckNamedInArgs(*f);
+      operand = std::move(f);
+      if (!AcceptOp("|")) return operand;
     }
-    return f;
+  }
+
+  // map('upper'), select('even'), selectattr('x', 'defined'): a filter or test named by a
+  // string literal is checked as well.
+  static void CheckNamedInArgs(const Expr& f) {
+    const bool map = f.name == "map" && f.kwargs.empty();
+    const size_t at = f.name == "selectattr" || f.name == "rejectattr" ? 2 : 1;
+    if (!map && f.name != "select" && f.name != "reject" && at != 2) return;
+    if (f.args.size() <= at || f.args[at]->kind != ExprKind::kLiteral ||
+        !f.args[at]->literal.is_string()) {
+      return;
+    }
+    const std::string& name = f.args[at]->literal.str();
+    if (map ? !IsFilter(name) : !IsTest(name)) {
+      throw Error(std::string(map ? "unknown filter '" : "unknown test '") + name + "'", f.line);
+    }
   }
 
   ExprPtr ParseTest(ExprPtr operand) {
@@ -404,6 +458,7 @@ class Parser {
     } else {
       t->name = ExpectName();
     }
+    if (!IsTest(t->name)) throw Error("unknown test '" + t->name + "'", t->line);
     t->args.push_back(std::move(operand));
     if (IsOp("(")) {
       ParseCallArgs(t.get());
@@ -437,7 +492,9 @@ class Parser {
   }
 
   ExprPtr ParsePostfix(ExprPtr e) {
+    Chain chain(this);
     for (;;) {
+      chain.Deeper();
       const int line = Line();
       if (AcceptOp(".")) {
         auto g = Make(ExprKind::kGetAttr, line);

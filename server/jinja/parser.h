@@ -5,7 +5,11 @@
 // Statements: if/elif/else, for (with `if` filter, else, loop variables), set (also of a
 // namespace attribute, and block set), macro, call blocks, filter blocks, break, continue, and
 // transformers' generation/endgeneration markers (no-ops).
-// Throws jinja::Error with the line on a syntax error; nesting is bounded (kMaxNesting).
+// Throws jinja::Error with the line on a syntax error, and on a filter or test that does not
+// exist (as Python's Jinja does when it compiles a template: found at start-up, not at the
+// first request). Nesting is bounded (kMaxNesting): nested expressions and blocks, and chains
+// of operators, filters and postfixes, whose trees are as deep as they are long; neither the
+// parser nor the interpreter recurses deeper than that.
 #pragma once
 
 #include <vector>

@@ -11,11 +11,13 @@ bool IsWs(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
-std::vector<std::string> CodePoints(std::string_view s) {
-  const std::vector<size_t> off = Utf8Offsets(s);
-  std::vector<std::string> out;
-  for (size_t i = 0; i + 1 < off.size(); ++i) {
-    out.emplace_back(s.substr(off[i], off[i + 1] - off[i]));
+// The code points of a short string (strip's `chars`).
+std::vector<std::string_view> CodePoints(std::string_view s) {
+  std::vector<std::string_view> out;
+  for (size_t at = 0; at < s.size();) {
+    const size_t len = Utf8Next(s, at);
+    out.push_back(s.substr(at, len));
+    at += len;
   }
   return out;
 }
@@ -23,7 +25,7 @@ std::vector<std::string> CodePoints(std::string_view s) {
 bool IsAlpha(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }
 
 // '{}' / '{0}' / '{name}' replacement fields, with '{{' and '}}' escapes; no format specs.
-std::string Format(const std::string& fmt, const CallArgs& a) {
+std::string Format(const std::string& fmt, const CallArgs& a, Interpreter& in) {
   std::string out;
   size_t auto_index = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
@@ -61,7 +63,9 @@ std::string Format(const std::string& fmt, const CallArgs& a) {
       }
     }
     if (v == nullptr) throw Error("format(): no argument for '{" + field + "}'");
-    out += v->ToString();
+    const std::string text = in.Str(*v);
+    in.CheckSize(out.size() + text.size(), a.line);
+    out += text;
     i = close;
   }
   return out;
@@ -131,28 +135,40 @@ std::string PyStrip(std::string_view s, const std::string* chars, bool left, boo
     }
     return std::string(s.substr(a, b - a));
   }
-  const std::vector<std::string> set = CodePoints(*chars);
-  const std::vector<std::string> cps = CodePoints(s);
-  auto in_set = [&](const std::string& cp) { return std::find(set.begin(), set.end(), cp) != set.end(); };
-  size_t a = 0, b = cps.size();
+  const std::vector<std::string_view> set = CodePoints(*chars);
+  auto in_set = [&](std::string_view cp) {
+    return std::find(set.begin(), set.end(), cp) != set.end();
+  };
+  size_t a = 0, b = s.size();  // byte offsets, on code point boundaries
   if (left) {
-    while (a < b && in_set(cps[a])) ++a;
+    while (a < b && in_set(s.substr(a, Utf8Next(s, a)))) a += Utf8Next(s, a);
   }
   if (right) {
-    while (b > a && in_set(cps[b - 1])) --b;
+    while (b > a && in_set(s.substr(Utf8Prev(s, b), b - Utf8Prev(s, b)))) b = Utf8Prev(s, b);
   }
-  std::string out;
-  for (size_t i = a; i < b; ++i) out += cps[i];
-  return out;
+  return std::string(s.substr(a, b - a));
 }
 
-std::vector<std::string> PySplit(std::string_view s, const std::string* sep, int64_t maxsplit) {
+int64_t PyWordCount(std::string_view s) {
+  int64_t n = 0;
+  for (size_t i = 0; i < s.size(); ++i) n += !IsWs(s[i]) && (i == 0 || IsWs(s[i - 1]));
+  return n;
+}
+
+std::vector<std::string> PySplit(std::string_view s, const std::string* sep, int64_t maxsplit,
+                                 size_t max_parts) {
   std::vector<std::string> out;
+  auto check = [&] {
+    if (out.size() >= max_parts) {
+      throw Error("split() would make more than " + std::to_string(max_parts) + " parts");
+    }
+  };
   if (sep == nullptr) {
     size_t i = 0;
     while (i < s.size()) {
       while (i < s.size() && IsWs(s[i])) ++i;
       if (i >= s.size()) break;
+      check();
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
         size_t end = s.size();
         while (end > i && IsWs(s[end - 1])) --end;
@@ -169,6 +185,7 @@ std::vector<std::string> PySplit(std::string_view s, const std::string* sep, int
   if (sep->empty()) throw Error("split(): empty separator");
   size_t start = 0;
   for (;;) {
+    check();
     const size_t at = s.find(*sep, start);
     if (at == std::string_view::npos ||
         (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit)) {
@@ -195,7 +212,7 @@ std::optional<Value> CallStringMethod(Interpreter& in, const std::string& s, std
     if (name == "rsplit" && maxsplit >= 0) {
       // Split from the right: reverse the problem on the reversed string of whole separators.
       const std::string* sep = OptStr(a, 0, "sep");
-      std::vector<std::string> all = PySplit(s, sep, -1);
+      std::vector<std::string> all = PySplit(s, sep, -1, in.max_list_items());
       if (static_cast<int64_t>(all.size()) > maxsplit + 1) {
         const size_t keep = all.size() - static_cast<size_t>(maxsplit);
         std::string head;
@@ -206,7 +223,7 @@ std::optional<Value> CallStringMethod(Interpreter& in, const std::string& s, std
         parts = std::move(all);
       }
     } else {
-      parts = PySplit(s, OptStr(a, 0, "sep"), maxsplit);
+      parts = PySplit(s, OptStr(a, 0, "sep"), maxsplit, in.max_list_items());
     }
     List out;
     for (std::string& p : parts) out.push_back(Value(std::move(p)));
@@ -217,6 +234,7 @@ std::optional<Value> CallStringMethod(Interpreter& in, const std::string& s, std
     size_t start = 0;
     while (start < s.size()) {
       size_t nl = s.find_first_of("\r\n", start);
+      in.CheckItems(out.size() + 1, a.line);
       if (nl == std::string::npos) {
         out.push_back(Value(s.substr(start)));
         break;
@@ -255,11 +273,14 @@ std::optional<Value> CallStringMethod(Interpreter& in, const std::string& s, std
     std::string out;
     if (from.empty()) {
       // Python inserts `to` between every character (and at both ends).
-      const std::vector<std::string> cps = CodePoints(s);
-      for (size_t i = 0; i <= cps.size(); ++i) {
-        if (count < 0 || static_cast<int64_t>(i) < count) out += to;
-        if (i < cps.size()) out += cps[i];
-        in.CheckSize(out.size(), a.line);
+      for (size_t at = 0, i = 0;; ++i) {
+        const size_t len = at < s.size() ? Utf8Next(s, at) : 0;
+        const bool insert = count < 0 || static_cast<int64_t>(i) < count;
+        in.CheckSize(out.size() + (insert ? to.size() : 0) + len, a.line);
+        if (insert) out += to;
+        if (at >= s.size()) break;
+        out.append(s, at, len);
+        at += len;
       }
       return Value(std::move(out));
     }
@@ -267,9 +288,9 @@ std::optional<Value> CallStringMethod(Interpreter& in, const std::string& s, std
     for (;;) {
       const size_t at = count == 0 ? std::string::npos : s.find(from, start);
       if (at == std::string::npos) break;
+      in.CheckSize(out.size() + (at - start) + to.size(), a.line);
       out.append(s, start, at - start);
       out += to;
-      in.CheckSize(out.size(), a.line);
       start = at + from.size();
       if (count > 0) --count;
     }
@@ -290,21 +311,21 @@ std::optional<Value> CallStringMethod(Interpreter& in, const std::string& s, std
     return Value(n);
   }
   if (name == "format") {
-    std::string out = Format(s, a);
-    in.CheckSize(out.size(), a.line);
-    return Value(std::move(out));
+    return Value(Format(s, a, in));
   }
   if (name == "join") {
     const Value* items = a.Get(0, "iterable");
     if (items == nullptr) throw Error("join() needs an iterable");
     std::string out;
     bool first = true;
-    for (const Value& v : Iterate(*items, a.line)) {
+    Cursor cursor(*items, a.line);
+    for (Value v; cursor.Next(&v);) {
+      in.Tick(a.line);
       if (!v.is_string()) throw Error("join() needs strings, got " + std::string(v.TypeName()));
+      in.CheckSize(out.size() + (first ? 0 : s.size()) + v.str().size(), a.line);
       if (!first) out += s;
       first = false;
       out += v.str();
-      in.CheckSize(out.size(), a.line);
     }
     return Value(std::move(out));
   }

@@ -19,7 +19,11 @@ std::string AsciiUpper(std::string_view s);
 // str.strip / lstrip / rstrip: `chars` null strips whitespace.
 std::string PyStrip(std::string_view s, const std::string* chars, bool left, bool right);
 // str.split: `sep` null splits on runs of whitespace and drops empty parts; maxsplit < 0: all.
-std::vector<std::string> PySplit(std::string_view s, const std::string* sep, int64_t maxsplit);
+// Error past `max_parts` parts, before they are made.
+std::vector<std::string> PySplit(std::string_view s, const std::string* sep, int64_t maxsplit,
+                                 size_t max_parts);
+// len(s.split()), with no list.
+int64_t PyWordCount(std::string_view s);
 
 bool IsStringMethod(std::string_view name);
 // s.name(args); nullopt when str has no such method.

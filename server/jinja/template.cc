@@ -1,5 +1,7 @@
 #include "server/jinja/template.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/jinja/builtins.h"
 #include "server/jinja/lexer.h"
@@ -21,6 +23,11 @@ absl::Status ToStatus(const Error& e) {
 }  // namespace
 
 absl::StatusOr<Template> Template::Parse(std::string_view source) {
+  if (const size_t bad = Utf8Invalid(source); bad != std::string_view::npos) {
+    const auto line = 1 + std::count(source.begin(), source.begin() + bad, '\n');
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", line, ": the template is not valid UTF-8 (byte ", bad, ")"));
+  }
   try {
     auto p = std::make_shared<Program>();
     p->body = jinja::Parse(Lex(source));

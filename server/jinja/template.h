@@ -41,7 +41,8 @@ struct RenderOptions {
 
 class Template {
  public:
-  // InvalidArgument "line N: ..." on a syntax error.
+  // InvalidArgument "line N: ..." on a syntax error, a filter or test that does not exist, or
+  // text that is not UTF-8.
   static absl::StatusOr<Template> Parse(std::string_view source);
 
   // Renders with the keys of `context` (a JSON object) as variables. InvalidArgument

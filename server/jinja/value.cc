@@ -1,5 +1,6 @@
 #include "server/jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -50,35 +51,65 @@ std::string PythonFloat(double d) {
   return sign + m + ebuf;
 }
 
-void JsonString(std::string_view s, std::string* out) {
-  out->push_back('"');
-  for (unsigned char c : s) {
+// Serialization output: refuses to grow past max_bytes, and to walk deeper than kMaxValueDepth
+// (values are never deeper, so that is a broken invariant turned into an error).
+struct Sink {
+  std::string out;
+  size_t max_bytes;
+
+  void Check() const {
+    if (out.size() > max_bytes) {
+      throw Error("the rendered text would exceed " + std::to_string(max_bytes) + " bytes");
+    }
+  }
+  void Append(std::string_view s) {
+    if (s.size() > max_bytes - std::min(max_bytes, out.size())) {
+      throw Error("the rendered text would exceed " + std::to_string(max_bytes) + " bytes");
+    }
+    out.append(s);
+  }
+};
+
+void JsonString(std::string_view s, Sink* sink) {
+  std::string& out = sink->out;
+  out.push_back('"');
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if ((i & 0xFFF) == 0xFFF) sink->Check();  // at most 6 bytes an input byte in between
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
       default:
         if (c < 0x20) {
           char buf[8];
           std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          *out += buf;
+          out += buf;
         } else {
-          out->push_back(static_cast<char>(c));
+          out.push_back(static_cast<char>(c));
         }
     }
   }
-  out->push_back('"');
+  out.push_back('"');
+  sink->Check();
 }
 
-void JsonInto(const Value& v, int indent, int depth, std::string* out) {
+void CheckDepth(int depth) {
+  if (depth > kMaxValueDepth) {
+    throw Error("a value nests more than " + std::to_string(kMaxValueDepth) + " deep");
+  }
+}
+
+void JsonInto(const Value& v, int indent, int depth, Sink* out) {
+  CheckDepth(depth);
   std::string pad, child_pad;
   if (indent > 0) {
     pad.push_back('\n');
-    pad.append(static_cast<size_t>(indent * depth), ' ');
+    pad.append(static_cast<size_t>(indent) * static_cast<size_t>(depth), ' ');
     child_pad = pad;
     child_pad.append(static_cast<size_t>(indent), ' ');
   }
@@ -86,18 +117,18 @@ void JsonInto(const Value& v, int indent, int depth, std::string* out) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone:
-      *out += "null";
+      out->Append("null");
       return;
     case Value::Kind::kBool:
-      *out += v.bool_value() ? "true" : "false";
+      out->Append(v.bool_value() ? "true" : "false");
       return;
     case Value::Kind::kInt:
-      *out += std::to_string(v.int_value());
+      out->Append(std::to_string(v.int_value()));
       return;
     case Value::Kind::kFloat: {
       const double d = v.float_value();
-      *out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                                                     : PythonFloat(d);
+      out->Append(std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                                                          : PythonFloat(d));
       return;
     }
     case Value::Kind::kString:
@@ -106,43 +137,126 @@ void JsonInto(const Value& v, int indent, int depth, std::string* out) {
     case Value::Kind::kList: {
       const List& l = v.list();
       if (l.empty()) {
-        *out += "[]";
+        out->Append("[]");
         return;
       }
-      *out += "[";
+      out->Append("[");
       for (size_t i = 0; i < l.size(); ++i) {
-        if (i > 0) *out += sep;
-        *out += child_pad;
+        if (i > 0) out->Append(sep);
+        out->Append(child_pad);
         JsonInto(l[i], indent, depth + 1, out);
       }
-      *out += pad + "]";
+      out->Append(pad + "]");
       return;
     }
     case Value::Kind::kDict: {
       const Dict& d = v.dict();
       if (d.empty()) {
-        *out += "{}";
+        out->Append("{}");
         return;
       }
-      *out += "{";
+      out->Append("{");
       bool first = true;
       for (const auto& [k, item] : d.items()) {
-        if (!first) *out += sep;
+        if (!first) out->Append(sep);
         first = false;
-        *out += child_pad;
+        out->Append(child_pad);
         JsonString(k, out);
-        *out += ": ";
+        out->Append(": ");
         JsonInto(item, indent, depth + 1, out);
       }
-      *out += pad + "}";
+      out->Append(pad + "}");
       return;
     }
     case Value::Kind::kFunction:
       throw Error("Object of type function is not JSON serializable");
+    case Value::Kind::kRange:
+      throw Error("Object of type range is not JSON serializable");
+  }
+}
+
+void ReprString(std::string_view s, Sink* sink) {
+  const char quote =
+      s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string& out = sink->out;
+  out.push_back(quote);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if ((i & 0xFFF) == 0xFFF) sink->Check();  // at most 4 bytes an input byte in between
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == static_cast<unsigned char>(quote)) {
+      out += '\\';
+      out += quote;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  out.push_back(quote);
+  sink->Check();
+}
+
+// str() (repr = false) or repr() of v.
+void StrInto(const Value& v, bool repr, int depth, Sink* out) {
+  CheckDepth(depth);
+  switch (v.kind()) {
+    case Value::Kind::kString:
+      if (repr) {
+        ReprString(v.str(), out);
+      } else {
+        out->Append(v.str());
+      }
+      return;
+    case Value::Kind::kList: {
+      out->Append("[");
+      const List& l = v.list();
+      for (size_t i = 0; i < l.size(); ++i) {
+        if (i > 0) out->Append(", ");
+        StrInto(l[i], true, depth + 1, out);
+      }
+      out->Append("]");
+      return;
+    }
+    case Value::Kind::kDict: {
+      if (v.is_namespace()) {
+        out->Append("<Namespace>");
+        return;
+      }
+      out->Append("{");
+      bool first = true;
+      for (const auto& [k, item] : v.dict().items()) {
+        if (!first) out->Append(", ");
+        first = false;
+        ReprString(k, out);
+        out->Append(": ");
+        StrInto(item, true, depth + 1, out);
+      }
+      out->Append("}");
+      return;
+    }
+    default:
+      out->Append(v.ToString());
   }
 }
 
 }  // namespace
+
+int64_t Range::size() const {
+  const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+  if (span <= 0) return 0;
+  const __int128 s = step > 0 ? __int128{step} : -__int128{step};
+  return static_cast<int64_t>((span + s - 1) / s);
+}
 
 size_t Dict::size() const { return items_.size(); }
 bool Dict::empty() const { return items_.empty(); }
@@ -191,31 +305,81 @@ Value Value::None() {
   v.kind_ = Kind::kNone;
   return v;
 }
+bool Range::Has(int64_t x) const {
+  const __int128 d = __int128{x} - start;
+  return d % step == 0 && d / step >= 0 && d / step < size();
+}
+
 Value::Value(bool b) : kind_(Kind::kBool), b_(b) {}
 Value::Value(int64_t i) : kind_(Kind::kInt), i_(i) {}
 Value::Value(double d) : kind_(Kind::kFloat), d_(d) {}
 Value::Value(std::string s)
-    : kind_(Kind::kString), s_(std::make_shared<const std::string>(std::move(s))) {}
-Value::Value(List list) : kind_(Kind::kList), list_(std::make_shared<List>(std::move(list))) {}
-Value::Value(Dict dict) : kind_(Kind::kDict), dict_(std::make_shared<Dict>(std::move(dict))) {}
+    : kind_(Kind::kString), p_(std::make_shared<std::string>(std::move(s))) {}
 
-Value Value::Callable(std::string name, Function fn) {
-  Value v;
-  v.kind_ = Kind::kFunction;
-  v.fn_ = std::make_shared<std::pair<std::string, Function>>(std::move(name), std::move(fn));
-  return v;
+namespace {
+
+// One more than the deepest of `items`; Error past kMaxValueDepth.
+uint16_t DepthOver(int deepest) {
+  CheckDepth(deepest + 1);
+  return static_cast<uint16_t>(deepest + 1);
 }
 
-Value Value::Namespace(Dict dict) {
-  Value v(std::move(dict));
-  v.namespace_ = true;
+}  // namespace
+
+Value::Value(List list) : kind_(Kind::kList) {
+  int deepest = 0;
+  for (const Value& v : list) deepest = std::max<int>(deepest, v.depth_);
+  depth_ = DepthOver(deepest);
+  p_ = std::make_shared<List>(std::move(list));
+}
+
+Value::Value(Dict dict) : kind_(Kind::kDict) {
+  int deepest = 0;
+  for (const auto& [k, v] : dict.items()) deepest = std::max<int>(deepest, v.depth_);
+  depth_ = DepthOver(deepest);
+  p_ = std::make_shared<Dict>(std::move(dict));
+}
+
+Value::Value(Range range) : kind_(Kind::kRange), p_(std::make_shared<Range>(range)) {}
+
+Value Value::Callable(std::string name, Function fn, int depth) {
+  Value v;
+  v.kind_ = Kind::kFunction;
+  v.depth_ = DepthOver(depth);
+  v.p_ = std::make_shared<Fn>(std::move(name), std::move(fn));
   return v;
 }
 
 namespace {
 
+void CheckNamespaceAttr(const std::string& name, const Value& v) {
+  if (v.depth() >= kNamespaceDepth) {
+    throw Error("namespace attribute '" + name +
+                "' cannot hold a namespace (or a value nested " +
+                std::to_string(kNamespaceDepth) + " deep)");
+  }
+}
+
+}  // namespace
+
+Value Value::Namespace(Dict dict) {
+  for (const auto& [k, v] : dict.items()) CheckNamespaceAttr(k, v);
+  Value v(std::move(dict));
+  v.namespace_ = true;
+  v.depth_ = kNamespaceDepth;
+  return v;
+}
+
+void Value::SetAttr(std::string name, Value value) const {
+  CheckNamespaceAttr(name, value);
+  dict().Set(std::move(name), std::move(value));
+}
+
+namespace {
+
 template <typename J>
-Value FromAnyJson(const J& j) {
+Value FromAnyJson(const J& j, int depth) {
+  CheckDepth(depth);
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       return Value::None();
@@ -235,12 +399,12 @@ Value FromAnyJson(const J& j) {
     case nlohmann::json::value_t::array: {
       List l;
       l.reserve(j.size());
-      for (const auto& e : j) l.push_back(FromAnyJson(e));
+      for (const auto& e : j) l.push_back(FromAnyJson(e, depth + 1));
       return Value(std::move(l));
     }
     case nlohmann::json::value_t::object: {
       Dict d;
-      for (const auto& [k, e] : j.items()) d.Set(k, FromAnyJson(e));
+      for (const auto& [k, e] : j.items()) d.Set(k, FromAnyJson(e, depth + 1));
       return Value(std::move(d));
     }
     default:
@@ -250,8 +414,8 @@ Value FromAnyJson(const J& j) {
 
 }  // namespace
 
-Value Value::FromJson(const nlohmann::json& j) { return FromAnyJson(j); }
-Value Value::FromJson(const nlohmann::ordered_json& j) { return FromAnyJson(j); }
+Value Value::FromJson(const nlohmann::json& j) { return FromAnyJson(j, 0); }
+Value Value::FromJson(const nlohmann::ordered_json& j) { return FromAnyJson(j, 0); }
 
 bool Value::Truthy() const {
   switch (kind_) {
@@ -265,18 +429,20 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return d_ != 0.0;
     case Kind::kString:
-      return !s_->empty();
+      return !str().empty();
     case Kind::kList:
-      return !list_->empty();
+      return !list().empty();
     case Kind::kDict:
-      return namespace_ || !dict_->empty();
+      return namespace_ || !dict().empty();
     case Kind::kFunction:
       return true;
+    case Kind::kRange:
+      return range().size() > 0;
   }
   return false;
 }
 
-std::string Value::ToString() const {
+std::string Value::ToString(size_t max_bytes) const {
   switch (kind_) {
     case Kind::kUndefined:
       return "";
@@ -288,67 +454,39 @@ std::string Value::ToString() const {
       return std::to_string(i_);
     case Kind::kFloat:
       return PythonFloat(d_);
-    case Kind::kString:
-      return *s_;
-    case Kind::kList: {
-      std::string out = "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
-        if (i > 0) out += ", ";
-        out += (*list_)[i].Repr();
-      }
-      return out + "]";
-    }
-    case Kind::kDict: {
-      if (namespace_) return "<Namespace>";
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [k, v] : dict_->items()) {
-        if (!first) out += ", ";
-        first = false;
-        out += Value(k).Repr() + ": " + v.Repr();
-      }
-      return out + "}";
-    }
     case Kind::kFunction:
-      return "<function " + fn_->first + ">";
-  }
-  return "";
-}
-
-std::string Value::Repr() const {
-  if (kind_ != Kind::kString) return ToString();
-  const std::string& s = *s_;
-  const char quote =
-      s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
-  std::string out(1, quote);
-  for (unsigned char c : s) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == static_cast<unsigned char>(quote)) {
-      out += '\\';
-      out += quote;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    } else {
-      out.push_back(static_cast<char>(c));
+      return "<function " + fn().first + ">";
+    case Kind::kRange: {
+      const Range& r = range();
+      return "range(" + std::to_string(r.start) + ", " + std::to_string(r.stop) +
+             (r.step == 1 ? "" : ", " + std::to_string(r.step)) + ")";
     }
+    case Kind::kString:
+      if (str().size() <= max_bytes) return str();
+      break;
+    default:
+      break;
   }
-  out.push_back(quote);
-  return out;
+  Sink sink{std::string(), max_bytes};
+  StrInto(*this, false, 0, &sink);
+  return std::move(sink.out);
 }
 
-std::string Value::ToJson(int indent) const {
-  std::string out;
-  JsonInto(*this, indent, 0, &out);
-  return out;
+std::string Value::Repr(size_t max_bytes) const {
+  Sink sink{std::string(), max_bytes};
+  StrInto(*this, true, 0, &sink);
+  return std::move(sink.out);
+}
+
+std::string Value::ShortRepr() const {
+  if (depth_ > 0 || (is_string() && str().size() > 100)) return std::string(TypeName());
+  return Repr();
+}
+
+std::string Value::ToJson(int indent, size_t max_bytes) const {
+  Sink sink{std::string(), max_bytes};
+  JsonInto(*this, indent, 0, &sink);
+  return std::move(sink.out);
 }
 
 bool Value::Equals(const Value& o) const {
@@ -367,27 +505,34 @@ bool Value::Equals(const Value& o) const {
     case Kind::kBool:
       return b_ == o.b_;
     case Kind::kString:
-      return *s_ == *o.s_;
+      return str() == o.str();
     case Kind::kList: {
-      if (list_ == o.list_) return true;
-      if (list_->size() != o.list_->size()) return false;
-      for (size_t i = 0; i < list_->size(); ++i) {
-        if (!(*list_)[i].Equals((*o.list_)[i])) return false;
+      if (p_ == o.p_) return true;
+      if (list().size() != o.list().size()) return false;
+      for (size_t i = 0; i < list().size(); ++i) {
+        if (!list()[i].Equals(o.list()[i])) return false;
       }
       return true;
     }
     case Kind::kDict: {
-      if (dict_ == o.dict_) return true;
+      if (p_ == o.p_) return true;
       if (namespace_ || o.namespace_) return false;
-      if (dict_->size() != o.dict_->size()) return false;
-      for (const auto& [k, v] : dict_->items()) {
-        const Value* ov = o.dict_->Find(k);
+      if (dict().size() != o.dict().size()) return false;
+      for (const auto& [k, v] : dict().items()) {
+        const Value* ov = o.dict().Find(k);
         if (ov == nullptr || !v.Equals(*ov)) return false;
       }
       return true;
     }
+    case Kind::kRange: {
+      // Python compares ranges as the sequences they make.
+      const Range &a = range(), &b = o.range();
+      const int64_t n = a.size();
+      if (n != b.size()) return false;
+      return n == 0 || (a.start == b.start && (n == 1 || a.step == b.step));
+    }
     case Kind::kFunction:
-      return fn_ == o.fn_;
+      return p_ == o.p_;
     default:
       return false;
   }
@@ -404,6 +549,7 @@ std::string_view Value::TypeName() const {
     case Kind::kList: return "list";
     case Kind::kDict: return namespace_ ? "Namespace" : "dict";
     case Kind::kFunction: return "function";
+    case Kind::kRange: return "range";
   }
   return "?";
 }
@@ -414,14 +560,54 @@ size_t Utf8Length(std::string_view s) {
   return n;
 }
 
-std::vector<size_t> Utf8Offsets(std::string_view s) {
-  std::vector<size_t> off;
-  off.reserve(s.size() + 1);
-  for (size_t i = 0; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) off.push_back(i);
+size_t Utf8Next(std::string_view s, size_t at) {
+  size_t i = at + 1;
+  while (i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) ++i;
+  return i - at;
+}
+
+size_t Utf8Prev(std::string_view s, size_t at) {
+  size_t i = at - 1;
+  while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+  return i;
+}
+
+size_t Utf8Offset(std::string_view s, size_t i) {
+  size_t at = 0;
+  for (; i > 0 && at < s.size(); --i) at += Utf8Next(s, at);
+  return at;
+}
+
+size_t Utf8Invalid(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    for (size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size()) return i;
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return i;
+    i += n + 1;
   }
-  off.push_back(s.size());
-  return off;
+  return std::string_view::npos;
 }
 
 }  // namespace banyan::jinja

@@ -131,7 +131,7 @@ TEST(JinjaTest, Tests) {
               "{{ 1 is number }}{{ 1.5 is float }}{{ 1 is integer }}{{ l is iterable }}",
               ctx),
             "TrueTrueTrueTrueFalseTrueTrueTrueTrueTrueTrueTrueTrueTrueTrue");
-  EXPECT_EQ(R("{{ 1 is frobnicated }}"), "ERROR: line 1: unknown test 'frobnicated'");
+  EXPECT_EQ(R("{{ 1 is frobnicated }}"), "PARSE ERROR: line 1: unknown test 'frobnicated'");
 }
 
 TEST(JinjaTest, Filters) {
@@ -155,7 +155,7 @@ TEST(JinjaTest, Filters) {
             "[1, 2, 3]2[1, 2]4303a35ab");
   EXPECT_EQ(R("{% for k, v in {'a': 1}|items %}{{ k }}{{ v }}{% endfor %}"), "a1");
   EXPECT_EQ(R("{{ 'a\\nb'|indent(2) }}|{{ 'a\\nb'|indent(2, true) }}"), "a\n  b|  a\n  b");
-  EXPECT_EQ(R("{{ x|frob }}"), "ERROR: line 1: unknown filter 'frob'");
+  EXPECT_EQ(R("{{ x|frob }}"), "PARSE ERROR: line 1: unknown filter 'frob'");
 }
 
 TEST(JinjaTest, ToJsonMatchesPythonJsonDumps) {
