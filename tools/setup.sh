@@ -68,6 +68,15 @@ if command -v npm >/dev/null 2>&1 &&
     echo "[setup] npm ci failed: the oracle tests will skip themselves"
   touch tests/oracle/node_modules 2>/dev/null || true
 fi
+# The container check (ctest containers_check: docker/check_manifests.js): the Kubernetes
+# schemas and a YAML parser. Without them that test fails, saying how to install them.
+if command -v npm >/dev/null 2>&1 &&
+   { [ ! -d tests/containers/node_modules ] ||
+     [ tests/containers/package-lock.json -nt tests/containers/node_modules ]; }; then
+  npm ci --prefix tests/containers --ignore-scripts --no-audit --no-fund --loglevel=error ||
+    echo "[setup] npm ci failed: containers_check will fail until tests/containers has its packages"
+  touch tests/containers/node_modules 2>/dev/null || true
+fi
 
 JOBS="${BANYAN_JOBS:-$(nproc)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${BANYAN_BUILD_TYPE:-Release}" "$@"

@@ -1,0 +1,74 @@
+#!/bin/sh
+# ctest containers_check: docker/check_manifests.js on the repository's Dockerfiles and
+# Kubernetes manifests (Kubernetes schemas, the restricted security context, one uid:gid across
+# images and manifests, apt layers, the documented build format), then on copies broken one way
+# each, every one of which must fail with its own message, so the check itself is tested.
+#   containers_check_test.sh SOURCE_DIR
+# Exits 77 (skip) only without node; missing npm packages fail (npm ci --prefix tests/containers,
+# which tools/setup.sh runs).
+set -u
+src=$1
+if ! command -v node >/dev/null 2>&1; then
+  echo "containers_check: SKIPPED: node is not installed"
+  exit 77
+fi
+modules=$src/tests/containers/node_modules
+if [ ! -d "$modules/kubernetes-models" ] || [ ! -d "$modules/yaml" ]; then
+  echo "containers_check: FAILED: $modules lacks kubernetes-models or yaml:" \
+       "run npm ci --prefix tests/containers (tools/setup.sh does)"
+  exit 1
+fi
+export K8S_CHECK_MODULES=$modules
+check="node $src/docker/check_manifests.js"
+d=$src/docker
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+echo "== the repository's files"
+if ! $check "$d/Dockerfile" "$d/Dockerfile.cuda" "$d/k8s.yaml" "$d/k8s-gpu.yaml"; then
+  echo "FAIL: the repository's container files do not pass"
+  failures=$((failures + 1))
+fi
+
+# broken NAME EXPECTED FILES...: the check must fail and print EXPECTED.
+broken() {
+  name=$1 expected=$2
+  shift 2
+  if $check "$@" >"$tmp/out" 2>&1; then
+    echo "FAIL: $name: the check passed"; cat "$tmp/out"; failures=$((failures + 1))
+  elif ! grep -q -F -e "$expected" "$tmp/out"; then
+    echo "FAIL: $name: no '$expected' in:"; cat "$tmp/out"; failures=$((failures + 1))
+  else
+    echo "ok: $name: $(grep -F -e "$expected" "$tmp/out" | head -n 1)"
+  fi
+}
+
+mkdir -p "$tmp/a" "$tmp/b" "$tmp/c" "$tmp/d"
+sed 's/runAsGroup: 10001/runAsGroup: 999/' "$d/k8s.yaml" >"$tmp/k8s.yaml"
+broken "manifest group differs from the image's" "runAsGroup 999 differs from the image's 10001" \
+  "$d/Dockerfile" "$tmp/k8s.yaml"
+sed 's/fsGroup: 10001/fsGroup: 2000/' "$d/k8s-gpu.yaml" >"$tmp/k8s-gpu.yaml"
+broken "fsGroup differs from the image's" "fsGroup 2000 differs" "$d/Dockerfile.cuda" "$tmp/k8s-gpu.yaml"
+sed 's/^USER .*/USER 10001/' "$d/Dockerfile" >"$tmp/a/Dockerfile"
+broken "USER without a group" "is not numeric uid:gid" "$tmp/a/Dockerfile"
+sed 's/useradd --system --uid 10001 --gid 10001/useradd --system --uid 10001/' "$d/Dockerfile" \
+  >"$tmp/b/Dockerfile"
+broken "useradd leaves the group to the system (999)" "useradd does not put the user in gid 10001" \
+  "$tmp/b/Dockerfile"
+sed 's/^USER .*/USER 10002:10002/; s/10001/10002/g' "$d/Dockerfile.cuda" >"$tmp/a/Dockerfile.cuda"
+broken "images with different users" "differs from" "$d/Dockerfile" "$tmp/a/Dockerfile.cuda"
+sed '/apt-get clean/d; s|/var/cache/apt/archives/\*.deb ||' "$d/Dockerfile" >"$tmp/c/Dockerfile"
+broken "apt archives left in the layer" "leaves /var/cache/apt/archives" "$tmp/c/Dockerfile"
+sed 's/build --format docker -f/build -f/' "$d/Dockerfile" >"$tmp/d/Dockerfile"
+broken "podman build without --format docker" "without --format docker" "$tmp/d/Dockerfile"
+sed 's/containerPort: 8000/containerPort: "8000x"/' "$d/k8s.yaml" >"$tmp/schema.yaml"
+broken "schema violation" "must be integer" "$tmp/schema.yaml"
+sed 's/allowPrivilegeEscalation: false/allowPrivilegeEscalation: true/' "$d/k8s.yaml" >"$tmp/priv.yaml"
+broken "privilege escalation" "allowPrivilegeEscalation" "$tmp/priv.yaml"
+
+if [ "$failures" -ne 0 ]; then
+  echo "containers_check: $failures failures"
+  exit 1
+fi
+echo "containers_check: OK"
