@@ -211,6 +211,18 @@ Interpreter::Deeper::Deeper(Interpreter* in, int line) : in(in) {
   }
 }
 
+size_t Footprint(const Value& v) {
+  if (v.is_string()) return v.str().size();
+  if (v.is_list()) return v.list().size() * sizeof(Value);
+  if (v.is_dict()) return v.dict().size() * (sizeof(Value) + sizeof(std::string));
+  return 0;
+}
+
+void Interpreter::Charge(size_t bytes, int line) {
+  steps_ += static_cast<int64_t>(std::min<size_t>(bytes / kBytesPerStep, INT64_MAX / 2));
+  if (steps_ > limits_.max_steps) Tick(line);  // throws
+}
+
 void Interpreter::Tick(int line) {
   if (++steps_ > limits_.max_steps) {
     throw Error("the template ran for more than " + std::to_string(limits_.max_steps) +
@@ -357,6 +369,7 @@ void Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Frame>& frame, st
     if (i + 1 < n) items.Next(&next);
     // A new dict each step (its depth is its items'), the one before freed as it is replaced.
     Dict loop;
+    loop.Reserve(10);
     loop.Set("index", Value(i + 1));
     loop.Set("index0", Value(i));
     loop.Set("revindex", Value(n - i));
@@ -494,6 +507,7 @@ Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
     case ExprKind::kGetItem: {
       Value obj = Eval(*e.args[0], frame);
       Value key = Eval(*e.args[1], frame);
+      if (obj.is_string()) Charge(obj.str().size(), e.line);  // found by walking code points
       if (obj.is_undefined()) {
         throw Error("cannot read item " + key.ShortRepr() + " of an undefined value", e.line);
       }
@@ -505,7 +519,9 @@ Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
     case ExprKind::kSlice: {
       Value obj = Eval(*e.args[0], frame);
       auto part = [&](size_t i) { return e.args[i] ? Eval(*e.args[i], frame) : Value(); };
-      return Slice(obj, part(1), part(2), part(3), e.line);
+      Value result = Slice(obj, part(1), part(2), part(3), e.line);
+      Charge(Footprint(obj) + Footprint(result), e.line);
+      return result;
     }
     case ExprKind::kCall:
       return EvalCall(e, frame);
@@ -513,7 +529,9 @@ Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
       Value operand = e.args[0] ? Eval(*e.args[0], frame) : Value();
       CallArgs args = EvalArgs(e, 1, frame);
       try {
-        return ApplyFilter(*this, e.name, operand, args);
+        Value result = ApplyFilter(*this, e.name, operand, args);
+        Charge(Footprint(operand) + Footprint(result), e.line);
+        return result;
       } catch (Error& err) {
         if (err.line() == 0) err.set_line(e.line);
         throw;
@@ -566,7 +584,9 @@ Value Interpreter::EvalCall(const Expr& e, const std::shared_ptr<Frame>& frame) 
                 e.line);
   }
   try {
-    return Call(fn, args);
+    Value result = Call(fn, args);
+    Charge(Footprint(result), e.line);
+    return result;
   } catch (Error& err) {
     if (err.line() == 0) err.set_line(e.line);
     throw;
@@ -580,12 +600,14 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Frame>& frame
   if (op == "or") return a.Truthy() ? a : Eval(*e.args[1], frame);
   Value b = Eval(*e.args[1], frame);
   const int line = e.line;
+  Charge(Footprint(a) + Footprint(b), line);
   if (op == "==") return Value(a.Equals(b));
   if (op == "!=") return Value(!a.Equals(b));
   if (op == "~") {
     std::string s = Str(a);
     const std::string t = Str(b);
     CheckSize(s.size() + t.size(), line);
+    Charge(s.size() + t.size(), line);
     s += t;
     return Value(std::move(s));
   }
@@ -651,6 +673,7 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Frame>& frame
     if (__builtin_mul_overflow(unit, static_cast<uint64_t>(n), &total)) total = SIZE_MAX;
     if (n > 0 && seq.is_string()) CheckSize(total, line);
     if (n > 0 && seq.is_list()) CheckItems(total, line);
+    Charge(seq.is_string() ? total : total * sizeof(Value), line);
     if (seq.is_string()) {
       std::string s;
       s.reserve(total);

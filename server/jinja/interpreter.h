@@ -6,7 +6,7 @@
 // a bound on the rendered size and on every string built (max_output_bytes), on the items of
 // every list built (max_list_items), on nested macro calls (max_call_depth), on nested
 // evaluation (max_eval_depth) and on evaluation steps (max_steps: loop iterations and calls,
-// filter items, comparisons of unique). Each is checked before the memory is taken, so
+// filter items, comparisons of unique, and bytes that operations copy or scan). Each is checked before the memory is taken, so
 // a refused render costs little more than the limits. Loops walk their sequence in place (a
 // list is not copied, range() makes no list), and nothing a loop step makes outlives the step
 // unless the template stores it: a render's memory does not grow with its loop counts.
@@ -23,6 +23,10 @@
 #include "server/jinja/value.h"
 
 namespace banyan::jinja {
+
+// Bytes an operation may copy or scan for one step (Interpreter::Charge): max_steps of them
+// are 640 MB, a second or so.
+inline constexpr size_t kBytesPerStep = 128;
 
 struct Limits {
   size_t max_output_bytes = size_t{8} << 20;
@@ -63,6 +67,10 @@ class Interpreter {
   List Items(const Value& v, int line);
   // Counts one evaluation step; throws past max_steps.
   void Tick(int line = 0);
+  // Counts the steps of an operation over `bytes` of values (kBytesPerStep a step), so that
+  // a template that copies or scans big values over and over (s = s ~ x in a loop: quadratic)
+  // stops at max_steps as a loop does.
+  void Charge(size_t bytes, int line = 0);
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -94,6 +102,10 @@ class Interpreter {
   };
   std::shared_ptr<Frame> root_;
 };
+
+// The bytes a value's own storage takes (a string's bytes, a list's or dict's items), for
+// Interpreter::Charge.
+size_t Footprint(const Value& v);
 
 // Python's x[key] / getattr for templates: dict key, list or range index (negative from the
 // end), string character; undefined when absent.

@@ -203,6 +203,7 @@ bool IsStringMethod(std::string_view name) {
 
 std::optional<Value> CallStringMethod(Interpreter& in, const std::string& s, std::string_view name,
                                       CallArgs& a) {
+  in.Charge(s.size(), a.line);  // every method reads the string
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     return Value(PyStrip(s, OptStr(a, 0, "chars"), name != "rstrip", name != "lstrip"));
   }

@@ -260,6 +260,7 @@ int64_t Range::size() const {
 
 size_t Dict::size() const { return items_.size(); }
 bool Dict::empty() const { return items_.empty(); }
+void Dict::Reserve(size_t n) { items_.reserve(n); }
 
 const Value* Dict::Find(std::string_view key) const {
   for (const auto& [k, v] : items_) {

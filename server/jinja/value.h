@@ -69,6 +69,7 @@ class Dict {
   const Value* Find(std::string_view key) const;
   Value* Find(std::string_view key);
   void Set(std::string key, Value value);
+  void Reserve(size_t n);
   bool Erase(std::string_view key);
   // Out of line: Value is incomplete here, and clang instantiates the vector's members at once.
   size_t size() const;
