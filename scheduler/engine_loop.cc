@@ -407,6 +407,9 @@ void EngineLoop::PublishMetrics() {
   m.kv_chunks_live = kv.chunks_live;
   m.kv_chunks_cached = kv.chunks_cached;
   m.kv_chunks_saved_by_sharing = kv.chunks_saved_by_sharing;
+  m.kv_chunks_live_peak = std::max(m.kv_chunks_live_peak, kv.chunks_live);
+  m.kv_chunks_saved_by_sharing_peak =
+      std::max(m.kv_chunks_saved_by_sharing_peak, kv.chunks_saved_by_sharing);
   m.sequences_running = kv.live_sequences;
   m.requests_running = static_cast<int32_t>(running_.size());
   m.requests_waiting = static_cast<int32_t>(waiting_.size());

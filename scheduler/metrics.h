@@ -28,6 +28,10 @@ struct MetricsSnapshot {
   int32_t kv_chunks_live = 0;    // used by running sequences
   int32_t kv_chunks_cached = 0;  // held by the prefix cache only (evictable)
   int64_t kv_chunks_saved_by_sharing = 0;
+  // High-water marks of the two above since start-up, taken after every engine step that moved:
+  // a load too short for any scrape to catch still leaves its mark here.
+  int32_t kv_chunks_live_peak = 0;
+  int64_t kv_chunks_saved_by_sharing_peak = 0;
   int32_t chunk_size = 0;
   int64_t prompt_tokens_total = 0;
   int64_t prefix_cache_hit_tokens_total = 0;

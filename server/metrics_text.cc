@@ -117,6 +117,12 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
            "KV cache chunks stored once but used by several running sequences, counted once per "
            "extra sequence: the copies prefix sharing saves now.",
            static_cast<double>(m.kv_chunks_saved_by_sharing));
+  w.Scalar("banyan_kv_chunks_live_peak", "gauge",
+           "Most KV cache chunks live at once since start-up (high-water mark).",
+           m.kv_chunks_live_peak);
+  w.Scalar("banyan_kv_chunks_saved_by_sharing_peak", "gauge",
+           "Most KV cache chunks saved by sharing at once since start-up (high-water mark).",
+           static_cast<double>(m.kv_chunks_saved_by_sharing_peak));
   w.Scalar("banyan_kv_chunk_size_tokens", "gauge", "Token slots per KV cache chunk.", m.chunk_size);
   w.Scalar("banyan_kv_usage_ratio", "gauge",
            "Fraction of KV cache chunks used by running sequences: live / total.", kv_usage);

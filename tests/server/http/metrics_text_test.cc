@@ -22,6 +22,8 @@ scheduler::MetricsSnapshot Sample() {
   m.kv_chunks_live = 25;
   m.kv_chunks_cached = 15;
   m.kv_chunks_saved_by_sharing = 7;
+  m.kv_chunks_live_peak = 31;
+  m.kv_chunks_saved_by_sharing_peak = 9;
   m.chunk_size = 16;
   m.prompt_tokens_total = 1000;
   m.prefix_cache_hit_tokens_total = 400;
@@ -66,6 +68,8 @@ TEST(MetricsTextTest, AllNamesAndValues) {
   EXPECT_EQ(s["banyan_kv_chunks_live"], "25");
   EXPECT_EQ(s["banyan_kv_chunks_cached"], "15");
   EXPECT_EQ(s["banyan_kv_chunks_saved_by_sharing"], "7");
+  EXPECT_EQ(s["banyan_kv_chunks_live_peak"], "31");
+  EXPECT_EQ(s["banyan_kv_chunks_saved_by_sharing_peak"], "9");
   EXPECT_EQ(s["banyan_kv_chunk_size_tokens"], "16");
   EXPECT_EQ(s["banyan_kv_usage_ratio"], "0.25");
   EXPECT_EQ(s["banyan_prompt_tokens_total"], "1000");
