@@ -64,7 +64,25 @@ TEST(RunnerTest, ParsesKvGauges) {
   EXPECT_EQ(s.free, 3000);
   EXPECT_EQ(s.live, 200);
   EXPECT_EQ(s.chunk_size, 64);
+  EXPECT_EQ(s.live_peak, -1);  // not on the page
+  EXPECT_EQ(s.saved_by_sharing_peak, -1);
   EXPECT_FALSE(ParseKvMetrics("banyan_kv_chunks_total 1\n", &s));
+}
+
+TEST(RunnerTest, ParsesKvHighWaterMarks) {
+  const std::string page =
+      "banyan_kv_chunks_total 100\nbanyan_kv_chunks_free 90\nbanyan_kv_chunks_live 0\n"
+      "banyan_kv_chunk_size_tokens 16\nbanyan_kv_chunks_live_peak 42\n"
+      "banyan_kv_chunks_saved_by_sharing_peak 7\n";
+  KvSample s;
+  ASSERT_TRUE(ParseKvMetrics(page, &s));
+  EXPECT_EQ(s.live, 0);
+  EXPECT_EQ(s.live_peak, 42);
+  EXPECT_EQ(s.saved_by_sharing_peak, 7);
+  // The marks alone are not a KV page.
+  EXPECT_FALSE(ParseKvMetrics("banyan_kv_chunks_live_peak 1\nbanyan_kv_chunks_total 1\n"
+                              "banyan_kv_chunks_saved_by_sharing_peak 1\n"
+                              "banyan_kv_chunk_size_tokens 1\n", &s));
 }
 
 TEST(WorkloadTest, GeneratedSharedPrefixSharesExactlyTheSystemPrompt) {

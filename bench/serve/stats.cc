@@ -17,6 +17,12 @@ Json QuantilesMs(const Quantiles& q) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
 
+// null when the daemon did not report its high-water marks.
+Json PeaksJson(const KvPeaks& p) {
+  if (p.chunks_live < 0 || p.chunks_saved_by_sharing < 0) return nullptr;
+  return {{"chunks_live", p.chunks_live}, {"chunks_saved_by_sharing", p.chunks_saved_by_sharing}};
+}
+
 }  // namespace
 
 double Percentile(const std::vector<double>& sorted, double q) {
@@ -142,7 +148,9 @@ Json RunReport(const Options& o, const Workload& w, const RunConfig& rc,
              {"peak_chunks_live", kv.peak_live},
              {"peak_chunks_used", kv.peak_used},
              {"peak_unshared_chunks_in_flight", kv.peak_unshared_in_flight},
-             {"unshared_chunks_all_requests", unshared_chunks}};
+             {"unshared_chunks_all_requests", unshared_chunks},
+             {"daemon_peak_before", PeaksJson(kv.daemon_before)},
+             {"daemon_peak_after", PeaksJson(kv.daemon_after)}};
   return j;
 }
 

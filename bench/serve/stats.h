@@ -44,6 +44,12 @@ struct RequestResult {
   std::vector<std::string> text;
 };
 
+// The daemon's KV high-water marks since its start-up (-1: not read).
+struct KvPeaks {
+  int64_t chunks_live = -1;
+  int64_t chunks_saved_by_sharing = -1;
+};
+
 // The KV figures polled from GET /metrics during a run.
 struct KvObservation {
   int polls = 0;              // successful polls
@@ -54,6 +60,10 @@ struct KvObservation {
   // Max over polls of the chunks the requests in flight would hold without any sharing:
   // sum of n * ceil((prompt + tokens so far per choice) / chunk_size).
   int64_t peak_unshared_in_flight = 0;
+  // Read once before the first request and once after the last one ended. A mark that rose
+  // during the run is the run's own peak; one that did not says only that the run stayed at or
+  // below an earlier load's.
+  KvPeaks daemon_before, daemon_after;
 };
 
 struct Quantiles {
