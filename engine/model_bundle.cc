@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/json_limits.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/model/weights_layout.h"
 #include "engine/model/gguf_loader.h"
@@ -64,31 +65,48 @@ absl::StatusOr<std::string> ReadSmallFile(const fs::path& p) {
   return text;
 }
 
+// tokenizer_config.json's "chat_template": a string, or a list of {"name", "template"} from
+// which "default" is taken; null or absent is none. Any other shape is refused rather than
+// served with the plain template, which would answer every chat request with the wrong prompt.
+absl::Status ReadTemplateField(const nlohmann::json& cfg, const std::string& file,
+                               ModelBundle* b) {
+  const auto t = cfg.find("chat_template");
+  if (t == cfg.end() || t->is_null()) return absl::OkStatus();
+  if (t->is_string()) {
+    b->chat_template = t->get<std::string>();
+    return absl::OkStatus();
+  }
+  const auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": chat_template ", what,
+        "; it must be a string or a list of {\"name\": string, \"template\": string}"));
+  };
+  if (!t->is_array()) return bad(absl::StrCat("is a JSON ", t->type_name()));
+  for (size_t i = 0; i < t->size(); ++i) {
+    const nlohmann::json& e = (*t)[i];
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
+        !e.contains("template") || !e["template"].is_string()) {
+      return bad(absl::StrCat("entry ", i, " is not {\"name\": string, \"template\": string}"));
+    }
+    if (e["name"].get<std::string>() == "default") b->chat_template = e["template"].get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
 // The chat template and special-token texts of a model folder (see the header).
 absl::Status ReadChatTemplate(const fs::path& model, ModelBundle* b) {
   fs::path dir = fs::is_directory(model) ? model : model.parent_path();
   if (dir.empty()) dir = ".";
   const fs::path config = dir / "tokenizer_config.json";
   if (fs::is_regular_file(config)) {
-    absl::StatusOr<std::string> text = ReadSmallFile(config);
-    if (!text.ok()) return text.status();
-    const nlohmann::json cfg = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!cfg.is_object()) {
+    absl::StatusOr<nlohmann::json> cfg = ReadJsonFile(config.string());
+    if (!cfg.ok()) return cfg.status();
+    if (!cfg->is_object()) {
       return absl::InvalidArgumentError(config.string() + ": not a JSON object");
     }
-    b->bos_token = TokenText(cfg, "bos_token");
-    b->eos_token = TokenText(cfg, "eos_token");
-    auto t = cfg.find("chat_template");
-    if (t != cfg.end() && t->is_string()) {
-      b->chat_template = t->get<std::string>();
-    } else if (t != cfg.end() && t->is_array()) {
-      for (const auto& e : *t) {
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-            e["template"].is_string()) {
-          b->chat_template = e["template"].get<std::string>();
-        }
-      }
-    }
+    b->bos_token = TokenText(*cfg, "bos_token");
+    b->eos_token = TokenText(*cfg, "eos_token");
+    if (absl::Status s = ReadTemplateField(*cfg, config.string(), b); !s.ok()) return s;
     if (!b->chat_template.empty()) b->chat_template_source = config.string();
   }
   const fs::path jinja = dir / "chat_template.jinja";
@@ -170,13 +188,16 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
 
 std::string FindBundledModel(const char* argv0) {
   const fs::path rel = fs::path("models") / "stories260K" / "stories260K.bin";
-  std::vector<fs::path> candidates = {rel};
+  std::vector<fs::path> candidates;
   std::error_code ec;
   fs::path exe = fs::canonical("/proc/self/exe", ec);
   if (ec && argv0 != nullptr) exe = fs::absolute(argv0, ec);
+  // The installation's own copy first: a models/ folder in whatever directory the daemon is
+  // started from must not replace the model it ships with.
   for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
     candidates.push_back(p / rel);
   }
+  candidates.push_back(rel);
   for (const fs::path& c : candidates) {
     if (fs::exists(c, ec)) return c.string();
   }

@@ -12,8 +12,11 @@
 //  - GGUF: the tokenizer.chat_template metadata;
 //  - otherwise, in the model's folder (the folder itself, or the one holding the file):
 //    chat_template.jinja, else tokenizer_config.json's "chat_template" (a string, or a list of
-//    {"name", "template"} from which "default" is taken), with its "bos_token" and "eos_token"
-//    (a string or {"content": ...}).
+//    {"name", "template"} from which "default" is taken; any other non-null value is an error
+//    naming the file and the field), with its "bos_token" and "eos_token" (a string or
+//    {"content": ...}).
+// Every JSON file is read through common/json_limits.h (depth and size limits, errors naming
+// the file); a config.json with a quantization_config is refused (no quantized safetensors yet).
 // Token texts not given there are the tokenizer's BOS / EOS pieces ("" when it has none).
 #pragma once
 
@@ -58,8 +61,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size);
 // (the CPU backend needs them; the CUDA backend generates its own on the device).
 absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights);
 
-// The bundled stories260K checkpoint, looked up from the working directory and from the
-// executable's location (build/<dir>/<exe> inside a checkout). Empty when not found.
+// The bundled stories260K checkpoint (models/stories260K/stories260K.bin): first in the folders
+// holding the executable, nearest first (build/<dir>/<exe> inside a checkout finds the
+// checkout's), then in the working directory. Empty when not found.
 std::string FindBundledModel(const char* argv0);
 
 }  // namespace banyan::engine

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace banyan::engine {
@@ -49,9 +50,13 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   const uint64_t data_start = r.offset();
   const uint64_t data_size = f.size() - data_start;
 
-  const nlohmann::json header = nlohmann::json::parse(text->begin(), text->end(), nullptr,
-                                                      /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
+  absl::StatusOr<nlohmann::json> parsed =
+      ParseJson(std::string_view(text->data(), text->size()),
+                absl::StrCat(path, ": safetensors header"),
+                JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = kMaxHeaderBytes});
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& header = *parsed;
+  if (!header.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": safetensors header is not a JSON object"));
   }

@@ -2,15 +2,14 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_limits.h"
 #include "engine/model/model_log.h"
 #include "engine/model/safetensors_file.h"
 #include "nlohmann/json.hpp"
@@ -20,18 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    return absl::NotFoundError(absl::StrCat(path, ": not found"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return ss.str();
-}
 
 // Typed access to config.json fields; messages name the file and the field.
 class ConfigReader {
@@ -99,10 +86,10 @@ class ConfigReader {
 
 // Maps tensor name -> shard file name (relative to the folder).
 absl::StatusOr<std::map<std::string, std::string>> ReadIndex(const std::string& index_path) {
-  absl::StatusOr<std::string> text = ReadTextFile(index_path);
-  if (!text.ok()) return text.status();
-  const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+  absl::StatusOr<json> parsed = ReadJsonFile(index_path);
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
+  if (!j.is_object() || !j.contains("weight_map") ||
       !j["weight_map"].is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(index_path, ": expected a JSON object with a \"weight_map\" object"));
@@ -246,14 +233,33 @@ absl::Status ApplySlidingWindow(const ConfigReader& r, const json& j, const std:
   return absl::OkStatus();
 }
 
+// Any quantization_config (awq, gptq, bitsandbytes, fp8, ...) means weights banyan can not run:
+// it loads only unquantized f32 / f16 / bf16 safetensors. Refused whatever the tensors' dtypes,
+// since a quantized checkpoint may keep some tensors in bf16 and would then load as nonsense.
+absl::Status RefuseQuantization(const ConfigReader& r, const json& j) {
+  if (!r.Has("quantization_config")) return absl::OkStatus();
+  const json& q = j["quantization_config"];
+  std::string method = "(none named)";
+  if (q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()) {
+    method = absl::StrCat("\"", q["quant_method"].get<std::string>(), "\"");
+  }
+  return r.Unimplemented(
+      "quantization_config.quant_method",
+      absl::StrCat(method, ": quantized safetensors checkpoints are not supported yet (banyan "
+                           "runs f32, f16 and bf16 weights; any quantization_config is refused)"));
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source) {
-  const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  absl::StatusOr<json> parsed = ParseJson(json_text, source);
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
+  if (!j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a valid JSON object"));
   }
   const ConfigReader r(j, source);
+  if (absl::Status s = RefuseQuantization(r, j); !s.ok()) return s;
   absl::StatusOr<std::string> model_type = r.String("model_type", "llama");
   if (!model_type.ok()) return model_type.status();
   const std::string& arch = *model_type;
@@ -369,7 +375,7 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
     return absl::InvalidArgumentError(absl::StrCat(dir, ": not a directory"));
   }
   const std::string config_path = (fs::path(dir) / "config.json").string();
-  absl::StatusOr<std::string> config_text = ReadTextFile(config_path);
+  absl::StatusOr<std::string> config_text = ReadJsonText(config_path);
   if (!config_text.ok()) return config_text.status();
   absl::StatusOr<ModelConfig> cfg = ParseHfConfig(*config_text, config_path);
   if (!cfg.ok()) return cfg.status();

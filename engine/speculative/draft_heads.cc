@@ -6,13 +6,12 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/json_limits.h"
 #include "engine/model/safetensors_file.h"
 #include "nlohmann/json.hpp"
 
@@ -58,12 +57,13 @@ std::vector<int32_t> TopK(std::span<const float> v, int k) {
 
 absl::StatusOr<DraftHeads> DraftHeads::Load(const std::string& config_path,
                                             const ModelWeights& base) {
-  std::ifstream in(config_path);
-  if (!in) return absl::NotFoundError(absl::StrCat("draft heads: cannot read ", config_path));
-  std::stringstream text;
-  text << in.rdbuf();
-  json c = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (c.is_discarded() || !c.is_object()) return Bad(config_path, "not a JSON object");
+  absl::StatusOr<json> parsed = ReadJsonFile(config_path);
+  if (!parsed.ok()) {
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat("draft heads: ", parsed.status().message()));
+  }
+  const json& c = *parsed;
+  if (!c.is_object()) return Bad(config_path, "not a JSON object");
   auto str = [&](const char* key) -> std::string {
     return c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : "";
   };

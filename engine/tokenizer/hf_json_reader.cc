@@ -1,13 +1,12 @@
 #include "engine/tokenizer/hf_json_reader.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_limits.h"
 
 namespace banyan::engine {
 namespace {
@@ -421,19 +420,22 @@ std::string ConfigToken(const Json& config, const char* key) {
   return "";
 }
 
+// A member of `doc`, or null; by reference: a copy of "model" would copy the whole vocabulary.
+const Json& Member(const Json& doc, const char* key) {
+  static const Json kNull;
+  const auto it = doc.find(key);
+  return it == doc.end() ? kNull : *it;
+}
+
 absl::Status ParseDocument(const Json& doc, const Json& config, BpeSpec* spec) {
   if (!doc.is_object()) return absl::InvalidArgumentError("not a JSON object");
-  if (absl::Status s = ReadModel(doc.value("model", Json()), spec); !s.ok()) return s;
-  if (absl::Status s = ReadAddedTokens(doc.value("added_tokens", Json()), spec); !s.ok()) return s;
-  if (absl::Status s = ReadNormalizer(doc.value("normalizer", Json()), spec); !s.ok()) return s;
-  if (absl::Status s = ReadPreTokenizer(doc.value("pre_tokenizer", Json()), spec); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ReadPostProcessor(doc.value("post_processor", Json()), spec); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = ReadModel(Member(doc, "model"), spec); !s.ok()) return s;
+  if (absl::Status s = ReadAddedTokens(Member(doc, "added_tokens"), spec); !s.ok()) return s;
+  if (absl::Status s = ReadNormalizer(Member(doc, "normalizer"), spec); !s.ok()) return s;
+  if (absl::Status s = ReadPreTokenizer(Member(doc, "pre_tokenizer"), spec); !s.ok()) return s;
+  if (absl::Status s = ReadPostProcessor(Member(doc, "post_processor"), spec); !s.ok()) return s;
   bool fused = false;
-  if (absl::Status s = ReadDecoder(doc.value("decoder", Json()), &fused, spec); !s.ok()) return s;
+  if (absl::Status s = ReadDecoder(Member(doc, "decoder"), &fused, spec); !s.ok()) return s;
 
   spec->bos_id = spec->prefix_ids.empty() ? -1 : spec->prefix_ids.front();
   if (config.is_object()) {
@@ -456,35 +458,26 @@ absl::Status ParseDocument(const Json& doc, const Json& config, BpeSpec* spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 absl::StatusOr<BpeSpec> ParseHfTokenizerJson(std::string_view json, std::string_view config_json,
-                                             const std::string& source) {
+                                             const std::string& source,
+                                             const std::string& config_source) {
   BpeSpec spec;
   spec.source = source;
-  const Json doc = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
-  }
+  // Both documents pass the depth limit before any DOM exists: the readers below copy and
+  // recurse (Sequence inside Sequence), which a hostile nesting would turn into a stack overflow.
+  absl::StatusOr<Json> doc = ParseJson(json, source);
+  if (!doc.ok()) return doc.status();
   Json config;
   if (!config_json.empty()) {
-    config = Json::parse(config_json.begin(), config_json.end(), nullptr, false);
-    if (config.is_discarded()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": tokenizer_config.json is not valid JSON"));
-    }
+    absl::StatusOr<Json> c = ParseJson(config_json, config_source);
+    if (!c.ok()) return c.status();
+    config = *std::move(c);
   }
   absl::Status status;
   try {
-    status = ParseDocument(doc, config, &spec);
+    status = ParseDocument(*doc, config, &spec);
   } catch (const Json::exception& e) {  // a shape the checks above did not foresee
     status = absl::InvalidArgumentError(absl::StrCat("unexpected JSON shape: ", e.what()));
   }
@@ -495,7 +488,7 @@ absl::StatusOr<BpeSpec> ParseHfTokenizerJson(std::string_view json, std::string_
 }
 
 absl::StatusOr<BpeSpec> ReadHfTokenizerFiles(const std::string& path) {
-  absl::StatusOr<std::string> json = ReadFile(path);
+  absl::StatusOr<std::string> json = ReadJsonText(path);
   if (!json.ok()) return json.status();
   const std::filesystem::path config_path =
       std::filesystem::path(path).parent_path() / "tokenizer_config.json";
@@ -503,12 +496,12 @@ absl::StatusOr<BpeSpec> ReadHfTokenizerFiles(const std::string& path) {
   std::string source = path;
   std::error_code ec;
   if (std::filesystem::exists(config_path, ec)) {
-    absl::StatusOr<std::string> text = ReadFile(config_path.string());
+    absl::StatusOr<std::string> text = ReadJsonText(config_path.string());
     if (!text.ok()) return text.status();
     config = *std::move(text);
     source = absl::StrCat(path, " (with tokenizer_config.json)");
   }
-  return ParseHfTokenizerJson(*json, config, source);
+  return ParseHfTokenizerJson(*json, config, source, config_path.string());
 }
 
 absl::Status ApplyGgufPreTokenizer(std::string_view pre, BpeSpec* spec) {

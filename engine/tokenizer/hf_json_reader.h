@@ -25,9 +25,12 @@
 namespace banyan::engine {
 
 // Parses a tokenizer.json document; `config_json` is tokenizer_config.json's text or empty.
-// `source` names them in errors.
+// `source` names the document in errors, `config_source` the config. Both are parsed with
+// common/json_limits.h's depth and size limits (an error naming the file and the limit).
 absl::StatusOr<BpeSpec> ParseHfTokenizerJson(std::string_view json, std::string_view config_json,
-                                             const std::string& source);
+                                             const std::string& source,
+                                             const std::string& config_source =
+                                                 "tokenizer_config.json");
 
 // Reads `path` and, when it exists, tokenizer_config.json in the same folder.
 absl::StatusOr<BpeSpec> ReadHfTokenizerFiles(const std::string& path);
