@@ -1,0 +1,143 @@
+// JSON Schema → grammar: which instances the grammar accepts (canonical JSON as a model would
+// write it), and the refusals, each naming the keyword and where it is.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "text/grammar/automaton.h"
+#include "text/grammar/json_schema.h"
+#include "text/grammar/matcher.h"
+
+namespace banyan::text::grammar {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::shared_ptr<const CompiledGrammar> FromSchema(const std::string& schema) {
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(ojson::parse(schema));
+  EXPECT_TRUE(g.ok()) << g.status();
+  if (!g.ok()) return nullptr;
+  absl::StatusOr<CompiledGrammar> c = CompiledGrammar::Compile(*g);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  return std::make_shared<const CompiledGrammar>(*std::move(c));
+}
+
+bool Matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
+  Matcher m(g);
+  return m.Accept(text) && m.CanEnd();
+}
+
+std::string Error(const std::string& schema) {
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(ojson::parse(schema));
+  if (g.ok()) return "";
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(g.status().message());
+}
+
+struct Case {
+  const char* schema;
+  std::vector<const char*> yes;
+  std::vector<const char*> no;
+};
+
+TEST(JsonSchemaTest, AcceptsExactlyTheCanonicalInstances) {
+  const std::vector<Case> cases = {
+      {R"({"type":"integer"})", {"0", "-12", "123456789"}, {"01", "1.5", "\"1\"", "-", ""}},
+      {R"({"type":"number"})", {"0", "-1.25", "3e10", "2.5E-3"}, {".5", "1.", "1e", "+1"}},
+      {R"({"type":"string","minLength":2,"maxLength":3})",
+       {R"("ab")", R"("a\"c")", "\"\xC3\xA9\xC3\xA9\""},
+       {R"("a")", R"("abcd")", "\"a\nb\"", R"("\x")"}},
+      {R"({"type":["string","null"]})", {"null", R"("x")"}, {"1", "nul"}},
+      {R"({"type":"boolean"})", {"true", "false"}, {"True", "1"}},
+      {R"({"enum":["red",2,null,{"a":[1]}]})",
+       {R"("red")", "2", "null", R"({"a":[1]})"},
+       {R"("blue")", "3", R"({"a":[2]})"}},
+      {R"({"const":"x"})", {R"("x")"}, {R"("y")"}},
+      {R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},
+           "required":["b"]})",
+       {R"({"b":"x"})", R"({"a":1,"b":"x"})", R"({ "a": 1 , "b":"x" })"},
+       {R"({})", R"({"a":1})", R"({"b":"x","a":1})", R"({"b":"x",})", R"({"b":"x","c":1})"}},
+      {R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},
+           "c":{"type":"integer"}}})",
+       {"{}", R"({"b":2})", R"({"a":1,"c":3})", R"({"a":1,"b":2,"c":3})"},
+       {R"({,"b":2})", R"({"c":3,"a":1})"}},
+      {R"({"type":"object","additionalProperties":{"type":"boolean"}})",
+       {"{}", R"({"any key":true,"k2":false})"},
+       {R"({"k":1})"}},
+      {R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
+       {"[1]", "[1,2,3]", "[ 1 , 2 ]"},
+       {"[]", "[1,2,3,4]", "[1,]", R"(["a"])"}},
+      {R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
+       {"[]", R"(["a"])", R"(["a",1])"},
+       {R"(["a",1,2])", "[1]"}},
+      {R"({"anyOf":[{"type":"integer"},{"type":"array","items":{"$ref":"#"}}]})",
+       {"1", "[]", "[1,[2,[]]]"},
+       {R"(["x"])", "[[1]"}},
+      {R"({"type":"string","format":"date"})",
+       {R"("2024-02-28")", R"("1999-12-31")"},
+       {R"("2024-02-30")", R"("2024-13-01")", R"("2024-04-31")"}},
+      {R"({"type":"string","format":"uuid"})",
+       {R"("123e4567-e89b-12d3-a456-426614174000")"},
+       {R"("123e4567e89b12d3a456426614174000")"}},
+      {R"({"type":"string","format":"ipv4"})",
+       {R"("192.168.0.1")", R"("0.0.0.0")"},
+       {R"("256.1.1.1")", R"("01.1.1.1")"}},
+      {R"({})", {R"({"a":[1,{"b":null}],"c":"\u00e9"})", "[]", "-1.5e3", "true"},
+       {R"({"a":})", "[1,]"}},
+  };
+  for (const Case& c : cases) {
+    auto g = FromSchema(c.schema);
+    ASSERT_NE(g, nullptr) << c.schema;
+    for (const char* text : c.yes) EXPECT_TRUE(Matches(g, text)) << c.schema << " : " << text;
+    for (const char* text : c.no) EXPECT_FALSE(Matches(g, text)) << c.schema << " : " << text;
+  }
+}
+
+TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
+  EXPECT_NE(Error(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})")
+                .find("'minimum' at #/properties/age"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"object","properties":{"a/b":{"not":{}}}})")
+                .find("'not' at #/properties/a~1b"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"$ref":"#/$defs/missing"})").find("does not resolve"), std::string::npos);
+  EXPECT_NE(Error(R"({"$ref":"https://example.com/s.json"})").find("not supported"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"string","format":"email"})").find("format 'email'"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"array","items":false,"minItems":1})").find("no number of items"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"strin"})").find("unknown type 'strin'"), std::string::npos);
+  EXPECT_NE(Error(R"({"enum":[1,2],"type":"string"})").find("satisfies"), std::string::npos);
+  EXPECT_NE(Error(R"({"type":"string","maxLength":100000000})").find("maxLength"),
+            std::string::npos);
+  EXPECT_NE(Error("false").find("no value"), std::string::npos);
+  std::string deep = R"({"type":"array","items":)";
+  std::string schema;
+  for (int i = 0; i < 40; ++i) schema += deep;
+  schema += "{}";
+  for (int i = 0; i < 40; ++i) schema += "}";
+  EXPECT_NE(Error(schema).find("nests more than"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, SelfReferenceWithoutProgressIsRefused) {
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(ojson::parse(R"({"$ref":"#"})"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<CompiledGrammar> c = CompiledGrammar::Compile(*g);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("left-recursive"), std::string::npos) << c.status();
+}
+
+TEST(JsonSchemaTest, AnyJsonObject) {
+  absl::StatusOr<CompiledGrammar> c = CompiledGrammar::Compile(AnyJsonObjectGrammar());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto g = std::make_shared<const CompiledGrammar>(*std::move(c));
+  EXPECT_TRUE(Matches(g, R"({"a":{"b":[1,2,{}]}})"));
+  EXPECT_TRUE(Matches(g, "{}"));
+  EXPECT_FALSE(Matches(g, "[]"));
+  EXPECT_FALSE(Matches(g, "1"));
+}
+
+}  // namespace
+}  // namespace banyan::text::grammar

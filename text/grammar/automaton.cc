@@ -1,0 +1,325 @@
+#include "text/grammar/automaton.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace banyan::text::grammar {
+namespace {
+
+// Expression trees come from the front ends, which bound their nesting; this bound keeps a
+// grammar built by hand from overflowing the stack all the same.
+constexpr int kMaxExprDepth = 4096;
+
+struct NfaState {
+  std::vector<int32_t> eps;
+  std::vector<std::pair<ByteSet, int32_t>> bytes;
+  std::vector<std::pair<int32_t, int32_t>> calls;  // (rule, next)
+};
+
+class NfaBuilder {
+ public:
+  NfaBuilder(int64_t* budget, int64_t limit) : budget_(budget), limit_(limit) {}
+
+  absl::StatusOr<int32_t> New() {
+    if (++*budget_ > limit_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the grammar is too large: it needs more than ", limit_, " automaton (NFA) states"));
+    }
+    states_.emplace_back();
+    return static_cast<int32_t>(states_.size()) - 1;
+  }
+
+  // Adds the fragment of `e` from state `in` to state `out`. `in` and `out` are either fresh
+  // to this call's parent construct or shared only by alternatives, so a loop built here never
+  // joins a sibling's path.
+  absl::Status Build(const Expr& e, int32_t in, int32_t out, int depth) {
+    if (depth > kMaxExprDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the grammar nests more than ", kMaxExprDepth, " levels deep"));
+    }
+    switch (e.kind) {
+      case Expr::Kind::kEmpty:
+        states_[in].eps.push_back(out);
+        return absl::OkStatus();
+      case Expr::Kind::kByte:
+        states_[in].bytes.emplace_back(e.bytes, out);
+        return absl::OkStatus();
+      case Expr::Kind::kRef:
+        states_[in].calls.emplace_back(e.rule, out);
+        return absl::OkStatus();
+      case Expr::Kind::kSeq: {
+        int32_t cur = in;
+        for (size_t i = 0; i < e.kids.size(); ++i) {
+          int32_t next = out;
+          if (i + 1 < e.kids.size()) {
+            absl::StatusOr<int32_t> mid = New();
+            if (!mid.ok()) return mid.status();
+            next = *mid;
+          }
+          if (absl::Status s = Build(e.kids[i], cur, next, depth + 1); !s.ok()) return s;
+          cur = next;
+        }
+        return absl::OkStatus();
+      }
+      case Expr::Kind::kAlt:
+        for (const Expr& kid : e.kids) {
+          // A fresh entry per branch, so a branch's loop cannot reach another branch.
+          absl::StatusOr<int32_t> entry = New();
+          if (!entry.ok()) return entry.status();
+          states_[in].eps.push_back(*entry);
+          if (absl::Status s = Build(kid, *entry, out, depth + 1); !s.ok()) return s;
+        }
+        return absl::OkStatus();
+      case Expr::Kind::kRepeat:
+        return BuildRepeat(e, in, out, depth);
+    }
+    return absl::InternalError("unknown expression kind");
+  }
+
+  std::vector<NfaState>& states() { return states_; }
+
+ private:
+  absl::Status BuildRepeat(const Expr& e, int32_t in, int32_t out, int depth) {
+    const Expr& kid = e.kids[0];
+    if (e.max >= 0 && e.max < e.min) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a repetition's maximum ", e.max, " is below its minimum ", e.min));
+    }
+    int32_t cur = in;
+    auto fresh = [&]() -> absl::StatusOr<int32_t> { return New(); };
+    for (int32_t i = 0; i < e.min; ++i) {
+      absl::StatusOr<int32_t> next = fresh();
+      if (!next.ok()) return next.status();
+      if (absl::Status s = Build(kid, cur, *next, depth + 1); !s.ok()) return s;
+      cur = *next;
+    }
+    if (e.max < 0) {
+      absl::StatusOr<int32_t> loop = fresh();
+      if (!loop.ok()) return loop.status();
+      states_[cur].eps.push_back(*loop);
+      if (absl::Status s = Build(kid, *loop, *loop, depth + 1); !s.ok()) return s;
+      states_[*loop].eps.push_back(out);
+      return absl::OkStatus();
+    }
+    for (int32_t i = e.min; i < e.max; ++i) {
+      absl::StatusOr<int32_t> next = fresh();
+      if (!next.ok()) return next.status();
+      states_[cur].eps.push_back(out);  // stop here
+      if (absl::Status s = Build(kid, cur, *next, depth + 1); !s.ok()) return s;
+      cur = *next;
+    }
+    states_[cur].eps.push_back(out);
+    return absl::OkStatus();
+  }
+
+  std::vector<NfaState> states_;
+  int64_t* budget_;
+  int64_t limit_;
+};
+
+using StateSet = std::vector<int32_t>;  // sorted NFA states
+
+void Closure(const std::vector<NfaState>& nfa, StateSet* set) {
+  std::vector<int32_t> stack(set->begin(), set->end());
+  std::vector<char> seen(nfa.size(), 0);
+  for (int32_t s : *set) seen[s] = 1;
+  while (!stack.empty()) {
+    const int32_t s = stack.back();
+    stack.pop_back();
+    for (int32_t t : nfa[s].eps) {
+      if (!seen[t]) {
+        seen[t] = 1;
+        set->push_back(t);
+        stack.push_back(t);
+      }
+    }
+  }
+  std::sort(set->begin(), set->end());
+}
+
+// Subset construction of one rule's NFA (start 0, final 1).
+absl::Status Determinize(const std::vector<NfaState>& nfa, int64_t* dfa_budget, int64_t limit,
+                         std::vector<CompiledGrammar::State>* out) {
+  absl::flat_hash_map<StateSet, int32_t> ids;
+  std::vector<StateSet> sets;
+  auto intern = [&](StateSet set) -> absl::StatusOr<int32_t> {
+    Closure(nfa, &set);
+    auto it = ids.find(set);
+    if (it != ids.end()) return it->second;
+    if (++*dfa_budget > limit) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the grammar is too large: it needs more than ", limit, " automaton (DFA) states"));
+    }
+    const int32_t id = static_cast<int32_t>(sets.size());
+    ids.emplace(set, id);
+    sets.push_back(std::move(set));
+    out->emplace_back();
+    return id;
+  };
+  if (absl::StatusOr<int32_t> start = intern({0}); !start.ok()) return start.status();
+  std::vector<StateSet> per_byte(256);
+  for (size_t d = 0; d < sets.size(); ++d) {
+    const StateSet set = sets[d];  // copy: `sets` grows below
+    CompiledGrammar::State st;
+    st.accepting = std::binary_search(set.begin(), set.end(), 1);
+    for (StateSet& targets : per_byte) targets.clear();
+    absl::flat_hash_map<int32_t, StateSet> per_call;
+    std::vector<int32_t> call_order;
+    for (int32_t s : set) {
+      for (const auto& [bytes, next] : nfa[s].bytes) {
+        for (int b = 0; b < 256; ++b) {
+          if (bytes.Contains(static_cast<uint8_t>(b))) per_byte[b].push_back(next);
+        }
+      }
+      for (const auto& [rule, next] : nfa[s].calls) {
+        auto [it, inserted] = per_call.try_emplace(rule);
+        if (inserted) call_order.push_back(rule);
+        it->second.push_back(next);
+      }
+    }
+    int32_t prev_id = -1;
+    for (int b = 0; b < 256; ++b) {
+      StateSet& targets = per_byte[b];
+      if (targets.empty()) {
+        prev_id = -1;
+        continue;
+      }
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      int32_t id;
+      if (b > 0 && prev_id >= 0 && per_byte[b - 1] == targets) {
+        id = prev_id;
+      } else {
+        absl::StatusOr<int32_t> got = intern(targets);
+        if (!got.ok()) return got.status();
+        id = *got;
+      }
+      if (!st.bytes.empty() && st.bytes.back().next == id && st.bytes.back().hi + 1 == b) {
+        st.bytes.back().hi = static_cast<uint8_t>(b);
+      } else {
+        st.bytes.push_back({static_cast<uint8_t>(b), static_cast<uint8_t>(b), id});
+      }
+      prev_id = id;
+    }
+    std::sort(call_order.begin(), call_order.end());
+    for (int32_t rule : call_order) {
+      StateSet targets = per_call[rule];
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      absl::StatusOr<int32_t> got = intern(std::move(targets));
+      if (!got.ok()) return got.status();
+      st.calls.push_back({rule, *got});
+    }
+    (*out)[d] = std::move(st);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CompiledGrammar> CompiledGrammar::Compile(const Grammar& grammar,
+                                                         const CompileLimits& limits) {
+  const int32_t n = grammar.num_rules();
+  if (n == 0 || grammar.root() < 0 || grammar.root() >= n) {
+    return absl::InvalidArgumentError("the grammar has no root rule");
+  }
+  CompiledGrammar g;
+  g.root_ = grammar.root();
+  g.rules_.resize(n);
+  int64_t nfa_budget = 0;
+  int64_t dfa_budget = 0;
+  for (int32_t r = 0; r < n; ++r) {
+    g.names_.push_back(grammar.name(r));
+    if (!grammar.defined(r)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the grammar's rule '", grammar.name(r), "' is referenced but not defined"));
+    }
+    NfaBuilder nfa(&nfa_budget, limits.max_nfa_states);
+    absl::StatusOr<int32_t> start = nfa.New();
+    absl::StatusOr<int32_t> final = nfa.New();
+    if (!start.ok()) return start.status();
+    if (!final.ok()) return final.status();
+    if (absl::Status s = nfa.Build(grammar.body(r), *start, *final, 0); !s.ok()) return s;
+    for (const NfaState& st : nfa.states()) {
+      for (const auto& [rule, next] : st.calls) {
+        if (rule < 0 || rule >= n) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the grammar's rule '", grammar.name(r), "' calls an unknown rule ", rule));
+        }
+      }
+    }
+    if (absl::Status s = Determinize(nfa.states(), &dfa_budget, limits.max_dfa_states,
+                                     &g.rules_[r]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  g.total_states_ = dfa_budget;
+
+  // Nullable rules (fixed point), then the calls each rule makes before consuming a byte.
+  std::vector<char> nullable(n, 0);
+  auto reach_without_bytes = [&](int32_t r, std::vector<int32_t>* calls_out) {
+    std::vector<char> seen(g.rules_[r].size(), 0);
+    std::vector<int32_t> stack = {0};
+    seen[0] = 1;
+    bool accepts = false;
+    while (!stack.empty()) {
+      const int32_t s = stack.back();
+      stack.pop_back();
+      const State& st = g.rules_[r][s];
+      accepts = accepts || st.accepting;
+      for (const CallEdge& c : st.calls) {
+        if (calls_out != nullptr) calls_out->push_back(c.rule);
+        if (nullable[c.rule] && !seen[c.next]) {
+          seen[c.next] = 1;
+          stack.push_back(c.next);
+        }
+      }
+    }
+    return accepts;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t r = 0; r < n; ++r) {
+      if (!nullable[r] && reach_without_bytes(r, nullptr)) {
+        nullable[r] = 1;
+        changed = true;
+      }
+    }
+  }
+  g.nullable_ = nullable;
+  std::vector<std::vector<int32_t>> left_calls(n);
+  for (int32_t r = 0; r < n; ++r) reach_without_bytes(r, &left_calls[r]);
+  // Iterative DFS for a cycle among left calls (0 new, 1 on the path, 2 done).
+  std::vector<char> color(n, 0);
+  for (int32_t root = 0; root < n; ++root) {
+    if (color[root] != 0) continue;
+    std::vector<std::pair<int32_t, size_t>> path = {{root, 0}};
+    color[root] = 1;
+    while (!path.empty()) {
+      auto& [r, i] = path.back();
+      if (i < left_calls[r].size()) {
+        const int32_t q = left_calls[r][i++];
+        if (color[q] == 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("the grammar's rule '", grammar.name(q),
+                           "' is left-recursive (it can call itself before reading a byte)"));
+        }
+        if (color[q] == 0) {
+          color[q] = 1;
+          path.push_back({q, 0});
+        }
+      } else {
+        color[r] = 2;
+        path.pop_back();
+      }
+    }
+  }
+  return g;
+}
+
+}  // namespace banyan::text::grammar

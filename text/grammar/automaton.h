@@ -1,0 +1,77 @@
+// A compiled grammar: one deterministic automaton over bytes per rule, with rule calls as
+// extra edges (a recursive transition network, i.e. a pushdown automaton).
+//
+// Each rule's body becomes a Thompson NFA and then a DFA by subset construction, over the
+// alphabet {bytes} ∪ {rule calls}. Matching (matcher.h) keeps a stack of (rule, state) frames:
+// a byte edge moves the top frame, a call edge pushes the callee's start state and remembers
+// where to continue, and an accepting state may pop. Rules that never recurse should be inlined
+// by the front end (json_schema.h does), so most matching is plain DFA steps.
+//
+// Compile checks: every referenced rule is defined; no rule calls itself (directly or not)
+// before consuming a byte (left recursion would push forever); the automaton stays within
+// CompileLimits, so a hostile schema costs bounded memory and time.
+#ifndef BANYAN_TEXT_GRAMMAR_AUTOMATON_H_
+#define BANYAN_TEXT_GRAMMAR_AUTOMATON_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "text/grammar/grammar.h"
+
+namespace banyan::text::grammar {
+
+struct CompileLimits {
+  int64_t max_nfa_states = 1 << 20;  // summed over rules, before determinization
+  int64_t max_dfa_states = 1 << 17;  // summed over rules
+};
+
+class CompiledGrammar {
+ public:
+  struct ByteEdge {
+    uint8_t lo;  // the edge is taken on bytes lo..hi (inclusive)
+    uint8_t hi;
+    int32_t next;
+  };
+  struct CallEdge {
+    int32_t rule;  // the callee; its start state is 0
+    int32_t next;  // where the caller continues once the callee accepts and pops
+  };
+  struct State {
+    std::vector<ByteEdge> bytes;  // sorted by lo, disjoint
+    std::vector<CallEdge> calls;
+    bool accepting = false;
+  };
+
+  static absl::StatusOr<CompiledGrammar> Compile(const Grammar& grammar,
+                                                 const CompileLimits& limits = {});
+
+  int32_t root() const { return root_; }
+  int32_t num_rules() const { return static_cast<int32_t>(rules_.size()); }
+  const std::string& rule_name(int32_t rule) const { return names_[rule]; }
+  const State& state(int32_t rule, int32_t s) const { return rules_[rule][s]; }
+  int32_t num_states(int32_t rule) const { return static_cast<int32_t>(rules_[rule].size()); }
+  int64_t total_states() const { return total_states_; }
+  // Whether the rule matches the empty string.
+  bool nullable(int32_t rule) const { return nullable_[rule]; }
+  // The state after `byte` from (rule, s), or -1.
+  int32_t NextByte(int32_t rule, int32_t s, uint8_t byte) const {
+    for (const ByteEdge& e : rules_[rule][s].bytes) {
+      if (byte < e.lo) return -1;
+      if (byte <= e.hi) return e.next;
+    }
+    return -1;
+  }
+
+ private:
+  std::vector<std::vector<State>> rules_;  // [rule][state]; state 0 is the start
+  std::vector<std::string> names_;
+  std::vector<char> nullable_;
+  int32_t root_ = 0;
+  int64_t total_states_ = 0;
+};
+
+}  // namespace banyan::text::grammar
+
+#endif  // BANYAN_TEXT_GRAMMAR_AUTOMATON_H_

@@ -1,0 +1,570 @@
+#include "text/grammar/json_schema.h"
+
+#include <deque>
+#include <string>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace banyan::text::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+Expr Digit() { return Byte(ByteSet::Range('0', '9')); }
+Expr Chars(std::string_view set) { return Byte(ByteSet::Chars(set)); }
+Expr Hex() {
+  ByteSet s = ByteSet::Range('0', '9');
+  s.AddRange('a', 'f');
+  s.AddRange('A', 'F');
+  return Byte(s);
+}
+
+std::string PointerToken(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+const absl::flat_hash_set<std::string_view>& Annotations() {
+  static const auto* set = new absl::flat_hash_set<std::string_view>{
+      "title", "description", "default", "examples", "$schema", "$id", "$comment",
+      "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+  return *set;
+}
+
+const absl::flat_hash_set<std::string_view>& Supported() {
+  static const auto* set = new absl::flat_hash_set<std::string_view>{
+      "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
+      "oneOf", "allOf", "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength",
+      "maxLength", "format", "nullable"};
+  return *set;
+}
+
+bool ValueHasType(const json& v, std::string_view type) {
+  if (type == "string") return v.is_string();
+  if (type == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
+  if (type == "number") return v.is_number();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "null") return v.is_null();
+  if (type == "object") return v.is_object();
+  if (type == "array") return v.is_array();
+  return false;
+}
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const json& root, const JsonSchemaOptions& options)
+      : root_(root), opt_(options) {}
+
+  absl::StatusOr<Grammar> Run() {
+    const int32_t root_rule = g_.AddRule("root");
+    refs_.emplace("#", root_rule);
+    absl::StatusOr<Expr> body = Compile(root_, "#", 0);
+    if (!body.ok()) return body.status();
+    g_.SetBody(root_rule, *std::move(body));
+    g_.set_root(root_rule);
+    while (!pending_.empty()) {
+      auto [ref, rule] = pending_.front();
+      pending_.pop_front();
+      const json* target = Resolve(ref);
+      if (target == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("$ref '", ref, "' does not resolve within the schema"));
+      }
+      absl::StatusOr<Expr> def = Compile(*target, ref, 0);
+      if (!def.ok()) return def.status();
+      g_.SetBody(rule, *std::move(def));
+    }
+    return std::move(g_);
+  }
+
+  Expr AnyValue() {
+    if (any_value_ < 0) {
+      any_value_ = g_.AddRule("any-value");
+      const Expr value = Ref(any_value_);
+      const Expr member = Seq({String(0, -1), Ws(), Literal(":"), Ws(), value});
+      const Expr object = Seq({Literal("{"), Ws(),
+                               Opt(Seq({member, Star(Seq({Sep(), member}))})), Ws(),
+                               Literal("}")});
+      const Expr array = Seq({Literal("["), Ws(), Opt(Seq({value, Star(Seq({Sep(), value}))})),
+                              Ws(), Literal("]")});
+      g_.SetBody(any_value_, Alt({object, array, String(0, -1), Number(), Literal("true"),
+                                  Literal("false"), Literal("null")}));
+    }
+    return Ref(any_value_);
+  }
+
+  Expr AnyObject() {
+    const Expr member = Seq({String(0, -1), Ws(), Literal(":"), Ws(), AnyValue()});
+    return Seq({Literal("{"), Ws(), Opt(Seq({member, Star(Seq({Sep(), member}))})), Ws(),
+                Literal("}")});
+  }
+
+  Grammar TakeGrammar() { return std::move(g_); }
+  Grammar* grammar() { return &g_; }
+
+ private:
+  Expr Ws() const {
+    return opt_.max_whitespace <= 0 ? Empty()
+                                    : Repeat(Chars(" \t\n"), 0, opt_.max_whitespace);
+  }
+  Expr Sep() const { return Seq({Ws(), Literal(","), Ws()}); }
+
+  Expr Integer() const {
+    return Seq({Opt(Literal("-")),
+                Alt({Literal("0"), Seq({Byte(ByteSet::Range('1', '9')),
+                                        Repeat(Digit(), 0, opt_.max_digits - 1)})})});
+  }
+  Expr Number() const {
+    return Seq({Integer(), Opt(Seq({Literal("."), Repeat(Digit(), 1, opt_.max_digits)})),
+                // Two exponent digits: every number stays finite as a double (JSON parsers
+                // refuse or turn into infinity what overflows).
+                Opt(Seq({Chars("eE"), Opt(Chars("+-")), Repeat(Digit(), 1, 2)}))});
+  }
+  Expr StringChar() const {
+    ByteSet excluded = ByteSet::Range(0x00, 0x1F);
+    excluded.Add('"');
+    excluded.Add('\\');
+    return Alt({Utf8Char(excluded),
+                Seq({Literal("\\"), Alt({Chars("\"\\/bfnrt"),
+                                         Seq({Literal("u"), Hex(), Hex(), Hex(), Hex()})})})});
+  }
+  Expr String(int32_t min, int32_t max) const {
+    return Seq({Literal("\""), Repeat(StringChar(), min, max), Literal("\"")});
+  }
+
+  static Expr TwoDigits(char lo_tens, char hi_tens, char last_hi) {
+    // lo_tens0..hi_tens9 with the last tens digit limited to 0..last_hi.
+    std::vector<Expr> alts;
+    if (hi_tens > lo_tens) {
+      alts.push_back(Seq({Byte(ByteSet::Range(lo_tens, hi_tens - 1)), Digit()}));
+    }
+    alts.push_back(Seq({Literal(std::string(1, hi_tens)), Byte(ByteSet::Range('0', last_hi))}));
+    return Alt(std::move(alts));
+  }
+
+  absl::StatusOr<Expr> Format(const std::string& format, const std::string& path) const {
+    const Expr year = Repeat(Digit(), 4, 4);
+    const Expr day28 = Alt({Seq({Literal("0"), Byte(ByteSet::Range('1', '9'))}),
+                            Seq({Literal("1"), Digit()}),
+                            Seq({Literal("2"), Byte(ByteSet::Range('0', '8'))})});
+    const Expr day30 = Alt({day28, Literal("29"), Literal("30")});
+    const Expr day31 = Alt({day30, Literal("31")});
+    const Expr date = Seq({year, Literal("-"),
+                           Alt({Seq({Literal("02-"), day28}),
+                                Seq({Alt({Literal("04"), Literal("06"), Literal("09"),
+                                          Literal("11")}),
+                                     Literal("-"), day30}),
+                                Seq({Alt({Literal("01"), Literal("03"), Literal("05"),
+                                          Literal("07"), Literal("08"), Literal("10"),
+                                          Literal("12")}),
+                                     Literal("-"), day31})})});
+    const Expr hour = TwoDigits('0', '2', '3');
+    const Expr minute = Seq({Byte(ByteSet::Range('0', '5')), Digit()});
+    const Expr time = Seq({hour, Literal(":"), minute, Literal(":"), minute,
+                           Opt(Seq({Literal("."), Repeat(Digit(), 1, 6)})),
+                           Alt({Literal("Z"), Seq({Chars("+-"), hour, Literal(":"), minute})})});
+    auto quoted = [](Expr e) { return Seq({Literal("\""), std::move(e), Literal("\"")}); };
+    if (format == "date") return quoted(date);
+    if (format == "time") return quoted(time);
+    if (format == "date-time") return quoted(Seq({date, Literal("T"), time}));
+    if (format == "uuid") {
+      auto hex = [](int n) { return Repeat(Hex(), n, n); };
+      return quoted(Seq({hex(8), Literal("-"), hex(4), Literal("-"), hex(4), Literal("-"),
+                         hex(4), Literal("-"), hex(12)}));
+    }
+    if (format == "ipv4") {
+      const Expr octet = Alt({Seq({Literal("25"), Byte(ByteSet::Range('0', '5'))}),
+                              Seq({Literal("2"), Byte(ByteSet::Range('0', '4')), Digit()}),
+                              Seq({Literal("1"), Digit(), Digit()}),
+                              Seq({Byte(ByteSet::Range('1', '9')), Digit()}), Digit()});
+      return quoted(Seq({octet, Literal("."), octet, Literal("."), octet, Literal("."), octet}));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported string format '", format, "' at ", path,
+                     " (supported: date, time, date-time, uuid, ipv4)"));
+  }
+
+  absl::StatusOr<int32_t> Count(const json& s, const std::string& key, const std::string& path,
+                                int32_t fallback) const {
+    if (!s.contains(key)) return fallback;
+    const json& v = s.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", key, "' at ", path, " must be a non-negative integer"));
+    }
+    if (v.get<int64_t>() > opt_.max_items) {
+      return absl::InvalidArgumentError(absl::StrCat("'", key, "' at ", path, " is ",
+                                                     v.get<int64_t>(), "; at most ",
+                                                     opt_.max_items, " is supported"));
+    }
+    return static_cast<int32_t>(v.get<int64_t>());
+  }
+
+  const json* Resolve(const std::string& ref) const {
+    if (ref == "#") return &root_;
+    if (ref.rfind("#/", 0) != 0) return nullptr;
+    try {
+      const json::json_pointer ptr(ref.substr(1));
+      if (!root_.contains(ptr)) return nullptr;
+      return &root_.at(ptr);
+    } catch (const json::exception&) {
+      return nullptr;
+    }
+  }
+
+  absl::StatusOr<Expr> CompileRef(const json& s, const std::string& path) {
+    if (!s.at("$ref").is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("'$ref' at ", path, " must be a string"));
+    }
+    const std::string ref = s.at("$ref").get<std::string>();
+    for (const auto& [key, value] : s.items()) {
+      if (key != "$ref" && !Annotations().contains(key)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", key, "' beside '$ref' at ", path, " is not supported (only annotations)"));
+      }
+    }
+    if (ref != "#" && ref.rfind("#/", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "$ref '", ref, "' at ", path, " is not supported (only references within the schema)"));
+    }
+    auto it = refs_.find(ref);
+    if (it == refs_.end()) {
+      if (Resolve(ref) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("$ref '", ref, "' at ", path, " does not resolve within the schema"));
+      }
+      const int32_t rule = g_.AddRule(ref);
+      it = refs_.emplace(ref, rule).first;
+      pending_.emplace_back(ref, rule);
+    }
+    return Ref(it->second);
+  }
+
+  absl::StatusOr<Expr> CompileAlternatives(const json& s, const std::string& key,
+                                           const std::string& path, int depth) {
+    const json& list = s.at(key);
+    if (!list.is_array() || list.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", key, "' at ", path, " must be a non-empty array of schemas"));
+    }
+    for (const auto& [k, v] : s.items()) {
+      if (k != key && !Annotations().contains(k)) {
+        return absl::InvalidArgumentError(absl::StrCat("'", k, "' beside '", key, "' at ", path,
+                                                       " is not supported (only annotations)"));
+      }
+    }
+    if (key == "allOf" && list.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'allOf' at ", path, " with more than one schema is not supported"));
+    }
+    std::vector<Expr> alts;
+    for (size_t i = 0; i < list.size(); ++i) {
+      absl::StatusOr<Expr> e = Compile(list[i], absl::StrCat(path, "/", key, "/", i), depth + 1);
+      if (!e.ok()) return e.status();
+      alts.push_back(*std::move(e));
+    }
+    return Alt(std::move(alts));
+  }
+
+  absl::StatusOr<Expr> CompileObject(const json& s, const std::string& path, int depth) {
+    struct Prop {
+      Expr kv;
+      bool required;
+    };
+    std::vector<Prop> props;
+    absl::flat_hash_map<std::string, size_t> index;
+    if (s.contains("properties")) {
+      const json& p = s.at("properties");
+      if (!p.is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'properties' at ", path, " must be an object"));
+      }
+      for (const auto& [key, sub] : p.items()) {
+        absl::StatusOr<Expr> value =
+            Compile(sub, absl::StrCat(path, "/properties/", PointerToken(key)), depth + 1);
+        if (!value.ok()) return value.status();
+        index.emplace(key, props.size());
+        props.push_back(Prop{Seq({Literal(json(key).dump()), Ws(), Literal(":"), Ws(),
+                                  *std::move(value)}),
+                             false});
+      }
+    }
+    if (s.contains("required")) {
+      const json& r = s.at("required");
+      if (!r.is_array()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'required' at ", path, " must be an array of strings"));
+      }
+      for (const json& key : r) {
+        if (!key.is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("'required' at ", path, " must be an array of strings"));
+        }
+        const std::string name = key.get<std::string>();
+        auto it = index.find(name);
+        if (it == index.end()) {
+          index.emplace(name, props.size());
+          props.push_back(Prop{Seq({Literal(json(name).dump()), Ws(), Literal(":"), Ws(),
+                                    AnyValue()}),
+                               true});
+        } else {
+          props[it->second].required = true;
+        }
+      }
+    }
+    if (s.contains("additionalProperties")) {
+      const json& a = s.at("additionalProperties");
+      if (a.is_object() && props.empty()) {
+        // A map: any keys, each value of the given schema.
+        absl::StatusOr<Expr> value =
+            Compile(a, absl::StrCat(path, "/additionalProperties"), depth + 1);
+        if (!value.ok()) return value.status();
+        const Expr member = Seq({String(0, -1), Ws(), Literal(":"), Ws(), *std::move(value)});
+        return Seq({Literal("{"), Ws(), Opt(Seq({member, Star(Seq({Sep(), member}))})), Ws(),
+                    Literal("}")});
+      }
+      if (!a.is_boolean() && !a.is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'additionalProperties' at ", path, " must be a boolean or a schema"));
+      }
+    } else if (!s.contains("properties") && !s.contains("required")) {
+      return AnyObject();
+    }
+    // after[i]: properties i.. once something was written; first[i]: the same when nothing
+    // was written yet (no leading comma).
+    const size_t n = props.size();
+    std::vector<Expr> after(n + 1), first(n + 1);
+    for (size_t i = n; i-- > 0;) {
+      const Prop& p = props[i];
+      if (p.required) {
+        after[i] = Seq({Sep(), p.kv, after[i + 1]});
+        first[i] = Seq({p.kv, after[i + 1]});
+      } else {
+        after[i] = Seq({Opt(Seq({Sep(), p.kv})), after[i + 1]});
+        first[i] = Alt({Seq({p.kv, after[i + 1]}), first[i + 1]});
+      }
+    }
+    return Seq({Literal("{"), Ws(), std::move(first[0]), Ws(), Literal("}")});
+  }
+
+  absl::StatusOr<Expr> CompileArray(const json& s, const std::string& path, int depth) {
+    std::vector<Expr> prefix;
+    if (s.contains("prefixItems")) {
+      const json& p = s.at("prefixItems");
+      if (!p.is_array()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'prefixItems' at ", path, " must be an array of schemas"));
+      }
+      for (size_t i = 0; i < p.size(); ++i) {
+        absl::StatusOr<Expr> e =
+            Compile(p[i], absl::StrCat(path, "/prefixItems/", i), depth + 1);
+        if (!e.ok()) return e.status();
+        prefix.push_back(*std::move(e));
+      }
+    }
+    absl::StatusOr<int32_t> min = Count(s, "minItems", path, 0);
+    if (!min.ok()) return min.status();
+    absl::StatusOr<int32_t> max = Count(s, "maxItems", path, -1);
+    if (!max.ok()) return max.status();
+    const int32_t p = static_cast<int32_t>(prefix.size());
+    bool rest_allowed = true;
+    Expr items;
+    if (s.contains("items") && s.at("items").is_boolean() && !s.at("items").get<bool>()) {
+      rest_allowed = false;
+    } else if (s.contains("items")) {
+      absl::StatusOr<Expr> e = Compile(s.at("items"), absl::StrCat(path, "/items"), depth + 1);
+      if (!e.ok()) return e.status();
+      items = *std::move(e);
+    } else {
+      items = AnyValue();
+    }
+    int32_t hi = *max;
+    if (!rest_allowed) hi = hi < 0 ? p : std::min(hi, p);
+    if (hi >= 0 && *min > hi) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the array at ", path, " can hold no number of items (minItems ", *min,
+                       " is above what maxItems/items allow, ", hi, ")"));
+    }
+    // tail(i): what follows once i items were written.
+    std::function<Expr(int32_t)> tail = [&](int32_t i) -> Expr {
+      if (hi >= 0 && i >= hi) return Empty();
+      if (i >= p) {
+        const int32_t need = std::max(0, *min - i);
+        return Repeat(Seq({Sep(), items}), need, hi < 0 ? -1 : hi - i);
+      }
+      Expr step = Seq({Sep(), prefix[i], tail(i + 1)});
+      return i < *min ? step : Opt(std::move(step));
+    };
+    Expr body;
+    if (hi == 0) {
+      body = Empty();
+    } else {
+      Expr first_item = Seq({p > 0 ? prefix[0] : items, tail(1)});
+      body = *min >= 1 ? std::move(first_item) : Opt(std::move(first_item));
+    }
+    return Seq({Literal("["), Ws(), std::move(body), Ws(), Literal("]")});
+  }
+
+  absl::StatusOr<Expr> CompileType(const json& s, const std::string& type, const std::string& path,
+                                   int depth) {
+    if (type == "string") {
+      if (s.contains("format")) {
+        if (!s.at("format").is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("'format' at ", path, " must be a string"));
+        }
+        if (s.contains("minLength") || s.contains("maxLength")) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "'format' with 'minLength'/'maxLength' at ", path, " is not supported"));
+        }
+        return Format(s.at("format").get<std::string>(), path);
+      }
+      absl::StatusOr<int32_t> min = Count(s, "minLength", path, 0);
+      if (!min.ok()) return min.status();
+      absl::StatusOr<int32_t> max = Count(s, "maxLength", path, -1);
+      if (!max.ok()) return max.status();
+      if (*max >= 0 && *max < *min) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'maxLength' is below 'minLength' at ", path));
+      }
+      return String(*min, *max);
+    }
+    if (type == "integer") return Integer();
+    if (type == "number") return Number();
+    if (type == "boolean") return Alt({Literal("true"), Literal("false")});
+    if (type == "null") return Literal("null");
+    if (type == "object") return CompileObject(s, path, depth);
+    if (type == "array") return CompileArray(s, path, depth);
+    return absl::InvalidArgumentError(absl::StrCat("unknown type '", type, "' at ", path));
+  }
+
+  absl::StatusOr<std::vector<std::string>> Types(const json& s, const std::string& path) const {
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const json& t = s.at("type");
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const json& x : t) {
+          if (!x.is_string()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("'type' at ", path, " must be a string or an array of strings"));
+          }
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'type' at ", path, " must be a string or an array of strings"));
+      }
+    } else if (s.contains("properties") || s.contains("required") ||
+               s.contains("additionalProperties")) {
+      types.push_back("object");
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
+               s.contains("maxItems")) {
+      types.push_back("array");
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+      types.push_back("string");
+    }
+    if (s.contains("nullable") && s.at("nullable").is_boolean() && s.at("nullable").get<bool>()) {
+      types.push_back("null");
+    }
+    return types;
+  }
+
+  absl::StatusOr<Expr> Compile(const json& s, const std::string& path, int depth) {
+    if (depth > opt_.max_depth) {
+      return absl::InvalidArgumentError(absl::StrCat("the schema nests more than ", opt_.max_depth,
+                                                     " levels deep at ", path));
+    }
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return AnyValue();
+      return absl::InvalidArgumentError(absl::StrCat("the schema at ", path,
+                                                     " is false: no value satisfies it"));
+    }
+    if (!s.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the schema at ", path, " must be an object or a boolean"));
+    }
+    for (const auto& [key, value] : s.items()) {
+      if (!Supported().contains(key) && !Annotations().contains(key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unsupported JSON Schema keyword '", key, "' at ", path));
+      }
+    }
+    if (s.contains("$ref")) return CompileRef(s, path);
+    for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+      if (s.contains(key)) return CompileAlternatives(s, key, path, depth);
+    }
+    absl::StatusOr<std::vector<std::string>> types = Types(s, path);
+    if (!types.ok()) return types.status();
+    if (s.contains("enum") || s.contains("const")) {
+      std::vector<json> values;
+      if (s.contains("const")) {
+        values.push_back(s.at("const"));
+      } else if (s.at("enum").is_array()) {
+        values.assign(s.at("enum").begin(), s.at("enum").end());
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("'enum' at ", path, " must be an array"));
+      }
+      std::vector<Expr> alts;
+      for (const json& v : values) {
+        bool typed = types->empty();
+        for (const std::string& t : *types) typed = typed || ValueHasType(v, t);
+        if (typed) alts.push_back(Literal(v.dump()));
+      }
+      if (alts.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("no value of 'enum'/'const' at ", path, " satisfies the schema's type"));
+      }
+      return Alt(std::move(alts));
+    }
+    if (types->empty()) return AnyValue();
+    std::vector<Expr> alts;
+    for (const std::string& t : *types) {
+      absl::StatusOr<Expr> e = CompileType(s, t, path, depth);
+      if (!e.ok()) return e.status();
+      alts.push_back(*std::move(e));
+    }
+    return Alt(std::move(alts));
+  }
+
+  const json& root_;
+  JsonSchemaOptions opt_;
+  Grammar g_;
+  absl::flat_hash_map<std::string, int32_t> refs_;
+  std::deque<std::pair<std::string, int32_t>> pending_;
+  int32_t any_value_ = -1;
+};
+
+}  // namespace
+
+absl::StatusOr<Grammar> JsonSchemaToGrammar(const nlohmann::ordered_json& schema,
+                                            const JsonSchemaOptions& options) {
+  SchemaCompiler compiler(schema, options);
+  return compiler.Run();
+}
+
+Grammar AnyJsonObjectGrammar(const JsonSchemaOptions& options) {
+  const nlohmann::ordered_json schema = {{"type", "object"}};
+  SchemaCompiler compiler(schema, options);
+  absl::StatusOr<Grammar> g = compiler.Run();
+  return *std::move(g);
+}
+
+}  // namespace banyan::text::grammar

@@ -1,0 +1,46 @@
+// JSON Schema → Grammar: the structured outputs of response_format, tool parameters and vLLM's
+// guided_json.
+//
+// The grammar accepts a canonical subset of the instances the schema validates, and nothing it
+// does not validate:
+//   - an object's properties come in the schema's order, required ones always, optional ones
+//     when the model chooses; no property outside `properties` is generated (also when
+//     `additionalProperties` allows it), except for a map (`additionalProperties` a schema and
+//     no `properties`), whose keys are any strings;
+//   - numbers are written as JSON writes them, with at most `max_digits` digits in the integer
+//     part and the fraction and two in the exponent (finite as a double), and strings with
+//     JSON's escapes;
+//   - whitespace between tokens is at most `max_whitespace` of space, tab and newline (bounded,
+//     so a model cannot fill its tokens with blanks: xgrammar's default is unbounded).
+// Supported keywords: type (and type lists, OpenAPI's nullable), properties, required,
+// additionalProperties, enum, const, anyOf, oneOf (as anyOf: the branches must not overlap for
+// the output to satisfy oneOf, which is not checked), $ref to "#", "#/$defs/..." and
+// "#/definitions/...", items, prefixItems, minItems, maxItems, minLength, maxLength, format
+// (date, time, date-time, uuid, ipv4), and the annotations (title, description, default,
+// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly). Any other keyword is an
+// InvalidArgument error naming the keyword and its JSON pointer: never silently ignored.
+#ifndef BANYAN_TEXT_GRAMMAR_JSON_SCHEMA_H_
+#define BANYAN_TEXT_GRAMMAR_JSON_SCHEMA_H_
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "text/grammar/grammar.h"
+
+namespace banyan::text::grammar {
+
+struct JsonSchemaOptions {
+  int max_whitespace = 2;  // blanks allowed around each structural character
+  int max_digits = 15;     // in the integer part and in the fraction
+  int max_depth = 32;      // nesting of schemas within the schema
+  int max_items = 4096;    // bound on minItems/maxItems/minLength/maxLength values
+};
+
+// `schema` is an ordered_json so that properties keep the order the client wrote.
+absl::StatusOr<Grammar> JsonSchemaToGrammar(const nlohmann::ordered_json& schema,
+                                            const JsonSchemaOptions& options = {});
+// response_format json_object: any JSON object.
+Grammar AnyJsonObjectGrammar(const JsonSchemaOptions& options = {});
+
+}  // namespace banyan::text::grammar
+
+#endif  // BANYAN_TEXT_GRAMMAR_JSON_SCHEMA_H_

@@ -1,0 +1,88 @@
+// Token masks: which tokens of a model's vocabulary a grammar allows next.
+//
+// A token is allowed when all of its bytes step the matcher's stacks without emptying them.
+// Checking 128K-152K tokens byte by byte at every step would cost milliseconds, so:
+//   - Vocabulary sorts the tokens' bytes once, so tokens sharing a prefix are walked once (a
+//     trie walk over the sorted list; a prefix that dies rejects every token under it at no
+//     further cost);
+//   - TokenMasker classifies tokens once per automaton position (rule, state), with the caller
+//     unknown: accepted inside the rule (cached bits), rejected before the rule could return
+//     (never looked at again), or dependent on the callers (checked per step against the real
+//     stack). For JSON Schema grammars, whose rules are inlined, almost every token is decided
+//     by the cache; the dependent ones are those that close a nested value.
+// The special and control tokens (empty bytes) are never allowed by a grammar; end of sequence
+// is the caller's business (Matcher::CanEnd).
+//
+// TokenMasker is thread-safe: its cache is shared by every request with the same grammar and
+// vocabulary, and filled by whoever asks first.
+#ifndef BANYAN_TEXT_GRAMMAR_TOKEN_MASK_H_
+#define BANYAN_TEXT_GRAMMAR_TOKEN_MASK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "text/grammar/automaton.h"
+#include "text/grammar/matcher.h"
+
+namespace banyan::text::grammar {
+
+// A bit per token id: bit i of word i / 64 is token i.
+using TokenBits = std::vector<uint64_t>;
+inline bool TestBit(const TokenBits& bits, int32_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
+inline void SetBit(TokenBits* bits, int32_t id) { (*bits)[id >> 6] |= uint64_t{1} << (id & 63); }
+
+class Vocabulary {
+ public:
+  // token_bytes[id]: the bytes the token stands for; empty for special and control tokens.
+  explicit Vocabulary(std::vector<std::string> token_bytes);
+
+  int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
+  std::string_view bytes(int32_t id) const { return bytes_[id]; }
+  // Non-empty tokens in byte order, and the prefix each shares with the one before it.
+  const std::vector<int32_t>& sorted() const { return sorted_; }
+  const std::vector<int32_t>& shared_prefix() const { return lcp_; }
+  int32_t max_len() const { return max_len_; }
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<int32_t> sorted_;
+  std::vector<int32_t> lcp_;
+  int32_t max_len_ = 0;
+};
+
+class TokenMasker {
+ public:
+  TokenMasker(std::shared_ptr<const CompiledGrammar> grammar,
+              std::shared_ptr<const Vocabulary> vocab);
+
+  // The tokens `matcher` allows next, as vocab->size() bits.
+  void FillMask(const Matcher& matcher, TokenBits* mask);
+  // Every token checked byte by byte against the matcher (no cache): the reference.
+  void FillMaskSlow(const Matcher& matcher, TokenBits* mask) const;
+
+  const Vocabulary& vocab() const { return *vocab_; }
+  // How many (rule, state) positions have been classified (cache entries).
+  size_t classified() const;
+
+ private:
+  struct Classified {
+    TokenBits accepted;              // accepted without returning from the rule
+    std::vector<int32_t> dependent;  // need the callers to decide
+  };
+  std::shared_ptr<const Classified> Classify(int32_t rule, int32_t state);
+
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int64_t, std::shared_ptr<const Classified>> cache_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace banyan::text::grammar
+
+#endif  // BANYAN_TEXT_GRAMMAR_TOKEN_MASK_H_
