@@ -258,6 +258,8 @@ int64_t Range::size() const {
   return static_cast<int64_t>((span + s - 1) / s);
 }
 
+static_assert(sizeof(Value) <= 32, "a list costs 32 bytes an item (Limits::max_list_items)");
+
 size_t Dict::size() const { return items_.size(); }
 bool Dict::empty() const { return items_.empty(); }
 void Dict::Reserve(size_t n) { items_.reserve(n); }

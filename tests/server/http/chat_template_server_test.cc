@@ -186,5 +186,25 @@ TEST_F(ChatTemplateServerTest, ABrokenTemplateFileIsAStartUpErrorWithItsLine) {
   EXPECT_EQ((*chat)->bos_token, "<s>");  // the tokenizer's BOS piece
 }
 
+// Found at start-up with the file named, not at every request: an unknown filter or test (even
+// in a branch no request takes) and text that is not UTF-8.
+TEST_F(ChatTemplateServerTest, UnknownFiltersAndBadUtf8AreStartUpErrorsNamingTheFile) {
+  const fs::path bad = *dir_ / "bad_filter.jinja";
+  ServerOptions opts;
+  opts.chat_template_file = bad.string();
+  for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{
+           {"{% if false %}\n{{ messages | frobnicate }}{% endif %}",
+            "bad_filter.jinja: line 2: unknown filter 'frobnicate'"},
+           {"{{ messages is frobnicated }}",
+            "bad_filter.jinja: line 1: unknown test 'frobnicated'"},
+           {"ok\n\xff{{ 1 }}",
+            "bad_filter.jinja: line 2: the template is not valid UTF-8 (byte 3)"}}) {
+    std::ofstream(bad, std::ios::trunc | std::ios::binary) << text;
+    absl::StatusOr<std::shared_ptr<const JinjaChat>> chat = LoadJinjaChat(opts, Bundle());
+    ASSERT_FALSE(chat.ok()) << text;
+    EXPECT_NE(chat.status().message().find(error), std::string::npos) << chat.status();
+  }
+}
+
 }  // namespace
 }  // namespace banyan::server::http::http_test
