@@ -10,10 +10,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_limits.h"
 #include "engine/speculative/draft_heads.h"
 #include "nlohmann/json.hpp"
 #include "server/auth.h"
-#include "server/json_depth.h"
 #include "server/option_aliases.h"
 
 namespace banyan::server {
@@ -69,17 +69,12 @@ bool IsBuiltinChatTemplate(std::string_view v) {
   return v == "model" || v == "plain" || v == "llama2" || v == "chatml";
 }
 
-// A JSON file's DOM, nesting checked on the raw text first.
-absl::StatusOr<nlohmann::json> ReadJsonFile(const char* what, const std::string& path) {
+// A JSON file's DOM, within common/json_limits.h's depth limit and kMaxConfigFileBytes.
+absl::StatusOr<nlohmann::json> ReadConfigJson(const char* what, const std::string& path) {
   absl::StatusOr<std::string> text = ReadRegularFile(what, path);
   if (!text.ok()) return text.status();
-  if (JsonNestsDeeperThan(*text, kMaxJsonDepth)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": nests arrays/objects more than ", kMaxJsonDepth, " levels deep"));
-  }
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(path + ": not valid JSON");
-  return j;
+  return ParseJson(*text, path, JsonLimits{.max_depth = kMaxJsonDepth,
+                                           .max_bytes = kMaxConfigFileBytes});
 }
 
 // The "tenants" list (server/auth.h for the meaning). `where` prefixes messages.
@@ -295,7 +290,7 @@ const std::map<std::string, Setter>& Setters() {
        }},
       {"tenants",
        [](DaemonConfig& c, const std::string& v) {
-         absl::StatusOr<nlohmann::json> j = ReadJsonFile("tenants", v);
+         absl::StatusOr<nlohmann::json> j = ReadConfigJson("tenants", v);
          if (!j.ok()) return j.status();
          absl::StatusOr<std::vector<TenantSpec>> t = ParseTenants(*j, v);
          if (!t.ok()) return t.status();
@@ -368,7 +363,7 @@ std::string ResolveConfigPath(const std::string& config_path, const std::string&
 }
 
 absl::Status ApplyFile(DaemonConfig& c, const std::string& path) {
-  absl::StatusOr<nlohmann::json> j = ReadJsonFile("config", path);
+  absl::StatusOr<nlohmann::json> j = ReadConfigJson("config", path);
   if (!j.ok()) return j.status();
   if (!j->is_object()) return absl::InvalidArgumentError(path + ": not a JSON object");
   for (auto& [k, v] : j->items()) {

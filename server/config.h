@@ -28,7 +28,7 @@
 //   - --config, --tenants and --tokenizer must name regular files, --model a regular file or a
 //     folder (Hugging Face); a FIFO, device or socket is refused (reading one blocks forever).
 //     Files are followed through symlinks.
-//   - JSON files nest at most kMaxJsonDepth (server/json_depth.h) levels.
+//   - JSON files nest at most kMaxJsonDepth (common/json_limits.h) levels.
 //   - Ranges: ports 0..65535; max_body_bytes 1 KiB..1 GiB; max_prompt_bytes 1..max_body_bytes
 //     (unset: min(1 MiB, max_body_bytes)); listen_backlog 1..65535; kv_memory >= 1 byte (and
 //     within the host's or device's free memory: CheckMemoryBudget, run by banyand).

@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "server/json_depth.h"
 #include "server/validation.h"
 
 namespace banyan::server::http {
@@ -104,32 +103,18 @@ absl::StatusOr<Json> ParseBody(std::string_view body) {
                                      bad, ")"),
                         "invalid_utf8");
   }
-  // Before any DOM: nothing later (dump, copy, compare) may recurse deeper than this.
-  if (JsonNestsDeeperThan(body, kMaxJsonDepth)) {
-    return InvalidParam("",
-                        absl::StrCat("the JSON body nests arrays/objects more than ", kMaxJsonDepth,
-                                     " levels deep; this server accepts at most ", kMaxJsonDepth),
-                        "json_too_deep");
+  // Depth checked before any DOM: nothing later (dump, copy, compare) may recurse deeper.
+  JsonFailure why = JsonFailure::kNone;
+  absl::StatusOr<Json> parsed = ParseJson(body, "request body", kRequestBodyJsonLimits, &why);
+  if (!parsed.ok()) {
+    return InvalidParam("", std::string(parsed.status().message()),
+                        why == JsonFailure::kTooDeep ? "json_too_deep" : "");
   }
-  // nlohmann's exceptions stay inside this function.
-  Json j;
-  try {
-    j = Json::parse(body.begin(), body.end());
-  } catch (const Json::exception& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep the position and reason.
-    std::string_view what = e.what();
-    const size_t tag_end = what.find("] ");
-    if (what.rfind("[json.", 0) == 0 && tag_end != std::string_view::npos) {
-      what.remove_prefix(tag_end + 2);
-    }
-    return InvalidParam(
-        "", absl::StrCat("We could not parse the JSON body of your request: ", Sv(what)));
+  if (!parsed->is_object()) {
+    return InvalidParam("", absl::StrCat("the request body must be a JSON object, got ",
+                                         Sv(JsonTypeName(*parsed))));
   }
-  if (!j.is_object()) {
-    return InvalidParam(
-        "", absl::StrCat("the request body must be a JSON object, got ", Sv(JsonTypeName(j))));
-  }
-  return j;
+  return parsed;
 }
 
 std::string_view JsonTypeName(const Json& j) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/json_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace banyan::server::http {
@@ -48,9 +50,15 @@ std::string Dump(const Json& j);
 std::string JsonPreview(const Json& j);
 
 // Parses a request body: valid UTF-8 (400 naming the byte offset otherwise), nesting at most
-// kMaxJsonDepth (server/json_depth.h; checked on the raw text before any DOM is built), valid
-// JSON (400 with the parser's position), and a JSON object.
+// kMaxJsonDepth (code json_too_deep; common/json_limits.h's ParseJson, checked on the raw text
+// before any DOM is built), valid JSON (400 with the parser's position), and a JSON object.
+// Errors name the "request body".
 absl::StatusOr<Json> ParseBody(std::string_view body);
+
+// The limits ParseBody parses with: kMaxJsonDepth, and no size limit of its own since the
+// transport refused bodies over max_body_bytes (413) before any parse.
+inline constexpr JsonLimits kRequestBodyJsonLimits{
+    .max_depth = kMaxJsonDepth, .max_bytes = std::numeric_limits<size_t>::max()};
 
 // Reads optional fields of one JSON object with type checks. An absent or null field leaves the
 // output untouched. The first error is kept (InvalidArgument naming the field) and later calls

@@ -75,12 +75,18 @@ absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float
   }
   out->clear();
   for (const auto& [key, value] : lb.items()) {
+    // One rule: decimal digits only, as OpenAI writes token ids ("50256"). SimpleAtoi alone
+    // would also take " 5" and "+5" (and refuse "5.0"), so the digits are checked first.
     int64_t id = 0;
-    if (!absl::SimpleAtoi(key, &id) || id < 0 || id > INT32_MAX) {
+    const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (!digits || !absl::SimpleAtoi(key, &id) || id > INT32_MAX) {
       size_t shown = std::min<size_t>(key.size(), 32);  // cut on a UTF-8 character boundary
       while (shown < key.size() && shown > 0 && (key[shown] & 0xC0) == 0x80) --shown;
       return absl::InvalidArgumentError(absl::StrCat(
-          "logit_bias keys must be token ids (non-negative integers as strings), got \"",
+          "logit_bias keys must be token ids written in decimal digits only (as \"50256\"; "
+          "no sign, space or decimal point), got \"",
           key.substr(0, shown), shown < key.size() ? "...\"" : "\""));
     }
     if (!value.is_number()) {
@@ -236,7 +242,8 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
 // naming the field, never silently dropped (an agent loop that sent tools and got plain text
 // back would go wrong without a word). What asks for nothing passes: an empty tools list,
 // tool_choice "none" or "auto" without tools, response_format {"type": "text"}, a vLLM
-// extension at its default.
+// extension at its default. On /v1/completions the tool fields are refused whatever their value:
+// they belong to chat.
 absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
   auto present = [&](const char* key) -> const Json* {
     auto it = body.find(key);
@@ -295,7 +302,16 @@ absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
                        "' (structured output) is not supported by this server yet; only 'text'"));
     }
   }
-  if (api != Api::kChat) return absl::OkStatus();
+  if (api != Api::kChat) {
+    // Tool calling belongs to chat; on completions these would be dropped unseen.
+    for (const char* name : {"tools", "tool_choice", "functions", "function_call"}) {
+      if (present(name) != nullptr) {
+        return InvalidParam(name, absl::StrCat(name, " is a chat field: /v1/completions takes no "
+                                                     "tools; use /v1/chat/completions"));
+      }
+    }
+    return absl::OkStatus();
+  }
   std::string choice = "auto";
   if (const Json* tc = present("tool_choice")) {
     if (tc->is_string()) {
@@ -493,10 +509,15 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string
   if (ctx.jinja_chat != nullptr) {
     // The body again with its keys in the order sent (Json sorts them): templates print tool
     // schemas with tojson, and the model learned them in the client's order.
-    nlohmann::ordered_json ordered =
-        nlohmann::ordered_json::parse(raw_body, nullptr, /*allow_exceptions=*/false);
-    if (!ordered.is_object()) ordered = nlohmann::ordered_json::parse(body.dump());
-    absl::StatusOr<std::string> text = RenderJinjaChat(*ctx.jinja_chat, ordered, *messages);
+    // Without the raw text (a caller that built `body`), its dump: of bounded depth, as
+    // ParseBody returned it.
+    absl::StatusOr<nlohmann::ordered_json> ordered =
+        ParseOrderedJson(raw_body, "request body", kRequestBodyJsonLimits);
+    if (!ordered.ok() || !ordered->is_object()) {
+      ordered = ParseOrderedJson(body.dump(), "request body", kRequestBodyJsonLimits);
+    }
+    if (!ordered.ok()) return ordered.status();
+    absl::StatusOr<std::string> text = RenderJinjaChat(*ctx.jinja_chat, *ordered, *messages);
     if (!text.ok()) return text.status();
     // Before tokenizing: a long conversation costs the tokenizer seconds of CPU.
     if (absl::Status st =

@@ -14,8 +14,11 @@
 //  - `priority`: vLLM's meaning, lower is served first (default 0); it is negated for the
 //    scheduler, where larger is more important.
 //  - `user` and the vLLM extension `cache_salt` select the prefix-cache namespace.
-//  - `logit_bias`: token ids (as strings) to biases in [-100, 100], added to the logits before
-//    the penalties (engine/sampler/sampler.h, step 3).
+//  - `logit_bias`: token ids to biases in [-100, 100], added to the logits before the penalties
+//    (engine/sampler/sampler.h, step 3). A key is the id in decimal digits only ("50256"); " 5",
+//    "+5", "5.0" and "-1" are refused with a 400 naming logit_bias.
+//  - `tools`, `tool_choice`, `functions`, `function_call` on /v1/completions: 400 naming the
+//    field (they are chat fields, and would otherwise be dropped unseen).
 //  - vLLM extensions also accepted: top_k, min_p, repetition_penalty, ignore_eos,
 //    stop_token_ids, min_tokens, add_special_tokens. Its other extensions that would change the
 //    output are refused unless they carry vLLM's default.

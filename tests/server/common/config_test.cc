@@ -12,7 +12,6 @@
 
 #include "gtest/gtest.h"
 #include "tests/server/common/config_fixture.h"
-#include "server/json_depth.h"
 
 namespace banyan::server {
 namespace {

@@ -185,6 +185,17 @@ TEST(ParseBodyTest, RejectsBadBodies) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("UTF-8"), std::string::npos);
   EXPECT_FALSE(http::ParseBody(R"({"prompt": "\ud800"})").ok());  // lone surrogate escape
+  // Errors name the request body and say where the parser stopped; deep nesting has its code.
+  r = http::ParseBody(R"({"a": })");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("request body: not valid JSON: parse error at line 1"),
+            std::string::npos)
+      << r.status();
+  EXPECT_EQ(http::ErrorFromStatus(r.status()).http_status, 400);
+  r = http::ParseBody("{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(StatusCode(r.status()), "json_too_deep");
+  EXPECT_NE(r.status().message().find("the limit is 64"), std::string::npos) << r.status();
 }
 
 TEST(FieldReaderTest, TypesAndRanges) {
@@ -312,6 +323,58 @@ TEST_F(RequestParseTest, LogitBias) {
       ctx_);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->inputs[0].params.logit_bias, (Bias{{9, 1.0f}}));
+}
+
+// Issue 43, finding 5: " 5" and "+5" were accepted and "5.0" refused. One rule now: a key is
+// the token id in decimal digits only; anything else is a 400 naming logit_bias.
+TEST_F(RequestParseTest, LogitBiasKeysAreDecimalDigitsOnly) {
+  for (const char* key : {" 5", "5 ", "+5", "-5", "-0", "5.0", "5e0", "0x5", "", "\u0665",
+                          "4294967301", "99999999999999999999"}) {
+    Json body = {{"prompt", "x"}, {"logit_bias", {{key, 1}}}};
+    absl::StatusOr<http::ParsedGeneration> p = http::ParseCompletionRequest(body, ctx_);
+    ASSERT_FALSE(p.ok()) << "key \"" << key << "\"";
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(StatusParam(p.status()), "logit_bias") << key;
+    EXPECT_NE(p.status().message().find("decimal digits only"), std::string::npos) << p.status();
+    EXPECT_EQ(http::ErrorFromStatus(p.status()).http_status, 400);
+    body.erase("prompt");
+    body["messages"] = Json::array({{{"role", "user"}, {"content", "x"}}});
+    EXPECT_EQ(StatusParam(http::ParseChatRequest(body, ctx_).status()), "logit_bias") << key;
+  }
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  for (const auto& [key, id] : std::vector<std::pair<std::string, int32_t>>{
+           {"0", 0}, {"5", 5}, {"007", 7}, {"2147483647", 2147483647}}) {
+    absl::StatusOr<http::ParsedGeneration> p = http::ParseCompletionRequest(
+        Json{{"prompt", "x"}, {"logit_bias", {{key, 1}}}}, ctx_);
+    ASSERT_TRUE(p.ok()) << key << " " << p.status();
+    EXPECT_EQ(p->inputs[0].params.logit_bias, (Bias{{id, 1.0f}})) << key;
+  }
+  EXPECT_FALSE(http::ParseCompletionRequest(
+                   Json{{"prompt", "x"}, {"logit_bias", {{"2147483648", 1}}}}, ctx_)
+                   .ok());
+}
+
+// Issue 43, finding 5: tools on /v1/completions were dropped as an unknown field.
+TEST_F(RequestParseTest, CompletionsRefuseToolFieldsByName) {
+  const std::string tool =
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+  for (const auto& [extra, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("tools": )" + tool, "tools"},
+           {R"("tools": [])", "tools"},
+           {R"("tools": )" + tool + R"(, "tool_choice": "none")", "tools"},
+           {R"("tool_choice": "auto")", "tool_choice"},
+           {R"("functions": [{"name": "f"}])", "functions"},
+           {R"("function_call": "none")", "function_call"}}) {
+    const std::string json = R"({"prompt": "x", )" + extra + "}";
+    absl::StatusOr<http::ParsedGeneration> r = http::ParseCompletionRequest(Json::parse(json), ctx_);
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << json;
+    EXPECT_EQ(StatusParam(r.status()), param) << json << " " << r.status();
+    EXPECT_NE(r.status().message().find("/v1/chat/completions"), std::string::npos) << r.status();
+  }
+  // null is absent, as everywhere.
+  EXPECT_TRUE(
+      http::ParseCompletionRequest(Json::parse(R"({"prompt": "x", "tools": null})"), ctx_).ok());
 }
 
 TEST_F(RequestParseTest, CompletionPromptForms) {
