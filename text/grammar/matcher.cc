@@ -24,9 +24,12 @@ namespace {
 template <typename OnTop>
 void Expand(const CompiledGrammar& g, FramePool* pool, const FramePool& read, const TopSet& in,
             bool* touched_context, bool* ends, OnTop on_top) {
-  // Fast path: a top with no calls that cannot pop is its own closure.
-  std::vector<Top> work;
-  std::vector<Top> seen;
+  // Fast path: a top with no calls that cannot pop is its own closure. The scratch vectors
+  // keep their capacity across calls (mask computation steps millions of bytes).
+  thread_local std::vector<Top> work;
+  thread_local std::vector<Top> seen;
+  work.clear();
+  seen.clear();
   for (const Top& t : in) {
     const CompiledGrammar::State& st = g.state(t.rule, t.state);
     if (st.calls.empty() && !st.accepting) {
@@ -72,6 +75,16 @@ void Expand(const CompiledGrammar& g, FramePool* pool, const FramePool& read, co
 void StepByte(const CompiledGrammar& g, FramePool* pool, const TopSet& in, uint8_t byte,
               TopSet* out, bool* touched_context) {
   out->clear();
+  // Fast path, the common case inside an inlined rule: one top that neither calls nor pops.
+  if (in.size() == 1) {
+    const Top& t = in[0];
+    const CompiledGrammar::State& st = g.state(t.rule, t.state);
+    if (st.calls.empty() && !st.accepting) {
+      const int32_t next = g.NextByte(t.rule, t.state, byte);
+      if (next >= 0) out->push_back(Top{t.rule, next, t.parent});
+      return;
+    }
+  }
   bool touched = false;
   Expand(g, pool, *pool, in, &touched, nullptr, [&](const Top& t) {
     const int32_t next = g.NextByte(t.rule, t.state, byte);

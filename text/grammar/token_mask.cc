@@ -81,7 +81,9 @@ void TokenMasker::FillMask(const Matcher& matcher, TokenBits* mask) {
   for (const Top& top : matcher.tops()) {
     const std::shared_ptr<const Classified> c = Classify(top.rule, top.state);
     for (size_t w = 0; w < mask->size(); ++w) (*mask)[w] |= c->accepted[w];
-    if (top.parent == FramePool::kContext) continue;
+    // A pop below the root frame ends the input, so no byte can follow it: on the root frame
+    // every context-dependent token is rejected without a look.
+    if (top.parent == FramePool::kContext || top.parent == FramePool::kBottom) continue;
     for (int32_t id : c->dependent) {
       if (!TestBit(*mask, id) && matcher.AcceptsFrom(top, vocab_->bytes(id))) SetBit(mask, id);
     }
