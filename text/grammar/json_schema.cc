@@ -19,12 +19,13 @@ using json = nlohmann::ordered_json;
 
 Expr Digit() { return Byte(ByteSet::Range('0', '9')); }
 Expr Chars(std::string_view set) { return Byte(ByteSet::Chars(set)); }
-Expr Hex() {
+ByteSet HexSet() {
   ByteSet s = ByteSet::Range('0', '9');
   s.AddRange('a', 'f');
   s.AddRange('A', 'F');
-  return Byte(s);
+  return s;
 }
+Expr Hex() { return Byte(HexSet()); }
 
 std::string PointerToken(std::string_view key) {
   std::string out;
@@ -136,13 +137,25 @@ class SchemaCompiler {
                 // refuse or turn into infinity what overflows).
                 Opt(Seq({Chars("eE"), Opt(Chars("+-")), Repeat(Digit(), 1, 2)}))});
   }
+  // One character as minLength/maxLength count it: a code point. A \u escape of a UTF-16
+  // surrogate comes only as a high-low pair (one code point; a validator counts the pair as
+  // one, so letting the halves count as two would pass strings that are too short); a lone
+  // surrogate, which is no character, is never written.
   Expr StringChar() const {
     ByteSet excluded = ByteSet::Range(0x00, 0x1F);
     excluded.Add('"');
     excluded.Add('\\');
+    ByteSet not_d = HexSet();
+    not_d.Remove('d');
+    not_d.Remove('D');
+    const Expr d = Chars("dD");
+    const Expr bmp = Alt({Seq({Byte(not_d), Hex(), Hex(), Hex()}),
+                          Seq({d, Byte(ByteSet::Range('0', '7')), Hex(), Hex()})});
+    const Expr high = Seq({d, Chars("89abAB"), Hex(), Hex()});
+    const Expr low = Seq({d, Chars("cdefCDEF"), Hex(), Hex()});
+    const Expr escape_u = Seq({Literal("u"), Alt({bmp, Seq({high, Literal("\\u"), low})})});
     return Alt({Utf8Char(excluded),
-                Seq({Literal("\\"), Alt({Chars("\"\\/bfnrt"),
-                                         Seq({Literal("u"), Hex(), Hex(), Hex(), Hex()})})})});
+                Seq({Literal("\\"), Alt({Chars("\"\\/bfnrt"), escape_u})})});
   }
   Expr String(int32_t min, int32_t max) const {
     return Seq({Literal("\""), Repeat(StringChar(), min, max), Literal("\"")});

@@ -94,6 +94,20 @@ TEST(JsonSchemaTest, AcceptsExactlyTheCanonicalInstances) {
   }
 }
 
+// Found by grammar_ajv_oracle: an escaped surrogate pair is one character for minLength, as
+// validators count it, and a lone surrogate is never written.
+TEST(JsonSchemaTest, EscapedSurrogatePairIsOneCharacter) {
+  auto g = FromSchema(R"({"type":"string","minLength":2,"maxLength":2})");
+  ASSERT_NE(g, nullptr);
+  EXPECT_FALSE(Matches(g, R"("\ud83d\ude00")"));
+  EXPECT_TRUE(Matches(g, R"("a\ud83d\ude00")"));
+  EXPECT_TRUE(Matches(g, R"("\uD83D\uDE00\u00e9")"));
+  EXPECT_TRUE(Matches(g, R"("\u00e9\uD7FF")"));
+  EXPECT_FALSE(Matches(g, R"("\ud83da")"));
+  EXPECT_FALSE(Matches(g, R"("a\ude00")"));
+  EXPECT_FALSE(Matches(g, R"("\ude00\ud83d")"));
+}
+
 TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
   EXPECT_NE(Error(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})")
                 .find("'minimum' at #/properties/age"),
