@@ -88,7 +88,9 @@ absl::Status ReadTemplateField(const nlohmann::json& cfg, const std::string& fil
         !e.contains("template") || !e["template"].is_string()) {
       return bad(absl::StrCat("entry ", i, " is not {\"name\": string, \"template\": string}"));
     }
-    if (e["name"].get<std::string>() == "default") b->chat_template = e["template"].get<std::string>();
+    if (e["name"].get<std::string>() == "default") {
+      b->chat_template = e["template"].get<std::string>();
+    }
   }
   return absl::OkStatus();
 }

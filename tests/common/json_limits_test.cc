@@ -130,7 +130,8 @@ TEST_F(ReadJsonFileTest, LimitsApplyToFilesAndErrorsNameThePath) {
   // Too large: refused from the file's size, before reading it.
   j = ReadJsonFile(good, JsonLimits{.max_bytes = 4});
   ASSERT_FALSE(j.ok());
-  EXPECT_THAT(Message(j.status()), HasSubstr(good + ": 13 bytes of JSON, more than the limit of 4"));
+  EXPECT_THAT(Message(j.status()),
+              HasSubstr(good + ": 13 bytes of JSON, more than the limit of 4"));
 
   j = ReadJsonFile((dir_ / "missing.json").string());
   EXPECT_EQ(j.status().code(), absl::StatusCode::kNotFound);

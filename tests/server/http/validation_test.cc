@@ -366,7 +366,8 @@ TEST_F(RequestParseTest, CompletionsRefuseToolFieldsByName) {
            {R"("functions": [{"name": "f"}])", "functions"},
            {R"("function_call": "none")", "function_call"}}) {
     const std::string json = R"({"prompt": "x", )" + extra + "}";
-    absl::StatusOr<http::ParsedGeneration> r = http::ParseCompletionRequest(Json::parse(json), ctx_);
+    absl::StatusOr<http::ParsedGeneration> r =
+        http::ParseCompletionRequest(Json::parse(json), ctx_);
     ASSERT_FALSE(r.ok()) << json;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << json;
     EXPECT_EQ(StatusParam(r.status()), param) << json << " " << r.status();
