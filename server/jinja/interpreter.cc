@@ -162,6 +162,7 @@ List Interpreter::Items(const Value& v, int line) {
 }
 
 std::string Interpreter::Run(const Body& body, Dict globals) {
+  stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   root_ = std::make_shared<Frame>();
   root_->vars = std::move(globals);
   std::string out;
@@ -203,10 +204,13 @@ void Interpreter::Emit(const Value& v, std::string* out, int line) {
 }
 
 Interpreter::Deeper::Deeper(Interpreter* in, int line) : in(in) {
-  if (++in->eval_depth_ > in->limits_.max_eval_depth) {
+  const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (++in->eval_depth_ > in->limits_.max_eval_depth ||
+      in->stack_base_ - std::min(here, in->stack_base_) > kMaxStackBytes) {
     --in->eval_depth_;
-    throw Error("the template nests more than " + std::to_string(in->limits_.max_eval_depth) +
-                    " evaluations deep (runaway recursion?)",
+    throw Error("the template nests too deeply at run time (more than " +
+                    std::to_string(in->limits_.max_eval_depth) + " evaluations or " +
+                    std::to_string(kMaxStackBytes >> 10) + " KiB of stack; runaway recursion?)",
                 line);
   }
 }

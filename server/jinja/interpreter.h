@@ -13,6 +13,7 @@
 // Internal errors are jinja::Error exceptions; Template (template.h) catches them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,14 +29,17 @@ namespace banyan::jinja {
 // are 640 MB, a second or so.
 inline constexpr size_t kBytesPerStep = 128;
 
+// The stack a render may take below Run's frame: a quarter of a default 8 MiB thread stack.
+inline constexpr size_t kMaxStackBytes = size_t{2} << 20;
+
 struct Limits {
   size_t max_output_bytes = size_t{8} << 20;
   // At 32 bytes an item (plus what items hold), a list costs at most 8 MiB, as the output does.
   size_t max_list_items = size_t{1} << 18;
   int max_call_depth = 64;
   // Expressions and statements being evaluated inside each other, across macro calls: the
-  // parser bounds one template's nesting, this bounds the stack a render takes (about 1 MiB;
-  // an evaluation takes about 600 bytes of it).
+  // parser bounds one template's nesting, this bounds how deep a render recurses. The stack it
+  // takes is bounded too (kMaxStackBytes), whatever the build's frame sizes.
   int max_eval_depth = 2000;
   int64_t max_steps = 5'000'000;
 };
@@ -95,6 +99,7 @@ class Interpreter {
   int64_t steps_ = 0;
   int call_depth_ = 0;
   int eval_depth_ = 0;
+  uintptr_t stack_base_ = 0;  // Run's frame address (stacks grow down)
   struct Deeper {  // counts one level of eval_depth_ while in scope
     Deeper(Interpreter* in, int line);
     ~Deeper() { --in->eval_depth_; }

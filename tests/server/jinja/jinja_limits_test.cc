@@ -192,7 +192,9 @@ TEST(JinjaLimitsTest, DeepTemplatesAreErrorsNotStackOverflows) {
   RenderOptions opt;
   opt.limits.max_call_depth = 100000;
   EXPECT_EQ(R("{% macro m(n) %}{{ ((m(n + 1))) }}{% endmacro %}{{ m(0) }}", json::object(), opt)
-                .rfind("ERROR: line 1: the template nests more than 2000 evaluations deep", 0),
+                .rfind("ERROR: line 1: the template nests too deeply at run time (more than 2000 "
+                       "evaluations or 2048 KiB of stack",
+                       0),
             0u);
 }
 
