@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "text/grammar/json_schema_disjoint.h"
 
 namespace banyan::text::grammar {
 namespace {
@@ -126,13 +127,13 @@ class SchemaCompiler {
   }
   Expr Sep() const { return Seq({Ws(), Literal(","), Ws()}); }
 
-  Expr Integer() const {
+  Expr Integer(int digits) const {
     return Seq({Opt(Literal("-")),
                 Alt({Literal("0"), Seq({Byte(ByteSet::Range('1', '9')),
-                                        Repeat(Digit(), 0, opt_.max_digits - 1)})})});
+                                        Repeat(Digit(), 0, digits - 1)})})});
   }
   Expr Number() const {
-    return Seq({Integer(), Opt(Seq({Literal("."), Repeat(Digit(), 1, opt_.max_digits)})),
+    return Seq({Integer(opt_.max_digits), Opt(Seq({Literal("."), Repeat(Digit(), 1, opt_.max_digits)})),
                 // Two exponent digits: every number stays finite as a double (JSON parsers
                 // refuse or turn into infinity what overflows).
                 Opt(Seq({Chars("eE"), Opt(Chars("+-")), Repeat(Digit(), 1, 2)}))});
@@ -286,6 +287,19 @@ class SchemaCompiler {
       return absl::InvalidArgumentError(
           absl::StrCat("'allOf' at ", path, " with more than one schema is not supported"));
     }
+    if (key == "oneOf") {
+      const SchemaResolver resolve = [this](const std::string& ref) { return Resolve(ref); };
+      for (size_t i = 0; i < list.size(); ++i) {
+        for (size_t j = i + 1; j < list.size(); ++j) {
+          if (!ProvablyDisjoint(list[i], list[j], resolve)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "'oneOf' at ", path, " is not supported: branches ", i, " and ", j,
+                " may both match a value (supported when the branches differ in type, in their "
+                "enum/const values or in a required property's const; else use anyOf)"));
+          }
+        }
+      }
+    }
     std::vector<Expr> alts;
     for (size_t i = 0; i < list.size(); ++i) {
       absl::StatusOr<Expr> e = Compile(list[i], absl::StrCat(path, "/", key, "/", i), depth + 1);
@@ -332,9 +346,26 @@ class SchemaCompiler {
         const std::string name = key.get<std::string>();
         auto it = index.find(name);
         if (it == index.end()) {
+          // Outside `properties`, the value is additionalProperties' to constrain.
+          Expr value = AnyValue();
+          if (s.contains("additionalProperties")) {
+            const json& a = s.at("additionalProperties");
+            if (a.is_boolean() && !a.get<bool>()) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("'required' at ", path, " names '", name,
+                               "', which additionalProperties false forbids: no value satisfies "
+                               "the schema"));
+            }
+            if (a.is_object()) {
+              absl::StatusOr<Expr> v =
+                  Compile(a, absl::StrCat(path, "/additionalProperties"), depth + 1);
+              if (!v.ok()) return v.status();
+              value = *std::move(v);
+            }
+          }
           index.emplace(name, props.size());
           props.push_back(Prop{Seq({Literal(json(name).dump()), Ws(), Literal(":"), Ws(),
-                                    AnyValue()}),
+                                    std::move(value)}),
                                true});
         } else {
           props[it->second].required = true;
@@ -458,13 +489,30 @@ class SchemaCompiler {
       }
       return String(*min, *max);
     }
-    if (type == "integer") return Integer();
-    if (type == "number") return Number();
+    if (type == "integer" || type == "number") return CompileNumber(s, type, path);
     if (type == "boolean") return Alt({Literal("true"), Literal("false")});
     if (type == "null") return Literal("null");
     if (type == "object") return CompileObject(s, path, depth);
     if (type == "array") return CompileArray(s, path, depth);
     return absl::InvalidArgumentError(absl::StrCat("unknown type '", type, "' at ", path));
+  }
+
+  // ajv-formats' number formats: int32 (an integer within 32 bits: at most 9 digits here),
+  // int64 (any integer), float and double (any number). A string format beside a number type
+  // constrains only strings; any other format is refused.
+  absl::StatusOr<Expr> CompileNumber(const json& s, const std::string& type,
+                                     const std::string& path) const {
+    const std::string format =
+        s.contains("format") && s.at("format").is_string() ? s.at("format").get<std::string>() : "";
+    if (format == "int32") return Integer(std::min(opt_.max_digits, 9));
+    if (format == "int64") return Integer(opt_.max_digits);
+    if (!format.empty() && format != "float" && format != "double" &&
+        !Format(format, path).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("unsupported number format '", format,
+                                                     "' at ", path,
+                                                     " (supported: int32, int64, float, double)"));
+    }
+    return type == "integer" ? Integer(opt_.max_digits) : Number();
   }
 
   absl::StatusOr<std::vector<std::string>> Types(const json& s, const std::string& path) const {
@@ -520,6 +568,11 @@ class SchemaCompiler {
             absl::StrCat("unsupported JSON Schema keyword '", key, "' at ", path));
       }
     }
+    if (s.contains("$id") && path != "#") {
+      // A nested $id would make "#" inside it mean that subschema, not the document.
+      return absl::InvalidArgumentError(
+          absl::StrCat("'$id' at ", path, " is not supported (only at the root)"));
+    }
     if (s.contains("$ref")) return CompileRef(s, path);
     for (const char* key : {"anyOf", "oneOf", "allOf"}) {
       if (s.contains(key)) return CompileAlternatives(s, key, path, depth);
@@ -527,6 +580,15 @@ class SchemaCompiler {
     absl::StatusOr<std::vector<std::string>> types = Types(s, path);
     if (!types.ok()) return types.status();
     if (s.contains("enum") || s.contains("const")) {
+      // The listed values are written as they are, so nothing but their type may constrain
+      // them further: a sibling such as minLength or required would be ignored.
+      const char* listed = s.contains("const") ? "const" : "enum";
+      for (const auto& [k, v] : s.items()) {
+        if (k == listed || k == "type" || k == "nullable" || Annotations().contains(k)) continue;
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", k, "' beside '", listed, "' at ", path,
+                         " is not supported (only type, nullable and annotations)"));
+      }
       std::vector<json> values;
       if (s.contains("const")) {
         values.push_back(s.at("const"));

@@ -12,13 +12,16 @@
 //     JSON's escapes;
 //   - whitespace between tokens is at most `max_whitespace` of space, tab and newline (bounded,
 //     so a model cannot fill its tokens with blanks: xgrammar's default is unbounded).
-// Supported keywords: type (and type lists, OpenAPI's nullable), properties, required,
-// additionalProperties, enum, const, anyOf, oneOf (as anyOf: the branches must not overlap for
-// the output to satisfy oneOf, which is not checked), $ref to "#", "#/$defs/..." and
-// "#/definitions/...", items, prefixItems, minItems, maxItems, minLength, maxLength, format
-// (date, time, date-time, uuid, ipv4), and the annotations (title, description, default,
-// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly). Any other keyword is an
-// InvalidArgument error naming the keyword and its JSON pointer: never silently ignored.
+// Supported keywords: type (and type lists, OpenAPI's nullable), properties, required (a key
+// outside properties takes additionalProperties' schema), additionalProperties, enum and const
+// (beside type, nullable and annotations only), anyOf, oneOf (as anyOf, when no value can match
+// two branches: json_schema_disjoint.h), $ref to "#", "#/$defs/..." and "#/definitions/...",
+// items, prefixItems, minItems, maxItems, minLength, maxLength (code points), format (date,
+// time, date-time, uuid, ipv4 on strings; int32, int64, float, double on numbers), and the
+// annotations (title, description, default, examples, $schema, $id at the root, $comment,
+// deprecated, readOnly, writeOnly). Any other keyword is an InvalidArgument error naming the
+// keyword and its JSON pointer: never silently ignored. tests/oracle/grammar_oracle.mjs checks
+// all this against ajv and the JSON Schema Test Suite (ctest grammar_ajv_oracle).
 #ifndef BANYAN_TEXT_GRAMMAR_JSON_SCHEMA_H_
 #define BANYAN_TEXT_GRAMMAR_JSON_SCHEMA_H_
 

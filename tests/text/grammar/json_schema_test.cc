@@ -108,6 +108,63 @@ TEST(JsonSchemaTest, EscapedSurrogatePairIsOneCharacter) {
   EXPECT_FALSE(Matches(g, R"("\ude00\ud83d")"));
 }
 
+// Found by grammar_ajv_oracle: schemas whose keywords the grammar would have ignored, accepting
+// values a validator refuses. Each either compiles to what validates or is refused by name.
+TEST(JsonSchemaTest, NoKeywordIsIgnoredBesideEnumOneOfOrRequired) {
+  EXPECT_NE(Error(R"({"type":"string","enum":["a","abc"],"minLength":2})")
+                .find("'minLength' beside 'enum' at #"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"const":"x","enum":["y"]})").find("'enum' beside 'const'"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"object","required":["k"],"enum":[{"j":2}]})")
+                .find("'required' beside 'enum'"),
+            std::string::npos);
+  // oneOf: only branches no value can match twice.
+  EXPECT_NE(Error(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})")
+                .find("'oneOf' at # is not supported: branches 0 and 1"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"oneOf":[{"properties":{"a":{}}},{"type":"string"}]})").find("'oneOf'"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"oneOf":[{"enum":[1,{"a":1,"b":2}]},{"enum":[{"b":2,"a":1}]}]})")
+                .find("'oneOf'"),
+            std::string::npos);
+  auto typed = FromSchema(R"({"oneOf":[{"type":"string"},{"type":"null"}]})");
+  ASSERT_NE(typed, nullptr);
+  EXPECT_TRUE(Matches(typed, "null"));
+  auto tagged = FromSchema(R"({"$defs":{
+      "a":{"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"}},
+           "required":["kind"]},
+      "b":{"type":"object","properties":{"kind":{"enum":["b","c"]}},"required":["kind"]}},
+    "oneOf":[{"$ref":"#/$defs/a"},{"$ref":"#/$defs/b"}]})");
+  ASSERT_NE(tagged, nullptr);
+  EXPECT_TRUE(Matches(tagged, R"({"kind":"a","x":1})"));
+  EXPECT_TRUE(Matches(tagged, R"({"kind":"c"})"));
+  // A required key outside properties takes additionalProperties' schema.
+  auto extra = FromSchema(R"({"type":"object","properties":{"a":{"type":"string"}},
+      "required":["b"],"additionalProperties":{"type":"integer"}})");
+  ASSERT_NE(extra, nullptr);
+  EXPECT_TRUE(Matches(extra, R"({"b":1})"));
+  EXPECT_FALSE(Matches(extra, R"({"b":"x"})"));
+  auto map = FromSchema(R"({"additionalProperties":{"type":"boolean"},"required":["on"]})");
+  ASSERT_NE(map, nullptr);
+  EXPECT_TRUE(Matches(map, R"({"on":true})"));
+  EXPECT_FALSE(Matches(map, R"({"on":1})"));
+  EXPECT_NE(Error(R"({"properties":{"a":{}},"required":["b"],"additionalProperties":false})")
+                .find("'required' at # names 'b'"),
+            std::string::npos);
+  // Number formats.
+  auto int32 = FromSchema(R"({"type":"integer","format":"int32"})");
+  ASSERT_NE(int32, nullptr);
+  EXPECT_TRUE(Matches(int32, "-999999999"));
+  EXPECT_FALSE(Matches(int32, "2147483648"));
+  EXPECT_NE(Error(R"({"type":"number","format":"percent"})").find("number format 'percent'"),
+            std::string::npos);
+  // A nested $id would change what "#" means inside it.
+  EXPECT_NE(Error(R"({"properties":{"c":{"$id":"https://example.com/c","items":{"$ref":"#"}}}})")
+                .find("'$id' at #/properties/c"),
+            std::string::npos);
+}
+
 TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
   EXPECT_NE(Error(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})")
                 .find("'minimum' at #/properties/age"),
