@@ -496,6 +496,12 @@ void AddGlobals(Dict* g, int64_t now_unix_s) {
              step = ArgInt(a, 2, "step", 1);
            }
            if (step == 0) throw Error("range() step must not be zero");
+           // Python's len() fails past ssize_t; a Range's size must fit int64_t.
+           const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+           const __int128 s = step > 0 ? __int128{step} : -__int128{step};
+           if ((span + s - 1) / s > INT64_MAX) {
+             throw Error("range() has more than 9223372036854775807 items");
+           }
            return Value(Range{start, stop, step});
          }));
   g->Set("raise_exception", Value::Callable("raise_exception", [](Interpreter& in, CallArgs& a) -> Value {

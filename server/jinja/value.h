@@ -52,7 +52,7 @@ inline constexpr int kNamespaceDepth = kMaxValueDepth / 2;
 // What serialization limits default to: none.
 inline constexpr size_t kNoSizeLimit = SIZE_MAX;
 
-// range(start, stop, step): step != 0.
+// range(start, stop, step): step != 0, and size() fits int64_t.
 struct Range {
   int64_t start = 0;
   int64_t stop = 0;

@@ -99,6 +99,10 @@ TEST(JinjaLimitsTest, RangeIsLazyUntilItIsUsedAsAList) {
   EXPECT_EQ(R("{{ range(3) | tojson }}"),
             "ERROR: line 1: Object of type range is not JSON serializable");
   EXPECT_EQ(R("{{ range(1, 9223372036854775807, 9223372036854775807) | list }}"), "[1]");
+  EXPECT_EQ(R("{{ range(-9223372036854775807, 9223372036854775807) | length }}"),
+            "ERROR: line 1: range() has more than 9223372036854775807 items");
+  EXPECT_EQ(R("{{ range(-9223372036854775807, 9223372036854775807, 2) | length }}"),
+            "9223372036854775807");
 }
 
 TEST(JinjaLimitsTest, BuiltinsRefuseBigValuesBeforeBuildingThem) {
