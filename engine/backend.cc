@@ -31,7 +31,7 @@ absl::Status Backend::ForwardSample(const StepBatch& batch, std::span<const Samp
                                   spec.state->step() + static_cast<uint64_t>(spec.step_ahead));
     auto r = SampleWithUniform(std::span<const float>(logits).subspan(spec.row * vocab, vocab),
                                *spec.params, *spec.state, u, &scratch,
-                               static_cast<uint64_t>(spec.step_ahead));
+                               static_cast<uint64_t>(spec.step_ahead), spec.allowed);
     if (r.ok()) {
       (*out)[i] = std::move(*r);
     } else {

@@ -60,6 +60,10 @@ struct SampleSpec {
   // will be once that token is taken: step_ahead 1, and its penalties count the fed token as
   // generated once more (the backend reads it where the row's input is read).
   int32_t step_ahead = 0;
+  // A grammar's token mask (sampler.h, step 3): empty, or a bit per token id, the allowed ones
+  // set. Read during LaunchSample only. Backends that cannot apply it say so
+  // (supports_token_masks), and the engine loop never gives them one.
+  std::span<const uint64_t> allowed = {};
 };
 
 class Backend {
@@ -111,6 +115,8 @@ class Backend {
   virtual absl::Status CollectSample(std::vector<SampleResult>* out);
   // Whether LaunchSample returns before the step is computed (the caller's overlap pays).
   virtual bool launches_async() const { return false; }
+  // Whether the backend samples with SampleSpec::allowed (token masks of grammars).
+  virtual bool supports_token_masks() const { return true; }
   // The final-norm hidden states [rows.size() x dim] of rows of the last step (row indices as
   // in SampleSpec::row), for draft heads. Backends that cannot say so.
   virtual absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const;

@@ -121,6 +121,7 @@ absl::Status EngineLoop::Check(const Request& r) const {
                                                    options_.max_running_sequences,
                                                    " sequences the server runs at once"));
   }
+  if (absl::Status s = CheckConstraint(r); !s.ok()) return s;
   const int32_t c = chunk_size_;
   const int64_t worst = CeilDiv(static_cast<int64_t>(r.prompt.size()), c) +
                         int64_t{n} * (CeilDiv(r.params.max_tokens, c) + 2);
@@ -130,6 +131,42 @@ absl::Status EngineLoop::Check(const Request& r) const {
                      chunks_total_, " chunks of ", c, " tokens)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status EngineLoop::CheckConstraint(const Request& r) const {
+  if (r.constraint == nullptr) return absl::OkStatus();
+  if (!backend_->supports_token_masks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "structured outputs (response_format json_object/json_schema, guided_json) are not yet "
+        "on the ", absl::string_view(backend_->name().data(), backend_->name().size()), " backend; use the cpu backend or leave them out"));
+  }
+  if (r.constraint->masker->vocab().size() > config_.vocab_size) {
+    return absl::InternalError("the grammar's vocabulary is larger than the model's");
+  }
+  if (r.params.min_tokens > 0) {
+    // min_tokens bans the end ids that a finished grammar leaves as the only way out.
+    return absl::InvalidArgumentError(
+        "min_tokens cannot be combined with a structured output (response_format, guided_json)");
+  }
+  return absl::OkStatus();
+}
+
+std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) const {
+  Live::Sample& s = live.samples[sample];
+  if (!s.matcher.has_value()) return {};
+  live.req.constraint->masker->FillMask(*s.matcher, &s.mask);
+  // Tokens past the tokenizer's vocabulary (a padded LM head) stay disallowed.
+  s.mask.resize((static_cast<size_t>(config_.vocab_size) + 63) / 64, 0);
+  const bool can_end = s.matcher->CanEnd();
+  const bool stuck = std::all_of(s.mask.begin(), s.mask.end(), [](uint64_t w) { return w == 0; });
+  if (can_end || stuck) {
+    // End of sequence: allowed where the grammar may end, and the only way out of a dead end
+    // (which a grammar with no token for its next byte can reach).
+    for (int id : config_.StopIds()) {
+      if (id >= 0 && id < config_.vocab_size) text::grammar::SetBit(&s.mask, id);
+    }
+  }
+  return s.mask;
 }
 
 void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
@@ -298,8 +335,10 @@ absl::Status EngineLoop::PlacePrefill(Live& live, int32_t tokens,
       // The samples' states exist before the forward pass: the backend samples their first
       // tokens from this row.
       StartSamples(live);
-      for (const Live::Sample& smp : live.samples) {
-        items->back().samples.push_back({.params = &r.params, .state = &smp.sampling});
+      for (size_t k = 0; k < live.samples.size(); ++k) {
+        items->back().samples.push_back({.params = &r.params,
+                                         .state = &live.samples[k].sampling,
+                                         .allowed = MaskFor(live, k)});
       }
       logit_owners->push_back(&live);
     }
@@ -325,8 +364,9 @@ void EngineLoop::StartSamples(Live& live) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
                    .generated = {}, .next_token = -1, .finished = false, .ended = false,
                    .emitted = 0, .last_token = {}, .cand = {}, .drafted = {}, .lookup = {},
-                   .lookup_checked = 0};
+                   .lookup_checked = 0, .matcher = {}, .mask = {}};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
+    if (r.constraint != nullptr) s.matcher.emplace(r.constraint->grammar);
     live.samples.push_back(std::move(s));
   }
 }
@@ -340,9 +380,25 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
     return;
   }
   s.sampling.Accept(res.token);
+  // A constrained sample: an end id ends it (ignore_eos or not: the mask allowed it only where
+  // the grammar may end), any other token steps the grammar (the mask allowed it, so it fits).
+  bool grammar_end = false;
+  if (s.matcher.has_value()) {
+    const text::grammar::Vocabulary& vocab = live.req.constraint->masker->vocab();
+    if (config_.IsStop(res.token)) {
+      grammar_end = true;
+    } else if (res.token >= vocab.size() || !s.matcher->Accept(vocab.bytes(res.token))) {
+      Finish(live,
+             absl::InternalError(absl::StrCat("sampled token ", res.token,
+                                              " is outside the request's grammar (a mask bug)")),
+             FinishReason::kError);
+      return;
+    }
+  }
   const int count = static_cast<int>(s.generated.size()) + 1;
-  const engine::FinishReason fin =
+  engine::FinishReason fin =
       engine::CheckStopIsEos(res.token, count, live.req.params, config_.IsStop(res.token));
+  if (grammar_end) fin = engine::FinishReason::kStop;
   if (fin == engine::FinishReason::kNone) {
     s.generated.push_back(res.token);
     s.next_token = res.token;
@@ -527,6 +583,9 @@ bool EngineLoop::FedReady() const {
   for (const LivePtr& l : running_) {
     // A prompt: more of it to place (prefill rows only), or its first token is sampled by N and
     // its first decode rows are fed from there (n > 1: ForkAhead makes the samples first).
+    // A constrained row's mask needs its token of N on the host (the CPU path computes it once
+    // the token is known; the device sampler takes no masks yet).
+    if (l->req.constraint != nullptr) return false;
     if (l->state == RequestState::kPrefilling) continue;
     if (l->state != RequestState::kDecoding) return false;
     for (const Live::Sample& s : l->samples) {
@@ -871,8 +930,9 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
     if (d.sample.state != nullptr) continue;
     auto [l, k] = owner.at(d.seq);
     // A fed row samples as the state will be once step N's token is taken.
+    BANYAN_CHECK(d.feed < 0 || l->req.constraint == nullptr) << "a constrained row was fed";
     d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling,
-                .step_ahead = d.feed >= 0 ? 1 : 0};
+                .step_ahead = d.feed >= 0 ? 1 : 0, .allowed = MaskFor(*l, k)};
   }
   f.owner = std::move(owner);
   f.logit_owners = std::move(logit_owners);

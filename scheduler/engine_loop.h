@@ -228,6 +228,11 @@ class EngineLoop {
   // Turns a prefilled prompt into n samples (forks its sequence); their sampling states are
   // ready before the forward pass so that the backend samples the first tokens.
   void StartSamples(Live& live);
+  // A structured output's checks (Check): a backend that applies masks, no min_tokens.
+  absl::Status CheckConstraint(const Request& request) const;
+  // The mask of a constrained sample's next draw (its grammar's tokens, end ids where it may
+  // end), filled into s.mask; empty for an unconstrained sample. Engine thread.
+  std::span<const uint64_t> MaskFor(Live& live, size_t sample) const;
   // The samples a request runs: n, or 1 for greedy requests (temperature 0: every sample would
   // draw the same tokens; their choices get copies of one).
   static int SamplesRun(const Request& r);

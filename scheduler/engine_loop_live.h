@@ -10,6 +10,8 @@
 
 #include "engine/sampler/sampler.h"
 #include "spdlog/spdlog.h"
+#include "text/grammar/matcher.h"
+#include "text/grammar/token_mask.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/request.h"
@@ -61,6 +63,10 @@ struct EngineLoop::Live {
     engine::DraftHeads::Tree drafted;
     std::shared_ptr<const std::vector<int32_t>> lookup;
     size_t lookup_checked = 0;
+    // A constrained request's (Request::constraint): where the sample stands in the grammar
+    // (every generated token accepted), and the mask of its next draw (vocab bits).
+    std::optional<text::grammar::Matcher> matcher;
+    text::grammar::TokenBits mask;
   };
 
   uint64_t handle = 0;

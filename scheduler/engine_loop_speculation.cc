@@ -289,6 +289,9 @@ void EngineLoop::PlaceCandidates(
     engine::DecodeItem& d = (*decode)[r];
     auto [l, k] = owner->at(d.seq);
     Live::Sample& s = l->samples[k];
+    // A grammar's mask for a candidate's row would need the matcher advanced along the draft:
+    // constrained samples do not speculate (yet).
+    if (s.matcher.has_value()) continue;
     if (s.speculation_pause > 0) {
       --s.speculation_pause;
       continue;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "engine/sampler/sampling_params.h"
+#include "text/grammar/constraint_cache.h"
 
 namespace banyan::scheduler {
 
@@ -46,6 +48,12 @@ struct Request {
   std::string tenant;
   int64_t tenant_kv_chunks = 0;
   std::optional<std::chrono::steady_clock::time_point> deadline;  // cancelled when it passes
+  // Structured output (response_format, guided_json): every sample's text is a sentence of this
+  // grammar. Before each draw the sample's tokens are masked to those the grammar allows next,
+  // end of sequence allowed exactly where the grammar may end (and then the only way out when
+  // nothing else is); an end token ends the sample with kStop. Compiled by the front end (off
+  // the engine thread) for the model's vocabulary. Null: unconstrained, at no cost.
+  std::shared_ptr<const text::grammar::TokenConstraint> constraint;
 };
 
 // One step of one sample. Events of a sample arrive in order; the last has finish != kNone.

@@ -326,6 +326,8 @@ int Run(int argc, char** argv) {
   ctx.jinja_chat = *std::move(jinja_chat);
   ctx.auth = *std::move(auth);
   ctx.ready = &ready;
+  // Schemas compile on the front ends' threads; the vocabulary is built at the first one.
+  ctx.structured_outputs = std::make_shared<StructuredOutputs>(ctx.tokenizer);
 
   http::HttpFrontEnd http(&ctx);
   if (absl::Status s = http.Start(); !s.ok()) return Fail(s);

@@ -15,6 +15,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "scheduler/scheduler.h"
 #include "server/auth.h"
+#include "server/structured_outputs.h"
 
 namespace banyan::server {
 
@@ -69,6 +70,9 @@ struct ServerContext {
   // True once serving; false while loading or draining (/ready answers 503, gRPC health is
   // NOT_SERVING, new requests are refused). Null means always ready (tests).
   std::atomic<bool>* ready = nullptr;
+  // Compiles response_format / guided_json schemas for the model's vocabulary, with its cache.
+  // Null: structured outputs are refused with a 400.
+  std::shared_ptr<StructuredOutputs> structured_outputs;
 };
 
 }  // namespace banyan::server

@@ -244,6 +244,7 @@ absl::StatusOr<scheduler::Request> BuildRequest(GenerationInput input, const Mod
   r.n = static_cast<int>(input.n);
   r.priority = static_cast<int>(input.priority);
   r.cache_namespace = CacheNamespace(input.tenant, input.user, input.cache_salt);
+  r.constraint = std::move(input.constraint);
   return r;
 }
 

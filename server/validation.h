@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "engine/sampler/sampling_params.h"
 #include "scheduler/request.h"
+#include "text/grammar/constraint_cache.h"
 
 namespace banyan::server {
 
@@ -80,6 +82,8 @@ struct GenerationInput {
   // The wire names of the prompt and max_tokens fields, for error messages.
   std::string prompt_field = "prompt";
   std::string max_tokens_field = "max_tokens";
+  // Structured output (server/structured_outputs.h), compiled by the front end; null: none.
+  std::shared_ptr<const text::grammar::TokenConstraint> constraint;
 };
 
 // The prefix-cache namespace: requests share cached prefixes only within one namespace. It is

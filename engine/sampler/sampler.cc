@@ -198,10 +198,24 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& params,
   }
 }
 
+void ApplyTokenMask(std::span<float> logits, std::span<const uint64_t> allowed) {
+  BANYAN_CHECK(allowed.size() * 64 >= logits.size())
+      << "a mask of " << allowed.size() * 64 << " bits for " << logits.size() << " tokens";
+  for (size_t w = 0; w * 64 < logits.size(); ++w) {
+    const uint64_t bits = allowed[w];
+    if (bits == ~uint64_t{0}) continue;
+    const size_t end = std::min(logits.size(), (w + 1) * 64);
+    for (size_t i = w * 64; i < end; ++i) {
+      if (((bits >> (i & 63)) & 1) == 0) logits[i] = -kInf;
+    }
+  }
+}
+
 absl::StatusOr<SampleResult> SampleWithUniform(std::span<const float> logits,
                                                const SamplingParams& params,
                                                const SequenceSamplingState& state, float u,
-                                               SamplerScratch* scratch, uint64_t step_ahead) {
+                                               SamplerScratch* scratch, uint64_t step_ahead,
+                                               std::span<const uint64_t> allowed) {
   BANYAN_CHECK(!logits.empty()) << "empty logits";
   BANYAN_CHECK(u >= 0.0f && u < 1.0f) << "u = " << u;
   SamplerScratch local;
@@ -216,6 +230,7 @@ absl::StatusOr<SampleResult> SampleWithUniform(std::span<const float> logits,
   SampleResult result;
   result.top_logprobs = TopLogprobs(z, params.logprobs, raw, s.ids);
 
+  if (!allowed.empty()) ApplyTokenMask(z, allowed);
   ApplyPenalties(z, params, state, step_ahead);
   if (*std::max_element(z.begin(), z.end()) == -kInf) {
     return NoDistributionError(/*after_penalties=*/true);

@@ -11,7 +11,8 @@
 //     penalties, temperature and filtering (vLLM's default "raw_logprobs"; OpenAI's meaning of
 //     logprobs as the model's own distribution). Tokens at -inf get -inf. If some x_i = +inf,
 //     the limit is taken: those tokens share the mass, the others get -inf.
-//  3. z = ApplyPenalties(x): each logit_bias entry added (z_i = x_i + bias_i, first, as vLLM
+//  3. A token mask (a grammar's allowed tokens, SampleSpec::allowed) first: z_i = -inf for every
+//     token whose bit is clear. Then z = ApplyPenalties(z): each logit_bias entry added (z_i = x_i + bias_i, first, as vLLM
 //     does), then repetition, then frequency, then presence (vLLM's definitions); while fewer
 //     than min_tokens tokens are generated, z_i = -inf for i in min_tokens_banned.
 //  4. temperature < kGreedyTemperature: token = argmax z, the lowest id on ties. Done.
@@ -134,10 +135,17 @@ absl::StatusOr<SampleResult> Sample(std::span<const float> logits, const Samplin
 // Steps 1-7 with the uniform number given instead of drawn: u in [0, 1). Sample() is this with
 // u = SampleUniform(state.seed(), state.stream(), state.step()).
 // step_ahead: as ApplyPenalties' (min_tokens counts state.step() + step_ahead tokens).
+// allowed: empty, or a bit per token id (bit i of word i / 64; at least vocab bits): the tokens
+// step 3 leaves alone; every other token gets -inf before the bias and the penalties. The
+// log-probabilities stay those of the raw model (step 2), as with logit_bias.
 absl::StatusOr<SampleResult> SampleWithUniform(std::span<const float> logits,
                                                const SamplingParams& params,
                                                const SequenceSamplingState& state, float u,
                                                SamplerScratch* scratch = nullptr,
-                                               uint64_t step_ahead = 0);
+                                               uint64_t step_ahead = 0,
+                                               std::span<const uint64_t> allowed = {});
+// Step 3's mask alone: z_i = -inf where bit i of `allowed` is clear. logits: [vocab];
+// allowed: at least vocab bits.
+void ApplyTokenMask(std::span<float> logits, std::span<const uint64_t> allowed);
 
 }  // namespace banyan::engine

@@ -205,7 +205,7 @@ std::shared_ptr<GenerationJob> StartGeneration(ServerContext* ctx, Api api, cons
   if (!body.ok()) return fail(body.status());
   absl::StatusOr<ParsedGeneration> parsed =
       api == Api::kChat ? ParseChatRequest(*body, *ctx, req.body)
-                        : ParseCompletionRequest(*body, *ctx);
+                        : ParseCompletionRequest(*body, *ctx, req.body);
   if (!parsed.ok()) return fail(parsed.status());
   if (ctx->ready != nullptr && !ctx->ready->load()) return fail(NotReady());
 

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_limits.h"
 #include "server/http/http_log.h"
 
 namespace banyan::server::http {
@@ -107,6 +108,38 @@ absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float
           absl::StrCat("logit_bias names token ", (*out)[i].first, " twice"));
     }
   }
+  return absl::OkStatus();
+}
+
+// response_format / guided_json (server/structured_outputs.h): read with the keys in the order
+// sent (`body` has them sorted, and properties are generated in schema order), and compiled
+// here, on the front end's thread, never on the engine's.
+absl::Status ParseStructuredOutput(const Json& body, std::string_view raw_body,
+                                   const ServerContext& ctx, GenerationInput* common) {
+  auto present = [&](const char* key) {
+    auto it = body.find(key);
+    return it != body.end() && !it->is_null();
+  };
+  if (!present("response_format") && !present("guided_json")) return absl::OkStatus();
+  const JsonLimits limits{.max_depth = kMaxJsonDepth, .max_bytes = raw_body.size()};
+  absl::StatusOr<nlohmann::ordered_json> ordered =
+      ParseOrderedJson(raw_body, "request body", limits);
+  if (!ordered.ok() || !ordered->is_object()) {
+    // No raw text (a caller that built `body`): its dump, keys sorted.
+    const std::string dumped = body.dump();
+    ordered = ParseOrderedJson(dumped, "request body",
+                               JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = dumped.size()});
+    if (!ordered.ok()) return ordered.status();
+  }
+  absl::StatusOr<std::optional<StructuredOutputSpec>> spec = ParseStructuredOutputFields(*ordered);
+  if (!spec.ok()) return spec.status();
+  if (!spec->has_value()) return absl::OkStatus();
+  if (ctx.structured_outputs == nullptr) {
+    return InvalidParam((*spec)->field, "structured outputs are not available on this server");
+  }
+  auto constraint = ctx.structured_outputs->Compile(**spec);
+  if (!constraint.ok()) return constraint.status();
+  common->constraint = *std::move(constraint);
   return absl::OkStatus();
 }
 
@@ -271,7 +304,6 @@ absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
       {"bad_words", false, kEmpty},
       {"prompt_logprobs", false, kNever},
       {"logits_processors", false, kNever},
-      {"guided_json", false, kNever},
       {"guided_regex", false, kNever},
       {"guided_choice", false, kNever},
       {"guided_grammar", false, kNever},
@@ -287,19 +319,6 @@ absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
       return InvalidParam(e.name, absl::StrCat(e.name,
                                                " (a vLLM extension) is not supported by this "
                                                "server; leave it out or send its default"));
-    }
-  }
-  if (const Json* rf = present("response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
-      return InvalidParam("response_format",
-                          "response_format must be an object with a string 'type'");
-    }
-    const std::string type = (*rf)["type"].get<std::string>();
-    if (type != "text") {
-      return InvalidParam(
-          "response_format",
-          absl::StrCat("response_format type '", type,
-                       "' (structured output) is not supported by this server yet; only 'text'"));
     }
   }
   if (api != Api::kChat) {
@@ -451,7 +470,8 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
 }
 
 absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
-                                                        const ServerContext& ctx) {
+                                                        const ServerContext& ctx,
+                                                        std::string_view raw_body) {
   LogUnknownFields(body, Api::kCompletions);
   if (absl::Status s = CheckUnsupportedFeatures(body, Api::kCompletions); !s.ok()) return s;
   ParsedGeneration out;
@@ -459,6 +479,7 @@ absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
   out.default_max_tokens = 16;
   GenerationInput common;
   if (absl::Status s = ParseCommon(body, ctx, &common, &out); !s.ok()) return s;
+  if (absl::Status s = ParseStructuredOutput(body, raw_body, ctx, &common); !s.ok()) return s;
 
   FieldReader f(body);
   f.Int("max_tokens", &common.max_tokens);
@@ -546,6 +567,7 @@ absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const Server
   GenerationInput common;
   common.prompt_field = "messages";
   if (absl::Status s = ParseCommon(body, ctx, &common, &out); !s.ok()) return s;
+  if (absl::Status s = ParseStructuredOutput(body, raw_body, ctx, &common); !s.ok()) return s;
 
   FieldReader f(body);
   f.Int("max_tokens", &common.max_tokens);

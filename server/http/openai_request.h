@@ -57,7 +57,10 @@ absl::Status CheckModel(const Json& body, const ServerContext& ctx);
 // body["messages"] as ChatMessages (param "messages" in errors).
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body);
 
-absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body, const ServerContext& ctx);
+// raw_body: the body's text, where response_format / guided_json schemas are read with their
+// keys in the order sent (empty: body's own, keys sorted).
+absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body, const ServerContext& ctx,
+                                                        std::string_view raw_body = {});
 // `raw_body`: the body's text, for the key order a model's chat template sees (empty: the
 // order of `body`, which sorts keys).
 absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx,

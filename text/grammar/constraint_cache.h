@@ -1,0 +1,65 @@
+// What a constrained request carries, and the cache that compiles each schema once.
+//
+// A TokenConstraint is a compiled grammar with the TokenMasker for one model's vocabulary. It is
+// immutable but for the masker's own cache (thread-safe), so every request with the same schema
+// shares one: the masks classified for one request serve the next.
+//
+// ConstraintCache compiles on the caller's thread (a front end's request handling, never the
+// engine thread) and keeps the last `capacity` constraints by key, least recently used evicted.
+// The key is the caller's: it must name everything the grammar depends on (the kind of
+// constraint, the schema text, the options). Thread-safe; a compile runs outside the lock, so two
+// threads asking for one new key at once may both compile it (the first stored wins).
+#ifndef BANYAN_TEXT_GRAMMAR_CONSTRAINT_CACHE_H_
+#define BANYAN_TEXT_GRAMMAR_CONSTRAINT_CACHE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "text/grammar/automaton.h"
+#include "text/grammar/grammar.h"
+#include "text/grammar/token_mask.h"
+
+namespace banyan::text::grammar {
+
+struct TokenConstraint {
+  std::shared_ptr<const CompiledGrammar> grammar;
+  std::shared_ptr<TokenMasker> masker;  // over the model's Vocabulary
+};
+
+class ConstraintCache {
+ public:
+  ConstraintCache(std::shared_ptr<const Vocabulary> vocab, size_t capacity,
+                  CompileLimits limits = {});
+
+  // The constraint stored under `key`, or `build()` compiled and stored. A build or compile
+  // error is returned as is (and not cached: a refused schema costs its sender each time).
+  absl::StatusOr<std::shared_ptr<const TokenConstraint>> GetOrCompile(
+      const std::string& key, const std::function<absl::StatusOr<Grammar>()>& build);
+
+  const Vocabulary& vocab() const { return *vocab_; }
+  size_t size() const;
+  int64_t compiles() const;  // grammars compiled so far (misses)
+
+ private:
+  using Entry = std::pair<std::string, std::shared_ptr<const TokenConstraint>>;
+  std::shared_ptr<const Vocabulary> vocab_;
+  const size_t capacity_;
+  const CompileLimits limits_;
+  mutable absl::Mutex mu_;
+  std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
+  absl::flat_hash_map<std::string, std::list<Entry>::iterator> index_ ABSL_GUARDED_BY(mu_);
+  int64_t compiles_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace banyan::text::grammar
+
+#endif  // BANYAN_TEXT_GRAMMAR_CONSTRAINT_CACHE_H_
