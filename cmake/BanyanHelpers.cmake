@@ -61,11 +61,33 @@ macro(banyan_setup_cuda)
   message(STATUS "banyan: CUDA backend ${BANYAN_HAVE_CUDA}")
 endmacro()
 
-# banyan_add_test(NAME name SOURCES a.cc b.cc LIBS lib... [LABELS l...])
+# banyan_add_test(NAME name SOURCES a.cc b.cc LIBS lib... [LABELS l...] [MAIN gtest|gpu|own])
+#
+# MAIN picks the binary's main(): gtest (gtest_main; the default), gpu (the default with LABELS
+# gpu: tests/testing/gpu_test_main.cc, which exits 77 without a CUDA device) or own (the sources
+# define main() with tests/testing/skip_main.h, e.g. to skip without an npm oracle). A binary
+# skips only through that exit code, registered as SKIP_RETURN_CODE; no test output is read, so
+# a test that fails beside one that GTEST_SKIPs still fails the run.
 function(banyan_add_test)
-  cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS;LABELS" ${ARGN})
-  add_executable(${T_NAME} ${T_SOURCES})
-  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  cmake_parse_arguments(T "" "NAME;MAIN" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT T_MAIN)
+    set(T_MAIN gtest)
+    if("gpu" IN_LIST T_LABELS)
+      set(T_MAIN gpu)
+    endif()
+  endif()
+  if(T_MAIN STREQUAL "gtest")
+    add_executable(${T_NAME} ${T_SOURCES})
+    target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  elseif(T_MAIN STREQUAL "gpu")
+    add_executable(${T_NAME} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/testing/gpu_test_main.cc)
+    target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest CUDA::cudart)
+  elseif(T_MAIN STREQUAL "own")
+    add_executable(${T_NAME} ${T_SOURCES})
+    target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest)
+  else()
+    message(FATAL_ERROR "banyan_add_test(${T_NAME}): MAIN must be gtest, gpu or own, not ${T_MAIN}")
+  endif()
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${T_NAME} PRIVATE
     BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
@@ -73,8 +95,7 @@ function(banyan_add_test)
   if(T_LABELS)
     set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
   endif()
-  if("gpu" IN_LIST T_LABELS)
-    # GPU tests GTEST_SKIP() without a device: report them as skipped, not passed.
-    set_tests_properties(${T_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  if(NOT T_MAIN STREQUAL "gtest")
+    set_tests_properties(${T_NAME} PROPERTIES SKIP_RETURN_CODE 77)
   endif()
 endfunction()

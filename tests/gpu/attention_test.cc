@@ -131,7 +131,6 @@ std::string Name(const Case& c) {
 }
 
 TEST(CudaDecodeAttention, MatchesCpuOnRandomTrees) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   const std::vector<Case> cases = {
       {64, 2, 1, 16, DType::kBf16},  {64, 2, 4, 64, DType::kBf16}, {128, 2, 1, 64, DType::kBf16},
@@ -165,7 +164,6 @@ TEST(CudaDecodeAttention, MatchesCpuOnRandomTrees) {
 
 // Long private contexts: rows cut into many items and merged.
 TEST(CudaDecodeAttention, LongContextsSplitAndMerge) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   for (const Case& c : {Case{128, 2, 4, 64, DType::kBf16}, Case{64, 4, 1, 16, DType::kFp16}}) {
     SCOPED_TRACE(Name(c));
@@ -189,7 +187,6 @@ TEST(CudaDecodeAttention, LongContextsSplitAndMerge) {
 
 // 1024 rows sharing a prefix, private tails of 1..40 tokens.
 TEST(CudaDecodeAttention, Batch1024) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   const Case c{128, 2, 4, 16, DType::kBf16};
   auto pool = kvcache::ChunkPool::Create(4096, c.chunk_size);
@@ -218,7 +215,6 @@ TEST(CudaDecodeAttention, Batch1024) {
 
 // Prefill: several sequences with cached prefixes (some shared) and new tokens in one launch.
 TEST(CudaPrefillAttention, MatchesCpu) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   const std::vector<Case> cases = {
       {64, 2, 1, 16, DType::kBf16},  {64, 1, 4, 64, DType::kBf16},  {128, 2, 1, 64, DType::kBf16},
@@ -313,17 +309,6 @@ TEST(CudaPrefillAttention, MatchesCpu) {
     const double err = RelErr(FromDtype(c.dtype, out.Download()), want);
     EXPECT_LT(err, Tolerance(c.dtype)) << "fast path " << HasFastAttentionPath(c.head_dim);
   }
-}
-
-TEST(CudaAttention, RejectsUnsupportedHeadDim) {
-  EXPECT_FALSE(tpp::TppSupportsHeadDim(12));
-  EXPECT_FALSE(tpp::TppSupportsHeadDim(264));
-  EXPECT_TRUE(tpp::TppSupportsHeadDim(40));
-  PrefillParams pp;
-  pp.kv.head_dim = 512;
-  pp.kv.num_kv_heads = 1;
-  pp.num_q_heads = 1;
-  EXPECT_EQ(PrefillAttention(DType::kBf16, pp, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -344,7 +344,6 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
 
 class DecodeGraphTest : public ::testing::Test {
  protected:
-  void SetUp() override { BANYAN_SKIP_WITHOUT_GPU(); }
 };
 
 TEST_F(DecodeGraphTest, GraphsOnEqualGraphsOffAcrossShapeChanges) {
@@ -361,22 +360,6 @@ TEST_F(DecodeGraphTest, GraphsOnEqualGraphsOffAcrossShapeChanges) {
     SCOPED_TRACE(c.label);
     RunCase(c, rng);
     if (HasFatalFailure()) return;
-  }
-}
-
-TEST(DecodeRowBucket, RoundsUpToTheBucketOfItsRange) {
-  EXPECT_EQ(DecodeRowBucket(1), 8);
-  EXPECT_EQ(DecodeRowBucket(8), 8);
-  EXPECT_EQ(DecodeRowBucket(9), 16);
-  EXPECT_EQ(DecodeRowBucket(64), 64);
-  EXPECT_EQ(DecodeRowBucket(65), 80);
-  EXPECT_EQ(DecodeRowBucket(250), 256);
-  EXPECT_EQ(DecodeRowBucket(257), 288);
-  EXPECT_EQ(DecodeRowBucket(1000), 1024);
-  EXPECT_EQ(DecodeRowBucket(1025), 1088);
-  for (int r = 1; r < 3000; ++r) {
-    EXPECT_GE(DecodeRowBucket(r), r);
-    EXPECT_LE(DecodeRowBucket(r) - r, 63);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::engine {
 namespace {
@@ -56,7 +57,6 @@ std::vector<T> HostCopy(const T* p, size_t n) {
 }
 
 TEST(DraftKernelsTest, TopBMatchesHostOrder) {
-  BANYAN_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(20261202);
   for (int trial = 0; trial < 12; ++trial) {
     const int rows = 1 + static_cast<int>(rng() % 40);
@@ -123,13 +123,10 @@ TEST(DraftKernelsTest, TopBMatchesHostOrder) {
   EXPECT_FALSE(kc::DraftTopB(bad, nullptr).ok());
 }
 
-const std::string kDir = ::banyan::testing::SourceDir() + "/models/stories260K";
-
 class DeviceDraftHeadsTest : public ::testing::TestWithParam<kc::DType> {
  protected:
   static void SetUpTestSuite() {
-    if (!::banyan::testing::HaveGpu()) return;
-    auto b = LoadModelBundle(kDir + "/stories260K.bin");
+    auto b = LoadModelBundle(::banyan::testing::BundledModelPath());
     ASSERT_TRUE(b.ok()) << b.status();
     bundle_ = new ModelBundle(std::move(*b));
   }
@@ -137,7 +134,6 @@ class DeviceDraftHeadsTest : public ::testing::TestWithParam<kc::DType> {
     delete bundle_;
     bundle_ = nullptr;
   }
-  void SetUp() override { BANYAN_SKIP_WITHOUT_GPU(); }
   static ModelBundle* bundle_;
 };
 ModelBundle* DeviceDraftHeadsTest::bundle_ = nullptr;
@@ -197,7 +193,7 @@ TEST_P(DeviceDraftHeadsTest, TreesMatchHostHeads) {
                         {"config.json", {8, 4, 4}},
                         {"medusa_config.json", {3, 2}}};
   for (const Case& c : cases) {
-    auto heads = DraftHeads::Load(kDir + "/hydra/" + c.config, w);
+    auto heads = DraftHeads::Load(::banyan::testing::BundledModelDir() + "/hydra/" + c.config, w);
     ASSERT_TRUE(heads.ok()) << heads.status();
     SCOPED_TRACE(::testing::Message() << c.config << " branching " << c.branching.size());
     std::vector<DraftHeads::Tree> trees(3, DraftHeads::Tree{{-9}, {-9}, {-9}}), host;
@@ -250,7 +246,7 @@ TEST_P(DeviceDraftHeadsTest, TreesMatchHostHeads) {
   }
   // Rows outside the last step's are refused.
   std::vector<DraftHeads::Tree> trees;
-  auto heads = DraftHeads::Load(kDir + "/hydra/config.json", w);
+  auto heads = DraftHeads::Load(::banyan::testing::BundledModelDir() + "/hydra/config.json", w);
   ASSERT_TRUE(heads.ok());
   const std::vector<int32_t> bad_row = {kSamples}, one_root = {roots[0]}, branching = {2};
   EXPECT_FALSE(cuda.DraftTrees(*heads, bad_row, one_root, branching, &trees).ok());

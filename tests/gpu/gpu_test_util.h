@@ -1,4 +1,4 @@
-// Helpers for the GPU tests: skipping without a device, typed device buffers, host-side
+// Helpers for the GPU tests: typed device buffers, host-side
 // rounding to bf16/fp16 (so CPU references see exactly the values the GPU reads), and the
 // relative-norm error that NaN never passes.
 #pragma once
@@ -20,27 +20,7 @@
 
 namespace banyan::testing {
 
-inline bool HaveGpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-// The test binaries must build and pass (skipped) where there is no GPU.
-#define BANYAN_SKIP_WITHOUT_GPU() \
-  if (!::banyan::testing::HaveGpu()) GTEST_SKIP() << "no CUDA device"
-
 #define BANYAN_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
-
-// The repository root: $BANYAN_SOURCE_DIR when set (the binaries travel to the GPU machine),
-// else the configure-time path.
-inline std::string SourceDir() {
-  if (const char* env = std::getenv("BANYAN_SOURCE_DIR")) return env;
-  return BANYAN_SOURCE_DIR;
-}
 
 // Rounds to the dtype and back, as the GPU stores it.
 inline float RoundTo(kernels::cuda::DType dt, float x) {

@@ -33,7 +33,6 @@ std::vector<float> Normal(size_t n, std::mt19937_64& rng, float sd = 1.0f) {
 double Tol(DType dt) { return dt == DType::kBf16 ? 6e-3 : 1e-3; }
 
 TEST(CudaLayerKernels, EmbeddingAndRmsNorm) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   // dim 1000 and 4096: the vectorised RMSNorm (dim % 4 == 0); 998: the scalar one.
   for (int dim : {1000, 998, 4096})
@@ -99,7 +98,6 @@ TEST(CudaLayerKernels, EmbeddingAndRmsNorm) {
 }
 
 TEST(CudaLayerKernels, RopeWritesQAndKvSlots) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   for (DType dt : {DType::kBf16, DType::kFp16}) {
     for (bool interleaved : {false, true}) {
@@ -188,7 +186,6 @@ TEST(CudaLayerKernels, RopeWritesQAndKvSlots) {
 }
 
 TEST(CudaLayerKernels, SwiGlu) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   // The scalar path (hidden % 8 != 0: 777, 1028, 4), the 8-wide path, and more rows than one grid
   // holds. narrow: gate | up in the dtype (SwiGluParams::gate_up_in_dtype), else fp32.
@@ -221,7 +218,6 @@ TEST(CudaLayerKernels, SwiGlu) {
 // In place on fp32, so the poison is a NaN row past the last token that must stay untouched;
 // the reference is the formula in double.
 TEST(CudaLayerKernels, QkvBiasNormMatchesFormula) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   struct Shape {
     int head_dim, hq, hkv, tokens;
@@ -283,7 +279,6 @@ TEST(CudaLayerKernels, QkvBiasNormMatchesFormula) {
 }
 
 TEST(CudaLayerKernels, CopyKvSlots) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   const int layers = 3, chunks = 5, hkv = 2, c = 16, d = 24;
   const int64_t v_off = int64_t{hkv} * c * d, chunk_stride = 2 * v_off;
@@ -322,7 +317,6 @@ TEST(CudaLayerKernels, CopyKvSlots) {
 }
 
 TEST(CudaLayerKernels, ArgmaxLowestIdOnTiesNanIgnored) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   const int rows = 1024, vocab = 32001;
   std::vector<float> logits = Normal(size_t(rows) * vocab, rng);
@@ -354,7 +348,6 @@ TEST(CudaLayerKernels, ArgmaxLowestIdOnTiesNanIgnored) {
 
 // DummyFill reproduces MakeDummyWeights bit for bit (in fp32; in the dtype after rounding).
 TEST(CudaWeightKernels, DummyFillEqualsHostDummyWeights) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   auto cfg = engine::NamedShapeConfig("tiny-d64-gqa4");
   ASSERT_TRUE(cfg.ok());
@@ -386,7 +379,6 @@ TEST(CudaWeightKernels, DummyFillEqualsHostDummyWeights) {
 }
 
 TEST(CudaWeightKernels, ConvertFromF32RoundsToNearest) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   const std::vector<float> v = Normal(100003, rng, 10.0f);
   DeviceArray<float> v_d(v);

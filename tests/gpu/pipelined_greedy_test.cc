@@ -221,7 +221,6 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
 }
 
 TEST(PipelinedGreedyTest, FedStepsEqualStepByStep) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   for (Case c : {Case{AttentionMode::kTpp, true}, Case{AttentionMode::kTpp, false},
                  Case{AttentionMode::kPaged, true}}) {
@@ -235,7 +234,6 @@ TEST(PipelinedGreedyTest, FedStepsEqualStepByStep) {
 // A fed step needs a step just before it whose rows it indexes; launches of the two kinds do not
 // mix.
 TEST(PipelinedGreedyTest, FeedNeedsTheStepBefore) {
-  BANYAN_SKIP_WITHOUT_GPU();
   BANYAN_SEEDED_RNG(rng);
   const ModelConfig cfg = testing::SmallModelConfig(128, 2, 2, /*layers=*/1, /*vocab=*/256, 256);
   const ModelWeights w = MakeDummyWeights(cfg, rng());

@@ -30,6 +30,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/sampling.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::engine {
 namespace {
@@ -274,7 +275,6 @@ SequenceSamplingState RandomState(std::mt19937_64& rng, int vocab, uint32_t stre
 }
 
 TEST(DeviceSampling, MatchesCpuReference) {
-  BANYAN_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
   Stats stats;
   const int vocabs[] = {5, 1000, 32000, 128256};
@@ -342,7 +342,6 @@ TEST(DeviceSampling, MatchesCpuReference) {
 // its pick when the penalty counts it), any token, or -1 (no distribution, read as 0). Rows
 // without penalties or not fed are mixed in.
 TEST(DeviceSampling, FedRowsCountTheirPendingToken) {
-  BANYAN_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
   Stats stats;
   int changed_by_pending = 0;  // greedy rows whose CPU pick moves when the token is counted
@@ -466,7 +465,6 @@ std::vector<double> ExactProbabilities(const std::vector<float>& z, const Sampli
 }
 
 TEST(DeviceSampling, Distribution) {
-  BANYAN_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
   const int vocab = 4096;
   std::vector<float> logits(vocab);
@@ -510,8 +508,7 @@ TEST(DeviceSampling, Distribution) {
 
 // CudaBackend::ForwardSample on the bundled model against Forward + the CPU sampler.
 TEST(DeviceSampling, BackendForwardSample) {
-  BANYAN_SKIP_WITHOUT_GPU();
-  auto w = LoadModel(::banyan::testing::SourceDir() + "/models/stories260K/stories260K.bin");
+  auto w = LoadModel(::banyan::testing::BundledModelPath());
   ASSERT_TRUE(w.ok()) << w.status();
   CudaBackendOptions opt;
   opt.num_chunks = 16;

@@ -6,16 +6,18 @@
 #   tools/gpu/run_on_gpu.sh            # build + pack, then print how to run it on the GPU machine
 #
 # Steps:
-#  1. configure and build Release, sm_90, -DBANYAN_SERVER=OFF into build-gpu/ (-j2): the targets
-#     gpu_kernels_test, gpu_backend_test, tpp_gpu_test and gpu_decode_bench;
+#  1. configure and build Release, sm_90, into build-gpu/ (-j2): every GPU test binary
+#     (GPU_TESTS: tests/gpu and tests/gpu_tpp), gpu_decode_bench, and for the speculation and
+#     served checks banyan, banyand and banyan_serve_bench (banyand needs the server's packages:
+#     tools/setup.sh);
 #  2. copy them (stripped) plus the shared libraries `ldd` lists -- except libc, libm,
 #     libstdc++, libgcc_s, ld-linux, the CUDA driver and the CUDA toolkit's libraries, which the
 #     GPU machine has in /usr/local/cuda/lib64 -- into .gpu/bundle.tar.xz (git-ignored; about
 #     10 MiB);
 #  3. print how to run it on the GPU machine: copy this checkout with .gpu/ there and run
-#     tools/gpu/device_run.sh from its top folder. It unpacks the bundle, runs the GPU tests, the
-#     transformers oracle and the benchmark with LD_LIBRARY_PATH=<bundle>/lib:/usr/local/cuda/lib64,
-#     and leaves logs in $OUT (default /tmp/banyan-gpu-out).
+#     tools/gpu/device_run.sh from its top folder. It unpacks the bundle and runs every step with
+#     LD_LIBRARY_PATH=<bundle>/lib:/usr/local/cuda/lib64 (see its header), leaving logs and the
+#     summary in $OUT (default /tmp/banyan-gpu-out).
 #
 #   BUILD_DIR=build tools/gpu/run_on_gpu.sh   # reuse an existing CUDA-on build folder instead
 #
@@ -31,11 +33,14 @@ if [[ -f $build/CMakeCache.txt ]] &&
   echo "run_on_gpu.sh: $build was configured from another source folder; configuring it again"
   rm -rf "$build"
 fi
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=OFF \
+# Kept in step with GPU_TESTS and TOOLS of tools/gpu/device_run.sh.
+GPU_TESTS=(gpu_kernels_test gpu_backend_test gpu_sampling_test gpu_draft_heads_test tpp_gpu_test)
+TOOLS=(gpu_decode_bench banyan banyand banyan_serve_bench)
+if [[ ! -f $build/CMakeCache.txt ]] || grep -qx 'BANYAN_SERVER:BOOL=OFF' "$build/CMakeCache.txt"; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 fi
-ninja -C "$build" -j2 gpu_kernels_test gpu_backend_test tpp_gpu_test gpu_decode_bench
+ninja -C "$build" -j2 "${GPU_TESTS[@]}" "${TOOLS[@]}"
 
 if [[ -d .git ]]; then
   grep -qxs '/.gpu/' .git/info/exclude || echo '/.gpu/' >>.git/info/exclude
@@ -43,8 +48,9 @@ fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-for t in gpu_kernels_test gpu_backend_test tpp_gpu_test gpu_decode_bench; do
+for t in "${GPU_TESTS[@]}" "${TOOLS[@]}"; do
   bin=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  [[ -n $bin ]] || { echo "run_on_gpu.sh: $t was not built in $build" >&2; exit 1; }
   cp "$bin" "$stage/bin/"
 done
 strip "$stage"/bin/*
@@ -54,7 +60,7 @@ ldd "$stage"/bin/* | awk '/=>/ { print $3 }' | sort -u |
 rm -rf .gpu
 mkdir -p .gpu
 tar -cJf .gpu/bundle.tar.xz -C "$stage" bin lib
-echo "packed .gpu/bundle.tar.xz: $(du -h .gpu/bundle.tar.xz | cut -f1) ($(ls "$stage/lib" | wc -l) libraries)"
+echo "packed .gpu/bundle.tar.xz: $(du -h .gpu/bundle.tar.xz | cut -f1) ($(find "$stage/lib" -type f | wc -l) libraries)"
 cat <<'RUN'
 
 On the GPU machine (a copy of this checkout with .gpu/ in it), from its top folder:

