@@ -3,7 +3,9 @@
 #include "scheduler/scheduler.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -103,6 +105,21 @@ class SchedulerTest : public ::testing::Test {
 };
 const engine::ModelBundle* SchedulerTest::bundle_ = nullptr;
 
+// The engine loop frees a finished or cancelled request's chunks on its own thread after the
+// stream has ended, so a client can read its last event before the metrics say so. Waits for
+// `done` (generous deadline: a loaded CI machine) and returns the metrics that satisfied it, or
+// the last ones seen.
+MetricsSnapshot WaitForMetrics(const Scheduler& sched,
+                               const std::function<bool(const MetricsSnapshot&)>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  MetricsSnapshot m = sched.Metrics();
+  while (!done(m) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+    m = sched.Metrics();
+  }
+  return m;
+}
+
 const std::string kSystem =
     "Once upon a time, there was a little dog named Max. Max liked to run in the big green park "
     "with his friend, a small bird. The bird could sing very well and Max loved to listen.";
@@ -180,8 +197,9 @@ TEST_F(SchedulerTest, CancelMidStreamFreesChunks) {
   });
   for (FinishReason f : res.finish) EXPECT_EQ(f, FinishReason::kCancelled);
   EXPECT_LT(res.usage.completion_tokens, 3 * 400);
-  std::this_thread::sleep_for(50ms);
-  MetricsSnapshot m = sched_->Metrics();
+  const MetricsSnapshot m = WaitForMetrics(*sched_, [](const MetricsSnapshot& s) {
+    return s.kv_chunks_live == 0 && s.requests_cancelled_total >= 1;
+  });
   EXPECT_EQ(m.kv_chunks_live, 0);
   EXPECT_EQ(m.requests_cancelled_total, 1);
 }
@@ -586,8 +604,10 @@ void RunSoak(SchedulerTest* test, int overlap, int feed) {
   for (auto& c : clients) c.join();
   EXPECT_GT(ok, 100);
   EXPECT_GT(rejected, 0);
-  std::this_thread::sleep_for(50ms);
-  MetricsSnapshot m = sched_->Metrics();
+  const MetricsSnapshot m = WaitForMetrics(*sched_, [](const MetricsSnapshot& s) {
+    return s.requests_running == 0 && s.kv_chunks_live == 0 &&
+           s.kv_chunks_free + s.kv_chunks_cached == s.kv_chunks_total;
+  });
   EXPECT_EQ(m.requests_running, 0);
   EXPECT_EQ(m.kv_chunks_live, 0);
   EXPECT_EQ(m.kv_chunks_free + m.kv_chunks_cached, m.kv_chunks_total);
