@@ -46,7 +46,7 @@ describe('SIGTERM drain', () => {
 
     const sigtermAt = Date.now();
     d.signal('SIGTERM');
-    const readyMs = await waitReadyStatus(d, 503, scaled(500));
+    const readyMs = await waitReadyStatus(d, 503, scaled(1000));
     t.diagnostic(`/ready answered 503 ${readyMs} ms after SIGTERM`);
 
     // New requests are refused with 503 and an OpenAI error, over the client and raw HTTP.

@@ -10,7 +10,7 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const { describe, test } = require('node:test');
-const { startDaemon, MODEL_NAME } = require('./lib/daemon');
+const { startDaemon, MODEL_NAME, scaled } = require('./lib/daemon');
 const { post } = require('./lib/http');
 const { scrape, value } = require('./lib/metrics');
 
@@ -79,7 +79,7 @@ describe('speculative decoding', () => {
 
   test('hydra without heads is refused at start-up', () => {
     const r = spawnSync(BANYAND, ['--speculative', 'hydra', '--http-port', '0', '--grpc-port', '0'],
-      { encoding: 'utf8', timeout: 20000 });
+      { encoding: 'utf8', timeout: scaled(20000) });
     assert.notEqual(r.status, 0);
     assert.match(r.stderr + r.stdout, /--draft-heads/);
   });
@@ -88,7 +88,7 @@ describe('speculative decoding', () => {
     for (const [tree, want] of [['4,0,2', /branching factors/], ['16,16,16', /256 candidates/]]) {
       const r = spawnSync(BANYAND, ['--speculative', 'hydra', '--draft-heads', HEADS,
         '--draft-tree', tree, '--http-port', '0', '--grpc-port', '0'],
-      { encoding: 'utf8', timeout: 20000 });
+      { encoding: 'utf8', timeout: scaled(20000) });
       assert.notEqual(r.status, 0, tree);
       assert.match(r.stderr + r.stdout, want);
     }
@@ -97,7 +97,7 @@ describe('speculative decoding', () => {
   test('a bad --draft-on is refused at start-up', () => {
     const r = spawnSync(BANYAND, ['--speculative', 'hydra', '--draft-heads', HEADS,
       '--draft-on', 'gpu', '--http-port', '0', '--grpc-port', '0'],
-    { encoding: 'utf8', timeout: 20000 });
+    { encoding: 'utf8', timeout: scaled(20000) });
     assert.notEqual(r.status, 0);
     assert.match(r.stderr + r.stdout, /draft-on.*device.*host/);
   });

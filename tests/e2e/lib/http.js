@@ -3,14 +3,16 @@
 
 const assert = require('node:assert/strict');
 const OpenAI = require('openai');
+const { scaled } = require('./daemon');
 
-// The official client, with retries off so that 429 / 503 reach the test as they are.
+// The official client, with retries off so that 429 / 503 reach the test as they are; its
+// timeout is scaled (E2E_TIME_SCALE) like every other of the suite.
 function openaiClient(daemon, { apiKey = 'no-key', timeoutMs = 60000 } = {}) {
   return new OpenAI({
     baseURL: `${daemon.http}/v1`,
     apiKey,
     maxRetries: 0,
-    timeout: timeoutMs,
+    timeout: scaled(timeoutMs),
   });
 }
 
