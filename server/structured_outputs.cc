@@ -127,7 +127,8 @@ text::grammar::ConstraintCache& StructuredOutputs::cache() {
 absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> StructuredOutputs::Compile(
     const StructuredOutputSpec& spec) {
   if (tokenizer_ == nullptr) {
-    return InvalidParam(spec.field, "structured outputs need the model's tokenizer");
+    return InvalidParam(spec.field, absl::StrCat(spec.field, ": structured outputs need the "
+                                                             "model's tokenizer, and it has none"));
   }
   const bool object = spec.kind == StructuredOutputSpec::Kind::kJsonObject;
   // Everything the grammar depends on: the kind, the options, the schema with its key order.

@@ -135,7 +135,9 @@ absl::Status ParseStructuredOutput(const Json& body, std::string_view raw_body,
   if (!spec.ok()) return spec.status();
   if (!spec->has_value()) return absl::OkStatus();
   if (ctx.structured_outputs == nullptr) {
-    return InvalidParam((*spec)->field, "structured outputs are not available on this server");
+    return InvalidParam((*spec)->field, absl::StrCat((*spec)->field,
+                                                     ": structured outputs are not available "
+                                                     "on this server"));
   }
   auto constraint = ctx.structured_outputs->Compile(**spec);
   if (!constraint.ok()) return constraint.status();

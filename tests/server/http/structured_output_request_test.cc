@@ -1,0 +1,198 @@
+// response_format and guided_json through the HTTP request parser: what compiles into a
+// constraint on the request, what is refused with a 400 naming the field (or, for a schema
+// keyword outside the supported subset, the keyword and its JSON pointer), and the compile
+// cache shared by requests.
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "server/http/openai_request.h"
+#include "server/structured_outputs.h"
+#include "text/grammar/matcher.h"
+
+namespace banyan::server {
+namespace {
+
+using http::Json;
+
+const std::string kTokenizerPath =
+    std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/tok512.model";
+
+class StructuredOutputRequestTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto t = engine::Tokenizer::FromFile(kTokenizerPath);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = t->release();
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    tokenizer_ = nullptr;
+  }
+  void SetUp() override {
+    config_.max_seq_len = 512;
+    config_.vocab_size = 512;
+    ctx_.model_name = "stories";
+    ctx_.model_config = &config_;
+    ctx_.tokenizer = tokenizer_;
+    ctx_.structured_outputs = std::make_shared<StructuredOutputs>(tokenizer_, /*cache_entries=*/2);
+  }
+  absl::StatusOr<http::ParsedGeneration> Chat(const std::string& extra) {
+    const std::string body =
+        R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}";
+    return http::ParseChatRequest(Json::parse(body), ctx_, body);
+  }
+  absl::StatusOr<http::ParsedGeneration> Completion(const std::string& extra) {
+    const std::string body = R"({"prompt": "Once", )" + extra + "}";
+    return http::ParseCompletionRequest(Json::parse(body), ctx_, body);
+  }
+  // Whether the request's grammar accepts `text` whole.
+  static bool Accepts(const http::ParsedGeneration& p, std::string_view text) {
+    const auto& c = p.inputs.at(0).constraint;
+    if (c == nullptr) return false;
+    text::grammar::Matcher m(c->grammar);
+    return m.Accept(text) && m.CanEnd();
+  }
+
+  static inline engine::Tokenizer* tokenizer_ = nullptr;
+  engine::ModelConfig config_;
+  ServerContext ctx_;
+};
+
+TEST_F(StructuredOutputRequestTest, JsonSchemaCompilesInTheClientsPropertyOrder) {
+  // "b" before "a": the order sent, not the sorted order of the parsed body.
+  auto r = Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+      "strict": true, "schema": {"type": "object", "properties": {"b": {"type": "integer"},
+      "a": {"enum": ["p", "q"]}}, "required": ["b", "a"]}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(Accepts(*r, R"({"b": 1, "a": "p"})"));
+  EXPECT_FALSE(Accepts(*r, R"({"a": "p", "b": 1})"));
+  EXPECT_FALSE(Accepts(*r, R"({"b": 1, "a": "z"})"));
+}
+
+TEST_F(StructuredOutputRequestTest, JsonObjectAndText) {
+  auto r = Chat(R"("response_format": {"type": "json_object"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(Accepts(*r, R"({"any": [1, {"x": null}]})"));
+  EXPECT_FALSE(Accepts(*r, "[1]"));
+  auto t = Chat(R"("response_format": {"type": "text"})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->inputs[0].constraint, nullptr);
+  auto none = Chat(R"("temperature": 0)");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->inputs[0].constraint, nullptr);
+}
+
+TEST_F(StructuredOutputRequestTest, GuidedJsonAsObjectOrStringOnBothEndpoints) {
+  auto obj = Completion(R"("n": 2, "prompt": ["a", "b"], "guided_json": {"type": "object",
+      "properties": {"k": {"type": "boolean"}}, "required": ["k"]})");
+  ASSERT_TRUE(obj.ok()) << obj.status();
+  ASSERT_EQ(obj->inputs.size(), 2u);
+  EXPECT_EQ(obj->inputs[0].constraint, obj->inputs[1].constraint) << "one compile per request";
+  EXPECT_TRUE(Accepts(*obj, R"({"k": true})"));
+  auto str = Chat(R"("guided_json": "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}")");
+  ASSERT_TRUE(str.ok()) << str.status();
+  EXPECT_TRUE(Accepts(*str, "[1, 2]"));
+  EXPECT_FALSE(Accepts(*str, R"(["1"])"));
+  auto rf = Completion(R"("response_format": {"type": "json_object"})");
+  ASSERT_TRUE(rf.ok()) << rf.status();
+  EXPECT_NE(rf->inputs[0].constraint, nullptr);
+}
+
+TEST_F(StructuredOutputRequestTest, BadShapesNameTheField) {
+  struct Case {
+    std::string extra;
+    std::string param;
+  };
+  const Case cases[] = {
+      {R"("response_format": "json")", "response_format"},
+      {R"("response_format": {"type": 3})", "response_format"},
+      {R"("response_format": {"type": "xml"})", "response_format.type"},
+      {R"("response_format": {"type": "json_schema"})", "response_format.json_schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}}})",
+       "response_format.json_schema.name"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+          "strict": "yes", "schema": {}}})",
+       "response_format.json_schema.strict"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})",
+       "response_format.json_schema.schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+          "schema": [1]}})",
+       "response_format.json_schema.schema"},
+      {R"("guided_json": 5)", "guided_json"},
+      {R"("guided_json": "{not json")", "guided_json"},
+      {R"("guided_json": {"type": "object"}, "response_format": {"type": "json_object"})",
+       "guided_json"},
+  };
+  for (const Case& c : cases) {
+    for (bool chat : {true, false}) {
+      auto r = chat ? Chat(c.extra) : Completion(c.extra);
+      ASSERT_FALSE(r.ok()) << c.extra;
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.extra;
+      EXPECT_EQ(StatusParam(r.status()), c.param) << c.extra << " " << r.status();
+    }
+  }
+}
+
+TEST_F(StructuredOutputRequestTest, UnsupportedKeywordsNameKeywordAndPath) {
+  auto r = Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+      "schema": {"type": "object", "properties": {"a": {"type": "string",
+      "pattern": "x+"}}}}})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(StatusParam(r.status()), "response_format.json_schema.schema");
+  EXPECT_NE(r.status().message().find("pattern"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("#/properties/a"), std::string::npos) << r.status();
+  auto g = Completion(R"("guided_json": {"type": "object", "patternProperties": {}})");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(StatusParam(g.status()), "guided_json");
+  EXPECT_NE(g.status().message().find("patternProperties"), std::string::npos) << g.status();
+}
+
+TEST_F(StructuredOutputRequestTest, TheCacheCompilesEachSchemaOnceAndStaysBounded) {
+  text::grammar::ConstraintCache& cache = ctx_.structured_outputs->cache();
+  const auto schema = [](int i) {
+    return absl::StrCat(R"("guided_json": {"type": "object", "properties": {"k)", i,
+                        R"(": {"type": "integer"}}})");
+  };
+  ASSERT_TRUE(Completion(schema(1)).ok());
+  auto a = Completion(schema(1));
+  auto b = Completion(schema(1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->inputs[0].constraint, b->inputs[0].constraint);
+  EXPECT_EQ(cache.compiles(), 1);
+  ASSERT_TRUE(Completion(schema(2)).ok());
+  ASSERT_TRUE(Completion(schema(3)).ok());
+  EXPECT_EQ(cache.compiles(), 3);
+  EXPECT_EQ(cache.size(), 2u) << "two entries at most";
+  ASSERT_TRUE(Completion(schema(1)).ok());  // evicted: compiled again
+  EXPECT_EQ(cache.compiles(), 4);
+}
+
+TEST_F(StructuredOutputRequestTest, WithoutACompilerTheRequestIsRefused) {
+  ctx_.structured_outputs = nullptr;
+  auto r = Chat(R"("response_format": {"type": "json_object"})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(StatusParam(r.status()), "response_format");
+}
+
+TEST(GrammarVocabularyTest, SpecialTokensHaveNoBytes) {
+  auto t = engine::Tokenizer::FromFile(kTokenizerPath);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto vocab = GrammarVocabulary(**t);
+  ASSERT_EQ(vocab->size(), (*t)->vocab_size());
+  for (int id : {(*t)->bos_id(), (*t)->eos_id(), (*t)->unk_id()}) {
+    if (id >= 0) {
+      EXPECT_TRUE(vocab->bytes(id).empty()) << id;
+    }
+  }
+  const std::vector<int32_t> ids = (*t)->Encode("Once upon", /*add_bos=*/false);
+  std::string joined;
+  for (int32_t id : ids) joined += vocab->bytes(id);
+  EXPECT_NE(joined.find("Once upon"), std::string::npos) << joined;
+}
+
+}  // namespace
+}  // namespace banyan::server
