@@ -68,6 +68,18 @@ class Writer {
     absl::StrAppend(&out_, Sv(name), "_count", plain, " ", h.count, "\n");
   }
 
+  // banyan_requests_rejected_total: one series per (reason, tenant) counted so far.
+  void Rejections(std::span<const RejectionSample> samples) {
+    constexpr std::string_view kName = "banyan_requests_rejected_total";
+    Header(kName, "counter",
+           "Requests turned away before admission, by reason and tenant (\"\": not "
+           "authenticated).");
+    for (const RejectionSample& r : samples) {
+      absl::StrAppend(&out_, Sv(kName), "{reason=\"", Sv(r.reason), "\",tenant=\"",
+                      EscapeLabel(r.tenant), "\"} ", r.count, "\n");
+    }
+  }
+
   std::string Take() { return std::move(out_); }
 
  private:
@@ -93,7 +105,8 @@ std::string PrometheusNumber(double v) {
   return std::string(buf, end);
 }
 
-std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_view model_name) {
+std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_view model_name,
+                             std::span<const RejectionSample> rejections) {
   Writer w(model_name);
   const double kv_total = m.kv_chunks_total;
   // Routers' notion of KV load: live / total (cached-only chunks are evictable, hence free).
@@ -152,9 +165,7 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
            static_cast<double>(m.preemptions_total));
   w.Scalar("banyan_requests_finished_total", "counter", "Requests finished, for any reason.",
            static_cast<double>(m.requests_finished_total));
-  w.Scalar("banyan_requests_rejected_total", "counter",
-           "Requests refused at submission (queue full or draining).",
-           static_cast<double>(m.requests_rejected_total));
+  w.Rejections(rejections);
   w.Scalar("banyan_requests_cancelled_total", "counter",
            "Requests cancelled (client disconnect, deadline, shutdown).",
            static_cast<double>(m.requests_cancelled_total));

@@ -10,15 +10,20 @@
 // as free.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "scheduler/metrics.h"
+#include "server/rejections.h"
 
 namespace banyan::server {
 
-// The full /metrics body. Pure: no clocks, no I/O.
-std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_view model_name);
+// The full /metrics body. Pure: no clocks, no I/O. `rejections`: the front ends' refusals
+// (RejectionCounters::Snapshot), banyan_requests_rejected_total{reason,tenant}; the scheduler's
+// own unlabelled count (queue full, draining) is not rendered, the front ends count those too.
+std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_view model_name,
+                             std::span<const RejectionSample> rejections = {});
 
 // Prometheus' spelling of a sample value or bucket bound: shortest round-trip decimal,
 // "+Inf", "-Inf", "NaN".

@@ -24,8 +24,13 @@ class FinishedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnDone() override { delete this; }
 };
 
+// Ends a unary call; an error is counted as a refusal of `tenant` (null: not authenticated).
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* call,
-                                      const absl::Status& status) {
+                                      const absl::Status& status, const ServerContext& ctx,
+                                      const Tenant* tenant = nullptr) {
+  if (!status.ok()) {
+    ctx.rejections->Add(RejectReasonForStatus(status), tenant != nullptr ? tenant->name() : "");
+  }
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -70,10 +75,12 @@ absl::StatusOr<const Tenant*> GenerationService::Authenticate(
   return ctx_->auth.Authenticate(value);
 }
 
-absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackServerContext* call,
-                                                               const grpc::ByteBuffer& request) {
+absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(
+    grpc::CallbackServerContext* call, const grpc::ByteBuffer& request, const Tenant** who,
+    std::optional<RejectReason>* reason) {
   absl::StatusOr<const Tenant*> tenant = Authenticate(*call);
   if (!tenant.ok()) return tenant.status();
+  *who = *tenant;
   v1::GenerateRequest req;
   if (absl::Status s = ParseRequest(Flatten(request), &req); !s.ok()) return s;
   if (ctx_->ready != nullptr && !ctx_->ready->load()) {
@@ -83,7 +90,10 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackSer
   if (!id.ok()) return id.status();
   // Before tokenizing: a tenant at its limit costs nothing more.
   absl::StatusOr<TenantSlot> slot = TenantSlot::Acquire(**tenant);
-  if (!slot.ok()) return slot.status();
+  if (!slot.ok()) {
+    *reason = RejectReason::kTenantConcurrency;
+    return slot.status();
+  }
   absl::StatusOr<scheduler::Request> r = ToSchedulerRequest(req, *ctx_, *id, (*tenant)->name());
   if (!r.ok()) return r.status();
   r->deadline = SteadyDeadline(call->deadline());
@@ -104,8 +114,12 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(grpc::CallbackSer
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* call, const grpc::ByteBuffer* request) {
-  absl::StatusOr<GenerateCall*> started = StartGenerate(call, *request);
+  const Tenant* tenant = nullptr;
+  std::optional<RejectReason> reason;
+  absl::StatusOr<GenerateCall*> started = StartGenerate(call, *request, &tenant, &reason);
   if (!started.ok()) {
+    ctx_->rejections->Add(reason.value_or(RejectReasonForStatus(started.status())),
+                          tenant != nullptr ? tenant->name() : "");
     GrpcLog().info("Generate from {} refused: {}", call->peer(), started.status().ToString());
     return new FinishedWriter(ToGrpcStatus(started.status()));
   }
@@ -116,16 +130,21 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* call,
                                                       const grpc::ByteBuffer* request,
                                                       grpc::ByteBuffer* response) {
-  if (auto t = Authenticate(*call); !t.ok()) return FinishUnary(call, t.status());
+  absl::StatusOr<const Tenant*> t = Authenticate(*call);
+  if (!t.ok()) return FinishUnary(call, t.status(), *ctx_);
   v1::TokenizeRequest req;
-  if (absl::Status s = ParseRequest(Flatten(*request), &req); !s.ok()) return FinishUnary(call, s);
-  if (absl::Status s = CheckModel(req.model(), *ctx_); !s.ok()) return FinishUnary(call, s);
+  if (absl::Status s = ParseRequest(Flatten(*request), &req); !s.ok()) {
+    return FinishUnary(call, s, *ctx_, *t);
+  }
+  if (absl::Status s = CheckModel(req.model(), *ctx_); !s.ok()) {
+    return FinishUnary(call, s, *ctx_, *t);
+  }
   if (absl::Status s = CheckPromptBytes(req.text(), ctx_->options, "text"); !s.ok()) {
-    return FinishUnary(call, s);
+    return FinishUnary(call, s, *ctx_, *t);
   }
   absl::StatusOr<std::vector<int32_t>> ids =
       TokenizeText(req.text(), !req.has_add_bos() || req.add_bos(), *ctx_->tokenizer);
-  if (!ids.ok()) return FinishUnary(call, ids.status());
+  if (!ids.ok()) return FinishUnary(call, ids.status(), *ctx_, *t);
   v1::TokenizeResponse resp;
   for (int32_t id : *ids) {
     resp.add_token_ids(id);
@@ -144,23 +163,27 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerContext* call,
                                                         const v1::DetokenizeRequest* request,
                                                         v1::DetokenizeResponse* response) {
-  if (auto t = Authenticate(*call); !t.ok()) return FinishUnary(call, t.status());
-  if (absl::Status s = CheckModel(request->model(), *ctx_); !s.ok()) return FinishUnary(call, s);
+  absl::StatusOr<const Tenant*> t = Authenticate(*call);
+  if (!t.ok()) return FinishUnary(call, t.status(), *ctx_);
+  if (absl::Status s = CheckModel(request->model(), *ctx_); !s.ok()) {
+    return FinishUnary(call, s, *ctx_, *t);
+  }
   const std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
   if (!ids.empty()) {
     if (absl::Status s = ValidatePromptTokens(ids, ctx_->model_config->vocab_size, "token_ids");
         !s.ok()) {
-      return FinishUnary(call, s);
+      return FinishUnary(call, s, *ctx_, *t);
     }
   }
   response->set_text(ctx_->tokenizer->Decode(ids));
-  return FinishUnary(call, absl::OkStatus());
+  return FinishUnary(call, absl::OkStatus(), *ctx_);
 }
 
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* call,
                                                         const v1::ListModelsRequest* /*request*/,
                                                         v1::ListModelsResponse* response) {
-  if (auto t = Authenticate(*call); !t.ok()) return FinishUnary(call, t.status());
+  absl::StatusOr<const Tenant*> t = Authenticate(*call);
+  if (!t.ok()) return FinishUnary(call, t.status(), *ctx_);
   v1::Model* m = response->add_models();
   m->set_id(ctx_->model_name);
   m->set_max_context_length(ctx_->model_config->max_seq_len);
@@ -168,7 +191,7 @@ grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerCont
   m->set_bos_token_id(ctx_->tokenizer->bos_id());
   m->set_eos_token_id(ctx_->tokenizer->eos_id());
   m->set_owned_by("banyan");
-  return FinishUnary(call, absl::OkStatus());
+  return FinishUnary(call, absl::OkStatus(), *ctx_);
 }
 
 }  // namespace banyan::server

@@ -7,6 +7,7 @@
 // "failed to parse" that gRPC's own deserialization answers before any handler runs.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -42,9 +43,12 @@ class GenerationService final : public GenerationServiceBase {
   // (the same as HTTP's, on the raw value). With keys configured, more than one
   // `authorization` entry is refused. Unauthenticated otherwise.
   absl::StatusOr<const Tenant*> Authenticate(const grpc::CallbackServerContext& call) const;
-  // Generate minus the reactor: the admitted request's stream, or why not.
+  // Generate minus the reactor: the admitted request's stream, or why not. Sets *who once the
+  // caller is authenticated, and *reason where the status alone does not tell it (the tenant's
+  // concurrency limit), for the refusal counters.
   absl::StatusOr<GenerateCall*> StartGenerate(grpc::CallbackServerContext* call,
-                                              const grpc::ByteBuffer& request);
+                                              const grpc::ByteBuffer& request, const Tenant** who,
+                                              std::optional<RejectReason>* reason);
 
   const ServerContext* ctx_;
   StreamPump* pump_;

@@ -150,7 +150,8 @@ bool Route(ServerContext* ctx, const HttpRequest& req, HttpResponse& res) {
   } else if (path == "/metrics") {
     res.status = 200;
     res.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    res.body = RenderPrometheus(ctx->scheduler->Metrics(), ctx->model_name);
+    res.body = RenderPrometheus(ctx->scheduler->Metrics(), ctx->model_name,
+                                ctx->rejections->Snapshot());
   } else if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
     Models(*ctx, path, res);
   } else if (path == "/tokenize") {
@@ -189,6 +190,13 @@ void LogRequest(const AccessRecord& r) {
   LogAccess(r);
 }
 
+void CountRefusal(ServerContext* ctx, const AccessRecord& record, const HttpResponse& res) {
+  if (res.status < 400 || record.path == "/health" || record.path == "/ready") return;
+  const RejectReason reason =
+      record.reject_reason.value_or(RejectReasonForHttp(res.status, res.error_code));
+  ctx->rejections->Add(reason, record.tenant);
+}
+
 std::shared_ptr<GenerationJob> Dispatch(ServerContext* ctx, const HttpRequest& req,
                                         HttpResponse* res,
                                         const std::shared_ptr<AccessRecord>& record) {
@@ -223,6 +231,7 @@ std::shared_ptr<GenerationJob> Dispatch(ServerContext* ctx, const HttpRequest& r
       return finish();
     }
     tenant = *t;
+    record->tenant = tenant->name();
   }
   const std::string allowed = AllowedMethods(req.path);
   if (allowed.empty()) {

@@ -42,6 +42,10 @@ std::shared_ptr<GenerationJob> Dispatch(ServerContext* ctx, const HttpRequest& r
 // The access-log line of a request that has no job (quiet paths at debug level).
 void LogRequest(const AccessRecord& record);
 
+// Counts `res` in ctx->rejections when it refuses the request (an error status on anything but
+// the probes /health and /ready), under record.tenant.
+void CountRefusal(ServerContext* ctx, const AccessRecord& record, const HttpResponse& res);
+
 // True when `host_header` names a loopback host ("localhost", "127.0.0.1", "[::1]", any port).
 bool IsLoopbackHostHeader(std::string_view host_header);
 

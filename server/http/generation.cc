@@ -200,7 +200,10 @@ std::shared_ptr<GenerationJob> StartGeneration(ServerContext* ctx, Api api, cons
 
   // Before parsing and tokenizing: a tenant at its limit costs nothing more.
   absl::StatusOr<TenantSlot> slot = TenantSlot::Acquire(tenant);
-  if (!slot.ok()) return fail(slot.status());
+  if (!slot.ok()) {
+    record->reject_reason = RejectReason::kTenantConcurrency;
+    return fail(slot.status());
+  }
   absl::StatusOr<Json> body = ParseBody(req.body);
   if (!body.ok()) return fail(body.status());
   absl::StatusOr<ParsedGeneration> parsed =

@@ -38,6 +38,9 @@ using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kHeadLimitBytes = 16 << 10;
+// After a refusal, at most max(this, 2 x max_body_bytes) bytes of the rest of the request are
+// read and discarded before the connection closes (DrainAndClose).
+constexpr int64_t kDrainMinBytes = 16 << 20;
 
 // One client connection. Its coroutine (Serve) runs on the socket's strand; Wake and Close may
 // be called from any thread and post to that strand.
@@ -118,8 +121,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_.expires_after(server_->cutting ? server_->options.stop_write_timeout
                                            : server_->options.write_timeout);
   }
-  // Writes an error the connection layer produced itself (malformed request, body limits).
+  // Writes an error the connection layer produced itself (malformed request, body limits),
+  // counts it, and marks the connection for DrainAndClose.
   net::awaitable<void> Refuse(int status, std::string message, std::string code, unsigned version);
+  // Ends the connection after a refusal so that the client can read the answer. Closing a
+  // socket with unread input makes the kernel send a reset, which discards the answer on the
+  // client's side before a sequential client (one that writes its whole body before reading,
+  // like Python's http.client) reads it. So: shut down our sending side (the client sees the
+  // end of the answer), read and discard what the client still sends until it closes, up to a
+  // byte bound and the body timeout, then close.
+  net::awaitable<void> DrainAndClose();
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -131,6 +142,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool in_job_ = false;      // strand only
   bool dead_ = false;        // strand only: ForceClose ran
   bool client_gone_ = false;  // strand only: the peer closed while its answer was pending
+  bool drain_ = false;        // strand only: a request was refused; close with DrainAndClose
 };
 
 net::awaitable<void> Connection::Sleep(std::chrono::milliseconds d) {
@@ -164,8 +176,30 @@ net::awaitable<void> Connection::Refuse(int status, std::string message, std::st
   SendError(res, ErrorForHttpStatus(status, std::move(message), std::move(code)));
   record.status = status;
   LogRequest(record);
+  CountRefusal(server_->ctx, record, res);
+  drain_ = true;
   HttpRequest none;
   co_await WriteResponse(res, none, version, /*keep_alive=*/false);
+}
+
+net::awaitable<void> Connection::DrainAndClose() {
+  error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (!ec && !dead_ && !server_->cutting) {
+    int64_t left = std::max<int64_t>(kDrainMinBytes, 2 * server_->ctx->options.max_body_bytes);
+    left -= static_cast<int64_t>(buffer_.size());
+    buffer_.clear();
+    std::string scratch(64 << 10, '\0');
+    // One deadline for the whole drain (tcp_stream's timeout stays armed across reads).
+    stream_.expires_after(server_->options.body_timeout);
+    while (left > 0) {
+      const size_t n = co_await stream_.async_read_some(
+          net::buffer(scratch), net::redirect_error(net::use_awaitable, ec));
+      if (ec) break;
+      left -= static_cast<int64_t>(n);
+    }
+  }
+  stream_.close();
 }
 
 net::awaitable<bool> Connection::ReadRequest(HttpRequest* req, unsigned* version,
@@ -192,9 +226,15 @@ net::awaitable<bool> Connection::ReadRequest(HttpRequest* req, unsigned* version
     co_await Refuse(413, std::move(message), std::move(code), 11);
     co_return false;
   }
+  if (ec == beast::error::timeout) {
+    // An idle keep-alive connection timing out is normal; a head left unfinished is refused.
+    // No answer: the stream closed the socket when the timer fired.
+    if (buffer_.size() > 0) server_->ctx->rejections->Add(RejectReason::kHeadTimeout, "");
+    co_return false;
+  }
   if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
-      ec == net::error::operation_aborted || ec == beast::error::timeout ||
-      ec == net::error::connection_reset || (ec && buffer_.size() == 0)) {
+      ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+      (ec && buffer_.size() == 0)) {
     co_return false;
   }
   if (ec) {
@@ -220,7 +260,34 @@ net::awaitable<bool> Connection::ReadRequest(HttpRequest* req, unsigned* version
     co_await Refuse(413, std::move(message), std::move(code), *version);
     co_return false;
   }
-  if (ec) co_return false;  // the client went away or stalled mid-body: nobody to answer
+  if (ec == beast::error::timeout) {
+    // The stream closed the socket when the timer fired: nobody to answer.
+    server_->ctx->rejections->Add(RejectReason::kBodyTimeout, "");
+    co_return false;
+  }
+  if (ec == bhttp::error::partial_message) {
+    // The client half-closed (or closed) its side before the body was complete: it can still
+    // read, so tell it, instead of waiting for a body that cannot come.
+    const boost::optional<uint64_t> length = parser.content_length();
+    std::string message =
+        length ? absl::StrCat("The request body ended before its Content-Length of ", *length,
+                              " bytes was received.")
+               : std::string("The request body ended before its last chunk was received.");
+    std::string code = "incomplete_body";
+    co_await Refuse(400, std::move(message), std::move(code), *version);
+    co_return false;
+  }
+  if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
+      ec == net::error::operation_aborted || ec == net::error::connection_reset) {
+    co_return false;  // the client went away: nobody to answer
+  }
+  if (ec) {
+    // Malformed framing: a bad chunk size or chunk extension, a body that does not parse.
+    std::string message = absl::StrCat("Malformed HTTP request body: ", ec.message(), ".");
+    std::string code = "bad_request";
+    co_await Refuse(400, std::move(message), std::move(code), *version);
+    co_return false;
+  }
   bhttp::request<bhttp::string_body> msg = parser.release();
   *keep_alive = msg.keep_alive();
   req->method = std::string(msg.method_string());
@@ -412,11 +479,15 @@ net::awaitable<void> Connection::Serve() {
       };
       auto worker = server_->workers->get_executor();
       job = co_await net::co_spawn(worker, std::move(work), net::use_awaitable);
-      if (body_refused) keep_alive = false;  // as for every body the connection layer refuses
+      if (body_refused) {  // as for every body the connection layer refuses
+        keep_alive = false;
+        drain_ = true;
+      }
     }
     bool ok = false;
     if (job == nullptr) {
       if (!record->deferred) LogRequest(*record);
+      CountRefusal(ctx, *record, res);
       ok = co_await WriteResponse(res, req, version, keep_alive);
     } else {
       server_->JobStarted();
@@ -426,9 +497,13 @@ net::awaitable<void> Connection::Serve() {
     }
     if (!ok || !keep_alive) break;
   }
-  error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-  stream_.close();
+  if (drain_) {
+    co_await DrainAndClose();
+  } else {
+    error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.close();
+  }
   server_->Unregister(shared_from_this());
 }
 

@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "server/rejections.h"
 #include "spdlog/spdlog.h"
 
 namespace banyan::server::http {
@@ -25,6 +27,11 @@ struct AccessRecord {
   std::string note;  // e.g. "client disconnected"
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool deferred = false;  // a stream owns the record and logs it when it ends
+  // The authenticated tenant's configured name; "" before authentication.
+  std::string tenant;
+  // Why the request was refused, where its HTTP status alone does not tell (a 429 for the
+  // tenant's limit); unset: RejectReasonForHttp.
+  std::optional<RejectReason> reject_reason;
 };
 
 // "[http] cmpl-… POST /v1/completions 200 prompt=5 cached=0 completion=16 12.3ms".

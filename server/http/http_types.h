@@ -34,6 +34,7 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   HeaderList headers;  // besides Content-Type and Content-Length
+  std::string error_code;  // an error's OpenAI "code" (SendError), for the refusal counters
 
   // Replaces a header of the same name (case-insensitive) or adds it.
   void SetHeader(std::string_view name, std::string value);

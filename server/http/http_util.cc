@@ -15,6 +15,7 @@ void SendJson(HttpResponse& res, int http_status, const Json& body) {
 void SendError(HttpResponse& res, const ApiError& error) {
   if (error.http_status == 429 || error.http_status == 503) res.SetHeader("Retry-After", "1");
   SendJson(res, error.http_status, ErrorJson(error));
+  res.error_code = error.code;
 }
 
 void SendStatus(HttpResponse& res, const absl::Status& status) {

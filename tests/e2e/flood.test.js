@@ -7,7 +7,7 @@ const { after, before, describe, test } = require('node:test');
 const OpenAI = require('openai');
 const { startDaemon, MODEL_NAME, scaled } = require('./lib/daemon');
 const { collectStream, openaiClient } = require('./lib/http');
-const { scrape, value, waitIdle } = require('./lib/metrics');
+const { scrape, total, value, waitIdle } = require('./lib/metrics');
 
 const FLOOD = 40;
 const PROMPTS = ['Once upon a time', 'The little dog', 'One day', 'Lily and Ben', 'The sun was'];
@@ -91,7 +91,8 @@ describe('queue flood', () => {
 
     const m = await waitIdle(d);
     const delta = (name) => value(m, name) - value(before, name);
-    assert.equal(delta('banyan_requests_rejected_total'), refused.length);
+    const rejected = (x) => total(x, 'banyan_requests_rejected_total', { reason: 'queue_full' });
+    assert.equal(rejected(m) - rejected(before), refused.length);
     assert.equal(delta('banyan_requests_finished_total'), accepted.length);
     assert.equal(value(m, 'banyan_requests_running'), 0);
     assert.equal(value(m, 'banyan_requests_waiting'), 0);

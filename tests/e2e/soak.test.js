@@ -19,7 +19,7 @@ const OpenAI = require('openai');
 const { startDaemon, MODEL_NAME, scaled, sleep } = require('./lib/daemon');
 const g = require('./lib/grpc');
 const { assertErrorBody, collectStream, openaiClient, post } = require('./lib/http');
-const { scrape, value } = require('./lib/metrics');
+const { scrape, total, value } = require('./lib/metrics');
 const { STORY } = require('./lib/text');
 
 const JOBS = Number(process.env.E2E_SOAK_JOBS || 500);
@@ -256,7 +256,7 @@ async function soak(t, kvMemory) {
   t.diagnostic(
     `chunks: total ${value(m, 'banyan_kv_chunks_total')}, cached ${value(m, 'banyan_kv_chunks_cached')}; ` +
       `preemptions ${value(m, 'banyan_preemptions_total')}, cancelled ${value(m, 'banyan_requests_cancelled_total')}, ` +
-      `rejected ${value(m, 'banyan_requests_rejected_total')}, finished ${value(m, 'banyan_requests_finished_total')}`,
+      `rejected ${total(m, 'banyan_requests_rejected_total')}, finished ${value(m, 'banyan_requests_finished_total')}`,
   );
 
   // Still serving, and the greedy outputs are what they were.

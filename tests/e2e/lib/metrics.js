@@ -32,7 +32,19 @@ function value(metrics, name) {
   return metrics.get(name);
 }
 
-module.exports = { parseMetrics, scrape, value };
+// The sum of every sample of a labelled counter (`name{...}`), filtered by `labels` (an object
+// of label values, e.g. {reason: 'queue_full'}); 0 when none has been written yet.
+function total(metrics, name, labels = {}) {
+  let sum = 0;
+  for (const [key, v] of metrics) {
+    if (!key.startsWith(`${name}{`)) continue;
+    const ok = Object.entries(labels).every(([k, want]) => key.includes(`${k}="${want}"`));
+    if (ok) sum += v;
+  }
+  return sum;
+}
+
+module.exports = { parseMetrics, scrape, total, value };
 
 // Waits until no request runs or waits (the counters settle a moment after a response ends)
 // and returns the metrics then. Throws after `timeoutMs`.

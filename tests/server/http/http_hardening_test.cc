@@ -21,96 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/server/http/http_test_util.h"
+#include "tests/server/http/raw_client.h"
 
 namespace banyan::server::http {
 namespace {
 
 using namespace http_test;  // NOLINT
-
-// A blocking loopback TCP client.
-class RawClient {
- public:
-  explicit RawClient(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    timeval tv{.tv_sec = 30, .tv_usec = 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
-  ~RawClient() {
-    if (fd_ >= 0) close(fd_);
-  }
-  bool connected() const { return connected_; }
-  bool Send(std::string_view data) {
-    while (!data.empty()) {
-      const ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      data.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-  // Reads up to `max` bytes; "" at end of stream or on timeout.
-  std::string ReadSome(size_t max = 65536) {
-    std::string buf(max, '\0');
-    const ssize_t n = recv(fd_, buf.data(), buf.size(), 0);
-    buf.resize(n > 0 ? static_cast<size_t>(n) : 0);
-    return buf;
-  }
-  // Reads until the peer closes.
-  std::string ReadAll() {
-    std::string all;
-    for (std::string s = ReadSome(); !s.empty(); s = ReadSome()) all += s;
-    return all;
-  }
-  // Reads `count` responses with a Content-Length body each; stops early at end of stream.
-  std::vector<std::pair<int, std::string>> ReadResponses(int count) {
-    std::vector<std::pair<int, std::string>> out;
-    std::string buf;
-    while (static_cast<int>(out.size()) < count) {
-      const size_t head_end = buf.find("\r\n\r\n");
-      if (head_end != std::string::npos) {
-        const std::string head = buf.substr(0, head_end);
-        size_t length = 0;
-        const size_t cl = absl::AsciiStrToLower(head).find("content-length:");
-        if (cl != std::string::npos) {
-          size_t v = 0;
-          (void)absl::SimpleAtoi(head.substr(cl + 15, head.find("\r\n", cl) - cl - 15), &v);
-          length = v;
-        }
-        if (buf.size() >= head_end + 4 + length) {
-          int status = 0;
-          (void)absl::SimpleAtoi(head.substr(9, 3), &status);
-          out.emplace_back(status, buf.substr(head_end + 4, length));
-          buf.erase(0, head_end + 4 + length);
-          continue;
-        }
-      }
-      std::string more = ReadSome();
-      if (more.empty()) break;
-      buf += more;
-    }
-    return out;
-  }
-
- private:
-  int fd_ = -1;
-  bool connected_ = false;
-};
-
-std::string Request(const std::string& method, const std::string& path,
-                    const std::string& body = "", const std::string& extra_headers = "") {
-  std::string r = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n",
-                               extra_headers);
-  if (method == "POST") {
-    absl::StrAppend(&r, "Content-Type: application/json\r\nContent-Length: ", body.size(),
-                    "\r\n");
-  }
-  absl::StrAppend(&r, "\r\n", body);
-  return r;
-}
 
 std::string Gzip(const std::string& data) {
   z_stream zs{};

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "server/rejections.h"
+#include "server/validation.h"
 
 namespace banyan::server {
 namespace {
@@ -77,8 +79,8 @@ TEST(MetricsTextTest, AllNamesAndValues) {
   EXPECT_EQ(s["banyan_generation_tokens_total"], "5000");
   EXPECT_EQ(s["banyan_preemptions_total"], "1");
   EXPECT_EQ(s["banyan_requests_finished_total"], "10");
-  for (const char* name : {"banyan_requests_rejected_total", "banyan_requests_cancelled_total",
-                           "banyan_requests_failed_total", "banyan_iterations_total"}) {
+  for (const char* name : {"banyan_requests_cancelled_total", "banyan_requests_failed_total",
+                           "banyan_iterations_total"}) {
     EXPECT_EQ(s[name], "0") << name;
   }
   const std::string l = "{model_name=\"stories260K\"}";
@@ -130,6 +132,47 @@ TEST(MetricsTextTest, EscapesLabelsAndHandlesEmptyPool) {
   EXPECT_NE(text.find("model_name=\"we\\\"ird\\\\name\\n\""), std::string::npos) << text;
   EXPECT_NE(text.find("banyan_kv_usage_ratio 0\n"), std::string::npos);
   EXPECT_EQ(text.find("NaN"), std::string::npos);
+}
+
+// The front ends' refusals: one series per (reason, tenant), none before the first; the
+// family is declared either way.
+TEST(MetricsTextTest, RejectionsByReasonAndTenant) {
+  const std::string none = RenderPrometheus(Sample(), "m");
+  EXPECT_NE(none.find("# TYPE banyan_requests_rejected_total counter"), std::string::npos);
+  EXPECT_EQ(none.find("\nbanyan_requests_rejected_total{"), std::string::npos);
+  EXPECT_EQ(none.find("\nbanyan_requests_rejected_total "), std::string::npos);
+
+  RejectionCounters counters;
+  counters.Add(RejectReason::kTenantConcurrency, "bob");
+  counters.Add(RejectReason::kTenantConcurrency, "bob");
+  counters.Add(RejectReason::kUnauthorized, "");
+  counters.Add(RejectReason::kQueueFull, "default");
+  auto s = Samples(RenderPrometheus(Sample(), "m", counters.Snapshot()));
+  EXPECT_EQ(
+      s["banyan_requests_rejected_total{reason=\"tenant_concurrency\",tenant=\"bob\"}"], "2");
+  EXPECT_EQ(s["banyan_requests_rejected_total{reason=\"unauthorized\",tenant=\"\"}"], "1");
+  EXPECT_EQ(s["banyan_requests_rejected_total{reason=\"queue_full\",tenant=\"default\"}"], "1");
+  EXPECT_EQ(counters.Count(RejectReason::kTenantConcurrency, "bob"), 2);
+  EXPECT_EQ(counters.Count(RejectReason::kTenantConcurrency, "alice"), 0);
+}
+
+TEST(MetricsTextTest, RejectReasonsFromStatuses) {
+  EXPECT_EQ(RejectReasonForHttp(400, "context_length_exceeded"), RejectReason::kPromptTooLong);
+  EXPECT_EQ(RejectReasonForHttp(400, "prompt_too_long"), RejectReason::kPromptTooLong);
+  EXPECT_EQ(RejectReasonForHttp(400, "invalid_value"), RejectReason::kBadRequest);
+  EXPECT_EQ(RejectReasonForHttp(413, ""), RejectReason::kBodyTooLarge);
+  EXPECT_EQ(RejectReasonForHttp(429, ""), RejectReason::kQueueFull);
+  EXPECT_EQ(RejectReasonForHttp(503, ""), RejectReason::kDraining);
+  EXPECT_EQ(RejectReasonForHttp(500, ""), RejectReason::kInternalError);
+  EXPECT_EQ(RejectReasonForStatus(absl::UnauthenticatedError("x")), RejectReason::kUnauthorized);
+  EXPECT_EQ(RejectReasonForStatus(absl::ResourceExhaustedError("x")), RejectReason::kQueueFull);
+  EXPECT_EQ(RejectReasonForStatus(absl::UnavailableError("x")), RejectReason::kDraining);
+  EXPECT_EQ(RejectReasonForStatus(absl::NotFoundError("x")), RejectReason::kNotFound);
+  EXPECT_EQ(RejectReasonForStatus(absl::InvalidArgumentError("x")), RejectReason::kBadRequest);
+  absl::Status long_prompt = absl::InvalidArgumentError("x");
+  SetStatusCode(&long_prompt, "context_length_exceeded");
+  EXPECT_EQ(RejectReasonForStatus(long_prompt), RejectReason::kPromptTooLong);
+  EXPECT_EQ(RejectReasonName(RejectReason::kHeadTimeout), "head_timeout");
 }
 
 TEST(MetricsTextTest, Numbers) {
