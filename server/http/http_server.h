@@ -9,9 +9,16 @@
 //  - keep-alive and pipelining: requests on one connection are answered in order;
 //  - limits: request head 16 KiB (431), body ctx->options.max_body_bytes before and after
 //    Content-Encoding gzip/deflate (413), other encodings 415;
+//  - malformed framing (a bad chunk size, a body cut short by the client's half-close) is a 400;
+//  - after any refusal the connection answers with "Connection: close", shuts down its sending
+//    side and reads and discards the rest of the request (bounded in bytes and by
+//    `body_timeout`) before closing, so a client that writes its whole body before reading
+//    still reads the answer rather than a reset;
 //  - timeouts: a request head must arrive within `head_timeout` (also the keep-alive idle
-//    limit), its body within `body_timeout`; a response write that makes no progress for
-//    `write_timeout` ends the connection (and cancels its request);
+//    limit), its body within `body_timeout`, each as a whole however slowly the bytes trickle
+//    in; the connection is then closed without an answer. A response write that makes no
+//    progress for `write_timeout` ends the connection (and cancels its request);
+//  - every refusal is counted in ctx->rejections (server/rejections.h);
 //  - "Expect: 100-continue" is answered; HEAD is served for the GET endpoints;
 //  - the listening socket is exclusive (SO_REUSEADDR only, never SO_REUSEPORT): a second daemon
 //    on the same port fails to start instead of splitting the traffic.
