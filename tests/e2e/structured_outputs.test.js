@@ -1,0 +1,175 @@
+// Structured outputs with the official `openai` client: response_format json_schema (required
+// properties, an enum, a nested object, an array) and json_object, streaming and not, sampled at
+// temperature 1.0 from the bundled story model (which knows no JSON: the grammar does the work).
+// Every output is checked by an independent validator (ajv). An output cut by max_tokens
+// (finish_reason "length") is reported and not counted as valid; a json_schema output must end
+// with "stop".
+'use strict';
+
+const assert = require('node:assert/strict');
+const { after, before, describe, test } = require('node:test');
+const Ajv = require('ajv');
+const { startDaemon, MODEL_NAME } = require('./lib/daemon');
+const { collectStream, openaiClient, post } = require('./lib/http');
+
+const PERSON = {
+  type: 'object',
+  properties: {
+    name: { type: 'string', maxLength: 12 },
+    age: { type: 'integer' },
+    role: { enum: ['admin', 'user', 'guest'] },
+    address: {
+      type: 'object',
+      properties: { city: { type: 'string', maxLength: 10 }, zip: { type: 'integer' } },
+      required: ['city'],
+      additionalProperties: false,
+    },
+    tags: { type: 'array', items: { type: 'string', maxLength: 6 }, minItems: 1, maxItems: 3 },
+    active: { type: 'boolean' },
+  },
+  required: ['name', 'age', 'role', 'address', 'tags'],
+  additionalProperties: false,
+};
+
+describe('structured outputs (openai client)', () => {
+  let d;
+  let client;
+  const ajv = new Ajv({ strict: true });
+  const validPerson = ajv.compile(PERSON);
+  const validObject = ajv.compile({ type: 'object' });
+
+  before(async () => {
+    d = await startDaemon();
+    client = openaiClient(d);
+  });
+  after(async () => {
+    if (d) await d.stop();
+  });
+
+  const messages = [{ role: 'user', content: 'Tell me about a person.' }];
+
+  // One request, streaming or not: [{ text, finish }] per choice.
+  async function outputs(body, stream) {
+    if (!stream) {
+      const r = await client.chat.completions.create({ model: MODEL_NAME, ...body });
+      return r.choices.map((c) => ({ text: c.message.content, finish: c.finish_reason }));
+    }
+    const s = await client.chat.completions.create({ model: MODEL_NAME, ...body, stream: true });
+    const { texts, finish } = await collectStream(s);
+    return texts.map((text, i) => ({ text, finish: finish[i] }));
+  }
+
+  // Checks every output with `validate`; returns [valid, cut by length].
+  function check(outs, validate, what, t) {
+    let valid = 0;
+    let cut = 0;
+    for (const o of outs) {
+      if (o.finish === 'length') {
+        ++cut;
+        t.diagnostic(`${what}: cut by max_tokens (reported, not counted): ${o.text}`);
+        assert.ok(o.text.startsWith('{') || /^\s/.test(o.text), o.text);
+        continue;
+      }
+      assert.equal(o.finish, 'stop', `${what}: ${o.text}`);
+      let parsed;
+      assert.doesNotThrow(() => {
+        parsed = JSON.parse(o.text);
+      }, `${what}: not JSON: ${o.text}`);
+      assert.ok(validate(parsed), `${what}: ${JSON.stringify(validate.errors)} in ${o.text}`);
+      ++valid;
+    }
+    return [valid, cut];
+  }
+
+  for (const stream of [false, true]) {
+    test(`json_schema, ${stream ? 'streaming' : 'non-streaming'}: every output validates`, async (t) => {
+      const format = {
+        type: 'json_schema',
+        json_schema: { name: 'person', strict: true, schema: PERSON },
+      };
+      let total = 0;
+      let valid = 0;
+      for (let seed = 1; seed <= 6; ++seed) {
+        const outs = await outputs(
+          { messages, response_format: format, temperature: 1.0, seed, n: 2, max_tokens: 450 },
+          stream,
+        );
+        assert.equal(outs.length, 2);
+        const [v, cut] = check(outs, validPerson, `seed ${seed}`, t);
+        assert.equal(cut, 0, 'a bounded schema must end within 450 tokens');
+        total += outs.length;
+        valid += v;
+      }
+      assert.equal(valid, total, `${valid} of ${total} outputs valid`);
+      t.diagnostic(`${valid}/${total} outputs valid`);
+    });
+
+    // Any JSON object has unbounded strings, and the story model writes pairs of them to any
+    // length: a bias on '}' (which the grammar allows only where an object may close) ends it.
+    test(`json_object with logit_bias, ${stream ? 'streaming' : 'non-streaming'}: every output is an object`, async (t) => {
+      const tok = await post(d, '/tokenize', { prompt: 'a}' });
+      const close = tok.json.tokens[tok.json.tokens.length - 1];
+      let valid = 0;
+      let cut = 0;
+      for (let seed = 1; seed <= 6; ++seed) {
+        const outs = await outputs(
+          {
+            messages,
+            response_format: { type: 'json_object' },
+            temperature: 1.0,
+            seed,
+            n: 2,
+            max_tokens: 450,
+            logit_bias: { [close]: 8 },
+          },
+          stream,
+        );
+        const [v, c] = check(outs, validObject, `seed ${seed}`, t);
+        valid += v;
+        cut += c;
+      }
+      t.diagnostic(`${valid} valid, ${cut} cut by max_tokens`);
+      assert.equal(cut, 0);
+      assert.equal(valid, 12);
+    });
+  }
+
+  test('vLLM guided_json on completions validates too', async (t) => {
+    const r = await post(d, '/v1/completions', {
+      model: MODEL_NAME,
+      prompt: 'Once upon a time',
+      guided_json: PERSON,
+      temperature: 1.0,
+      seed: 9,
+      n: 3,
+      max_tokens: 450,
+    });
+    assert.equal(r.status, 200, r.text);
+    const outs = r.json.choices.map((c) => ({ text: c.text, finish: c.finish_reason }));
+    const [valid] = check(outs, validPerson, 'guided_json', t);
+    assert.equal(valid, 3);
+  });
+
+  test('an unsupported keyword is a 400 naming it and its path', async () => {
+    await assert.rejects(
+      client.chat.completions.create({
+        model: MODEL_NAME,
+        messages,
+        response_format: {
+          type: 'json_schema',
+          json_schema: {
+            name: 'x',
+            schema: { type: 'object', properties: { a: { type: 'string', pattern: '^a+$' } } },
+          },
+        },
+      }),
+      (e) => {
+        assert.equal(e.status, 400);
+        assert.equal(e.param, 'response_format.json_schema.schema');
+        assert.match(e.message, /pattern/);
+        assert.match(e.message, /#\/properties\/a/);
+        return true;
+      },
+    );
+  });
+});
