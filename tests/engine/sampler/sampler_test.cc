@@ -747,3 +747,50 @@ TEST_F(SamplerTest, RebuiltStateContinuesIdentically) {
 
 }  // namespace
 }  // namespace banyan::engine
+
+namespace banyan::engine {
+namespace {
+
+// A grammar's token mask (step 3, first): masked tokens are never drawn, whatever their logit,
+// bias or the draw's u; the log-probabilities stay the raw model's.
+TEST_F(SamplerTest, TokenMaskComesBeforeBiasAndKeepsRawLogprobs) {
+  const int vocab = 130;  // three mask words, the last partial
+  std::vector<float> logits(vocab);
+  for (int i = 0; i < vocab; ++i) logits[i] = static_cast<float>((i * 37) % 11) - 5.0f;
+  std::vector<uint64_t> mask(3, 0);
+  const std::vector<int32_t> allowed = {3, 64, 129};
+  for (int32_t id : allowed) mask[id >> 6] |= uint64_t{1} << (id & 63);
+  SamplingParams p;
+  p.logprobs = 2;
+  p.logit_bias = {{0, 100.0f}, {64, -3.0f}};  // a forced token outside the mask stays out
+  p.frequency_penalty = 1.0f;
+  SequenceSamplingState s(7, {});
+  s.Accept(3);
+  SamplingParams unmasked_p = p;
+  auto raw = SampleWithUniform(logits, unmasked_p, s, 0.5f);
+  ASSERT_TRUE(raw.ok());
+  for (float u : {0.0f, 0.2f, 0.5f, 0.8f, 0.999f}) {
+    auto r = SampleWithUniform(logits, p, s, u, nullptr, 0, mask);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(std::find(allowed.begin(), allowed.end(), r->token) != allowed.end()) << r->token;
+    EXPECT_EQ(r->top_logprobs, raw->top_logprobs) << "logprobs are the raw model's";
+  }
+  p.temperature = 0.0f;
+  auto greedy = SampleWithUniform(logits, p, s, 0.5f, nullptr, 0, mask);
+  ASSERT_TRUE(greedy.ok());
+  // Among 3, 64 and 129 after the bias and the penalty on 3, the best.
+  std::vector<float> z = logits;
+  ApplyTokenMask(z, mask);
+  ApplyPenalties(z, p, s);
+  const int32_t best = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+  EXPECT_EQ(greedy->token, best);
+  EXPECT_EQ(z[0], -kInf);
+  EXPECT_EQ(z[128], -kInf);
+
+  // A mask that leaves nothing: no distribution, never a guess.
+  std::vector<uint64_t> none(3, 0);
+  EXPECT_FALSE(SampleWithUniform(logits, p, s, 0.5f, nullptr, 0, none).ok());
+}
+
+}  // namespace
+}  // namespace banyan::engine
