@@ -10,6 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "common/json_limits.h"
+#include "server/structured_outputs.h"
 #include "server/validation.h"
 
 namespace banyan::server {
@@ -170,6 +172,25 @@ absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest&
   in.tenant = std::string(tenant);
   in.user = req.user();
   in.cache_salt = req.cache_salt();
+  if (req.has_json_schema()) {
+    // Compiled here, on the gRPC handler's thread (cached by schema text).
+    const std::string& text = req.json_schema();
+    absl::StatusOr<nlohmann::ordered_json> schema = ParseOrderedJson(
+        text, "json_schema", JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = text.size()});
+    if (!schema.ok()) return InvalidParam("json_schema", std::string(schema.status().message()));
+    if (!schema->is_object()) {
+      return InvalidParam("json_schema", "json_schema must hold a JSON Schema object");
+    }
+    if (ctx.structured_outputs == nullptr) {
+      return InvalidParam("json_schema",
+                          "json_schema: structured outputs are not available on this server");
+    }
+    auto constraint = ctx.structured_outputs->Compile(
+        {.kind = StructuredOutputSpec::Kind::kJsonSchema, .schema = *std::move(schema),
+         .field = "json_schema"});
+    if (!constraint.ok()) return constraint.status();
+    in.constraint = *std::move(constraint);
+  }
 
   const ModelLimits limits{.context_tokens = ctx.model_config->max_seq_len,
                            .vocab_size = ctx.model_config->vocab_size,

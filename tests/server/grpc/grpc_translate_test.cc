@@ -7,8 +7,10 @@
 #include "engine/model_bundle.h"
 #include "gtest/gtest.h"
 #include "server/grpc/grpc_status.h"
+#include "server/structured_outputs.h"
 #include "server/validation.h"
 #include "tests/testing/bundled_model.h"
+#include "text/grammar/matcher.h"
 
 namespace banyan::server {
 namespace {
@@ -127,6 +129,33 @@ TEST_F(TranslateTest, TokenIdsAreUsedAsTheyAre) {
   auto r = ToSchedulerRequest(req, ctx_, "x", "default");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->prompt, (std::vector<int32_t>{5, 6, 7}));
+}
+
+// json_schema compiles into the request's constraint, keys in the order sent; what is no
+// schema, or a keyword outside the subset, is INVALID_ARGUMENT naming json_schema.
+TEST_F(TranslateTest, JsonSchemaBecomesTheRequestsConstraint) {
+  ctx_.structured_outputs = std::make_shared<StructuredOutputs>(ctx_.tokenizer);
+  v1::GenerateRequest req;
+  req.set_text("Once");
+  auto plain = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->constraint, nullptr);
+  req.set_json_schema(R"({"type": "object", "properties": {"b": {"type": "integer"},
+      "a": {"type": "boolean"}}, "required": ["b", "a"]})");
+  auto r = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_NE(r->constraint, nullptr);
+  text::grammar::Matcher ordered(r->constraint->grammar);
+  EXPECT_TRUE(ordered.Accept(R"({"b": 1, "a": true})") && ordered.CanEnd());
+  text::grammar::Matcher sorted(r->constraint->grammar);
+  EXPECT_FALSE(sorted.Accept(R"({"a": true, "b": 1})") && sorted.CanEnd());
+  for (const char* bad : {"{", "[1]", R"({"type": "string", "pattern": "a"})"}) {
+    req.set_json_schema(bad);
+    auto b = ToSchedulerRequest(req, ctx_, "x", "default");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(StatusParam(b.status()), "json_schema") << bad << " " << b.status();
+  }
 }
 
 // Each bad request: the status code and a message naming the problem.
