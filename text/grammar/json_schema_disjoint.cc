@@ -71,7 +71,7 @@ std::optional<std::vector<nlohmann::json>> Values(const ojson& s) {
 uint32_t Kinds(const ojson& schema, const SchemaResolver& resolve, int depth) {
   const ojson* s = Deref(schema, resolve);
   if (s == nullptr || depth > kMaxRefs) return kAny;
-  if (s->is_boolean()) return s->get<bool>() ? kAny : 0;
+  if (s->is_boolean()) return s->get<bool>() ? static_cast<uint32_t>(kAny) : 0u;
   if (!s->is_object()) return kAny;
   for (const char* key : {"anyOf", "oneOf"}) {
     if (s->contains(key) && s->at(key).is_array()) {
