@@ -1,6 +1,7 @@
 #include "text/grammar/automaton.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -221,6 +222,34 @@ absl::Status Determinize(const std::vector<NfaState>& nfa, int64_t* dfa_budget, 
 
 }  // namespace
 
+void CompiledGrammar::BuildTable(int32_t rule) {
+  // Classes are the runs of bytes between the edges' bounds over all states of the rule (every
+  // edge covers whole runs, so the bytes of a run go to the same state from every state).
+  std::array<bool, 257> starts{};
+  starts[0] = true;
+  for (const State& st : rules_[rule]) {
+    for (const ByteEdge& e : st.bytes) {
+      starts[e.lo] = true;
+      starts[e.hi + 1] = true;
+    }
+  }
+  Table& t = tables_[rule];
+  int32_t cls = -1;
+  for (int b = 0; b < 256; ++b) {
+    if (starts[b]) ++cls;
+    t.byte_class[b] = static_cast<uint8_t>(cls);
+  }
+  t.num_classes = cls + 1;  // at most 256: a class starts at a byte
+  t.next.assign(rules_[rule].size() * t.num_classes, -1);
+  for (size_t s = 0; s < rules_[rule].size(); ++s) {
+    for (const ByteEdge& e : rules_[rule][s].bytes) {
+      for (int32_t c = t.byte_class[e.lo]; c <= t.byte_class[e.hi]; ++c) {
+        t.next[s * t.num_classes + c] = e.next;
+      }
+    }
+  }
+}
+
 absl::StatusOr<CompiledGrammar> CompiledGrammar::Compile(const Grammar& grammar,
                                                          const CompileLimits& limits) {
   const int32_t n = grammar.num_rules();
@@ -259,6 +288,8 @@ absl::StatusOr<CompiledGrammar> CompiledGrammar::Compile(const Grammar& grammar,
     }
   }
   g.total_states_ = dfa_budget;
+  g.tables_.resize(n);
+  for (int32_t r = 0; r < n; ++r) g.BuildTable(r);
 
   // Nullable rules (fixed point), then the calls each rule makes before consuming a byte.
   std::vector<char> nullable(n, 0);

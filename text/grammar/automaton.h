@@ -13,6 +13,7 @@
 #ifndef BANYAN_TEXT_GRAMMAR_AUTOMATON_H_
 #define BANYAN_TEXT_GRAMMAR_AUTOMATON_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,17 +56,23 @@ class CompiledGrammar {
   int64_t total_states() const { return total_states_; }
   // Whether the rule matches the empty string.
   bool nullable(int32_t rule) const { return nullable_[rule]; }
-  // The state after `byte` from (rule, s), or -1.
+  // The state after `byte` from (rule, s), or -1: one lookup in the rule's table, indexed by
+  // the byte's class (bytes no state of the rule tells apart share a class).
   int32_t NextByte(int32_t rule, int32_t s, uint8_t byte) const {
-    for (const ByteEdge& e : rules_[rule][s].bytes) {
-      if (byte < e.lo) return -1;
-      if (byte <= e.hi) return e.next;
-    }
-    return -1;
+    const Table& t = tables_[rule];
+    return t.next[static_cast<size_t>(s) * t.num_classes + t.byte_class[byte]];
   }
 
  private:
+  struct Table {
+    std::array<uint8_t, 256> byte_class{};
+    int32_t num_classes = 1;
+    std::vector<int32_t> next;  // [state * num_classes + class]: the next state or -1
+  };
+  void BuildTable(int32_t rule);
+
   std::vector<std::vector<State>> rules_;  // [rule][state]; state 0 is the start
+  std::vector<Table> tables_;              // [rule]
   std::vector<std::string> names_;
   std::vector<char> nullable_;
   int32_t root_ = 0;

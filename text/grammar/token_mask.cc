@@ -13,6 +13,12 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(
   }
   std::sort(sorted_.begin(), sorted_.end(),
             [&](int32_t a, int32_t b) { return bytes_[a] < bytes_[b]; });
+  sorted_offsets_.reserve(sorted_.size() + 1);
+  for (int32_t id : sorted_) {
+    sorted_offsets_.push_back(sorted_text_.size());
+    sorted_text_ += bytes_[id];
+  }
+  sorted_offsets_.push_back(sorted_text_.size());
   lcp_.resize(sorted_.size(), 0);
   for (size_t k = 1; k < sorted_.size(); ++k) {
     const std::string& a = bytes_[sorted_[k - 1]];
@@ -55,7 +61,7 @@ std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rul
   const std::vector<int32_t>& lcp = vocab_->shared_prefix();
   for (size_t k = 0; k < sorted.size(); ++k) {
     const int32_t id = sorted[k];
-    const std::string_view bytes = vocab_->bytes(id);
+    const std::string_view bytes = vocab_->sorted_bytes(k);
     const int32_t len = static_cast<int32_t>(bytes.size());
     valid = std::min(valid, lcp[k]);
     while (valid < len && !levels[valid].empty()) {

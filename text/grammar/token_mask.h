@@ -47,12 +47,20 @@ class Vocabulary {
   // Non-empty tokens in byte order, and the prefix each shares with the one before it.
   const std::vector<int32_t>& sorted() const { return sorted_; }
   const std::vector<int32_t>& shared_prefix() const { return lcp_; }
+  // The bytes of sorted()[k], from one buffer laid out in sorted order (the walk reads it
+  // front to back instead of chasing a string per token).
+  std::string_view sorted_bytes(size_t k) const {
+    return std::string_view(sorted_text_).substr(sorted_offsets_[k],
+                                                 sorted_offsets_[k + 1] - sorted_offsets_[k]);
+  }
   int32_t max_len() const { return max_len_; }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<int32_t> sorted_;
   std::vector<int32_t> lcp_;
+  std::string sorted_text_;
+  std::vector<size_t> sorted_offsets_;  // sorted().size() + 1 entries
   int32_t max_len_ = 0;
 };
 
