@@ -3,24 +3,12 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/text/grammar/grammar_test_util.h"
 #include "text/grammar/automaton.h"
 #include "text/grammar/matcher.h"
 
 namespace banyan::text::grammar {
 namespace {
-
-std::shared_ptr<const CompiledGrammar> MustCompile(const Grammar& g) {
-  absl::StatusOr<CompiledGrammar> c = CompiledGrammar::Compile(g);
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return nullptr;
-  return std::make_shared<const CompiledGrammar>(*std::move(c));
-}
-
-// Whether the whole of `text` is in the grammar's language.
-bool Matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
-  Matcher m(g);
-  return m.Accept(text) && m.CanEnd();
-}
 
 TEST(AutomatonTest, RegularExpressions) {
   Grammar g;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/text/grammar/grammar_test_util.h"
 #include "text/grammar/automaton.h"
 #include "text/grammar/json_schema.h"
 #include "text/grammar/matcher.h"
@@ -17,15 +18,7 @@ std::shared_ptr<const CompiledGrammar> FromSchema(const std::string& schema) {
   absl::StatusOr<Grammar> g = JsonSchemaToGrammar(ojson::parse(schema));
   EXPECT_TRUE(g.ok()) << g.status();
   if (!g.ok()) return nullptr;
-  absl::StatusOr<CompiledGrammar> c = CompiledGrammar::Compile(*g);
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return nullptr;
-  return std::make_shared<const CompiledGrammar>(*std::move(c));
-}
-
-bool Matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
-  Matcher m(g);
-  return m.Accept(text) && m.CanEnd();
+  return MustCompile(*g);
 }
 
 std::string Error(const std::string& schema) {

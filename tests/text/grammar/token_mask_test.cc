@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/testing/random.h"
+#include "tests/text/grammar/grammar_test_util.h"
 #include "text/grammar/automaton.h"
 #include "text/grammar/json_schema.h"
 #include "text/grammar/token_mask.h"
@@ -31,13 +32,6 @@ std::shared_ptr<const Vocabulary> RandomVocabulary(std::mt19937_64& rng,
   }
   tokens.push_back("");
   return std::make_shared<const Vocabulary>(std::move(tokens));
-}
-
-std::shared_ptr<const CompiledGrammar> MustCompile(const Grammar& g) {
-  absl::StatusOr<CompiledGrammar> c = CompiledGrammar::Compile(g);
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return nullptr;
-  return std::make_shared<const CompiledGrammar>(*std::move(c));
 }
 
 // Random walks: at every step the fast mask must equal the reference, and the walk takes a
