@@ -37,19 +37,125 @@ struct PrefixTree::Cursor {
 PrefixTree::PrefixTree(ChunkPool* pool) : pool_(pool), chunk_size_(pool->chunk_size()) {}
 
 PrefixTree::~PrefixTree() {
+  log_ = nullptr;  // the log may be gone already; nothing is reported while the tree goes
   for (auto& [ns, root] : roots_) FreeNode(root.get());
 }
 
 void PrefixTree::FreeNode(Node* node) {
   for (auto& [tok, child] : node->children) FreeNode(child.get());
+  ForgetBlocks(node);
   for (ChunkId c : node->chunks) pool_->Free(c);
   node->chunks.clear();
+}
+
+void PrefixTree::set_event_log(KvEventLog* log) {
+  if (log != nullptr) {
+    for (auto& [ns, root] : roots_) {
+      BANYAN_CHECK(root->children.empty()) << "[kv] event log attached to a tree holding tokens";
+    }
+  }
+  log_ = log;
+}
+
+void PrefixTree::ForgetBlocks(Node* node) {
+  if (log_ != nullptr) {
+    for (auto it = node->block_hashes.rbegin(); it != node->block_hashes.rend(); ++it) {
+      log_->Removed(*it);
+    }
+  }
+  node->block_hashes.clear();
+}
+
+void PrefixTree::SyncBlocks(Node* node) {
+  if (log_ == nullptr || node->parent == nullptr) return;
+  const int32_t c = chunk_size_;
+  const int32_t d = node->depth_tokens;
+  const int32_t end = d + node->size();
+  // Blocks ending in this node; one ending at a pending token is not full yet.
+  size_t want = static_cast<size_t>(end / c - d / c);
+  if (want > 0 && end % c == 0 && node->tokens.back() == kPendingToken) --want;
+  while (node->block_hashes.size() > want) {
+    log_->Removed(node->block_hashes.back());
+    node->block_hashes.pop_back();
+  }
+  if (node->block_hashes.size() == want) return;
+  const Node* root = node;
+  while (root->parent != nullptr) root = root->parent;
+  std::vector<int32_t> block(static_cast<size_t>(c));
+  while (node->block_hashes.size() < want) {
+    const int32_t e = (d / c + static_cast<int32_t>(node->block_hashes.size()) + 1) * c;
+    const int32_t b = e - c;  // the block's tokens: [b, e), possibly across ancestors
+    for (const Node* m = node; m->parent != nullptr; m = m->parent) {
+      const int32_t lo = std::max(b, m->depth_tokens);
+      const int32_t hi = std::min(e, m->depth_tokens + m->size());
+      for (int32_t p = lo; p < hi; ++p) block[p - b] = m->tokens[p - m->depth_tokens];
+      if (m->depth_tokens <= b) break;
+    }
+    std::optional<uint64_t> parent;
+    uint64_t chain = NamespaceSeed(root->ns);
+    if (b > 0) {
+      // The block before ends at b, in the node m with depth < b <= depth + size: complete there
+      // (only this node's last block can wait for a pending token).
+      const Node* m = node;
+      while (m->depth_tokens >= b) m = m->parent;
+      const size_t idx = static_cast<size_t>(b / c - m->depth_tokens / c - 1);
+      BANYAN_CHECK(idx < m->block_hashes.size()) << "[kv] parent block missing at " << b;
+      chain = m->block_hashes[idx];
+      parent = chain;
+    }
+    const uint64_t h = BlockHash(chain, block);
+    node->block_hashes.push_back(h);
+    log_->Stored(h, parent, block, root->ns);
+  }
+}
+
+std::vector<FullBlock> PrefixTree::FullBlocks() const {
+  std::vector<FullBlock> out;
+  struct Item {
+    const Node* node;
+    uint64_t chain;                // hash of the last full block above (the seed at first)
+    bool has_parent;               // a full block lies above
+    std::vector<int32_t> partial;  // tokens since the last block boundary
+  };
+  std::vector<Item> stack;
+  for (auto& [ns, root] : roots_) {
+    const uint64_t seed = NamespaceSeed(ns);
+    for (auto& [t, child] : root->children) stack.push_back(Item{child.get(), seed, false, {}});
+    while (!stack.empty()) {
+      Item it = std::move(stack.back());
+      stack.pop_back();
+      bool pending = false;
+      for (int32_t t : it.node->tokens) {
+        if (t == kPendingToken) {
+          pending = true;
+          break;
+        }
+        it.partial.push_back(t);
+        if (static_cast<int32_t>(it.partial.size()) == chunk_size_) {
+          FullBlock& b = out.emplace_back();
+          b.hash = BlockHash(it.chain, it.partial);
+          if (it.has_parent) b.parent = it.chain;
+          b.tokens = it.partial;
+          b.ns = ns;
+          it.chain = b.hash;
+          it.has_parent = true;
+          it.partial.clear();
+        }
+      }
+      if (pending) continue;
+      for (auto& [t, child] : it.node->children) {
+        stack.push_back(Item{child.get(), it.chain, it.has_parent, it.partial});
+      }
+    }
+  }
+  return out;
 }
 
 PrefixTree::Node* PrefixTree::Root(std::string_view ns) {
   auto it = roots_.find(ns);
   if (it == roots_.end()) {
     it = roots_.emplace(std::string(ns), std::make_unique<Node>()).first;
+    it->second->ns = std::string(ns);
   }
   return it->second.get();
 }
@@ -183,6 +289,13 @@ PrefixTree::Node* PrefixTree::Split(Node* node, int32_t at, std::vector<ChunkCop
       lower_chunks.insert(lower_chunks.end(), node->chunks.begin() + b + 1, node->chunks.end());
     }
   }
+  if (!node->block_hashes.empty()) {
+    // Blocks ending in the upper part move up with it; no event (the tree holds the same tokens).
+    const int32_t d = node->depth_tokens;
+    const size_t up = std::min(node->block_hashes.size(), static_cast<size_t>((d + at) / c - d / c));
+    upper->block_hashes.assign(node->block_hashes.begin(), node->block_hashes.begin() + up);
+    node->block_hashes.erase(node->block_hashes.begin(), node->block_hashes.begin() + up);
+  }
   node->chunks = std::move(lower_chunks);
   node->first_slot = off;
   node->tokens.erase(node->tokens.begin(), node->tokens.begin() + at);
@@ -212,6 +325,7 @@ void PrefixTree::AppendTokens(Node* node, std::span<const int32_t> tokens,
     node->tokens.push_back(t);
     slots->push_back(SlotRef{node->chunks[g / chunk_size_], g % chunk_size_});
   }
+  SyncBlocks(node);
 }
 
 absl::StatusOr<PlaceResult> PrefixTree::Place(Node* start, Node* own_leaf, SeqId seq,
@@ -478,6 +592,7 @@ absl::Status PrefixTree::SetPendingToken(SeqId seq, int32_t token) {
   }
   if (token < 0) return absl::InvalidArgumentError(absl::StrCat("token ", token));
   leaf->tokens.back() = token;
+  SyncBlocks(leaf);
   if (leaf->size() == 1) {
     // A pending fork (an append in place leaves at least two tokens): key it by its token.
     Node* parent = leaf->parent;
@@ -602,6 +717,7 @@ absl::Status PrefixTree::Truncate(SeqId seq, int32_t length, std::vector<ChunkCo
     for (size_t k = chunks_kept; k < leaf->chunks.size(); ++k) pool_->Free(leaf->chunks[k]);
     leaf->chunks.resize(std::min(chunks_kept, leaf->chunks.size()));
     leaf->last_use = clock_;
+    SyncBlocks(leaf);
     return absl::OkStatus();
   }
   // The cut lies in a node others use (or one above the leaf): end the sequence at the cut,
@@ -641,6 +757,7 @@ absl::Status PrefixTree::Truncate(SeqId seq, int32_t length, std::vector<ChunkCo
       freed.insert(ch);
     }
     n->chunks.clear();
+    ForgetBlocks(n);
     Unlink(n);  // destroys n
     n = parent;
   }
@@ -673,6 +790,7 @@ int32_t PrefixTree::Evict(int32_t n_chunks) {
     heap.pop();
     for (ChunkId c : n->chunks) pool_->Free(c);
     freed += static_cast<int32_t>(n->chunks.size());
+    ForgetBlocks(n);
     Node* parent = n->parent;
     Unlink(n);  // destroys n
     if (evictable(parent)) heap.emplace(parent->last_use, parent);

@@ -41,6 +41,11 @@
 // set of live sequences changes. Appending a token into a non-full chunk leaves it unchanged; an
 // AttentionPlan built at that version then only needs its lengths advanced.
 //
+// KV events. With an event log attached (set_event_log), the tree reports the full
+// position-aligned blocks its paths hold as they appear and go (kvcache/kv_events.h says what
+// counts as stored and why splits report nothing). Each node then keeps the hashes of the blocks
+// that end in it; without a log it keeps none and reports nothing.
+//
 // Not thread-safe: the engine thread owns the tree.
 #pragma once
 
@@ -57,6 +62,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvcache/chunk_pool.h"
+#include "kvcache/kv_events.h"
 
 namespace banyan::kvcache {
 
@@ -211,6 +217,14 @@ class PrefixTree {
   // run. Sequences ending at the same node are ordered by id.
   std::vector<SeqId> DfsOrder() const;
 
+  // KV events (see the top of this file): attach before the first placement (checked); null
+  // detaches. The log must outlive the tree or be detached first.
+  void set_event_log(KvEventLog* log);
+  // Every full block of every path, recomputed from the tokens (not from the nodes' hashes),
+  // parents before children; duplicates (two nodes holding the same tokens) appear twice. For
+  // audits, the debug view and a resync. O(tokens in the tree).
+  std::vector<FullBlock> FullBlocks() const;
+
   uint64_t shape_version() const { return shape_version_; }
   int32_t chunk_size() const { return chunk_size_; }
   MemoryStats Stats() const;
@@ -233,6 +247,11 @@ class PrefixTree {
     // at every step) gets a sibling of its own with the same first token instead, and so does a
     // pending fork (keyed by kPendingToken until its token is set).
     std::multimap<int32_t, std::unique_ptr<Node>> children;
+    // With an event log: hashes of the full blocks that end in this node (block k ends at
+    // position (k + 1) * c with depth_tokens < (k + 1) * c <= depth_tokens + size()), in order;
+    // a block holding a pending token is left out until the token is set.
+    std::vector<uint64_t> block_hashes;
+    std::string ns;  // a root: its namespace (events carry it); empty elsewhere
 
     int32_t size() const { return static_cast<int32_t>(tokens.size()); }
     SlotRef SlotOf(int32_t i, int32_t chunk_size) const;
@@ -261,6 +280,12 @@ class PrefixTree {
   void AppendTokens(Node* node, std::span<const int32_t> tokens, std::vector<SlotRef>* slots);
   void FreeNode(Node* node);
   void DropStaleContinuation(Node* leaf, int32_t token);
+  // KV events: brings node's block_hashes up to date after its tokens changed at the end
+  // (reporting blocks stored or removed) / reports all of its blocks removed (it goes).
+  void SyncBlocks(Node* node);
+  void ForgetBlocks(Node* node);
+
+  KvEventLog* log_ = nullptr;
 
   ChunkPool* pool_;
   int32_t chunk_size_;
