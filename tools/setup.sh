@@ -28,7 +28,8 @@ fi
 # BANYAN_SETUP_E2E=0 skips the end-to-end test clients (the container images do).
 if [ "${BANYAN_SETUP_E2E:-1}" != 0 ]; then
   # End-to-end test clients (tests/e2e): Node.js >= 20 and the npm packages of its lock file (the
-  # official openai client, @grpc/grpc-js). Debian 12's nodejs is 18: where the system's Node.js is
+  # official openai client, @grpc/grpc-js, zod, the AI SDK, LangChain JS; versions that run on
+  # Node.js 20). Debian 12's nodejs is 18: where the system's Node.js is
   # older than 20, a Node.js 20 runtime for this machine comes from the npm registry into
   # tests/e2e/.node (git-ignored; tests/e2e/run.sh prefers it). Without either, the e2e tests skip
   # themselves, saying so.
@@ -55,7 +56,7 @@ if [ "${BANYAN_SETUP_E2E:-1}" != 0 ]; then
   if command -v npm >/dev/null 2>&1 &&
      { [ ! -d tests/e2e/node_modules ] || [ tests/e2e/package-lock.json -nt tests/e2e/node_modules ]; }; then
     npm ci --prefix tests/e2e --ignore-scripts --no-audit --no-fund --loglevel=error ||
-      echo "[setup] npm ci failed: the e2e tests will skip themselves"
+      echo "[setup] npm ci failed: the e2e tests will skip themselves (e2e_openai_zod, e2e_ai_sdk, e2e_langchain fail)"
     touch tests/e2e/node_modules 2>/dev/null || true
   fi
 fi
