@@ -506,7 +506,25 @@ bool EngineLoop::Step(bool cancel_all) {
   ++step_serial_;
   const bool moved = StepUnannounced(cancel_all);
   AnnounceTouched();
+  FlushKvEvents();
   return moved;
+}
+
+void EngineLoop::set_kv_event_sink(kvcache::KvEventSink* sink) {
+  kv_sink_ = sink;
+  tree_.set_event_log(sink != nullptr ? &kv_log_ : nullptr);
+}
+
+void EngineLoop::FlushKvEvents() {
+  if (kv_sink_ == nullptr) return;
+  if (kv_log_.WantsSnapshot(kv_sink_)) {
+    const std::vector<kvcache::FullBlock> snapshot = tree_.FullBlocks();
+    Log()->warn("[kv] events: the publisher dropped batches; resending the cache's {} blocks",
+                snapshot.size());
+    kv_log_.Flush(kv_sink_, &snapshot);
+    return;
+  }
+  kv_log_.Flush(kv_sink_, nullptr);
 }
 
 bool EngineLoop::StepUnannounced(bool cancel_all) {
@@ -637,6 +655,7 @@ void EngineLoop::FailAll(const absl::Status& status) {
   // Every request failed, so nothing is live: drop the whole cache.
   pending_copies_.clear();
   const int32_t dropped = tree_.Evict(tree_.Stats().chunks_total);
+  if (kv_sink_ != nullptr && kv_log_.blocks() == 0) kv_log_.AllCleared();
   if (dropped > 0) {
     Log()->warn("[kv] dropped the prefix cache ({} chunks): the failed step's KV is unknown",
                 dropped);

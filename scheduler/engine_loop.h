@@ -215,6 +215,12 @@ class EngineLoop {
   const kvcache::PrefixTree& tree() const { return tree_; }
   int32_t kv_chunks_total() const { return chunks_total_; }
 
+  // KV events (kvcache/kv_events.h): the tree's block reports are collected during a step and
+  // handed to `sink` at its end (the step boundary, Step's last act), on this thread; `sink`
+  // must not block. Set before the first Add; null (the default) costs nothing. The sink must
+  // outlive the loop or be unset first.
+  void set_kv_event_sink(kvcache::KvEventSink* sink);
+
  private:
   struct Live;  // one request
   using LivePtr = std::unique_ptr<Live>;
@@ -300,6 +306,7 @@ class EngineLoop {
   // A sample's KV goes (its candidates too): it finished or its request is preempted.
   void ReleaseSample(Live& live, size_t sample);
   void PublishMetrics();
+  void FlushKvEvents();
   bool StepUnannounced(bool cancel_all);
   // Pushes to / finishes a request's stream, remembering it for this step's announcement.
   void Emit(Live& live, TokenEvent event);
@@ -374,6 +381,8 @@ class EngineLoop {
   uint64_t step_serial_ = 0;  // Steps begun, for Touch
   std::vector<std::shared_ptr<RequestStream>> touched_;  // streams with events this step
   Announcer announcer_;
+  kvcache::KvEventSink* kv_sink_ = nullptr;
+  kvcache::KvEventLog kv_log_;  // attached to tree_ while kv_sink_ is set
   MetricsSnapshot metrics_;
   LoopStats stats_;
 };

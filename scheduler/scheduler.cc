@@ -156,7 +156,41 @@ void Scheduler::PublishMetrics() {
   if (Idle()) idle_cv_.SignalAll();
 }
 
+absl::StatusOr<std::vector<kvcache::FullBlock>> Scheduler::KvBlocks(absl::Duration timeout) {
+  auto q = std::make_shared<BlockQuery>();
+  absl::MutexLock lock(&mu_);
+  if (!running_) return absl::UnavailableError("the engine thread is not running");
+  block_queries_.push_back(q);
+  work_cv_.Signal();
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!q->done && running_) {
+    if (block_query_cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (!q->done) return absl::UnavailableError("the engine thread did not answer in time");
+  return std::move(q->blocks);
+}
+
+void Scheduler::AnswerBlockQueries() {
+  std::vector<std::shared_ptr<BlockQuery>> queries;
+  {
+    absl::MutexLock lock(&mu_);
+    if (block_queries_.empty()) return;
+    queries.swap(block_queries_);
+  }
+  std::vector<kvcache::FullBlock> blocks = loop_->tree().FullBlocks();  // engine thread
+  absl::MutexLock lock(&mu_);
+  for (auto& q : queries) {
+    q->blocks = blocks;
+    q->done = true;
+  }
+  block_query_cv_.SignalAll();
+}
+
 void Scheduler::Loop() {
+  {
+    absl::MutexLock lock(&mu_);
+    running_ = true;
+  }
   while (true) {
     bool cancel_all;
     {
@@ -167,16 +201,20 @@ void Scheduler::Loop() {
     const bool took = TakeIncoming();
     const bool moved = loop_->Step(cancel_all);
     if (took || moved) PublishMetrics();
+    AnswerBlockQueries();
     if (!moved) {
       absl::MutexLock lock(&mu_);
       // Nothing could move: sleep until a request arrives or is cancelled (cancellation is seen
       // within the timeout), or the server stops.
-      if (incoming_.empty() && !stop_ && !cancel_all_) {
+      if (incoming_.empty() && !stop_ && !cancel_all_ && block_queries_.empty()) {
         work_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
       }
     }
   }
   PublishMetrics();
+  absl::MutexLock lock(&mu_);
+  running_ = false;
+  block_query_cv_.SignalAll();
 }
 
 }  // namespace banyan::scheduler

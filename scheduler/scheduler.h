@@ -60,6 +60,14 @@ class Scheduler {
   MetricsSnapshot Metrics() const;
   const SchedulerOptions& options() const { return options_; }
   int32_t kv_chunks_total() const { return loop_->kv_chunks_total(); }
+  // KV events: forwards to EngineLoop::set_kv_event_sink. Before Start.
+  void set_kv_event_sink(kvcache::KvEventSink* sink) { loop_->set_kv_event_sink(sink); }
+  // The prefix tree's full blocks as the engine thread sees them between two steps (after a
+  // step's events were flushed): PrefixTree::FullBlocks, recomputed from the tokens. For the
+  // debug view that checks the KV event stream. Unavailable when the engine thread is not
+  // running or does not answer within `timeout`.
+  absl::StatusOr<std::vector<kvcache::FullBlock>> KvBlocks(absl::Duration timeout);
+
   // The loop, for tests that inspect its tree: only while the engine thread is not running
   // (before Start or after Stop).
   EngineLoop& loop() { return *loop_; }
@@ -74,6 +82,7 @@ class Scheduler {
   // Moves incoming requests into the loop; true when there were any.
   bool TakeIncoming();
   void PublishMetrics();
+  void AnswerBlockQueries();
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnnounceLoop();
   // Returns once every stream the engine pushed to has been announced.
@@ -90,7 +99,14 @@ class Scheduler {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;  // drain timed out / stopping
   MetricsSnapshot metrics_ ABSL_GUARDED_BY(mu_);
-  int64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;  // accepted by Submit; idle when all finished
+  int64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  struct BlockQuery {
+    bool done = false;
+    std::vector<kvcache::FullBlock> blocks;
+  };
+  std::vector<std::shared_ptr<BlockQuery>> block_queries_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar block_query_cv_;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // the engine thread is in Loop()  // accepted by Submit; idle when all finished
   std::thread thread_;
 
   absl::Mutex announce_mu_;

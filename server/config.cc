@@ -332,6 +332,20 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return Int("drain-timeout-ms", v, 0, 3600 * 1000, &c.server.drain_timeout_ms);
        }},
+      {"kv-events-config",
+       [](DaemonConfig& c, const std::string& v) {
+         absl::StatusOr<KvEventsConfig> k = ParseKvEventsConfig(v);
+         if (!k.ok()) return k.status();
+         c.kv_events = *std::move(k);
+         return absl::OkStatus();
+       }},
+      {"debug-kv-blocks",
+       [](DaemonConfig& c, const std::string& v) {
+         std::string on;
+         if (absl::Status s = OneOf("debug-kv-blocks", v, {"on", "off"}, &on); !s.ok()) return s;
+         c.server.debug_kv_blocks = on == "on";
+         return absl::OkStatus();
+       }},
       {"log-level",
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("log-level", v, {"trace", "debug", "info", "warn", "error"}, &c.log_level);
@@ -397,6 +411,8 @@ absl::Status ApplyFile(DaemonConfig& c, const std::string& path) {
       value = std::to_string(v.get<int64_t>());
     } else if (v.is_number_float()) {
       value = absl::StrCat(v.get<double>());
+    } else if (key == "kv-events-config" && v.is_object()) {
+      value = v.dump();
     } else if (key == "draft-tree" && v.is_array()) {
       for (auto& item : v) {
         if (!item.is_number_integer()) {

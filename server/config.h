@@ -11,6 +11,7 @@
 //           [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]
 //           [--draft-tree B1,B2,..] [--speculation-max-rows N] [--speculation-min-accept X]
 //           [--speculation-adaptive on|off] [--draft-on device|host]
+//           [--kv-events-config JSON] [--debug-kv-blocks on|off]
 //
 // vLLM's names for the same options are accepted too (--port, --max-num-seqs, ...); vLLM
 // options with no banyand counterpart are refused, saying so (server/option_aliases.h).
@@ -54,6 +55,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/kv_events_config.h"
 #include "server/server_context.h"
 
 namespace banyan::server {
@@ -89,6 +91,9 @@ struct DaemonConfig {
   std::string draft_on = "device";  // LoopOptions::draft_on_host: "device" / "host"
   float speculation_min_accept = 0.1f;
   std::string log_level = "info";
+  // KV-cache events for prefix-aware routers (server/kv_events_config.h): off by default. In a
+  // config file, "kv_events_config" is the JSON object itself (or its text).
+  KvEventsConfig kv_events;
   ServerOptions server;
   // As set by --max-prompt-bytes / "max_prompt_bytes"; LoadDaemonConfig resolves
   // server.max_prompt_bytes from it.

@@ -37,6 +37,7 @@
 #include "scheduler/scheduler.h"
 #include "server/backend_choice.h"
 #include "server/config.h"
+#include "server/kv_event_publisher.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/chat_template.h"
 #include "server/http/http_server.h"
@@ -312,7 +313,25 @@ int Run(int argc, char** argv) {
                  cfg->speculation_min_accept);
   }
   so.loop.attention = attention;
+  // KV events: the publisher outlives the scheduler (declared first, destroyed last), which
+  // flushes into it until its engine thread stops.
+  std::unique_ptr<KvEventPublisher> kv_events;
+  if (cfg->kv_events.active()) {
+    auto p = KvEventPublisher::Create(cfg->kv_events, cfg->chunk_size);
+    if (!p.ok()) return Fail(p.status());
+    kv_events = *std::move(p);
+    spdlog::info("[kv-events] publishing on {} ({}), topic '{}', replay {}, block size {}",
+                 cfg->kv_events.endpoint, cfg->kv_events.BindsPub() ? "bound" : "connected",
+                 cfg->kv_events.topic,
+                 cfg->kv_events.replay_endpoint.empty() ? "off" : cfg->kv_events.replay_endpoint,
+                 cfg->chunk_size);
+    if (cfg->kv_events.BindsPub() && !IsLocalEndpoint(cfg->kv_events.endpoint)) {
+      spdlog::warn("[kv-events] {} is reachable beyond this host: every tenant's token ids go to "
+                   "whoever subscribes (docs/kv_events.md)", cfg->kv_events.endpoint);
+    }
+  }
   scheduler::Scheduler sched(mc, bundle->tokenizer.get(), std::move(backend), so);
+  if (kv_events) sched.set_kv_event_sink(kv_events.get());
   sched.Start();
 
   ServerContext ctx;
@@ -326,6 +345,9 @@ int Run(int argc, char** argv) {
   ctx.jinja_chat = *std::move(jinja_chat);
   ctx.auth = *std::move(auth);
   ctx.ready = &ready;
+  if (kv_events) {
+    ctx.extra_metrics = [p = kv_events.get()] { return RenderKvEventMetrics(p->stats()); };
+  }
   // Schemas compile on the front ends' threads; the vocabulary is built at the first one.
   ctx.structured_outputs = std::make_shared<StructuredOutputs>(ctx.tokenizer);
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,9 @@ struct ServerOptions {
   std::string chat_template_file;
   int drain_timeout_ms = 30000;                // SIGTERM: running requests get this long
   int listen_backlog = 1024;                   // pending connections the kernel queues (1..65535)
+  // GET /debug/kv_blocks: the prefix cache's full blocks (hashes only, no tokens), for checking
+  // a KV event stream against the daemon. Off unless --debug-kv-blocks on.
+  bool debug_kv_blocks = false;
 };
 
 struct ServerContext {
@@ -77,6 +81,9 @@ struct ServerContext {
   // Requests turned away, by reason and tenant (server/rejections.h); shared by both front ends
   // and by copies of the context.
   std::shared_ptr<RejectionCounters> rejections = std::make_shared<RejectionCounters>();
+  // More /metrics text from parts the front ends do not know (the KV event publisher's
+  // counters), appended to the body; null: none. Any thread.
+  std::function<std::string()> extra_metrics;
 };
 
 }  // namespace banyan::server

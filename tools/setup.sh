@@ -11,6 +11,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config git ca-certificates
   libgtest-dev libgmock-dev libopenblas-dev libboost-dev zlib1g-dev
   libgoogle-perftools-dev  # tcmalloc for banyand
   libpcre2-dev libutf8proc-dev  # tokenizer.json: pre-tokenizer regexes, Unicode normalization
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # KV-cache events: ZeroMQ publisher, msgpack encoding
+  python3-zmq python3-msgpack  # the KV-events conformance test's subscriber (it skips without them)
   python3)  # the serving-bench tests check their JSON with it (they would skip without it)
 
 missing=()

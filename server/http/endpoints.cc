@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,7 +33,7 @@ std::string AllowedMethods(const std::string& path) {
     return "POST";
   }
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/") || path == "/health" ||
-      path == "/ready" || path == "/metrics") {
+      path == "/ready" || path == "/metrics" || path == "/debug/kv_blocks") {
     return "GET, HEAD";
   }
   return "";
@@ -135,6 +136,28 @@ void Models(const ServerContext& ctx, const std::string& path, HttpResponse& res
   SendJson(res, 200, ModelCard(ctx, created));
 }
 
+// GET /debug/kv_blocks (ServerOptions::debug_kv_blocks): the prefix cache's full blocks as the
+// engine sees them between two steps, hashes only (as the KV events name them), for checking an
+// event stream against the daemon. Off: 404, as for an unknown path.
+void KvBlocks(const ServerContext& ctx, HttpResponse& res) {
+  if (!ctx.options.debug_kv_blocks) {
+    return SendError(res, ErrorForHttpStatus(404, "Invalid URL (/debug/kv_blocks is off; start "
+                                                  "banyand with --debug-kv-blocks on)",
+                                             "not_found"));
+  }
+  auto blocks = ctx.scheduler->KvBlocks(absl::Seconds(10));
+  if (!blocks.ok()) return SendStatus(res, blocks.status());
+  Json hashes = Json::array();
+  std::vector<uint64_t> sorted;
+  for (const kvcache::FullBlock& b : *blocks) sorted.push_back(b.hash);
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  for (uint64_t h : sorted) hashes.push_back(h);
+  SendJson(res, 200, Json{{"block_size", ctx.scheduler->Metrics().chunk_size},
+                          {"holders", blocks->size()},
+                          {"blocks", std::move(hashes)}});
+}
+
 // Fills *res for everything but generation; returns false for a generation path.
 bool Route(ServerContext* ctx, const HttpRequest& req, HttpResponse& res) {
   const std::string& path = req.path;
@@ -152,6 +175,9 @@ bool Route(ServerContext* ctx, const HttpRequest& req, HttpResponse& res) {
     res.content_type = "text/plain; version=0.0.4; charset=utf-8";
     res.body = RenderPrometheus(ctx->scheduler->Metrics(), ctx->model_name,
                                 ctx->rejections->Snapshot());
+    if (ctx->extra_metrics) res.body += ctx->extra_metrics();
+  } else if (path == "/debug/kv_blocks") {
+    KvBlocks(*ctx, res);
   } else if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
     Models(*ctx, path, res);
   } else if (path == "/tokenize") {
