@@ -144,6 +144,7 @@ void Closure(const std::vector<NfaState>& nfa, StateSet* set) {
 
 // Subset construction of one rule's NFA (start 0, final 1).
 absl::Status Determinize(const std::vector<NfaState>& nfa, int64_t* dfa_budget, int64_t limit,
+                         int64_t* work, int64_t work_limit,
                          std::vector<CompiledGrammar::State>* out) {
   absl::flat_hash_map<StateSet, int32_t> ids;
   std::vector<StateSet> sets;
@@ -172,9 +173,16 @@ absl::Status Determinize(const std::vector<NfaState>& nfa, int64_t* dfa_budget, 
     std::vector<int32_t> call_order;
     for (int32_t s : set) {
       for (const auto& [bytes, next] : nfa[s].bytes) {
-        for (int b = 0; b < 256; ++b) {
-          if (bytes.Contains(static_cast<uint8_t>(b))) per_byte[b].push_back(next);
-        }
+        const int32_t target = next;
+        bytes.ForEach([&](uint8_t b) {
+          per_byte[b].push_back(target);
+          ++*work;
+        });
+      }
+      if (*work > work_limit) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the grammar is too large: its automaton takes more than ", work_limit,
+            " construction steps (a pattern such as .*a.{20} needs exponentially many states)"));
       }
       for (const auto& [rule, next] : nfa[s].calls) {
         auto [it, inserted] = per_call.try_emplace(rule);
@@ -261,6 +269,7 @@ absl::StatusOr<CompiledGrammar> CompiledGrammar::Compile(const Grammar& grammar,
   g.rules_.resize(n);
   int64_t nfa_budget = 0;
   int64_t dfa_budget = 0;
+  int64_t work = 0;
   for (int32_t r = 0; r < n; ++r) {
     g.names_.push_back(grammar.name(r));
     if (!grammar.defined(r)) {
@@ -281,8 +290,8 @@ absl::StatusOr<CompiledGrammar> CompiledGrammar::Compile(const Grammar& grammar,
         }
       }
     }
-    if (absl::Status s = Determinize(nfa.states(), &dfa_budget, limits.max_dfa_states,
-                                     &g.rules_[r]);
+    if (absl::Status s = Determinize(nfa.states(), &dfa_budget, limits.max_dfa_states, &work,
+                                     limits.max_work, &g.rules_[r]);
         !s.ok()) {
       return s;
     }

@@ -26,6 +26,9 @@ namespace banyan::text::grammar {
 struct CompileLimits {
   int64_t max_nfa_states = 1 << 20;  // summed over rules, before determinization
   int64_t max_dfa_states = 1 << 17;  // summed over rules
+  // Steps of the subset construction (an NFA byte edge followed for one byte), which bound the
+  // compile time: a pattern such as `.*a.{20}` needs few NFA states but 2^20 DFA states.
+  int64_t max_work = int64_t{1} << 26;
 };
 
 class CompiledGrammar {

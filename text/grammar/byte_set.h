@@ -44,6 +44,13 @@ class ByteSet {
     return s;
   }
   bool operator==(const ByteSet&) const = default;
+  // Calls f(byte) for each byte in the set, in increasing order.
+  template <typename F>
+  void ForEach(F f) const {
+    for (int i = 0; i < 4; ++i) {
+      for (uint64_t w = w_[i]; w != 0; w &= w - 1) f(static_cast<uint8_t>(i * 64 + __builtin_ctzll(w)));
+    }
+  }
 
  private:
   std::array<uint64_t, 4> w_{};
