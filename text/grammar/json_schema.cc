@@ -70,16 +70,17 @@ bool ValueHasType(const json& v, std::string_view type) {
 
 class SchemaCompiler {
  public:
-  SchemaCompiler(const json& root, const JsonSchemaOptions& options)
-      : root_(root), opt_(options) {}
+  // Rules are added to `*g`, which may hold other rules already (other schemas' ones).
+  SchemaCompiler(const json& root, const JsonSchemaOptions& options, Grammar* g)
+      : root_(root), opt_(options), g_(g) {}
 
-  absl::StatusOr<Grammar> Run() {
-    const int32_t root_rule = g_.AddRule("root");
+  // The rule matching the schema.
+  absl::StatusOr<int32_t> Run() {
+    const int32_t root_rule = g_->AddRule("root");
     refs_.emplace("#", root_rule);
     absl::StatusOr<Expr> body = Compile(root_, "#", 0);
     if (!body.ok()) return body.status();
-    g_.SetBody(root_rule, *std::move(body));
-    g_.set_root(root_rule);
+    g_->SetBody(root_rule, *std::move(body));
     while (!pending_.empty()) {
       auto [ref, rule] = pending_.front();
       pending_.pop_front();
@@ -90,14 +91,14 @@ class SchemaCompiler {
       }
       absl::StatusOr<Expr> def = Compile(*target, ref, 0);
       if (!def.ok()) return def.status();
-      g_.SetBody(rule, *std::move(def));
+      g_->SetBody(rule, *std::move(def));
     }
-    return std::move(g_);
+    return root_rule;
   }
 
   Expr AnyValue() {
     if (any_value_ < 0) {
-      any_value_ = g_.AddRule("any-value");
+      any_value_ = g_->AddRule("any-value");
       const Expr value = Ref(any_value_);
       const Expr member = Seq({String(0, -1), Ws(), Literal(":"), Ws(), value});
       const Expr object = Seq({Literal("{"), Ws(),
@@ -105,7 +106,7 @@ class SchemaCompiler {
                                Literal("}")});
       const Expr array = Seq({Literal("["), Ws(), Opt(Seq({value, Star(Seq({Sep(), value}))})),
                               Ws(), Literal("]")});
-      g_.SetBody(any_value_, Alt({object, array, String(0, -1), Number(), Literal("true"),
+      g_->SetBody(any_value_, Alt({object, array, String(0, -1), Number(), Literal("true"),
                                   Literal("false"), Literal("null")}));
     }
     return Ref(any_value_);
@@ -116,9 +117,6 @@ class SchemaCompiler {
     return Seq({Literal("{"), Ws(), Opt(Seq({member, Star(Seq({Sep(), member}))})), Ws(),
                 Literal("}")});
   }
-
-  Grammar TakeGrammar() { return std::move(g_); }
-  Grammar* grammar() { return &g_; }
 
  private:
   Expr Ws() const {
@@ -263,7 +261,7 @@ class SchemaCompiler {
         return absl::InvalidArgumentError(
             absl::StrCat("$ref '", ref, "' at ", path, " does not resolve within the schema"));
       }
-      const int32_t rule = g_.AddRule(ref);
+      const int32_t rule = g_->AddRule(ref);
       it = refs_.emplace(ref, rule).first;
       pending_.emplace_back(ref, rule);
     }
@@ -621,7 +619,7 @@ class SchemaCompiler {
 
   const json& root_;
   JsonSchemaOptions opt_;
-  Grammar g_;
+  Grammar* g_;
   absl::flat_hash_map<std::string, int32_t> refs_;
   std::deque<std::pair<std::string, int32_t>> pending_;
   int32_t any_value_ = -1;
@@ -631,14 +629,22 @@ class SchemaCompiler {
 
 absl::StatusOr<Grammar> JsonSchemaToGrammar(const nlohmann::ordered_json& schema,
                                             const JsonSchemaOptions& options) {
-  SchemaCompiler compiler(schema, options);
+  Grammar g;
+  absl::StatusOr<int32_t> root = AddJsonSchemaRules(schema, options, &g);
+  if (!root.ok()) return root.status();
+  g.set_root(*root);
+  return g;
+}
+
+absl::StatusOr<int32_t> AddJsonSchemaRules(const nlohmann::ordered_json& schema,
+                                           const JsonSchemaOptions& options, Grammar* grammar) {
+  SchemaCompiler compiler(schema, options, grammar);
   return compiler.Run();
 }
 
 Grammar AnyJsonObjectGrammar(const JsonSchemaOptions& options) {
   const nlohmann::ordered_json schema = {{"type", "object"}};
-  SchemaCompiler compiler(schema, options);
-  absl::StatusOr<Grammar> g = compiler.Run();
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(schema, options);
   return *std::move(g);
 }
 

@@ -41,6 +41,11 @@ struct JsonSchemaOptions {
 // `schema` is an ordered_json so that properties keep the order the client wrote.
 absl::StatusOr<Grammar> JsonSchemaToGrammar(const nlohmann::ordered_json& schema,
                                             const JsonSchemaOptions& options = {});
+// The rules of `schema` added to `*grammar` beside the rules it has (a tool's parameters among
+// other tools'): returns the rule that matches the schema; "#" in the schema's $refs is the
+// schema itself. The grammar's root is left as it was.
+absl::StatusOr<int32_t> AddJsonSchemaRules(const nlohmann::ordered_json& schema,
+                                           const JsonSchemaOptions& options, Grammar* grammar);
 // response_format json_object: any JSON object.
 Grammar AnyJsonObjectGrammar(const JsonSchemaOptions& options = {});
 
