@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -180,6 +181,59 @@ TEST_F(FedStepsTest, CollectFailureWithAStepAheadFailsEveryRequest) {
   EXPECT_EQ(loop->stats().fed_steps, fed + 1) << "the failing collect came after a fed launch";
   while (!loop->idle()) loop->Step();
   ExpectCleanFailure(this, *loop, sa);
+}
+
+// KV events through the loop (kvcache/kv_events.h): flushed at the end of every Step, with fed
+// steps' pending tokens in the tree, they keep a subscriber's set equal to the tree's full
+// blocks; a failed step that drops the cache ends with AllBlocksCleared.
+class SetSink : public kvcache::KvEventSink {
+ public:
+  void Publish(std::vector<kvcache::KvEvent> events) override {
+    for (const kvcache::KvEvent& e : events) {
+      if (e.kind == kvcache::KvEvent::Kind::kStored) held.insert(e.hash);
+      if (e.kind == kvcache::KvEvent::Kind::kRemoved) held.erase(e.hash);
+      if (e.kind == kvcache::KvEvent::Kind::kAllCleared) {
+        held.clear();
+        ++cleared;
+      }
+    }
+  }
+  std::set<uint64_t> held;
+  int cleared = 0;
+};
+
+std::set<uint64_t> TreeBlocks(const EngineLoop& loop) {
+  std::set<uint64_t> out;
+  for (const kvcache::FullBlock& b : loop.tree().FullBlocks()) out.insert(b.hash);
+  return out;
+}
+
+TEST_F(FedStepsTest, KvEventsFollowEveryStepAndAFailedStepClearsThem) {
+  FlakyBackend* flaky = nullptr;
+  auto loop = Make(512, 64, 1, &flaky);
+  SetSink sink;
+  loop->set_kv_event_sink(&sink);
+  Request a = Greedy("Once upon a time, there was a little dog", 60);
+  a.params.ignore_eos = true;
+  Request b = Greedy("Once upon a time, there was a little cat", 40);
+  b.n = 2;
+  b.params.temperature = 1.0f;
+  auto sa = std::make_shared<RequestStream>();
+  auto sb = std::make_shared<RequestStream>();
+  loop->Add(a, sa, std::chrono::steady_clock::now());
+  loop->Add(b, sb, std::chrono::steady_clock::now());
+  for (int i = 0; i < 30; ++i) {
+    loop->Step();
+    ASSERT_EQ(sink.held, TreeBlocks(*loop)) << "after step " << i;
+  }
+  ASSERT_GT(loop->stats().fed_steps, 0);
+  ASSERT_FALSE(sink.held.empty());
+  flaky->fail_collect = true;
+  while (!loop->idle()) loop->Step();
+  EXPECT_EQ(sink.cleared, 1);
+  EXPECT_TRUE(sink.held.empty());
+  EXPECT_TRUE(TreeBlocks(*loop).empty());
+  loop->set_kv_event_sink(nullptr);
 }
 
 // A long prompt prefilled in chunks: its chunk steps are launched ahead too (none of them has a
