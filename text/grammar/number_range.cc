@@ -1,0 +1,89 @@
+#include "text/grammar/number_range.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace banyan::text::grammar {
+namespace {
+
+Expr DigitRange(char lo, char hi) {
+  return Byte(ByteSet::Range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)));
+}
+
+// The digit strings of one length from x to y (x <= y, same length), digit by digit: the shared
+// head, then x's digit followed by anything up to 9...9, the digits strictly between followed by
+// anything, and y's digit followed by anything from 0...0.
+Expr SameLength(const std::string& x, const std::string& y) {
+  if (x.empty()) return Empty();
+  // 0...0 to 9...9 is any digits: without this the three-way split grows as 3^length.
+  if (x.find_first_not_of('0') == std::string::npos &&
+      y.find_first_not_of('9') == std::string::npos) {
+    return Repeat(DigitRange('0', '9'), static_cast<int32_t>(x.size()),
+                  static_cast<int32_t>(x.size()));
+  }
+  if (x[0] == y[0]) {
+    return Seq({Literal(x.substr(0, 1)), SameLength(x.substr(1), y.substr(1))});
+  }
+  const size_t rest = x.size() - 1;
+  std::vector<Expr> alts;
+  alts.push_back(Seq({Literal(x.substr(0, 1)), SameLength(x.substr(1), std::string(rest, '9'))}));
+  if (x[0] + 1 <= y[0] - 1) {
+    alts.push_back(Seq({DigitRange(static_cast<char>(x[0] + 1), static_cast<char>(y[0] - 1)),
+                        Repeat(DigitRange('0', '9'), static_cast<int32_t>(rest),
+                               static_cast<int32_t>(rest))}));
+  }
+  alts.push_back(Seq({Literal(y.substr(0, 1)), SameLength(std::string(rest, '0'), y.substr(1))}));
+  return Alt(std::move(alts));
+}
+
+int64_t Pow10(int n) {
+  int64_t v = 1;
+  for (int i = 0; i < n; ++i) v *= 10;
+  return v;
+}
+
+// 0 <= a <= b: the integers a..b without leading zeros.
+Expr Unsigned(int64_t a, int64_t b) {
+  std::vector<Expr> alts;
+  const int la = static_cast<int>(std::to_string(a).size());
+  const int lb = static_cast<int>(std::to_string(b).size());
+  for (int len = la; len <= lb; ++len) {
+    const int64_t lo = std::max(a, len == 1 ? int64_t{0} : Pow10(len - 1));
+    const int64_t hi = std::min(b, Pow10(len) - 1);
+    if (lo <= hi) alts.push_back(SameLength(std::to_string(lo), std::to_string(hi)));
+  }
+  return Alt(std::move(alts));
+}
+
+}  // namespace
+
+absl::StatusOr<Expr> IntegerRange(std::optional<int64_t> lo, std::optional<int64_t> hi,
+                                  int max_digits) {
+  if (max_digits < 1 || max_digits > 18) {
+    return absl::InvalidArgumentError("integer ranges support 1 to 18 digits");
+  }
+  const int64_t largest = Pow10(max_digits) - 1;
+  const int64_t a = std::max(lo.value_or(-largest), -largest);
+  const int64_t b = std::min(hi.value_or(largest), largest);
+  if (a > b) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no integer of at most ", max_digits, " digits lies between the bounds (", a, " > ", b,
+        ")"));
+  }
+  std::vector<Expr> alts;
+  if (a < 0) {
+    // Negative values -b'..-a' for b' = max(1, -b): a minus sign over their magnitudes.
+    const int64_t mag_lo = std::max<int64_t>(1, -b);
+    const int64_t mag_hi = -a;
+    if (mag_lo <= mag_hi) alts.push_back(Seq({Literal("-"), Unsigned(mag_lo, mag_hi)}));
+  }
+  if (b >= 0) alts.push_back(Unsigned(std::max<int64_t>(0, a), b));
+  return Alt(std::move(alts));
+}
+
+}  // namespace banyan::text::grammar
