@@ -41,6 +41,13 @@ class Writer {
                     PrometheusNumber(value), "\n");
   }
 
+  // An info gauge: one series of value 1 whose labels carry the facts (vLLM's *_info style);
+  // `labels` are name="value" pairs, joined with commas, after the model_name label.
+  void Info(std::string_view name, std::string_view help, std::string_view labels) {
+    Header(name, "gauge", help);
+    absl::StrAppend(&out_, Sv(name), "{", model_label_, ",", Sv(labels), "} 1\n");
+  }
+
   // A counter with one series per position label (0-based).
   void PerPosition(std::string_view name, std::string_view help, std::span<const int64_t> values,
                    bool labelled = false) {
@@ -217,6 +224,15 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
   w.Scalar("vllm:kv_cache_usage_perc", "gauge",
            "KV cache usage as a fraction in [0, 1]: live / total chunks (vLLM name).", kv_usage,
            true);
+  // vLLM's CacheConfig as labels (the labels routers read: block_size for their prefix-hash
+  // block alignment, num_gpu_blocks and kv_cache_size_tokens for capacity), values spelled as
+  // vLLM spells them (Python's True / None).
+  w.Info("vllm:cache_config_info", "KV cache configuration (vLLM name): chunks are the blocks.",
+         absl::StrCat("block_size=\"", m.chunk_size, "\",cache_dtype=\"auto\","
+                      "enable_prefix_caching=\"True\",kv_cache_size_tokens=\"",
+                      int64_t{m.kv_chunks_total} * m.chunk_size, "\",num_gpu_blocks=\"",
+                      m.kv_chunks_total, "\",prefix_caching_hash_algo=\"banyan_chain64\","
+                      "sliding_window=\"None\""));
   w.Scalar("vllm:prompt_tokens_total", "counter", "Prompt tokens processed (vLLM name).",
            static_cast<double>(m.prompt_tokens_total), true);
   w.Scalar("vllm:generation_tokens_total", "counter", "Tokens generated (vLLM name).",

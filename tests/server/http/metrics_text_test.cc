@@ -93,6 +93,12 @@ TEST(MetricsTextTest, AllNamesAndValues) {
   EXPECT_EQ(s["vllm:num_preemptions_total" + l], "1");
   EXPECT_EQ(s["vllm:prefix_cache_queries_total" + l], "1000");
   EXPECT_EQ(s["vllm:prefix_cache_hits_total" + l], "400");
+  // vLLM's cache_config_info: an info gauge (1) whose labels carry the configuration.
+  EXPECT_EQ(s["vllm:cache_config_info{model_name=\"stories260K\",block_size=\"16\","
+              "cache_dtype=\"auto\",enable_prefix_caching=\"True\","
+              "kv_cache_size_tokens=\"1600\",num_gpu_blocks=\"100\","
+              "prefix_caching_hash_algo=\"banyan_chain64\",sliding_window=\"None\"}"],
+            "1");
   for (const char* h : {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
                         "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds"}) {
     EXPECT_TRUE(s.count(std::string(h) + "_count" + l)) << h;
