@@ -184,7 +184,8 @@ int Run(int argc, char** argv) {
   const engine::ModelConfig& mc = bundle->weights.config;
   absl::StatusOr<std::shared_ptr<const http::JinjaChat>> jinja_chat = http::LoadJinjaChat(cfg->server, *bundle);
   if (jinja_chat.ok() && *jinja_chat != nullptr) {
-    spdlog::info("chat template: {}", (*jinja_chat)->source);
+    spdlog::info("chat template: {} (tool calls: {})", (*jinja_chat)->source,
+                 text::tool_calls::ToolFamilyName((*jinja_chat)->tool_family));
   }
   if (!jinja_chat.ok()) return Fail(jinja_chat.status());
 
@@ -351,6 +352,7 @@ int Run(int argc, char** argv) {
   }
   // Schemas compile on the front ends' threads; the vocabulary is built at the first one.
   ctx.structured_outputs = std::make_shared<StructuredOutputs>(ctx.tokenizer);
+  ctx.tool_calling = std::make_shared<ToolCalling>(ctx.tokenizer);
 
   http::HttpFrontEnd http(&ctx);
   if (absl::Status s = http.Start(); !s.ok()) return Fail(s);

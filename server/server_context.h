@@ -17,6 +17,7 @@
 #include "scheduler/scheduler.h"
 #include "server/auth.h"
 #include "server/structured_outputs.h"
+#include "server/tool_calling.h"
 #include "server/rejections.h"
 
 namespace banyan::server {
@@ -78,6 +79,9 @@ struct ServerContext {
   // Compiles response_format / guided_json schemas for the model's vocabulary, with its cache.
   // Null: structured outputs are refused with a 400.
   std::shared_ptr<StructuredOutputs> structured_outputs;
+  // Compiles the grammars that force tool calls (tool_choice required / named). Null: tools
+  // are refused unless tool_choice is "none".
+  std::shared_ptr<ToolCalling> tool_calling;
   // Requests turned away, by reason and tenant (server/rejections.h); shared by both front ends
   // and by copies of the context.
   std::shared_ptr<RejectionCounters> rejections = std::make_shared<RejectionCounters>();

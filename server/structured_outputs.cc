@@ -1,5 +1,6 @@
 #include "server/structured_outputs.h"
 
+#include <algorithm>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -98,7 +99,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
 }
 
 std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(
-    const engine::Tokenizer& tokenizer) {
+    const engine::Tokenizer& tokenizer, const std::vector<std::string>& keep) {
   const int n = tokenizer.vocab_size();
   std::vector<std::string> bytes(n);
   for (int id = 0; id < n; ++id) bytes[id] = tokenizer.TokenBytes(id);
@@ -109,6 +110,11 @@ std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(
   blank(tokenizer.eos_id());
   blank(tokenizer.unk_id());
   for (const auto& [spelling, id] : tokenizer.SpecialTokens()) blank(id);
+  for (const auto& [spelling, id] : tokenizer.SpecialTokens()) {
+    if (id >= 0 && id < n && std::find(keep.begin(), keep.end(), spelling) != keep.end()) {
+      bytes[id] = spelling;
+    }
+  }
   return std::make_shared<const text::grammar::Vocabulary>(std::move(bytes));
 }
 

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
@@ -48,9 +49,10 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
 
 // The grammar engine's view of a tokenizer: token id -> the bytes it stands for, empty for the
 // special and control tokens (BOS, EOS, unknown, the tokenizer's special tokens), which no
-// grammar allows.
+// grammar allows, except the special tokens spelled as one of `keep` (a tool-call marker such as
+// Mistral's [TOOL_CALLS]), which keep their spelling.
 std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(
-    const engine::Tokenizer& tokenizer);
+    const engine::Tokenizer& tokenizer, const std::vector<std::string>& keep = {});
 
 class StructuredOutputs {
  public:

@@ -131,6 +131,7 @@ absl::StatusOr<std::shared_ptr<const JinjaChat>> MakeJinjaChat(const std::string
   chat->bos_token = std::move(bos_token);
   chat->eos_token = std::move(eos_token);
   chat->special_tokens = tokenizer.SpecialTokens();
+  chat->tool_family = text::tool_calls::DetectToolFamily(text);
   std::stable_sort(chat->special_tokens.begin(), chat->special_tokens.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   return std::shared_ptr<const JinjaChat>(std::move(chat));

@@ -56,6 +56,7 @@
 #include "nlohmann/json.hpp"
 #include "server/jinja/template.h"
 #include "server/server_context.h"
+#include "text/tool_calls/tool_syntax.h"
 
 namespace banyan::server::http {
 
@@ -73,6 +74,8 @@ struct JinjaChat {
   std::string eos_token;
   // Texts that encode to one id (the tokenizer's control and unknown pieces), longest first.
   std::vector<std::pair<std::string, int32_t>> special_tokens;
+  // How the template writes tool calls (read from its text); kNone: no tool calling.
+  text::tool_calls::ToolFamily tool_family = text::tool_calls::ToolFamily::kNone;
 };
 
 // Parses `text` (InvalidArgument "chat template <source>: line N: ..." on a syntax error).

@@ -111,6 +111,54 @@ absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float
   return absl::OkStatus();
 }
 
+// The body with its keys in the order sent (`body` sorts them): from the raw text, or without
+// one (a caller that built `body`) from its dump, keys sorted.
+absl::StatusOr<nlohmann::ordered_json> OrderedBody(const Json& body, std::string_view raw_body) {
+  const JsonLimits limits{.max_depth = kMaxJsonDepth, .max_bytes = raw_body.size()};
+  absl::StatusOr<nlohmann::ordered_json> ordered =
+      ParseOrderedJson(raw_body, "request body", limits);
+  if (ordered.ok() && ordered->is_object()) return ordered;
+  const std::string dumped = body.dump();
+  return ParseOrderedJson(dumped, "request body",
+                          JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = dumped.size()});
+}
+
+// tools / tool_choice / parallel_tool_calls (server/tool_calling.h), for the family the model's
+// chat template speaks. Forced calls (required, named) compile their grammar here, on the front
+// end's thread; auto only marks the output to be parsed for calls.
+absl::Status ParseTools(const Json& body, std::string_view raw_body, const ServerContext& ctx,
+                        GenerationInput* common, ParsedGeneration* out) {
+  auto present = [&](const char* key) {
+    auto it = body.find(key);
+    return it != body.end() && !it->is_null();
+  };
+  if (!present("tools") && !present("tool_choice") && !present("parallel_tool_calls")) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<nlohmann::ordered_json> ordered = OrderedBody(body, raw_body);
+  if (!ordered.ok()) return ordered.status();
+  const text::tool_calls::ToolFamily family =
+      ctx.jinja_chat != nullptr ? ctx.jinja_chat->tool_family : text::tool_calls::ToolFamily::kNone;
+  absl::StatusOr<std::optional<ToolRequest>> req = ParseToolFields(*ordered, family);
+  if (!req.ok()) return req.status();
+  if (!req->has_value()) return absl::OkStatus();
+  out->tool_family = family;
+  if (!(*req)->forced()) return absl::OkStatus();
+  if (common->constraint != nullptr) {
+    return InvalidParam("tool_choice",
+                        "a forced tool_choice and response_format / guided_json both constrain "
+                        "the output; send one of them");
+  }
+  if (ctx.tool_calling == nullptr) {
+    return InvalidParam("tool_choice", "tool calling is not available on this server");
+  }
+  auto constraint = ctx.tool_calling->Compile(**req, family);
+  if (!constraint.ok()) return constraint.status();
+  common->constraint = *std::move(constraint);
+  out->tools_forced = true;
+  return absl::OkStatus();
+}
+
 // response_format / guided_json (server/structured_outputs.h): read with the keys in the order
 // sent (`body` has them sorted, and properties are generated in schema order), and compiled
 // here, on the front end's thread, never on the engine's.
@@ -121,16 +169,8 @@ absl::Status ParseStructuredOutput(const Json& body, std::string_view raw_body,
     return it != body.end() && !it->is_null();
   };
   if (!present("response_format") && !present("guided_json")) return absl::OkStatus();
-  const JsonLimits limits{.max_depth = kMaxJsonDepth, .max_bytes = raw_body.size()};
-  absl::StatusOr<nlohmann::ordered_json> ordered =
-      ParseOrderedJson(raw_body, "request body", limits);
-  if (!ordered.ok() || !ordered->is_object()) {
-    // No raw text (a caller that built `body`): its dump, keys sorted.
-    const std::string dumped = body.dump();
-    ordered = ParseOrderedJson(dumped, "request body",
-                               JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = dumped.size()});
-    if (!ordered.ok()) return ordered.status();
-  }
+  absl::StatusOr<nlohmann::ordered_json> ordered = OrderedBody(body, raw_body);
+  if (!ordered.ok()) return ordered.status();
   absl::StatusOr<std::optional<StructuredOutputSpec>> spec = ParseStructuredOutputFields(*ordered);
   if (!spec.ok()) return spec.status();
   if (!spec->has_value()) return absl::OkStatus();
@@ -272,12 +312,11 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
   return absl::OkStatus();
 }
 
-// Features the OpenAI API has and this server does not yet (tool calls, constrained output), and
+// Features the OpenAI API has and this server does not yet (the legacy functions), and
 // vLLM's extensions that banyan lacks (guided decoding, beam search, ...): refused with a 400
 // naming the field, never silently dropped (an agent loop that sent tools and got plain text
-// back would go wrong without a word). What asks for nothing passes: an empty tools list,
-// tool_choice "none" or "auto" without tools, response_format {"type": "text"}, a vLLM
-// extension at its default. On /v1/completions the tool fields are refused whatever their value:
+// back would go wrong without a word). What asks for nothing passes: an empty functions list,
+// a vLLM extension at its default. On /v1/completions the tool fields are refused whatever their value:
 // they belong to chat.
 absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
   auto present = [&](const char* key) -> const Json* {
@@ -333,35 +372,7 @@ absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
     }
     return absl::OkStatus();
   }
-  std::string choice = "auto";
-  if (const Json* tc = present("tool_choice")) {
-    if (tc->is_string()) {
-      choice = tc->get<std::string>();
-      if (choice != "none" && choice != "auto" && choice != "required") {
-        return InvalidParam("tool_choice", absl::StrCat("unknown tool_choice '", choice,
-                                                        "'; use none, auto or required"));
-      }
-    } else if (tc->is_object()) {
-      choice = "function";
-    } else {
-      return InvalidParam("tool_choice", "tool_choice must be a string or an object");
-    }
-  }
-  const Json* tools = present("tools");
-  if (tools != nullptr && !tools->is_array()) {
-    return InvalidParam("tools", "tools must be an array");
-  }
-  const bool has_tools = tools != nullptr && !tools->empty();
-  if (has_tools && choice != "none") {
-    return InvalidParam("tools",
-                        "tool calling is not supported by this server yet; send the request "
-                        "without tools, or with tool_choice \"none\"");
-  }
-  if (!has_tools && choice != "none" && choice != "auto") {
-    return InvalidParam("tool_choice",
-                        absl::StrCat("tool_choice '", choice, "' needs tools, and tool calling "
-                                     "is not supported by this server yet"));
-  }
+  // tools, tool_choice and parallel_tool_calls: ParseTools (server/tool_calling.h).
   if (const Json* fns = present("functions");
       fns != nullptr && (!fns->is_array() || !fns->empty())) {
     std::string fc = "auto";
@@ -570,6 +581,7 @@ absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const Server
   common.prompt_field = "messages";
   if (absl::Status s = ParseCommon(body, ctx, &common, &out); !s.ok()) return s;
   if (absl::Status s = ParseStructuredOutput(body, raw_body, ctx, &common); !s.ok()) return s;
+  if (absl::Status s = ParseTools(body, raw_body, ctx, &common, &out); !s.ok()) return s;
 
   FieldReader f(body);
   f.Int("max_tokens", &common.max_tokens);

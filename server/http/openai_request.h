@@ -18,7 +18,8 @@
 //    (engine/sampler/sampler.h, step 3). A key is the id in decimal digits only ("50256"); " 5",
 //    "+5", "5.0" and "-1" are refused with a 400 naming logit_bias.
 //  - `tools`, `tool_choice`, `functions`, `function_call` on /v1/completions: 400 naming the
-//    field (they are chat fields, and would otherwise be dropped unseen).
+//    field (they are chat fields, and would otherwise be dropped unseen). On chat, tools as
+//    server/tool_calling.h says; the legacy `functions` are refused.
 //  - vLLM extensions also accepted: top_k, min_p, repetition_penalty, ignore_eos,
 //    stop_token_ids, min_tokens, add_special_tokens. Its other extensions that would change the
 //    output are refused unless they carry vLLM's default.
@@ -49,6 +50,10 @@ struct ParsedGeneration {
   bool logprobs = false;        // return log-probabilities of the sampled tokens
   int top_logprobs = 0;         // and this many alternatives per token
   int default_max_tokens = 16;  // <= 0: the rest of the context
+  // Chat with tools (tool_choice not "none"): each choice's text is read for calls in this
+  // family's syntax (text/tool_calls/tool_call_parser.h); kNone: plain text.
+  text::tool_calls::ToolFamily tool_family = text::tool_calls::ToolFamily::kNone;
+  bool tools_forced = false;  // tool_choice required / named: the grammar forces the calls
 };
 
 // 404 model_not_found when body["model"] is present and is not ctx.model_name.

@@ -1,12 +1,23 @@
 #include "server/http/openai_response.h"
 
 #include <cstdio>
+#include <random>
 
 #include "absl/strings/str_replace.h"
 #include "server/validation.h"
 
 namespace banyan::server::http {
 namespace {
+
+// OpenAI's call ids: "call_" and 24 letters and digits.
+std::string NewCallId() {
+  static constexpr char kAlnum[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
+  return id;
+}
 
 int64_t CountCodePoints(const std::string& s) {
   int64_t n = 0;
@@ -75,11 +86,51 @@ ResponseBuilder::ResponseBuilder(const ParsedGeneration& parsed, std::string id,
       logprobs_(parsed.logprobs),
       include_usage_(parsed.include_usage),
       echo_texts_(parsed.echo_texts),
+      tool_family_(parsed.api == Api::kChat ? parsed.tool_family
+                                            : text::tool_calls::ToolFamily::kNone),
       n_(n),
       choices_(parsed.inputs.size() * static_cast<size_t>(n)) {
   if (!echo_texts_.empty()) {
     for (size_t i = 0; i < choices_.size(); ++i) AppendText(&choices_[i], echo_texts_[i / n_]);
   }
+  if (tool_family_ != text::tool_calls::ToolFamily::kNone) {
+    for (Choice& c : choices_) c.tool_parser.emplace(tool_family_);
+  }
+}
+
+std::string ResponseBuilder::ToolFinishReason(const std::string& reason, bool made_calls) const {
+  return made_calls && reason == "stop" ? "tool_calls" : reason;
+}
+
+Json ResponseBuilder::ToolDelta(Choice* c, const std::string& text, bool finished) {
+  text::tool_calls::ToolCallParser& p = *c->tool_parser;
+  p.Feed(text);
+  if (finished) p.Finish();
+  Json delta = Json::object();
+  if (p.content().size() > c->content_sent) {
+    delta["content"] = p.content().substr(c->content_sent);
+    c->content_sent = p.content().size();
+  }
+  Json calls = Json::array();
+  for (size_t k = 0; k < p.calls().size(); ++k) {
+    const text::tool_calls::ParsedToolCall& call = p.calls()[k];
+    if (k >= c->call_ids.size()) {
+      if (call.name.empty()) break;  // announced in order, once named
+      c->call_ids.push_back(NewCallId());
+      c->args_sent.push_back(0);
+      calls.push_back({{"index", k},
+                       {"id", c->call_ids[k]},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", ""}}}});
+    }
+    if (call.arguments.size() > c->args_sent[k]) {
+      calls.push_back(
+          {{"index", k}, {"function", {{"arguments", call.arguments.substr(c->args_sent[k])}}}});
+      c->args_sent[k] = call.arguments.size();
+    }
+  }
+  if (!calls.empty()) delta["tool_calls"] = std::move(calls);
+  return delta;
 }
 
 void ResponseBuilder::AppendText(Choice* c, const std::string& text) {
@@ -130,7 +181,25 @@ Json ResponseBuilder::Final(const scheduler::Usage& usage) const {
     const Choice& c = choices_[i];
     Json finish = c.finish_reason.empty() ? Json(nullptr) : Json(c.finish_reason);
     Json ch = {{"index", i}};
-    if (api_ == Api::kChat) {
+    if (api_ == Api::kChat && c.tool_parser.has_value()) {
+      text::tool_calls::ToolCallParser parser(tool_family_);
+      parser.Feed(c.text);
+      parser.Finish();
+      Json calls = Json::array();
+      for (const text::tool_calls::ParsedToolCall& call : parser.calls()) {
+        calls.push_back({{"id", NewCallId()},
+                         {"type", "function"},
+                         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      }
+      const bool made_calls = !calls.empty();
+      Json content = !made_calls ? Json(c.text)
+                     : parser.content().empty() ? Json(nullptr)
+                                                : Json(parser.content());
+      ch["message"] = {{"role", "assistant"}, {"content", std::move(content)}};
+      if (made_calls) ch["message"]["tool_calls"] = std::move(calls);
+      ch["logprobs"] = logprobs_ ? Json{{"content", c.content}} : Json(nullptr);
+      if (!c.finish_reason.empty()) finish = ToolFinishReason(c.finish_reason, made_calls);
+    } else if (api_ == Api::kChat) {
       ch["message"] = {{"role", "assistant"}, {"content", c.text}};
       ch["logprobs"] = logprobs_ ? Json{{"content", c.content}} : Json(nullptr);
     } else {
@@ -185,6 +254,18 @@ Json ResponseBuilder::Chunk(int choice, const scheduler::TokenEvent& ev) {
   AppendText(&c, ev.text);
   const bool finished = ev.finish != scheduler::FinishReason::kNone;
   if (finished) c.finish_reason = std::string(FinishReasonString(ev.finish));
+  if (c.tool_parser.has_value()) {
+    Json delta = ToolDelta(&c, ev.text, finished);
+    if (delta.empty() && logprobs.is_null() && !finished) return nullptr;
+    if (finished) c.finish_reason = ToolFinishReason(c.finish_reason, !c.call_ids.empty());
+    Json ch = {{"index", choice},
+               {"delta", std::move(delta)},
+               {"logprobs", std::move(logprobs)},
+               {"finish_reason", finished ? Json(c.finish_reason) : Json(nullptr)}};
+    Json j = ChunkEnvelope();
+    j["choices"] = Json::array({std::move(ch)});
+    return j;
+  }
   if (ev.text.empty() && logprobs.is_null() && !finished) return nullptr;
   Json ch = {{"index", choice}};
   if (api_ == Api::kChat) {

@@ -7,6 +7,14 @@
 // OpenAI does ("stop", "length"), and "abort" (vLLM's word) for a request cut by cancellation or
 // shutdown.
 //
+// Chat with tools (ParsedGeneration::tool_family): each choice's text is read for calls
+// (text/tool_calls/tool_call_parser.h). A whole response gives them as message.tool_calls
+// [{id: "call_<random>", type: "function", function: {name, arguments: JSON text}}], content the
+// text outside the calls (null when there is none), finish_reason "tool_calls" when the sample
+// stopped after calls. A stream gives delta.tool_calls[{index, id, type, function: {name,
+// arguments: ""}}] when a call's name is known, then {index, function: {arguments: piece}} as
+// they come, and "tool_calls" as the last chunk's finish_reason.
+//
 // Log-probabilities: a token is shown as its vocabulary piece with "▁" as a space; a byte-fallback
 // piece <0xNN> as that byte when it is ASCII, else as "bytes:\xNN" (OpenAI's spelling for a token
 // that is not valid UTF-8 on its own); chat's `bytes` field holds the token's raw bytes.
@@ -14,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +30,7 @@
 #include "scheduler/request.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_request.h"
+#include "text/tool_calls/tool_call_parser.h"
 
 namespace banyan::server::http {
 
@@ -66,6 +76,11 @@ class ResponseBuilder {
          text_offset = Json::array();
     // Chat logprobs: content entries.
     Json content = Json::array();
+    // Chat with tools, streaming: the calls read so far and what of them was sent.
+    std::optional<text::tool_calls::ToolCallParser> tool_parser;
+    std::vector<std::string> call_ids;  // one per call announced
+    std::vector<size_t> args_sent;      // bytes of each call's arguments sent
+    size_t content_sent = 0;            // bytes of the parser's content sent
   };
 
   Json ChunkEnvelope() const;
@@ -74,6 +89,10 @@ class ResponseBuilder {
   Json FoldLogprobs(Choice* choice, const scheduler::TokenEvent& event);
   void AppendText(Choice* choice, const std::string& text);
   Json TokenEntry(int32_t id, float logprob) const;  // chat: {token, logprob, bytes}
+  // Streaming with tools: the delta for `text` (content outside calls, tool_calls pieces).
+  Json ToolDelta(Choice* choice, const std::string& text, bool finished);
+  // "tool_calls" instead of "stop" when the choice made calls.
+  std::string ToolFinishReason(const std::string& reason, bool made_calls) const;
 
   Api api_;
   std::string id_;
@@ -83,6 +102,7 @@ class ResponseBuilder {
   bool logprobs_;
   bool include_usage_;
   std::vector<std::string> echo_texts_;
+  text::tool_calls::ToolFamily tool_family_;
   int n_;
   std::vector<Choice> choices_;
 };

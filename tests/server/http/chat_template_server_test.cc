@@ -115,7 +115,8 @@ TEST_F(ChatTemplateServerTest, ModelFolderTemplateRendersThePrompt) {
       << r.body;
 
   // Tools with tool_choice "none", an assistant tool call and the tool's result reach the
-  // template; tool calling itself (tool_choice auto) is still refused.
+  // template; tool calling itself (tool_choice auto) is refused: this template shows no
+  // tool-call syntax.
   const Json tools = {{{"type", "function"},
                        {"function", {{"name", "get_weather"}, {"parameters", Json::object()}}}}};
   const Json convo = Json::array(
@@ -144,7 +145,7 @@ TEST_F(ChatTemplateServerTest, ModelFolderTemplateRendersThePrompt) {
   EXPECT_EQ(r.status, 200) << r.body;
   r = Post(stack.port(), "/v1/chat/completions",
            {{"messages", convo}, {"tools", tools}, {"max_tokens", 1}});
-  ExpectOpenAIError(r, 400, "tools");
+  ExpectOpenAIError(r, 400, "tool_choice");
 }
 
 TEST_F(ChatTemplateServerTest, WithoutATemplateToolMessagesAreRefused) {

@@ -450,8 +450,9 @@ TEST_F(RequestParseTest, CompletionErrorsNameTheField) {
   }
 }
 
-// Tool calls and structured output are refused with a 400 naming the field until they exist;
-// requests that ask for neither pass.
+// Features refused with a 400 naming the field: tool calling on a model whose chat template has
+// no tool-call syntax (this context's built-in one), the legacy functions, a bad response_format;
+// requests that ask for none of them pass.
 TEST_F(RequestParseTest, UnsupportedFeaturesAreRefusedByName) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
   const std::string tool =
@@ -461,11 +462,11 @@ TEST_F(RequestParseTest, UnsupportedFeaturesAreRefusedByName) {
     const char* param;  // nullptr: accepted
   };
   const Case cases[] = {
-      {R"("tools": )" + tool, "tools"},
-      {R"("tools": )" + tool + R"(, "tool_choice": "auto")", "tools"},
-      {R"("tools": )" + tool + R"(, "tool_choice": "required")", "tools"},
+      {R"("tools": )" + tool, "tool_choice"},
+      {R"("tools": )" + tool + R"(, "tool_choice": "auto")", "tool_choice"},
+      {R"("tools": )" + tool + R"(, "tool_choice": "required")", "tool_choice"},
       {R"("tools": )" + tool + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})",
-       "tools"},
+       "tool_choice"},
       {R"("tools": )" + tool + R"(, "tool_choice": "none")", nullptr},
       {R"("tools": [])", nullptr},
       {R"("tools": {})", "tools"},
