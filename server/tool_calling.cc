@@ -79,9 +79,11 @@ absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const OJson& body, To
       } else if (c == "required") {
         req.choice = ToolRequest::Choice::kRequired;
       } else {
-        return InvalidParam("tool_choice",
-                            absl::StrCat("unknown tool_choice '", c, "'; use none, auto, required "
-                                         "or {\"type\": \"function\", \"function\": {\"name\": ...}}"));
+        return InvalidParam(
+            "tool_choice",
+            absl::StrCat("unknown tool_choice '", c,
+                         "'; use none, auto, required "
+                         "or {\"type\": \"function\", \"function\": {\"name\": ...}}"));
       }
     } else if (tc->is_object()) {
       const OJson* type = Present(*tc, "type");
@@ -106,7 +108,8 @@ absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const OJson& body, To
     req.parallel = p->get<bool>();
   }
   const OJson* tools = Present(body, "tools");
-  if (tools != nullptr && !tools->is_array()) return InvalidParam("tools", "tools must be an array");
+  if (tools != nullptr && !tools->is_array())
+    return InvalidParam("tools", "tools must be an array");
   const bool has_tools = tools != nullptr && !tools->empty();
   if (!has_tools) {
     if (req.choice == ToolRequest::Choice::kRequired || req.choice == ToolRequest::Choice::kNamed) {
@@ -115,11 +118,12 @@ absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const OJson& body, To
     return std::nullopt;
   }
   if (tools->size() > kMaxTools) {
-    return InvalidParam("tools", absl::StrCat("at most ", kMaxTools, " tools, got ", tools->size()));
+    return InvalidParam("tools",
+                        absl::StrCat("at most ", kMaxTools, " tools, got ", tools->size()));
   }
   if (tools->dump().size() > kMaxToolsBytes) {
-    return InvalidParam("tools", absl::StrCat("the tools take more than ", kMaxToolsBytes,
-                                              " bytes as JSON"));
+    return InvalidParam(
+        "tools", absl::StrCat("the tools take more than ", kMaxToolsBytes, " bytes as JSON"));
   }
   absl::flat_hash_map<std::string, size_t> seen;
   for (size_t i = 0; i < tools->size(); ++i) {
@@ -133,9 +137,9 @@ absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const OJson& body, To
     req.tools.push_back(*std::move(spec));
   }
   if (req.choice == ToolRequest::Choice::kNamed && !seen.contains(req.named)) {
-    return InvalidParam("tool_choice.function.name",
-                        absl::StrCat("tool_choice names '", req.named,
-                                     "', which is not one of the tools"));
+    return InvalidParam(
+        "tool_choice.function.name",
+        absl::StrCat("tool_choice names '", req.named, "', which is not one of the tools"));
   }
   if (req.choice == ToolRequest::Choice::kNone) return std::nullopt;
   if (family == ToolFamily::kNone) {
@@ -159,8 +163,8 @@ text::grammar::ConstraintCache& ToolCalling::cache() {
     for (ToolFamily f : {ToolFamily::kHermes, ToolFamily::kLlama3, ToolFamily::kMistral}) {
       for (std::string& s : text::tool_calls::MarkerSpellings(f)) keep.push_back(std::move(s));
     }
-    cache_ = std::make_unique<text::grammar::ConstraintCache>(
-        GrammarVocabulary(*tokenizer_, keep), cache_entries_);
+    cache_ = std::make_unique<text::grammar::ConstraintCache>(GrammarVocabulary(*tokenizer_, keep),
+                                                              cache_entries_);
   });
   return *cache_;
 }
@@ -174,10 +178,10 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> ToolCallin
   opt.only = request.choice == ToolRequest::Choice::kNamed ? request.named : "";
   opt.parallel = request.parallel;
   opt.schema = options_;
-  std::string key = absl::StrCat("tools|", std::string(text::tool_calls::ToolFamilyName(family)), "|",
-                                 opt.parallel, "|", opt.only.size(), ":", opt.only, "|",
-                                 options_.max_whitespace, ",", options_.max_digits, ",",
-                                 options_.max_depth, ",", options_.max_items);
+  std::string key =
+      absl::StrCat("tools|", std::string(text::tool_calls::ToolFamilyName(family)), "|",
+                   opt.parallel, "|", opt.only.size(), ":", opt.only, "|", options_.max_whitespace,
+                   ",", options_.max_digits, ",", options_.max_depth, ",", options_.max_items);
   for (const ToolSpec& t : request.tools) {
     absl::StrAppend(&key, "|", t.name.size(), ":", t.name, "|", t.parameters.dump());
   }

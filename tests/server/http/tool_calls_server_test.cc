@@ -34,8 +34,9 @@ std::shared_ptr<const JinjaChat> HermesChat() {
 Json ToolsJson() {
   Json tools = Json::array();
   for (const auto& t : TestTools()) {
-    tools.push_back({{"type", "function"},
-                     {"function", {{"name", t.name}, {"parameters", Json::parse(t.parameters.dump())}}}});
+    tools.push_back(
+        {{"type", "function"},
+         {"function", {{"name", t.name}, {"parameters", Json::parse(t.parameters.dump())}}}});
   }
   return tools;
 }
@@ -63,8 +64,12 @@ class ToolCallsServerTest : public ::testing::Test {
   }
   Json Body(const Json& tool_choice, uint64_t seed, bool stream, bool parallel) {
     return {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
-            {"tools", ToolsJson()}, {"tool_choice", tool_choice},
-            {"parallel_tool_calls", parallel}, {"temperature", 1.0}, {"seed", seed}, {"n", 2},
+            {"tools", ToolsJson()},
+            {"tool_choice", tool_choice},
+            {"parallel_tool_calls", parallel},
+            {"temperature", 1.0},
+            {"seed", seed},
+            {"n", 2},
             {"stream", stream}};
   }
   void CheckCalls(const std::vector<Call>& calls, const std::string& only, bool parallel,
@@ -101,10 +106,11 @@ TEST_F(ToolCallsServerTest, ForcedCallsAreValidWholeAndStreamed) {
   int calls_seen = 0;
   for (const Mode& m : modes) {
     for (uint64_t seed = 1; seed <= 4; ++seed) {
-      const std::string what = m.choice.dump() + " seed " + std::to_string(seed) +
-                                (m.parallel ? " parallel" : "");
+      const std::string what =
+          m.choice.dump() + " seed " + std::to_string(seed) + (m.parallel ? " parallel" : "");
       // Whole.
-      Reply r = Post(stack_->port(), "/v1/chat/completions", Body(m.choice, seed, false, m.parallel));
+      Reply r =
+          Post(stack_->port(), "/v1/chat/completions", Body(m.choice, seed, false, m.parallel));
       ASSERT_EQ(r.status, 200) << what << r.body;
       ASSERT_EQ(r.json["choices"].size(), 2u) << r.body;
       for (const Json& ch : r.json["choices"]) {
@@ -168,7 +174,9 @@ TEST_F(ToolCallsServerTest, ForcedCallsAreValidWholeAndStreamed) {
 TEST_F(ToolCallsServerTest, AutoAnswersTextWhenTheModelWritesNoCall) {
   Reply r = Post(stack_->port(), "/v1/chat/completions",
                  {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
-                  {"tools", ToolsJson()}, {"temperature", 0.0}, {"max_tokens", 12}});
+                  {"tools", ToolsJson()},
+                  {"temperature", 0.0},
+                  {"max_tokens", 12}});
   ASSERT_EQ(r.status, 200) << r.body;
   const Json& ch = r.json["choices"][0];
   EXPECT_TRUE(ch["message"]["content"].is_string()) << r.body;
