@@ -92,7 +92,7 @@ void PrefixTree::SyncBlocks(Node* node) {
       if (m->depth_tokens <= b) break;
     }
     std::optional<uint64_t> parent;
-    uint64_t chain = NamespaceSeed(root->ns);
+    uint64_t chain = root->ns_seed;
     if (b > 0) {
       // The block before ends at b, in the node m with depth < b <= depth + size: complete there
       // (only this node's last block can wait for a pending token).
@@ -156,6 +156,7 @@ PrefixTree::Node* PrefixTree::Root(std::string_view ns) {
   if (it == roots_.end()) {
     it = roots_.emplace(std::string(ns), std::make_unique<Node>()).first;
     it->second->ns = std::string(ns);
+    it->second->ns_seed = NamespaceSeed(ns);
   }
   return it->second.get();
 }

@@ -251,7 +251,8 @@ class PrefixTree {
     // position (k + 1) * c with depth_tokens < (k + 1) * c <= depth_tokens + size()), in order;
     // a block holding a pending token is left out until the token is set.
     std::vector<uint64_t> block_hashes;
-    std::string ns;  // a root: its namespace (events carry it); empty elsewhere
+    std::string ns;        // a root: its namespace (events carry it); empty elsewhere
+    uint64_t ns_seed = 0;  // a root: NamespaceSeed(ns), the parent hash of its first blocks
 
     int32_t size() const { return static_cast<int32_t>(tokens.size()); }
     SlotRef SlotOf(int32_t i, int32_t chunk_size) const;

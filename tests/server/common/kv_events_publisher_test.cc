@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "server/kv_event_publisher.h"
 #include "server/kv_events_config.h"
+#include "tests/server/common/config_fixture.h"
 
 namespace banyan::server {
 namespace {
@@ -83,6 +84,36 @@ TEST(KvEventsConfigTest, VllmSpellingDefaultsAndErrorsNamingTheField) {
     EXPECT_NE(r.status().message().find(b.field), std::string::npos)
         << b.json << ": " << r.status();
   }
+}
+
+// The flag and the config file's object form reach DaemonConfig; errors name the field there too.
+using KvEventsFlagTest = testing::ConfigFixture;
+
+TEST_F(KvEventsFlagTest, FlagAndConfigFileObject) {
+  auto off = Load({});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->kv_events.active());
+  EXPECT_FALSE(off->server.debug_kv_blocks);
+
+  auto flag = Load({"--kv-events-config",
+                    R"({"enable_kv_cache_events":true,"endpoint":"tcp://*:6000","topic":"t"})",
+                    "--debug-kv-blocks", "on"});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_TRUE(flag->kv_events.active());
+  EXPECT_EQ(flag->kv_events.endpoint, "tcp://*:6000");
+  EXPECT_TRUE(flag->server.debug_kv_blocks);
+
+  const auto file = Write("c.json", R"({"kv_events_config": {"enable_kv_cache_events": true,
+      "replay_endpoint": "tcp://*:6001", "buffer_steps": 5}})");
+  auto from_file = Load({"--config", file.string()});
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_TRUE(from_file->kv_events.active());
+  EXPECT_EQ(from_file->kv_events.replay_endpoint, "tcp://*:6001");
+  EXPECT_EQ(from_file->kv_events.buffer_steps, 5);
+
+  EXPECT_TRUE(testing::Has(Error(Load({"--kv-events-config", R"({"hwm":-1})"})),
+                           "kv-events-config.hwm"));
+  EXPECT_TRUE(testing::Has(Error(Load({"--debug-kv-blocks", "yes"})), "debug-kv-blocks"));
 }
 
 KvEvent Stored(uint64_t h, std::optional<uint64_t> parent, int32_t first_token) {
