@@ -322,19 +322,29 @@ def run(d, pub, replay):
 
 def run_stalled(workdir):
     """vLLM's newer map encoding over ipc:// (bounded kernel buffers, unlike loopback TCP's
-    autotuned ones): a subscriber that stops reading neither stalls the daemon nor stays wrong.
-    The PUB socket drops for it; once it reads, it sees the gap and replays."""
+    autotuned ones), with speculative decoding: a subscriber that stops reading neither stalls
+    the daemon nor stays wrong. The PUB socket drops for it; once it reads, it sees the gap and
+    replays."""
     pub_ep = f"ipc://{workdir}/kv-events.pub"
     replay_ep = f"ipc://{workdir}/kv-events.replay"
     d = Daemon(workdir, {"enable_kv_cache_events": True, "endpoint": pub_ep,
                          "replay_endpoint": replay_ep, "event_encoding": "map", "hwm": 16},
-               ["--kv-memory", "2MiB", "--debug-kv-blocks", "on", "--max-batch", "32"])
+               ["--kv-memory", "2MiB", "--debug-kv-blocks", "on", "--max-batch", "32",
+                "--speculative", "lookup"])
     try:
         sub = Subscriber(pub_ep, replay_ep)
         slow = Subscriber(pub_ep, replay_ep, rcvhwm=1, rcvbuf=1024, read=False)
         parallel([lambda e=e: d.complete(STORY + e, 24) for e in ENDINGS[:3]])
         sub.catch_up()
         check_exact(d, sub, "map encoding")
+        # Speculation (prompt lookup): a repeated greedy request drafts its earlier continuation;
+        # candidates are placed in the tree and the rejected ones cut off again.
+        drafts = d.metric("vllm:spec_decode_num_drafts_total")
+        for _ in range(3):
+            d.complete(STORY + ENDINGS[4], 64, ignore_eos=True)
+            d.complete(STORY + ENDINGS[4] + " Then", 64, ignore_eos=True)
+        check_exact(d, sub, "speculative decoding")
+        assert d.metric("vllm:spec_decode_num_drafts_total") > drafts, "nothing was speculated"
         slow.catch_up()
         for wave in range(6):
             parallel([lambda i=i: d.complete(distinct_prompt(1000 + wave * 50 + i, 150), 4)
