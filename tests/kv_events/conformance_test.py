@@ -18,6 +18,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -237,6 +238,7 @@ def main():
         d.stop()
     run_stalled(workdir)
     run_bad_configs(workdir)
+    shutil.rmtree(workdir, ignore_errors=True)  # kept (with the daemons' logs) when a check fails
     print("PASS")
 
 
