@@ -12,7 +12,7 @@
 namespace banyan::jinja {
 namespace {
 
-const Value kUndefined;
+const Value kUndefined{};
 
 std::string ArgStr(const CallArgs& a, size_t pos, std::string_view name, std::string dflt) {
   const Value* v = a.Get(pos, name);

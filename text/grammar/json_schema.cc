@@ -1,5 +1,9 @@
 #include "text/grammar/json_schema.h"
 
+#include <cmath>
+#include <limits>
+#include <optional>
+
 #include <deque>
 #include <string>
 #include <functional>
@@ -11,6 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "text/grammar/number_range.h"
+#include "text/grammar/regex.h"
 #include "text/grammar/json_schema_disjoint.h"
 
 namespace banyan::text::grammar {
@@ -53,7 +59,8 @@ const absl::flat_hash_set<std::string_view>& Supported() {
   static const auto* set = new absl::flat_hash_set<std::string_view>{
       "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
       "oneOf", "allOf", "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength",
-      "maxLength", "format", "nullable"};
+      "maxLength", "format", "nullable", "pattern", "minimum", "maximum", "exclusiveMinimum",
+      "exclusiveMaximum"};
   return *set;
 }
 
@@ -466,6 +473,25 @@ class SchemaCompiler {
   absl::StatusOr<Expr> CompileType(const json& s, const std::string& type, const std::string& path,
                                    int depth) {
     if (type == "string") {
+      if (s.contains("pattern")) {
+        if (!s.at("pattern").is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("'pattern' at ", path, " must be a string"));
+        }
+        if (s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "'pattern' with 'format'/'minLength'/'maxLength' at ", path, " is not supported"));
+        }
+        // JSON Schema's pattern matches anywhere in the string unless anchored, and the
+        // string's characters are written as a JSON string literal writes them.
+        absl::StatusOr<Expr> body = RegexToExpr(s.at("pattern").get<std::string>(),
+                                                RegexMatch::kSearch, RegexText::kJsonString);
+        if (!body.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("'pattern' at ", path, ": ", body.status().message()));
+        }
+        return Seq({Literal("\""), *std::move(body), Literal("\"")});
+      }
       if (s.contains("format")) {
         if (!s.at("format").is_string()) {
           return absl::InvalidArgumentError(
@@ -502,15 +528,93 @@ class SchemaCompiler {
                                      const std::string& path) const {
     const std::string format =
         s.contains("format") && s.at("format").is_string() ? s.at("format").get<std::string>() : "";
-    if (format == "int32") return Integer(std::min(opt_.max_digits, 9));
-    if (format == "int64") return Integer(opt_.max_digits);
-    if (!format.empty() && format != "float" && format != "double" &&
-        !Format(format, path).ok()) {
+    const bool integer = type == "integer" || format == "int32" || format == "int64";
+    const int digits = format == "int32" ? std::min(opt_.max_digits, 9) : opt_.max_digits;
+    if (!format.empty() && format != "int32" && format != "int64" && format != "float" &&
+        format != "double" && !Format(format, path).ok()) {
       return absl::InvalidArgumentError(absl::StrCat("unsupported number format '", format,
                                                      "' at ", path,
                                                      " (supported: int32, int64, float, double)"));
     }
-    return type == "integer" ? Integer(opt_.max_digits) : Number();
+    absl::StatusOr<IntegerWindow> window = Window(s, path);
+    if (!window.ok()) return window.status();
+    if (!window->lo.has_value() && !window->hi.has_value()) {
+      return integer ? Integer(digits) : Number();
+    }
+    const std::string where = absl::StrCat("the bounds at ", path);
+    absl::StatusOr<Expr> whole = IntegerRange(window->lo, window->hi, digits);
+    if (integer || !whole.ok()) {
+      if (!whole.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", whole.status().message()));
+      }
+      return whole;
+    }
+    // A bounded number: the integers of the window, and the decimals strictly inside it
+    // (integer part k, a fraction, no exponent), which keeps every value within the bounds;
+    // decimals between a fractional bound and the nearest integer are not written.
+    const Expr fraction = Seq({Literal("."), Repeat(Digit(), 1, opt_.max_digits)});
+    std::vector<Expr> alts = {*std::move(whole)};
+    const int64_t kMax = std::numeric_limits<int64_t>::max() / 4;
+    const int64_t a = window->lo.value_or(-kMax), b = window->hi.value_or(kMax);
+    if (b - 1 >= std::max<int64_t>(a, 0)) {
+      absl::StatusOr<Expr> k = IntegerRange(std::max<int64_t>(a, 0),
+                                            window->hi ? std::optional<int64_t>(b - 1)
+                                                       : std::nullopt,
+                                            digits);
+      if (k.ok()) alts.push_back(Seq({*std::move(k), fraction}));
+    }
+    const int64_t neg_lo = std::max<int64_t>(-std::min<int64_t>(b, 0), 0);
+    if (a <= -1 && -a - 1 >= neg_lo) {
+      absl::StatusOr<Expr> k =
+          IntegerRange(neg_lo, window->lo ? std::optional<int64_t>(-a - 1) : std::nullopt, digits);
+      if (k.ok()) alts.push_back(Seq({Literal("-"), *std::move(k), fraction}));
+    }
+    return Alt(std::move(alts));
+  }
+
+  // The integers every bound admits: [lo, hi] from minimum / maximum and exclusiveMinimum /
+  // exclusiveMaximum (numbers, as since draft 6, or draft 4's booleans beside minimum/maximum).
+  struct IntegerWindow {
+    std::optional<int64_t> lo, hi;
+  };
+  absl::StatusOr<IntegerWindow> Window(const json& s, const std::string& path) const {
+    IntegerWindow w;
+    auto number = [&](const char* key) -> absl::StatusOr<std::optional<double>> {
+      if (!s.contains(key)) return std::optional<double>();
+      const json& v = s.at(key);
+      if (v.is_boolean()) return std::optional<double>();
+      if (!v.is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat("'", key, "' at ", path,
+                                                       " must be a number"));
+      }
+      return std::optional<double>(v.get<double>());
+    };
+    auto flag = [&](const char* key) { return s.contains(key) && s.at(key).is_boolean() &&
+                                              s.at(key).get<bool>(); };
+    // Beyond +-2^62 the grammar's digit bound decides anyway.
+    const double kClamp = 4.0e18;
+    auto clamp = [&](double v) { return static_cast<int64_t>(std::clamp(v, -kClamp, kClamp)); };
+    for (const char* key : {"minimum", "exclusiveMinimum"}) {
+      absl::StatusOr<std::optional<double>> v = number(key);
+      if (!v.ok()) return v.status();
+      if (!v->has_value()) continue;
+      const bool exclusive = std::string_view(key) == "exclusiveMinimum" ||
+                             flag("exclusiveMinimum");
+      double lo = std::ceil(**v);
+      if (exclusive && lo == **v) lo += 1;
+      w.lo = w.lo ? std::max(*w.lo, clamp(lo)) : clamp(lo);
+    }
+    for (const char* key : {"maximum", "exclusiveMaximum"}) {
+      absl::StatusOr<std::optional<double>> v = number(key);
+      if (!v.ok()) return v.status();
+      if (!v->has_value()) continue;
+      const bool exclusive = std::string_view(key) == "exclusiveMaximum" ||
+                             flag("exclusiveMaximum");
+      double hi = std::floor(**v);
+      if (exclusive && hi == **v) hi -= 1;
+      w.hi = w.hi ? std::min(*w.hi, clamp(hi)) : clamp(hi);
+    }
+    return w;
   }
 
   absl::StatusOr<std::vector<std::string>> Types(const json& s, const std::string& path) const {
@@ -539,6 +643,11 @@ class SchemaCompiler {
       types.push_back("array");
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
       types.push_back("string");
+    } else if (s.contains("pattern") || s.contains("minimum") || s.contains("maximum") ||
+               s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
+      // Without a type, these constrain only strings or numbers and let every other value
+      // pass: each type, with the keyword applied where it applies.
+      types = {"string", "number", "boolean", "null", "object", "array"};
     }
     if (s.contains("nullable") && s.at("nullable").is_boolean() && s.at("nullable").get<bool>()) {
       types.push_back("null");

@@ -6,8 +6,8 @@
 // Two zod APIs, both from the one `zod` package: zod 4's own (`zod`) and zod 3's (`zod/v3`),
 // which many applications still write. Each client turns them into JSON Schema differently:
 //   - zod 4 writes z.number().int() as {"type":"integer","minimum":-(2^53-1),"maximum":2^53-1};
-//     numeric ranges are outside banyand's schema subset, so every client's request with it is a
-//     400 naming 'minimum'. PERSON has no .int() for that reason; its numbers are z.number().
+//     the grammar writes integers within the bounds (openai_zod tests it); PERSON's numbers
+//     are z.number().
 //   - zod 3 writes .int() as {"type":"integer"}, .datetime() as "format": "date-time", and a
 //     subschema used twice as a $ref (openai's helper: "#/definitions/...", LangChain:
 //     "#/properties/..."). EVENT covers those. zod 3's .datetime() sends "date-time" (RFC 3339,
