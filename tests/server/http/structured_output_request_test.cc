@@ -9,6 +9,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/server/http/request_fixture.h"
 #include "server/http/openai_request.h"
 #include "server/structured_outputs.h"
 #include "text/grammar/matcher.h"
@@ -21,23 +22,10 @@ using http::Json;
 const std::string kTokenizerPath =
     std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/tok512.model";
 
-class StructuredOutputRequestTest : public ::testing::Test {
+class StructuredOutputRequestTest : public BundledRequestTest {
  protected:
-  static void SetUpTestSuite() {
-    auto t = engine::Tokenizer::FromFile(kTokenizerPath);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tokenizer_ = t->release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
-  }
   void SetUp() override {
-    config_.max_seq_len = 512;
-    config_.vocab_size = 512;
-    ctx_.model_name = "stories";
-    ctx_.model_config = &config_;
-    ctx_.tokenizer = tokenizer_;
+    BundledRequestTest::SetUp();
     ctx_.structured_outputs = std::make_shared<StructuredOutputs>(tokenizer_, /*cache_entries=*/2);
   }
   absl::StatusOr<http::ParsedGeneration> Chat(const std::string& extra) {
@@ -49,17 +37,6 @@ class StructuredOutputRequestTest : public ::testing::Test {
     const std::string body = R"({"prompt": "Once", )" + extra + "}";
     return http::ParseCompletionRequest(Json::parse(body), ctx_, body);
   }
-  // Whether the request's grammar accepts `text` whole.
-  static bool Accepts(const http::ParsedGeneration& p, std::string_view text) {
-    const auto& c = p.inputs.at(0).constraint;
-    if (c == nullptr) return false;
-    text::grammar::Matcher m(c->grammar);
-    return m.Accept(text) && m.CanEnd();
-  }
-
-  static inline engine::Tokenizer* tokenizer_ = nullptr;
-  engine::ModelConfig config_;
-  ServerContext ctx_;
 };
 
 TEST_F(StructuredOutputRequestTest, JsonSchemaCompilesInTheClientsPropertyOrder) {

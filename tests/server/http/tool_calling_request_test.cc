@@ -11,6 +11,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/server/http/request_fixture.h"
 #include "server/http/chat_template.h"
 #include "server/http/openai_request.h"
 #include "server/structured_outputs.h"
@@ -23,8 +24,6 @@ namespace {
 using http::Json;
 using text::tool_calls::ToolFamily;
 
-const std::string kTokenizerPath =
-    std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/tok512.model";
 const std::string kTemplatePath =
     std::string(BANYAN_SOURCE_DIR) + "/tests/testing/templates/hermes_tools.jinja";
 
@@ -41,23 +40,10 @@ constexpr char kWeatherCall[] =
 constexpr char kAddCall[] =
     "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"b\": 1, \"a\": 2}}\n</tool_call>";
 
-class ToolCallingRequestTest : public ::testing::Test {
+class ToolCallingRequestTest : public BundledRequestTest {
  protected:
-  static void SetUpTestSuite() {
-    auto t = engine::Tokenizer::FromFile(kTokenizerPath);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tokenizer_ = t->release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
-  }
   void SetUp() override {
-    config_.max_seq_len = 512;
-    config_.vocab_size = 512;
-    ctx_.model_name = "stories";
-    ctx_.model_config = &config_;
-    ctx_.tokenizer = tokenizer_;
+    BundledRequestTest::SetUp();
     ctx_.structured_outputs = std::make_shared<StructuredOutputs>(tokenizer_);
     ctx_.tool_calling = std::make_shared<ToolCalling>(tokenizer_);
     std::ifstream in(kTemplatePath);
@@ -73,12 +59,6 @@ class ToolCallingRequestTest : public ::testing::Test {
         R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}";
     return http::ParseChatRequest(Json::parse(body), ctx_, body);
   }
-  static bool Accepts(const http::ParsedGeneration& p, std::string_view text) {
-    const auto& c = p.inputs.at(0).constraint;
-    if (c == nullptr) return false;
-    text::grammar::Matcher m(c->grammar);
-    return m.Accept(text) && m.CanEnd();
-  }
   // The request fails with a 400 naming `param`, its message containing `words`.
   void ExpectRefused(const std::string& extra, const std::string& param,
                      const std::string& words = "") {
@@ -89,10 +69,6 @@ class ToolCallingRequestTest : public ::testing::Test {
     EXPECT_EQ(StatusParam(r.status()), param) << r.status();
     EXPECT_NE(std::string(r.status().message()).find(words), std::string::npos) << r.status();
   }
-
-  static inline engine::Tokenizer* tokenizer_ = nullptr;
-  engine::ModelConfig config_;
-  ServerContext ctx_;
 };
 
 TEST_F(ToolCallingRequestTest, TheTemplateSpeaksHermes) {

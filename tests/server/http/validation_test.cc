@@ -9,6 +9,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/spm_tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/server/http/request_fixture.h"
 #include "server/http/chat_template.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_request.h"
@@ -232,28 +233,7 @@ TEST(FieldReaderTest, TypesAndRanges) {
   EXPECT_EQ(StatusParam(r.status()), "i");
 }
 
-class RequestParseTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto t = engine::Tokenizer::FromFile(kTokenizerPath);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tokenizer_ = t->release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
-  }
-  void SetUp() override {
-    config_.max_seq_len = 512;
-    config_.vocab_size = 512;
-    ctx_.model_name = "stories";
-    ctx_.model_config = &config_;
-    ctx_.tokenizer = tokenizer_;
-  }
-  static inline engine::Tokenizer* tokenizer_ = nullptr;
-  engine::ModelConfig config_;
-  ServerContext ctx_;
-};
+using RequestParseTest = BundledRequestTest;
 
 TEST_F(RequestParseTest, CompletionFields) {
   Json body = Json::parse(R"({"model": "stories", "prompt": "Once upon a time", "max_tokens": 5,

@@ -1,0 +1,51 @@
+// The fixture of the HTTP request-parser tests: the bundled model's tokenizer (loaded once per
+// suite), a model config of its size and a ServerContext over them. Suites add what their
+// requests need (structured outputs, tool calling, a chat template) in their own SetUp.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "server/http/openai_request.h"
+#include "server/server_context.h"
+#include "text/grammar/matcher.h"
+
+namespace banyan::server {
+
+class BundledRequestTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto t = engine::Tokenizer::FromFile(std::string(BANYAN_SOURCE_DIR) +
+                                         "/models/stories260K/tok512.model");
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = t->release();
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    tokenizer_ = nullptr;
+  }
+  void SetUp() override {
+    config_.max_seq_len = 512;
+    config_.vocab_size = 512;
+    ctx_.model_name = "stories";
+    ctx_.model_config = &config_;
+    ctx_.tokenizer = tokenizer_;
+  }
+
+  // Whether the first input's grammar accepts `text` whole (false without a grammar).
+  static bool Accepts(const http::ParsedGeneration& p, std::string_view text) {
+    const auto& c = p.inputs.at(0).constraint;
+    if (c == nullptr) return false;
+    text::grammar::Matcher m(c->grammar);
+    return m.Accept(text) && m.CanEnd();
+  }
+
+  static inline engine::Tokenizer* tokenizer_ = nullptr;
+  engine::ModelConfig config_;
+  ServerContext ctx_;
+};
+
+}  // namespace banyan::server
