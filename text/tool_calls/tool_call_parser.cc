@@ -237,8 +237,17 @@ void ToolCallParser::ReadHeader() {
     return;
   }
   // {"name": "<string>", "arguments": <value...
-  auto give_up = [&] { header_done_ = true; };
   size_t i = 1;
+  auto give_up = [&] { header_done_ = true; };
+  // Skips blanks, then takes `c`: kWait when the text ends first, kNo when another byte comes.
+  enum { kTaken, kWait, kNo };
+  auto take = [&](char c) {
+    SkipWs(s, &i);
+    if (i >= s.size()) return kWait;
+    if (s[i] != c) return kNo;
+    ++i;
+    return kTaken;
+  };
   SkipWs(s, &i);
   if (i >= s.size()) return;
   constexpr std::string_view kName = "\"name\"";
@@ -246,10 +255,7 @@ void ToolCallParser::ReadHeader() {
   if (s.substr(i, avail) != kName.substr(0, avail)) return give_up();
   if (avail < kName.size()) return;
   i += 6;
-  SkipWs(s, &i);
-  if (i >= s.size()) return;
-  if (s[i] != ':') return give_up();
-  ++i;
+  if (const auto t = take(':'); t != kTaken) return t == kNo ? give_up() : void();
   SkipWs(s, &i);
   if (i >= s.size()) return;
   if (s[i] != '"') return give_up();
@@ -260,10 +266,7 @@ void ToolCallParser::ReadHeader() {
     if (!name.is_string()) return give_up();
     calls_.back().name = name.get<std::string>();
   }
-  SkipWs(s, &i);
-  if (i >= s.size()) return;
-  if (s[i] != ',') return give_up();
-  ++i;
+  if (const auto t = take(','); t != kTaken) return t == kNo ? give_up() : void();
   SkipWs(s, &i);
   if (i >= s.size()) return;
   if (s[i] != '"') return give_up();
@@ -271,10 +274,7 @@ void ToolCallParser::ReadHeader() {
   if (!SkipString(s, &i)) return;
   const std::string_view key = s.substr(key_at, i - key_at);
   if (key != "\"arguments\"" && key != "\"parameters\"") return give_up();
-  SkipWs(s, &i);
-  if (i >= s.size()) return;
-  if (s[i] != ':') return give_up();
-  ++i;
+  if (const auto t = take(':'); t != kTaken) return t == kNo ? give_up() : void();
   SkipWs(s, &i);
   if (i >= s.size()) return;
   args_start_ = obj_start_ + i;
