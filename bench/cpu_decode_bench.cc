@@ -15,7 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "scheduler/generate.h"
 
 namespace banyan {
@@ -29,7 +29,7 @@ struct Options {
 };
 
 int Run(const Options& o) {
-  auto bundle = engine::LoadModelBundle(o.model);
+  auto bundle = model::LoadModelBundle(o.model);
   if (!bundle.ok()) {
     std::fprintf(stderr, "%s\n", std::string(bundle.status().message()).c_str());
     return 1;
@@ -104,7 +104,7 @@ int Run(const Options& o) {
 
 int main(int argc, char** argv) {
   banyan::Options o;
-  o.model = banyan::engine::FindBundledModel(argv[0]);
+  o.model = banyan::model::FindBundledModel(argv[0]);
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--model") {

@@ -23,9 +23,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/cuda/device_draft_heads.h"
-#include "engine/model/dtype.h"
-#include "engine/model/dummy_weights.h"
-#include "engine/model_bundle.h"
+#include "model/dtype.h"
+#include "model/dummy_weights.h"
+#include "model/model_bundle.h"
 #include "engine/speculative/draft_heads.h"
 #include "engine/speculative/random_heads.h"
 
@@ -74,14 +74,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  engine::ModelWeights owned;
-  const engine::ModelWeights* base = nullptr;
-  std::optional<engine::ModelBundle> bundle;
+  model::ModelWeights owned;
+  const model::ModelWeights* base = nullptr;
+  std::optional<model::ModelBundle> bundle;
   std::string heads_config;
   const char* src = std::getenv("BANYAN_SOURCE_DIR");  // where the binary runs elsewhere
   const std::string dir = std::string(src != nullptr ? src : BANYAN_SOURCE_DIR) + "/models/stories260K";
   if (shape == "stories") {
-    auto b = engine::LoadModelBundle(dir + "/stories260K.bin");
+    auto b = model::LoadModelBundle(dir + "/stories260K.bin");
     if (!b.ok()) {
       std::fprintf(stderr, "%s\n", std::string(b.status().message()).c_str());
       return 1;
@@ -90,12 +90,12 @@ int main(int argc, char** argv) {
     base = &bundle->weights;
     heads_config = dir + "/hydra/config.json";
   } else if (shape == "7b") {
-    auto cfg = engine::NamedShapeConfig("llama-2-7b-shape");
+    auto cfg = model::NamedShapeConfig("llama-2-7b-shape");
     if (!cfg.ok()) {
       std::fprintf(stderr, "%s\n", std::string(cfg.status().message()).c_str());
       return 1;
     }
-    engine::ModelConfig& c = owned.config;
+    model::ModelConfig& c = owned.config;
     c = *cfg;
     c.tie_embeddings = true;  // one host table for the embeddings and the LM head
     owned.source = "llama-2-7b-shape (random)";
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(heads.status().message()).c_str());
     return 1;
   }
-  const engine::ModelConfig& c = base->config;
+  const model::ModelConfig& c = base->config;
   const int dim = c.dim, vocab = c.vocab_size;
   cudaStream_t stream;
   cublasHandle_t cublas;
@@ -133,12 +133,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<uint16_t> table(base->tok_embeddings.data.size());
-  for (size_t i = 0; i < table.size(); ++i) table[i] = engine::FloatToBf16(base->tok_embeddings.data[i]);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = model::FloatToBf16(base->tok_embeddings.data[i]);
   void* d_emb = Upload(table);
   void* d_lm = d_emb;
-  if (const engine::Tensor& lm = base->output_matrix(); &lm != &base->tok_embeddings) {
+  if (const model::Tensor& lm = base->output_matrix(); &lm != &base->tok_embeddings) {
     std::vector<uint16_t> out(lm.data.size());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = engine::FloatToBf16(lm.data[i]);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = model::FloatToBf16(lm.data[i]);
     d_lm = Upload(out);
   }
 
@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
     std::vector<float> h(static_cast<size_t>(S) * dim);
     std::vector<uint16_t> hb(h.size());
     for (size_t i = 0; i < h.size(); ++i) {
-      hb[i] = engine::FloatToBf16((static_cast<float>(rng() >> 8) * 0x1p-23f - 1.0f) * 1.7f);
-      h[i] = engine::Bf16ToFloat(hb[i]);
+      hb[i] = model::FloatToBf16((static_cast<float>(rng() >> 8) * 0x1p-23f - 1.0f) * 1.7f);
+      h[i] = model::Bf16ToFloat(hb[i]);
     }
     void* d_h = Upload(hb);
     std::vector<int32_t> rows(S), roots(S);

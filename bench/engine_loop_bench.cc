@@ -12,7 +12,7 @@
 // Prints host microseconds per decode step (mean over the decode-only steps) and per row, with the
 // CPU a step ahead off and on (engine_loop.h), and how much of it comes before the step's launch:
 // with overlap on a GPU, only that part leaves the device idle. --kv-events on attaches a KV
-// event publisher (server/kv_event_publisher.h, on an ipc:// socket in a temporary folder, no
+// event publisher (server/common/kv_event_publisher.h, on an ipc:// socket in a temporary folder, no
 // subscriber): the engine thread then also tracks the tree's blocks and queues a batch per step
 // (docs/kv_events.md); "both" runs every case without and with it.
 #include <chrono>
@@ -27,12 +27,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
-#include "engine/model/dummy_weights.h"
-#include "engine/model_bundle.h"
+#include "model/dummy_weights.h"
+#include "model/model_bundle.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/generate.h"
 #ifdef BANYAN_BENCH_KV_EVENTS
-#include "server/kv_event_publisher.h"
+#include "server/common/kv_event_publisher.h"
 #endif
 #include "spdlog/spdlog.h"
 
@@ -111,9 +111,9 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  auto tokenizer = engine::SyntheticTokenizer(vocab);
+  auto tokenizer = model::SyntheticTokenizer(vocab);
   if (!tokenizer.ok()) return 1;
-  engine::ModelConfig cfg = *engine::NamedShapeConfig("llama-2-7b-shape");
+  model::ModelConfig cfg = *model::NamedShapeConfig("llama-2-7b-shape");
   cfg.vocab_size = vocab;
   cfg.max_seq_len = prefix + steps + 16;
   std::printf("| B | prefix | overlap | kv events | decode steps | host us per decode step | "

@@ -39,7 +39,7 @@ struct Handles {
 
 }  // namespace
 
-absl::StatusOr<double> MeasureProjectionGemmSeconds(const engine::ModelConfig& cfg, int batch,
+absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cfg, int batch,
                                                     int reps) {
   if (batch < 1 || reps < 1) return absl::InvalidArgumentError("batch and reps must be >= 1");
   const int64_t dim = cfg.dim, d = cfg.head_dim(), hq = cfg.n_heads, hkv = cfg.n_kv_heads;

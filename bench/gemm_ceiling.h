@@ -13,13 +13,13 @@
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "engine/model/model.h"
+#include "model/model.h"
 
 namespace banyan::bench {
 
 // Median seconds of one GEMM-only decode step of `batch` rows of the shape `cfg`, over `reps`
 // graph replays (after three warm-up replays).
-absl::StatusOr<double> MeasureProjectionGemmSeconds(const engine::ModelConfig& cfg, int batch,
+absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cfg, int batch,
                                                     int reps = 20);
 
 }  // namespace banyan::bench

@@ -7,7 +7,7 @@
 //                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
 //                    [--fp32-activations] [--early-launch-rows 128] [--profile-step] [--pipeline]
 //
-// --model also takes banyand's dummy spelling, dummy:<shape>[:vocab=N] (engine/model_bundle.h),
+// --model also takes banyand's dummy spelling, dummy:<shape>[:vocab=N] (model/model_bundle.h),
 // so the daemon and this benchmark run the same shape and vocabulary.
 // Without --model/--shape it runs the bundled stories260K and the llama-2-7b and llama-3-8b
 // shapes (MHA 32 heads, ffn 11008, vocab 32000; GQA 32q/8kv, ffn 14336, vocab 128256; both dim
@@ -85,9 +85,9 @@
 #include "bench/gemm_ceiling.h"
 #include "bench/physical_limit.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/model/dummy_weights.h"
-#include "engine/model/model_io.h"
-#include "engine/model_bundle.h"
+#include "model/dummy_weights.h"
+#include "model/model_io.h"
+#include "model/model_bundle.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
@@ -127,7 +127,7 @@ double ExpectedPrivateTokens(int steps, int batch, int chunk, bool stagger) {
   return (steps + 7) / 2.0 + extra / batch;
 }
 
-bench::DecodeStepShape StepShape(const engine::ModelConfig& cfg, int batch, int prefix,
+bench::DecodeStepShape StepShape(const model::ModelConfig& cfg, int batch, int prefix,
                                  double private_tokens, int kv_elem_bytes) {
   bench::DecodeStepShape s;
   s.batch = batch;
@@ -310,7 +310,7 @@ struct Result {
   double private_tokens = 0;  // per row, mean over the timed steps: context - prefix
 };
 
-absl::StatusOr<Result> RunOne(CudaBackend* backend, const engine::ModelConfig& cfg,
+absl::StatusOr<Result> RunOne(CudaBackend* backend, const model::ModelConfig& cfg,
                               AttentionMode mode, int B, int prefix, int steps, int chunk,
                               bool stagger, bool profile_step, bool pipeline) {
   auto pool = kvcache::ChunkPool::Create(backend->num_chunks(), chunk);
@@ -447,7 +447,7 @@ std::string Fixed(double v, int digits) {
 
 // The projection-only GEMM step of `cfg` for each batch size, printed as a table; 0 where it
 // could not be measured (the limit is then left out of that batch's rows).
-std::map<int, double> MeasureGemmSteps(const std::string& name, const engine::ModelConfig& cfg,
+std::map<int, double> MeasureGemmSteps(const std::string& name, const model::ModelConfig& cfg,
                                        const std::vector<int>& batches) {
   std::map<int, double> gemm_s;
   std::printf("\n| model | B | projection-only GEMM ms/step | its tok/s | its TFLOP/s |\n"
@@ -509,18 +509,18 @@ int Main(const Options& o) {
   std::map<std::pair<std::string, int>, double> gemm_tps;
   int failures = 0;
   for (const std::string& m : o.models) {
-    const bool dummy = m.rfind("shape:", 0) == 0 || engine::IsDummyModel(m);
-    engine::ModelConfig cfg;
-    std::unique_ptr<engine::ModelWeights> weights;
+    const bool dummy = m.rfind("shape:", 0) == 0 || model::IsDummyModel(m);
+    model::ModelConfig cfg;
+    std::unique_ptr<model::ModelWeights> weights;
     if (dummy) {
       // "shape:<name>", or banyand's spelling "dummy:<name>[:vocab=N]..." (model_bundle.h).
-      auto c = engine::IsDummyModel(m)
-                   ? [&]() -> absl::StatusOr<engine::ModelConfig> {
-                       auto spec = engine::ParseDummyModel(m);
+      auto c = model::IsDummyModel(m)
+                   ? [&]() -> absl::StatusOr<model::ModelConfig> {
+                       auto spec = model::ParseDummyModel(m);
                        if (!spec.ok()) return spec.status();
                        return spec->config;
                      }()
-                   : engine::NamedShapeConfig(m.substr(6));
+                   : model::NamedShapeConfig(m.substr(6));
       if (!c.ok()) {
         std::fprintf(stderr, "%s\n", std::string(c.status().message()).c_str());
         return 1;
@@ -535,12 +535,12 @@ int Main(const Options& o) {
         cfg.max_seq_len = longest;
       }
     } else {
-      auto w = engine::LoadModel(m);
+      auto w = model::LoadModel(m);
       if (!w.ok()) {
         std::fprintf(stderr, "%s\n", std::string(w.status().message()).c_str());
         return 1;
       }
-      weights = std::make_unique<engine::ModelWeights>(std::move(*w));
+      weights = std::make_unique<model::ModelWeights>(std::move(*w));
       cfg = weights->config;
     }
     const std::string name = dummy ? m.substr(6) + " (dummy)" : m.substr(m.find_last_of('/') + 1);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "text/grammar/automaton.h"
 #include "text/grammar/json_schema.h"
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: grammar_bench --tokenizer FILE [--walks N] [--steps N]\n");
     return 2;
   }
-  auto tok = banyan::engine::Tokenizer::FromFile(tokenizer_path);
+  auto tok = banyan::text::Tokenizer::FromFile(tokenizer_path);
   if (!tok.ok()) {
     std::fprintf(stderr, "%s\n", std::string(tok.status().message()).c_str());
     return 1;

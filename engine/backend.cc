@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "engine/sampler/philox.h"
+#include "common/philox.h"
 
 namespace banyan::engine {
 

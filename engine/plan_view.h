@@ -3,7 +3,7 @@
 // conversion lives here, header-only, for the backends and the kernel tests.
 #pragma once
 
-#include "kernels/cpu/attention_params.h"
+#include "kernels/paged_views.h"
 #include "kvcache/attention_plan.h"
 
 namespace banyan::engine {

@@ -4,7 +4,7 @@
 
 namespace banyan::engine {
 
-absl::Status ValidateGeneration(const ModelConfig& config, std::span<const int32_t> prompt,
+absl::Status ValidateGeneration(const model::ModelConfig& config, std::span<const int32_t> prompt,
                                 const SamplingParams& params, int n) {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   for (int32_t t : prompt) {

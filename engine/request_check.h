@@ -5,7 +5,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "engine/model/model.h"
+#include "model/model.h"
 #include "engine/sampler/sampling_params.h"
 
 namespace banyan::engine {
@@ -13,7 +13,7 @@ namespace banyan::engine {
 // Checks a request against the model: non-empty prompt, ids in the vocabulary, prompt plus
 // max_tokens within the context (the message gives both numbers), valid sampling parameters,
 // n >= 1.
-absl::Status ValidateGeneration(const ModelConfig& config, std::span<const int32_t> prompt,
+absl::Status ValidateGeneration(const model::ModelConfig& config, std::span<const int32_t> prompt,
                                 const SamplingParams& params, int n);
 
 }  // namespace banyan::engine

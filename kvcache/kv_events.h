@@ -1,5 +1,5 @@
 // KV-cache events: what the prefix tree reports about the blocks it holds, for a publisher
-// (server/kv_event_publisher.h) that tells prefix-aware routers which prefixes are cached here.
+// (server/common/kv_event_publisher.h) that tells prefix-aware routers which prefixes are cached here.
 //
 // Blocks. Routers hash a request's prompt in blocks of block_size tokens counted from position 0
 // (vLLM's blocks). banyan's chunks are not aligned that way: a node's first chunk may start

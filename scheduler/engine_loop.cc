@@ -12,7 +12,7 @@
 #include "common/check.h"
 #include "engine/request_check.h"
 #include "scheduler/policy.h"
-#include "scheduler/sample_text.h"
+#include "text/sample_text.h"
 #include "spdlog/spdlog.h"
 
 namespace banyan::scheduler {
@@ -64,7 +64,7 @@ EngineLoop::ThreadClocks EngineLoop::ThreadClocks::Now() {
 }
 
 
-EngineLoop::EngineLoop(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
+EngineLoop::EngineLoop(const model::ModelConfig& config, const text::Tokenizer* tokenizer,
                        std::unique_ptr<engine::Backend> backend, LoopOptions options)
     : config_(config), tokenizer_(tokenizer), backend_(std::move(backend)),
       pool_(MakePool(*backend_)), tree_(&pool_),

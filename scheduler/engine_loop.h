@@ -47,10 +47,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
-#include "engine/model/model.h"
+#include "model/model.h"
 #include "engine/sampler/sampler.h"
 #include "engine/step_runner.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/metrics.h"
@@ -174,7 +174,7 @@ class EngineLoop {
  public:
   // `tokenizer` may be null: events then carry token ids and no text (stop strings need it).
   // `config`, `tokenizer` must outlive the loop.
-  EngineLoop(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
+  EngineLoop(const model::ModelConfig& config, const text::Tokenizer* tokenizer,
              std::unique_ptr<engine::Backend> backend, LoopOptions options);
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
@@ -209,7 +209,7 @@ class EngineLoop {
   const LoopStats& stats() const { return stats_; }
   const SpeculationGovernor& speculation_governor() const { return speculation_governor_; }
   const LoopOptions& options() const { return options_; }
-  const engine::ModelConfig& config() const { return config_; }
+  const model::ModelConfig& config() const { return config_; }
   engine::Backend& backend() { return *backend_; }
   kvcache::PrefixTree& tree() { return tree_; }
   const kvcache::PrefixTree& tree() const { return tree_; }
@@ -313,8 +313,8 @@ class EngineLoop {
   void Touch(Live& live);
   void AnnounceTouched();
 
-  const engine::ModelConfig& config_;
-  const engine::Tokenizer* tokenizer_;
+  const model::ModelConfig& config_;
+  const text::Tokenizer* tokenizer_;
   std::unique_ptr<engine::Backend> backend_;
   kvcache::ChunkPool pool_;
   kvcache::PrefixTree tree_;

@@ -16,7 +16,7 @@
 #include "scheduler/engine_loop.h"
 #include "scheduler/request.h"
 #include "scheduler/request_stream.h"
-#include "scheduler/sample_text.h"
+#include "text/sample_text.h"
 
 namespace banyan::scheduler {
 
@@ -44,7 +44,7 @@ struct EngineLoop::Live {
   struct Sample {
     kvcache::SeqId seq = -1;
     engine::SequenceSamplingState sampling;
-    std::optional<SampleText> text;  // absent without a tokenizer
+    std::optional<text::SampleText> text;  // absent without a tokenizer
     std::vector<int32_t> generated;  // in the tree (or to be re-placed after preemption)
     int32_t next_token = -1;         // sampled, not yet in the tree
     bool finished = false;           // decodes no more (its KV is released)

@@ -11,7 +11,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-Scheduler::Scheduler(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
+Scheduler::Scheduler(const model::ModelConfig& config, const text::Tokenizer* tokenizer,
                      std::unique_ptr<engine::Backend> backend, SchedulerOptions options)
     : options_(options),
       loop_(std::make_unique<EngineLoop>(

@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
-#include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer/tokenizer.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/metrics.h"
 #include "scheduler/request.h"
@@ -40,7 +40,7 @@ class Scheduler {
  public:
   // `config` and `tokenizer` must outlive the scheduler; the loop owns the backend and sizes its
   // KV pool and prefix tree from it.
-  Scheduler(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
+  Scheduler(const model::ModelConfig& config, const text::Tokenizer* tokenizer,
             std::unique_ptr<engine::Backend> backend, SchedulerOptions options);
   ~Scheduler();  // Stop()
 

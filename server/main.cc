@@ -6,7 +6,7 @@
 // drain_timeout_ms, then the process exits 0. A signal during start-up exits 0 at once; more
 // signals during the drain are logged and ignored. The signals are blocked in every thread from
 // before the first library constructor (kBlockShutdownSignals below) and taken by sigwait in one
-// thread (server/shutdown_signals.h), so no work happens in a signal handler.
+// thread (server/common/shutdown_signals.h), so no work happens in a signal handler.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -30,18 +30,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "engine/speculative/draft_heads.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/scheduler.h"
-#include "server/backend_choice.h"
-#include "server/config.h"
-#include "server/kv_event_publisher.h"
+#include "server/common/backend_choice.h"
+#include "server/common/config.h"
+#include "server/common/kv_event_publisher.h"
 #include "server/grpc/grpc_server.h"
-#include "server/http/chat_template.h"
+#include "server/common/load_chat_template.h"
+#include "text/chat_template.h"
 #include "server/http/http_server.h"
-#include "server/shutdown_signals.h"
+#include "server/common/shutdown_signals.h"
 #include "spdlog/spdlog.h"
 
 // Blocks SIGTERM and SIGINT before anything else runs. The dynamic loader calls the
@@ -96,7 +97,7 @@ void RaiseOpenFileLimit() {
   }
 }
 
-// --backend auto|cpu|cuda, resolved (server/backend_choice.h).
+// --backend auto|cpu|cuda, resolved (server/common/backend_choice.h).
 BackendChoice ResolveBackend(const std::string& requested) {
   bool built_with_cuda = false;
   int devices = 0;
@@ -162,15 +163,15 @@ int Run(int argc, char** argv) {
   cfg->backend = choice.backend;
 
   std::atomic<bool> ready = false;
-  std::string model_path = cfg->model.empty() ? engine::FindBundledModel(argv[0]) : cfg->model;
+  std::string model_path = cfg->model.empty() ? model::FindBundledModel(argv[0]) : cfg->model;
   if (model_path.empty()) {
     return Fail(absl::NotFoundError("no --model given and the bundled stories260K was not found"));
   }
   spdlog::info("loading model {}", model_path);
-  const bool dummy = engine::IsDummyModel(model_path);
+  const bool dummy = model::IsDummyModel(model_path);
   // A dummy model's weights are generated on the GPU by the CUDA backend: no host copy.
-  auto bundle = dummy ? engine::LoadDummyBundle(model_path, cfg->backend != "cuda")
-                      : engine::LoadModelBundle(model_path, cfg->tokenizer);
+  auto bundle = dummy ? model::LoadDummyBundle(model_path, cfg->backend != "cuda")
+                      : model::LoadModelBundle(model_path, cfg->tokenizer);
   if (!bundle.ok()) return Fail(bundle.status());
   spdlog::info("tokenizer: {} ({})", bundle->tokenizer->Describe(), bundle->tokenizer_path);
   if (cfg->max_model_len > 0) {  // a lower context limit than the model's: vLLM's --max-model-len
@@ -181,8 +182,8 @@ int Run(int argc, char** argv) {
     }
     bundle->weights.config.max_seq_len = cfg->max_model_len;
   }
-  const engine::ModelConfig& mc = bundle->weights.config;
-  absl::StatusOr<std::shared_ptr<const http::JinjaChat>> jinja_chat = http::LoadJinjaChat(cfg->server, *bundle);
+  const model::ModelConfig& mc = bundle->weights.config;
+  absl::StatusOr<std::shared_ptr<const text::JinjaChat>> jinja_chat = LoadJinjaChat(cfg->server, *bundle);
   if (jinja_chat.ok() && *jinja_chat != nullptr) {
     spdlog::info("chat template: {} (tool calls: {})", (*jinja_chat)->source,
                  text::tool_calls::ToolFamilyName((*jinja_chat)->tool_family));
@@ -214,7 +215,7 @@ int Run(int argc, char** argv) {
     co.attention = attention;
     if (co.num_chunks >= 1) {
       auto cuda = dummy ? engine::CudaBackend::CreateDummy(
-                              mc, engine::ParseDummyModel(model_path)->seed, co)
+                              mc, model::ParseDummyModel(model_path)->seed, co)
                         : engine::CudaBackend::Create(&bundle->weights, co);
       if (!cuda.ok()) return Fail(cuda.status());
       backend = std::move(*cuda);

@@ -30,8 +30,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model/model_io.h"
-#include "engine/model_bundle.h"
+#include "model/model_io.h"
+#include "model/model_bundle.h"
 #include "engine/speculative/draft_heads.h"
 #include "scheduler/generate.h"
 #include "spdlog/spdlog.h"
@@ -89,13 +89,13 @@ absl::Status ParseNum(const Args& a, const std::string& key, T* out) {
 }
 
 absl::Status Generate(const Args& a, const char* argv0) {
-  std::string model = a.Get("model", engine::FindBundledModel(argv0));
+  std::string model = a.Get("model", model::FindBundledModel(argv0));
   if (model.empty()) {
     return absl::NotFoundError("no --model given and the bundled stories260K was not found");
   }
-  auto bundle = engine::LoadModelBundle(model, a.Get("tokenizer"));
+  auto bundle = model::LoadModelBundle(model, a.Get("tokenizer"));
   if (!bundle.ok()) return bundle.status();
-  const engine::ModelConfig& cfg = bundle->weights.config;
+  const model::ModelConfig& cfg = bundle->weights.config;
 
   scheduler::Request req;
   req.prompt = bundle->tokenizer->Encode(a.Get("prompt"), /*add_bos=*/true);
@@ -231,19 +231,19 @@ absl::Status Convert(const Args& a) {
     return absl::InvalidArgumentError("convert needs --model PATH and --out DIR");
   }
   std::string dtype = a.Get("dtype", "f32");
-  engine::HfDtype dt;
+  model::HfDtype dt;
   if (dtype == "f32") {
-    dt = engine::HfDtype::kF32;
+    dt = model::HfDtype::kF32;
   } else if (dtype == "f16") {
-    dt = engine::HfDtype::kF16;
+    dt = model::HfDtype::kF16;
   } else if (dtype == "bf16") {
-    dt = engine::HfDtype::kBF16;
+    dt = model::HfDtype::kBF16;
   } else {
     return absl::InvalidArgumentError("--dtype must be f32, f16 or bf16, got " + dtype);
   }
-  auto bundle = engine::LoadModelBundle(model, a.Get("tokenizer"));
+  auto bundle = model::LoadModelBundle(model, a.Get("tokenizer"));
   if (!bundle.ok()) return bundle.status();
-  if (absl::Status s = engine::WriteHfFolder(bundle->weights, out, dt); !s.ok()) return s;
+  if (absl::Status s = model::WriteHfFolder(bundle->weights, out, dt); !s.ok()) return s;
   namespace fs = std::filesystem;
   if (bundle->tokenizer_path != "<gguf metadata>") {
     std::error_code ec;

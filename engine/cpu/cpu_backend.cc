@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/rope.h"
-#include "engine/model/weights_layout.h"
+#include "model/rope.h"
+#include "model/weights_layout.h"
 #include "engine/plan_view.h"
 #include "kernels/cpu/tpp_attention.h"
 
@@ -18,7 +18,7 @@ namespace {
 // c[m, n] = a[m, k] * w[n, k]^T + beta * c. per_row: one matrix-vector product per row
 // (CpuBackendOptions::row_invariant), so that a row's result does not depend on m: a GEMM's
 // blocking and kernel choice do, in the last bits.
-void MatMulT(const float* a, int m, int k, const Tensor& w, float* c, float beta, bool per_row) {
+void MatMulT(const float* a, int m, int k, const model::Tensor& w, float* c, float beta, bool per_row) {
   const int n = static_cast<int>(w.shape[0]);
   if (per_row) {
     for (int r = 0; r < m; ++r) {
@@ -31,7 +31,7 @@ void MatMulT(const float* a, int m, int k, const Tensor& w, float* c, float beta
               beta, c, n);
 }
 
-void RmsNorm(const float* x, const Tensor& weight, int rows, int dim, float eps, float* out) {
+void RmsNorm(const float* x, const model::Tensor& weight, int rows, int dim, float eps, float* out) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + static_cast<int64_t>(r) * dim;
     float* o = out + static_cast<int64_t>(r) * dim;
@@ -43,7 +43,7 @@ void RmsNorm(const float* x, const Tensor& weight, int rows, int dim, float eps,
 }
 
 // x[r, :] += bias for every row.
-void AddBias(float* x, int rows, const Tensor& bias) {
+void AddBias(float* x, int rows, const model::Tensor& bias) {
   const int64_t n = static_cast<int64_t>(bias.data.size());
   for (int r = 0; r < rows; ++r) {
     float* xr = x + r * n;
@@ -53,28 +53,28 @@ void AddBias(float* x, int rows, const Tensor& bias) {
 
 }  // namespace
 
-int64_t CpuBackend::ChunksForBudget(const ModelConfig& cfg, int32_t chunk_size, int64_t bytes) {
+int64_t CpuBackend::ChunksForBudget(const model::ModelConfig& cfg, int32_t chunk_size, int64_t bytes) {
   int64_t per_chunk = int64_t{2} * cfg.n_layers * cfg.n_kv_heads * chunk_size * cfg.head_dim() *
                       static_cast<int64_t>(sizeof(float));
   return per_chunk > 0 ? bytes / per_chunk : 0;
 }
 
-absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelWeights* weights,
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::ModelWeights* weights,
                                                                const CpuBackendOptions& options) {
-  if (absl::Status s = ValidateConfig(weights->config, weights->source); !s.ok()) return s;
+  if (absl::Status s = model::ValidateConfig(weights->config, weights->source); !s.ok()) return s;
   if (options.num_chunks < 1 || options.chunk_size < 1) {
     return absl::InvalidArgumentError("the CPU backend needs at least one KV chunk");
   }
   return std::unique_ptr<CpuBackend>(new CpuBackend(weights, options));
 }
 
-CpuBackend::CpuBackend(const ModelWeights* weights, const CpuBackendOptions& options)
+CpuBackend::CpuBackend(const model::ModelWeights* weights, const CpuBackendOptions& options)
     : w_(*weights), cfg_(weights->config), options_(options) {
   const int d = cfg_.head_dim();
   chunk_stride_ = int64_t{2} * cfg_.n_kv_heads * options.chunk_size * d;
   layer_stride_ = chunk_stride_ * options.num_chunks;
   kv_.assign(static_cast<size_t>(layer_stride_) * cfg_.n_layers, 0.0f);
-  inv_freq_ = RopeInvFreq(cfg_);
+  inv_freq_ = model::RopeInvFreq(cfg_);
 }
 
 absl::Status CpuBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies) {
@@ -110,8 +110,8 @@ void CpuBackend::ApplyRope(float* x, int heads, int32_t pos) const {
       const float angle = static_cast<float>(pos) * inv_freq_[i];
       const float cs = std::cos(angle), sn = std::sin(angle);
       // kInterleaved rotates pairs (2i, 2i + 1); kHalf rotates (i, i + d/2).
-      float* a = cfg_.rope_style == RopeStyle::kInterleaved ? v + 2 * i : v + i;
-      float* b = cfg_.rope_style == RopeStyle::kInterleaved ? v + 2 * i + 1 : v + i + half;
+      float* a = cfg_.rope_style == model::RopeStyle::kInterleaved ? v + 2 * i : v + i;
+      float* b = cfg_.rope_style == model::RopeStyle::kInterleaved ? v + 2 * i + 1 : v + i + half;
       const float x0 = *a, x1 = *b;
       *a = x0 * cs - x1 * sn;
       *b = x0 * sn + x1 * cs;
@@ -226,7 +226,7 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
   }
   const int c = options_.chunk_size;
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    const LayerWeights& lw = w_.layers[l];
+    const model::LayerWeights& lw = w_.layers[l];
     RmsNorm(x_.data(), lw.attn_norm, T, dim, cfg_.norm_eps, xb_.data());
     MatMulT(xb_.data(), T, dim, lw.wq, q_.data(), 0.0f, per_row);
     MatMulT(xb_.data(), T, dim, lw.wk, k_.data(), 0.0f, per_row);

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
-#include "engine/model/model.h"
+#include "model/model.h"
 
 namespace banyan::engine {
 
@@ -33,10 +33,10 @@ struct CpuBackendOptions {
 class CpuBackend final : public Backend {
  public:
   // `weights` must outlive the backend.
-  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ModelWeights* weights,
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const model::ModelWeights* weights,
                                                             const CpuBackendOptions& options);
   // Chunks that fit in `bytes` of KV memory for this model and chunk size.
-  static int64_t ChunksForBudget(const ModelConfig& config, int32_t chunk_size, int64_t bytes);
+  static int64_t ChunksForBudget(const model::ModelConfig& config, int32_t chunk_size, int64_t bytes);
 
   std::string_view name() const override { return "cpu"; }
   int32_t num_chunks() const override { return options_.num_chunks; }
@@ -49,12 +49,12 @@ class CpuBackend final : public Backend {
   absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const override;
 
  private:
-  CpuBackend(const ModelWeights* weights, const CpuBackendOptions& options);
+  CpuBackend(const model::ModelWeights* weights, const CpuBackendOptions& options);
   void ApplyRope(float* x, int heads, int32_t pos) const;
   void Attention(const StepBatch& batch, int layer, const float* q, float* out);
 
-  const ModelWeights& w_;
-  const ModelConfig& cfg_;
+  const model::ModelWeights& w_;
+  const model::ModelConfig& cfg_;
   CpuBackendOptions options_;
   int64_t layer_stride_;  // floats per layer of KV memory
   int64_t chunk_stride_;  // floats per chunk within a layer

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_backend_impl.h"
-#include "engine/model/dtype.h"
-#include "engine/model/rope.h"
-#include "engine/model/weights_layout.h"
+#include "model/dtype.h"
+#include "model/rope.h"
+#include "model/weights_layout.h"
 
 namespace banyan::engine {
 
@@ -24,32 +24,32 @@ bool CudaBackend::DeviceAvailable() {
   return n > 0;
 }
 
-int64_t CudaBackend::ChunkBytes(const ModelConfig& c, int32_t chunk_size, kc::DType dtype) {
+int64_t CudaBackend::ChunkBytes(const model::ModelConfig& c, int32_t chunk_size, kc::DType dtype) {
   return int64_t{2} * c.n_layers * c.n_kv_heads * chunk_size * c.head_dim() * kc::DTypeBytes(dtype);
 }
 
-CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
+CudaBackend::CudaBackend(const model::ModelConfig& config, const CudaBackendOptions& options)
     : cfg_(config), options_(options), impl_(std::make_unique<Impl>()) {}
 
 CudaBackend::~CudaBackend() = default;
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
-    const ModelWeights* weights, const CudaBackendOptions& options) {
+    const model::ModelWeights* weights, const CudaBackendOptions& options) {
   std::unique_ptr<CudaBackend> b(new CudaBackend(weights->config, options));
   BANYAN_RETURN_IF_ERROR(b->Init(weights, 0));
   return b;
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::CreateDummy(
-    const ModelConfig& config, uint64_t seed, const CudaBackendOptions& options) {
+    const model::ModelConfig& config, uint64_t seed, const CudaBackendOptions& options) {
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
   BANYAN_RETURN_IF_ERROR(b->Init(nullptr, seed));
   return b;
 }
 
-absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed) {
-  const ModelConfig& c = cfg_;
-  BANYAN_RETURN_IF_ERROR(ValidateConfig(c, weights ? weights->source : "dummy config"));
+absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dummy_seed) {
+  const model::ModelConfig& c = cfg_;
+  BANYAN_RETURN_IF_ERROR(model::ValidateConfig(c, weights ? weights->source : "dummy config"));
   const int d = c.head_dim();
   if (d % 8 != 0 || d > kc::kMaxGenericHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -140,7 +140,7 @@ absl::Status CudaBackend::Init(const ModelWeights* weights, uint64_t dummy_seed)
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kv.get(), 0, kv_bytes_, m.stream));
   m.layer_stride = int64_t{num_chunks_} * 2 * c.n_kv_heads * options_.chunk_size * d;
 
-  const std::vector<float> inv_freq = RopeInvFreq(c);  // what the CPU backend uses
+  const std::vector<float> inv_freq = model::RopeInvFreq(c);  // what the CPU backend uses
   BANYAN_RETURN_IF_ERROR(m.inv_freq.Reserve(d / 2 * 4, "RoPE table"));
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.inv_freq.get(), inv_freq.data(), d / 2 * 4,
                                               cudaMemcpyHostToDevice, m.stream));
@@ -179,7 +179,7 @@ absl::Status CudaBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies)
 absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, bool greedy,
                                   bool prepare_in_layer0) {
   Impl& m = *impl_;
-  const ModelConfig& c = cfg_;
+  const model::ModelConfig& c = cfg_;
   const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
   const int hidden = c.hidden_dim, vocab = c.vocab_size;
   const int qkv_cols = (hq + 2 * hkv) * d;
@@ -268,7 +268,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
     rp.inv_freq = m.inv_freq.as<float>();
     rp.tokens = T;
     rp.num_q_heads = hq;
-    rp.interleaved = c.rope_style == RopeStyle::kInterleaved;
+    rp.interleaved = c.rope_style == model::RopeStyle::kInterleaved;
     BANYAN_RETURN_IF_ERROR(kc::RopeWriteKv(dt, rp, m.stream));
 
     // Built on the host while the GPU runs layer 0 up to here.
@@ -640,7 +640,7 @@ absl::Status CudaBackend::HiddenRows(std::span<const int32_t> rows,
     const uint16_t* src = half.data() + (static_cast<size_t>(rows[i]) - first) * dim;
     float* dst = out->data() + i * dim;
     for (size_t j = 0; j < dim; ++j) {
-      dst[j] = options_.dtype == kc::DType::kBf16 ? Bf16ToFloat(src[j]) : HalfToFloat(src[j]);
+      dst[j] = options_.dtype == kc::DType::kBf16 ? model::Bf16ToFloat(src[j]) : model::HalfToFloat(src[j]);
     }
   }
   return absl::OkStatus();

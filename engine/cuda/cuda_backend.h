@@ -12,7 +12,7 @@
 // GEMM (+= x).
 //
 // KV memory: [layer][chunk][k|v][kv_head][chunk_size][head_dim] in the model dtype, one
-// allocation sized at creation (kernels/cuda/kv_view.h). Attention modes (backend.h):
+// allocation sized at creation (kernels/paged_views.h). Attention modes (backend.h):
 //  - kTpp: decode steps whose plan has shared segments run the two-phase-partition kernel
 //    (kernels/cuda/tpp/): each plan segment's shared KV is read once for all its rows on the
 //    tensor cores, then each row's private tail, merged by log-sum-exp. The TppWorkPlan (host
@@ -54,7 +54,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/cuda/decode_graph.h"
-#include "engine/model/model.h"
+#include "model/model.h"
 #include "kernels/cuda/dtype.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 
@@ -133,15 +133,15 @@ int DecodeRowBucket(int rows);
 class CudaBackend final : public Backend {
  public:
   // Uploads `weights` (narrowed to options.dtype). The host weights are not kept.
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const ModelWeights* weights,
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const model::ModelWeights* weights,
                                                              const CudaBackendOptions& options);
   // Synthetic weights generated on the device, equal (before rounding to the dtype) to
   // MakeDummyWeights(config, seed): any shape, no host copy.
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> CreateDummy(const ModelConfig& config,
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> CreateDummy(const model::ModelConfig& config,
                                                                   uint64_t seed,
                                                                   const CudaBackendOptions& options);
   // Bytes of KV memory one chunk takes (every layer, K and V).
-  static int64_t ChunkBytes(const ModelConfig& config, int32_t chunk_size,
+  static int64_t ChunkBytes(const model::ModelConfig& config, int32_t chunk_size,
                             kernels::cuda::DType dtype);
   // Whether a CUDA device is present (false on machines without a GPU or driver).
   static bool DeviceAvailable();
@@ -214,7 +214,7 @@ class CudaBackend final : public Backend {
   // Why graphs stopped launching kernels early (the driver refused the edges); empty if not.
   const std::string& graph_early_error() const;
 
-  const ModelConfig& config() const { return cfg_; }
+  const model::ModelConfig& config() const { return cfg_; }
   int32_t num_chunks() const override { return num_chunks_; }
   int32_t chunk_size() const override { return options_.chunk_size; }
   int64_t weight_bytes() const { return weight_bytes_; }
@@ -223,8 +223,8 @@ class CudaBackend final : public Backend {
  private:
   struct Impl;
   struct StepInputs;
-  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
-  absl::Status Init(const ModelWeights* weights, uint64_t dummy_seed);
+  CudaBackend(const model::ModelConfig& config, const CudaBackendOptions& options);
+  absl::Status Init(const model::ModelWeights* weights, uint64_t dummy_seed);
   // Runs the model up to the logits, left on the device (and their argmax when `greedy`);
   // *rows receives their number. Decode-only steps go through a CUDA graph when enabled.
   // `feed`: LaunchSample's / LaunchGreedy's. `samples`: the specs a sampled step will leave in
@@ -261,7 +261,7 @@ class CudaBackend final : public Backend {
   // copies on the stream).
   absl::Status PrepareTpp(const kvcache::AttentionPlan& plan);
 
-  ModelConfig cfg_;
+  model::ModelConfig cfg_;
   CudaBackendOptions options_;
   int32_t num_chunks_ = 0;
   int64_t weight_bytes_ = 0;

@@ -76,7 +76,7 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
 absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, int32_t samples,
                                         std::span<const int32_t> feed, StepInputs* in) {
   Impl& m = *impl_;
-  const ModelConfig& c = cfg_;
+  const model::ModelConfig& c = cfg_;
   const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
   const int hidden = c.hidden_dim, vocab = c.vocab_size;
   const int qkv_cols = (hq + 2 * hkv) * d;

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cublas_gemm.h"
-#include "engine/model/dtype.h"
+#include "model/dtype.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/draft_kernels.h"
 
@@ -35,13 +35,13 @@ absl::Status DeviceDraftHeads::Upload(const DraftHeads& heads, kc::DType dtype,
   BANYAN_RETURN_IF_ERROR(weights_.Reserve(std::max<int64_t>(bytes, 256), "draft heads"));
   std::vector<uint16_t> narrow;
   char* at = weights_.as<char>();
-  auto put = [&](const Tensor& t, bool half, void** dst) -> absl::Status {
+  auto put = [&](const model::Tensor& t, bool half, void** dst) -> absl::Status {
     const size_t n = t.data.size();
     *dst = at;
     if (half) {
       narrow.resize(n);
       for (size_t k = 0; k < n; ++k) {
-        narrow[k] = dtype == kc::DType::kBf16 ? FloatToBf16(t.data[k]) : FloatToHalf(t.data[k]);
+        narrow[k] = dtype == kc::DType::kBf16 ? model::FloatToBf16(t.data[k]) : model::FloatToHalf(t.data[k]);
       }
       // Synchronous: `narrow` is reused for the next tensor.
       BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpy(at, narrow.data(), n * 2, cudaMemcpyHostToDevice));

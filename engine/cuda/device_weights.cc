@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/model/weights_layout.h"
+#include "model/weights_layout.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/weight_kernels.h"
 
@@ -21,7 +21,7 @@ struct Sizes {
   int64_t qkv, wo, w13, w2, norm, vocab_matrix;  // elements
 };
 
-Sizes SizesOf(const ModelConfig& c) {
+Sizes SizesOf(const model::ModelConfig& c) {
   const int64_t d = c.head_dim(), dim = c.dim;
   return Sizes{(int64_t{c.n_heads} + 2 * c.n_kv_heads) * d * dim,
                dim * c.n_heads * d,
@@ -37,7 +37,7 @@ struct Layout {
   int64_t embeddings = 0, output = 0, final_norm = 0, total = 0;
 };
 
-Layout LayoutOf(const ModelConfig& c, DType dtype) {
+Layout LayoutOf(const model::ModelConfig& c, DType dtype) {
   const Sizes s = SizesOf(c);
   const int64_t es = DTypeBytes(dtype);
   Layout l;
@@ -68,11 +68,11 @@ Layout LayoutOf(const ModelConfig& c, DType dtype) {
 
 }  // namespace
 
-int64_t DeviceWeights::Bytes(const ModelConfig& cfg, DType dtype) {
+int64_t DeviceWeights::Bytes(const model::ModelConfig& cfg, DType dtype) {
   return LayoutOf(cfg, dtype).total;
 }
 
-absl::Status DeviceWeights::Allocate(const ModelConfig& cfg, DType dtype) {
+absl::Status DeviceWeights::Allocate(const model::ModelConfig& cfg, DType dtype) {
   dtype_ = dtype;
   const Layout l = LayoutOf(cfg, dtype);
   BANYAN_RETURN_IF_ERROR(buffer_.Reserve(l.total, "model weights"));
@@ -92,64 +92,64 @@ absl::Status DeviceWeights::Allocate(const ModelConfig& cfg, DType dtype) {
   return absl::OkStatus();
 }
 
-void* DeviceWeights::SlotAddress(const ModelConfig& c, int kind_int, int layer) const {
-  const WeightKind kind = static_cast<WeightKind>(kind_int);
+void* DeviceWeights::SlotAddress(const model::ModelConfig& c, int kind_int, int layer) const {
+  const model::WeightKind kind = static_cast<model::WeightKind>(kind_int);
   const int64_t es = DTypeBytes(dtype_);
   const int64_t d = c.head_dim(), dim = c.dim;
   auto at = [&](void* p, int64_t elements) { return static_cast<char*>(p) + elements * es; };
   switch (kind) {
-    case WeightKind::kTokEmbd:
+    case model::WeightKind::kTokEmbd:
       return embeddings;
-    case WeightKind::kFinalNorm:
+    case model::WeightKind::kFinalNorm:
       return final_norm;
-    case WeightKind::kLmHead:
+    case model::WeightKind::kLmHead:
       return output;
-    case WeightKind::kAttnNorm:
+    case model::WeightKind::kAttnNorm:
       return layers[layer].attn_norm;
-    case WeightKind::kFfnNorm:
+    case model::WeightKind::kFfnNorm:
       return layers[layer].ffn_norm;
-    case WeightKind::kWq:
+    case model::WeightKind::kWq:
       return layers[layer].wqkv;
-    case WeightKind::kWk:
+    case model::WeightKind::kWk:
       return at(layers[layer].wqkv, int64_t{c.n_heads} * d * dim);
-    case WeightKind::kWv:
+    case model::WeightKind::kWv:
       return at(layers[layer].wqkv, (int64_t{c.n_heads} + c.n_kv_heads) * d * dim);
-    case WeightKind::kWo:
+    case model::WeightKind::kWo:
       return layers[layer].wo;
-    case WeightKind::kGate:
+    case model::WeightKind::kGate:
       return layers[layer].w13;
-    case WeightKind::kUp:
+    case model::WeightKind::kUp:
       return at(layers[layer].w13, int64_t{c.hidden_dim} * dim);
-    case WeightKind::kDown:
+    case model::WeightKind::kDown:
       return layers[layer].w2;
-    case WeightKind::kBq:
+    case model::WeightKind::kBq:
       return layers[layer].bqkv;
-    case WeightKind::kBk:
+    case model::WeightKind::kBk:
       return layers[layer].bqkv + int64_t{c.n_heads} * d;
-    case WeightKind::kBv:
+    case model::WeightKind::kBv:
       return layers[layer].bqkv + (int64_t{c.n_heads} + c.n_kv_heads) * d;
-    case WeightKind::kQNorm:
+    case model::WeightKind::kQNorm:
       return layers[layer].q_norm;
-    case WeightKind::kKNorm:
+    case model::WeightKind::kKNorm:
       return layers[layer].k_norm;
   }
   return nullptr;
 }
 
-absl::Status DeviceWeights::Upload(const ModelWeights& w, DType dtype, cudaStream_t stream) {
-  BANYAN_RETURN_IF_ERROR(ValidateWeights(w));
+absl::Status DeviceWeights::Upload(const model::ModelWeights& w, DType dtype, cudaStream_t stream) {
+  BANYAN_RETURN_IF_ERROR(model::ValidateWeights(w));
   BANYAN_RETURN_IF_ERROR(Allocate(w.config, dtype));
   // fp32 staging on the device, narrowed by a kernel; the staging copy of the next piece waits
   // for the narrowing of the previous one (same stream).
   constexpr int64_t kStageElements = int64_t{16} << 20;
   int64_t largest = 0;
-  const std::vector<TensorSlot> slots = ListTensorSlots(w.config);
-  for (const TensorSlot& slot : slots) largest = std::max(largest, SlotTensor(w, slot).numel());
+  const std::vector<model::TensorSlot> slots = model::ListTensorSlots(w.config);
+  for (const model::TensorSlot& slot : slots) largest = std::max(largest, model::SlotTensor(w, slot).numel());
   DeviceBuffer stage;
   BANYAN_RETURN_IF_ERROR(
       stage.Reserve(std::min(largest, kStageElements) * int64_t{4}, "weight upload staging"));
-  for (const TensorSlot& slot : slots) {
-    const Tensor& t = SlotTensor(w, slot);
+  for (const model::TensorSlot& slot : slots) {
+    const model::Tensor& t = model::SlotTensor(w, slot);
     void* dst = SlotAddress(w.config, static_cast<int>(slot.kind), slot.layer);
     if (t.shape.size() == 1) {  // norms and biases stay fp32
       BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, t.data.data(), t.data.size() * 4,
@@ -170,13 +170,13 @@ absl::Status DeviceWeights::Upload(const ModelWeights& w, DType dtype, cudaStrea
   return absl::OkStatus();
 }
 
-absl::Status DeviceWeights::Generate(const ModelConfig& cfg, uint64_t seed, DType dtype,
+absl::Status DeviceWeights::Generate(const model::ModelConfig& cfg, uint64_t seed, DType dtype,
                                      cudaStream_t stream) {
-  BANYAN_RETURN_IF_ERROR(ValidateConfig(cfg, "CudaBackend::CreateDummy"));
+  BANYAN_RETURN_IF_ERROR(model::ValidateConfig(cfg, "CudaBackend::CreateDummy"));
   BANYAN_RETURN_IF_ERROR(Allocate(cfg, dtype));
-  const std::vector<TensorSlot> slots = ListTensorSlots(cfg);
+  const std::vector<model::TensorSlot> slots = model::ListTensorSlots(cfg);
   for (size_t k = 0; k < slots.size(); ++k) {
-    const TensorSlot& slot = slots[k];
+    const model::TensorSlot& slot = slots[k];
     int64_t n = 1;
     for (int64_t s : slot.shape) n *= s;
     const bool is_norm = slot.shape.size() == 1;

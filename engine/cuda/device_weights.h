@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "engine/cuda/device_memory.h"
-#include "engine/model/model.h"
+#include "model/model.h"
 #include "kernels/cuda/dtype.h"
 
 namespace banyan::engine::cuda {
@@ -32,12 +32,12 @@ struct DeviceLayer {
 class DeviceWeights {
  public:
   // Bytes the weights of `cfg` take on the device.
-  static int64_t Bytes(const ModelConfig& cfg, kernels::cuda::DType dtype);
+  static int64_t Bytes(const model::ModelConfig& cfg, kernels::cuda::DType dtype);
 
   // Allocates, then uploads `w` (fp32 on the host) narrowed to `dtype`.
-  absl::Status Upload(const ModelWeights& w, kernels::cuda::DType dtype, cudaStream_t stream);
+  absl::Status Upload(const model::ModelWeights& w, kernels::cuda::DType dtype, cudaStream_t stream);
   // Allocates, then fills with MakeDummyWeights' values generated on the device.
-  absl::Status Generate(const ModelConfig& cfg, uint64_t seed, kernels::cuda::DType dtype,
+  absl::Status Generate(const model::ModelConfig& cfg, uint64_t seed, kernels::cuda::DType dtype,
                         cudaStream_t stream);
 
   std::vector<DeviceLayer> layers;
@@ -46,10 +46,10 @@ class DeviceWeights {
   float* final_norm = nullptr;   // [dim]
 
  private:
-  absl::Status Allocate(const ModelConfig& cfg, kernels::cuda::DType dtype);
+  absl::Status Allocate(const model::ModelConfig& cfg, kernels::cuda::DType dtype);
   // Device address of one tensor slot of ListTensorSlots (inside the fused matrices for
   // wq/wk/wv and gate/up).
-  void* SlotAddress(const ModelConfig& cfg, int kind, int layer) const;
+  void* SlotAddress(const model::ModelConfig& cfg, int kind, int layer) const;
 
   kernels::cuda::DType dtype_ = kernels::cuda::DType::kBf16;
   DeviceBuffer buffer_;

@@ -44,7 +44,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "engine/sampler/philox.h"
+#include "common/philox.h"
 #include "engine/sampler/sampling_params.h"
 
 namespace banyan::engine {

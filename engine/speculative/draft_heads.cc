@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/json_limits.h"
-#include "engine/model/safetensors_file.h"
+#include "model/safetensors_file.h"
 #include "nlohmann/json.hpp"
 
 namespace banyan::engine {
@@ -25,7 +25,7 @@ absl::Status Bad(const std::string& path, const std::string& what) {
 }
 
 // y[out] = W[out, in] x[in] + b[out]
-void Affine(const Tensor& w, const Tensor& b, const float* x, float* y) {
+void Affine(const model::Tensor& w, const model::Tensor& b, const float* x, float* y) {
   const int64_t out = w.shape[0], in = w.shape[1];
   for (int64_t r = 0; r < out; ++r) {
     const float* row = w.data.data() + r * in;
@@ -56,7 +56,7 @@ std::vector<int32_t> TopK(std::span<const float> v, int k) {
 }  // namespace
 
 absl::StatusOr<DraftHeads> DraftHeads::Load(const std::string& config_path,
-                                            const ModelWeights& base) {
+                                            const model::ModelWeights& base) {
   absl::StatusOr<json> parsed = ReadJsonFile(config_path);
   if (!parsed.ok()) {
     return absl::Status(parsed.status().code(),
@@ -88,7 +88,7 @@ absl::StatusOr<DraftHeads> DraftHeads::Load(const std::string& config_path,
   if (str("activation") != "silu") return Bad(config_path, "activation must be silu");
 
   // The base model the heads were trained on must have the loaded model's shape.
-  const ModelConfig& m = base.config;
+  const model::ModelConfig& m = base.config;
   if (!c.contains("base_model") || !c["base_model"].is_object()) {
     return Bad(config_path, "base_model is missing");
   }
@@ -131,7 +131,7 @@ absl::StatusOr<DraftHeads> DraftHeads::Load(const std::string& config_path,
   }
   const std::string tensors_path =
       (std::filesystem::path(config_path).parent_path() / tensors).string();
-  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(tensors_path);
+  absl::StatusOr<std::unique_ptr<model::SafetensorsFile>> file = model::SafetensorsFile::Open(tensors_path);
   if (!file.ok()) return file.status();
   for (int i = 0; i < n; ++i) {
     Head h;
@@ -147,7 +147,7 @@ absl::StatusOr<DraftHeads> DraftHeads::Load(const std::string& config_path,
         {p + "fc1.bias", {heads.mlp_hidden_}},
         {p + "fc2.weight", {m.dim, heads.mlp_hidden_}},
         {p + "fc2.bias", {m.dim}}};
-    Tensor* dst[] = {&h.fc1_w, &h.fc1_b, &h.fc2_w, &h.fc2_b};
+    model::Tensor* dst[] = {&h.fc1_w, &h.fc1_b, &h.fc2_w, &h.fc2_b};
     for (int k = 0; k < 4; ++k) {
       const auto& [name, shape] = want[k];
       auto it = (*file)->entries().find(name);
@@ -188,7 +188,7 @@ absl::Status DraftHeads::HeadLogits(int i, std::span<const float> h,
   for (float& x : a) x = x / (1.0f + std::exp(-x));
   Affine(hd.fc2_w, hd.fc2_b, a.data(), z.data());
   for (int d = 0; d < dim_; ++d) z[d] += h[d];
-  const Tensor& out = base_->output_matrix();
+  const model::Tensor& out = base_->output_matrix();
   const int64_t vocab = base_->config.vocab_size;
   logits->assign(vocab, 0.0f);
   for (int64_t v = 0; v < vocab; ++v) {
@@ -240,7 +240,7 @@ absl::Status DraftHeads::TreeBatch(std::span<const float> h, std::span<const int
   std::vector<float> u, a, z, logits;
   std::vector<int32_t> path;
   const float* emb = base_->tok_embeddings.data.data();
-  const Tensor& lm = base_->output_matrix();
+  const model::Tensor& lm = base_->output_matrix();
   for (int d = 0; d < levels; ++d) {
     const Head& hd = heads_[d];
     const int64_t in = hd.input_size;

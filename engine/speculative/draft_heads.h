@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model/model.h"
+#include "model/model.h"
 
 namespace banyan::engine {
 
@@ -30,7 +30,7 @@ class DraftHeads {
  public:
   // `config_path`: the head set's JSON config (its tensors file is read from beside it).
   // `base`: the weights the heads will run on top of (kept by reference: must outlive this).
-  static absl::StatusOr<DraftHeads> Load(const std::string& config_path, const ModelWeights& base);
+  static absl::StatusOr<DraftHeads> Load(const std::string& config_path, const model::ModelWeights& base);
 
   DraftHeadKind kind() const { return kind_; }
   int num_heads() const { return static_cast<int>(heads_.size()); }
@@ -73,7 +73,7 @@ class DraftHeads {
   // input_size is dim * (i + 2) for Hydra head i, dim for Medusa heads. For backends that run the
   // heads themselves (Backend::DraftTrees).
   struct Head {
-    Tensor fc1_w, fc1_b, fc2_w, fc2_b;
+    model::Tensor fc1_w, fc1_b, fc2_w, fc2_b;
     int input_size = 0;
   };
   const Head& head(int i) const { return heads_[static_cast<size_t>(i)]; }
@@ -83,9 +83,9 @@ class DraftHeads {
   uint64_t id() const { return id_; }
 
  private:
-  DraftHeads(const ModelWeights& base) : base_(&base) {}
+  DraftHeads(const model::ModelWeights& base) : base_(&base) {}
 
-  const ModelWeights* base_;
+  const model::ModelWeights* base_;
   DraftHeadKind kind_ = DraftHeadKind::kHydra;
   int dim_ = 0;
   int mlp_hidden_ = 0;

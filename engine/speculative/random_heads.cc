@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/safetensors_file.h"
+#include "model/safetensors_file.h"
 #include "nlohmann/json.hpp"
 
 namespace banyan::engine {
 
 namespace {
 
-void FillUniform(std::mt19937& rng, float scale, Tensor* t) {
+void FillUniform(std::mt19937& rng, float scale, model::Tensor* t) {
   t->data.resize(static_cast<size_t>(t->numel()));
   for (float& x : t->data) x = scale * (static_cast<float>(rng() >> 8) * 0x1p-23f - 1.0f);
 }
@@ -24,12 +24,12 @@ void FillUniform(std::mt19937& rng, float scale, Tensor* t) {
 // A random Hydra head set for `base` in `dir`: config.json and heads.safetensors (docs/hydra.md,
 // "File format"; the tensors through the model writer's WriteSafetensors). Matrices have
 // variance 1 / fan-in, biases are small. Returns the config's path.
-absl::StatusOr<std::string> WriteRandomHydraHeads(const ModelWeights& base, const std::string& dir,
+absl::StatusOr<std::string> WriteRandomHydraHeads(const model::ModelWeights& base, const std::string& dir,
                                                   int num_heads, int mlp_hidden, uint32_t seed) {
-  const ModelConfig& c = base.config;
+  const model::ModelConfig& c = base.config;
   std::mt19937 rng(seed);
-  std::vector<Tensor> tensors(4 * static_cast<size_t>(num_heads));
-  std::vector<engine::SafetensorsItem> items;
+  std::vector<model::Tensor> tensors(4 * static_cast<size_t>(num_heads));
+  std::vector<model::SafetensorsItem> items;
   nlohmann::ordered_json heads = nlohmann::ordered_json::array();
   for (int i = 0; i < num_heads; ++i) {
     const int input_size = (i + 2) * c.dim;
@@ -46,7 +46,7 @@ absl::StatusOr<std::string> WriteRandomHydraHeads(const ModelWeights& base, cons
     nlohmann::ordered_json inputs = {"hidden"};
     for (int k = 0; k <= i; ++k) inputs.push_back(absl::StrCat("embed(x[t+", k + 1, "])"));
     for (int k = 0; k < 4; ++k) {
-      Tensor& t = tensors[4 * static_cast<size_t>(i) + k];
+      model::Tensor& t = tensors[4 * static_cast<size_t>(i) + k];
       t.shape = specs[k].shape;
       FillUniform(rng, specs[k].scale, &t);
       items.push_back({specs[k].name, &t, nullptr});
@@ -61,7 +61,7 @@ absl::StatusOr<std::string> WriteRandomHydraHeads(const ModelWeights& base, cons
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (absl::Status s =
-          engine::WriteSafetensors(dir + "/heads.safetensors", items, engine::WeightDtype::kF32);
+          model::WriteSafetensors(dir + "/heads.safetensors", items, model::WeightDtype::kF32);
       !s.ok()) {
     return s;
   }
@@ -83,7 +83,7 @@ absl::StatusOr<std::string> WriteRandomHydraHeads(const ModelWeights& base, cons
         {"head_dim", c.head_dim()},
         {"norm_eps", c.norm_eps},
         {"rope_theta", c.rope_theta},
-        {"rope_style", c.rope_style == RopeStyle::kInterleaved ? "interleaved" : "half"},
+        {"rope_style", c.rope_style == model::RopeStyle::kInterleaved ? "interleaved" : "half"},
         {"bos_id", c.bos_id},
         {"eos_id", c.eos_id},
         {"file", base.source}}},

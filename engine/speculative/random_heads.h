@@ -7,14 +7,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/model/model.h"
+#include "model/model.h"
 
 namespace banyan::engine {
 
 // Writes config.json and heads.safetensors for `base` into `dir` (created): `num_heads` heads
 // with an MLP of `mlp_hidden`, matrices uniform with variance 1 / fan-in, small biases. Returns
 // the config's path.
-absl::StatusOr<std::string> WriteRandomHydraHeads(const ModelWeights& base, const std::string& dir,
+absl::StatusOr<std::string> WriteRandomHydraHeads(const model::ModelWeights& base, const std::string& dir,
                                                   int num_heads, int mlp_hidden, uint32_t seed);
 
 }  // namespace banyan::engine

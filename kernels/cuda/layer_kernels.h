@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dtype.h"
-#include "kernels/cuda/kv_view.h"
+#include "kernels/paged_views.h"
 
 namespace banyan::kernels::cuda {
 
@@ -60,7 +60,7 @@ struct RopeKvParams {
   const int32_t* slot_chunk = nullptr;  // [tokens]
   const int32_t* slot_index = nullptr;  // [tokens] slot within the chunk
   const int32_t* write_kv = nullptr;    // [tokens] 1: write K/V, 0: skip
-  const float* inv_freq = nullptr;      // [head_dim / 2] RopeInvFreq (engine/model/rope.h)
+  const float* inv_freq = nullptr;      // [head_dim / 2] RopeInvFreq (model/rope.h)
   int32_t tokens = 0;
   int32_t num_q_heads = 0;
   bool interleaved = false;  // RopeStyle::kInterleaved: pairs (2i, 2i+1); else (i, i + d/2)

@@ -7,7 +7,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "engine/sampler/philox.h"
+#include "common/philox.h"
 #include "kernels/cuda/sampling.h"
 
 namespace banyan::kernels::cuda::sampling {
@@ -440,7 +440,7 @@ __device__ int SampleFiltered(const float* z, int vocab, const SampleSpecDev& s,
       m = mp;
     }
   }
-  const float u = engine::SampleUniform(s.seed, s.stream, s.step);
+  const float u = SampleUniform(s.seed, s.stream, s.step);
   return InverseCdf<BLOCK>(z, vocab, weight, t, m, s.min_p > 0.0f ? s.min_p : 0.0f, u,
                            zs.argmax, sh);
 }

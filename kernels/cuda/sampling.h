@@ -2,7 +2,7 @@
 //
 // Contract: engine/sampler/sampler.h, steps 1-7, for every field of SamplingParams. Each sample
 // (a SampleSpecDev) reads one logits row; several samples may read the same row (the n samples of
-// one prompt). The uniform number is SampleUniform(seed, stream, step) of engine/sampler/philox.h,
+// one prompt). The uniform number is SampleUniform(seed, stream, step) of common/philox.h,
 // drawn on the device, so it is bit-identical to the CPU's. What may differ from the CPU reference
 // is only rounding: expf against the host's exp, and the summation order of the double masses. A
 // token can therefore differ only where u * W (or a top-p / min-p boundary) falls within that

@@ -16,7 +16,7 @@ absl::Status ConvertFromF32(DType dtype, const float* src, int64_t n, void* dst,
                             cudaStream_t stream);
 
 // Fills elements [0, n) of tensor number `slot` (its index in ListTensorSlots) exactly as
-// engine/model/dummy_weights.h documents for MakeDummyWeights: value e = offset + scale *
+// model/dummy_weights.h documents for MakeDummyWeights: value e = offset + scale *
 // ApproxNormal(counter (seed, slot, e)), computed in fp32 without contraction so that it equals
 // the host's value bit for bit before the final rounding to the dtype.
 struct DummyFillParams {

@@ -12,7 +12,7 @@
 #include "server/grpc/grpc_log.h"
 #include "server/grpc/grpc_status.h"
 #include "server/grpc/grpc_translate.h"
-#include "server/validation.h"
+#include "server/common/validation.h"
 
 namespace banyan::server {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "banyan/v1/generation.grpc.pb.h"
 #include "server/grpc/stream_pump.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 
 namespace banyan::server {
 
@@ -39,7 +39,7 @@ class GenerationService final : public GenerationServiceBase {
                                        v1::ListModelsResponse* response) override;
 
  private:
-  // The caller's tenant, from the metadata `authorization` under the rules of server/auth.h
+  // The caller's tenant, from the metadata `authorization` under the rules of server/common/auth.h
   // (the same as HTTP's, on the raw value). With keys configured, more than one
   // `authorization` entry is refused. Unauthenticated otherwise.
   absl::StatusOr<const Tenant*> Authenticate(const grpc::CallbackServerContext& call) const;

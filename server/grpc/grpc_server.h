@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/server.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 
 namespace banyan::server {
 

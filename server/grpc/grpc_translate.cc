@@ -11,8 +11,8 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "common/json_limits.h"
-#include "server/structured_outputs.h"
-#include "server/validation.h"
+#include "server/common/structured_outputs.h"
+#include "server/common/validation.h"
 
 namespace banyan::server {
 namespace {
@@ -114,7 +114,7 @@ absl::Status CheckModel(std::string_view requested, const ServerContext& ctx) {
 }
 
 absl::StatusOr<std::vector<int32_t>> TokenizeText(std::string_view text, bool add_bos,
-                                                  const engine::Tokenizer& tokenizer) {
+                                                  const text::Tokenizer& tokenizer) {
   // protobuf already rejects a `string` field that is not UTF-8 (see GenerationService), so
   // this guards callers that got their text elsewhere.
   size_t bad_offset = 0;

@@ -1,6 +1,6 @@
 // Translation between banyan.v1 messages and the scheduler's types, for the gRPC front end.
 // No I/O and no gRPC calls, so it is tested without a server. Validation itself is shared with
-// the HTTP front end (server/validation.h); this file only maps fields and applies the defaults
+// the HTTP front end (server/common/validation.h); this file only maps fields and applies the defaults
 // documented in proto/banyan/v1/generation.proto.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include "banyan/v1/generation.pb.h"
 #include "google/protobuf/message.h"
 #include "scheduler/request.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 
 namespace banyan::server {
 
@@ -47,7 +47,7 @@ absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest&
 
 // The token ids `text` becomes; InvalidArgument when it is not UTF-8.
 absl::StatusOr<std::vector<int32_t>> TokenizeText(std::string_view text, bool add_bos,
-                                                  const engine::Tokenizer& tokenizer);
+                                                  const text::Tokenizer& tokenizer);
 
 v1::FinishReason ToProto(scheduler::FinishReason reason);
 void ToProto(const scheduler::Usage& usage, v1::Usage* out);

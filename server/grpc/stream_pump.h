@@ -38,7 +38,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "scheduler/request_stream.h"
-#include "server/auth.h"
+#include "server/common/auth.h"
 
 namespace banyan::server {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "server/auth.h"
+#include "server/common/header_value.h"
 #include "server/http/http_types.h"
 
 namespace banyan::server::http {

@@ -10,13 +10,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/auth.h"
-#include "server/http/chat_template.h"
+#include "server/common/auth.h"
+#include "server/common/header_value.h"
+#include "text/chat_template.h"
 #include "server/http/http_util.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_request.h"
-#include "server/metrics_text.h"
-#include "server/validation.h"
+#include "server/common/metrics_text.h"
+#include "server/common/validation.h"
 
 namespace banyan::server::http {
 namespace {
@@ -244,7 +245,7 @@ std::shared_ptr<GenerationJob> Dispatch(ServerContext* ctx, const HttpRequest& r
                                        "forbidden_host"));
     return finish();
   }
-  // The caller's tenant (server/auth.h): from the raw Authorization bytes, never from the body.
+  // The caller's tenant (server/common/auth.h): from the raw Authorization bytes, never from the body.
   const Tenant* tenant = nullptr;
   if (req.path != "/health" && req.path != "/ready") {
     std::optional<std::string_view> authorization;

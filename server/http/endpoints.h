@@ -7,7 +7,7 @@
 //   POST /detokenize {tokens, model} -> {prompt}
 //   GET  /health     200 while the process runs
 //   GET  /ready      200 when *ctx->ready, else 503 (loading or draining)
-//   GET  /metrics    Prometheus text 0.0.4 (server/metrics_text.h, docs/metrics.md)
+//   GET  /metrics    Prometheus text 0.0.4 (server/common/metrics_text.h, docs/metrics.md)
 //
 // Checks, in order (docs/security.md says why):
 //  1. Host: with no API keys configured and a loopback listen address, the Host header must name
@@ -28,7 +28,7 @@
 #include "server/http/generation.h"
 #include "server/http/http_log.h"
 #include "server/http/http_types.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 
 namespace banyan::server::http {
 

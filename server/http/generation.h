@@ -22,12 +22,12 @@
 
 #include "absl/status/status.h"
 #include "scheduler/request_stream.h"
-#include "server/auth.h"
+#include "server/common/auth.h"
 #include "server/http/http_log.h"
 #include "server/http/http_types.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 
 namespace banyan::server::http {
 

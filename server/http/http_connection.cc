@@ -23,7 +23,7 @@
 #include "boost/beast/core/tcp_stream.hpp"
 #include "boost/beast/http.hpp"
 #include "server/http/body_decoding.h"
-#include "server/http/chat_template.h"
+#include "text/chat_template.h"
 #include "server/http/endpoints.h"
 #include "server/http/http_log.h"
 #include "server/http/http_util.h"
@@ -605,9 +605,9 @@ absl::Status HttpFrontEnd::Impl::Start() {
                  "{} request workers)",
                  o.host, port.load(), ctx->model_name,
                  ctx->jinja_chat != nullptr ? "jinja " + ctx->jinja_chat->source
-                 : o.chat_template == ChatTemplate::kModel
+                 : o.chat_template == text::ChatTemplate::kModel
                      ? std::string("plain (the model has none)")
-                     : std::string(ChatTemplateName(o.chat_template)),
+                     : std::string(text::ChatTemplateName(o.chat_template)),
                  ctx->auth.keys_required() ? "on" : "off", n, w);
   return absl::OkStatus();
 }

@@ -19,7 +19,7 @@
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/thread_pool.hpp"
 #include "server/http/http_server.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 
 namespace banyan::server::http {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "server/rejections.h"
+#include "server/common/rejections.h"
 #include "spdlog/spdlog.h"
 
 namespace banyan::server::http {

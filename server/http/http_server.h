@@ -18,7 +18,7 @@
 //    limit), its body within `body_timeout`, each as a whole however slowly the bytes trickle
 //    in; the connection is then closed without an answer. A response write that makes no
 //    progress for `write_timeout` ends the connection (and cancels its request);
-//  - every refusal is counted in ctx->rejections (server/rejections.h);
+//  - every refusal is counted in ctx->rejections (server/common/rejections.h);
 //  - "Expect: 100-continue" is answered; HEAD is served for the GET endpoints;
 //  - the listening socket is exclusive (SO_REUSEADDR only, never SO_REUSEPORT): a second daemon
 //    on the same port fails to start instead of splitting the traffic.
@@ -39,7 +39,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 
 namespace banyan::server::http {
 

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "server/validation.h"
+#include "server/common/validation.h"
 
 namespace banyan::server::http {
 namespace {

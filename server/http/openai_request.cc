@@ -123,7 +123,7 @@ absl::StatusOr<nlohmann::ordered_json> OrderedBody(const Json& body, std::string
                           JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = dumped.size()});
 }
 
-// tools / tool_choice / parallel_tool_calls (server/tool_calling.h), for the family the model's
+// tools / tool_choice / parallel_tool_calls (server/common/tool_calling.h), for the family the model's
 // chat template speaks. Forced calls (required, named) compile their grammar here, on the front
 // end's thread; auto only marks the output to be parsed for calls.
 absl::Status ParseTools(const Json& body, std::string_view raw_body, const ServerContext& ctx,
@@ -159,7 +159,7 @@ absl::Status ParseTools(const Json& body, std::string_view raw_body, const Serve
   return absl::OkStatus();
 }
 
-// response_format / guided_json (server/structured_outputs.h): read with the keys in the order
+// response_format / guided_json (server/common/structured_outputs.h): read with the keys in the order
 // sent (`body` has them sorted, and properties are generated in schema order), and compiled
 // here, on the front end's thread, never on the engine's.
 absl::Status ParseStructuredOutput(const Json& body, std::string_view raw_body,
@@ -260,7 +260,7 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
                         "prompt is required: a string, an array of token ids, or an "
                         "array of either");
   }
-  const engine::Tokenizer& tok = *ctx.tokenizer;
+  const text::Tokenizer& tok = *ctx.tokenizer;
   size_t text_bytes = 0;  // over all prompts of the request: each is tokenized
   auto add_text = [&](const std::string& s) -> absl::Status {
     if (s.empty()) return InvalidParam("prompt", "the prompt is empty; send some text");
@@ -372,7 +372,7 @@ absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
     }
     return absl::OkStatus();
   }
-  // tools, tool_choice and parallel_tool_calls: ParseTools (server/tool_calling.h).
+  // tools, tool_choice and parallel_tool_calls: ParseTools (server/common/tool_calling.h).
   if (const Json* fns = present("functions");
       fns != nullptr && (!fns->is_array() || !fns->empty())) {
     std::string fc = "auto";
@@ -415,7 +415,7 @@ absl::Status CheckModel(const Json& body, const ServerContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
+absl::StatusOr<std::vector<text::ChatMessage>> ParseMessages(const Json& body) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
     return InvalidParam("messages", "messages is required: an array of {role, content}");
@@ -425,13 +425,13 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body) {
                         absl::StrCat("messages must be an array, got ", Sv(JsonTypeName(*it))));
   }
   if (it->empty()) return InvalidParam("messages", "messages must not be empty");
-  std::vector<ChatMessage> out;
+  std::vector<text::ChatMessage> out;
   for (size_t i = 0; i < it->size(); ++i) {
     const Json& m = (*it)[i];
     const std::string where = absl::StrCat("messages[", i, "]");
     if (!m.is_object()) return InvalidParam(where, absl::StrCat(where, " must be an object"));
     FieldReader f(m, where + ".");
-    ChatMessage msg;
+    text::ChatMessage msg;
     f.String("role", &msg.role);
     if (!f.status().ok()) return f.status();
     if (msg.role.empty()) return InvalidParam(where + ".role", where + ".role is required");
@@ -535,9 +535,9 @@ absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
 
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string_view raw_body,
                                                    const ServerContext& ctx) {
-  absl::StatusOr<std::vector<ChatMessage>> messages = ParseMessages(body);
+  absl::StatusOr<std::vector<text::ChatMessage>> messages = ParseMessages(body);
   if (!messages.ok()) return messages.status();
-  for (const ChatMessage& m : *messages) {
+  for (const text::ChatMessage& m : *messages) {
     if (!IsValidUtf8(m.content)) return InvalidParam("messages", "a message is not valid UTF-8");
   }
   if (ctx.jinja_chat != nullptr) {
@@ -551,7 +551,7 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string
       ordered = ParseOrderedJson(body.dump(), "request body", kRequestBodyJsonLimits);
     }
     if (!ordered.ok()) return ordered.status();
-    absl::StatusOr<std::string> text = RenderJinjaChat(*ctx.jinja_chat, *ordered, *messages);
+    absl::StatusOr<std::string> text = text::RenderJinjaChat(*ctx.jinja_chat, *ordered, *messages);
     if (!text.ok()) return text.status();
     // Before tokenizing: a long conversation costs the tokenizer seconds of CPU.
     if (absl::Status st =
@@ -559,15 +559,15 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string
         !st.ok()) {
       return st;
     }
-    return EncodeRendered(*ctx.jinja_chat, *text, *ctx.tokenizer);
+    return text::EncodeRendered(*ctx.jinja_chat, *text, *ctx.tokenizer);
   }
-  absl::StatusOr<std::vector<ChatSegment>> segments =
-      RenderChat(ctx.options.chat_template, *messages);
+  absl::StatusOr<std::vector<text::ChatSegment>> segments =
+      text::RenderChat(ctx.options.chat_template, *messages);
   if (!segments.ok()) return segments.status();
   int64_t text_bytes = 0;
-  for (const ChatSegment& seg : *segments) text_bytes += static_cast<int64_t>(seg.text.size());
+  for (const text::ChatSegment& seg : *segments) text_bytes += static_cast<int64_t>(seg.text.size());
   if (absl::Status st = CheckPromptSize(text_bytes, ctx.options, "messages"); !st.ok()) return st;
-  return EncodeChat(*segments, *ctx.tokenizer);
+  return text::EncodeChat(*segments, *ctx.tokenizer);
 }
 
 absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx,

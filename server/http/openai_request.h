@@ -1,5 +1,5 @@
 // Decoding of OpenAI /v1/completions and /v1/chat/completions request bodies into
-// wire-independent GenerationInputs (server/validation.h), one per prompt.
+// wire-independent GenerationInputs (server/common/validation.h), one per prompt.
 //
 // Accepted as OpenAI / vLLM do:
 //  - `model` may be absent (the one served model); when present it must name it (404
@@ -19,7 +19,7 @@
 //    "+5", "5.0" and "-1" are refused with a 400 naming logit_bias.
 //  - `tools`, `tool_choice`, `functions`, `function_call` on /v1/completions: 400 naming the
 //    field (they are chat fields, and would otherwise be dropped unseen). On chat, tools as
-//    server/tool_calling.h says; the legacy `functions` are refused.
+//    server/common/tool_calling.h says; the legacy `functions` are refused.
 //  - vLLM extensions also accepted: top_k, min_p, repetition_penalty, ignore_eos,
 //    stop_token_ids, min_tokens, add_special_tokens. Its other extensions that would change the
 //    output are refused unless they carry vLLM's default.
@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/http/chat_template.h"
+#include "text/chat_template.h"
 #include "server/http/openai_json.h"
-#include "server/server_context.h"
-#include "server/validation.h"
+#include "server/common/server_context.h"
+#include "server/common/validation.h"
 
 namespace banyan::server::http {
 
@@ -60,7 +60,7 @@ struct ParsedGeneration {
 absl::Status CheckModel(const Json& body, const ServerContext& ctx);
 
 // body["messages"] as ChatMessages (param "messages" in errors).
-absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& body);
+absl::StatusOr<std::vector<text::ChatMessage>> ParseMessages(const Json& body);
 
 // raw_body: the body's text, where response_format / guided_json schemas are read with their
 // keys in the order sent (empty: body's own, keys sorted).
@@ -72,7 +72,7 @@ absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const Server
                                                   std::string_view raw_body = {});
 
 // The prompt token ids of a chat body's messages: rendered by the model's chat template
-// (ctx.jinja_chat, server/http/chat_template.h) or the built-in one, then tokenized.
+// (ctx.jinja_chat, text/chat_template.h) or the built-in one, then tokenized.
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string_view raw_body,
                                                    const ServerContext& ctx);
 

@@ -4,7 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_replace.h"
-#include "server/validation.h"
+#include "server/common/validation.h"
 
 namespace banyan::server::http {
 namespace {
@@ -27,7 +27,7 @@ int64_t CountCodePoints(const std::string& s) {
 
 }  // namespace
 
-TokenRepr DescribeToken(const engine::Tokenizer& tokenizer, int32_t id) {
+TokenRepr DescribeToken(const text::Tokenizer& tokenizer, int32_t id) {
   TokenRepr r;
   if (id < 0 || id >= tokenizer.vocab_size()) return r;
   const std::string bytes = tokenizer.TokenBytes(id);
@@ -77,7 +77,7 @@ Json UsageJson(const scheduler::Usage& u) {
 }
 
 ResponseBuilder::ResponseBuilder(const ParsedGeneration& parsed, std::string id, int64_t created,
-                                 std::string model, const engine::Tokenizer* tokenizer, int n)
+                                 std::string model, const text::Tokenizer* tokenizer, int n)
     : api_(parsed.api),
       id_(std::move(id)),
       created_(created),

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "scheduler/request.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_request.h"
@@ -38,7 +38,7 @@ struct TokenRepr {
   std::string text;            // how the token is shown
   std::vector<uint8_t> bytes;  // its raw bytes
 };
-TokenRepr DescribeToken(const engine::Tokenizer& tokenizer, int32_t id);
+TokenRepr DescribeToken(const text::Tokenizer& tokenizer, int32_t id);
 
 // "stop", "length", "abort", "error"; "" while running.
 std::string_view FinishReasonString(scheduler::FinishReason reason);
@@ -49,7 +49,7 @@ class ResponseBuilder {
  public:
   // `parsed` supplies the API, echo texts and log-probability settings; `n` samples per prompt.
   ResponseBuilder(const ParsedGeneration& parsed, std::string id, int64_t created,
-                  std::string model, const engine::Tokenizer* tokenizer, int n);
+                  std::string model, const text::Tokenizer* tokenizer, int n);
 
   int num_choices() const { return static_cast<int>(choices_.size()); }
 
@@ -98,7 +98,7 @@ class ResponseBuilder {
   std::string id_;
   int64_t created_;
   std::string model_;
-  const engine::Tokenizer* tokenizer_;
+  const text::Tokenizer* tokenizer_;
   bool logprobs_;
   bool include_usage_;
   std::vector<std::string> echo_texts_;

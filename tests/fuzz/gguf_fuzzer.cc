@@ -1,20 +1,20 @@
-// Fuzzes the GGUF loader (engine/model/gguf_loader.h) on arbitrary file contents, with the
+// Fuzzes the GGUF loader (model/gguf_loader.h) on arbitrary file contents, with the
 // tokenizer metadata read too. A vocabulary that loads must validate and give a Tokenizer, as
 // LoadModelBundle expects; loaded weights must pass CheckLoadedWeights.
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/model/gguf_loader.h"
-#include "engine/model/model_log.h"
-#include "engine/tokenizer/spm_model_reader.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "model/gguf_loader.h"
+#include "model/model_log.h"
+#include "text/tokenizer/spm_model_reader.h"
+#include "text/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/weights_check.h"
 
 // The loaders log (unused tensors, loaded shapes) to stderr; per input that would bury
 // libFuzzer's own output and slow it down.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  banyan::engine::ModelLog().set_level(spdlog::level::off);
+  banyan::model::ModelLog().set_level(spdlog::level::off);
   return 0;
 }
 

@@ -10,26 +10,26 @@
 #include <string_view>
 
 #include "banyan/v1/generation.pb.h"
-#include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer/tokenizer.h"
 #include "google/protobuf/stubs/logging.h"
 #include "server/grpc/grpc_translate.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace banyan::server {
 namespace {
 
 struct Fixture {
-  std::unique_ptr<engine::Tokenizer> tokenizer;
-  engine::ModelConfig config;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  model::ModelConfig config;
   ServerContext ctx;
 };
 
 const Fixture& GetFixture() {
   static const Fixture* fixture = [] {
     auto* f = new Fixture;
-    auto t = engine::Tokenizer::FromFile(fuzz::BundledTokenizerPath());
+    auto t = text::Tokenizer::FromFile(fuzz::BundledTokenizerPath());
     FUZZ_CHECK(t.ok());
     f->tokenizer = std::move(*t);
     f->config.max_seq_len = 512;

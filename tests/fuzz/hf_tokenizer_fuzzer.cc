@@ -8,10 +8,10 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer/bpe_tokenizer.h"
-#include "engine/tokenizer/hf_json_reader.h"
-#include "engine/tokenizer/incremental_detokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "text/tokenizer/bpe_tokenizer.h"
+#include "text/tokenizer/hf_json_reader.h"
+#include "text/tokenizer/incremental_detokenizer.h"
+#include "common/utf8.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace banyan::engine {
@@ -26,12 +26,12 @@ bool IsUtf8(std::string_view s) {
   return true;
 }
 
-void Check(const Tokenizer& tok, std::string_view text) {
+void Check(const text::Tokenizer& tok, std::string_view text) {
   const std::vector<int32_t> ids = tok.Encode(text, /*add_bos=*/true);
   for (const int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tok.vocab_size());
   const std::string decoded = tok.Decode(ids);
   FUZZ_CHECK(IsUtf8(decoded));
-  IncrementalDetokenizer detok(tok);
+  text::IncrementalDetokenizer detok(tok);
   std::string streamed;
   for (const int32_t id : ids) streamed += detok.Push(id);
   streamed += detok.Flush();
@@ -44,9 +44,9 @@ void Check(const Tokenizer& tok, std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace banyan::engine;
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<BpeSpec> spec = ParseHfTokenizerJson(input, "", "fuzz.json");
+  absl::StatusOr<text::BpeSpec> spec = text::ParseHfTokenizerJson(input, "", "fuzz.json");
   if (!spec.ok()) return 0;
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::Create(*std::move(spec));
+  absl::StatusOr<std::unique_ptr<text::BpeTokenizer>> tok = text::BpeTokenizer::Create(*std::move(spec));
   if (!tok.ok()) return 0;
   Check(**tok, "Hello wörld  12345 \xF0\x9F\x99\x82<s>\n");
   Check(**tok, input.substr(0, 256));

@@ -1,17 +1,17 @@
-// Fuzzes the llama2.c checkpoint loader (engine/model/llama2c_loader.h) on arbitrary file
+// Fuzzes the llama2.c checkpoint loader (model/llama2c_loader.h) on arbitrary file
 // contents. Weights that load must pass CheckLoadedWeights.
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/model/llama2c_loader.h"
-#include "engine/model/model_log.h"
+#include "model/llama2c_loader.h"
+#include "model/model_log.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/weights_check.h"
 
 // The loaders log (unused tensors, loaded shapes) to stderr; per input that would bury
 // libFuzzer's own output and slow it down.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  banyan::engine::ModelLog().set_level(spdlog::level::off);
+  banyan::model::ModelLog().set_level(spdlog::level::off);
   return 0;
 }
 

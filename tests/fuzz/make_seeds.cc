@@ -11,19 +11,19 @@
 #include <vector>
 
 #include "banyan/v1/generation.pb.h"
-#include "engine/model/dummy_weights.h"
-#include "engine/model/safetensors_file.h"
-#include "engine/model/safetensors_loader.h"
-#include "engine/model/weights_layout.h"
-#include "tests/engine/model/test_util.h"
+#include "model/dummy_weights.h"
+#include "model/safetensors_file.h"
+#include "model/safetensors_loader.h"
+#include "model/weights_layout.h"
+#include "tests/model/test_util.h"
 #include "tests/fuzz/tiny_model.h"
 
 namespace banyan::fuzz {
 namespace {
 
 namespace fs = std::filesystem;
-using engine::ModelConfig;
-using engine::ModelWeights;
+using model::ModelConfig;
+using model::ModelWeights;
 
 void Write(const fs::path& dir, const std::string& name, const std::string& bytes) {
   fs::create_directories(dir);
@@ -107,7 +107,7 @@ void TokenizerSeeds(const fs::path& dir) {
 }
 
 ModelConfig TinyConfig() {
-  absl::StatusOr<ModelConfig> c = engine::ParseHfConfig(kTinyHfConfig, "tiny_model.h");
+  absl::StatusOr<ModelConfig> c = model::ParseHfConfig(kTinyHfConfig, "tiny_model.h");
   if (!c.ok()) {
     std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
     std::exit(1);
@@ -124,7 +124,7 @@ void GgufSeeds(const fs::path& dir, const ModelWeights& w) {
     ModelConfig c = w.config;
     c.dim = 32;
     c.hidden_dim = 32;
-    Write(dir, "tiny_q8_0.gguf", GgufFromWeights(engine::MakeDummyWeights(c, 12), kGgmlQ8_0));
+    Write(dir, "tiny_q8_0.gguf", GgufFromWeights(model::MakeDummyWeights(c, 12), kGgmlQ8_0));
   }
   // The same shape as Qwen 3 (q/k norm tensors, rotate-half order) and Qwen 2.5 (q/k/v biases).
   for (const char* arch : {"qwen2", "qwen3"}) {
@@ -132,21 +132,21 @@ void GgufSeeds(const fs::path& dir, const ModelWeights& w) {
     c.arch = arch;
     c.qkv_bias = c.arch == "qwen2";
     c.qk_norm = c.arch == "qwen3";
-    c.rope_style = engine::RopeStyle::kHalf;
+    c.rope_style = model::RopeStyle::kHalf;
     Write(dir, std::string("tiny_") + arch + ".gguf",
-          GgufFromWeights(engine::MakeDummyWeights(c, 11), kGgmlF32));
+          GgufFromWeights(model::MakeDummyWeights(c, 11), kGgmlF32));
   }
 }
 
 void SafetensorsSeeds(const fs::path& dir, const ModelWeights& w) {
   fs::create_directories(dir);
-  std::vector<engine::SafetensorsItem> items;
-  for (const engine::TensorSlot& slot : engine::ListTensorSlots(w.config)) {
-    items.push_back({engine::HfTensorName(slot), &engine::SlotTensor(w, slot), nullptr});
+  std::vector<model::SafetensorsItem> items;
+  for (const model::TensorSlot& slot : model::ListTensorSlots(w.config)) {
+    items.push_back({model::HfTensorName(slot), &model::SlotTensor(w, slot), nullptr});
   }
-  for (auto [name, dtype] : {std::pair{"tiny_f32.safetensors", engine::WeightDtype::kF32},
-                             std::pair{"tiny_bf16.safetensors", engine::WeightDtype::kBF16}}) {
-    absl::Status s = engine::WriteSafetensors((dir / name).string(), items, dtype);
+  for (auto [name, dtype] : {std::pair{"tiny_f32.safetensors", model::WeightDtype::kF32},
+                             std::pair{"tiny_bf16.safetensors", model::WeightDtype::kBF16}}) {
+    absl::Status s = model::WriteSafetensors((dir / name).string(), items, dtype);
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       std::exit(1);
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   TokenizerSeeds(root / "tokenizer");
   Write(root / "spm_model", "tok512.model", ReadAll(models + "tok512.model"));
 
-  const ModelWeights w = banyan::engine::MakeDummyWeights(TinyConfig(), 1);
+  const ModelWeights w = banyan::model::MakeDummyWeights(TinyConfig(), 1);
   GgufSeeds(root / "gguf", w);
   SafetensorsSeeds(root / "safetensors", w);
   Write(root / "llama2c", "tiny_shared.bin", Llama2cBytes(w.config, true));

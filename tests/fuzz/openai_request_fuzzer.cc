@@ -10,31 +10,31 @@
 #include <string>
 #include <string_view>
 
-#include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer/tokenizer.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_request.h"
-#include "server/server_context.h"
-#include "server/validation.h"
+#include "server/common/server_context.h"
+#include "server/common/validation.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace banyan::server {
 namespace {
 
 // Chat prompts are rendered with each built-in template in turn.
-constexpr ChatTemplate kTemplates[] = {ChatTemplate::kPlain, ChatTemplate::kLlama2,
-                                       ChatTemplate::kChatML};
+constexpr text::ChatTemplate kTemplates[] = {text::ChatTemplate::kPlain, text::ChatTemplate::kLlama2,
+                                       text::ChatTemplate::kChatML};
 
 struct Fixture {
-  std::unique_ptr<engine::Tokenizer> tokenizer;
-  engine::ModelConfig config;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  model::ModelConfig config;
   ServerContext ctx[std::size(kTemplates)];  // ctx[i] renders chat with kTemplates[i]
 };
 
 const Fixture& GetFixture() {
   static const Fixture* fixture = [] {
     auto* f = new Fixture;
-    auto t = engine::Tokenizer::FromFile(fuzz::BundledTokenizerPath());
+    auto t = text::Tokenizer::FromFile(fuzz::BundledTokenizerPath());
     FUZZ_CHECK(t.ok());
     f->tokenizer = std::move(*t);
     f->config.max_seq_len = 512;

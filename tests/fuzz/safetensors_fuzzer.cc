@@ -13,9 +13,9 @@
 #include <fstream>
 #include <string>
 
-#include "engine/model/model_log.h"
-#include "engine/model/safetensors_file.h"
-#include "engine/model/safetensors_loader.h"
+#include "model/model_log.h"
+#include "model/safetensors_file.h"
+#include "model/safetensors_loader.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/tiny_model.h"
 #include "tests/fuzz/weights_check.h"
@@ -60,7 +60,7 @@ void RemoveFolder() {
 // The loaders log (unused tensors, loaded shapes) to stderr; per input that would bury
 // libFuzzer's own output and slow it down.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  banyan::engine::ModelLog().set_level(spdlog::level::off);
+  banyan::model::ModelLog().set_level(spdlog::level::off);
   return 0;
 }
 

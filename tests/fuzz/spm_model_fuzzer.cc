@@ -1,4 +1,4 @@
-// Fuzzes the SentencePiece .model reader (engine/tokenizer/spm_model_reader.h) on arbitrary
+// Fuzzes the SentencePiece .model reader (text/tokenizer/spm_model_reader.h) on arbitrary
 // bytes. A vocabulary that parses and validates must give a working Tokenizer: encoding a fixed
 // text yields in-range ids and decoding any ids does not crash.
 #include <cstddef>
@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer/spm_model_reader.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/tokenizer/spm_model_reader.h"
+#include "text/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -13,17 +13,17 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer/incremental_detokenizer.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "text/tokenizer/incremental_detokenizer.h"
+#include "text/tokenizer/tokenizer.h"
+#include "common/utf8.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace banyan::engine {
 namespace {
 
-const Tokenizer& Bundled() {
-  static const Tokenizer* tokenizer = [] {
-    auto t = Tokenizer::FromFile(fuzz::BundledTokenizerPath());
+const text::Tokenizer& Bundled() {
+  static const text::Tokenizer* tokenizer = [] {
+    auto t = text::Tokenizer::FromFile(fuzz::BundledTokenizerPath());
     FUZZ_CHECK(t.ok());
     return t->release();
   }();
@@ -39,7 +39,7 @@ bool IsUtf8(std::string_view s) {
   return true;
 }
 
-void FuzzText(std::string_view text, bool add_bos, const Tokenizer& tok) {
+void FuzzText(std::string_view text, bool add_bos, const text::Tokenizer& tok) {
   const std::vector<int32_t> ids = tok.Encode(text, add_bos);
   for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tok.vocab_size());
   const std::string decoded = tok.Decode(ids);
@@ -53,14 +53,14 @@ void FuzzText(std::string_view text, bool add_bos, const Tokenizer& tok) {
   FUZZ_CHECK(again == decoded);
 }
 
-void FuzzIds(const uint8_t* data, size_t size, const Tokenizer& tok) {
+void FuzzIds(const uint8_t* data, size_t size, const text::Tokenizer& tok) {
   std::vector<int32_t> ids;
   for (size_t i = 0; i + 2 <= size; i += 2) {
     int16_t v;
     std::memcpy(&v, data + i, sizeof(v));
     ids.push_back(v);
   }
-  IncrementalDetokenizer detok(tok);
+  text::IncrementalDetokenizer detok(tok);
   std::string streamed;
   for (int32_t id : ids) {
     const std::string piece = detok.Push(id);
@@ -77,7 +77,7 @@ void FuzzIds(const uint8_t* data, size_t size, const Tokenizer& tok) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace banyan::engine;
-  const Tokenizer& tok = Bundled();
+  const text::Tokenizer& tok = Bundled();
   const bool add_bos = size > 0 && (data[0] & 1) != 0;
   FuzzText(std::string_view(reinterpret_cast<const char*>(data), size), add_bos, tok);
   FuzzIds(data, size, tok);

@@ -5,17 +5,17 @@
 
 #include <cstddef>
 
-#include "engine/model/model.h"
-#include "engine/model/weights_layout.h"
+#include "model/model.h"
+#include "model/weights_layout.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace banyan::fuzz {
 
-inline void CheckLoadedWeights(const engine::ModelWeights& w) {
-  FUZZ_CHECK(engine::ValidateWeights(w).ok());
+inline void CheckLoadedWeights(const model::ModelWeights& w) {
+  FUZZ_CHECK(model::ValidateWeights(w).ok());
   FUZZ_CHECK(static_cast<int>(w.layers.size()) == w.config.n_layers);
-  for (const engine::TensorSlot& slot : engine::ListTensorSlots(w.config)) {
-    const engine::Tensor& t = engine::SlotTensor(w, slot);
+  for (const model::TensorSlot& slot : model::ListTensorSlots(w.config)) {
+    const model::Tensor& t = model::SlotTensor(w, slot);
     FUZZ_CHECK(t.shape == slot.shape);
     FUZZ_CHECK(t.data.size() == static_cast<size_t>(t.numel()));
   }

@@ -61,7 +61,7 @@ def block_hash(parent, tokens):
     return h
 
 
-def tenant_namespace(tenant):  # server/validation.cc CacheNamespace, no user, no cache_salt
+def tenant_namespace(tenant):  # server/common/validation.cc CacheNamespace, no user, no cache_salt
     return f"t{len(tenant.encode())}:{tenant}|u0:|s0:"
 
 

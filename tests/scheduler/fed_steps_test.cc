@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "gtest/gtest.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/generate.h"
@@ -107,10 +107,10 @@ class FedStepsTest : public ::testing::Test {
     return got;
   }
 
-  static const engine::ModelBundle* bundle_;
+  static const model::ModelBundle* bundle_;
   int ids_ = 0;
 };
-const engine::ModelBundle* FedStepsTest::bundle_ = nullptr;
+const model::ModelBundle* FedStepsTest::bundle_ = nullptr;
 
 // A long greedy request, six steps in: decoding with fed steps.
 std::shared_ptr<RequestStream> StartDecoding(FedStepsTest* t, EngineLoop& loop) {

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "scheduler/generate.h"
 #include "gtest/gtest.h"
 #include "kvcache/chunk_pool.h"
@@ -99,11 +99,11 @@ class SchedulerTest : public ::testing::Test {
     return res;
   }
 
-  static const engine::ModelBundle* bundle_;
+  static const model::ModelBundle* bundle_;
   std::unique_ptr<Scheduler> sched_;
   int ids_ = 0;
 };
-const engine::ModelBundle* SchedulerTest::bundle_ = nullptr;
+const model::ModelBundle* SchedulerTest::bundle_ = nullptr;
 
 // The engine loop frees a finished or cancelled request's chunks on its own thread after the
 // stream has ended, so a client can read its last event before the metrics say so. Waits for

@@ -24,23 +24,23 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/dummy_weights.h"
-#include "engine/model/model_io.h"
-#include "engine/model/safetensors_file.h"
-#include "engine/model_bundle.h"
+#include "model/dummy_weights.h"
+#include "model/model_io.h"
+#include "model/safetensors_file.h"
+#include "model/model_bundle.h"
 #include "engine/speculative/draft_heads.h"
 #include "engine/speculative/random_heads.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/generate.h"
-#include "tests/engine/model/test_util.h"
+#include "tests/model/test_util.h"
 #include "tests/scheduler/speculation_util.h"
 
 namespace banyan::scheduler {
 namespace {
 
-using engine::ModelConfig;
-using engine::ModelWeights;
+using model::ModelConfig;
+using model::ModelWeights;
 using engine::WriteRandomHydraHeads;
 
 // Its 512 pieces fix the models' vocabulary.
@@ -48,14 +48,14 @@ const std::string kTokenizer = std::string(BANYAN_SOURCE_DIR) + "/models/stories
 
 // The architectures, by the names the test instances carry.
 ModelConfig ArchConfig(const std::string& name) {
-  ModelConfig c = engine::testing::SmallArchConfig(name == "llama3" ? "llama" : name);
+  ModelConfig c = model::testing::SmallArchConfig(name == "llama3" ? "llama" : name);
   c.vocab_size = 512;
   c.max_seq_len = 256;
   if (name == "llama3") {
     c.n_heads = 8;  // head_dim 8, 4 query heads per KV head
     c.rope_theta = 500000.0f;
     // Wavelengths on both sides of the blend band, and inside it.
-    c.rope_scaling.type = engine::RopeScalingType::kLlama3;
+    c.rope_scaling.type = model::RopeScalingType::kLlama3;
     c.rope_scaling.factor = 8.0f;  // low / high_freq_factor 1 / 4 and 8192: Llama 3.1's
     c.stop_ids = {2, 7};
   }
@@ -71,9 +71,9 @@ class SpeculationArchTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     const ModelConfig config = ArchConfig(GetParam());
     const std::string model_dir = dir_.File("model");
-    ASSERT_TRUE(engine::WriteHfFolder(engine::MakeDummyWeights(config, 11), model_dir).ok());
+    ASSERT_TRUE(model::WriteHfFolder(model::MakeDummyWeights(config, 11), model_dir).ok());
     std::filesystem::copy_file(kTokenizer, model_dir + "/tokenizer.model");
-    auto bundle = engine::LoadModelBundle(model_dir);
+    auto bundle = model::LoadModelBundle(model_dir);
     ASSERT_TRUE(bundle.ok()) << bundle.status();
     bundle_ = std::move(*bundle);
     // The architecture's features survived the round trip through config.json.
@@ -139,15 +139,15 @@ class SpeculationArchTest : public ::testing::TestWithParam<std::string> {
                        .speculation_adaptive = false};
   }
 
-  engine::testing::TempDir dir_;
-  engine::ModelBundle bundle_;
+  model::testing::TempDir dir_;
+  model::ModelBundle bundle_;
   std::optional<engine::DraftHeads> heads_;
   int ids_ = 0;
 };
 
 // Plain and Hydra decoding of `reqs` on a fresh loop each, token for token the same; every
 // request drafted. Returns the speculating run's counters.
-MetricsSnapshot ExpectHeadsKeepOutput(const engine::ModelBundle& bundle,
+MetricsSnapshot ExpectHeadsKeepOutput(const model::ModelBundle& bundle,
                                       const engine::DraftHeads& heads,
                                       const std::vector<Request>& reqs, LoopOptions off, int chunks,
                                       const std::string& what) {

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "engine/speculative/draft_heads.h"
 #include "gtest/gtest.h"
 #include "scheduler/generate.h"
@@ -87,11 +87,11 @@ class SpeculationTest : public ::testing::Test {
     testing::ExpectSameResults(a, b, what);
   }
 
-  static const engine::ModelBundle* bundle_;
+  static const model::ModelBundle* bundle_;
   static engine::DraftHeads* heads_;
   int ids_ = 0;
 };
-const engine::ModelBundle* SpeculationTest::bundle_ = nullptr;
+const model::ModelBundle* SpeculationTest::bundle_ = nullptr;
 engine::DraftHeads* SpeculationTest::heads_ = nullptr;
 
 TEST_F(SpeculationTest, HydraHeadsKeepOutputsExactly) {

@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "scheduler/generate.h"
 
@@ -21,7 +21,7 @@ namespace banyan::scheduler::testing {
 // tokens; afterwards the tree's invariants hold and no chunk is still live. `metrics`, when
 // given, receives the loop's counters; `stats`, its host-side accounting.
 inline absl::StatusOr<std::vector<GenerationResult>> RunOnCpu(
-    const engine::ModelWeights& weights, const engine::Tokenizer* tokenizer,
+    const model::ModelWeights& weights, const text::Tokenizer* tokenizer,
     std::span<const Request> requests, const LoopOptions& options, int chunks,
     MetricsSnapshot* metrics = nullptr, int chunk_size = 16, LoopStats* stats = nullptr) {
   auto backend =

@@ -77,7 +77,7 @@ constexpr char kSchema[] = R"({
 class StructuredOutputTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const engine::Tokenizer& tok = *testing::BundledModel().tokenizer;
+    const text::Tokenizer& tok = *testing::BundledModel().tokenizer;
     std::vector<std::string> bytes(tok.vocab_size());
     for (int id = 0; id < tok.vocab_size(); ++id) bytes[id] = tok.TokenBytes(id);
     for (int id : {tok.bos_id(), tok.eos_id(), tok.unk_id()}) {
@@ -104,7 +104,7 @@ class StructuredOutputTest : public ::testing::Test {
   }
 
   static Request MakeRequest(const std::string& id, int seed, int max_tokens) {
-    const engine::ModelBundle& b = testing::BundledModel();
+    const model::ModelBundle& b = testing::BundledModel();
     Request r;
     r.id = id;
     r.prompt = b.tokenizer->Encode("Once upon a time, a little dog", /*add_bos=*/true);
@@ -117,7 +117,7 @@ class StructuredOutputTest : public ::testing::Test {
 
   static absl::StatusOr<std::vector<GenerationResult>> Run(const std::vector<Request>& reqs,
                                                            int chunks = 512) {
-    const engine::ModelBundle& b = testing::BundledModel();
+    const model::ModelBundle& b = testing::BundledModel();
     auto backend = engine::CpuBackend::Create(&b.weights, {.num_chunks = chunks, .chunk_size = 16});
     if (!backend.ok()) return backend.status();
     EngineLoop loop(b.weights.config, b.tokenizer.get(), std::move(*backend),
@@ -235,7 +235,7 @@ TEST_F(StructuredOutputTest, GreedyIsDeterministicAndValid) {
 }
 
 TEST_F(StructuredOutputTest, MinTokensWithAGrammarIsRefused) {
-  const engine::ModelBundle& b = testing::BundledModel();
+  const model::ModelBundle& b = testing::BundledModel();
   auto backend = engine::CpuBackend::Create(&b.weights, {.num_chunks = 64, .chunk_size = 16});
   ASSERT_TRUE(backend.ok());
   EngineLoop loop(b.weights.config, b.tokenizer.get(), std::move(*backend), {});

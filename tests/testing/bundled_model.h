@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "gtest/gtest.h"
 
 namespace banyan::testing {
@@ -78,14 +78,14 @@ inline const std::string& BundledModelDir() {
 // BundledModelDir()/stories260K.bin.
 inline std::string BundledModelPath() { return BundledModelDir() + "/" + kBundledModelFile; }
 
-inline const engine::ModelBundle& BundledModel() {
-  static const engine::ModelBundle* bundle = [] {
-    auto b = engine::LoadModelBundle(BundledModelPath());
+inline const model::ModelBundle& BundledModel() {
+  static const model::ModelBundle* bundle = [] {
+    auto b = model::LoadModelBundle(BundledModelPath());
     if (!b.ok()) {
       ADD_FAILURE() << "the bundled model: " << b.status();
       std::abort();
     }
-    return new engine::ModelBundle(*std::move(b));
+    return new model::ModelBundle(*std::move(b));
   }();
   return *bundle;
 }

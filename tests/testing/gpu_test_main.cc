@@ -1,7 +1,7 @@
 // main() of every GPU test binary (banyan_add_test with LABELS gpu links it instead of
 // gtest_main): without a usable CUDA device the binary runs nothing and exits kSkipExitCode, which
 // ctest reports as skipped; with one, every test runs and must pass. Host-only tests therefore
-// live in host binaries (tests/gpu's cuda_host_test), where CI runs them.
+// live in host binaries (tests/kernels/cuda's cuda_host_test), where CI runs them.
 #include <cuda_runtime_api.h>
 
 #include <optional>

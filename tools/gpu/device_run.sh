@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine (one H100/H200), run from the repository's top folder:
 #   1. the transformers oracle (tools/gpu/hf_oracle.py), written to $OUT/hf-oracle;
-#   2. every GPU test binary (GPU_TESTS below: tests/gpu and tests/gpu_tpp), with
+#   2. every GPU test binary (GPU_TESTS below: tests/kernels/cuda and tests/engine/cuda), with
 #      BANYAN_HF_ORACLE_DIR set, so gpu_backend_test's oracle check runs and fails if the oracle
 #      is missing, and BANYAN_SOURCE_DIR set, so the binaries find the bundled model;
 #   3. the speculation identity check (tools/gpu/speculation_identity.sh: banyan generate with

@@ -10,7 +10,7 @@ checkpoint banyan did not write), and computes float64 logits on the CPU for fix
 ids. Each model folder gets:
   oracle_tokens.txt   one sequence per line, space-separated token ids
   oracle_logits.bin   float32 logits, for every sequence in order, [len(sequence), vocab]
-tests/gpu/backend_test.cc (MatchesTransformersOracle) loads every folder under
+tests/engine/cuda/backend_test.cc (MatchesTransformersOracle) loads every folder under
 $BANYAN_HF_ORACLE_DIR through banyan's HF loader, compares CpuBackend (fp32) and CudaBackend
 (bf16, fp16) logits with these, prints a table of max abs / relative errors, and fails past its
 tolerances. tools/gpu/device_run.sh runs both steps.

@@ -7,7 +7,7 @@
 #
 # Steps:
 #  1. configure and build Release, sm_90, into build-gpu/ (-j2): every GPU test binary
-#     (GPU_TESTS: tests/gpu and tests/gpu_tpp), gpu_decode_bench, and for the speculation and
+#     (GPU_TESTS: tests/kernels/cuda and tests/engine/cuda), gpu_decode_bench, and for the speculation and
 #     served checks banyan, banyand and banyan_serve_bench (banyand needs the server's packages:
 #     tools/setup.sh);
 #  2. copy them (stripped) plus the shared libraries `ldd` lists -- except libc, libm,

@@ -1,7 +1,7 @@
 """A PyTorch re-implementation of banyan's forward pass for llama2.c checkpoints, and the
 llama2.c tokenizer file (tok512.bin) read as a SentencePiece BPE vocabulary.
 
-Checkpoint layout (legacy version-0 export, little-endian; engine/model/llama2c_loader.h):
+Checkpoint layout (legacy version-0 export, little-endian; model/llama2c_loader.h):
   int32 dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq_len
     (vocab_size < 0: an untied classifier `wcls` follows; |vocab_size| is the vocabulary)
   fp32 tok_embeddings [vocab, dim]

@@ -10,7 +10,7 @@
 
 #include "kernels/cuda/device_utils.cuh"  // GridDependencyWait, LaunchDependents
 #include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/kv_view.h"
+#include "kernels/paged_views.h"
 
 namespace banyan::kernels::cuda::tpp {
 

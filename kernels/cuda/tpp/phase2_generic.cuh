@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/generic_attention.cuh"
+#include "kernels/cuda/prefill/generic_attention.cuh"
 #include "kernels/cuda/tpp/phase2.cuh"
 
 namespace banyan::kernels::cuda::tpp {

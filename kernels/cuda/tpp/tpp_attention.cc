@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/attention.h"  // kMaxGenericHeadDim
+#include "kernels/cuda/prefill/attention.h"  // kMaxGenericHeadDim
 #include "kernels/cuda/tpp/tpp_launch.h"
 
 namespace banyan::kernels::cuda::tpp {

@@ -34,7 +34,7 @@
 // Shapes: q and out [num_rows][num_q_heads][head_dim] in the KV dtype. Any batch, any GQA ratio
 // (num_q_heads % num_kv_heads == 0), head_dim a multiple of 8 up to 256, bf16 or fp16. Empty states (lse = -inf)
 // merge without NaN; a row with no context gets zeros. The dtype (DType, kernels/cuda/dtype.h)
-// and the KV view (KvViewDev, kernels/cuda/kv_view.h) are the ones of the backend's kernels.
+// and the KV view (KvViewDev, kernels/paged_views.h) are the ones of the backend's kernels.
 #pragma once
 
 #include <cstddef>
@@ -45,10 +45,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/cpu/attention_params.h"
+#include "kernels/paged_views.h"
 #include "kernels/cuda/dtype.h"
 #include "kernels/cuda/graph_update.h"
-#include "kernels/cuda/kv_view.h"
+#include "kernels/paged_views.h"
 
 namespace banyan::kernels::cuda::tpp {
 

@@ -7,17 +7,17 @@
 #include <random>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model/dummy_weights.h"
-#include "engine/model/gguf_loader.h"
-#include "engine/model/rope.h"
-#include "engine/model/model_io.h"
-#include "engine/model_bundle.h"
+#include "model/dummy_weights.h"
+#include "model/gguf_loader.h"
+#include "model/rope.h"
+#include "model/model_io.h"
+#include "model/model_bundle.h"
 #include "gtest/gtest.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/generate.h"
 #include "tests/engine/cpu/naive_forward.h"
-#include "tests/engine/model/test_util.h"
+#include "tests/model/test_util.h"
 #include "tests/testing/random.h"
 #include "tests/testing/bundled_model.h"
 
@@ -31,7 +31,7 @@ const std::string kModelDir = std::string(BANYAN_SOURCE_DIR) + "/models/stories2
 // A model on the engine loop, with its own backend, KV pool and tree. Run() uses the batch
 // settings of `banyan generate` (every request admitted at once, whole prompts prefilled).
 struct Engine {
-  explicit Engine(const ModelWeights* w, int chunks = 512, int chunk_size = 16,
+  explicit Engine(const model::ModelWeights* w, int chunks = 512, int chunk_size = 16,
                   AttentionMode mode = AttentionMode::kTpp)
       : loop(w->config, nullptr,
              *CpuBackend::Create(w, {.num_chunks = chunks, .chunk_size = chunk_size,
@@ -80,9 +80,9 @@ double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { bundle_ = &banyan::testing::BundledModel(); }
-  static const ModelBundle* bundle_;
+  static const model::ModelBundle* bundle_;
 };
-const ModelBundle* EngineTest::bundle_ = nullptr;
+const model::ModelBundle* EngineTest::bundle_ = nullptr;
 
 TEST_F(EngineTest, PrefillMatchesNaiveForward) {
   BANYAN_SEEDED_RNG(rng);
@@ -99,17 +99,17 @@ TEST_F(EngineTest, BinGgufAndHfGiveIdenticalLogits) {
   Engine from_bin(&bundle_->weights);
   auto want = from_bin.PrefillLogits(prompt);
 
-  auto gguf = LoadGguf(kModelDir + "/stories260K.gguf", nullptr);
+  auto gguf = model::LoadGguf(kModelDir + "/stories260K.gguf", nullptr);
   ASSERT_TRUE(gguf.ok()) << gguf.status();
   Engine from_gguf(&*gguf);
   EXPECT_EQ(from_gguf.PrefillLogits(prompt), want);
 
   fs::path dir = fs::temp_directory_path() /
                  ("banyan_hf_" + std::to_string(::banyan::testing::FreshSeed()));
-  ASSERT_TRUE(WriteHfFolder(bundle_->weights, dir.string()).ok());
-  auto hf = LoadModel(dir.string());
+  ASSERT_TRUE(model::WriteHfFolder(bundle_->weights, dir.string()).ok());
+  auto hf = model::LoadModel(dir.string());
   ASSERT_TRUE(hf.ok()) << hf.status();
-  EXPECT_EQ(hf->config.rope_style, RopeStyle::kHalf);  // the rotate-half path is exercised
+  EXPECT_EQ(hf->config.rope_style, model::RopeStyle::kHalf);  // the rotate-half path is exercised
   Engine from_hf(&*hf);
   auto got = from_hf.PrefillLogits(prompt);
   // Permuted Wq/Wk rows reorder the dot products inside attention: equal up to fp32 rounding.
@@ -134,7 +134,7 @@ TEST_F(EngineTest, GreedyStoryFromEmptyPrompt) {
 // Greedy and seeded sampling in a batch with shared prefixes equal each request run alone.
 TEST_F(EngineTest, SharedPrefixBatchEqualsSoloRuns) {
   BANYAN_SEEDED_RNG(rng);
-  const Tokenizer& tok = *bundle_->tokenizer;
+  const text::Tokenizer& tok = *bundle_->tokenizer;
   std::string system = "Once upon a time, there was a little dog named Max. Max liked to run in "
                        "the big green park with his friend, a small bird. The bird could sing "
                        "very well and Max loved to listen. Every morning they met by the old "
@@ -231,8 +231,8 @@ TEST_F(EngineTest, TooSmallKvPoolIsAnErrorNotACrash) {
 
 // ---- architectures beyond plain Llama, against the naive forward ----
 
-ModelConfig VariantConfig() {
-  ModelConfig c;
+model::ModelConfig VariantConfig() {
+  model::ModelConfig c;
   c.dim = 64;
   c.hidden_dim = 96;
   c.n_layers = 2;
@@ -240,7 +240,7 @@ ModelConfig VariantConfig() {
   c.n_kv_heads = 2;
   c.vocab_size = 300;
   c.max_seq_len = 256;
-  c.rope_style = RopeStyle::kHalf;
+  c.rope_style = model::RopeStyle::kHalf;
   c.norm_eps = 1e-6f;
   return c;
 }
@@ -249,47 +249,47 @@ TEST(ArchVariants, CpuMatchesNaiveForward) {
   BANYAN_SEEDED_RNG(rng);
   struct Variant {
     const char* name;
-    void (*set)(ModelConfig&);
+    void (*set)(model::ModelConfig&);
   };
   const Variant variants[] = {
       {"qwen2 (qkv bias, tied)",
-       [](ModelConfig& c) {
+       [](model::ModelConfig& c) {
          c.arch = "qwen2";
          c.qkv_bias = true;
          c.tie_embeddings = true;
        }},
       {"qwen3 (q/k norm, head_dim 32 != 64 / 4)",
-       [](ModelConfig& c) {
+       [](model::ModelConfig& c) {
          c.arch = "qwen3";
          c.qk_norm = true;
          c.head_size = 32;
          c.rope_theta = 1e6f;
        }},
       {"llama3 (rope scaling, interleaved)",
-       [](ModelConfig& c) {
-         c.rope_scaling.type = RopeScalingType::kLlama3;
+       [](model::ModelConfig& c) {
+         c.rope_scaling.type = model::RopeScalingType::kLlama3;
          c.rope_scaling.factor = 8;
          c.rope_scaling.low_freq_factor = 1;
          c.rope_scaling.high_freq_factor = 4;
          c.rope_scaling.original_max_pos = 64;  // every band holds frequencies at head_dim 16
-         c.rope_style = RopeStyle::kInterleaved;
+         c.rope_style = model::RopeStyle::kInterleaved;
        }},
       {"everything at once, head_dim 8, GQA 4",
-       [](ModelConfig& c) {
+       [](model::ModelConfig& c) {
          c.n_heads = 8;
          c.n_kv_heads = 2;
          c.head_size = 8;
          c.qkv_bias = c.qk_norm = c.tie_embeddings = true;
-         c.rope_scaling.type = RopeScalingType::kLlama3;
+         c.rope_scaling.type = model::RopeScalingType::kLlama3;
          c.rope_scaling.factor = 4;
          c.rope_scaling.original_max_pos = 32;
        }},
   };
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
-    ModelConfig cfg = VariantConfig();
+    model::ModelConfig cfg = VariantConfig();
     v.set(cfg);
-    const ModelWeights w = MakeDummyWeights(cfg, rng());
+    const model::ModelWeights w = model::MakeDummyWeights(cfg, rng());
     std::vector<int32_t> prompt;
     for (int i = 0; i < 45; ++i) prompt.push_back(static_cast<int32_t>(rng() % cfg.vocab_size));
     for (AttentionMode mode : {AttentionMode::kTpp, AttentionMode::kPaged}) {
@@ -303,12 +303,12 @@ TEST(ArchVariants, CpuMatchesNaiveForward) {
 }
 
 TEST(ArchVariants, RopeScalingChangesOnlyLowFrequencies) {
-  ModelConfig c = VariantConfig();
-  const std::vector<float> plain = RopeInvFreq(c);
-  c.rope_scaling.type = RopeScalingType::kLlama3;
+  model::ModelConfig c = VariantConfig();
+  const std::vector<float> plain = model::RopeInvFreq(c);
+  c.rope_scaling.type = model::RopeScalingType::kLlama3;
   c.rope_scaling.factor = 8;
   c.rope_scaling.original_max_pos = 64;
-  const std::vector<float> scaled = RopeInvFreq(c);
+  const std::vector<float> scaled = model::RopeInvFreq(c);
   ASSERT_EQ(plain.size(), scaled.size());
   int kept = 0, divided = 0, blended = 0;
   for (size_t i = 0; i < plain.size(); ++i) {
@@ -333,7 +333,7 @@ TEST(ArchVariants, RopeScalingChangesOnlyLowFrequencies) {
 
 TEST(ArchVariants, EveryEosIdStops) {
   BANYAN_SEEDED_RNG(rng);
-  ModelWeights w = MakeDummyWeights(VariantConfig(), rng());
+  model::ModelWeights w = model::MakeDummyWeights(VariantConfig(), rng());
   w.config.eos_id = -1;
   scheduler::Request r;
   r.prompt = {5, 6, 7};
@@ -372,16 +372,16 @@ TEST(ArchVariants, EveryEosIdStops) {
 // rows of 172 stay F32) generates the same greedy story as its F32 source, through the engine
 // loop `banyan generate` runs.
 TEST_F(EngineTest, Q8_0GgufGeneratesTheSameGreedyText) {
-  auto f32 = LoadGguf(kModelDir + "/stories260K.gguf", nullptr);
+  auto f32 = model::LoadGguf(kModelDir + "/stories260K.gguf", nullptr);
   ASSERT_TRUE(f32.ok()) << f32.status();
   fs::path file = fs::temp_directory_path() /
                   ("banyan_q8_" + std::to_string(::banyan::testing::FreshSeed()) + ".gguf");
   {
     std::ofstream out(file, std::ios::binary);
-    const std::string bytes = engine::testing::GgufFromWeights(*f32, engine::testing::kGgmlQ8_0);
+    const std::string bytes = model::testing::GgufFromWeights(*f32, model::testing::kGgmlQ8_0);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
-  auto q8 = LoadGguf(file.string(), nullptr);
+  auto q8 = model::LoadGguf(file.string(), nullptr);
   fs::remove(file);
   ASSERT_TRUE(q8.ok()) << q8.status();
   // The dequantized weights are close to, but not, the source.

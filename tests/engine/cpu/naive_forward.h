@@ -7,16 +7,16 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/model/model.h"
+#include "model/model.h"
 
 namespace banyan::engine {
 
 // Independent single-sequence LLaMA forward (llama2.c style, plain arrays, no tree, no plan).
-inline std::vector<float> NaiveLogits(const ModelWeights& w, const std::vector<int32_t>& tokens) {
-  const ModelConfig& c = w.config;
+inline std::vector<float> NaiveLogits(const model::ModelWeights& w, const std::vector<int32_t>& tokens) {
+  const model::ModelConfig& c = w.config;
   const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
   const int T = static_cast<int>(tokens.size());
-  auto matvec = [](const Tensor& m, const std::vector<double>& x) {
+  auto matvec = [](const model::Tensor& m, const std::vector<double>& x) {
     const int64_t rows = m.shape[0], cols = m.shape[1];
     std::vector<double> y(rows, 0.0);
     for (int64_t r = 0; r < rows; ++r) {
@@ -24,7 +24,7 @@ inline std::vector<float> NaiveLogits(const ModelWeights& w, const std::vector<i
     }
     return y;
   };
-  auto rms = [&](const std::vector<double>& x, const Tensor& g) {
+  auto rms = [&](const std::vector<double>& x, const model::Tensor& g) {
     double ss = 0;
     for (double v : x) ss += v * v;
     double inv = 1.0 / std::sqrt(ss / x.size() + c.norm_eps);
@@ -38,8 +38,8 @@ inline std::vector<float> NaiveLogits(const ModelWeights& w, const std::vector<i
   std::vector<double> freq(d / 2);
   for (int i = 0; i < d / 2; ++i) {
     freq[i] = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / d);
-    const RopeScaling& rs = c.rope_scaling;
-    if (rs.type == RopeScalingType::kLlama3) {
+    const model::RopeScaling& rs = c.rope_scaling;
+    if (rs.type == model::RopeScalingType::kLlama3) {
       const double L = rs.original_max_pos, wavelength = 2 * M_PI / freq[i];
       const double ratio = L / wavelength;  // periods within the original context
       double keep;                          // 1: unscaled, 0: divided by the factor
@@ -58,8 +58,8 @@ inline std::vector<float> NaiveLogits(const ModelWeights& w, const std::vector<i
     for (int h = 0; h < heads; ++h) {
       for (int i = 0; i < d / 2; ++i) {
         double ang = pos * freq[i];
-        int a = c.rope_style == RopeStyle::kInterleaved ? 2 * i : i;
-        int b = c.rope_style == RopeStyle::kInterleaved ? 2 * i + 1 : i + d / 2;
+        int a = c.rope_style == model::RopeStyle::kInterleaved ? 2 * i : i;
+        int b = c.rope_style == model::RopeStyle::kInterleaved ? 2 * i + 1 : i + d / 2;
         double x0 = v[h * d + a], x1 = v[h * d + b];
         v[h * d + a] = x0 * std::cos(ang) - x1 * std::sin(ang);
         v[h * d + b] = x0 * std::sin(ang) + x1 * std::cos(ang);
@@ -72,7 +72,7 @@ inline std::vector<float> NaiveLogits(const ModelWeights& w, const std::vector<i
     std::vector<double> x(w.tok_embeddings.data.begin() + tokens[t] * dim,
                           w.tok_embeddings.data.begin() + (tokens[t] + 1) * dim);
     for (int l = 0; l < c.n_layers; ++l) {
-      const LayerWeights& lw = w.layers[l];
+      const model::LayerWeights& lw = w.layers[l];
       auto xb = rms(x, lw.attn_norm);
       auto q = matvec(lw.wq, xb), k = matvec(lw.wk, xb), v = matvec(lw.wv, xb);
       if (c.qkv_bias) {
@@ -81,7 +81,7 @@ inline std::vector<float> NaiveLogits(const ModelWeights& w, const std::vector<i
         for (size_t i = 0; i < v.size(); ++i) v[i] += lw.bv.data[i];
       }
       if (c.qk_norm) {  // RMSNorm of every head on its own
-        auto head_norm = [&](std::vector<double>& x, int heads, const Tensor& g) {
+        auto head_norm = [&](std::vector<double>& x, int heads, const model::Tensor& g) {
           for (int h = 0; h < heads; ++h) {
             std::vector<double> part(x.begin() + h * d, x.begin() + (h + 1) * d);
             part = rms(part, g);

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "gtest/gtest.h"
 #include "engine/step_runner.h"
 #include "kvcache/chunk_pool.h"
@@ -46,9 +46,9 @@ class DraftHeadsTest : public ::testing::Test {
     *next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
 
-  static const ModelBundle* bundle_;
+  static const model::ModelBundle* bundle_;
 };
-const ModelBundle* DraftHeadsTest::bundle_ = nullptr;
+const model::ModelBundle* DraftHeadsTest::bundle_ = nullptr;
 
 TEST_F(DraftHeadsTest, ShippedHeadsDraftTheReferenceTokens) {
   struct Case {

@@ -1,11 +1,11 @@
-// Tests of server/auth.h: the Authorization rules on raw bytes, tenants and their limits.
-#include "server/auth.h"
+// Tests of server/common/auth.h: the Authorization rules on raw bytes, tenants and their limits.
+#include "server/common/auth.h"
 
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/validation.h"
+#include "server/common/validation.h"
 
 namespace banyan::server {
 namespace {

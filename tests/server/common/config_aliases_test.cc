@@ -1,6 +1,6 @@
 // banyand's configuration as users coming from vLLM and from containers write it: vLLM's option
-// names (server/option_aliases.h), paths in a config file relative to the file, and
-// --backend auto (server/backend_choice.h).
+// names (server/common/option_aliases.h), paths in a config file relative to the file, and
+// --backend auto (server/common/backend_choice.h).
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,9 +10,9 @@
 
 #include "gtest/gtest.h"
 #include "tests/server/common/config_fixture.h"
-#include "server/backend_choice.h"
-#include "server/config.h"
-#include "server/option_aliases.h"
+#include "server/common/backend_choice.h"
+#include "server/common/config.h"
+#include "server/common/option_aliases.h"
 
 namespace banyan::server {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/config.h"
+#include "server/common/config.h"
 
 namespace banyan::server::testing {
 

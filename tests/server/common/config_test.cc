@@ -1,6 +1,6 @@
-// Tests of banyand's configuration (server/config.h): start-up inputs are checked before
+// Tests of banyand's configuration (server/common/config.h): start-up inputs are checked before
 // anything is opened or allocated.
-#include "server/config.h"
+#include "server/common/config.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,11 +89,11 @@ TEST_F(ConfigTest, NonsenseLimitsAreRefused) {
 TEST_F(ConfigTest, ChatTemplateIsABuiltinNameOrAJinjaFile) {
   auto d = Load({});
   ASSERT_TRUE(d.ok()) << Error(d);
-  EXPECT_EQ(d->server.chat_template, ChatTemplate::kModel);
+  EXPECT_EQ(d->server.chat_template, text::ChatTemplate::kModel);
   EXPECT_TRUE(d->server.chat_template_file.empty());
   auto b = Load({"--chat-template", "chatml"});
   ASSERT_TRUE(b.ok()) << Error(b);
-  EXPECT_EQ(b->server.chat_template, ChatTemplate::kChatML);
+  EXPECT_EQ(b->server.chat_template, text::ChatTemplate::kChatML);
 
   const std::string tmpl = Write("t.jinja", "{{ messages | length }}");
   auto f = Load({"--chat-template", tmpl});

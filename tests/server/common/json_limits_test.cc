@@ -5,8 +5,8 @@
 
 #include "gtest/gtest.h"
 #include "server/http/openai_json.h"
-#include "server/server_context.h"
-#include "server/validation.h"
+#include "server/common/server_context.h"
+#include "server/common/validation.h"
 
 namespace banyan::server {
 namespace {

@@ -1,5 +1,5 @@
-// --kv-events-config parsing (server/kv_events_config.h) and the ZeroMQ publisher
-// (server/kv_event_publisher.h): the msgpack layout decoded back, the bounded queue's drops and
+// --kv-events-config parsing (server/common/kv_events_config.h) and the ZeroMQ publisher
+// (server/common/kv_event_publisher.h): the msgpack layout decoded back, the bounded queue's drops and
 // resync request, replay from a sequence number, a malformed replay request, a port in use.
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -18,8 +18,8 @@
 #include <zmq_addon.hpp>
 
 #include "gtest/gtest.h"
-#include "server/kv_event_publisher.h"
-#include "server/kv_events_config.h"
+#include "server/common/kv_event_publisher.h"
+#include "server/common/kv_events_config.h"
 #include "tests/server/common/config_fixture.h"
 
 namespace banyan::server {

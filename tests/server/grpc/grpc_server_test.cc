@@ -8,7 +8,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "server/validation.h"
+#include "server/common/validation.h"
 #include "tests/server/grpc/test_server.h"
 
 namespace banyan::server::testing {
@@ -531,7 +531,7 @@ TEST(GrpcServerAuthTest, ApiKeysAreRequiredExceptForHealth) {
 
 // Issue 14, finding 9: over gRPC a trailing space after the key was kept (HTTP trimmed it);
 // now both drop whitespace around the value, as HTTP's field syntax does, and nothing else
-// (server/auth.h). Two authorization entries are refused.
+// (server/common/auth.h). Two authorization entries are refused.
 TEST(GrpcServerAuthTest, RawKeyRulesAndDuplicateEntries) {
   TestServerOptions options;
   options.api_keys = {"key-one"};

@@ -4,11 +4,11 @@
 
 #include <string>
 
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "gtest/gtest.h"
 #include "server/grpc/grpc_status.h"
-#include "server/structured_outputs.h"
-#include "server/validation.h"
+#include "server/common/structured_outputs.h"
+#include "server/common/validation.h"
 #include "tests/testing/bundled_model.h"
 #include "text/grammar/matcher.h"
 
@@ -26,10 +26,10 @@ class TranslateTest : public ::testing::Test {
   }
   int context() const { return bundle_->weights.config.max_seq_len; }
 
-  static const engine::ModelBundle* bundle_;
+  static const model::ModelBundle* bundle_;
   ServerContext ctx_;
 };
-const engine::ModelBundle* TranslateTest::bundle_ = nullptr;
+const model::ModelBundle* TranslateTest::bundle_ = nullptr;
 
 TEST_F(TranslateTest, UnsetFieldsTakeTheDocumentedDefaults) {
   v1::GenerateRequest req;

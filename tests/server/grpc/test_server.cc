@@ -9,10 +9,10 @@
 
 namespace banyan::server::testing {
 
-const engine::ModelBundle& Bundle() { return banyan::testing::BundledModel(); }
+const model::ModelBundle& Bundle() { return banyan::testing::BundledModel(); }
 
 TestServer::TestServer(TestServerOptions options) {
-  const engine::ModelBundle& b = Bundle();
+  const model::ModelBundle& b = Bundle();
   auto backend = engine::CpuBackend::Create(
       &b.weights, {.num_chunks = options.num_chunks, .chunk_size = options.chunk_size});
   BANYAN_CHECK(backend.ok()) << backend.status().ToString();
@@ -102,7 +102,7 @@ v1::GenerateRequest GreedyText(const std::string& text, int max_tokens) {
 
 std::vector<std::vector<int32_t>> EngineTokens(const std::vector<int32_t>& prompt,
                                                const engine::SamplingParams& params, int n) {
-  const engine::ModelBundle& b = Bundle();
+  const model::ModelBundle& b = Bundle();
   constexpr int32_t kChunks = 512, kChunkSize = 16;
   scheduler::EngineLoop loop(
       b.weights.config, b.tokenizer.get(),

@@ -14,27 +14,27 @@
 
 #include "banyan/v1/generation.grpc.pb.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "grpcpp/grpcpp.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/scheduler.h"
 #include "server/grpc/grpc_server.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 
 namespace banyan::server::testing {
 
 inline constexpr char kModelName[] = "stories260K";
 
 // The bundled model, loaded once per test binary.
-const engine::ModelBundle& Bundle();
+const model::ModelBundle& Bundle();
 
 struct TestServerOptions {
   int32_t num_chunks = 512;
   int32_t chunk_size = 16;
   scheduler::SchedulerOptions scheduler;
   std::vector<std::string> api_keys;  // the tenant "default"'s
-  std::vector<TenantSpec> tenants;     // more tenants (server/auth.h)
+  std::vector<TenantSpec> tenants;     // more tenants (server/common/auth.h)
   int64_t max_prompt_bytes = int64_t{1} << 20;
 };
 

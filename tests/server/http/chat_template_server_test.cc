@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "server/http/chat_template.h"
+#include "server/common/load_chat_template.h"
+#include "text/chat_template.h"
 #include "tests/server/http/http_test_util.h"
 
 namespace banyan::server::http::http_test {
@@ -60,23 +61,23 @@ class ChatTemplateServerTest : public ::testing::Test {
 fs::path* ChatTemplateServerTest::dir_ = nullptr;
 
 TEST_F(ChatTemplateServerTest, ModelFolderTemplateRendersThePrompt) {
-  absl::StatusOr<engine::ModelBundle> bundle =
-      engine::LoadModelBundle((*dir_ / "stories260K.bin").string());
+  absl::StatusOr<model::ModelBundle> bundle =
+      model::LoadModelBundle((*dir_ / "stories260K.bin").string());
   ASSERT_TRUE(bundle.ok()) << bundle.status();
   EXPECT_EQ(bundle->chat_template, kTemplate);
   EXPECT_TRUE(bundle->chat_template_source.ends_with("tokenizer_config.json"));
   EXPECT_EQ(bundle->bos_token, "<s>");
   EXPECT_EQ(bundle->eos_token, "</s>");
-  absl::StatusOr<std::shared_ptr<const JinjaChat>> chat = LoadJinjaChat(ServerOptions{}, *bundle);
+  absl::StatusOr<std::shared_ptr<const text::JinjaChat>> chat = LoadJinjaChat(ServerOptions{}, *bundle);
   ASSERT_TRUE(chat.ok()) << chat.status();
   ASSERT_NE(*chat, nullptr);
   // A named built-in template replaces the model's.
   ServerOptions builtin;
-  builtin.chat_template = ChatTemplate::kChatML;
+  builtin.chat_template = text::ChatTemplate::kChatML;
   EXPECT_EQ(*LoadJinjaChat(builtin, *bundle), nullptr);
 
   Stack stack({}, {}, 1024, 16, *chat);
-  const engine::Tokenizer& tok = *Bundle().tokenizer;
+  const text::Tokenizer& tok = *Bundle().tokenizer;
   auto text = [&](const std::string& s) { return tok.Encode(s, false); };
   const int bos = tok.bos_id(), eos = tok.eos_id();
   ASSERT_GE(bos, 0);
@@ -175,7 +176,7 @@ TEST_F(ChatTemplateServerTest, ABrokenTemplateFileIsAStartUpErrorWithItsLine) {
   std::ofstream(bad) << "ok\n{% if x %}\n{{ 1 + }}";
   ServerOptions opts;
   opts.chat_template_file = bad.string();
-  absl::StatusOr<std::shared_ptr<const JinjaChat>> chat = LoadJinjaChat(opts, Bundle());
+  absl::StatusOr<std::shared_ptr<const text::JinjaChat>> chat = LoadJinjaChat(opts, Bundle());
   ASSERT_FALSE(chat.ok());
   EXPECT_NE(chat.status().message().find("bad.jinja: line 3:"), std::string::npos)
       << chat.status();
@@ -201,7 +202,7 @@ TEST_F(ChatTemplateServerTest, UnknownFiltersAndBadUtf8AreStartUpErrorsNamingThe
            {"ok\n\xff{{ 1 }}",
             "bad_filter.jinja: line 2: the template is not valid UTF-8 (byte 3)"}}) {
     std::ofstream(bad, std::ios::trunc | std::ios::binary) << text;
-    absl::StatusOr<std::shared_ptr<const JinjaChat>> chat = LoadJinjaChat(opts, Bundle());
+    absl::StatusOr<std::shared_ptr<const text::JinjaChat>> chat = LoadJinjaChat(opts, Bundle());
     ASSERT_FALSE(chat.ok()) << text;
     EXPECT_NE(chat.status().message().find(error), std::string::npos) << chat.status();
   }

@@ -242,7 +242,7 @@ TEST(HttpAuthRawTest, KeysAreComparedOnRawBytes) {
   EXPECT_NE(status_for("Bearer %73k-A%41"), 200);
   EXPECT_NE(status_for(std::string("Bearer sk-A%41\0junk", 19)), 200);
   EXPECT_NE(status_for("Bearer  sk-A%41"), 200);
-  // Whitespace around the value is not part of it, over HTTP and gRPC alike (server/auth.h).
+  // Whitespace around the value is not part of it, over HTTP and gRPC alike (server/common/auth.h).
   EXPECT_EQ(status_for("Bearer sk-A%41 "), 200);
   EXPECT_NE(status_for("Bearer sk-A%41 x"), 200);
 }

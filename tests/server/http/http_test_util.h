@@ -11,16 +11,16 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model_bundle.h"
+#include "model/model_bundle.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/scheduler.h"
-#include "server/http/chat_template.h"
+#include "text/chat_template.h"
 #include "server/http/http_server.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 #include "tests/testing/bundled_model.h"
 
 namespace banyan::server::http::http_test {
@@ -34,15 +34,15 @@ inline constexpr char kModel[] = "stories260K";
 inline constexpr int64_t kBodyLimit = 64 << 10;
 
 // The model, loaded once for every test.
-inline const engine::ModelBundle& Bundle() { return banyan::testing::BundledModel(); }
+inline const model::ModelBundle& Bundle() { return banyan::testing::BundledModel(); }
 
 // Backend, scheduler (with its loop's pool and tree), context and front end: one serving stack.
 struct Stack {
-  // `jinja_chat`: the model's own chat template (server/http/chat_template.h); null: built-in.
+  // `jinja_chat`: the model's own chat template (text/chat_template.h); null: built-in.
   explicit Stack(scheduler::SchedulerOptions sopts = {}, ServerOptions opts = {}, int chunks = 1024,
-                 int chunk_size = 16, std::shared_ptr<const JinjaChat> jinja_chat = nullptr,
+                 int chunk_size = 16, std::shared_ptr<const text::JinjaChat> jinja_chat = nullptr,
                  HttpFrontEndOptions http_options = {}) {
-    const engine::ModelBundle& b = Bundle();
+    const model::ModelBundle& b = Bundle();
     sched = std::make_unique<scheduler::Scheduler>(
         b.weights.config, b.tokenizer.get(),
         *engine::CpuBackend::Create(&b.weights, {.num_chunks = chunks, .chunk_size = chunk_size}),

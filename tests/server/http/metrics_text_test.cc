@@ -1,6 +1,6 @@
 // RenderPrometheus: every documented name is present, histograms are cumulative and well
 // formed, labels are escaped, and the text parses line by line as exposition format 0.0.4.
-#include "server/metrics_text.h"
+#include "server/common/metrics_text.h"
 
 #include <map>
 #include <regex>
@@ -8,8 +8,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/rejections.h"
-#include "server/validation.h"
+#include "server/common/rejections.h"
+#include "server/common/validation.h"
 
 namespace banyan::server {
 namespace {

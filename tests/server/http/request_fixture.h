@@ -6,11 +6,11 @@
 #include <string>
 #include <string_view>
 
-#include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "server/http/openai_request.h"
-#include "server/server_context.h"
+#include "server/common/server_context.h"
 #include "text/grammar/matcher.h"
 
 namespace banyan::server {
@@ -18,7 +18,7 @@ namespace banyan::server {
 class BundledRequestTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = engine::Tokenizer::FromFile(std::string(BANYAN_SOURCE_DIR) +
+    auto t = text::Tokenizer::FromFile(std::string(BANYAN_SOURCE_DIR) +
                                          "/models/stories260K/tok512.model");
     ASSERT_TRUE(t.ok()) << t.status();
     tokenizer_ = t->release();
@@ -43,8 +43,8 @@ class BundledRequestTest : public ::testing::Test {
     return m.Accept(text) && m.CanEnd();
   }
 
-  static inline engine::Tokenizer* tokenizer_ = nullptr;
-  engine::ModelConfig config_;
+  static inline text::Tokenizer* tokenizer_ = nullptr;
+  model::ModelConfig config_;
   ServerContext ctx_;
 };
 

@@ -6,12 +6,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/server/http/request_fixture.h"
 #include "server/http/openai_request.h"
-#include "server/structured_outputs.h"
+#include "server/common/structured_outputs.h"
 #include "text/grammar/matcher.h"
 
 namespace banyan::server {
@@ -156,7 +156,7 @@ TEST_F(StructuredOutputRequestTest, WithoutACompilerTheRequestIsRefused) {
 }
 
 TEST(GrammarVocabularyTest, SpecialTokensHaveNoBytes) {
-  auto t = engine::Tokenizer::FromFile(kTokenizerPath);
+  auto t = text::Tokenizer::FromFile(kTokenizerPath);
   ASSERT_TRUE(t.ok()) << t.status();
   auto vocab = GrammarVocabulary(**t);
   ASSERT_EQ(vocab->size(), (*t)->vocab_size());

@@ -8,14 +8,14 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/server/http/request_fixture.h"
-#include "server/http/chat_template.h"
+#include "text/chat_template.h"
 #include "server/http/openai_request.h"
-#include "server/structured_outputs.h"
-#include "server/tool_calling.h"
+#include "server/common/structured_outputs.h"
+#include "server/common/tool_calling.h"
 #include "text/grammar/matcher.h"
 
 namespace banyan::server {
@@ -50,7 +50,7 @@ class ToolCallingRequestTest : public BundledRequestTest {
     ASSERT_TRUE(in) << kTemplatePath;
     std::stringstream ss;
     ss << in.rdbuf();
-    auto chat = http::MakeJinjaChat(ss.str(), kTemplatePath, "<s>", "</s>", *tokenizer_);
+    auto chat = text::MakeJinjaChat(ss.str(), kTemplatePath, "<s>", "</s>", *tokenizer_);
     ASSERT_TRUE(chat.ok()) << chat.status();
     ctx_.jinja_chat = *chat;
   }

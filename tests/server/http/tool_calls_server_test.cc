@@ -10,7 +10,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/tool_calling.h"
+#include "server/common/tool_calling.h"
 #include "tests/server/http/http_test_util.h"
 #include "tests/text/tool_calls/tool_calls_test_util.h"
 
@@ -20,13 +20,13 @@ namespace {
 using text::tool_calls::TestTools;
 using text::tool_calls::ValidTestCall;
 
-std::shared_ptr<const JinjaChat> HermesChat() {
+std::shared_ptr<const text::JinjaChat> HermesChat() {
   const std::string path =
       std::string(BANYAN_SOURCE_DIR) + "/tests/testing/templates/hermes_tools.jinja";
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  auto chat = MakeJinjaChat(ss.str(), path, "<s>", "</s>", *Bundle().tokenizer);
+  auto chat = text::MakeJinjaChat(ss.str(), path, "<s>", "</s>", *Bundle().tokenizer);
   EXPECT_TRUE(chat.ok()) << chat.status();
   return chat.ok() ? *chat : nullptr;
 }

@@ -1,16 +1,16 @@
-// Unit tests of the pure parts of the HTTP front end: shared validation (server/validation.h),
+// Unit tests of the pure parts of the HTTP front end: shared validation (server/common/validation.h),
 // JSON field reading and error mapping, request decoding, chat templates.
-#include "server/validation.h"
+#include "server/common/validation.h"
 
 #include <span>
 #include <string>
 #include <vector>
 
-#include "engine/model/model.h"
-#include "engine/tokenizer/spm_tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer/spm_tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/server/http/request_fixture.h"
-#include "server/http/chat_template.h"
+#include "text/chat_template.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
@@ -570,57 +570,6 @@ TEST_F(RequestParseTest, ChatFields) {
   EXPECT_EQ(StatusParam(r.status()), "top_logprobs");
 }
 
-TEST(ChatTemplateTest, Plain) {
-  auto s = http::RenderChat(
-      ChatTemplate::kPlain,
-      {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Story?"}});
-  ASSERT_TRUE(s.ok());
-  ASSERT_EQ(s->size(), 1u);
-  EXPECT_TRUE((*s)[0].bos);
-  EXPECT_EQ((*s)[0].text,
-            "system: Be brief.\nuser: Hi\nassistant: Hello\nuser: Story?\nassistant:");
-}
-
-TEST(ChatTemplateTest, ChatML) {
-  auto s = http::RenderChat(ChatTemplate::kChatML, {{"system", "S"}, {"user", "U"}});
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ((*s)[0].text,
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
-            "<|im_start|>assistant\n");
-}
-
-TEST(ChatTemplateTest, Llama2MatchesMetaReference) {
-  auto s = http::RenderChat(
-      ChatTemplate::kLlama2,
-      {{"system", "SYS"}, {"user", " u1 "}, {"assistant", " a1\n"}, {"user", " u2 "}});
-  ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_EQ(s->size(), 2u);
-  // Meta strips the merged system + user text, so the user's leading space survives.
-  EXPECT_EQ((*s)[0].text, "[INST] <<SYS>>\nSYS\n<</SYS>>\n\n u1 [/INST] a1 ");
-  EXPECT_TRUE((*s)[0].bos);
-  EXPECT_TRUE((*s)[0].eos);
-  EXPECT_EQ((*s)[1].text, "[INST] u2 [/INST]");
-  EXPECT_TRUE((*s)[1].bos);
-  EXPECT_FALSE((*s)[1].eos);
-
-  EXPECT_FALSE(http::RenderChat(ChatTemplate::kLlama2, {{"user", "a"}, {"user", "b"}}).ok());
-  EXPECT_FALSE(http::RenderChat(ChatTemplate::kLlama2, {{"user", "a"}, {"assistant", "b"}}).ok());
-  EXPECT_FALSE(http::RenderChat(ChatTemplate::kPlain, {}).ok());
-}
-
-TEST(ChatTemplateTest, EncodeAddsSpecialTokensAsIds) {
-  auto t = engine::Tokenizer::FromFile(kTokenizerPath);
-  ASSERT_TRUE(t.ok());
-  std::vector<http::ChatSegment> segs = {{true, "[INST] a [/INST] b ", true},
-                                         {true, "[INST] c [/INST]", false}};
-  std::vector<int32_t> ids = http::EncodeChat(segs, **t);
-  std::vector<int32_t> want = (*t)->Encode("[INST] a [/INST] b ", true);
-  want.push_back((*t)->eos_id());
-  std::vector<int32_t> second = (*t)->Encode("[INST] c [/INST]", true);
-  want.insert(want.end(), second.begin(), second.end());
-  EXPECT_EQ(ids, want);
-}
-
 TEST(ChatTemplateTest, ToolCallsAreCheckedAndMarked) {
   auto m = http::ParseMessages(Json::parse(
       R"({"messages": [{"role": "assistant", "content": null,
@@ -638,34 +587,16 @@ TEST(ChatTemplateTest, ToolCallsAreCheckedAndMarked) {
       Json::parse(R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{}]}]})");
   EXPECT_FALSE(http::ParseMessages(from_user).ok());
   // Built-in templates can not render them.
-  EXPECT_FALSE(http::RenderChat(ChatTemplate::kChatML, *m).ok());
-}
-
-TEST(ChatTemplateTest, RenderedTextKeepsSpecialTokenTextsAsIds) {
-  auto t = engine::Tokenizer::FromFile(kTokenizerPath);
-  ASSERT_TRUE(t.ok());
-  auto chat = http::MakeJinjaChat("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}", "test",
-                                  "<s>", "</s>", **t);
-  ASSERT_TRUE(chat.ok()) << chat.status();
-  const engine::Tokenizer& tok = **t;
-  std::vector<int32_t> want = {tok.bos_id()};
-  for (int32_t id : tok.Encode("a", false)) want.push_back(id);
-  want.push_back(tok.eos_id());
-  for (int32_t id : tok.Encode("b", false)) want.push_back(id);
-  EXPECT_EQ(http::EncodeRendered(**chat, "<s>a</s>b", tok), want);
-  EXPECT_EQ(http::EncodeRendered(**chat, "", tok), std::vector<int32_t>{});
-  auto bad = http::MakeJinjaChat("{% if %}", "f.jinja", "", "", tok);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "chat template f.jinja: line 1: expected an expression, got '%}'");
+  EXPECT_FALSE(text::RenderChat(text::ChatTemplate::kChatML, *m).ok());
 }
 
 TEST(TokenReprTest, PiecesAndBytes) {
-  auto t = engine::SpmTokenizer::FromFile(kTokenizerPath);
+  auto t = text::SpmTokenizer::FromFile(kTokenizerPath);
   ASSERT_TRUE(t.ok());
-  const engine::SpmVocab& v = (*t)->vocab();
+  const text::SpmVocab& v = (*t)->vocab();
   for (int id = 0; id < static_cast<int>(v.pieces.size()); ++id) {
     http::TokenRepr r = http::DescribeToken(**t, id);
-    if (v.types[id] == engine::PieceType::kByte) {
+    if (v.types[id] == text::PieceType::kByte) {
       ASSERT_EQ(r.bytes.size(), 1u) << v.pieces[id];
       if (r.bytes[0] >= 0x80) {
         EXPECT_EQ(r.text.rfind("bytes:\\x", 0), 0u) << r.text;

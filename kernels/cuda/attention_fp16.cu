@@ -1,9 +1,0 @@
-// Fast-path instantiations, fp16.
-#include "kernels/cuda/attention_fast.cuh"
-
-namespace banyan::kernels::cuda {
-
-template cudaError_t PrefillMmaDispatched<64, __half>(const PrefillParams&, cudaStream_t);
-template cudaError_t PrefillMmaDispatched<128, __half>(const PrefillParams&, cudaStream_t);
-
-}  // namespace banyan::kernels::cuda

@@ -1,0 +1,67 @@
+// The runtime dispatch point of the attention kernels: dtype and head_dim choose a fast
+// templated path (attention_bf16.cu / attention_fp16.cu) or the generic kernels below.
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/prefill/attention_launch.cuh"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/prefill/generic_attention.cuh"
+
+namespace banyan::kernels::cuda {
+namespace {
+
+absl::Status CheckShape(const KvViewDev& kv, int32_t num_q_heads, const char* what) {
+  const int d = kv.head_dim;
+  if (d <= 0 || d % 8 != 0 || d > kMaxGenericHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": head_dim ", d, " is not supported (need a multiple of 8, at most ",
+        kMaxGenericHeadDim, ")"));
+  }
+  if (kv.num_kv_heads <= 0 || num_q_heads % kv.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", num_q_heads, " q heads over ",
+                                                   kv.num_kv_heads, " kv heads"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+cudaError_t PrefillByHeadDim(const PrefillParams& p, cudaStream_t s) {
+  switch (p.kv.head_dim) {
+    case 64:
+      return PrefillMmaDispatched<64, T>(p, s);
+    case 128:
+      return PrefillMmaDispatched<128, T>(p, s);
+    default: {
+      const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.num_q_heads + 3) / 4));
+      GenericPrefillKernel<T><<<grid, 128, 0, s>>>(p);
+      return cudaGetLastError();
+    }
+  }
+}
+
+#ifndef BANYAN_CUDA_FP16
+absl::Status NoFp16(const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": fp16 kernels were not built (BANYAN_CUDA_FP16=OFF)"));
+}
+#endif
+
+}  // namespace
+
+bool HasFastAttentionPath(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream) {
+  BANYAN_RETURN_IF_ERROR(CheckShape(p.kv, p.num_q_heads, "PrefillAttention"));
+  if (p.num_tokens == 0) return absl::OkStatus();
+  switch (dtype) {
+    case DType::kBf16:
+      return CudaStatus(PrefillByHeadDim<__nv_bfloat16>(p, stream), "PrefillAttention");
+    case DType::kFp16:
+#ifdef BANYAN_CUDA_FP16
+      return CudaStatus(PrefillByHeadDim<__half>(p, stream), "PrefillAttention");
+#else
+      return NoFp16("PrefillAttention");
+#endif
+  }
+  return absl::InvalidArgumentError("PrefillAttention: unsupported dtype");
+}
+
+}  // namespace banyan::kernels::cuda

@@ -1,0 +1,56 @@
+// CUDA prefill attention over the paged KV store (KvViewDev), driven by the work lists of
+// attention_work.h (uploaded to the device as they are). Decode attention, with or without
+// sharing and for every head_dim, is kernels/cuda/tpp's.
+//
+//  - PrefillAttention: new tokens of prefill sequences attend causally over their cached path
+//    plus themselves. head_dim 64 and 128: flash-attention-2 style with mma.sync tensor cores
+//    (bf16/fp16 operands, fp32 accumulation; GQA heads packed into the M dimension); other head
+//    dims: the generic kernel.
+//
+// q and out are [rows, num_q_heads, head_dim] in the cache dtype. Softmax scale 1/sqrt(d).
+// A query with no context (cannot happen in a valid step) gets a zero output.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/dtype.h"
+#include "kernels/paged_views.h"
+
+namespace banyan::kernels::cuda {
+
+// Device copies of PrefillWork's arrays.
+struct PrefillParams {
+  const void* q = nullptr;  // [step rows, num_q_heads, head_dim]; sequences at their seq_q_row
+  void* out = nullptr;      // same shape
+  KvViewDev kv;
+  const int32_t* span_chunk = nullptr;
+  const int32_t* span_begin = nullptr;
+  const int32_t* span_end = nullptr;
+  const int32_t* span_pos = nullptr;
+  const int32_t* seq_span_begin = nullptr;
+  const int32_t* seq_span_end = nullptr;
+  const int32_t* seq_pos0 = nullptr;
+  const int32_t* seq_num_q = nullptr;
+  const int32_t* seq_q_row = nullptr;
+  const int32_t* tile_seq = nullptr;
+  const int32_t* tile_m0 = nullptr;
+  const int32_t* token_seq = nullptr;
+  int32_t num_tiles = 0;
+  int32_t num_tokens = 0;
+  int32_t q_row_begin = 0;
+  int32_t num_q_heads = 0;
+  float scale = 0.0f;
+};
+// Packed rows per tensor-core tile; BuildPrefillWork's block_m.
+inline constexpr int32_t kPrefillBlockM = 64;
+absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
+
+// True when head_dim takes a fast (templated) path.
+bool HasFastAttentionPath(int32_t head_dim);
+// Largest head_dim of the generic kernels (GenericAttendWarp, generic_attention.cuh).
+inline constexpr int32_t kMaxGenericHeadDim = 256;
+
+}  // namespace banyan::kernels::cuda

@@ -1,0 +1,24 @@
+// Definitions of the fast-path launchers; included only by the per-dtype instantiation files.
+#pragma once
+
+#include "kernels/cuda/prefill/attention_launch.cuh"
+#include "kernels/cuda/prefill/generic_attention.cuh"
+#include "kernels/cuda/prefill/prefill_attention.cuh"
+
+namespace banyan::kernels::cuda {
+
+template <int HEAD_DIM, typename T>
+cudaError_t PrefillMmaDispatched(const PrefillParams& p, cudaStream_t stream) {
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "tensor-core prefill: head_dim 64 or 128");
+  constexpr int kSmem = PrefillSmemBytes<HEAD_DIM>();
+  static_assert(kSmem <= 227 * 1024, "shared memory per CTA");
+  // Above 48 KB a kernel needs the opt-in; cheap enough to set on every launch.
+  cudaError_t err = cudaFuncSetAttribute(PrefillMmaKernel<HEAD_DIM, T>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(p.num_tiles), static_cast<unsigned>(p.kv.num_kv_heads));
+  PrefillMmaKernel<HEAD_DIM, T><<<grid, kPrefillThreads, kSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace banyan::kernels::cuda

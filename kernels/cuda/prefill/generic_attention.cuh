@@ -1,0 +1,104 @@
+// Attention for any head_dim (a multiple of 8, up to kMaxGenericHeadDim): one warp per query
+// over a span list (GenericAttendWarp), used by the generic prefill kernel below and by TPP's
+// phase 2 for head dims without a compiled family (kernels/cuda/tpp/phase2_generic.cuh). Scores
+// and log-sum-exps are kept in log2 units (logits pre-multiplied by scale * log2(e)) so that
+// every exponential is one exp2f.
+#pragma once
+
+#include "kernels/cuda/prefill/attention.h"
+#include "kernels/cuda/device_utils.cuh"
+
+namespace banyan::kernels::cuda {
+
+// Generic single-query attention for one warp: any head_dim that is a multiple of 8, up to
+// kMaxGenericHeadDim. Lane j scores key j of each block of 32; the output element x lives in
+// lane x % 32, slot x / 32. Reads at most `limit` tokens of spans [s_lo, s_hi).
+// q_s: the query, pre-scaled to log2 units, in shared memory. State in log2 units.
+template <typename T>
+__device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh,
+                                  const int32_t* span_chunk, const int32_t* span_begin,
+                                  const int32_t* span_end, int s_lo, int s_hi, int64_t limit,
+                                  float (&o)[kMaxGenericHeadDim / 32], float& m, float& l) {
+  constexpr int NX = kMaxGenericHeadDim / 32;
+  const int d = kv.head_dim, lane = threadIdx.x % 32;
+  m = -INFINITY;
+  l = 0.0f;
+#pragma unroll
+  for (int i = 0; i < NX; ++i) o[i] = 0.0f;
+  const T* base = static_cast<const T*>(kv.base);
+  int64_t seen = 0;
+  for (int s = s_lo; s < s_hi && seen < limit; ++s) {
+    const int b = span_begin[s];
+    const int64_t left = limit - seen;  // not b + left: limit may be INT64_MAX
+    const int e = span_end[s] - b > left ? b + static_cast<int>(left) : span_end[s];
+    seen += e - b;
+    const T* kp = base + span_chunk[s] * kv.chunk_stride + static_cast<int64_t>(kvh) * kv.chunk_size * d;
+    const T* vp = kp + kv.v_offset;
+    for (int t0 = b; t0 < e; t0 += 32) {
+      const int t = t0 + lane;
+      float sc = -INFINITY;
+      if (t < e) {
+        float dot = 0.0f;
+        for (int x = 0; x < d; x += 8) {
+          float kf[8];
+          Load8(kp + static_cast<int64_t>(t) * d + x, kf);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot += q_s[x + i] * kf[i];
+        }
+        sc = dot;
+      }
+      const float bm = WarpMax(sc);
+      if (bm == -INFINITY) continue;
+      const float new_m = fmaxf(m, bm);
+      const float corr = exp2f(m - new_m);
+      const float pr = exp2f(sc - new_m);
+      l = l * corr + WarpSum(pr);
+#pragma unroll
+      for (int i = 0; i < NX; ++i) o[i] *= corr;
+      const int n = min(32, e - t0);
+      for (int j = 0; j < n; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, pr, j);
+        const T* vrow = vp + static_cast<int64_t>(t0 + j) * d;
+#pragma unroll
+        for (int i = 0; i < NX; ++i) {
+          const int x = lane + 32 * i;
+          if (x < d) o[i] += pj * ToFloat(vrow[x]);
+        }
+      }
+      m = new_m;
+    }
+  }
+}
+
+// Loads query `qrow` (head_dim elements) scaled into this warp's shared buffer.
+template <typename T>
+__device__ __forceinline__ void LoadQueryWarp(const T* qrow, int d, float scale_log2, float* q_s) {
+  for (int x = threadIdx.x % 32; x < d; x += 32) q_s[x] = ToFloat(qrow[x]) * scale_log2;
+  __syncwarp();
+}
+
+// Prefill, generic head_dim: one warp per (new token, q head).
+template <typename T>
+__global__ void __launch_bounds__(128) GenericPrefillKernel(const __grid_constant__ PrefillParams p) {
+  __shared__ float q_s[4][kMaxGenericHeadDim];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tok = blockIdx.x, qh = blockIdx.y * 4 + warp;
+  const int hq = p.num_q_heads, d = p.kv.head_dim;
+  if (qh >= hq) return;
+  const int kvh = qh / (hq / p.kv.num_kv_heads);
+  const int seq = p.token_seq[tok];
+  const int64_t row = p.q_row_begin + tok;
+  const int64_t limit = p.seq_pos0[seq] + (row - p.seq_q_row[seq]) + 1;
+  LoadQueryWarp(static_cast<const T*>(p.q) + (row * hq + qh) * d, d, p.scale * kLog2e, q_s[warp]);
+  float o[kMaxGenericHeadDim / 32], m, l;
+  GenericAttendWarp<T>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin, p.span_end,
+                       p.seq_span_begin[seq], p.seq_span_end[seq], limit, o, m, l);
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxGenericHeadDim / 32; ++i) {
+    const int x = lane + 32 * i;
+    if (x < d) static_cast<T*>(p.out)[(row * hq + qh) * d + x] = FromFloat<T>(o[i] * inv);
+  }
+}
+
+}  // namespace banyan::kernels::cuda

@@ -1,0 +1,213 @@
+// Prefill attention on tensor cores (see attention.h): flash-attention-2 style, one CTA per
+// (tile of 64 packed rows, kv head), four warps of 16 rows each. A packed row is (new token j,
+// q head k of this kv head) = j * group + k, so GQA heads share every K/V tile. Per 64-key tile:
+// the keys' addresses are resolved once through the sequence's spans, K and V are staged in
+// shared memory (rows padded by 16 bytes against bank conflicts), S = Q K^T and O += P V run as
+// mma.sync m16n8k16 (bf16 or fp16 operands, fp32 accumulators), with the online softmax on the
+// accumulators in registers (P never touches shared memory).
+#pragma once
+
+#include "kernels/cuda/prefill/attention.h"
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace banyan::kernels::cuda {
+
+inline constexpr int kPrefillBlockN = 64;
+inline constexpr int kPrefillThreads = 128;
+
+template <typename T>
+__device__ __forceinline__ uint32_t PackPair(float a, float b) {
+  const typename PairOf<T>::Type h = FromFloat2<T>(a, b);  // a in the low half
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <int HEAD_DIM>
+constexpr int PrefillSmemBytes() {
+  return 3 * kPrefillBlockM * (HEAD_DIM + 8) * 2 + kPrefillBlockN * 8;
+}
+
+template <int HEAD_DIM, typename T>
+__global__ void __launch_bounds__(kPrefillThreads)
+    PrefillMmaKernel(const __grid_constant__ PrefillParams p) {
+  constexpr int BM = kPrefillBlockM, BN = kPrefillBlockN;
+  constexpr int STRIDE = HEAD_DIM + 8;  // shared row stride in elements (16-byte pad)
+  constexpr int KSTEPS = HEAD_DIM / 16;
+  constexpr int NT = BN / 8;        // n8 tiles of S per warp
+  constexpr int DT = HEAD_DIM / 8;  // n8 tiles of O per warp
+  constexpr int VPR = HEAD_DIM / 8;  // 16-byte vectors per row
+  static_assert(HEAD_DIM % 16 == 0 && BM == 4 * 16, "tile shape");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* qs = reinterpret_cast<T*>(smem_raw);
+  T* ks = qs + BM * STRIDE;
+  T* vs = ks + BN * STRIDE;
+  int64_t* koff = reinterpret_cast<int64_t*>(vs + BN * STRIDE);
+
+  const int tile = blockIdx.x, kvh = blockIdx.y;
+  const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
+  const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
+  const int pos0 = p.seq_pos0[seq], q_row = p.seq_q_row[seq];
+  const int packed_total = p.seq_num_q[seq] * g;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float scale_log2 = p.scale * kLog2e;
+
+  for (int v = threadIdx.x; v < BM * VPR; v += kPrefillThreads) {
+    const int r = v / VPR, c = (v % VPR) * 8;
+    const int pr = m0 + r;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (pr < packed_total) {
+      const int64_t qi = (static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g) * HEAD_DIM;
+      val = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi + c);
+    }
+    *reinterpret_cast<uint4*>(qs + r * STRIDE + c) = val;
+  }
+  const int last_pr = min(packed_total, m0 + BM) - 1;
+  const int kv_end = pos0 + last_pr / g + 1;  // keys any row of this tile may see
+  int limit[2];                               // keys visible to this thread's two rows
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = m0 + warp * 16 + lane / 4 + 8 * i;
+    limit[i] = pr < packed_total ? pos0 + pr / g + 1 : 0;
+  }
+  __syncthreads();
+  uint32_t qf[KSTEPS][4];
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk) {
+    LdMatrixX4(qf[kk], qs + (warp * 16 + lane % 16) * STRIDE + kk * 16 + (lane / 16) * 8);
+  }
+
+  float o[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int sb = p.seq_span_begin[seq], se = p.seq_span_end[seq];
+  const T* base = static_cast<const T*>(p.kv.base);
+
+  for (int n0 = 0; n0 < kv_end; n0 += BN) {
+    __syncthreads();  // the previous tile is consumed
+    if (threadIdx.x < BN) {
+      const int key = n0 + threadIdx.x;
+      int64_t off = -1;
+      if (key < kv_end) {  // the last span starting at or before key
+        int lo = sb, hi = se - 1;
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) / 2;
+          if (p.span_pos[mid] <= key) {
+            lo = mid;
+          } else {
+            hi = mid - 1;
+          }
+        }
+        off = p.span_chunk[lo] * p.kv.chunk_stride +
+              (static_cast<int64_t>(kvh) * p.kv.chunk_size + p.span_begin[lo] + key -
+               p.span_pos[lo]) * HEAD_DIM;
+      }
+      koff[threadIdx.x] = off;
+    }
+    __syncthreads();
+    for (int v = threadIdx.x; v < BN * VPR; v += kPrefillThreads) {
+      const int r = v / VPR, c = (v % VPR) * 8;
+      const int64_t off = koff[r];
+      uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);  // zeros, never NaN
+      if (off >= 0) {
+        kv4 = *reinterpret_cast<const uint4*>(base + off + c);
+        vv4 = *reinterpret_cast<const uint4*>(base + off + p.kv.v_offset + c);
+      }
+      *reinterpret_cast<uint4*>(ks + r * STRIDE + c) = kv4;
+      *reinterpret_cast<uint4*>(vs + r * STRIDE + c) = vv4;
+    }
+    __syncthreads();
+
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t b[4];
+        LdMatrixX4(b, ks + (np * 16 + lane % 8 + (lane / 16) * 8) * STRIDE + kk * 16 +
+                          ((lane / 8) % 2) * 8);
+        Mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
+        Mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+      }
+    }
+    // Scale, causal mask, online softmax. Accumulator element e of tile nt is row
+    // lane / 4 + 8 * (e / 2), key n0 + nt * 8 + (lane % 4) * 2 + e % 2.
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int key = n0 + nt * 8 + (lane % 4) * 2 + c;
+          float v = s[nt][2 * ri + c] * scale_log2;
+          if (key >= limit[ri]) v = -INFINITY;
+          s[nt][2 * ri + c] = v;
+          mx = fmaxf(mx, v);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float new_m = fmaxf(m[ri], mx);
+      const float mu = new_m == -INFINITY ? 0.0f : new_m;  // all masked so far: p = 0, no NaN
+      const float corr = exp2f(m[ri] - mu);
+      float rs = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float pr = exp2f(s[nt][2 * ri + c] - mu);
+          s[nt][2 * ri + c] = pr;
+          rs += pr;
+        }
+      }
+      l[ri] = l[ri] * corr + rs;  // per-thread partial sum; reduced over the quad at the end
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        o[dt][2 * ri] *= corr;
+        o[dt][2 * ri + 1] *= corr;
+      }
+      m[ri] = new_m;
+    }
+    // O += P V: the S accumulators of two n8 tiles are the A fragment of one k16 step.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < DT / 2; ++dp) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, vs + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * STRIDE + dp * 16 +
+                               (lane / 16) * 8);
+        Mma16816<T>(o[2 * dp], a, b[0], b[1]);
+        Mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    l[ri] += __shfl_xor_sync(0xffffffffu, l[ri], 1);
+    l[ri] += __shfl_xor_sync(0xffffffffu, l[ri], 2);
+  }
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    const int pr = m0 + warp * 16 + lane / 4 + 8 * ri;
+    if (pr >= packed_total) continue;
+    const float inv = l[ri] > 0.0f ? 1.0f / l[ri] : 0.0f;
+    T* dst = static_cast<T*>(p.out) +
+             (static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g) * HEAD_DIM;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      *reinterpret_cast<typename PairOf<T>::Type*>(dst + dt * 8 + (lane % 4) * 2) =
+          FromFloat2<T>(o[dt][2 * ri] * inv, o[dt][2 * ri + 1] * inv);
+    }
+  }
+}
+
+}  // namespace banyan::kernels::cuda

@@ -1,0 +1,80 @@
+// Structured outputs, shared by both front ends: what a client asks to constrain (a JSON schema
+// or any JSON object), read from its wire fields, and compiled into the constraint a
+// scheduler::Request carries (text/grammar/constraint_cache.h).
+//
+// Wire fields (the HTTP front end):
+//   - OpenAI's `response_format`: {"type": "text"} (no constraint), {"type": "json_object"}
+//     (any JSON object), {"type": "json_schema", "json_schema": {"name": ..., "schema": {...},
+//     "strict": bool}}. `strict` true or false constrain alike: the output always satisfies the
+//     schema (text/grammar/json_schema.h generates only what it validates).
+//   - vLLM's `guided_json`: the schema as an object or as a JSON string.
+// Both on /v1/chat/completions and /v1/completions; at most one of them per request. Schemas are
+// read with their keys in the order sent: properties are generated in that order.
+//
+// Errors are InvalidArgument with the wire field as the status param: a bad shape names the
+// field, a schema keyword outside the supported subset is the grammar engine's message naming
+// the keyword and its JSON pointer.
+//
+// Threads: StructuredOutputs is thread-safe. Compile runs on the calling front-end thread (never
+// the engine thread); its vocabulary is built on first use, once per process, from the model's
+// tokenizer.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/call_once.h"
+#include "absl/status/statusor.h"
+#include "text/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "text/grammar/constraint_cache.h"
+#include "text/grammar/json_schema.h"
+
+namespace banyan::server {
+
+struct StructuredOutputSpec {
+  enum class Kind { kJsonObject, kJsonSchema };
+  Kind kind = Kind::kJsonObject;
+  nlohmann::ordered_json schema;  // kJsonSchema: the schema, keys in the order sent
+  std::string field;              // the wire field it came from, for errors
+};
+
+// response_format / guided_json of an HTTP request body (keys in the order sent). nullopt: no
+// constraint asked for.
+absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
+    const nlohmann::ordered_json& body);
+
+// The grammar engine's view of a tokenizer: token id -> the bytes it stands for, empty for the
+// special and control tokens (BOS, EOS, unknown, the tokenizer's special tokens), which no
+// grammar allows, except the special tokens spelled as one of `keep` (a tool-call marker such as
+// Mistral's [TOOL_CALLS]), which keep their spelling.
+std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(
+    const text::Tokenizer& tokenizer, const std::vector<std::string>& keep = {});
+
+class StructuredOutputs {
+ public:
+  static constexpr size_t kDefaultCacheEntries = 64;
+
+  // tokenizer: the model's; must outlive this.
+  explicit StructuredOutputs(const text::Tokenizer* tokenizer,
+                             size_t cache_entries = kDefaultCacheEntries,
+                             text::grammar::JsonSchemaOptions options = {});
+
+  // The spec's constraint, from the cache or compiled now (on this thread).
+  absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Compile(
+      const StructuredOutputSpec& spec);
+
+  text::grammar::ConstraintCache& cache();
+
+ private:
+  const text::Tokenizer* tokenizer_;
+  const size_t cache_entries_;
+  const text::grammar::JsonSchemaOptions options_;
+  absl::once_flag once_;
+  std::unique_ptr<text::grammar::ConstraintCache> cache_;  // set once, under once_
+};
+
+}  // namespace banyan::server

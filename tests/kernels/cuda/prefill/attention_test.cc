@@ -1,0 +1,315 @@
+// The CUDA attention kernels against the CPU reference kernels (kernels/cpu), on KV and queries
+// rounded to the kernel's dtype first so that both sides read identical values: decode (TPP,
+// every head dim from 8 to 256) over plans with and without sharing (random prefix trees,
+// context lengths not multiples of the chunk size, long contexts split into pieces, batch up to
+// 1024), and causal prefill over a cached path plus new tokens. Random data fresh each run, outputs poisoned, NaN never passes.
+//
+// Tolerance: the GPU rounds its output to the dtype (relative error about 2^-9 / sqrt(3) for bf16,
+// 2^-12 for fp16) and the prefill kernel rounds softmax probabilities to the dtype before the P.V
+// product. Relative-norm bounds: 1e-2 (bf16), 2e-3 (fp16); a wrong index gives O(1).
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/tpp_attention.h"
+#include "kernels/cuda/prefill/attention.h"
+#include "kernels/cuda/prefill/attention_work.h"
+#include "kernels/cuda/tpp/tpp_attention.h"
+#include "engine/plan_view.h"
+#include "kvcache/attention_plan.h"
+#include "kvcache/chunk_pool.h"
+#include "kvcache/prefix_tree.h"
+#include "tests/testing/gpu_test_util.h"
+#include "tests/testing/random.h"
+#include "tests/testing/random_tree.h"
+
+namespace banyan::kernels::cuda {
+namespace {
+
+using ::banyan::testing::DeviceArray;
+using ::banyan::testing::FromDtype;
+using ::banyan::testing::RelErr;
+using ::banyan::testing::RoundTo;
+using ::banyan::testing::ToDtype;
+
+struct Case {
+  int head_dim;
+  int kv_heads;
+  int gqa;
+  int chunk_size;
+  DType dtype;
+};
+
+double Tolerance(DType dt) { return dt == DType::kBf16 ? 1e-2 : 2e-3; }
+
+// A KV store for one layer with random values already rounded to the dtype, on host and device.
+struct TestKv {
+  TestKv(const Case& c, int chunks, std::mt19937_64& rng) {
+    cpu.chunk_size = c.chunk_size;
+    cpu.num_kv_heads = c.kv_heads;
+    cpu.head_dim = c.head_dim;
+    cpu.v_offset = int64_t{c.kv_heads} * c.chunk_size * c.head_dim;
+    cpu.chunk_stride = 2 * cpu.v_offset;
+    host.resize(static_cast<size_t>(chunks) * cpu.chunk_stride);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& x : host) x = RoundTo(c.dtype, nd(rng));
+    cpu.base = host.data();
+    dev = std::make_unique<DeviceArray<uint16_t>>(ToDtype(c.dtype, host));
+    gpu.base = dev->get();
+    gpu.chunk_stride = cpu.chunk_stride;
+    gpu.v_offset = cpu.v_offset;
+    gpu.chunk_size = c.chunk_size;
+    gpu.num_kv_heads = c.kv_heads;
+    gpu.head_dim = c.head_dim;
+  }
+  std::vector<float> host;
+  KvView cpu;
+  std::unique_ptr<DeviceArray<uint16_t>> dev;
+  KvViewDev gpu;
+};
+
+std::vector<float> RandomRounded(DType dt, size_t n, std::mt19937_64& rng, float sd = 1.0f) {
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = RoundTo(dt, nd(rng));
+  return v;
+}
+
+// Runs TPP decode attention over `plan` (two-phase where it has segments and the head dim a
+// compiled family; phase 2 alone on the generic kernel for other head dims), rows cut into
+// pieces of at most max_piece_tokens; returns the output as floats.
+std::vector<float> RunGpuDecode(const Case& c, const TestKv& kv, const kvcache::AttentionPlan& plan,
+                                const std::vector<float>& q, int max_piece_tokens) {
+  const int hq = c.kv_heads * c.gqa;
+  tpp::TppOptions opt;
+  opt.p2_max_split_tokens = max_piece_tokens;
+  auto wp = tpp::TppWorkPlan::Build(engine::ViewOf(plan),
+                                    tpp::TppProblem{hq, c.kv_heads, c.head_dim, c.chunk_size}, opt);
+  EXPECT_TRUE(wp.ok()) << wp.status();
+  if (!wp.ok()) return {};
+  DeviceArray<int32_t> image(wp->image());
+  DeviceArray<float> workspace((wp->workspace_bytes() + 3) / 4);  // poisoned
+  DeviceArray<uint16_t> qd(ToDtype(c.dtype, q));
+  DeviceArray<uint16_t> out(q.size());  // poisoned
+  tpp::TppRunArgs a;
+  a.q = qd.get();
+  a.out = out.get();
+  a.kv = kv.gpu;
+  a.dtype = c.dtype;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.image = image.get();
+  a.workspace = workspace.get();
+  const absl::Status s = tpp::TppDecodeAttention(*wp, a, nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return FromDtype(c.dtype, out.Download());
+}
+
+std::vector<float> RunCpuDecode(const Case& c, const TestKv& kv, const kvcache::AttentionPlan& plan,
+                                const std::vector<float>& q) {
+  const int hq = c.kv_heads * c.gqa;
+  std::vector<float> out(q.size(), std::nanf(""));
+  std::vector<float> po(std::max(1, plan.num_partials) * size_t(hq) * c.head_dim);
+  std::vector<float> pl(std::max(1, plan.num_partials) * size_t(hq));
+  DecodeAttentionParams p;
+  p.q = q.data();
+  p.out = out.data();
+  p.kv = kv.cpu;
+  p.plan = engine::ViewOf(plan);
+  p.num_q_heads = hq;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.partial_o = po.data();
+  p.partial_lse = pl.data();
+  cpu::TppDecodeAttention(p);
+  return out;
+}
+
+std::string Name(const Case& c) {
+  return absl::StrCat("d", c.head_dim, " kvh", c.kv_heads, " g", c.gqa, " c", c.chunk_size, " ",
+                      DTypeName(c.dtype));
+}
+
+TEST(CudaDecodeAttention, MatchesCpuOnRandomTrees) {
+  BANYAN_SEEDED_RNG(rng);
+  const std::vector<Case> cases = {
+      {64, 2, 1, 16, DType::kBf16},  {64, 2, 4, 64, DType::kBf16}, {128, 2, 1, 64, DType::kBf16},
+      {128, 1, 4, 16, DType::kBf16}, {128, 2, 4, 32, DType::kFp16}, {64, 3, 1, 16, DType::kFp16},
+      {8, 2, 4, 16, DType::kBf16},   {32, 2, 2, 16, DType::kFp16}, {256, 1, 8, 64, DType::kBf16},
+      {128, 1, 8, 16, DType::kBf16}, {64, 1, 2, 16, DType::kBf16}, {40, 2, 3, 16, DType::kBf16},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Name(c));
+    auto pool = kvcache::ChunkPool::Create(1024, c.chunk_size);
+    ASSERT_TRUE(pool.ok());
+    kvcache::PrefixTree tree(&*pool);
+    ::banyan::testing::RandomTreeSpec spec;
+    spec.global_prefix_max = 300;
+    const std::vector<kvcache::SeqId> seqs = ::banyan::testing::BuildRandomTree(tree, rng, spec);
+    ASSERT_FALSE(seqs.empty());
+    const std::vector<kvcache::SeqId> rows = tree.DfsOrder();
+    TestKv kv(c, 1024, rng);
+    const int hq = c.kv_heads * c.gqa;
+    const std::vector<float> q = RandomRounded(c.dtype, rows.size() * hq * c.head_dim, rng);
+    for (bool share : {true, false}) {
+      const auto plan = kvcache::BuildAttentionPlan(tree, rows, {.share = share});
+      const std::vector<float> want = RunCpuDecode(c, kv, plan, q);
+      for (int piece : {0, 37}) {  // 0: the plan's own cut; 37: many pieces, merges
+        const double err = RelErr(RunGpuDecode(c, kv, plan, q, piece), want);
+        EXPECT_LT(err, Tolerance(c.dtype)) << "share " << share << " pieces of " << piece;
+      }
+    }
+  }
+}
+
+// Long private contexts: rows cut into many items and merged.
+TEST(CudaDecodeAttention, LongContextsSplitAndMerge) {
+  BANYAN_SEEDED_RNG(rng);
+  for (const Case& c : {Case{128, 2, 4, 64, DType::kBf16}, Case{64, 4, 1, 16, DType::kFp16}}) {
+    SCOPED_TRACE(Name(c));
+    auto pool = kvcache::ChunkPool::Create(1024, c.chunk_size);
+    ASSERT_TRUE(pool.ok());
+    kvcache::PrefixTree tree(&*pool);
+    for (int len : {3001, 4444, 1}) {
+      std::vector<int32_t> toks(len);
+      for (auto& t : toks) t = static_cast<int32_t>(rng() % 1000);
+      ASSERT_TRUE(tree.Insert("", toks).ok());
+    }
+    const auto rows = tree.DfsOrder();
+    TestKv kv(c, 1024, rng);
+    const std::vector<float> q =
+        RandomRounded(c.dtype, rows.size() * c.kv_heads * c.gqa * c.head_dim, rng);
+    const auto plan = kvcache::BuildAttentionPlan(tree, rows, {.share = false});
+    EXPECT_LT(RelErr(RunGpuDecode(c, kv, plan, q, 0), RunCpuDecode(c, kv, plan, q)),
+              Tolerance(c.dtype));
+  }
+}
+
+// 1024 rows sharing a prefix, private tails of 1..40 tokens.
+TEST(CudaDecodeAttention, Batch1024) {
+  BANYAN_SEEDED_RNG(rng);
+  const Case c{128, 2, 4, 16, DType::kBf16};
+  auto pool = kvcache::ChunkPool::Create(4096, c.chunk_size);
+  ASSERT_TRUE(pool.ok());
+  kvcache::PrefixTree tree(&*pool);
+  std::vector<int32_t> prefix(301);
+  for (auto& t : prefix) t = static_cast<int32_t>(rng() % 1000);
+  for (int r = 0; r < 1024; ++r) {
+    std::vector<int32_t> toks = prefix;
+    const int tail = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < tail; ++i) toks.push_back(1000 + static_cast<int32_t>(rng() % 1000));
+    ASSERT_TRUE(tree.Insert("", toks).ok());
+  }
+  const auto rows = tree.DfsOrder();
+  ASSERT_EQ(rows.size(), 1024u);
+  TestKv kv(c, 4096, rng);
+  const std::vector<float> q =
+      RandomRounded(c.dtype, rows.size() * c.kv_heads * c.gqa * c.head_dim, rng);
+  for (bool share : {true, false}) {
+    const auto plan = kvcache::BuildAttentionPlan(tree, rows, {.share = share});
+    EXPECT_LT(RelErr(RunGpuDecode(c, kv, plan, q, 0), RunCpuDecode(c, kv, plan, q)),
+              Tolerance(c.dtype))
+        << "share " << share;
+  }
+}
+
+// Prefill: several sequences with cached prefixes (some shared) and new tokens in one launch.
+TEST(CudaPrefillAttention, MatchesCpu) {
+  BANYAN_SEEDED_RNG(rng);
+  const std::vector<Case> cases = {
+      {64, 2, 1, 16, DType::kBf16},  {64, 1, 4, 64, DType::kBf16},  {128, 2, 1, 64, DType::kBf16},
+      {128, 1, 4, 16, DType::kBf16}, {128, 2, 2, 32, DType::kFp16}, {64, 2, 8, 16, DType::kFp16},
+      {8, 2, 4, 16, DType::kBf16},   {32, 1, 2, 16, DType::kFp16},  {256, 1, 2, 64, DType::kBf16},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Name(c));
+    const int hq = c.kv_heads * c.gqa;
+    auto pool = kvcache::ChunkPool::Create(2048, c.chunk_size);
+    ASSERT_TRUE(pool.ok());
+    kvcache::PrefixTree tree(&*pool);
+    TestKv kv(c, 2048, rng);
+    std::vector<int32_t> shared(static_cast<size_t>(rng() % 200));
+    for (auto& t : shared) t = static_cast<int32_t>(rng() % 1000);
+    struct Seq {
+      kvcache::AttentionPlan plan;
+      int32_t pos0, num_q;
+    };
+    std::vector<Seq> seqs;
+    const int n = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> toks = shared;
+      const int extra = 1 + static_cast<int>(rng() % 200);
+      for (int k = 0; k < extra; ++k) toks.push_back(static_cast<int32_t>(rng() % 1000));
+      auto placed = tree.Insert("", toks);
+      ASSERT_TRUE(placed.ok());
+      Seq s;
+      s.plan = kvcache::BuildAttentionPlan(tree, std::vector{placed->seq}, {.share = false});
+      // New tokens: a random tail (including, sometimes, the whole sequence).
+      const int len = static_cast<int>(toks.size());
+      s.num_q = 1 + static_cast<int>(rng() % std::min(len, 150));
+      if (rng() % 4 == 0) s.num_q = len;
+      s.pos0 = len - s.num_q;
+      seqs.push_back(std::move(s));
+    }
+    int total_q = 0;
+    for (const Seq& s : seqs) total_q += s.num_q;
+    const std::vector<float> q = RandomRounded(c.dtype, size_t(total_q) * hq * c.head_dim, rng);
+    std::vector<float> want(q.size(), std::nanf(""));
+    std::vector<PrefillSeq> descs;
+    int row = 0;
+    for (const Seq& s : seqs) {
+      cpu::PrefillAttentionParams p;
+      p.q = q.data() + int64_t{row} * hq * c.head_dim;
+      p.out = want.data() + int64_t{row} * hq * c.head_dim;
+      p.kv = kv.cpu;
+      p.span_chunk = s.plan.span_chunk.data();
+      p.span_begin = s.plan.span_begin.data();
+      p.span_end = s.plan.span_end.data();
+      p.num_spans = s.plan.num_spans();
+      p.q_pos0 = s.pos0;
+      p.num_q = s.num_q;
+      p.num_q_heads = hq;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      cpu::PrefillAttention(p);
+      descs.push_back(PrefillSeq{s.plan.span_chunk, s.plan.span_begin, s.plan.span_end, s.pos0,
+                                 s.num_q, row});
+      row += s.num_q;
+    }
+    PrefillWork w;
+    BuildPrefillWork(descs, c.gqa, kPrefillBlockM, &w);
+    DeviceArray<int32_t> sc(w.span_chunk), sb(w.span_begin), se(w.span_end), sp(w.span_pos);
+    DeviceArray<int32_t> ssb(w.seq_span_begin), sse(w.seq_span_end), sp0(w.seq_pos0);
+    DeviceArray<int32_t> snq(w.seq_num_q), sqr(w.seq_q_row), ts(w.tile_seq), tm(w.tile_m0);
+    DeviceArray<int32_t> tks(w.token_seq);
+    DeviceArray<uint16_t> qd(ToDtype(c.dtype, q));
+    DeviceArray<uint16_t> out(q.size());
+    PrefillParams p;
+    p.q = qd.get();
+    p.out = out.get();
+    p.kv = kv.gpu;
+    p.span_chunk = sc.get();
+    p.span_begin = sb.get();
+    p.span_end = se.get();
+    p.span_pos = sp.get();
+    p.seq_span_begin = ssb.get();
+    p.seq_span_end = sse.get();
+    p.seq_pos0 = sp0.get();
+    p.seq_num_q = snq.get();
+    p.seq_q_row = sqr.get();
+    p.tile_seq = ts.get();
+    p.tile_m0 = tm.get();
+    p.token_seq = tks.get();
+    p.num_tiles = w.num_tiles();
+    p.num_tokens = w.num_tokens;
+    p.q_row_begin = w.q_row_begin;
+    p.num_q_heads = hq;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const absl::Status s = PrefillAttention(c.dtype, p, nullptr);
+    ASSERT_TRUE(s.ok()) << s;
+    const double err = RelErr(FromDtype(c.dtype, out.Download()), want);
+    EXPECT_LT(err, Tolerance(c.dtype)) << "fast path " << HasFastAttentionPath(c.head_dim);
+  }
+}
+
+}  // namespace
+}  // namespace banyan::kernels::cuda
