@@ -8,7 +8,7 @@
 //    *.model file there.
 // A SentencePiece tokenizer must have exactly the model's vocabulary size; a tokenizer.json may
 // have fewer ids than a padded embedding (Qwen), never more.
-// And the model's chat template, a Jinja text (rendered by server/jinja):
+// And the model's chat template, a Jinja text (rendered by text/jinja):
 //  - GGUF: the tokenizer.chat_template metadata;
 //  - otherwise, in the model's folder (the folder itself, or the one holding the file):
 //    chat_template.jinja, else tokenizer_config.json's "chat_template" (a string, or a list of

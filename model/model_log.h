@@ -1,4 +1,4 @@
-// The engine/model module's spdlog logger ("model"), created on first use.
+// The model module's spdlog logger ("model"), created on first use.
 #pragma once
 
 #include <memory>

@@ -11,6 +11,10 @@
 //  5. retire: stop checks, stop strings, TokenEvents pushed to each request's RequestStream,
 //     finished sequences released (their KV stays cached in the tree).
 //
+// The stages are in scheduler/loop/, each with its own types: step_summary (1), policy.h (2),
+// placement (3), speculation (candidates after placement), launch (4), collect and output (5),
+// step_stats (the accounting).
+//
 // The CPU a step ahead (LoopOptions::overlap, on where the backend launches asynchronously):
 // a Step launches step N and returns while the device computes it. The next Step waits for N's
 // tokens (an event on pinned memory, no device-wide sync), places them (EOS and length stops
@@ -53,7 +57,11 @@
 #include "text/tokenizer/tokenizer.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
+#include "scheduler/loop/in_flight.h"
+#include "scheduler/loop/output.h"
+#include "scheduler/loop/step_timing.h"
 #include "scheduler/metrics.h"
+#include "scheduler/policy.h"
 #include "scheduler/request.h"
 #include "scheduler/request_stream.h"
 #include "scheduler/speculation_governor.h"
@@ -63,6 +71,14 @@ class DraftHeads;
 }
 
 namespace banyan::scheduler {
+
+// The loop's own types (scheduler/loop/), named here only by its private members.
+struct LiveRequest;
+struct PlacedStep;
+struct DraftWant;
+struct SpecCandidates;
+using LivePtr = std::unique_ptr<LiveRequest>;
+using ByHandle = absl::flat_hash_map<uint64_t, LiveRequest*>;
 
 struct LoopOptions {
   int max_running_sequences = 256;  // decode rows per step
@@ -106,16 +122,15 @@ struct LoopOptions {
   std::vector<int> draft_tree = {};
   // Speculate only in steps with at most this many decode rows: verification multiplies a
   // step's rows by its candidates + 1, which stops paying as the step leaves the memory-bound
-  // regime (docs/hydra.md: on the 7B shape speculation gained 1.2-4.5x per request at 1-8 rows
-  // and lost aggregate throughput at 64). Below it, speculation_adaptive decides.
+  // regime (docs/hydra.md has the measurements). Below it, speculation_adaptive decides.
   int speculation_max_rows = 64;
   // Whether speculation pays is measured, not assumed: for each size class of decode steps
   // (rows, by powers of two) the loop keeps the tokens per second of steps with candidates and
   // of steps without (decode-only steps measure; steps with prefill follow the class's answer),
   // and speculates where that has been faster. It tries the other way after
   // 16 steps of the class, then after twice as many each time the answer stays (at most 1,024).
-  // On the H200 the bundled model gains 1.4x at one row and loses from 8 rows on, the 7B shape
-  // gains up to 8 rows: no fixed threshold fits both. Off: speculate in every step.
+  // Where speculation stops paying differs by model and device (docs/hydra.md): no fixed
+  // threshold fits them all. Off: speculate in every step.
   bool speculation_adaptive = true;
   // Where draft heads run: on the backend's device (Backend::DraftTrees: the CUDA backend runs
   // them on the GPU over the step's hidden states), or on the host over hidden states copied
@@ -125,8 +140,8 @@ struct LoopOptions {
   // accepted per verification fall below this moving average: drafts that are hardly ever right
   // (heads that do not fit the text, a lookup gone stale) cost rows for nothing. Whether
   // speculation pays at a given acceptance is the governor's question (above); this only drops
-  // the hopeless. 0.1: on the 7B shape a 1-candidate verification cost 1.03 plain steps at one
-  // row on the H200 (docs/hydra.md), so even 0.1 accepted per step pays there.
+  // the hopeless. Where decode is memory-bound a verification with one candidate costs about a
+  // plain step, so a low acceptance still pays there (docs/hydra.md).
   float speculation_min_accept = 0.1f;
 };
 
@@ -222,17 +237,34 @@ class EngineLoop {
   void set_kv_event_sink(kvcache::KvEventSink* sink);
 
  private:
-  struct Live;  // one request
-  using LivePtr = std::unique_ptr<Live>;
+  using Live = LiveRequest;  // one request (scheduler/loop/live_request.h)
+  class Hooks;               // PlacementHooks over this loop (engine_loop.cc)
+
+  // The step (engine_loop.cc): Step → StepUnannounced → StepFed (a fed step while N runs) or
+  // ScheduleAndLaunch (summary → policy → placement → speculation → launch), then output and
+  // stats. Fed (`fed`): the step goes to ahead_ while inflight_ runs, its decode rows fed from
+  // inflight_'s; kNotFed when this step cannot be and nothing was changed (the caller collects
+  // inflight_ and schedules again). When prompts were placed before the pool turned out too
+  // small for the pending tokens, it collects inflight_ itself and launches the step unfed.
+  enum class Launch { kNothing, kLaunched, kNotFed };
+  bool StepUnannounced(bool cancel_all);
+  // The fed path: launches N + 1, then collects N; false when no fed step could be launched.
+  bool StepFed(const ThreadClocks& cycle, bool cancel_all);
+  Launch ScheduleAndLaunch(const ThreadClocks& cycle, bool fed);
+  // Placement (scheduler/loop/placement.h): the plan's preemptions, prompts and decode rows.
+  // False (with `result` set) when the step is not to be launched.
+  bool Place(const IterationPlan& plan, const ByHandle& by_handle, LaunchClock* clock, bool* fed,
+             PlacedStep* step, Launch* result);
+  // Launch (scheduler/loop/launch.cc): binds every row's sampling and runs the placed step; the
+  // step goes to `f`. False when the launch failed (FailAll ran).
+  bool LaunchPlaced(PlacedStep step, const LaunchClock& clock, bool fed, InFlightStep* f);
+  // Whether every decoding sample can take a fed row after inflight_ (see LoopOptions::feed).
+  bool FedReady() const;
 
   void CancelDue(bool cancel_all);
   void Preempt(Live& live);
-  // Places up to `tokens` prompt tokens (or the whole recompute of a resumed request).
-  absl::Status PlacePrefill(Live& live, int32_t tokens, std::vector<kvcache::ChunkCopy>* copies,
-                            std::vector<engine::PrefillItem>* items,
-                            std::vector<Live*>* logit_owners);
-  // Turns a prefilled prompt into n samples (forks its sequence); their sampling states are
-  // ready before the forward pass so that the backend samples the first tokens.
+  // Turns a prefilled prompt into n samples (their sampling states, ready before the forward
+  // pass so that the backend samples the first tokens).
   void StartSamples(Live& live);
   // A structured output's checks (Check): a backend that applies masks, no min_tokens.
   absl::Status CheckConstraint(const Request& request) const;
@@ -242,59 +274,58 @@ class EngineLoop {
   // The samples a request runs: n, or 1 for greedy requests (temperature 0: every sample would
   // draw the same tokens; their choices get copies of one).
   static int SamplesRun(const Request& r);
-  // A sampled token reaches its sample: into its sampling state and generated tokens, or ending
-  // it at EOS / max_tokens (KV released at once). The event is queued for EmitPending.
-  void TakeSample(Live& live, size_t sample, const engine::SampleResult& result,
-                  std::chrono::steady_clock::time_point at);
-  // The queued tokens' events: text, stop strings, metrics, stream pushes.
-  void EmitPending();
-  // Speculation (LoopOptions::Speculation; engine_loop_speculation.cc). DraftFor: the candidate
-  // chain of a sample about to decode from prompt lookup (empty when it should not speculate).
-  // PlaceCandidates: drafts and places the candidates of a step's decode rows, at most
+
+  // Speculation (LoopOptions::Speculation; scheduler/loop/speculation.cc). Speculate: the
+  // stage, candidates for the placed step's decode rows (or none). DraftFor: the candidate chain
+  // of a sample about to decode from prompt lookup (empty when it should not speculate).
+  // PlaceCandidates: drafts and places the candidates of the step's decode rows, at most
   // `token_room` of them (decode gains the candidate rows, with their tree nodes in item_node).
   // TakeCandidates: takes a verified sample's results; returns the output row of the last token
   // taken from the tree (its hidden state drafts the next candidates).
+  void Speculate(PlacedStep* step, StepSpeculation* spec);
   std::vector<int32_t> DraftFor(Live& live, size_t sample, int budget);
-  void PlaceCandidates(absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>>* owner,
-                       int token_room, std::vector<engine::DecodeItem>* decode,
-                       std::vector<int32_t>* item_node, std::vector<kvcache::ChunkCopy>* copies);
+  void PlaceCandidates(int token_room, PlacedStep* step, StepSpeculation* spec);
+  // Places sample k's candidates `c` after decode row d (the root); leaves it plain when they
+  // do not fit. Candidate rows go to `rows` / `row_nodes`.
+  void PlaceSampleCandidates(engine::DecodeItem& d, Live& l, size_t k, SpecCandidates c,
+                             int* token_room, PlacedStep* step, StepSpeculation* spec,
+                             std::vector<engine::DecodeItem>* rows,
+                             std::vector<int32_t>* row_nodes);
   int32_t TakeCandidates(Live& live, size_t sample, std::span<const engine::SampleResult> results,
                          std::chrono::steady_clock::time_point at);
-  SpeculationGovernor speculation_governor_;  // LoopOptions::speculation_adaptive
-  // kHeads: the trees' branching, draft_tree or a chain of draft_tokens, at most the heads'
-  // count of levels (fixed at construction).
-  std::vector<int32_t> draft_branching_;
+  // A tree's accepted path: its KV copied from the candidate slots onto the sample's sequence,
+  // the candidates' forks released. Returns how many of `path` stay accepted (0 without room).
+  size_t AcceptTreePath(const SpecCandidates& c, const std::vector<int32_t>& path,
+                        kvcache::SeqId seq);
   // Ends a sample's candidates without taking them (preemption, cancellation).
   void DropCandidates(Live& live, size_t sample);
   // kLookup: what a greedy request generated, by prompt (and cache namespace).
   void RememberContinuation(const Live& live);
-  // The engine thread's clocks where a step's host work begins (wall, CPU time, context switches).
-  struct ThreadClocks {
-    std::chrono::steady_clock::time_point wall;
-    double cpu_seconds = 0;
-    int64_t context_switches = 0;
-    static ThreadClocks Now();
-  };
-  // Schedules, places and launches a step. kNothing: nothing could move. Fed (`fed`): the step
-  // goes to ahead_ while inflight_ runs, its decode rows fed from inflight_'s; kNotFed when this
-  // step cannot be and nothing was changed (the caller collects inflight_ and schedules again).
-  // When prompts were placed before the pool turned out too small for the pending tokens, it
-  // collects inflight_ itself and launches the step as an unfed one.
-  enum class Launch { kNothing, kLaunched, kNotFed };
-  Launch ScheduleAndLaunch(const ThreadClocks& cycle, bool fed);
-  // Whether every decoding sample can take a fed row after inflight_ (see LoopOptions::feed).
-  bool FedReady() const;
-  // A request whose last prompt chunk is in inflight_: its first token comes with it.
-  bool FirstTokenInFlight(const Live& live) const;
-  // A prompt's samples from its sequence (Fork; samples[0] keeps its id), once: when its first
-  // token is collected, or earlier by ForkAhead.
-  absl::Status MakeSamples(Live& live);
-  // Such a request with n > 1, about to decode in a fed step: makes its samples now, so that
-  // each takes its own row.
-  void ForkAhead(Live& live);
-  // Waits for the step in flight and takes its tokens; false when the step failed (FailAll ran).
+  SpeculationGovernor speculation_governor_;  // LoopOptions::speculation_adaptive
+  // kHeads: the trees' branching, draft_tree or a chain of draft_tokens, at most the heads'
+  // count of levels (fixed at construction).
+  std::vector<int32_t> draft_branching_;
+
+  // Collect (scheduler/loop/collect.cc): waits for the step in flight and takes its tokens;
+  // false when the step failed (FailAll ran).
   bool CollectInflight();
+  // Its parts: a fed step's pending tokens set; the decode rows' tokens (returns how many
+  // tokens were taken); the prompts' first tokens; the draft heads' next trees.
+  void PatchFedStep(const engine::StepOutput& out);
+  size_t TakeDecodeRows(const engine::StepOutput& out, std::chrono::steady_clock::time_point at,
+                        std::vector<DraftWant>* want_draft);
+  void TakePromptRows(const engine::StepOutput& out, std::chrono::steady_clock::time_point at,
+                      std::vector<DraftWant>* want_draft);
+  void DraftNext(std::vector<DraftWant>* want_draft);
   uint64_t collects_ = 0;  // CollectInflight calls
+
+  // Output (scheduler/loop/output.cc). TakeSample: a sampled token reaches its sample: into
+  // its sampling state and generated tokens, or ending it at EOS / max_tokens (KV released at
+  // once); the event is queued for EmitPending: the queued tokens' events (text, stop strings,
+  // metrics, stream pushes).
+  void TakeSample(Live& live, size_t sample, const engine::SampleResult& result,
+                  std::chrono::steady_clock::time_point at);
+  void EmitPending();
   // Moves admitted, preempted and finished requests between the lists.
   void Retire();
   // Fails every request (a step could not run).
@@ -305,13 +336,13 @@ class EngineLoop {
   void ReleaseAll(Live& live);
   // A sample's KV goes (its candidates too): it finished or its request is preempted.
   void ReleaseSample(Live& live, size_t sample);
-  void PublishMetrics();
-  void FlushKvEvents();
-  bool StepUnannounced(bool cancel_all);
   // Pushes to / finishes a request's stream, remembering it for this step's announcement.
   void Emit(Live& live, TokenEvent event);
   void Touch(Live& live);
   void AnnounceTouched();
+  // Stats (scheduler/loop/step_stats.h): the gauges as of now.
+  void PublishMetrics();
+  void FlushKvEvents();
 
   const model::ModelConfig& config_;
   const text::Tokenizer* tokenizer_;
@@ -329,50 +360,14 @@ class EngineLoop {
   // still name them.
   std::vector<LivePtr> retired_;
   const bool overlap_;
-  // The launched step, until CollectInflight.
-  struct InFlight {
-    bool active = false;
-    engine::StepOutput out;
-    absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>> owner;  // decode row -> sample
-    // Per decode item: its node among the sample's candidates (0 the root), -1 without.
-    std::vector<int32_t> item_node;
-    // The sampling states of candidate rows (the sample's state advanced along the path).
-    std::deque<engine::SequenceSamplingState> row_states;
-    int speculation_class = -1;  // the step's size class when speculation could run, else -1
-    bool speculated = false;     // the step had candidates
-    std::vector<Live*> logit_owners;  // prompts whose last token's row is sampled, in order
-    int64_t decode_rows = 0;
-    int64_t prefill_tokens = 0;
-    std::chrono::steady_clock::time_point t_begin;    // its host work began
-    std::chrono::steady_clock::time_point collected;  // its tokens arrived
-    bool collected_this_step = false;   // by the current Step (without overlap)
-    double launch_seconds = 0;          // t_begin to the launch returning
-    double backend_launch_seconds = 0;  // of which in the backend's LaunchSample
-    double take_seconds = 0, schedule_seconds = 0, place_seconds = 0;  // see LoopStats
-    double launch_cpu_seconds = 0;
-    int64_t launch_context_switches = 0;
-    double device_before = 0;
-    // A fed step: its rows' pending tokens, (sequence, spec of the step before that samples it),
-    // set in the tree when the step before is collected.
-    bool fed = false;
-    std::vector<std::pair<kvcache::SeqId, int32_t>> patches;
-  };
   ThreadClocks collected_clocks_;  // when the last step in flight was collected
-  InFlight inflight_;
-  InFlight ahead_;   // a fed step, launched while inflight_ runs, until inflight_ is collected
-  const bool feed_;  // LoopOptions::feed resolved
+  InFlightStep inflight_;  // the launched step, until CollectInflight
+  InFlightStep ahead_;     // a fed step, launched while inflight_ runs, until inflight_ is collected
+  const bool feed_;        // LoopOptions::feed resolved
   // Without overlap: when the last Step's step was collected, if the loop is to go on at once.
   std::optional<ThreadClocks> last_collect_;
-  struct PendingToken {
-    Live* live;
-    size_t sample;
-    engine::SampleResult result;
-    engine::FinishReason stop;  // EOS / max_tokens, from TakeSample
-    std::chrono::steady_clock::time_point at;
-  };
   std::vector<PendingToken> pending_;
-  // Speculation state between steps: the rows whose hidden states the heads need (by sample),
-  // and the continuations kLookup drafts from.
+  // kLookup: the continuations drafted from, by PromptKey.
   absl::flat_hash_map<uint64_t, std::shared_ptr<const std::vector<int32_t>>> continuations_;
   std::vector<uint64_t> continuation_order_;  // oldest first, for the bound
   std::vector<kvcache::ChunkCopy> pending_copies_;  // from truncations, for the next step

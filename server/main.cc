@@ -134,245 +134,197 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-int Run(int argc, char** argv) {
-  auto cfg = LoadDaemonConfig(argc, argv);
-  if (absl::IsCancelled(cfg.status())) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (!cfg.ok()) {
-    std::fprintf(stderr, "banyand: %s\n%s", std::string(cfg.status().message()).c_str(), kUsage);
-    return 2;
-  }
-  // absl::Mutex's deadlock detection (on in Debian's absl build) records lock acquisitions in a
-  // global graph: 3 % of the engine loop's samples in a profile of engine_loop_bench at 1,024
-  // rows, and banyand takes thousands of stream locks per step. The tests keep it on.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  spdlog::set_default_logger(spdlog::default_logger()->clone("banyand"));
-  spdlog::set_level(spdlog::level::from_str(cfg->log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [%n] %l: %v");
+// The model named by the config (the bundled one by default), its context cut to
+// --max-model-len, and the Jinja chat template prompts are rendered with.
+struct LoadedModel {
+  std::string path;
+  bool dummy = false;
+  model::ModelBundle bundle;
+  std::shared_ptr<const text::JinjaChat> jinja_chat;
+};
 
-  // From here a signal ends start-up with exit 0; once serving, it starts the drain.
-  ShutdownSignals signals;
-  absl::StatusOr<Auth> auth = Auth::Create(cfg->server.tenants);
-  if (!auth.ok()) return Fail(auth.status());
-  RaiseOpenFileLimit();
-
-  const BackendChoice choice = ResolveBackend(cfg->backend);
-  spdlog::info("backend {} ({})", choice.backend, choice.reason);
-  cfg->backend = choice.backend;
-
-  std::atomic<bool> ready = false;
-  std::string model_path = cfg->model.empty() ? model::FindBundledModel(argv[0]) : cfg->model;
-  if (model_path.empty()) {
-    return Fail(absl::NotFoundError("no --model given and the bundled stories260K was not found"));
+absl::StatusOr<LoadedModel> LoadModel(const DaemonConfig& cfg, const char* argv0) {
+  LoadedModel m;
+  m.path = cfg.model.empty() ? model::FindBundledModel(argv0) : cfg.model;
+  if (m.path.empty()) {
+    return absl::NotFoundError("no --model given and the bundled stories260K was not found");
   }
-  spdlog::info("loading model {}", model_path);
-  const bool dummy = model::IsDummyModel(model_path);
+  spdlog::info("loading model {}", m.path);
+  m.dummy = model::IsDummyModel(m.path);
   // A dummy model's weights are generated on the GPU by the CUDA backend: no host copy.
-  auto bundle = dummy ? model::LoadDummyBundle(model_path, cfg->backend != "cuda")
-                      : model::LoadModelBundle(model_path, cfg->tokenizer);
-  if (!bundle.ok()) return Fail(bundle.status());
-  spdlog::info("tokenizer: {} ({})", bundle->tokenizer->Describe(), bundle->tokenizer_path);
-  if (cfg->max_model_len > 0) {  // a lower context limit than the model's: vLLM's --max-model-len
-    if (cfg->max_model_len > bundle->weights.config.max_seq_len) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--max-model-len ", cfg->max_model_len, " is longer than the model's context of ",
-          bundle->weights.config.max_seq_len, " tokens")));
+  auto bundle = m.dummy ? model::LoadDummyBundle(m.path, cfg.backend != "cuda")
+                        : model::LoadModelBundle(m.path, cfg.tokenizer);
+  if (!bundle.ok()) return bundle.status();
+  m.bundle = *std::move(bundle);
+  spdlog::info("tokenizer: {} ({})", m.bundle.tokenizer->Describe(), m.bundle.tokenizer_path);
+  if (cfg.max_model_len > 0) {  // a lower context limit than the model's: vLLM's --max-model-len
+    if (cfg.max_model_len > m.bundle.weights.config.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-model-len ", cfg.max_model_len, " is longer than the model's context of ",
+          m.bundle.weights.config.max_seq_len, " tokens"));
     }
-    bundle->weights.config.max_seq_len = cfg->max_model_len;
+    m.bundle.weights.config.max_seq_len = cfg.max_model_len;
   }
-  const model::ModelConfig& mc = bundle->weights.config;
-  absl::StatusOr<std::shared_ptr<const text::JinjaChat>> jinja_chat = LoadJinjaChat(cfg->server, *bundle);
-  if (jinja_chat.ok() && *jinja_chat != nullptr) {
-    spdlog::info("chat template: {} (tool calls: {})", (*jinja_chat)->source,
-                 text::tool_calls::ToolFamilyName((*jinja_chat)->tool_family));
+  absl::StatusOr<std::shared_ptr<const text::JinjaChat>> jinja_chat =
+      LoadJinjaChat(cfg.server, m.bundle);
+  if (!jinja_chat.ok()) return jinja_chat.status();
+  m.jinja_chat = *std::move(jinja_chat);
+  if (m.jinja_chat != nullptr) {
+    spdlog::info("chat template: {} (tool calls: {})", m.jinja_chat->source,
+                 text::tool_calls::ToolFamilyName(m.jinja_chat->tool_family));
   }
-  if (!jinja_chat.ok()) return Fail(jinja_chat.status());
+  return m;
+}
 
-  const engine::AttentionMode attention = cfg->attention == "paged"
-                                              ? engine::AttentionMode::kPaged
-                                              : engine::AttentionMode::kTpp;
+// The backend the config asks for, with a KV pool of --kv-memory; *chunks is the pool's size in
+// chunks (the error says so when it holds none).
+absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig& cfg,
+                                                             LoadedModel* m,
+                                                             engine::AttentionMode attention,
+                                                             int64_t* chunks_out) {
+  const model::ModelConfig& mc = m->bundle.weights.config;
   std::unique_ptr<engine::Backend> backend;
   int64_t chunks = 0;
-  if (cfg->backend == "cuda") {
+  if (cfg.backend == "cuda") {
 #ifdef BANYAN_HAVE_CUDA_BACKEND
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
-      return Fail(absl::UnavailableError("--backend cuda: no usable CUDA device"));
+      return absl::UnavailableError("--backend cuda: no usable CUDA device");
     }
-    if (absl::Status s = CheckMemoryBudget("--kv-memory", cfg->kv_memory_bytes,
+    if (absl::Status s = CheckMemoryBudget("--kv-memory", cfg.kv_memory_bytes,
                                            static_cast<int64_t>(free_bytes),
                                            "GPU (free memory, before the weights are loaded)");
         !s.ok()) {
-      return Fail(s);
+      return s;
     }
-    chunks = cfg->kv_memory_bytes /
-             engine::CudaBackend::ChunkBytes(mc, cfg->chunk_size, kernels::cuda::DType::kBf16);
+    chunks = cfg.kv_memory_bytes /
+             engine::CudaBackend::ChunkBytes(mc, cfg.chunk_size, kernels::cuda::DType::kBf16);
     engine::CudaBackendOptions co;
     co.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
-    co.chunk_size = cfg->chunk_size;
+    co.chunk_size = cfg.chunk_size;
     co.attention = attention;
     if (co.num_chunks >= 1) {
-      auto cuda = dummy ? engine::CudaBackend::CreateDummy(
-                              mc, model::ParseDummyModel(model_path)->seed, co)
-                        : engine::CudaBackend::Create(&bundle->weights, co);
-      if (!cuda.ok()) return Fail(cuda.status());
+      auto cuda = m->dummy ? engine::CudaBackend::CreateDummy(
+                                 mc, model::ParseDummyModel(m->path)->seed, co)
+                           : engine::CudaBackend::Create(&m->bundle.weights, co);
+      if (!cuda.ok()) return cuda.status();
       backend = std::move(*cuda);
     }
 #else
-    return Fail(absl::UnimplementedError(
-        "this banyand was built without CUDA (configure with nvcc available); use --backend cpu"));
+    return absl::UnimplementedError(
+        "this banyand was built without CUDA (configure with nvcc available); use --backend cpu");
 #endif
   } else {
     // The weights are loaded already, so MemAvailable is what the KV pool may take.
     absl::StatusOr<int64_t> avail = AvailableHostMemoryBytes();
-    if (!avail.ok()) return Fail(avail.status());
+    if (!avail.ok()) return avail.status();
     if (absl::Status s =
-            CheckMemoryBudget("--kv-memory", cfg->kv_memory_bytes, *avail, "host (MemAvailable)");
+            CheckMemoryBudget("--kv-memory", cfg.kv_memory_bytes, *avail, "host (MemAvailable)");
         !s.ok()) {
-      return Fail(s);
+      return s;
     }
-    chunks = engine::CpuBackend::ChunksForBudget(mc, cfg->chunk_size, cfg->kv_memory_bytes);
+    chunks = engine::CpuBackend::ChunksForBudget(mc, cfg.chunk_size, cfg.kv_memory_bytes);
     engine::CpuBackendOptions bo;
     bo.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
-    bo.chunk_size = cfg->chunk_size;
+    bo.chunk_size = cfg.chunk_size;
     bo.attention = attention;
     if (bo.num_chunks >= 1) {
       absl::StatusOr<std::unique_ptr<engine::CpuBackend>> cpu;
       try {  // the budget check above should make this unreachable; it stays a clean error
-        cpu = engine::CpuBackend::Create(&bundle->weights, bo);
+        cpu = engine::CpuBackend::Create(&m->bundle.weights, bo);
       } catch (const std::bad_alloc&) {
         cpu = absl::ResourceExhaustedError("--kv-memory: could not allocate the KV pool");
       }
-      if (!cpu.ok()) return Fail(cpu.status());
+      if (!cpu.ok()) return cpu.status();
       backend = std::move(*cpu);
     }
   }
   if (chunks < 1) {
-    return Fail(absl::InvalidArgumentError(
-        "--kv-memory " + std::to_string(cfg->kv_memory_bytes) + " bytes holds no KV chunk of " +
-        std::to_string(cfg->chunk_size) + " tokens for this model"));
+    return absl::InvalidArgumentError(
+        "--kv-memory " + std::to_string(cfg.kv_memory_bytes) + " bytes holds no KV chunk of " +
+        std::to_string(cfg.chunk_size) + " tokens for this model");
   }
-  spdlog::info(
-      "model: dim {}, {} layers, {} heads ({} kv), vocab {}, context {}; backend {}, attention {}",
-      mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.vocab_size, mc.max_seq_len,
-      cfg->backend, cfg->attention);
-  spdlog::info("[kv] memory budget {} MiB: {} chunks of {} tokens ({} tokens)",
-               cfg->kv_memory_bytes >> 20, chunks, cfg->chunk_size, chunks * cfg->chunk_size);
+  *chunks_out = chunks;
+  return backend;
+}
 
-  scheduler::SchedulerOptions so;
-  so.loop.max_running_sequences = cfg->max_batch;
-  so.loop.prefill_token_budget = cfg->prefill_budget;
-  so.queue_limit = cfg->queue_limit;
-  so.loop.overlap = cfg->overlap == "auto" ? -1 : cfg->overlap == "on" ? 1 : 0;
-  so.loop.feed = cfg->feed == "auto" ? -1 : cfg->feed == "on" ? 1 : 0;
-  std::optional<engine::DraftHeads> heads;
-  if (cfg->speculative == "hydra") {
-    if (cfg->draft_heads.empty()) {
-      return Fail(absl::InvalidArgumentError(
+// The loop's speculation options (--speculative, --draft-*), with the draft heads they load
+// into *heads (which must outlive the scheduler).
+absl::Status ConfigureSpeculation(const DaemonConfig& cfg, const model::ModelBundle& bundle,
+                                  scheduler::LoopOptions* loop,
+                                  std::optional<engine::DraftHeads>* heads_out) {
+  if (cfg.speculative == "hydra") {
+    if (cfg.draft_heads.empty()) {
+      return absl::InvalidArgumentError(
           "--speculative hydra needs --draft-heads FILE (a head set's config.json; the bundled "
-          "model's are in models/stories260K/hydra/)"));
+          "model's are in models/stories260K/hydra/)");
     }
-    auto h = engine::DraftHeads::Load(cfg->draft_heads, bundle->weights);
-    if (!h.ok()) return Fail(h.status());
-    if (cfg->draft_tokens > h->num_heads()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--draft-tokens ", cfg->draft_tokens, " is more than the ", h->num_heads(),
-          " draft heads of ", cfg->draft_heads, " can propose")));
+    auto h = engine::DraftHeads::Load(cfg.draft_heads, bundle.weights);
+    if (!h.ok()) return h.status();
+    if (cfg.draft_tokens > h->num_heads()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--draft-tokens ", cfg.draft_tokens, " is more than the ", h->num_heads(),
+          " draft heads of ", cfg.draft_heads, " can propose"));
     }
-    if (static_cast<int>(cfg->draft_tree.size()) > h->num_heads()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--draft-tree has ", cfg->draft_tree.size(), " levels; the ", h->num_heads(),
-          " draft heads of ", cfg->draft_heads, " can propose at most that many")));
+    if (static_cast<int>(cfg.draft_tree.size()) > h->num_heads()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--draft-tree has ", cfg.draft_tree.size(), " levels; the ", h->num_heads(),
+          " draft heads of ", cfg.draft_heads, " can propose at most that many"));
     }
-    heads.emplace(*std::move(h));
-    so.loop.speculation = scheduler::LoopOptions::Speculation::kHeads;
-    so.loop.draft_heads = &*heads;
-  } else if (cfg->speculative == "lookup") {
-    so.loop.speculation = scheduler::LoopOptions::Speculation::kLookup;
-  } else if (!cfg->draft_heads.empty()) {
-    return Fail(absl::InvalidArgumentError("--draft-heads is only read with --speculative hydra"));
+    heads_out->emplace(*std::move(h));
+    loop->speculation = scheduler::LoopOptions::Speculation::kHeads;
+    loop->draft_heads = &**heads_out;
+  } else if (cfg.speculative == "lookup") {
+    loop->speculation = scheduler::LoopOptions::Speculation::kLookup;
+  } else if (!cfg.draft_heads.empty()) {
+    return absl::InvalidArgumentError("--draft-heads is only read with --speculative hydra");
   }
-  if (!cfg->draft_tree.empty() && cfg->speculative != "hydra") {
-    return Fail(absl::InvalidArgumentError("--draft-tree is only read with --speculative hydra"));
+  if (!cfg.draft_tree.empty() && cfg.speculative != "hydra") {
+    return absl::InvalidArgumentError("--draft-tree is only read with --speculative hydra");
   }
-  so.loop.draft_tokens = cfg->draft_tokens;
-  so.loop.draft_tree = cfg->draft_tree;
-  so.loop.speculation_max_rows = cfg->speculation_max_rows;
-  so.loop.speculation_min_accept = cfg->speculation_min_accept;
-  so.loop.speculation_adaptive = cfg->speculation_adaptive == "on";
-  so.loop.draft_on_host = cfg->draft_on == "host";
-  if (cfg->speculative != "off") {
+  loop->draft_tokens = cfg.draft_tokens;
+  loop->draft_tree = cfg.draft_tree;
+  loop->speculation_max_rows = cfg.speculation_max_rows;
+  loop->speculation_min_accept = cfg.speculation_min_accept;
+  loop->speculation_adaptive = cfg.speculation_adaptive == "on";
+  loop->draft_on_host = cfg.draft_on == "host";
+  if (cfg.speculative != "off") {
     spdlog::info("speculative decoding: {} ({}, in steps of at most {} decode rows{}, paused for a "
                  "sample accepting fewer than {} per step)",
-                 cfg->speculative == "hydra" ? "hydra heads " + cfg->draft_heads
+                 cfg.speculative == "hydra" ? "hydra heads " + cfg.draft_heads
                                               : std::string("prompt lookup"),
-                 cfg->draft_tree.empty()
-                     ? absl::StrCat(cfg->draft_tokens, " candidates per chain")
-                     : absl::StrCat("tree ", absl::StrJoin(cfg->draft_tree, ",")),
-                 cfg->speculation_max_rows,
-                 cfg->speculation_adaptive == "on" ? " where measured faster" : "",
-                 cfg->speculation_min_accept);
+                 cfg.draft_tree.empty()
+                     ? absl::StrCat(cfg.draft_tokens, " candidates per chain")
+                     : absl::StrCat("tree ", absl::StrJoin(cfg.draft_tree, ",")),
+                 cfg.speculation_max_rows,
+                 cfg.speculation_adaptive == "on" ? " where measured faster" : "",
+                 cfg.speculation_min_accept);
   }
-  so.loop.attention = attention;
-  // KV events: the publisher outlives the scheduler (declared first, destroyed last), which
-  // flushes into it until its engine thread stops.
-  std::unique_ptr<KvEventPublisher> kv_events;
-  if (cfg->kv_events.active()) {
-    auto p = KvEventPublisher::Create(cfg->kv_events, cfg->chunk_size);
-    if (!p.ok()) return Fail(p.status());
-    kv_events = *std::move(p);
-    spdlog::info("[kv-events] publishing on {} ({}), topic '{}', replay {}, block size {}",
-                 cfg->kv_events.endpoint, cfg->kv_events.BindsPub() ? "bound" : "connected",
-                 cfg->kv_events.topic,
-                 cfg->kv_events.replay_endpoint.empty() ? "off" : cfg->kv_events.replay_endpoint,
-                 cfg->chunk_size);
-    if (cfg->kv_events.BindsPub() && !IsLocalEndpoint(cfg->kv_events.endpoint)) {
-      spdlog::warn("[kv-events] {} is reachable beyond this host: every tenant's token ids go to "
-                   "whoever subscribes (docs/kv_events.md)", cfg->kv_events.endpoint);
-    }
+  return absl::OkStatus();
+}
+
+// The KV-event publisher of --kv-events-config; null when events are off.
+absl::StatusOr<std::unique_ptr<KvEventPublisher>> MakeKvEventPublisher(const DaemonConfig& cfg) {
+  if (!cfg.kv_events.active()) return nullptr;
+  auto p = KvEventPublisher::Create(cfg.kv_events, cfg.chunk_size);
+  if (!p.ok()) return p.status();
+  spdlog::info("[kv-events] publishing on {} ({}), topic '{}', replay {}, block size {}",
+               cfg.kv_events.endpoint, cfg.kv_events.BindsPub() ? "bound" : "connected",
+               cfg.kv_events.topic,
+               cfg.kv_events.replay_endpoint.empty() ? "off" : cfg.kv_events.replay_endpoint,
+               cfg.chunk_size);
+  if (cfg.kv_events.BindsPub() && !IsLocalEndpoint(cfg.kv_events.endpoint)) {
+    spdlog::warn("[kv-events] {} is reachable beyond this host: every tenant's token ids go to "
+                 "whoever subscribes (docs/kv_events.md)", cfg.kv_events.endpoint);
   }
-  scheduler::Scheduler sched(mc, bundle->tokenizer.get(), std::move(backend), so);
-  if (kv_events) sched.set_kv_event_sink(kv_events.get());
-  sched.Start();
+  return *std::move(p);
+}
 
-  ServerContext ctx;
-  ctx.model_name = cfg->served_model_name.empty()
-                       ? (dummy ? model_path : std::filesystem::path(model_path).stem().string())
-                       : cfg->served_model_name;
-  ctx.model_config = &mc;
-  ctx.tokenizer = bundle->tokenizer.get();
-  ctx.scheduler = &sched;
-  ctx.options = cfg->server;
-  ctx.jinja_chat = *std::move(jinja_chat);
-  ctx.auth = *std::move(auth);
-  ctx.ready = &ready;
-  if (kv_events) {
-    ctx.extra_metrics = [p = kv_events.get()] { return RenderKvEventMetrics(p->stats()); };
-  }
-  // Schemas compile on the front ends' threads; the vocabulary is built at the first one.
-  ctx.structured_outputs = std::make_shared<StructuredOutputs>(ctx.tokenizer);
-  ctx.tool_calling = std::make_shared<ToolCalling>(ctx.tokenizer);
-
-  http::HttpFrontEnd http(&ctx);
-  if (absl::Status s = http.Start(); !s.ok()) return Fail(s);
-  GrpcFrontEnd grpc_server(&ctx);
-  if (absl::Status s = grpc_server.Start(); !s.ok()) return Fail(s);
-  signals.Serving();
-  // The banner goes out before /ready and gRPC health say SERVING: whoever waits for ready
-  // (a script, an orchestrator, the tests) finds the ports and the example calls logged.
-  spdlog::info("serving model '{}': HTTP http://{}:{} (OpenAI API), gRPC {}:{}{}", ctx.model_name,
-               ctx.options.host, http.port(), ctx.options.host, grpc_server.port(),
-               ctx.auth.keys_required()
-                   ? absl::StrCat(" (API keys required; ", ctx.auth.tenants().size(), " tenants)")
-                   : std::string(" (no API key: one tenant)"));
-  LogUsage(ctx.options.host, http.port(), grpc_server.port(), ctx.model_name);
-  ready = true;
-  grpc_server.UpdateHealth();
-
-  // The drain. Further signals meanwhile are logged and ignored by `signals`' thread.
-  const int sig = signals.WaitForDrain();
+// The drain after SIGTERM / SIGINT: /ready and gRPC health say so, generation ends (or is cut
+// at --drain-timeout-ms), every accepted answer is delivered, then the front ends and the
+// scheduler stop.
+void Drain(int sig, ServerContext& ctx, std::atomic<bool>& ready, http::HttpFrontEnd& http,
+           GrpcFrontEnd& grpc_server, scheduler::Scheduler& sched) {
   spdlog::info("signal {}: draining (up to {} ms)", sig, ctx.options.drain_timeout_ms);
   ready = false;
   grpc_server.UpdateHealth();
@@ -398,6 +350,10 @@ int Run(int argc, char** argv) {
                        std::chrono::duration_cast<std::chrono::system_clock::duration>(grpc_left));
   http.Stop();
   sched.Stop();
+}
+
+// What the engine did, logged at exit: steps, host and device time, speculation, CUDA graphs.
+void LogEngineReport(scheduler::Scheduler& sched) {
   const scheduler::LoopStats& st = sched.loop().stats();
   spdlog::info("engine: {} steps, {} decode-only ({} rows, {:.3f} s, of which {:.3f} s on the "
                "device and {:.3f} s of host work before each launch, {:.3f} s of it in the "
@@ -471,6 +427,111 @@ int Run(int argc, char** argv) {
     }
   }
 #endif
+}
+
+int Run(int argc, char** argv) {
+  auto cfg = LoadDaemonConfig(argc, argv);
+  if (absl::IsCancelled(cfg.status())) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "banyand: %s\n%s", std::string(cfg.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  // absl::Mutex's deadlock detection (on in Debian's absl build) records lock acquisitions in a
+  // global graph: 3 % of the engine loop's samples in a profile of engine_loop_bench at 1,024
+  // rows, and banyand takes thousands of stream locks per step. The tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  spdlog::set_default_logger(spdlog::default_logger()->clone("banyand"));
+  spdlog::set_level(spdlog::level::from_str(cfg->log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [%n] %l: %v");
+
+  // From here a signal ends start-up with exit 0; once serving, it starts the drain.
+  ShutdownSignals signals;
+  absl::StatusOr<Auth> auth = Auth::Create(cfg->server.tenants);
+  if (!auth.ok()) return Fail(auth.status());
+  RaiseOpenFileLimit();
+
+  const BackendChoice choice = ResolveBackend(cfg->backend);
+  spdlog::info("backend {} ({})", choice.backend, choice.reason);
+  cfg->backend = choice.backend;
+
+  std::atomic<bool> ready = false;
+  absl::StatusOr<LoadedModel> loaded = LoadModel(*cfg, argv[0]);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const model::ModelConfig& mc = loaded->bundle.weights.config;
+  const engine::AttentionMode attention = cfg->attention == "paged"
+                                              ? engine::AttentionMode::kPaged
+                                              : engine::AttentionMode::kTpp;
+  int64_t chunks = 0;
+  absl::StatusOr<std::unique_ptr<engine::Backend>> backend =
+      MakeBackend(*cfg, &*loaded, attention, &chunks);
+  if (!backend.ok()) return Fail(backend.status());
+  spdlog::info(
+      "model: dim {}, {} layers, {} heads ({} kv), vocab {}, context {}; backend {}, attention {}",
+      mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.vocab_size, mc.max_seq_len,
+      cfg->backend, cfg->attention);
+  spdlog::info("[kv] memory budget {} MiB: {} chunks of {} tokens ({} tokens)",
+               cfg->kv_memory_bytes >> 20, chunks, cfg->chunk_size, chunks * cfg->chunk_size);
+
+  scheduler::SchedulerOptions so;
+  so.loop.max_running_sequences = cfg->max_batch;
+  so.loop.prefill_token_budget = cfg->prefill_budget;
+  so.queue_limit = cfg->queue_limit;
+  so.loop.overlap = cfg->overlap == "auto" ? -1 : cfg->overlap == "on" ? 1 : 0;
+  so.loop.feed = cfg->feed == "auto" ? -1 : cfg->feed == "on" ? 1 : 0;
+  std::optional<engine::DraftHeads> heads;
+  if (absl::Status s = ConfigureSpeculation(*cfg, loaded->bundle, &so.loop, &heads); !s.ok()) {
+    return Fail(s);
+  }
+  so.loop.attention = attention;
+  // KV events: the publisher outlives the scheduler (declared first, destroyed last), which
+  // flushes into it until its engine thread stops.
+  absl::StatusOr<std::unique_ptr<KvEventPublisher>> kv_events = MakeKvEventPublisher(*cfg);
+  if (!kv_events.ok()) return Fail(kv_events.status());
+  scheduler::Scheduler sched(mc, loaded->bundle.tokenizer.get(), *std::move(backend), so);
+  if (*kv_events) sched.set_kv_event_sink(kv_events->get());
+  sched.Start();
+
+  ServerContext ctx;
+  ctx.model_name = cfg->served_model_name.empty()
+                       ? (loaded->dummy ? loaded->path
+                                        : std::filesystem::path(loaded->path).stem().string())
+                       : cfg->served_model_name;
+  ctx.model_config = &mc;
+  ctx.tokenizer = loaded->bundle.tokenizer.get();
+  ctx.scheduler = &sched;
+  ctx.options = cfg->server;
+  ctx.jinja_chat = loaded->jinja_chat;
+  ctx.auth = *std::move(auth);
+  ctx.ready = &ready;
+  if (*kv_events) {
+    ctx.extra_metrics = [p = kv_events->get()] { return RenderKvEventMetrics(p->stats()); };
+  }
+  // Schemas compile on the front ends' threads; the vocabulary is built at the first one.
+  ctx.structured_outputs = std::make_shared<StructuredOutputs>(ctx.tokenizer);
+  ctx.tool_calling = std::make_shared<ToolCalling>(ctx.tokenizer);
+
+  http::HttpFrontEnd http(&ctx);
+  if (absl::Status s = http.Start(); !s.ok()) return Fail(s);
+  GrpcFrontEnd grpc_server(&ctx);
+  if (absl::Status s = grpc_server.Start(); !s.ok()) return Fail(s);
+  signals.Serving();
+  // The banner goes out before /ready and gRPC health say SERVING: whoever waits for ready
+  // (a script, an orchestrator, the tests) finds the ports and the example calls logged.
+  spdlog::info("serving model '{}': HTTP http://{}:{} (OpenAI API), gRPC {}:{}{}", ctx.model_name,
+               ctx.options.host, http.port(), ctx.options.host, grpc_server.port(),
+               ctx.auth.keys_required()
+                   ? absl::StrCat(" (API keys required; ", ctx.auth.tenants().size(), " tenants)")
+                   : std::string(" (no API key: one tenant)"));
+  LogUsage(ctx.options.host, http.port(), grpc_server.port(), ctx.model_name);
+  ready = true;
+  grpc_server.UpdateHealth();
+
+  // The drain. Further signals meanwhile are logged and ignored by `signals`' thread.
+  Drain(signals.WaitForDrain(), ctx, ready, http, grpc_server, sched);
+  LogEngineReport(sched);
   spdlog::info("stopped");
   return 0;
 }

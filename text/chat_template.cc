@@ -126,13 +126,13 @@ absl::StatusOr<std::shared_ptr<const JinjaChat>> MakeJinjaChat(const std::string
                                                                std::string bos_token,
                                                                std::string eos_token,
                                                                const Tokenizer& tokenizer) {
-  absl::StatusOr<jinja::Template> t = jinja::Template::Parse(text);
+  absl::StatusOr<text::jinja::Template> t = text::jinja::Template::Parse(text);
   if (!t.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chat template ", source, ": ", t.status().message()));
   }
   auto chat = std::make_shared<JinjaChat>();
-  chat->tmpl = std::make_shared<const jinja::Template>(*std::move(t));
+  chat->tmpl = std::make_shared<const text::jinja::Template>(*std::move(t));
   chat->source = std::move(source);
   chat->bos_token = std::move(bos_token);
   chat->eos_token = std::move(eos_token);

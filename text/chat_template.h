@@ -77,7 +77,7 @@ struct ChatMessage {
 
 // A model's own chat template, ready to render.
 struct JinjaChat {
-  std::shared_ptr<const jinja::Template> tmpl;
+  std::shared_ptr<const text::jinja::Template> tmpl;
   std::string source;  // where it came from (a file, or the GGUF key), for logs
   std::string bos_token;
   std::string eos_token;

@@ -8,37 +8,20 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "server/common/auth.h"
 #include "server/common/header_value.h"
 #include "text/chat_template.h"
 #include "server/http/http_util.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_request.h"
+#include "server/http/prompt.h"
 #include "server/common/metrics_text.h"
 #include "server/common/validation.h"
 
 namespace banyan::server::http {
 namespace {
-
-// Probes and scrapes arrive every few seconds; their access lines go to debug level.
-bool IsQuietPath(const std::string& path) {
-  return path == "/health" || path == "/ready" || path == "/metrics";
-}
-
-// The methods each known path accepts; "" for unknown paths.
-std::string AllowedMethods(const std::string& path) {
-  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
-      path == "/detokenize") {
-    return "POST";
-  }
-  if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/") || path == "/health" ||
-      path == "/ready" || path == "/metrics" || path == "/debug/kv_blocks") {
-    return "GET, HEAD";
-  }
-  return "";
-}
 
 bool IsJsonContentType(std::string_view value) {
   const size_t semi = value.find(';');
@@ -65,7 +48,12 @@ Json ModelCard(const ServerContext& ctx, int64_t created) {
               {"max_model_len", ctx.model_config->max_seq_len}};
 }
 
-void Tokenize(const ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+// POST /tokenize {prompt | messages, add_special_tokens, add_generation_prompt, model}
+//   -> {tokens, count, max_model_len}
+void Tokenize(const RouteCall& c) {
+  const ServerContext& ctx = *c.ctx;
+  const HttpRequest& req = c.req;
+  HttpResponse& res = *c.res;
   absl::StatusOr<Json> body = ParseBody(req.body);
   if (!body.ok()) return SendStatus(res, body.status());
   if (absl::Status s = CheckModel(*body, ctx); !s.ok()) return SendStatus(res, s);
@@ -98,8 +86,11 @@ void Tokenize(const ServerContext& ctx, const HttpRequest& req, HttpResponse& re
                 {"max_model_len", ctx.model_config->max_seq_len}});
 }
 
-void Detokenize(const ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
-  absl::StatusOr<Json> body = ParseBody(req.body);
+// POST /detokenize {tokens, model} -> {prompt}
+void Detokenize(const RouteCall& c) {
+  const ServerContext& ctx = *c.ctx;
+  HttpResponse& res = *c.res;
+  absl::StatusOr<Json> body = ParseBody(c.req.body);
   if (!body.ok()) return SendStatus(res, body.status());
   if (absl::Status s = CheckModel(*body, ctx); !s.ok()) return SendStatus(res, s);
   FieldReader f(*body);
@@ -120,27 +111,39 @@ void Detokenize(const ServerContext& ctx, const HttpRequest& req, HttpResponse& 
   SendJson(res, 200, Json{{"prompt", ctx.tokenizer->Decode(tokens)}});
 }
 
-void Models(const ServerContext& ctx, const std::string& path, HttpResponse& res) {
+int64_t ServerStartSeconds() {
   static const int64_t created = UnixSeconds();
-  if (path == "/v1/models") {
-    SendJson(res, 200, Json{{"object", "list"}, {"data", Json::array({ModelCard(ctx, created)})}});
-    return;
-  }
-  const std::string id = path.substr(std::string_view("/v1/models/").size());
+  return created;
+}
+
+// GET /v1/models: the one served model.
+void ListModels(const RouteCall& c) {
+  SendJson(
+      *c.res, 200,
+      Json{{"object", "list"}, {"data", Json::array({ModelCard(*c.ctx, ServerStartSeconds())})}});
+}
+
+// GET /v1/models/{id}: the served model's card, or 404 model_not_found. The id is the rest of
+// the path after the route's.
+void GetModel(const RouteCall& c) {
+  const ServerContext& ctx = *c.ctx;
+  const std::string id = c.req.path.substr(c.route.path.size());
   if (id != ctx.model_name) {
     absl::Status st = absl::NotFoundError(absl::StrCat(
         "The model `", id, "` does not exist. This server serves `", ctx.model_name, "`."));
     SetStatusParam(&st, "model");
     SetStatusCode(&st, "model_not_found");
-    return SendStatus(res, st);
+    return SendStatus(*c.res, st);
   }
-  SendJson(res, 200, ModelCard(ctx, created));
+  SendJson(*c.res, 200, ModelCard(ctx, ServerStartSeconds()));
 }
 
 // GET /debug/kv_blocks (ServerOptions::debug_kv_blocks): the prefix cache's full blocks as the
 // engine sees them between two steps, hashes only (as the KV events name them), for checking an
 // event stream against the daemon. Off: 404, as for an unknown path.
-void KvBlocks(const ServerContext& ctx, HttpResponse& res) {
+void KvBlocks(const RouteCall& c) {
+  const ServerContext& ctx = *c.ctx;
+  HttpResponse& res = *c.res;
   if (!ctx.options.debug_kv_blocks) {
     return SendError(res, ErrorForHttpStatus(404, "Invalid URL (/debug/kv_blocks is off; start "
                                                   "banyand with --debug-kv-blocks on)",
@@ -159,37 +162,55 @@ void KvBlocks(const ServerContext& ctx, HttpResponse& res) {
                           {"blocks", std::move(hashes)}});
 }
 
-// Fills *res for everything but generation; returns false for a generation path.
-bool Route(ServerContext* ctx, const HttpRequest& req, HttpResponse& res) {
-  const std::string& path = req.path;
-  if (path == "/health") {
-    SendJson(res, 200, Json{{"status", "ok"}});
-  } else if (path == "/ready") {
-    if (ctx->ready != nullptr && !ctx->ready->load()) {
-      SendError(res,
-                ErrorForHttpStatus(503, "not ready: loading or draining", "service_unavailable"));
-    } else {
-      SendJson(res, 200, Json{{"status", "ready"}});
-    }
-  } else if (path == "/metrics") {
-    res.status = 200;
-    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    res.body = RenderPrometheus(ctx->scheduler->Metrics(), ctx->model_name,
-                                ctx->rejections->Snapshot());
-    if (ctx->extra_metrics) res.body += ctx->extra_metrics();
-  } else if (path == "/debug/kv_blocks") {
-    KvBlocks(*ctx, res);
-  } else if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
-    Models(*ctx, path, res);
-  } else if (path == "/tokenize") {
-    Tokenize(*ctx, req, res);
-  } else if (path == "/detokenize") {
-    Detokenize(*ctx, req, res);
+// GET /health: 200 while the process runs.
+void Health(const RouteCall& c) { SendJson(*c.res, 200, Json{{"status", "ok"}}); }
+
+// GET /ready: 200 when *ctx->ready, else 503 (loading or draining).
+void Ready(const RouteCall& c) {
+  if (c.ctx->ready != nullptr && !c.ctx->ready->load()) {
+    SendError(*c.res,
+              ErrorForHttpStatus(503, "not ready: loading or draining", "service_unavailable"));
   } else {
-    return false;
+    SendJson(*c.res, 200, Json{{"status", "ready"}});
   }
-  return true;
 }
+
+// GET /metrics: Prometheus text 0.0.4 (server/common/metrics_text.h, docs/metrics.md).
+void Metrics(const RouteCall& c) {
+  c.res->status = 200;
+  c.res->content_type = "text/plain; version=0.0.4; charset=utf-8";
+  c.res->body = RenderPrometheus(c.ctx->scheduler->Metrics(), c.ctx->model_name,
+                                 c.ctx->rejections->Snapshot());
+  if (c.ctx->extra_metrics) c.res->body += c.ctx->extra_metrics();
+}
+
+// POST /v1/completions and /v1/chat/completions: generation (generation.h), SSE streaming.
+void Generate(const RouteCall& c, Api api) {
+  BANYAN_CHECK(c.tenant != nullptr) << c.route.path << ": a generation route needs a key";
+  *c.job = StartGeneration(c.ctx, api, *c.tenant, c.req, c.res, c.record);
+}
+void Completions(const RouteCall& c) { Generate(c, Api::kCompletions); }
+void ChatCompletions(const RouteCall& c) { Generate(c, Api::kChat); }
+
+constexpr std::string_view kPost = "POST";
+constexpr std::string_view kGet = "GET, HEAD";
+
+// The route table: the only place paths are written.
+// clang-format off
+constexpr Route kRoutes[] = {
+    // path                   allow  needs_key probe  quiet  handler
+    {"/v1/completions",       kPost, true,     false, false, Completions},
+    {"/v1/chat/completions",  kPost, true,     false, false, ChatCompletions},
+    {"/v1/models",            kGet,  true,     false, false, ListModels},
+    {"/v1/models/",           kGet,  true,     false, false, GetModel},
+    {"/tokenize",             kPost, true,     false, false, Tokenize},
+    {"/detokenize",           kPost, true,     false, false, Detokenize},
+    {"/health",               kGet,  false,    true,  true,  Health},
+    {"/ready",                kGet,  false,    true,  true,  Ready},
+    {"/metrics",              kGet,  true,     false, true,  Metrics},
+    {"/debug/kv_blocks",      kGet,  true,     false, false, KvBlocks},
+};
+// clang-format on
 
 }  // namespace
 
@@ -207,8 +228,33 @@ bool IsLoopbackHostHeader(std::string_view host) {
   return IsLoopbackAddress(name);
 }
 
+std::span<const Route> Routes() { return kRoutes; }
+
+const Route* FindRoute(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (r.path.ends_with('/') ? path.starts_with(r.path) : path == r.path) return &r;
+  }
+  return nullptr;
+}
+
+bool AllowsMethod(const Route& route, std::string_view method) {
+  if (method.empty()) return false;
+  for (std::string_view rest = route.allow; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (StripOptionalWhitespace(rest.substr(0, comma)) == method) return true;
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return false;
+}
+
+bool IsProbeRequest(const HttpRequest& req) {
+  const Route* route = FindRoute(req.path);
+  return route != nullptr && route->probe && AllowsMethod(*route, req.method);
+}
+
 void LogRequest(const AccessRecord& r) {
-  if (IsQuietPath(r.path) && r.status < 400) {
+  const Route* route = FindRoute(r.path);
+  if (route != nullptr && route->quiet && r.status < 400) {
     if (HttpLog().should_log(spdlog::level::debug)) {
       HttpLog().debug("[http] {} {} {} {}", r.id, r.method, r.path, r.status);
     }
@@ -218,7 +264,8 @@ void LogRequest(const AccessRecord& r) {
 }
 
 void CountRefusal(ServerContext* ctx, const AccessRecord& record, const HttpResponse& res) {
-  if (res.status < 400 || record.path == "/health" || record.path == "/ready") return;
+  if (res.status < 400) return;
+  if (const Route* route = FindRoute(record.path); route != nullptr && route->probe) return;
   const RejectReason reason =
       record.reject_reason.value_or(RejectReasonForHttp(res.status, res.error_code));
   ctx->rejections->Add(reason, record.tenant);
@@ -245,9 +292,10 @@ std::shared_ptr<GenerationJob> Dispatch(ServerContext* ctx, const HttpRequest& r
                                        "forbidden_host"));
     return finish();
   }
+  const Route* route = FindRoute(req.path);
   // The caller's tenant (server/common/auth.h): from the raw Authorization bytes, never from the body.
   const Tenant* tenant = nullptr;
-  if (req.path != "/health" && req.path != "/ready") {
+  if (route == nullptr || route->needs_key) {
     std::optional<std::string_view> authorization;
     if (req.HasHeader("Authorization")) authorization = req.Header("Authorization");
     absl::StatusOr<const Tenant*> t = ctx->auth.Authenticate(authorization);
@@ -260,19 +308,18 @@ std::shared_ptr<GenerationJob> Dispatch(ServerContext* ctx, const HttpRequest& r
     tenant = *t;
     record->tenant = tenant->name();
   }
-  const std::string allowed = AllowedMethods(req.path);
-  if (allowed.empty()) {
+  if (route == nullptr) {
     SendError(*res, ErrorForHttpStatus(
                         404, absl::StrCat("Invalid URL (", req.method, " ", req.path, ")"),
                         "not_found"));
     return finish();
   }
-  const bool get_like = req.method == "GET" || req.method == "HEAD";
-  if ((allowed == "POST") != (req.method == "POST") || (allowed != "POST" && !get_like)) {
-    res->SetHeader("Allow", allowed);
+  if (!AllowsMethod(*route, req.method)) {
+    const std::string allow(route->allow);
+    res->SetHeader("Allow", allow);
     SendError(*res, ErrorForHttpStatus(405,
                                        absl::StrCat("Method ", req.method, " is not allowed on ",
-                                                    req.path, "; use ", allowed),
+                                                    req.path, "; use ", allow),
                                        "method_not_allowed"));
     return finish();
   }
@@ -282,9 +329,8 @@ std::shared_ptr<GenerationJob> Dispatch(ServerContext* ctx, const HttpRequest& r
                         "unsupported_media_type"));
     return finish();
   }
-  if (Route(ctx, req, *res)) return finish();
-  const Api api = req.path == "/v1/chat/completions" ? Api::kChat : Api::kCompletions;
-  std::shared_ptr<GenerationJob> job = StartGeneration(ctx, api, *tenant, req, res, record);
+  std::shared_ptr<GenerationJob> job;
+  route->handler({*route, ctx, req, res, record, tenant, &job});
   if (job == nullptr) return finish();
   return job;
 }

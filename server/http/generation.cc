@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/http/http_util.h"
+#include "server/http/prompt.h"
 
 namespace banyan::server::http {
 namespace {
@@ -186,6 +187,44 @@ void GenerationJob::Cut(std::string_view why) {
   record_->note = "cut: " + std::string(why);
 }
 
+namespace {
+
+// Stage 4: each input checked against the model's limits (the context length needs the prompt's
+// token count) and made a scheduler request of `tenant`'s. With several prompts, each request's
+// id is `id`-i and an error names its prompt.
+absl::StatusOr<std::vector<scheduler::Request>> BuildRequests(const ParsedGeneration& generation,
+                                                              const Tenant& tenant,
+                                                              const std::string& id,
+                                                              const ServerContext& ctx) {
+  const ModelLimits limits{.context_tokens = ctx.model_config->max_seq_len,
+                           .vocab_size = ctx.tokenizer->vocab_size(),
+                           .max_n = ctx.options.max_n};
+  const size_t count = generation.inputs.size();
+  std::vector<scheduler::Request> requests;
+  for (size_t i = 0; i < count; ++i) {
+    GenerationInput input = generation.inputs[i];
+    input.tenant = tenant.name();
+    absl::StatusOr<scheduler::Request> r =
+        BuildRequest(std::move(input), limits, generation.default_max_tokens,
+                     count == 1 ? id : absl::StrCat(id, "-", i));
+    if (!r.ok()) {
+      absl::Status s = r.status();
+      if (count > 1) {
+        s = absl::Status(s.code(), absl::StrCat("prompt ", i, ": ", s.message()));
+        SetStatusParam(&s, StatusParam(r.status()));
+        SetStatusCode(&s, StatusCode(r.status()));
+      }
+      return s;
+    }
+    r->tenant = tenant.name();
+    r->tenant_kv_chunks = tenant.max_kv_chunks();
+    requests.push_back(*std::move(r));
+  }
+  return requests;
+}
+
+}  // namespace
+
 std::shared_ptr<GenerationJob> StartGeneration(ServerContext* ctx, Api api, const Tenant& tenant,
                                                const HttpRequest& req, HttpResponse* res,
                                                std::shared_ptr<AccessRecord> record) {
@@ -204,44 +243,30 @@ std::shared_ptr<GenerationJob> StartGeneration(ServerContext* ctx, Api api, cons
     record->reject_reason = RejectReason::kTenantConcurrency;
     return fail(slot.status());
   }
+  // 1. Parse: every field decoded and checked on its own (openai_request.h).
   absl::StatusOr<Json> body = ParseBody(req.body);
   if (!body.ok()) return fail(body.status());
-  absl::StatusOr<ParsedGeneration> parsed =
-      api == Api::kChat ? ParseChatRequest(*body, *ctx, req.body)
-                        : ParseCompletionRequest(*body, *ctx, req.body);
+  absl::StatusOr<ParsedRequest> parsed = ParseGenerationRequest(api, *body, req.body, *ctx);
   if (!parsed.ok()) return fail(parsed.status());
+  // 2. Render: chat messages through the chat template (prompt.h).
+  absl::StatusOr<std::vector<RenderedPrompt>> rendered = RenderPrompts(*parsed, *ctx);
+  if (!rendered.ok()) return fail(rendered.status());
+  // 3. Tokenize.
+  const ParsedGeneration generation = TokenizePrompts(*std::move(parsed), *rendered, *ctx);
   if (ctx->ready != nullptr && !ctx->ready->load()) return fail(NotReady());
+  // 4. Validate against the model's limits (server/common/validation.h).
+  absl::StatusOr<std::vector<scheduler::Request>> requests =
+      BuildRequests(generation, tenant, record->id, *ctx);
+  if (!requests.ok()) return fail(requests.status());
 
-  const ModelLimits limits{.context_tokens = ctx->model_config->max_seq_len,
-                           .vocab_size = ctx->tokenizer->vocab_size(),
-                           .max_n = ctx->options.max_n};
-  const int n = static_cast<int>(parsed->inputs.front().n);
-  std::vector<scheduler::Request> requests;
-  for (size_t i = 0; i < parsed->inputs.size(); ++i) {
-    parsed->inputs[i].tenant = tenant.name();
-    std::string sub_id = parsed->inputs.size() == 1 ? record->id : absl::StrCat(record->id, "-", i);
-    absl::StatusOr<scheduler::Request> r =
-        BuildRequest(parsed->inputs[i], limits, parsed->default_max_tokens, std::move(sub_id));
-    if (!r.ok()) {
-      absl::Status s = r.status();
-      if (parsed->inputs.size() > 1) {
-        s = absl::Status(s.code(), absl::StrCat("prompt ", i, ": ", s.message()));
-        SetStatusParam(&s, StatusParam(r.status()));
-        SetStatusCode(&s, StatusCode(r.status()));
-      }
-      return fail(s);
-    }
-    r->tenant = tenant.name();
-    r->tenant_kv_chunks = tenant.max_kv_chunks();
-    requests.push_back(*std::move(r));
-  }
-
+  // 5. Submit: the job answers from the scheduler's streams.
+  const int n = static_cast<int>(generation.inputs.front().n);
   record->status = 200;
   auto job = std::make_shared<GenerationJob>(
-      n, ResponseBuilder(*parsed, record->id, UnixSeconds(), ctx->model_name, ctx->tokenizer, n),
-      record, parsed->stream, parsed->include_usage);
+      n, ResponseBuilder(generation, record->id, UnixSeconds(), ctx->model_name, ctx->tokenizer, n),
+      record, generation.stream, generation.include_usage);
   job->Hold(*std::move(slot));
-  for (scheduler::Request& r : requests) {
+  for (scheduler::Request& r : *requests) {
     const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size());
     absl::StatusOr<std::shared_ptr<scheduler::RequestStream>> stream =
         ctx->scheduler->Submit(std::move(r));

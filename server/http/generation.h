@@ -1,6 +1,14 @@
-// POST /v1/completions and /v1/chat/completions: parse, validate and submit to the scheduler
-// (StartGeneration), then a GenerationJob turns the scheduler's token events into the answer,
-// driven by the connection that owns it (http_connection.h) without a thread of its own.
+// POST /v1/completions and /v1/chat/completions. StartGeneration takes a request through its
+// stages in one direction, each with its own output type:
+//   1. parse     body -> ParsedRequest: every field decoded and checked on its own, the prompts
+//                as sent (openai_request.h)
+//   2. render    -> RenderedPrompt per prompt: chat messages through the chat template (prompt.h)
+//   3. tokenize  -> ParsedGeneration: one GenerationInput (token ids) per prompt (prompt.h)
+//   4. validate  -> scheduler::Request per prompt, checked against the model's limits
+//                (server/common/validation.h; the context length needs the token count)
+//   5. submit    to the scheduler
+// Then a GenerationJob turns the scheduler's token events into the answer, driven by the
+// connection that owns it (http_connection.h) without a thread of its own.
 //
 // Streaming: each event is "data: {json}\n\n", the last one "data: [DONE]\n\n". A request that
 // fails after streaming began ends with one "data: {"error": {...}}" event and then [DONE], as
@@ -105,8 +113,8 @@ class GenerationJob {
   TenantSlot slot_;
 };
 
-// Validates and submits one generation request (`api` says which endpoint). Returns the job
-// that produces the answer, or nullptr with the error response in *res. Fills `record` for the
+// Takes one generation request (`api` says which endpoint) through the stages above. Returns the
+// job that produces the answer, or nullptr with the error response in *res. Fills `record` for the
 // access log; a job owns the record and logs it when it ends.
 // `tenant` is the authenticated caller: its name is the prefix-cache namespace and the request
 // holds one of its slots (max_concurrent_requests) until its answer is complete.

@@ -411,12 +411,6 @@ net::awaitable<bool> Connection::RunJob(GenerationJob& job, const HttpResponse& 
 
 namespace {
 
-// GET/HEAD /health and /ready: answered on the I/O thread (http_server.h).
-bool IsProbe(const HttpRequest& req) {
-  return (req.path == "/health" || req.path == "/ready") &&
-         (req.method == "GET" || req.method == "HEAD");
-}
-
 // Decodes the body (Content-Encoding) and routes the request. An undecodable body is answered
 // here and sets *body_refused (the connection then closes). Nothing below is meant to throw; a
 // bug must not take the daemon down.
@@ -469,7 +463,7 @@ net::awaitable<void> Connection::Serve() {
     record->path = req.path;
     HttpResponse res;
     std::shared_ptr<GenerationJob> job;
-    if (IsProbe(req)) {
+    if (IsProbeRequest(req)) {  // answered on the I/O thread (http_server.h)
       job = Handle(ctx, req, &res, record, /*decode_body=*/false, nullptr);
     } else {
       bool body_refused = false;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/json_limits.h"
 #include "server/http/http_log.h"
+#include "server/http/prompt.h"
 
 namespace banyan::server::http {
 namespace {
@@ -111,22 +112,34 @@ absl::Status ParseLogitBias(const Json& lb, std::vector<std::pair<int32_t, float
   return absl::OkStatus();
 }
 
-// The body with its keys in the order sent (`body` sorts them): from the raw text, or without
-// one (a caller that built `body`) from its dump, keys sorted.
-absl::StatusOr<nlohmann::ordered_json> OrderedBody(const Json& body, std::string_view raw_body) {
-  const JsonLimits limits{.max_depth = kMaxJsonDepth, .max_bytes = raw_body.size()};
-  absl::StatusOr<nlohmann::ordered_json> ordered =
-      ParseOrderedJson(raw_body, "request body", limits);
-  if (ordered.ok() && ordered->is_object()) return ordered;
-  const std::string dumped = body.dump();
-  return ParseOrderedJson(dumped, "request body",
-                          JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = dumped.size()});
-}
+// The body with its keys in the order sent (`body` sorts them), parsed at most once: from the
+// raw text, or without one (a caller that built `body`) from its dump, keys sorted. Of bounded
+// depth either way, as ParseBody returned it.
+class OrderedBody {
+ public:
+  OrderedBody(const Json& body, std::string_view raw_body) : body_(body), raw_body_(raw_body) {}
+
+  absl::StatusOr<const nlohmann::ordered_json*> Get() {
+    if (!parsed_.has_value()) {
+      parsed_ = ParseOrderedJson(raw_body_, "request body", kRequestBodyJsonLimits);
+      if (!parsed_->ok() || !(*parsed_)->is_object()) {
+        parsed_ = ParseOrderedJson(body_.dump(), "request body", kRequestBodyJsonLimits);
+      }
+    }
+    if (!parsed_->ok()) return parsed_->status();
+    return &**parsed_;
+  }
+
+ private:
+  const Json& body_;
+  std::string_view raw_body_;
+  std::optional<absl::StatusOr<nlohmann::ordered_json>> parsed_;
+};
 
 // tools / tool_choice / parallel_tool_calls (server/common/tool_calling.h), for the family the model's
 // chat template speaks. Forced calls (required, named) compile their grammar here, on the front
 // end's thread; auto only marks the output to be parsed for calls.
-absl::Status ParseTools(const Json& body, std::string_view raw_body, const ServerContext& ctx,
+absl::Status ParseTools(const Json& body, OrderedBody& ordered_body, const ServerContext& ctx,
                         GenerationInput* common, ParsedGeneration* out) {
   auto present = [&](const char* key) {
     auto it = body.find(key);
@@ -135,11 +148,11 @@ absl::Status ParseTools(const Json& body, std::string_view raw_body, const Serve
   if (!present("tools") && !present("tool_choice") && !present("parallel_tool_calls")) {
     return absl::OkStatus();
   }
-  absl::StatusOr<nlohmann::ordered_json> ordered = OrderedBody(body, raw_body);
+  absl::StatusOr<const nlohmann::ordered_json*> ordered = ordered_body.Get();
   if (!ordered.ok()) return ordered.status();
   const text::tool_calls::ToolFamily family =
       ctx.jinja_chat != nullptr ? ctx.jinja_chat->tool_family : text::tool_calls::ToolFamily::kNone;
-  absl::StatusOr<std::optional<ToolRequest>> req = ParseToolFields(*ordered, family);
+  absl::StatusOr<std::optional<ToolRequest>> req = ParseToolFields(**ordered, family);
   if (!req.ok()) return req.status();
   if (!req->has_value()) return absl::OkStatus();
   out->tool_family = family;
@@ -162,16 +175,16 @@ absl::Status ParseTools(const Json& body, std::string_view raw_body, const Serve
 // response_format / guided_json (server/common/structured_outputs.h): read with the keys in the order
 // sent (`body` has them sorted, and properties are generated in schema order), and compiled
 // here, on the front end's thread, never on the engine's.
-absl::Status ParseStructuredOutput(const Json& body, std::string_view raw_body,
+absl::Status ParseStructuredOutput(const Json& body, OrderedBody& ordered_body,
                                    const ServerContext& ctx, GenerationInput* common) {
   auto present = [&](const char* key) {
     auto it = body.find(key);
     return it != body.end() && !it->is_null();
   };
   if (!present("response_format") && !present("guided_json")) return absl::OkStatus();
-  absl::StatusOr<nlohmann::ordered_json> ordered = OrderedBody(body, raw_body);
+  absl::StatusOr<const nlohmann::ordered_json*> ordered = ordered_body.Get();
   if (!ordered.ok()) return ordered.status();
-  absl::StatusOr<std::optional<StructuredOutputSpec>> spec = ParseStructuredOutputFields(*ordered);
+  absl::StatusOr<std::optional<StructuredOutputSpec>> spec = ParseStructuredOutputFields(**ordered);
   if (!spec.ok()) return spec.status();
   if (!spec->has_value()) return absl::OkStatus();
   if (ctx.structured_outputs == nullptr) {
@@ -250,17 +263,15 @@ absl::Status ParseCommon(const Json& body, const ServerContext& ctx, GenerationI
 
 int VocabSize(const ServerContext& ctx) { return ctx.tokenizer->vocab_size(); }
 
-// The prompts of a completions request: (token ids, echo text) per prompt.
-absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_special,
-                          std::vector<std::vector<int32_t>>* prompts,
-                          std::vector<std::string>* texts) {
+// The prompts of a completions request, as sent.
+absl::Status ParsePrompts(const Json& body, const ServerContext& ctx,
+                          std::vector<PromptAsSent>* prompts) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) {
     return InvalidParam("prompt",
                         "prompt is required: a string, an array of token ids, or an "
                         "array of either");
   }
-  const text::Tokenizer& tok = *ctx.tokenizer;
   size_t text_bytes = 0;  // over all prompts of the request: each is tokenized
   auto add_text = [&](const std::string& s) -> absl::Status {
     if (s.empty()) return InvalidParam("prompt", "the prompt is empty; send some text");
@@ -272,15 +283,13 @@ absl::Status ParsePrompts(const Json& body, const ServerContext& ctx, bool add_s
         !st.ok()) {
       return st;
     }
-    prompts->push_back(tok.Encode(s, add_special));
-    texts->push_back(s);
+    prompts->push_back(s);
     return absl::OkStatus();
   };
   auto add_ids = [&](const Json& arr) -> absl::Status {
     std::vector<int32_t> ids;
     if (absl::Status s = ReadTokenIds(arr, "prompt", &ids); !s.ok()) return s;
     if (absl::Status s = ValidatePromptTokens(ids, VocabSize(ctx)); !s.ok()) return s;
-    texts->push_back(tok.Decode(ids));
     prompts->push_back(std::move(ids));
     return absl::OkStatus();
   };
@@ -482,26 +491,44 @@ absl::StatusOr<std::vector<text::ChatMessage>> ParseMessages(const Json& body) {
   return out;
 }
 
-absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
-                                                        const ServerContext& ctx,
-                                                        std::string_view raw_body) {
+namespace {
+
+// Chat's messages, and the body in the order sent when the model's own template reads it.
+absl::StatusOr<ChatPrompt> ReadChatPrompt(const Json& body, OrderedBody& ordered_body,
+                                          const ServerContext& ctx) {
+  absl::StatusOr<std::vector<text::ChatMessage>> messages = ParseMessages(body);
+  if (!messages.ok()) return messages.status();
+  for (const text::ChatMessage& m : *messages) {
+    if (!IsValidUtf8(m.content)) return InvalidParam("messages", "a message is not valid UTF-8");
+  }
+  ChatPrompt out;
+  out.messages = *std::move(messages);
+  if (ctx.jinja_chat != nullptr) {
+    absl::StatusOr<const nlohmann::ordered_json*> ordered = ordered_body.Get();
+    if (!ordered.ok()) return ordered.status();
+    out.ordered_body = **ordered;
+  }
+  return out;
+}
+
+absl::StatusOr<ParsedRequest> ParseCompletionFields(const Json& body, OrderedBody& ordered_body,
+                                                    const ServerContext& ctx) {
   LogUnknownFields(body, Api::kCompletions);
   if (absl::Status s = CheckUnsupportedFeatures(body, Api::kCompletions); !s.ok()) return s;
-  ParsedGeneration out;
+  ParsedRequest parsed;
+  ParsedGeneration& out = parsed.generation;
+  GenerationInput& common = parsed.common;
   out.api = Api::kCompletions;
   out.default_max_tokens = 16;
-  GenerationInput common;
   if (absl::Status s = ParseCommon(body, ctx, &common, &out); !s.ok()) return s;
-  if (absl::Status s = ParseStructuredOutput(body, raw_body, ctx, &common); !s.ok()) return s;
+  if (absl::Status s = ParseStructuredOutput(body, ordered_body, ctx, &common); !s.ok()) return s;
 
   FieldReader f(body);
   f.Int("max_tokens", &common.max_tokens);
   std::optional<int64_t> logprobs;
   f.Int("logprobs", &logprobs);
-  bool echo = false;
-  f.Bool("echo", &echo);
-  bool add_special = true;
-  f.Bool("add_special_tokens", &add_special);
+  f.Bool("echo", &parsed.echo);
+  f.Bool("add_special_tokens", &parsed.add_special_tokens);
   std::string suffix;
   f.String("suffix", &suffix);
   if (!f.status().ok()) return f.status();
@@ -515,73 +542,28 @@ absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body,
     out.top_logprobs = static_cast<int>(*logprobs);
     common.params.logprobs = out.top_logprobs;
   }
-  if (echo && out.logprobs) {
+  if (parsed.echo && out.logprobs) {
     return InvalidParam("echo",
                         "echo together with logprobs is not supported: this server "
                         "does not compute log-probabilities of prompt tokens");
   }
-
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> texts;
-  if (absl::Status s = ParsePrompts(body, ctx, add_special, &prompts, &texts); !s.ok()) return s;
-  for (auto& prompt : prompts) {
-    GenerationInput in = common;
-    in.prompt = std::move(prompt);
-    out.inputs.push_back(std::move(in));
-  }
-  if (echo) out.echo_texts = std::move(texts);
-  return out;
+  if (absl::Status s = ParsePrompts(body, ctx, &parsed.prompts); !s.ok()) return s;
+  return parsed;
 }
 
-absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string_view raw_body,
-                                                   const ServerContext& ctx) {
-  absl::StatusOr<std::vector<text::ChatMessage>> messages = ParseMessages(body);
-  if (!messages.ok()) return messages.status();
-  for (const text::ChatMessage& m : *messages) {
-    if (!IsValidUtf8(m.content)) return InvalidParam("messages", "a message is not valid UTF-8");
-  }
-  if (ctx.jinja_chat != nullptr) {
-    // The body again with its keys in the order sent (Json sorts them): templates print tool
-    // schemas with tojson, and the model learned them in the client's order.
-    // Without the raw text (a caller that built `body`), its dump: of bounded depth, as
-    // ParseBody returned it.
-    absl::StatusOr<nlohmann::ordered_json> ordered =
-        ParseOrderedJson(raw_body, "request body", kRequestBodyJsonLimits);
-    if (!ordered.ok() || !ordered->is_object()) {
-      ordered = ParseOrderedJson(body.dump(), "request body", kRequestBodyJsonLimits);
-    }
-    if (!ordered.ok()) return ordered.status();
-    absl::StatusOr<std::string> text = text::RenderJinjaChat(*ctx.jinja_chat, *ordered, *messages);
-    if (!text.ok()) return text.status();
-    // Before tokenizing: a long conversation costs the tokenizer seconds of CPU.
-    if (absl::Status st =
-            CheckPromptSize(static_cast<int64_t>(text->size()), ctx.options, "messages");
-        !st.ok()) {
-      return st;
-    }
-    return text::EncodeRendered(*ctx.jinja_chat, *text, *ctx.tokenizer);
-  }
-  absl::StatusOr<std::vector<text::ChatSegment>> segments =
-      text::RenderChat(ctx.options.chat_template, *messages);
-  if (!segments.ok()) return segments.status();
-  int64_t text_bytes = 0;
-  for (const text::ChatSegment& seg : *segments) text_bytes += static_cast<int64_t>(seg.text.size());
-  if (absl::Status st = CheckPromptSize(text_bytes, ctx.options, "messages"); !st.ok()) return st;
-  return text::EncodeChat(*segments, *ctx.tokenizer);
-}
-
-absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx,
-                                                  std::string_view raw_body) {
+absl::StatusOr<ParsedRequest> ParseChatFields(const Json& body, OrderedBody& ordered_body,
+                                              const ServerContext& ctx) {
   LogUnknownFields(body, Api::kChat);
   if (absl::Status s = CheckUnsupportedFeatures(body, Api::kChat); !s.ok()) return s;
-  ParsedGeneration out;
+  ParsedRequest parsed;
+  ParsedGeneration& out = parsed.generation;
+  GenerationInput& common = parsed.common;
   out.api = Api::kChat;
   out.default_max_tokens = 0;
-  GenerationInput common;
   common.prompt_field = "messages";
   if (absl::Status s = ParseCommon(body, ctx, &common, &out); !s.ok()) return s;
-  if (absl::Status s = ParseStructuredOutput(body, raw_body, ctx, &common); !s.ok()) return s;
-  if (absl::Status s = ParseTools(body, raw_body, ctx, &common, &out); !s.ok()) return s;
+  if (absl::Status s = ParseStructuredOutput(body, ordered_body, ctx, &common); !s.ok()) return s;
+  if (absl::Status s = ParseTools(body, ordered_body, ctx, &common, &out); !s.ok()) return s;
 
   FieldReader f(body);
   f.Int("max_tokens", &common.max_tokens);
@@ -599,11 +581,47 @@ absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const Server
   out.top_logprobs = static_cast<int>(top);
   common.params.logprobs = out.logprobs ? out.top_logprobs : 0;
 
-  absl::StatusOr<std::vector<int32_t>> prompt = ChatPromptIds(body, raw_body, ctx);
-  if (!prompt.ok()) return prompt.status();
-  common.prompt = *std::move(prompt);
-  out.inputs.push_back(std::move(common));
-  return out;
+  absl::StatusOr<ChatPrompt> chat = ReadChatPrompt(body, ordered_body, ctx);
+  if (!chat.ok()) return chat.status();
+  parsed.chat = *std::move(chat);
+  return parsed;
+}
+
+// Stages 1 to 3.
+absl::StatusOr<ParsedGeneration> ParseRenderTokenize(Api api, const Json& body,
+                                                     std::string_view raw_body,
+                                                     const ServerContext& ctx) {
+  absl::StatusOr<ParsedRequest> parsed = ParseGenerationRequest(api, body, raw_body, ctx);
+  if (!parsed.ok()) return parsed.status();
+  absl::StatusOr<std::vector<RenderedPrompt>> rendered = RenderPrompts(*parsed, ctx);
+  if (!rendered.ok()) return rendered.status();
+  return TokenizePrompts(*std::move(parsed), *rendered, ctx);
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedRequest> ParseGenerationRequest(Api api, const Json& body,
+                                                     std::string_view raw_body,
+                                                     const ServerContext& ctx) {
+  OrderedBody ordered_body(body, raw_body);
+  return api == Api::kChat ? ParseChatFields(body, ordered_body, ctx)
+                           : ParseCompletionFields(body, ordered_body, ctx);
+}
+
+absl::StatusOr<ChatPrompt> ParseChatPrompt(const Json& body, std::string_view raw_body,
+                                           const ServerContext& ctx) {
+  OrderedBody ordered_body(body, raw_body);
+  return ReadChatPrompt(body, ordered_body, ctx);
+}
+
+absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body, const ServerContext& ctx,
+                                                        std::string_view raw_body) {
+  return ParseRenderTokenize(Api::kCompletions, body, raw_body, ctx);
+}
+
+absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx,
+                                                  std::string_view raw_body) {
+  return ParseRenderTokenize(Api::kChat, body, raw_body, ctx);
 }
 
 }  // namespace banyan::server::http

@@ -1,5 +1,8 @@
-// Decoding of OpenAI /v1/completions and /v1/chat/completions request bodies into
-// wire-independent GenerationInputs (server/common/validation.h), one per prompt.
+// Stage 1 of a generation request (the stages: generation.h, StartGeneration): decoding of
+// OpenAI /v1/completions and /v1/chat/completions request bodies into a ParsedRequest, every
+// field decoded and checked on its own, the prompts still as sent. Stages 2 and 3 (prompt.h)
+// render and tokenize them into wire-independent GenerationInputs (server/common/validation.h), one
+// per prompt.
 //
 // Accepted as OpenAI / vLLM do:
 //  - `model` may be absent (the one served model); when present it must name it (404
@@ -25,7 +28,10 @@
 //    output are refused unless they carry vLLM's default.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -56,24 +62,53 @@ struct ParsedGeneration {
   bool tools_forced = false;  // tool_choice required / named: the grammar forces the calls
 };
 
+// A chat request's conversation, as the chat template reads it.
+struct ChatPrompt {
+  std::vector<text::ChatMessage> messages;  // valid UTF-8 contents
+  // The body with its keys in the order sent (Json sorts them): templates print tool schemas
+  // with tojson, and the model learned them in the client's order. Set when the model has its
+  // own template (ctx.jinja_chat).
+  std::optional<nlohmann::ordered_json> ordered_body;
+};
+
+// A completions prompt as sent: text (valid UTF-8, within max_prompt_bytes) or token ids (within
+// the vocabulary).
+using PromptAsSent = std::variant<std::string, std::vector<int32_t>>;
+
+// Stage 1's output: everything in the body but the token ids.
+struct ParsedRequest {
+  ParsedGeneration generation;  // every field; `inputs` stays empty until stage 3
+  GenerationInput common;       // what each prompt's input shares (prompt empty)
+  // Completions:
+  std::vector<PromptAsSent> prompts;
+  bool add_special_tokens = true;  // BOS before a text prompt
+  bool echo = false;               // answer with each prompt's text before its completion
+  // Chat:
+  ChatPrompt chat;
+};
+
+// Stage 1. `body` is the parsed request body (ParseBody); `raw_body` its text, where schemas,
+// tools and the chat template's view of the body are read with their keys in the order sent
+// (empty: body's own order, keys sorted).
+absl::StatusOr<ParsedRequest> ParseGenerationRequest(Api api, const Json& body,
+                                                     std::string_view raw_body,
+                                                     const ServerContext& ctx);
+
+// body["messages"] as a ChatPrompt (param "messages" in errors): what /tokenize and chat share.
+absl::StatusOr<ChatPrompt> ParseChatPrompt(const Json& body, std::string_view raw_body,
+                                           const ServerContext& ctx);
+
 // 404 model_not_found when body["model"] is present and is not ctx.model_name.
 absl::Status CheckModel(const Json& body, const ServerContext& ctx);
 
 // body["messages"] as ChatMessages (param "messages" in errors).
 absl::StatusOr<std::vector<text::ChatMessage>> ParseMessages(const Json& body);
 
-// raw_body: the body's text, where response_format / guided_json schemas are read with their
-// keys in the order sent (empty: body's own, keys sorted).
+// Stages 1 to 3 at once (parse, render, tokenize; prompt.h), for callers that want the
+// GenerationInputs of a body: tests and fuzzers. `raw_body` as for ParseGenerationRequest.
 absl::StatusOr<ParsedGeneration> ParseCompletionRequest(const Json& body, const ServerContext& ctx,
                                                         std::string_view raw_body = {});
-// `raw_body`: the body's text, for the key order a model's chat template sees (empty: the
-// order of `body`, which sorts keys).
 absl::StatusOr<ParsedGeneration> ParseChatRequest(const Json& body, const ServerContext& ctx,
                                                   std::string_view raw_body = {});
-
-// The prompt token ids of a chat body's messages: rendered by the model's chat template
-// (ctx.jinja_chat, text/chat_template.h) or the built-in one, then tokenized.
-absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const Json& body, std::string_view raw_body,
-                                                   const ServerContext& ctx);
 
 }  // namespace banyan::server::http

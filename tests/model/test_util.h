@@ -1,4 +1,4 @@
-// Helpers shared by the engine/model tests (the inline ones also by the scheduler's speculation
+// Helpers shared by the model tests (the inline ones also by the scheduler's speculation
 // tests): small configs of each architecture, temp dirs, file bytes, the bundled model's paths,
 // tensor comparison, and writers for synthetic GGUF / safetensors files (used to build both
 // valid inputs in other dtypes and deliberately broken ones).

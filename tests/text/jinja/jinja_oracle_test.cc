@@ -60,7 +60,7 @@ TEST(JinjaOracleTest, RealChatTemplatesRenderAsHuggingFaceJinja) {
   const fs::path& modules = kModules;
   int status = 0;
   const fs::path script =
-      fs::path(BANYAN_SOURCE_DIR) / "tests" / "server" / "jinja" / "chat_template_oracle.mjs";
+      fs::path(BANYAN_SOURCE_DIR) / "tests" / "text" / "jinja" / "chat_template_oracle.mjs";
   const std::string out =
       RunCommand("node '" + script.string() + "' '" + modules.string() + "'", &status);
   ASSERT_EQ(status, 0) << "the reference renderer failed";

@@ -1,5 +1,6 @@
-// EngineLoop::Live: one request as the engine loop holds it. Internal to scheduler/: shared by
-// engine_loop.cc and engine_loop_speculation.cc, not part of the loop's interface.
+// LiveRequest: one request as the engine loop holds it (EngineLoop::Live). Internal to
+// scheduler/: the loop's stages (scheduler/loop/) read and change it, on the engine thread only;
+// it is not part of the loop's interface.
 #pragma once
 
 #include <chrono>
@@ -8,22 +9,26 @@
 #include <optional>
 #include <vector>
 
+#include <algorithm>
+#include <span>
+
+#include "engine/backend.h"
 #include "engine/sampler/sampler.h"
-#include "spdlog/spdlog.h"
-#include "text/grammar/matcher.h"
-#include "text/grammar/token_mask.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/request.h"
 #include "scheduler/request_stream.h"
 #include "text/sample_text.h"
+#include "spdlog/spdlog.h"
+#include "text/grammar/matcher.h"
+#include "text/grammar/token_mask.h"
 
 namespace banyan::scheduler {
 
 // The engine loop's logger ("scheduler"), for its .cc files.
 std::shared_ptr<spdlog::logger> Log();
 
-// A sample's speculative candidates in flight (engine_loop_speculation.cc).
+// A sample's speculative candidates in flight (scheduler/loop/speculation.cc).
 struct SpecCandidates {
   // Node 0 is the root (the sample's next token); then the candidates, parents before children.
   std::vector<int32_t> token;
@@ -40,7 +45,7 @@ struct SpecCandidates {
 };
 
 // One request.
-struct EngineLoop::Live {
+struct LiveRequest {
   struct Sample {
     kvcache::SeqId seq = -1;
     engine::SequenceSamplingState sampling;
@@ -52,7 +57,7 @@ struct EngineLoop::Live {
     int32_t emitted = 0;             // token events pushed
     std::chrono::steady_clock::time_point last_token;
     // Speculation: the candidates in flight after next_token (in the tree, to verify; see
-    // engine_loop_speculation.cc), the tree the draft heads drafted after next_token (from the
+    // scheduler/loop/speculation.cc), the tree the draft heads drafted after next_token (from the
     // hidden state of the row that sampled it; empty when none), the continuation drafted from
     // (prompt lookup) with how much of it the generated tokens were checked against, and the
     // acceptance record that switches speculation off for this sample while it does not pay.
@@ -86,5 +91,13 @@ struct EngineLoop::Live {
   bool first_token_seen = false;
   uint64_t touched_step = 0;  // the last step that pushed to its stream
 };
+
+// Whether a request is prefilling with its prompt's last token among `logit_owners` (the
+// prompts whose last row a step samples): its first token comes with that step.
+inline bool FirstTokenIn(const LiveRequest& live, std::span<LiveRequest* const> logit_owners) {
+  return live.state == RequestState::kPrefilling &&
+         live.placed == static_cast<int32_t>(live.req.prompt.size()) &&
+         std::find(logit_owners.begin(), logit_owners.end(), &live) != logit_owners.end();
+}
 
 }  // namespace banyan::scheduler

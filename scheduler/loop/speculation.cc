@@ -1,7 +1,7 @@
 // Speculative decoding in the engine loop (LoopOptions::Speculation): drafting candidates,
 // placing them as candidate rows of the step, and taking the verified results. docs/hydra.md
-// describes the scheme; engine_loop.cc calls PlaceCandidates from ScheduleAndLaunch and
-// TakeCandidates from CollectInflight.
+// describes the scheme; ScheduleAndLaunch (engine_loop.cc) calls Speculate after placement and
+// CollectInflight (collect.cc) calls TakeCandidates.
 //
 // Where the candidates live. A chain grows the sample's own sequence in place; the rejected
 // tail is cut afterwards (PrefixTree::Truncate). A tree cannot: its branches need nodes of
@@ -29,7 +29,9 @@
 #include "common/check.h"
 #include "engine/speculative/draft_heads.h"
 #include "scheduler/engine_loop.h"
-#include "scheduler/engine_loop_live.h"
+#include "scheduler/loop/live_request.h"
+#include "scheduler/loop/placement.h"
+#include "scheduler/loop/speculation.h"
 
 namespace banyan::scheduler {
 
@@ -72,6 +74,32 @@ bool IsChain(const Candidates& c) {
 }
 
 }  // namespace
+
+int SpeculationClassFor(const LoopOptions& options, size_t decode_rows) {
+  if (options.speculation == LoopOptions::Speculation::kOff || decode_rows == 0 ||
+      static_cast<int64_t>(decode_rows) > options.speculation_max_rows) {
+    return -1;
+  }
+  return SpeculationGovernor::ClassOf(static_cast<int64_t>(decode_rows));
+}
+
+void EngineLoop::Speculate(PlacedStep* step, StepSpeculation* spec) {
+  spec->row_states.clear();
+  spec->item_node.clear();
+  spec->speculated = false;
+  spec->size_class = SpeculationClassFor(options_, step->decode.size());
+  if (spec->size_class < 0 ||
+      (options_.speculation_adaptive && !speculation_governor_.Speculate(spec->size_class))) {
+    return;
+  }
+  // The candidates take what the prefill left of the step's token budget.
+  const int prefill_tokens = static_cast<int>(step->PrefillTokens());
+  PlaceCandidates(options_.prefill_token_budget - prefill_tokens, step, spec);
+  const int64_t candidates = std::count_if(spec->item_node.begin(), spec->item_node.end(),
+                                           [](int32_t n) { return n > 0; });
+  spec->speculated = candidates > 0;
+  stats_.max_step_candidates = std::max(stats_.max_step_candidates, candidates);
+}
 
 void EngineLoop::RememberContinuation(const Live& live) {
   if (!Greedy(live.req.params) || live.samples.empty()) return;
@@ -158,36 +186,9 @@ int32_t EngineLoop::TakeCandidates(Live& live, size_t i,
       preempt = true;
     }
   } else {
-    // A tree: note where the accepted candidates' KV is, free the subtree, append them to the
-    // sample's sequence and copy their KV there.
-    std::vector<kvcache::SlotRef> from;
-    std::vector<int32_t> tokens;
-    for (int32_t n : path) {
-      from.push_back(tree_.SlotAt(c.seq[n], c.base - 1 + c.depth[n]));
-      tokens.push_back(c.token[n]);
-    }
-    pool_.HoldFreed();
-    for (kvcache::SeqId f : c.forks) {
-      tree_.Truncate(f, c.base, &pending_copies_).IgnoreError();
-      tree_.Release(f).IgnoreError();
-    }
-    if (a > 0) {
-      auto placed = tree_.Extend(seq, tokens, /*allow_evict=*/false);
-      if (placed.ok()) {
-        pending_copies_.insert(pending_copies_.end(), placed->copies.begin(), placed->copies.end());
-        for (size_t j = static_cast<size_t>(placed->matched_tokens); j < a; ++j) {
-          const kvcache::SlotRef to = placed->new_slots[j - placed->matched_tokens];
-          pending_copies_.push_back(kvcache::ChunkCopy{.src = from[j].chunk, .dst = to.chunk,
-                                                       .slot_begin = from[j].slot,
-                                                       .slot_end = from[j].slot + 1,
-                                                       .dst_begin = to.slot});
-        }
-      } else {
-        a = 0;  // no room for them now: keep only the root's draw, which is always right
-        path.clear();
-      }
-    }
-    pool_.ReleaseHeld();
+    // A tree: the accepted path moves onto the sample's own sequence.
+    a = AcceptTreePath(c, path, seq);
+    path.resize(a);
   }
   const size_t drafted = nodes - 1;
   MetricsSnapshot& m = metrics_;
@@ -213,81 +214,143 @@ int32_t EngineLoop::TakeCandidates(Live& live, size_t i,
   return last_row;
 }
 
-void EngineLoop::PlaceCandidates(
-    absl::flat_hash_map<kvcache::SeqId, std::pair<Live*, size_t>>* owner, int token_room,
-    std::vector<engine::DecodeItem>* decode, std::vector<int32_t>* item_node,
-    std::vector<kvcache::ChunkCopy>* copies) {
+namespace {
+
+// Places a tree's candidates: a fork of `seq` per leaf holding its path (c->forks), each node's
+// row on the first fork that holds it (c->seq), whether its KV is to be written (`write`).
+// False when there is no room: c->forks is empty when even the forks failed.
+bool PlaceTree(kvcache::PrefixTree& tree, kvcache::SeqId seq, Candidates* c,
+               std::vector<uint8_t>* write, std::vector<kvcache::ChunkCopy>* copies) {
+  std::vector<int32_t> leaves;
+  std::vector<uint8_t> inner(c->token.size(), 0);
+  for (size_t n = 1; n < c->token.size(); ++n) inner[c->parent[n]] = 1;
+  for (size_t n = 1; n < c->token.size(); ++n) {
+    if (!inner[n]) leaves.push_back(static_cast<int32_t>(n));
+  }
+  auto forks = tree.Fork(seq, static_cast<int>(leaves.size()) + 1);
+  if (!forks.ok()) return false;
+  c->forks.assign(forks->begin() + 1, forks->end());
+  std::vector<uint8_t> placed_node(c->token.size(), 0);
+  for (size_t f = 0; f < leaves.size(); ++f) {
+    std::vector<int32_t> path;  // leaf .. root's child
+    for (int32_t n = leaves[f]; n > 0; n = c->parent[n]) path.push_back(n);
+    std::reverse(path.begin(), path.end());
+    std::vector<int32_t> tokens;
+    for (int32_t n : path) tokens.push_back(c->token[n]);
+    auto placed = tree.Extend(c->forks[f], tokens, /*allow_evict=*/false);
+    if (!placed.ok()) return false;
+    copies->insert(copies->end(), placed->copies.begin(), placed->copies.end());
+    for (size_t j = 0; j < path.size(); ++j) {
+      const int32_t n = path[j];
+      if (placed_node[n]) continue;  // an earlier leaf's row computes it
+      placed_node[n] = 1;
+      c->seq[n] = c->forks[f];
+      (*write)[n] = static_cast<int32_t>(j) >= placed->matched_tokens;
+    }
+  }
+  return true;
+}
+
+// A draft heads' tree (drafted at the collect to its full depth), cut to `budget` levels:
+// nodes are in breadth-first order.
+Candidates CutTree(const engine::DraftHeads::Tree& t, int budget) {
+  size_t keep = 0;
+  while (keep < t.depth.size() && t.depth[keep] <= budget) ++keep;
+  const auto end = static_cast<std::ptrdiff_t>(keep);
+  Candidates c;
+  c.token.assign(t.token.begin(), t.token.begin() + end);
+  c.parent.assign(t.parent.begin(), t.parent.begin() + end);
+  c.depth.assign(t.depth.begin(), t.depth.begin() + end);
+  return c;
+}
+
+}  // namespace
+
+size_t EngineLoop::AcceptTreePath(const Candidates& c, const std::vector<int32_t>& path,
+                                  kvcache::SeqId seq) {
+  // Note where the accepted candidates' KV is, free the subtree, append them to the sample's
+  // sequence and copy their KV there.
+  std::vector<kvcache::SlotRef> from;
+  std::vector<int32_t> tokens;
+  for (int32_t n : path) {
+    from.push_back(tree_.SlotAt(c.seq[n], c.base - 1 + c.depth[n]));
+    tokens.push_back(c.token[n]);
+  }
+  size_t a = path.size();
+  pool_.HoldFreed();
+  for (kvcache::SeqId f : c.forks) {
+    tree_.Truncate(f, c.base, &pending_copies_).IgnoreError();
+    tree_.Release(f).IgnoreError();
+  }
+  if (a > 0) {
+    auto placed = tree_.Extend(seq, tokens, /*allow_evict=*/false);
+    if (placed.ok()) {
+      pending_copies_.insert(pending_copies_.end(), placed->copies.begin(), placed->copies.end());
+      for (size_t j = static_cast<size_t>(placed->matched_tokens); j < a; ++j) {
+        const kvcache::SlotRef to = placed->new_slots[j - placed->matched_tokens];
+        pending_copies_.push_back(kvcache::ChunkCopy{.src = from[j].chunk, .dst = to.chunk,
+                                                     .slot_begin = from[j].slot,
+                                                     .slot_end = from[j].slot + 1,
+                                                     .dst_begin = to.slot});
+      }
+    } else {
+      a = 0;  // no room for them now: keep only the root's draw, which is always right
+    }
+  }
+  pool_.ReleaseHeld();
+  return a;
+}
+
+void EngineLoop::PlaceSampleCandidates(engine::DecodeItem& d, Live& l, size_t k, Candidates c,
+                                       int* token_room, PlacedStep* step, StepSpeculation* spec,
+                                       std::vector<engine::DecodeItem>* rows,
+                                       std::vector<int32_t>* row_nodes) {
+  Live::Sample& s = l.samples[k];
+  const int32_t drafted = static_cast<int32_t>(c.token.size()) - 1;
+  if (drafted <= 0 || drafted > *token_room) return;
+  c.base = tree_.Length(d.seq);
+  c.seq.assign(c.token.size(), d.seq);
+  std::vector<uint8_t> write(c.token.size(), 1);
+  if (IsChain(c)) {
+    auto placed = tree_.Extend(d.seq, std::span(c.token).subspan(1), /*allow_evict=*/false);
+    if (!placed.ok()) return;  // no room for candidates: decode plainly
+    step->copies.insert(step->copies.end(), placed->copies.begin(), placed->copies.end());
+    for (int32_t n = 1; n <= drafted; ++n) write[n] = n - 1 >= placed->matched_tokens;
+  } else {
+    if (!PlaceTree(tree_, d.seq, &c, &write, &step->copies)) {
+      if (c.forks.empty()) return;
+      s.cand = std::move(c);
+      DropCandidates(l, k);  // no room for the tree: decode plainly
+      return;
+    }
+    for (kvcache::SeqId f : c.forks) step->owner[f] = {&l, k};
+  }
+  *token_room -= drafted;
+  d.length = c.base;  // next_token's row is the root's
+  // Each candidate row samples with the state of its position: the parent's, having drawn
+  // the candidate's own token.
+  std::vector<const engine::SequenceSamplingState*> state(c.token.size(), &s.sampling);
+  for (int32_t n = 1; n <= drafted; ++n) {
+    engine::SequenceSamplingState& st = spec->row_states.emplace_back(*state[c.parent[n]]);
+    st.Accept(c.token[n]);
+    state[n] = &st;
+    rows->push_back(engine::DecodeItem{
+        .seq = c.seq[n], .write_kv = write[n] != 0,
+        .sample = {.row = 0, .params = &l.req.params, .state = &st},
+        .length = c.base + c.depth[n]});
+    row_nodes->push_back(n);
+  }
+  s.cand = std::move(c);
+  s.cand.row.assign(s.cand.token.size(), -1);
+}
+
+void EngineLoop::PlaceCandidates(int token_room, PlacedStep* step, StepSpeculation* spec) {
   std::vector<engine::DecodeItem> rows;
   std::vector<int32_t> row_nodes;
-  // Places sample s's candidates after decode row d (the root); false leaves it plain.
-  auto place = [&](engine::DecodeItem& d, Live& l, size_t k, Candidates c) {
-    Live::Sample& s = l.samples[k];
-    const int32_t drafted = static_cast<int32_t>(c.token.size()) - 1;
-    if (drafted <= 0 || drafted > token_room) return;
-    c.base = tree_.Length(d.seq);
-    c.seq.assign(c.token.size(), d.seq);
-    std::vector<uint8_t> write(c.token.size(), 1);
-    if (IsChain(c)) {
-      auto placed = tree_.Extend(d.seq, std::span(c.token).subspan(1), /*allow_evict=*/false);
-      if (!placed.ok()) return;  // no room for candidates: decode plainly
-      copies->insert(copies->end(), placed->copies.begin(), placed->copies.end());
-      for (int32_t n = 1; n <= drafted; ++n) write[n] = n - 1 >= placed->matched_tokens;
-    } else {
-      std::vector<int32_t> leaves;
-      std::vector<uint8_t> inner(c.token.size(), 0);
-      for (size_t n = 1; n < c.token.size(); ++n) inner[c.parent[n]] = 1;
-      for (size_t n = 1; n < c.token.size(); ++n) {
-        if (!inner[n]) leaves.push_back(static_cast<int32_t>(n));
-      }
-      auto forks = tree_.Fork(d.seq, static_cast<int>(leaves.size()) + 1);
-      if (!forks.ok()) return;
-      c.forks.assign(forks->begin() + 1, forks->end());
-      std::vector<uint8_t> placed_node(c.token.size(), 0);
-      for (size_t f = 0; f < leaves.size(); ++f) {
-        std::vector<int32_t> path;  // leaf .. root's child
-        for (int32_t n = leaves[f]; n > 0; n = c.parent[n]) path.push_back(n);
-        std::reverse(path.begin(), path.end());
-        std::vector<int32_t> tokens;
-        for (int32_t n : path) tokens.push_back(c.token[n]);
-        auto placed = tree_.Extend(c.forks[f], tokens, /*allow_evict=*/false);
-        if (!placed.ok()) {
-          s.cand = std::move(c);
-          DropCandidates(l, k);  // no room for the tree: decode plainly
-          return;
-        }
-        copies->insert(copies->end(), placed->copies.begin(), placed->copies.end());
-        for (size_t j = 0; j < path.size(); ++j) {
-          const int32_t n = path[j];
-          if (placed_node[n]) continue;  // an earlier leaf's row computes it
-          placed_node[n] = 1;
-          c.seq[n] = c.forks[f];
-          write[n] = static_cast<int32_t>(j) >= placed->matched_tokens;
-        }
-      }
-      for (kvcache::SeqId f : c.forks) (*owner)[f] = {&l, k};
-    }
-    token_room -= drafted;
-    d.length = c.base;  // next_token's row is the root's
-    // Each candidate row samples with the state of its position: the parent's, having drawn
-    // the candidate's own token.
-    std::vector<const engine::SequenceSamplingState*> state(c.token.size(), &s.sampling);
-    for (int32_t n = 1; n <= drafted; ++n) {
-      engine::SequenceSamplingState& st = inflight_.row_states.emplace_back(*state[c.parent[n]]);
-      st.Accept(c.token[n]);
-      state[n] = &st;
-      rows.push_back(engine::DecodeItem{.seq = c.seq[n], .write_kv = write[n] != 0,
-                                        .sample = {.row = 0, .params = &l.req.params,
-                                                   .state = &st},
-                                        .length = c.base + c.depth[n]});
-      row_nodes.push_back(n);
-    }
-    s.cand = std::move(c);
-    s.cand.row.assign(s.cand.token.size(), -1);
-  };
   const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
-  for (size_t r = 0; r < decode->size(); ++r) {
-    engine::DecodeItem& d = (*decode)[r];
-    auto [l, k] = owner->at(d.seq);
+  for (size_t r = 0; r < step->decode.size(); ++r) {
+    engine::DecodeItem& d = step->decode[r];
+    auto [l, k] = step->owner.at(d.seq);
     Live::Sample& s = l->samples[k];
     // A grammar's mask for a candidate's row would need the matcher advanced along the draft:
     // constrained samples do not speculate (yet).
@@ -301,32 +364,26 @@ void EngineLoop::PlaceCandidates(
                                  l->req.params.max_tokens - static_cast<int>(s.generated.size()) - 1,
                                  config_.max_seq_len - tree_.Length(d.seq)});
     if (budget <= 0) continue;
+    Candidates c;
     if (heads) {
-      // Drafted at the collect (a tree to its full depth), cut to the budget: nodes are in
-      // breadth-first order.
       engine::DraftHeads::Tree& t = s.drafted;
       if (t.token.empty() || t.token[0] != s.next_token) continue;
-      size_t keep = 0;
-      while (keep < t.depth.size() && t.depth[keep] <= budget) ++keep;
-      Candidates c;
-      c.token.assign(t.token.begin(), t.token.begin() + static_cast<std::ptrdiff_t>(keep));
-      c.parent.assign(t.parent.begin(), t.parent.begin() + static_cast<std::ptrdiff_t>(keep));
-      c.depth.assign(t.depth.begin(), t.depth.begin() + static_cast<std::ptrdiff_t>(keep));
+      c = CutTree(t, budget);
       t = {};
-      place(d, *l, k, std::move(c));
     } else {
-      std::vector<int32_t> drafts = DraftFor(*l, k, budget);
-      place(d, *l, k, ChainOf(s.next_token, drafts));
+      c = ChainOf(s.next_token, DraftFor(*l, k, budget));
     }
+    PlaceSampleCandidates(d, *l, k, std::move(c), &token_room, step, spec, &rows, &row_nodes);
   }
   // The roots: node 0 of their sample's candidates.
-  item_node->assign(decode->size(), -1);
-  for (size_t r = 0; r < decode->size(); ++r) {
-    auto [l, k] = owner->at((*decode)[r].seq);
-    if (!l->samples[k].cand.empty()) (*item_node)[r] = 0;
+  std::vector<int32_t>& item_node = spec->item_node;
+  item_node.assign(step->decode.size(), -1);
+  for (size_t r = 0; r < step->decode.size(); ++r) {
+    auto [l, k] = step->owner.at(step->decode[r].seq);
+    if (!l->samples[k].cand.empty()) item_node[r] = 0;
   }
-  decode->insert(decode->end(), rows.begin(), rows.end());
-  item_node->insert(item_node->end(), row_nodes.begin(), row_nodes.end());
+  step->decode.insert(step->decode.end(), rows.begin(), rows.end());
+  item_node.insert(item_node.end(), row_nodes.begin(), row_nodes.end());
 }
 
 }  // namespace banyan::scheduler

@@ -1,0 +1,45 @@
+// The summary stage of the engine loop: the prefix tree and the request lists become the pure
+// policy's input (policy.h). It reads the tree and the requests and changes neither.
+//
+// Per waiting request: its uncached prompt (or, resuming after a preemption, the uncached part of
+// every running sample's tokens) and the chunks admitting it costs (AdmissionChunks /
+// ResumeChunks). Per running request: decoding or still prefilling, the chunks this step's
+// appends may need, and the chunks only it holds. A decoding request whose samples all finished
+// is left out (it holds no KV; its last events go out in this step). Tenants with a KV budget
+// get an index each and the chunks their running requests hold.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "absl/container/flat_hash_map.h"
+#include "kvcache/prefix_tree.h"
+#include "scheduler/loop/live_request.h"
+#include "scheduler/policy.h"
+
+namespace banyan::scheduler {
+
+struct StepSummary {
+  PolicyInput input;
+  ByHandle by_handle;  // every request in `input` by its handle (PolicyRequest::handle)
+};
+
+struct SummaryLimits {
+  int32_t max_sequences = 256;          // LoopOptions::max_running_sequences
+  int32_t prefill_token_budget = 1024;  // LoopOptions::prefill_token_budget
+};
+
+// `in_flight_prompts`: for a fed step (launched before the step in flight is collected), that
+// step's logit owners: a prompt whose first token it samples counts as decoding from its
+// prompt's sequence. Empty for an unfed step.
+StepSummary SummarizeStep(const kvcache::PrefixTree& tree, std::span<const LivePtr> waiting,
+                          std::span<const LivePtr> running, const SummaryLimits& limits,
+                          bool fed, std::span<LiveRequest* const> in_flight_prompts);
+
+// The tokens a running sample has in the tree: the prompt and every generated token except the
+// last, which is its pending next_token (sampled; the next decode step appends it).
+std::vector<int32_t> InTree(const std::vector<int32_t>& prompt,
+                            const std::vector<int32_t>& generated);
+
+}  // namespace banyan::scheduler
