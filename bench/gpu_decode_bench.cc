@@ -35,7 +35,7 @@
 // host cost of one capture, stream capture plus cudaGraphExecUpdate / plus instantiation (the
 // replay that follows is in ms/step), and the timed steps that ran eagerly because their key was
 // new. --pipeline launches each decode step before the previous one's tokens are back
-// (CudaBackend::LaunchGreedy, two steps in flight): the tree gets placeholder tokens and each row's
+// (CudaBackend::LaunchSample, two steps in flight): the tree gets placeholder tokens and each row's
 // real token is fed on the device from the step before, so the host's work per step (tree
 // appends, plan, inputs) runs while the device computes; ms/step is then the timed steps' wall
 // time over their number (one drain of the pipeline before them), not a sum of synchronous steps.
@@ -115,7 +115,7 @@ struct Options {
   bench::Rates rates;
   bool dry_run = false;
   bool profile_step = false;  // the first timed step inside cudaProfilerStart/Stop
-  bool pipeline = false;      // decode steps launched ahead of their tokens (LaunchGreedy)
+  bool pipeline = false;      // decode steps launched ahead of their tokens (LaunchSample)
 };
 
 // Mean private tokens per row (context - prefix) over RunOne's timed steps: row i holds its own
@@ -179,11 +179,17 @@ std::string SourceDir() {
   return BANYAN_SOURCE_DIR;
 }
 
-// One decode-or-prefill step over the tree, as StepRunner builds it, with device greedy.
+// One decode-or-prefill step over the tree, as StepRunner builds it, sampled greedily on the
+// device as the engine loop samples (the sampling path with temperature 0: the argmax, the
+// lowest id on ties), one spec per output row in row order. (Until 2026-12-05 the benchmark ran
+// a separate greedy step API, an argmax kernel inside the step's graph: step times measured
+// before then include that kernel instead of the sampler's.)
 class Stepper {
  public:
   Stepper(CudaBackend* b, kvcache::PrefixTree* tree, AttentionMode mode)
-      : b_(b), tree_(tree), share_(mode != AttentionMode::kPaged) {}
+      : b_(b), tree_(tree), share_(mode != AttentionMode::kPaged) {
+    greedy_.temperature = 0;
+  }
 
   absl::Status Prefill(kvcache::SeqId seq, int32_t begin, int32_t end, int32_t cached_end,
                        std::span<const kvcache::ChunkCopy> copies, std::vector<int32_t>* out) {
@@ -211,7 +217,7 @@ class Stepper {
       w.span_end = row.span_end;
       batch.prefill.push_back(std::move(w));
     }
-    return b_->ForwardGreedy(batch, out);
+    return Tokens(b_->ForwardSample(batch, Specs(batch.prefill.size()), &results_), out);
   }
 
   // rows: the sequences, each having just appended one token (write flags and that token per
@@ -233,7 +239,7 @@ class Stepper {
       w.write_kv = {static_cast<uint8_t>(writes.at(s) ? 1 : 0)};
       batch.decode.push_back(std::move(w));
     }
-    return b_->ForwardGreedy(batch, out);
+    return Tokens(b_->ForwardSample(batch, Specs(batch.decode.size()), &results_), out);
   }
 
   // Pipelined decode step: every row's token is fed on the device from the row of the same
@@ -266,12 +272,38 @@ class Stepper {
     }
     collected->clear();
     if (b_->steps_in_flight() == 2) {
-      if (absl::Status s = b_->CollectGreedy(collected); !s.ok()) return s;
+      if (absl::Status s = Collect(collected); !s.ok()) return s;
     }
-    return b_->LaunchGreedy(batch_, feed_);
+    return b_->LaunchSample(batch_, Specs(batch_.decode.size()), feed_);
+  }
+
+  // The tokens of the oldest step launched ahead.
+  absl::Status Collect(std::vector<int32_t>* tokens) {
+    return Tokens(b_->CollectSample(&results_), tokens);
   }
 
  private:
+  // A greedy spec per output row (every row of these steps wants its logits).
+  std::span<const engine::SampleSpec> Specs(size_t rows) {
+    specs_.resize(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      specs_[r] = {.row = static_cast<int32_t>(r), .params = &greedy_, .state = &state_};
+    }
+    return specs_;
+  }
+  // The sampled tokens of a step that succeeded; a row with no distribution is an error.
+  absl::Status Tokens(const absl::Status& step, std::vector<int32_t>* tokens) const {
+    if (!step.ok()) return step;
+    tokens->clear();
+    for (const engine::SampleResult& r : results_) {
+      if (r.token < 0) {
+        return absl::InternalError("the model produced a row of logits with no number");
+      }
+      tokens->push_back(r.token);
+    }
+    return absl::OkStatus();
+  }
+
   // The step's chunk copies, its rows (the sequences in `writes`, in DFS order) and their
   // attention plan (advanced when the shape allows, else rebuilt).
   absl::Status PlaceRows(const std::unordered_map<kvcache::SeqId, bool>& writes,
@@ -297,6 +329,10 @@ class Stepper {
   engine::StepBatch batch_;
   std::vector<int32_t> feed_;
   std::unordered_map<kvcache::SeqId, int32_t> prev_index_;
+  engine::SamplingParams greedy_;
+  const engine::SequenceSamplingState state_{0, {}};
+  std::vector<engine::SampleSpec> specs_;
+  std::vector<engine::SampleResult> results_;
 };
 
 struct Result {
@@ -367,7 +403,7 @@ absl::StatusOr<Result> RunOne(CudaBackend* backend, const model::ModelConfig& cf
   std::vector<int32_t> collected;
   auto drain = [&]() -> absl::Status {
     while (backend->steps_in_flight() > 0) {
-      if (absl::Status s = backend->CollectGreedy(&collected); !s.ok()) return s;
+      if (absl::Status s = stepper.Collect(&collected); !s.ok()) return s;
     }
     return absl::OkStatus();
   };

@@ -74,9 +74,10 @@ class Backend {
   // its ChunkPool and prefix tree from these, so the two always agree.
   virtual int32_t num_chunks() const = 0;
   virtual int32_t chunk_size() const = 0;
-  // Device time of the steps so far (ForwardSample, and the CUDA backend's ForwardGreedy), from
-  // each step's launch to its sampled tokens (CUDA events); 0 where the backend does not measure it (the CPU). The engine loop
-  // reports step wall time minus this as the device's idle time between steps.
+  // Device time of the sampled steps so far (ForwardSample, LaunchSample), from each step's
+  // launch to its sampled tokens (CUDA events); 0 where the backend does not measure it (the
+  // CPU). The engine loop reports step wall time minus this as the device's idle time between
+  // steps.
   virtual double device_seconds() const { return 0; }
   // Applies the KV copies that node splits request, in order.
   virtual absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) = 0;

@@ -5,7 +5,8 @@
 //  1. the split copies of all placements are applied;
 //  2. every new token's slot is read from the tree *now*, after all placements;
 //  3. decode rows are put in tree DFS order and the AttentionPlan is rebuilt only when the tree's
-//     shape version or the row set changed (otherwise its lengths are advanced);
+//     shape version or the row set changed (otherwise its lengths are advanced). This is the one
+//     reuse decision: the plan's build_id carries it to the backend (kvcache/attention_plan.h);
 //  4. one forward pass runs, with sampling on the backend (Backend::ForwardSample): only the
 //     sampled tokens come back.
 // Not thread-safe: the engine thread owns it.

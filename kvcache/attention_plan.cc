@@ -1,6 +1,7 @@
 #include "kvcache/attention_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -64,8 +65,12 @@ AttentionPlan BuildAttentionPlan(const PrefixTree& tree, std::span<const SeqId> 
   const int32_t num_rows = static_cast<int32_t>(rows.size());
   BANYAN_CHECK(row_lengths.empty() || row_lengths.size() == rows.size())
       << row_lengths.size() << " row lengths for " << rows.size() << " rows";
+  // Plans may be built on several threads (tests, benchmarks): the counter is the one shared
+  // state here.
+  static std::atomic<uint64_t> last_build_id{0};
   AttentionPlan plan;
   plan.version = tree.shape_version();
+  plan.build_id = last_build_id.fetch_add(1, std::memory_order_relaxed) + 1;
   plan.chunk_size = c;
   plan.rows.assign(rows.begin(), rows.end());
   plan.limited = !row_lengths.empty();

@@ -22,6 +22,12 @@
 // `version` is the tree's shape_version at build time. While the tree's version and the row list
 // are unchanged, AdvanceLengths() refreshes the only things that can change (the last span of
 // rows that grew in place, and row lengths) instead of a rebuild: ChunkAttention's lazy context.
+//
+// `build_id` answers "did the plan change?" for everything downstream: it is unique to each
+// BuildAttentionPlan call in the process, and AdvanceLengths keeps it. So two plans with the same
+// build_id differ at most in span ends and row lengths, and whoever caches work derived from a
+// plan's shape (the CUDA backend's TPP work plan) keys it on build_id alone; the decision to
+// rebuild or advance is the plan owner's (the StepRunner's PlanReusable), made once.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +44,7 @@ struct PlanOptions {
 
 struct AttentionPlan {
   uint64_t version = 0;
+  uint64_t build_id = 0;  // unique per BuildAttentionPlan call, never 0 once built (above)
   int32_t chunk_size = 0;
   std::vector<SeqId> rows;
 

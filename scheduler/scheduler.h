@@ -4,8 +4,8 @@
 // Threads: Submit / Drain / Metrics may be called from any thread. One engine thread, owned by
 // the scheduler, moves incoming requests into the loop and runs EngineLoop::Step. A second one,
 // the announcer, wakes the readers of the streams each step pushed to (their listeners post to
-// the front ends' I/O threads), so that this per-stream work is off the engine thread: measured
-// on the H200 at 1,024 streams it was most of the loop's host time per step.
+// the front ends' I/O threads), so that this per-stream work, which grows with the streams, is
+// off the engine thread (docs/benchmarks.md, section 7).
 //
 // Guarantees (beyond the loop's):
 //  - a full waiting queue refuses new requests at once (ResourceExhausted);

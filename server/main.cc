@@ -440,8 +440,8 @@ int Run(int argc, char** argv) {
     return 2;
   }
   // absl::Mutex's deadlock detection (on in Debian's absl build) records lock acquisitions in a
-  // global graph: 3 % of the engine loop's samples in a profile of engine_loop_bench at 1,024
-  // rows, and banyand takes thousands of stream locks per step. The tests keep it on.
+  // global graph, a visible share of the engine loop's profile (docs/benchmarks.md, section 7),
+  // and banyand takes thousands of stream locks per step. The tests keep it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   spdlog::set_default_logger(spdlog::default_logger()->clone("banyand"));
   spdlog::set_level(spdlog::level::from_str(cfg->log_level));

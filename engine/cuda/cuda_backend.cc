@@ -91,7 +91,6 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.join_event, cudaEventDisableTiming));
   }
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m.step_begin));
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m.step_end));
   m.cur_begin = m.step_begin;
   BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.uploaded, cudaEventDisableTiming));
   for (Impl::FlightSlot& s : m.flights) {
@@ -176,7 +175,7 @@ absl::Status CudaBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies)
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, bool greedy,
+absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
                                   bool prepare_in_layer0) {
   Impl& m = *impl_;
   const model::ModelConfig& c = cfg_;
@@ -311,18 +310,10 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in, 
   fp.dim = dim;
   fp.eps = c.norm_eps;
   BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, fp, m.stream));
-  BANYAN_RETURN_IF_ERROR(
-      gemm(m.weights.output, m.xo.get(), m.logits.as<float>(), n_out, vocab, dim, &zero));
-  if (!greedy) return absl::OkStatus();
-  kc::ArgmaxParams ap;
-  ap.logits = m.logits.as<float>();
-  ap.out = m.out_tokens.as<int32_t>();
-  ap.rows = n_out;
-  ap.vocab = vocab;
-  return kc::ArgmaxRows(ap, m.stream);
+  return gemm(m.weights.output, m.xo.get(), m.logits.as<float>(), n_out, vocab, dim, &zero);
 }
 
-absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_rows,
+absl::Status CudaBackend::Run(const StepBatch& batch, int32_t* out_rows,
                               std::span<const int32_t> feed, int32_t samples) {
   Impl& m = *impl_;
   using Clock = std::chrono::steady_clock;
@@ -331,7 +322,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   };
   auto t = Clock::now();
   StepInputs in;
-  BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, greedy, samples, feed, &in));
+  BANYAN_RETURN_IF_ERROR(PrepareInputs(batch, samples, feed, &in));
   *out_rows = in.n_real_out;
   m.last_out_rows = in.n_real_out;
   // A step that does not leave its tokens in out_tokens ends what a fed step may read there.
@@ -356,7 +347,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
     LaunchTimer timer{in.num_decode > 0 ? &stats_.launch_host_us : nullptr};
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.cur_begin, m.stream));
     m.step_begin_recorded = true;
-    return Enqueue(batch, in, greedy, /*prepare_in_layer0=*/true);
+    return Enqueue(batch, in, /*prepare_in_layer0=*/true);
   }
 
   // The graph path: all host work and uploads first, then one launch.
@@ -370,7 +361,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
   bool launched = false;
   const absl::Status s =
       m.graphs->Launch(
-          GraphKey(in, greedy), m.stream, [&] { return Enqueue(batch, in, greedy, false); },
+          GraphKey(in), m.stream, [&] { return Enqueue(batch, in, false); },
           [&](const std::vector<kc::KernelNode>& kernels, cudaGraphExec_t e, int* nodes) {
             return UpdateAttentionNodes(kernels, e, nodes);
           },
@@ -382,7 +373,7 @@ absl::Status CudaBackend::Run(const StepBatch& batch, bool greedy, int32_t* out_
     ++stats_.graph.fallbacks;
     SetCudaGraphs(false);
   }
-  return Enqueue(batch, in, greedy, false);
+  return Enqueue(batch, in, false);
 }
 
 void CudaBackend::SetCudaGraphs(bool on) {
@@ -407,7 +398,7 @@ absl::Status CudaBackend::Forward(const StepBatch& batch, std::vector<float>* lo
   Impl& m = *impl_;
   BANYAN_RETURN_IF_ERROR(NoStepInFlight());
   int32_t rows = 0;
-  absl::Status s = Run(batch, /*greedy=*/false, &rows);
+  absl::Status s = Run(batch, &rows);
   if (!s.ok()) {
     cudaStreamSynchronize(m.stream);  // leave no work in flight on a failed step
     return s;
@@ -431,15 +422,10 @@ absl::Status CudaBackend::ForwardSample(const StepBatch& batch, std::span<const 
   return CollectSample(out);
 }
 
-// Claims the next flight slot for a step launched ahead: refuses a full ring or a ring of the
-// other kind, waits until the step in flight has read the staging buffers, and points Run's
-// begin event at the slot's.
-absl::Status CudaBackend::BeginFlight(bool sampled) {
+// Claims the next flight slot for a step launched ahead: refuses a full ring, waits until the
+// step in flight has read the staging buffers, and points Run's begin event at the slot's.
+absl::Status CudaBackend::BeginFlight() {
   Impl& m = *impl_;
-  if (m.flight_count > 0 && m.flights[m.flight_head].sampled != sampled) {
-    return absl::FailedPreconditionError(sampled ? "greedy steps are in flight"
-                                                 : "a sampled step is in flight");
-  }
   if (m.flight_count == Impl::kFlightDepth) {
     return absl::FailedPreconditionError("two steps are in flight: collect one first");
   }
@@ -447,7 +433,6 @@ absl::Status CudaBackend::BeginFlight(bool sampled) {
   // step is about to fill.
   if (m.flight_count > 0) BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(m.uploaded));
   Impl::FlightSlot& slot = m.flights[m.NextFlight()];
-  slot.sampled = sampled;
   m.cur_begin = slot.begin;
   m.step_begin_recorded = false;
   m.record_uploaded = true;
@@ -463,14 +448,10 @@ void CudaBackend::EndFlightRun() {
   m.step_begin_recorded = false;
 }
 
-// Takes the oldest slot in flight, of the given kind, once its end event has completed; adds its
-// device time.
-absl::Status CudaBackend::FinishFlight(bool sampled, int* slot_index) {
+// Takes the oldest slot in flight once its end event has completed; adds its device time.
+absl::Status CudaBackend::FinishFlight(int* slot_index) {
   Impl& m = *impl_;
-  if (m.flight_count == 0 || m.flights[m.flight_head].sampled != sampled) {
-    return absl::FailedPreconditionError(sampled ? "no sampled step in flight"
-                                                 : "no greedy step in flight");
-  }
+  if (m.flight_count == 0) return absl::FailedPreconditionError("no sampled step in flight");
   *slot_index = m.flight_head;
   Impl::FlightSlot& slot = m.flights[m.flight_head];
   m.flight_head = (m.flight_head + 1) % Impl::kFlightDepth;
@@ -487,11 +468,11 @@ absl::Status CudaBackend::FinishFlight(bool sampled, int* slot_index) {
 absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                                        std::span<const int32_t> feed) {
   Impl& m = *impl_;
-  BANYAN_RETURN_IF_ERROR(BeginFlight(/*sampled=*/true));
+  BANYAN_RETURN_IF_ERROR(BeginFlight());
   const int index = m.NextFlight();
   int32_t rows = 0;
   const int32_t n = static_cast<int32_t>(specs.size());
-  absl::Status s = Run(batch, /*greedy=*/false, &rows, feed, n);
+  absl::Status s = Run(batch, &rows, feed, n);
   EndFlightRun();
   const auto t = std::chrono::steady_clock::now();
   cuda::DeviceSampler& sampler = m.sampler[index];
@@ -528,96 +509,14 @@ absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const S
 absl::Status CudaBackend::CollectSample(std::vector<SampleResult>* out) {
   Impl& m = *impl_;
   int index = 0;
-  BANYAN_RETURN_IF_ERROR(FinishFlight(/*sampled=*/true, &index));
+  BANYAN_RETURN_IF_ERROR(FinishFlight(&index));
   m.sampler[index].Collect(out);
-  return absl::OkStatus();
-}
-
-// Adds the stream time from the step's begin event to its end event (both complete) to
-// device_seconds; nothing when the step recorded no begin (a step with no tokens).
-absl::Status CudaBackend::AddStepDeviceTime(Impl& m) {
-  if (!m.step_begin_recorded) return absl::OkStatus();
-  m.step_begin_recorded = false;
-  float ms = 0;
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, m.step_begin, m.step_end));
-  m.device_seconds += ms * 1e-3;
   return absl::OkStatus();
 }
 
 double CudaBackend::device_seconds() const { return impl_->device_seconds; }
 
-namespace {
-// The device argmax writes -1 for a row of logits with no number.
-absl::Status CheckSampledTokens(std::span<const int32_t> tokens) {
-  for (int32_t t : tokens) {
-    if (t < 0) return absl::InternalError("the model produced a row of logits with no number");
-  }
-  return absl::OkStatus();
-}
-}  // namespace
-
-absl::Status CudaBackend::ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens) {
-  Impl& m = *impl_;
-  BANYAN_RETURN_IF_ERROR(NoStepInFlight());
-  int32_t rows = 0;
-  m.step_begin_recorded = false;
-  absl::Status s = Run(batch, /*greedy=*/true, &rows);
-  if (s.ok()) s = kc::CudaStatus(cudaEventRecord(m.step_end, m.stream), "cudaEventRecord");
-  if (!s.ok()) {
-    cudaStreamSynchronize(m.stream);
-    return s;
-  }
-  BANYAN_RETURN_IF_ERROR(m.host_out.Reserve(std::max(1, rows) * 4, "sampled tokens (host)"));
-  if (rows > 0) {
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_out.get(), m.out_tokens.get(), rows * 4,
-                                                cudaMemcpyDeviceToHost, m.stream));
-  }
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
-  BANYAN_RETURN_IF_ERROR(AddStepDeviceTime(m));
-  m.feedable_valid = true;
-  m.feedable_count = rows;
-  tokens->assign(m.host_out.as<int32_t>(), m.host_out.as<int32_t>() + rows);
-  return CheckSampledTokens(*tokens);
-}
-
 int CudaBackend::steps_in_flight() const { return impl_->flight_count; }
-
-absl::Status CudaBackend::LaunchGreedy(const StepBatch& batch, std::span<const int32_t> feed) {
-  Impl& m = *impl_;
-  BANYAN_RETURN_IF_ERROR(BeginFlight(/*sampled=*/false));
-  Impl::FlightSlot& slot = m.flights[m.NextFlight()];
-  int32_t rows = 0;
-  absl::Status s = Run(batch, /*greedy=*/true, &rows, feed);
-  EndFlightRun();
-  if (s.ok()) s = slot.host.Reserve(std::max(1, rows) * 4, "sampled tokens (host)");
-  if (s.ok() && rows > 0) {
-    s = kc::CudaStatus(cudaMemcpyAsync(slot.host.get(), m.out_tokens.get(), rows * 4,
-                                       cudaMemcpyDeviceToHost, m.stream),
-                       "cudaMemcpyAsync (sampled tokens)");
-  }
-  if (s.ok()) s = kc::CudaStatus(cudaEventRecord(slot.end, m.stream), "cudaEventRecord");
-  if (!s.ok()) {
-    // The steps in flight stay collectable. (A step refused before anything ran leaves
-    // out_tokens, and what may be fed from it, as they were; Run clears it past that point.)
-    cudaStreamSynchronize(m.stream);
-    return s;
-  }
-  slot.rows = rows;
-  ++m.flight_count;
-  m.feedable_valid = true;
-  m.feedable_count = rows;
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::CollectGreedy(std::vector<int32_t>* tokens) {
-  Impl& m = *impl_;
-  int index = 0;
-  BANYAN_RETURN_IF_ERROR(FinishFlight(/*sampled=*/false, &index));
-  const Impl::FlightSlot& slot = m.flights[index];
-  const int32_t* t = slot.host.as<int32_t>();
-  tokens->assign(t, t + slot.rows);
-  return CheckSampledTokens(*tokens);
-}
 
 absl::Status CudaBackend::HiddenRows(std::span<const int32_t> rows,
                                      std::vector<float>* out) const {

@@ -41,8 +41,9 @@
 // prefill rows run eagerly. cuBLAS runs on a fixed workspace (cublasSetWorkspace) so that
 // capture never allocates.
 //
-// Not thread-safe: the engine thread owns it. Forward, ForwardGreedy and ForwardSample
-// synchronize on the step before they return; LaunchSample does not (CollectSample waits).
+// Not thread-safe: the engine thread owns it. Forward and ForwardSample synchronize on the step
+// before they return; LaunchSample does not (CollectSample waits). Greedy decoding is sampling
+// with temperature 0 (engine/sampler/sampler.h, step 4): there is one step API.
 #pragma once
 
 #include <cstdint>
@@ -107,10 +108,10 @@ struct CudaBackendOptions {
   // A launch shape is captured once its key has been asked for this many steps in a row (the
   // steps before run eagerly); 1 captures at once. engine/cuda/decode_graph.h says why.
   int32_t graph_min_stable_steps = 2;
-  // Shapes (row count, greedy or not, attention path) whose executables are kept, LRU.
+  // Shapes (row count, logit rows, attention path, fed or not) whose executables are kept, LRU.
   int32_t graph_cache_shapes = 8;
   // In a captured step of at most graph_early_launch_rows rows (0: none), the RMSNorm, RoPE +
-  // KV write, QKV bias / norm, SwiGLU and argmax kernels are launched as soon as the kernel
+  // KV write, QKV bias / norm and SwiGLU kernels are launched as soon as the kernel
   // before them (a GEMM, mostly) has started all its blocks, and wait for it on the device
   // (kernels::cuda::LaunchEarly): their launch overlaps its last wave instead of following its
   // end. sm_90 and newer; results are the same bits either way. It shortens small steps and
@@ -155,8 +156,7 @@ class CudaBackend final : public Backend {
 
   // Runs the model and samples every spec on the device (kernels/cuda/sampling.h, the contract
   // of engine/sampler/sampler.h); only tokens, logprobs and the asked-for top entries come back,
-  // in one copy. Always through the sampling kernel, greedy specs included: the argmax path of
-  // ForwardGreedy has no logprob, and SampleResult::logprob is reported for every token.
+  // in one copy. Greedy specs (temperature 0) take the argmax, the lowest id on ties.
   absl::Status ForwardSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                              std::vector<SampleResult>* out) override;
   // The same in two halves: LaunchSample enqueues the step, its sampling and the copy of the
@@ -181,20 +181,8 @@ class CudaBackend final : public Backend {
                           std::span<const int32_t> roots, std::span<const int32_t> branching,
                           std::vector<DraftHeads::Tree>* out) override;
 
-  // Like Forward, but greedy sampling runs on the device: tokens[i] = argmax of logits row i
-  // (lowest id on ties), and only the token ids come back to the host. Its steps count in
-  // device_seconds too.
-  absl::Status ForwardGreedy(const StepBatch& batch, std::vector<int32_t>* tokens);
-
-  // Greedy steps launched ahead of their results, so that the host prepares step N + 1 while
-  // the device runs step N. LaunchGreedy enqueues a step as ForwardGreedy does and returns; at
-  // most two are in flight. `feed` is empty or has one entry per decode row: feed[r] >= 0 makes
-  // row r's input token the one the last greedy step launched sampled for its row feed[r], read
-  // on the device (the token in `batch` is then ignored). CollectGreedy waits for the oldest
-  // step in flight and returns its tokens. No other kind of step may run while one is in flight.
-  absl::Status LaunchGreedy(const StepBatch& batch, std::span<const int32_t> feed);
-  absl::Status CollectGreedy(std::vector<int32_t>* tokens);
-  // Steps launched ahead and not collected yet (LaunchGreedy's or LaunchSample's).
+  // Steps launched ahead (LaunchSample) and not collected yet. While any is in flight, Forward,
+  // ForwardSample and the other calls that run a step are refused (FailedPrecondition).
   int steps_in_flight() const;
 
   const CudaAttentionStats& attention_stats() const { return stats_; }
@@ -225,34 +213,30 @@ class CudaBackend final : public Backend {
   struct StepInputs;
   CudaBackend(const model::ModelConfig& config, const CudaBackendOptions& options);
   absl::Status Init(const model::ModelWeights* weights, uint64_t dummy_seed);
-  // Runs the model up to the logits, left on the device (and their argmax when `greedy`);
-  // *rows receives their number. Decode-only steps go through a CUDA graph when enabled.
-  // `feed`: LaunchSample's / LaunchGreedy's. `samples`: the specs a sampled step will leave in
-  // out_tokens (what a later fed step may read).
-  absl::Status Run(const StepBatch& batch, bool greedy, int32_t* rows,
-                   std::span<const int32_t> feed = {}, int32_t samples = 0);
+  // Runs the model up to the logits, left on the device; *rows receives their number.
+  // Decode-only steps go through a CUDA graph when enabled. `feed`: LaunchSample's. `samples`:
+  // the specs a sampled step will leave in out_tokens (what a later fed step may read).
+  absl::Status Run(const StepBatch& batch, int32_t* rows, std::span<const int32_t> feed = {},
+                   int32_t samples = 0);
   // Flattens and checks the step's inputs, sizes the workspace, uploads the inputs.
-  absl::Status PrepareInputs(const StepBatch& batch, bool greedy, int32_t samples,
+  absl::Status PrepareInputs(const StepBatch& batch, int32_t samples,
                              std::span<const int32_t> feed, StepInputs* in);
   // FailedPrecondition while steps launched ahead are in flight (for the other calls).
   absl::Status NoStepInFlight() const;
-  // The flight ring of LaunchSample / LaunchGreedy (cuda_backend.cc).
-  absl::Status BeginFlight(bool sampled);
+  // The flight ring of LaunchSample (cuda_backend.cc).
+  absl::Status BeginFlight();
   void EndFlightRun();
-  absl::Status FinishFlight(bool sampled, int* slot_index);
-  // Adds the finished step's begin-to-end event time to device_seconds.
-  static absl::Status AddStepDeviceTime(Impl& m);
+  absl::Status FinishFlight(int* slot_index);
   // Builds the attention work of the step (TPP plan, prefill tiles), uploads it,
   // and fills the launch arguments. `fixed_layout`: tables at offsets that change only when a
   // capacity bucket grows (the graph path).
   absl::Status PrepareAttention(const StepBatch& batch, const StepInputs& in, bool fixed_layout);
-  // Enqueues the model on the stream: embedding, layers, final norm, LM head (+ argmax). With
+  // Enqueues the model on the stream: embedding, layers, final norm, LM head. With
   // `prepare_in_layer0`, PrepareAttention runs on the host after layer 0's QKV work is
   // enqueued (the eager path); otherwise it must have run before (the graph path).
-  absl::Status Enqueue(const StepBatch& batch, const StepInputs& in, bool greedy,
-                       bool prepare_in_layer0);
+  absl::Status Enqueue(const StepBatch& batch, const StepInputs& in, bool prepare_in_layer0);
   // What the captured launches of this step depend on (decode_graph.h).
-  cuda::DecodeGraphKey GraphKey(const StepInputs& in, bool greedy) const;
+  cuda::DecodeGraphKey GraphKey(const StepInputs& in) const;
   // Moves the attention nodes of a captured step to this step's work partition (the TPP plan);
   // fails unless every layer's nodes were found.
   absl::Status UpdateAttentionNodes(const std::vector<kernels::cuda::KernelNode>& kernels,

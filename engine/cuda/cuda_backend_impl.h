@@ -40,20 +40,6 @@ inline double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30)
 using cuda::CublasStatus;
 using cuda::RowMajorGemm;
 
-// True when `a` and `b` have the same shape: everything a TppWorkPlan depends on except the
-// span ends (AdvanceLengths moves those; the work partition stays valid, see tpp_attention.h).
-// The version and rows are compared first (what the StepRunner keys plan reuse on); the arrays
-// as well, so that plans of another tree with a colliding version are never mistaken.
-inline bool SameShape(const kvcache::AttentionPlan& a, const kvcache::AttentionPlan& b) {
-  return a.version == b.version && a.chunk_size == b.chunk_size && a.rows == b.rows &&
-         a.span_chunk == b.span_chunk && a.span_begin == b.span_begin &&
-         a.span_end.size() == b.span_end.size() && a.seg_row_begin == b.seg_row_begin &&
-         a.seg_row_end == b.seg_row_end && a.seg_span_begin == b.seg_span_begin &&
-         a.seg_span_end == b.seg_span_end && a.row_span_begin == b.row_span_begin &&
-         a.row_span_end == b.row_span_end && a.row_seg_begin == b.row_seg_begin &&
-         a.row_seg_end == b.row_seg_end && a.row_seg_ids == b.row_seg_ids;
-}
-
 inline double MicrosSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -92,8 +78,8 @@ struct CudaBackend::Impl {
   int last_out_rows = 0;  // real output rows of the last step (xo holds their hidden states)
   StagedInts step_ints, attn_ints;
   PinnedBuffer host_out;
-  // Steps launched ahead of their results (LaunchSample, LaunchGreedy): a ring of slots, the
-  // oldest at flight_head; all of one kind at a time.
+  // Steps launched ahead of their results (LaunchSample): a ring of slots, the oldest at
+  // flight_head.
   static constexpr int kFlightDepth = Backend::kMaxStepsInFlight;
   // One sampler per flight slot: a step's packed samples, uploads and results stay its own while
   // the next step is launched.
@@ -105,36 +91,36 @@ struct CudaBackend::Impl {
   // TPP decode attention (every mode but kNone; every supported head_dim).
   bool tpp = false;
   std::optional<kc::tpp::TppWorkPlan> tpp_plan;
-  kvcache::AttentionPlan tpp_key;  // the plan tpp_plan was built from (its shape)
+  // AttentionPlan::build_id of the plan tpp_plan was built from: a step's plan with the same
+  // build_id was only advanced since (its span ends moved), anything else is a new shape.
+  uint64_t tpp_plan_build_id = 0;
   int64_t tpp_plan_generation = 0;  // TppWorkPlan builds so far (a graph key part)
   PinnedBuffer tpp_host_image;     // staging of the image for the async copies
   DeviceBuffer tpp_image, tpp_workspace;
   // Deferred-merge plans run phase 2 on side_stream beside phase 1 (fork / join events).
   cudaStream_t side_stream = nullptr;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
-  // Timing of ForwardSample steps on the device: from the first kernel to the sampled tokens.
-  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  // The begin event Run records outside the flights (Forward's steps: their device time is not
+  // counted). Launched steps time themselves from their slot's begin to its end event.
+  cudaEvent_t step_begin = nullptr;
   double device_seconds = 0;
   bool step_begin_recorded = false;  // by Run, for this step
   cudaEvent_t cur_begin = nullptr;   // the begin event Run records (step_begin or a slot's)
-  // Recorded after the uploads (inputs, attention tables) of a step launched ahead (LaunchSample,
-  // LaunchGreedy): the next launch may write the staging buffers again once it has completed.
+  // Recorded after the uploads (inputs, attention tables) of a step launched ahead
+  // (LaunchSample): the next launch may write the staging buffers again once it has completed.
   // Other steps never overlap the next one's host work, so they skip it.
   cudaEvent_t uploaded = nullptr;
   bool record_uploaded = false;  // set around Run by the launches ahead
   std::vector<int32_t> feed_rows;  // PrepareInputs' staging of a feed, kept across steps
-  struct FlightSlot {
+  struct FlightSlot {  // a step's results are its sampler's (sampler[slot])
     cudaEvent_t begin = nullptr, end = nullptr;
-    PinnedBuffer host;  // a greedy step's tokens (a sampled step's are its sampler's)
-    int32_t rows = 0;
     bool begin_recorded = false;
-    bool sampled = false;  // LaunchSample's (else LaunchGreedy's)
   };
   FlightSlot flights[kFlightDepth];
   int flight_head = 0, flight_count = 0;
   int NextFlight() const { return (flight_head + flight_count) % kFlightDepth; }
-  // out_tokens holds the tokens of the last step launched (a greedy step's per row, a sampled
-  // step's per spec), until a step that leaves none there runs: what a fed step may read.
+  // out_tokens holds the tokens of the last step launched, one per spec, until a step that leaves
+  // none there runs: what a fed step may read.
   bool feedable_valid = false;
   int32_t feedable_count = 0;
 
@@ -144,12 +130,11 @@ struct CudaBackend::Impl {
   DeviceBuffer cublas_workspace;
 
   ~Impl() {
-    // Steps may still be in flight (LaunchGreedy, LaunchSample): let them finish before their
+    // Steps may still be in flight (LaunchSample): let them finish before their
     // buffers, events and stream go.
     if (stream != nullptr) cudaStreamSynchronize(stream);
     graphs.reset();
     if (step_begin != nullptr) cudaEventDestroy(step_begin);
-    if (step_end != nullptr) cudaEventDestroy(step_end);
     if (uploaded != nullptr) cudaEventDestroy(uploaded);
     for (FlightSlot& s : flights) {
       if (s.begin != nullptr) cudaEventDestroy(s.begin);
@@ -172,7 +157,7 @@ struct CudaBackend::StepInputs {
   int n_out = 0;  // rows of logits (padding rows included)
   int n_real_out = 0;  // of which the batch asked for (the first ones)
   int64_t o_tokens = 0, o_pos = 0, o_chunk = 0, o_slot = 0, o_write = 0, o_rows = 0;
-  int64_t o_feed = -1;  // the fed rows (LaunchGreedy's feed), -1 for none
+  int64_t o_feed = -1;  // the fed rows (LaunchSample's feed), -1 for none
   bool use_tpp = false;
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/check.h"
 #include "engine/cuda/cuda_backend_impl.h"
 #include "engine/plan_view.h"
 
@@ -19,9 +20,12 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
   namespace tpp = kc::tpp;
   Impl& m = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
-  if (m.tpp_plan.has_value() && SameShape(plan, m.tpp_key)) {
-    // Same shape: only span ends moved. Patch them and upload that range of the image.
+  if (m.tpp_plan.has_value() && plan.build_id != 0 && plan.build_id == m.tpp_plan_build_id) {
+    // The plan was only advanced (AttentionPlan::build_id): span ends moved. Patch them and
+    // upload that range of the image.
     tpp::TppWorkPlan& wp = *m.tpp_plan;
+    BANYAN_CHECK(wp.num_rows() == plan.num_rows())
+        << "plan " << plan.build_id << " changed its rows without a rebuild";
     wp.UpdateSpanEnds(plan.span_end.data());
     const size_t off = wp.span_end_offset_bytes(), n = wp.span_end_bytes();
     if (n > 0) {
@@ -36,6 +40,7 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
     return absl::OkStatus();
   }
   m.tpp_plan.reset();
+  m.tpp_plan_build_id = 0;
   tpp::TppProblem problem;
   problem.num_q_heads = cfg_.n_heads;
   problem.num_kv_heads = cfg_.n_kv_heads;
@@ -48,7 +53,7 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
   const int64_t bytes = static_cast<int64_t>(built->image_bytes());
   const int64_t ws = static_cast<int64_t>(built->workspace_bytes());
   // Growing reallocates, and cudaFree waits for the device, i.e. for the layer-0 work queued
-  // before this point (measured: ~0.34 ms at B = 1024 on the 7B shape). So grow with headroom:
+  // before this point (docs/gpu.md, "TPP in the backend"). So grow with headroom:
   // a quarter, and for the workspace room for one more partial state per row, which is what the
   // plan needs when its schedule switches from fused to deferred merge as private tails grow.
   if (bytes > m.tpp_image.capacity()) {
@@ -66,14 +71,14 @@ absl::Status CudaBackend::PrepareTpp(const kvcache::AttentionPlan& plan) {
                                               m.stream));
   m.tpp_plan = std::move(*built);
   ++m.tpp_plan_generation;
-  m.tpp_key = plan;
+  m.tpp_plan_build_id = plan.build_id;
   ++stats_.tpp_plan_builds;
   stats_.build_upload_bytes += bytes;
   stats_.build_host_us += MicrosSince(t0);
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, int32_t samples,
+absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, int32_t samples,
                                         std::span<const int32_t> feed, StepInputs* in) {
   Impl& m = *impl_;
   const model::ModelConfig& c = cfg_;
@@ -180,10 +185,9 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, bool greedy, int
       }
     }
   }
-  if (greedy || samples > 0) {
+  if (samples > 0) {
     const void* before = m.out_tokens.get();
-    BANYAN_RETURN_IF_ERROR(
-        m.out_tokens.Reserve(std::max({1, greedy ? n_out : 0, samples}) * 4, "sampled tokens"));
+    BANYAN_RETURN_IF_ERROR(m.out_tokens.Reserve(std::max(1, samples) * 4, "sampled tokens"));
     if (!feed.empty() && m.out_tokens.get() != before) {
       return absl::FailedPreconditionError("a fed step has more rows than the step it reads");
     }
@@ -287,12 +291,11 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
   return absl::OkStatus();
 }
 
-cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) const {
+cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in) const {
   const Impl& m = *impl_;
   const AttentionArgs& a = m.attn;
   cuda::DecodeGraphKey k;
-  k.shape = {in.T, in.n_out, greedy ? 1 : 0, a.use_tpp ? 1 : 0,
-             in.o_feed >= 0 ? 1 : 0};
+  k.shape = {in.T, in.n_out, a.use_tpp ? 1 : 0, in.o_feed >= 0 ? 1 : 0};
   k.early_launch = in.T <= options_.graph_early_launch_rows;  // T is part of the shape
   auto ptr = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
   // Buffers a launch points into (they move when they grow); the step_ints offsets follow from
@@ -300,8 +303,8 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in, bool greedy) co
   k.params = {ptr(m.x.get()),       ptr(m.xb.get()),      ptr(m.q.get()),
               ptr(m.att.get()),     ptr(m.scratch.get()), ptr(m.h.get()),
               ptr(m.xo.get()),      ptr(m.logits.get()),  ptr(m.step_ints.Dev(0))};
-  // The argmax writes out_tokens; fed rows read it.
-  if (greedy || in.o_feed >= 0) k.params.push_back(ptr(m.out_tokens.get()));
+  // Fed rows read out_tokens.
+  if (in.o_feed >= 0) k.params.push_back(ptr(m.out_tokens.get()));
   if (a.use_tpp) {
     // Which kernels run and how is the launch signature; the plan's geometry (grids, the image's
     // table offsets, the partial states) is what UpdateAttentionNodes moves: every build counts

@@ -6,8 +6,8 @@
 //    positions, KV slots, attention work tables, the TPP image) lives in device buffers whose
 //    addresses are part of the key, and the caller copies the step's contents into them on the
 //    same stream *before* Launch. The graph itself holds no host-to-device copies.
-//  - The key has three parts. `shape` picks the cached executable: rows, logit rows, greedy or
-//    not, the attention path. `params` is what a launch bakes in that only a capture can change:
+//  - The key has three parts. `shape` picks the cached executable: rows, logit rows, the
+//    attention path, fed rows or not. `params` is what a launch bakes in that only a capture can change:
 //    buffer addresses, the attention's launch signature (which kernels, launched how). `patch`
 //    is the attention's work partition (which TPP plan build):
 //    what the caller's `update` moves in the executable's kernel nodes without a capture
@@ -22,9 +22,8 @@
 //  - Captured again with the same `shape`, the executable is instantiated again from the new
 //    capture (not cudaGraphExecUpdate'd: node updates must name nodes of the graph an
 //    executable was instantiated from, and after an exec update the kept template is not that
-//    graph, so every later node update was refused; measured on the GPU machine when TPP's
-//    launch signature changed as tails grew). A new `shape` is instantiated, evicting the least
-//    recently used shape beyond `capacity`.
+//    graph, so every later node update was refused; docs/gpu.md, "CUDA graphs"). A new `shape`
+//    is instantiated, evicting the least recently used shape beyond `capacity`.
 //  - `enqueue` must only enqueue work on the stream (and on streams it forks from it by events):
 //    no allocation, no synchronization, no host reads of device results. Capture runs in
 //    cudaStreamCaptureModeThreadLocal, so an unsafe call on this thread fails the capture instead
@@ -58,9 +57,9 @@ struct DecodeGraphStats {
   int64_t patched_nodes = 0;   // kernel nodes those updates changed
   double patch_host_us = 0;    // summed host time of the updates
   int64_t patch_failures = 0;  // updates that failed (the step was captured instead)
-  double launch_call_us = 0;   // summed host time of the cudaGraphLaunch calls (on the H200 it
-                               // grows with the step's device time: the call returns while the
-                               // device already runs the graph; see docs/benchmarks.md)
+  double launch_call_us = 0;   // summed host time of the cudaGraphLaunch calls (not only an
+                               // enqueue: it grows with the step's device time; docs/gpu.md,
+                               // "Running on a GPU machine")
   int64_t kernel_nodes = 0;    // kernel nodes of the last executable launched
   int64_t early_edges = 0;     // of its edges, those made launch-early (SetEarlyLaunch)
 

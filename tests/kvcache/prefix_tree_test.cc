@@ -769,6 +769,28 @@ TEST(AttentionPlanTest, HierarchicalSegmentsSpanWholePaths) {
   VerifyPlan(tree, plan, true);
 }
 
+// build_id: a fresh one per build (never 0), kept by AdvanceLengths and by copies, so that a
+// consumer keyed on it sees exactly the owner's decision to rebuild or advance.
+TEST(AttentionPlanTest, BuildIdChangesOnlyWithARebuild) {
+  auto pool = *ChunkPool::Create(64, 16);
+  PrefixTree tree(&pool);
+  const SeqId a = tree.Insert("", std::vector<int32_t>{1, 2, 3})->seq;
+  const SeqId b = tree.Insert("", std::vector<int32_t>{1, 2, 4})->seq;
+  const std::vector<SeqId> rows = tree.DfsOrder();
+  AttentionPlan plan = BuildAttentionPlan(tree, rows);
+  const uint64_t id = plan.build_id;
+  EXPECT_NE(id, 0u);
+  EXPECT_NE(BuildAttentionPlan(tree, rows).build_id, id);  // the same shape, built again
+  ASSERT_TRUE(tree.Append(a, 5).ok());
+  ASSERT_TRUE(PlanReusable(plan, tree, rows));
+  AdvanceLengths(plan, tree);
+  EXPECT_EQ(plan.build_id, id);
+  const AttentionPlan copy = plan;
+  EXPECT_EQ(copy.build_id, id);
+  EXPECT_NE(BuildAttentionPlan(tree, std::vector<SeqId>{b}).build_id, id);
+  EXPECT_EQ(AttentionPlan{}.build_id, 0u);
+}
+
 // Candidate-chain rows: a sequence in several adjacent rows, each attending to a prefix of it.
 // Every row must read exactly the slots of its own prefix; the prefix both sequences share stays
 // one phase-1 segment over all their rows; the cut leaves are read per row.

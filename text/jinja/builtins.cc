@@ -177,12 +177,6 @@ std::string Indent(const std::string& s, const std::string& pad, bool first, boo
   return out;
 }
 
-constexpr std::string_view kFilters[] = {
-    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
-    "float", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
-    "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
-    "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper",
-    "wordcount"};
 
 constexpr std::string_view kTests[] = {
     "!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq",
@@ -190,223 +184,303 @@ constexpr std::string_view kTests[] = {
     "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "true",
     "undefined", "upper"};
 
+// --- filters: one function each, one table (kFilters) of names
+
+using FilterFn = Value (*)(Interpreter& in, std::string_view name, const Value& v, CallArgs& args);
+
+Value FilterSafe(Interpreter&, std::string_view, const Value& v, CallArgs&) { return v; }
+
+Value FilterDefault(Interpreter&, std::string_view, const Value& v, CallArgs& args) {
+  const bool boolean = ArgBool(args, 1, "boolean", false);
+  if (v.is_undefined() || (boolean && !v.Truthy())) {
+    const Value* d = args.Get(0, "default_value");
+    return d ? *d : Value(std::string());
+  }
+  return v;
+}
+
+Value FilterToJson(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  const int64_t indent = ArgInt(args, 0, "indent", 0);
+  return Value(v.ToJson(static_cast<int>(std::clamp<int64_t>(indent, 0, 64)),
+                        in.max_output_bytes()));
+}
+
+Value FilterString(Interpreter& in, std::string_view, const Value& v, CallArgs&) {
+  return Value(in.Str(v));
+}
+
+Value FilterTrim(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  const std::string chars = ArgStr(args, 0, "chars", "");
+  return Value(PyStrip(in.Str(v), chars.empty() ? nullptr : &chars, true, true));
+}
+
+Value FilterLength(Interpreter&, std::string_view, const Value& v, CallArgs&) {
+  if (v.is_string()) return Value(static_cast<int64_t>(Utf8Length(v.str())));
+  if (v.is_range()) return Value(v.range().size());
+  if (v.is_list()) return Value(static_cast<int64_t>(v.list().size()));
+  if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().size()));
+  if (v.is_undefined()) return Value(int64_t{0});
+  throw Error("object of type '" + std::string(v.TypeName()) + "' has no length");
+}
+
+Value FilterList(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  return Value(in.Items(v, args.line));
+}
+
+Value FilterFirst(Interpreter&, std::string_view, const Value& v, CallArgs& args) {
+  Value item;
+  Cursor(v, args.line).Next(&item);
+  return item;
+}
+
+Value FilterLast(Interpreter&, std::string_view, const Value& v, CallArgs& args) {
+  if (v.is_list() || v.is_range()) return GetItem(v, Value(int64_t{-1}));
+  Cursor items(v, args.line);
+  Value item;
+  while (items.Next(&item)) {
+  }
+  return item;
+}
+
+Value FilterItems(Interpreter&, std::string_view, const Value& v, CallArgs&) {
+  if (!v.is_dict()) throw Error("items filter needs a mapping, got " + std::string(v.TypeName()));
+  List out;
+  for (const auto& [k, item] : v.dict().items()) out.push_back(Value(List{Value(k), item}));
+  return Value(std::move(out));
+}
+
+Value FilterDictSort(Interpreter&, std::string_view, const Value& v, CallArgs& args) {
+  if (!v.is_dict()) throw Error("dictsort needs a mapping");
+  const bool case_sensitive = ArgBool(args, 0, "case_sensitive", false);
+  const bool by_value = ArgStr(args, 1, "by", "key") == "value";
+  const bool reverse = ArgBool(args, 2, "reverse", false);
+  List out;
+  for (const auto& [k, item] : v.dict().items()) out.push_back(Value(List{Value(k), item}));
+  std::stable_sort(out.begin(), out.end(), [&](const Value& a, const Value& b) {
+    const size_t i = by_value ? 1 : 0;
+    return reverse ? Less(b.list()[i], a.list()[i], case_sensitive)
+                   : Less(a.list()[i], b.list()[i], case_sensitive);
+  });
+  return Value(std::move(out));
+}
+
+Value FilterJoin(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  const std::string sep = ArgStr(args, 0, "d", "");
+  const Value* attr = args.Get(1, "attribute");
+  const std::string attr_path = attr ? in.Str(*attr) : "";
+  std::string out;
+  bool first = true;
+  Cursor items(v, args.line);
+  for (Value item; items.Next(&item);) {
+    in.Tick(args.line);
+    const std::string s = in.Str(attr ? Attribute(item, attr_path) : item);
+    in.CheckSize(out.size() + (first ? 0 : sep.size()) + s.size(), args.line);
+    if (!first) out += sep;
+    first = false;
+    out += s;
+  }
+  return Value(std::move(out));
+}
+
+Value FilterMap(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  List out;
+  Cursor items(v, args.line);
+  if (const Value* attr = args.Get(99, "attribute")) {
+    const Value* dflt = args.Get(99, "default");
+    const std::string path = in.Str(*attr);
+    for (Value item; items.Next(&item);) {
+      in.CheckItems(out.size() + 1, args.line);
+      Value x = Attribute(item, path);
+      out.push_back(x.is_undefined() && dflt ? *dflt : x);
+    }
+    return Value(std::move(out));
+  }
+  if (args.positional.empty() || !args.positional[0].is_string()) {
+    throw Error("map needs a filter name or attribute=");
+  }
+  CallArgs rest = Rest(args, 1);
+  for (Value item; items.Next(&item);) {
+    in.Tick(args.line);
+    in.CheckItems(out.size() + 1, args.line);
+    out.push_back(ApplyFilter(in, args.positional[0].str(), item, rest));
+  }
+  return Value(std::move(out));
+}
+
+Value FilterSelect(Interpreter& in, std::string_view name, const Value& v, CallArgs& args) {
+  const bool by_attr = name == "selectattr" || name == "rejectattr";
+  const bool keep = name == "selectattr" || name == "select";
+  return SelectOrReject(in, v, args, by_attr, keep);
+}
+
+Value FilterInt(Interpreter&, std::string_view, const Value& v, CallArgs& args) {
+  return ToInt(v, args);
+}
+
+Value FilterFloat(Interpreter&, std::string_view, const Value& v, CallArgs& args) {
+  return ToFloat(v, args);
+}
+
+Value FilterAbs(Interpreter&, std::string_view, const Value& v, CallArgs&) {
+  if (v.is_int() && v.int_value() == INT64_MIN) throw Error("integer overflow");
+  if (v.is_int()) return Value(v.int_value() < 0 ? -v.int_value() : v.int_value());
+  if (v.is_float()) return Value(std::fabs(v.float_value()));
+  throw Error("abs needs a number");
+}
+
+Value FilterRound(Interpreter&, std::string_view, const Value& v, CallArgs& args) {
+  if (!v.is_number()) throw Error("round needs a number");
+  const int64_t precision = ArgInt(args, 0, "precision", 0);
+  const std::string method = ArgStr(args, 1, "method", "common");
+  const double scale = std::pow(10.0, static_cast<double>(precision));
+  const double x = v.float_value() * scale;
+  const double r = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x)
+                                                                        : std::round(x);
+  return Value(r / scale);
+}
+
+// upper, lower, title, capitalize: the string methods of the same names.
+Value FilterCase(Interpreter& in, std::string_view name, const Value& v, CallArgs&) {
+  CallArgs none;
+  return *CallStringMethod(in, in.Str(v), name, none);
+}
+
+Value FilterReplace(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  CallArgs a = args;
+  return *CallStringMethod(in, in.Str(v), "replace", a);
+}
+
+Value FilterEscape(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  return Value(Escape(in.Str(v), in, args.line));
+}
+
+Value FilterIndent(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  const Value* w = args.Get(0, "width");
+  const std::string pad = w && w->is_string() ? w->str()
+                                              : std::string(static_cast<size_t>(std::clamp<int64_t>(
+                                                                ArgInt(args, 0, "width", 4), 0, 256)),
+                                                            ' ');
+  return Value(Indent(in.Str(v), pad, ArgBool(args, 1, "first", false),
+                      ArgBool(args, 2, "blank", false), in, args.line));
+}
+
+Value FilterWordCount(Interpreter& in, std::string_view, const Value& v, CallArgs&) {
+  return Value(PyWordCount(in.Str(v)));
+}
+
+Value FilterReverse(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  if (v.is_string()) return Slice(v, Value(), Value(), Value(int64_t{-1}), args.line);
+  List l = in.Items(v, args.line);
+  std::reverse(l.begin(), l.end());
+  return Value(std::move(l));
+}
+
+// sort, unique, min, max: over the items, by an attribute when given, case-insensitive by default.
+Value FilterOrdered(Interpreter& in, std::string_view name, const Value& v, CallArgs& args) {
+  const bool case_sensitive = ArgBool(args, 99, "case_sensitive", false);
+  const Value* attr = args.Get(99, "attribute");
+  const std::string path = attr ? in.Str(*attr) : "";
+  auto key = [&](const Value& x) { return attr ? Attribute(x, path) : x; };
+  List l = in.Items(v, args.line);
+  if (name == "unique") {
+    List out;
+    for (const Value& x : l) {
+      bool seen = false;
+      for (const Value& y : out) {
+        in.Tick(args.line);  // quadratic: count the comparisons
+        Value kx = key(x), ky = key(y);
+        seen = seen || (!case_sensitive && kx.is_string() && ky.is_string()
+                            ? AsciiLower(kx.str()) == AsciiLower(ky.str())
+                            : kx.Equals(ky));
+      }
+      if (!seen) out.push_back(x);
+    }
+    return Value(std::move(out));
+  }
+  auto less = [&](const Value& a, const Value& b) { return Less(key(a), key(b), case_sensitive); };
+  if (name == "min" || name == "max") {
+    if (l.empty()) return Value();
+    return name == "min" ? *std::min_element(l.begin(), l.end(), less)
+                         : *std::max_element(l.begin(), l.end(), less);
+  }
+  std::stable_sort(l.begin(), l.end(), less);
+  if (ArgBool(args, 0, "reverse", false)) std::reverse(l.begin(), l.end());
+  return Value(std::move(l));
+}
+
+Value FilterSum(Interpreter& in, std::string_view, const Value& v, CallArgs& args) {
+  const Value* attr = args.Get(0, "attribute");
+  const Value* start = args.Get(1, "start");
+  Value total = start ? *start : Value(int64_t{0});
+  const std::string path = attr ? in.Str(*attr) : "";
+  Cursor items(v, args.line);
+  for (Value x; items.Next(&x);) {
+    in.Tick(args.line);
+    const Value y = attr ? Attribute(x, path) : x;
+    if (!y.is_number() || !total.is_number()) throw Error("sum needs numbers");
+    total = total.is_int() && y.is_int() ? Value(total.int_value() + y.int_value())
+                                         : Value(total.float_value() + y.float_value());
+  }
+  return total;
+}
+
+Value FilterAttr(Interpreter&, std::string_view, const Value& v, CallArgs& args) {
+  const std::string a = ArgStr(args, 0, "name", "");
+  return GetItem(v, Value(a));
+}
+
+struct FilterDef {
+  std::string_view name;
+  FilterFn fn;
+  bool takes_undefined;  // false: applied to an undefined value it is an error
+};
+
+// Every filter the interpreter knows (the parser refuses others at load).
+constexpr FilterDef kFilters[] = {
+    {"abs", FilterAbs, false},           {"attr", FilterAttr, false},
+    {"capitalize", FilterCase, false},   {"count", FilterLength, true},
+    {"d", FilterDefault, true},          {"default", FilterDefault, true},
+    {"dictsort", FilterDictSort, false}, {"e", FilterEscape, false},
+    {"escape", FilterEscape, false},     {"first", FilterFirst, false},
+    {"float", FilterFloat, false},       {"indent", FilterIndent, false},
+    {"int", FilterInt, false},           {"items", FilterItems, false},
+    {"join", FilterJoin, true},          {"last", FilterLast, false},
+    {"length", FilterLength, true},      {"list", FilterList, true},
+    {"lower", FilterCase, false},        {"map", FilterMap, true},
+    {"max", FilterOrdered, false},       {"min", FilterOrdered, false},
+    {"reject", FilterSelect, true},      {"rejectattr", FilterSelect, true},
+    {"replace", FilterReplace, false},   {"reverse", FilterReverse, false},
+    {"round", FilterRound, false},       {"safe", FilterSafe, true},
+    {"select", FilterSelect, true},      {"selectattr", FilterSelect, true},
+    {"sort", FilterOrdered, false},      {"string", FilterString, true},
+    {"sum", FilterSum, false},           {"title", FilterCase, false},
+    {"tojson", FilterToJson, true},      {"trim", FilterTrim, false},
+    {"unique", FilterOrdered, false},    {"upper", FilterCase, false},
+    {"wordcount", FilterWordCount, false},
+};
+
+const FilterDef* FindFilter(std::string_view name) {
+  for (const FilterDef& f : kFilters) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
-bool IsFilter(std::string_view name) {
-  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters);
-}
+bool IsFilter(std::string_view name) { return FindFilter(name) != nullptr; }
 
 bool IsTest(std::string_view name) {
   return std::find(std::begin(kTests), std::end(kTests), name) != std::end(kTests);
 }
 
 Value ApplyFilter(Interpreter& in, std::string_view name, const Value& v, CallArgs& args) {
-  if (name == "safe") return v;
-  if (name == "default" || name == "d") {
-    const bool boolean = ArgBool(args, 1, "boolean", false);
-    if (v.is_undefined() || (boolean && !v.Truthy())) {
-      const Value* d = args.Get(0, "default_value");
-      return d ? *d : Value(std::string());
-    }
-    return v;
-  }
-  if (!IsFilter(name)) throw Error("unknown filter '" + std::string(name) + "'");
-  if (v.is_undefined() && name != "length" && name != "count" && name != "list" &&
-      name != "string" && name != "tojson" && name != "join" && name != "map" &&
-      name != "selectattr" && name != "rejectattr" && name != "select" && name != "reject") {
+  const FilterDef* f = FindFilter(name);
+  if (f == nullptr) throw Error("unknown filter '" + std::string(name) + "'");
+  if (v.is_undefined() && !f->takes_undefined) {
     throw Error("filter '" + std::string(name) + "' applied to an undefined value");
   }
-  if (name == "tojson") {
-    const int64_t indent = ArgInt(args, 0, "indent", 0);
-    return Value(v.ToJson(static_cast<int>(std::clamp<int64_t>(indent, 0, 64)),
-                          in.max_output_bytes()));
-  }
-  if (name == "string") return Value(in.Str(v));
-  if (name == "trim") {
-    const std::string chars = ArgStr(args, 0, "chars", "");
-    return Value(PyStrip(in.Str(v), chars.empty() ? nullptr : &chars, true, true));
-  }
-  if (name == "length" || name == "count") {
-    if (v.is_string()) return Value(static_cast<int64_t>(Utf8Length(v.str())));
-    if (v.is_range()) return Value(v.range().size());
-    if (v.is_list()) return Value(static_cast<int64_t>(v.list().size()));
-    if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().size()));
-    if (v.is_undefined()) return Value(int64_t{0});
-    throw Error("object of type '" + std::string(v.TypeName()) + "' has no length");
-  }
-  if (name == "list") return Value(in.Items(v, args.line));
-  if (name == "first") {
-    Value item;
-    Cursor(v, args.line).Next(&item);
-    return item;
-  }
-  if (name == "last") {
-    if (v.is_list() || v.is_range()) return GetItem(v, Value(int64_t{-1}));
-    Cursor items(v, args.line);
-    Value item;
-    while (items.Next(&item)) {
-    }
-    return item;
-  }
-  if (name == "items") {
-    if (!v.is_dict()) throw Error("items filter needs a mapping, got " + std::string(v.TypeName()));
-    List out;
-    for (const auto& [k, item] : v.dict().items()) out.push_back(Value(List{Value(k), item}));
-    return Value(std::move(out));
-  }
-  if (name == "dictsort") {
-    if (!v.is_dict()) throw Error("dictsort needs a mapping");
-    const bool case_sensitive = ArgBool(args, 0, "case_sensitive", false);
-    const bool by_value = ArgStr(args, 1, "by", "key") == "value";
-    const bool reverse = ArgBool(args, 2, "reverse", false);
-    List out;
-    for (const auto& [k, item] : v.dict().items()) out.push_back(Value(List{Value(k), item}));
-    std::stable_sort(out.begin(), out.end(), [&](const Value& a, const Value& b) {
-      const size_t i = by_value ? 1 : 0;
-      return reverse ? Less(b.list()[i], a.list()[i], case_sensitive)
-                     : Less(a.list()[i], b.list()[i], case_sensitive);
-    });
-    return Value(std::move(out));
-  }
-  if (name == "join") {
-    const std::string sep = ArgStr(args, 0, "d", "");
-    const Value* attr = args.Get(1, "attribute");
-    const std::string attr_path = attr ? in.Str(*attr) : "";
-    std::string out;
-    bool first = true;
-    Cursor items(v, args.line);
-    for (Value item; items.Next(&item);) {
-      in.Tick(args.line);
-      const std::string s = in.Str(attr ? Attribute(item, attr_path) : item);
-      in.CheckSize(out.size() + (first ? 0 : sep.size()) + s.size(), args.line);
-      if (!first) out += sep;
-      first = false;
-      out += s;
-    }
-    return Value(std::move(out));
-  }
-  if (name == "map") {
-    List out;
-    Cursor items(v, args.line);
-    if (const Value* attr = args.Get(99, "attribute")) {
-      const Value* dflt = args.Get(99, "default");
-      const std::string path = in.Str(*attr);
-      for (Value item; items.Next(&item);) {
-        in.CheckItems(out.size() + 1, args.line);
-        Value x = Attribute(item, path);
-        out.push_back(x.is_undefined() && dflt ? *dflt : x);
-      }
-      return Value(std::move(out));
-    }
-    if (args.positional.empty() || !args.positional[0].is_string()) {
-      throw Error("map needs a filter name or attribute=");
-    }
-    CallArgs rest = Rest(args, 1);
-    for (Value item; items.Next(&item);) {
-      in.Tick(args.line);
-      in.CheckItems(out.size() + 1, args.line);
-      out.push_back(ApplyFilter(in, args.positional[0].str(), item, rest));
-    }
-    return Value(std::move(out));
-  }
-  if (name == "selectattr") return SelectOrReject(in, v, args, true, true);
-  if (name == "rejectattr") return SelectOrReject(in, v, args, true, false);
-  if (name == "select") return SelectOrReject(in, v, args, false, true);
-  if (name == "reject") return SelectOrReject(in, v, args, false, false);
-  if (name == "int") return ToInt(v, args);
-  if (name == "float") return ToFloat(v, args);
-  if (name == "abs") {
-    if (v.is_int() && v.int_value() == INT64_MIN) throw Error("integer overflow");
-    if (v.is_int()) return Value(v.int_value() < 0 ? -v.int_value() : v.int_value());
-    if (v.is_float()) return Value(std::fabs(v.float_value()));
-    throw Error("abs needs a number");
-  }
-  if (name == "round") {
-    if (!v.is_number()) throw Error("round needs a number");
-    const int64_t precision = ArgInt(args, 0, "precision", 0);
-    const std::string method = ArgStr(args, 1, "method", "common");
-    const double scale = std::pow(10.0, static_cast<double>(precision));
-    const double x = v.float_value() * scale;
-    const double r = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x)
-                                                                          : std::round(x);
-    return Value(r / scale);
-  }
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
-    CallArgs none;
-    return *CallStringMethod(in, in.Str(v), name, none);
-  }
-  if (name == "replace") {
-    CallArgs a = args;
-    return *CallStringMethod(in, in.Str(v), "replace", a);
-  }
-  if (name == "escape" || name == "e") return Value(Escape(in.Str(v), in, args.line));
-  if (name == "indent") {
-    const Value* w = args.Get(0, "width");
-    const std::string pad = w && w->is_string() ? w->str()
-                                                : std::string(static_cast<size_t>(std::clamp<int64_t>(
-                                                                  ArgInt(args, 0, "width", 4), 0, 256)),
-                                                              ' ');
-    return Value(Indent(in.Str(v), pad, ArgBool(args, 1, "first", false),
-                        ArgBool(args, 2, "blank", false), in, args.line));
-  }
-  if (name == "wordcount") return Value(PyWordCount(in.Str(v)));
-  if (name == "reverse") {
-    if (v.is_string()) return Slice(v, Value(), Value(), Value(int64_t{-1}), args.line);
-    List l = in.Items(v, args.line);
-    std::reverse(l.begin(), l.end());
-    return Value(std::move(l));
-  }
-  if (name == "sort" || name == "unique" || name == "min" || name == "max") {
-    const bool case_sensitive = ArgBool(args, 99, "case_sensitive", false);
-    const Value* attr = args.Get(99, "attribute");
-    const std::string path = attr ? in.Str(*attr) : "";
-    auto key = [&](const Value& x) { return attr ? Attribute(x, path) : x; };
-    List l = in.Items(v, args.line);
-    if (name == "unique") {
-      List out;
-      for (const Value& x : l) {
-        bool seen = false;
-        for (const Value& y : out) {
-          in.Tick(args.line);  // quadratic: count the comparisons
-          Value kx = key(x), ky = key(y);
-          seen = seen || (!case_sensitive && kx.is_string() && ky.is_string()
-                              ? AsciiLower(kx.str()) == AsciiLower(ky.str())
-                              : kx.Equals(ky));
-        }
-        if (!seen) out.push_back(x);
-      }
-      return Value(std::move(out));
-    }
-    auto less = [&](const Value& a, const Value& b) { return Less(key(a), key(b), case_sensitive); };
-    if (name == "min" || name == "max") {
-      if (l.empty()) return Value();
-      return name == "min" ? *std::min_element(l.begin(), l.end(), less)
-                           : *std::max_element(l.begin(), l.end(), less);
-    }
-    std::stable_sort(l.begin(), l.end(), less);
-    if (ArgBool(args, 0, "reverse", false)) std::reverse(l.begin(), l.end());
-    return Value(std::move(l));
-  }
-  if (name == "sum") {
-    const Value* attr = args.Get(0, "attribute");
-    const Value* start = args.Get(1, "start");
-    Value total = start ? *start : Value(int64_t{0});
-    const std::string path = attr ? in.Str(*attr) : "";
-    Cursor items(v, args.line);
-    for (Value x; items.Next(&x);) {
-      in.Tick(args.line);
-      const Value y = attr ? Attribute(x, path) : x;
-      if (!y.is_number() || !total.is_number()) throw Error("sum needs numbers");
-      total = total.is_int() && y.is_int() ? Value(total.int_value() + y.int_value())
-                                           : Value(total.float_value() + y.float_value());
-    }
-    return total;
-  }
-  if (name == "attr") {
-    const std::string a = ArgStr(args, 0, "name", "");
-    return GetItem(v, Value(a));
-  }
-  throw Error("unknown filter '" + std::string(name) + "'");
+  return f->fn(in, name, v, args);
 }
 
 bool ApplyTest(Interpreter& in, std::string_view name, const Value& v, CallArgs& args) {

@@ -2,9 +2,9 @@
 //
 // The CUDA-core phase 2 (phase2.cuh) spends, per token and thread, 8 * GROUP FFMAs on q.k, the
 // shuffles of the dot products' reduction and 8 * GROUP FFMAs on p.v: at GROUP 8 it is bound by
-// instruction issue (measured: 1.7-2.1 TB/s, under half the copy bandwidth). Here the CTA's query
-// heads are the M dimension of mma.sync m16n8k16 (16 rows: up to 16 heads of one kv head, the
-// rest zero), so a K/V tile costs a few MMAs per warp whatever the group size:
+// instruction issue, under half the copy bandwidth (docs/tpp.md, "Performance"). Here the CTA's
+// query heads are the M dimension of mma.sync m16n8k16 (16 rows: up to 16 heads of one kv head,
+// the rest zero), so a K/V tile costs a few MMAs per warp whatever the group size:
 //  - one CTA of 4 warps per (phase-2 item, kv head, group of 16 heads);
 //  - K/V tiles of 64 slots through a cp.async pipeline (2 or 3 stages, TppOptions::p2_stages),
 //    XOR-swizzled rows as in phase 1; warp w owns slots [16 w, 16 w + 16) of every tile and skips

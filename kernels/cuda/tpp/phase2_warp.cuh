@@ -4,11 +4,10 @@
 // With tails of a few tokens (every row's first decode step has one; a decode run's rows have
 // tens) the CTA kernels are latency-bound: a 128-thread CTA per (row, kv head) walks the span
 // tables, fills a cp.async pipeline for one partial tile, combines its token lanes through
-// shared memory at a CTA barrier, then merges the phase-1 partials; measured on the H200, 32,768
-// such CTAs (7B shape, B = 1,024, 1-token tails) took 265 us for about 50 MB of traffic. Here a
-// warp does all of that for its heads with no shared memory and no barrier, so four independent
-// chains share each CTA and an SM holds several times more of them in flight (GQA: the warp's
-// HW heads use each K/V load):
+// shared memory at a CTA barrier, then merges the phase-1 partials: latency, not bandwidth, sets
+// their time (docs/tpp.md, "Serving-regime cases"). Here a warp does all of that for its heads
+// with no shared memory and no barrier, so four independent chains share each CTA and an SM
+// holds several times more of them in flight (GQA: the warp's HW heads use each K/V load):
 //  - lane (tl, c): c owns 16-byte vector c of head_dim, tl a token lane (2 at head_dim 128, 4 at
 //    64); each step loads kUnroll tokens per token lane straight from global memory (all loads of
 //    a step in flight together), reduces the dot products over the c lanes by shuffles and

@@ -6,7 +6,9 @@
 //    attention_plan.h, passed as the raw int32 arrays of kernels::PlanView) into a work
 //    partition: phase-1 items (segment, KV split, M tile), phase-2 items (row, private-span
 //    split), the partial states each writes and the list each row merges. Everything the kernels
-//    read is one int32 image, uploaded as is (one copy).
+//    read is one int32 image, uploaded as is (one copy). Which kernels, how far to split and how
+//    long the pieces are is the cost model's choice (tpp_cost_model.h, a pure function); Build
+//    cuts and packs what it chose.
 //  - TppDecodeAttention (run) only launches: no host sync, no allocation, so a CUDA graph can
 //    capture it. Grid sizes come from the host-side plan; the device reads the uploaded image.
 //
@@ -87,11 +89,10 @@ struct TppOptions {
   // > 0: the longest segment takes this many phase-1 splits (the others in proportion, within
   // the limits above) instead of the split model's choice; for benchmarks that sweep it.
   int32_t p1_splits = 0;
-  // Phase-2 splits: a private tail is cut into pieces of at least p2_min_split_tokens, into at
-  // most p2_max_splits (a row's merge reads its states a few at a time, one memory latency per
-  // kTppMergeAhead states); measured on the H200 (docs/benchmarks_tpp.md, 2026-12-03, night):
-  // one 2K row alone 2-4 % faster per decode step in pieces of 256 than of 1,024, and one 16K
-  // row 4 % slower in 64 pieces than in 16.
+  // Phase-2 splits: a private tail is cut into pieces of at least p2_min_split_tokens (short
+  // enough that one row alone fills the SMs), into at most p2_max_splits (a row's merge reads its
+  // states a few at a time, one memory latency per kTppMergeAhead states, so many pieces cost
+  // more than they gain); the measurements: docs/tpp.md, "The cost model's numbers".
   int32_t p2_min_split_tokens = 256;
   int32_t p2_ctas_per_sm = 4;  // phase-2 split target: at most this many CTAs per SM
   int32_t p2_max_splits = 16;
@@ -100,7 +101,7 @@ struct TppOptions {
   // stages take a third less shared memory, so more CTAs fit on an SM, which is what short
   // tails need (a CTA then waits on latency, not bandwidth). 0: 2 when no phase-2 item is
   // longer than eight tiles (256 tokens at head_dim 128) when the plan is built, else 3
-  // (measured on the H200: 2 stages 18 % faster at 1-token tails, 6 % at 64, even at 32-256).
+  // (docs/tpp.md, "The cost model's numbers").
   int32_t p2_stages = 0;
   // Phase 2 on tensor cores (phase2_mma.cuh: the CTA's query heads are the M dimension of
   // mma.sync, 16 at a time) instead of CUDA cores. -1: when the group is 4 or more query heads
@@ -111,7 +112,7 @@ struct TppOptions {
   // Phase 2 one warp per (item, kv head, up to 4 of its q heads) (phase2_warp.cuh) where tensor
   // cores are not used. -1: when the rows' private tails average at most p2_warp_max_mean_tail
   // tokens (the CTA kernels are latency-bound there) and there are enough warps (see
-  // TppWorkPlan::Build); 0 never; 1 always.
+  // tpp_cost_model.h, rule 5); 0 never; 1 always.
   int32_t p2_warp = -1;
   int32_t p2_warp_max_mean_tail = 128;
   bool pdl = true;  // programmatic dependent launch of phase 2 (overlaps phase 1)

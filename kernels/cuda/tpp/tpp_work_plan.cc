@@ -1,62 +1,26 @@
-// TppWorkPlan::Build: the host-side work partition of TPP decode attention.
+// TppWorkPlan::Build: the host-side work partition of TPP decode attention, the mechanism. It
+// checks the plan, summarizes its shape for the cost model (tpp_cost_model.h: which kernels, how
+// far to split, how long the pieces), and executes the choices:
 //
-// Phase 1: every segment s (rows [r0, r1), tokens T_s, M_s = (r1 - r0) * g queries per kv head)
-// is cut into k_s KV splits at span boundaries and into M tiles of 16 * warps queries. k_s comes
-// from one token length L shared by all segments (k_s ~ T_s / L), L chosen by a small cost model:
-//   time(L) = max(bytes(L) / (BW * min(1, items / SMs)), flops / (RATE * wave efficiency))
-//             + CTAs per slot * CTA + partials(L) / BW + merge rounds(L) * ROUND + waves * FILL,
-// bytes = the shared KV once + the partial states written and read back (they grow with k),
-// items = CTAs = sum of k_s * M tiles * kv heads, merge rounds = ceil(max k_s / loads at once).
-// So a segment is split only as far as needed to fill the SMs, and no further when its partials
-// and their merge would cost more than the parallelism gains.
+// Phase 1: every segment s (rows [r0, r1), M_s = (r1 - r0) * g queries per kv head) is cut into
+// at most TppChoices::p1_splits[s] KV splits of about equal tokens at span boundaries, each into
+// M tiles of p1_block_m queries: one item per (split, tile), one partial state per (split, row).
 //
-// Phase 2: each row's private spans are cut into pieces of at least p2_min_split_tokens, at most
-// p2_max_splits of them, and so that all rows together make about p2_ctas_per_sm CTAs per SM
-// (flash-decoding); a row with one piece merges its phase-1 partials and writes the output in
-// the same CTA.
+// Phase 2: each row's private spans (and on the generic path its segments' spans, as pieces of
+// their own) are cut into at most TppPhase2Pieces pieces; a row with one piece merges its phase-1
+// partials and writes the output in the same CTA, the others write a state per piece and the
+// merge kernel finishes them.
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
+#include "kernels/cuda/tpp/tpp_cost_model.h"
 
 namespace banyan::kernels::cuda::tpp {
 namespace {
-
-// Attainable rates used by the split model (H200, measured for these kernels; docs/tpp.md).
-constexpr double kBytesPerSecond = 3.6e12;
-constexpr double kWaveSeconds = 1e-6;  // Q tile load + first K/V tiles of a CTA
-// Two latencies that bandwidth and FLOPs do not show, fitted on forced split counts of 15 shared
-// cases (docs/benchmarks_tpp.md, 2026-12-03, "the split model"): each CTA's own fill and
-// epilogue (work tables, Q, the first K/V tiles, the partials' stores), counted as the CTAs per
-// resident slot on average (items / slots, so a fraction when the grid does not fill the
-// machine); and each round of the merge's dependent loads (MergeList: the state indices, then
-// up to kTppMergeAhead states at a time) over the longest merge list.
-constexpr double kCtaSeconds = 6e-6;
-constexpr double kMergeRoundSeconds = 1.5e-6;
-
-// The phase-1 kernel's resident CTAs per SM and its attainable MMA rate.
-struct Phase1Rates {
-  int32_t occupancy;
-  double flops_per_second;
-};
-Phase1Rates RatesFor(Phase1Path path, int32_t block_m) {
-  if (path != Phase1Path::kWgmma) return {2, 350e12};  // mma.sync (and the cooperative wgmma)
-  if (block_m == 128) return {1, 460e12};              // warp-specialised wgmma, 384 threads
-  return {2, 360e12};                                  // wgmma, one warpgroup
-}
-
-Phase1Path ResolvePath(int32_t p1_wgmma) {
-  switch (p1_wgmma) {
-    case 0: return Phase1Path::kMmaSync;
-    case 2: return Phase1Path::kWgmmaCooperative;
-    case 1: return Phase1Path::kWgmma;
-    default: return TppPhase1WgmmaAvailable() ? Phase1Path::kWgmma : Phase1Path::kMmaSync;
-  }
-}
 
 struct Range {
   int32_t lo;
@@ -123,10 +87,10 @@ void Append(std::vector<int32_t>& image, int64_t* offset, const std::vector<int3
   while (image.size() % 4 != 0) image.push_back(0);  // 16-byte aligned arrays
 }
 
-}  // namespace
-
-absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppProblem& problem,
-                                               const TppOptions& options) {
+// Rejects problems and plans the kernels cannot run; sets *num_spans (the spans any segment or
+// row reads).
+absl::Status CheckPlan(const PlanView& plan, const TppProblem& problem, const TppOptions& options,
+                       int32_t* num_spans) {
   if (problem.num_kv_heads <= 0 || problem.num_q_heads <= 0 ||
       problem.num_q_heads % problem.num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tpp: ", problem.num_q_heads, " q heads and ",
@@ -138,35 +102,18 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   }
   if (options.num_sms <= 0) return absl::InvalidArgumentError("tpp: num_sms must be positive");
 
-  TppWorkPlan wp;
-  wp.problem_ = problem;
-  wp.options_ = options;
-  wp.num_rows_ = plan.num_rows;
-  wp.num_segments_ = plan.num_segments;
-  const int32_t g = problem.num_q_heads / problem.num_kv_heads;
-  const int32_t hkv = problem.num_kv_heads;
-  const int32_t hq = problem.num_q_heads;
-  const int32_t d = problem.head_dim;
-  // Head dims without a compiled family have no phase 1: every row reads its segments' spans in
-  // phase 2 too (as pieces of its own, merged with its private ones), on the generic kernel.
-  const bool generic = !TppHasCompiledFamily(d);
-  const int32_t all_segs = plan.num_segments;
-  const int32_t nseg = generic ? 0 : all_segs;  // segments phase 1 reads
-
-  int32_t num_spans = 0;
-  for (int32_t s = 0; s < all_segs; ++s) num_spans = std::max(num_spans, plan.seg_span_end[s]);
-  for (int32_t r = 0; r < plan.num_rows; ++r) {
-    num_spans = std::max(num_spans, plan.row_span_end[r]);
+  *num_spans = 0;
+  for (int32_t s = 0; s < plan.num_segments; ++s) {
+    *num_spans = std::max(*num_spans, plan.seg_span_end[s]);
   }
-  wp.num_spans_ = num_spans;
-  for (int32_t s = 0; s < num_spans; ++s) {
+  for (int32_t r = 0; r < plan.num_rows; ++r) *num_spans = std::max(*num_spans, plan.row_span_end[r]);
+  for (int32_t s = 0; s < *num_spans; ++s) {
     if (plan.span_begin[s] < 0 || plan.span_end[s] < plan.span_begin[s] ||
         plan.span_end[s] > problem.chunk_size || plan.span_chunk[s] < 0) {
       return absl::InvalidArgumentError(absl::StrCat("tpp: bad span ", s));
     }
   }
-
-  for (int32_t s = 0; s < all_segs; ++s) {
+  for (int32_t s = 0; s < plan.num_segments; ++s) {
     if (plan.seg_row_begin[s] < 0 || plan.seg_row_end[s] <= plan.seg_row_begin[s] ||
         plan.seg_row_end[s] > plan.num_rows) {
       return absl::InvalidArgumentError(absl::StrCat("tpp: segment ", s, " has rows [",
@@ -175,288 +122,193 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
                                                      plan.num_rows));
     }
   }
+  return absl::OkStatus();
+}
 
-  // ---- Phase 1: M tile and KV splits.
-  std::vector<int64_t> seg_tokens(nseg);
-  std::vector<int32_t> seg_m(nseg);
-  double weighted_m = 0, weight = 0;
-  for (int32_t s = 0; s < nseg; ++s) {
-    seg_tokens[s] = SpanTokens(plan, plan.seg_span_begin[s], plan.seg_span_end[s]);
-    seg_m[s] = (plan.seg_row_end[s] - plan.seg_row_begin[s]) * g;
-    weighted_m += static_cast<double>(seg_m[s]) * seg_tokens[s];
-    weight += static_cast<double>(seg_tokens[s]);
+// The cost model's view of a checked plan. Fails where a row lists a segment that does not hold
+// it (first a segment id out of range on the generic path, which reads the segments' spans
+// here, then any row outside its segment).
+absl::StatusOr<TppShapeSummary> Summarize(const PlanView& plan, const TppProblem& problem,
+                                          const TppOptions& options) {
+  TppShapeSummary shape;
+  shape.num_rows = plan.num_rows;
+  shape.compiled_family = TppHasCompiledFamily(problem.head_dim);
+  // Head dims without a compiled family have no phase 1: every row reads its segments' spans in
+  // phase 2 too (as pieces of its own, merged with its private ones), on the generic kernel.
+  const bool generic = !shape.compiled_family;
+  for (int32_t s = 0; !generic && s < plan.num_segments; ++s) {
+    shape.segments.push_back(TppSegmentShape{
+        .tokens = SpanTokens(plan, plan.seg_span_begin[s], plan.seg_span_end[s]),
+        .spans = plan.seg_span_end[s] - plan.seg_span_begin[s],
+        .row_begin = plan.seg_row_begin[s],
+        .row_end = plan.seg_row_end[s]});
   }
-  int32_t block_m = options.p1_block_m;
-  if (block_m != 64 && block_m != 128) {
-    block_m = (weight > 0 && weighted_m / weight >= 128) ? 128 : 64;
-  }
-  wp.p1_block_m_ = block_m;
-  wp.p1_path_ = ResolvePath(options.p1_wgmma);
-  const Phase1Rates rates = RatesFor(wp.p1_path_, block_m);
-  const int32_t occupancy = rates.occupancy;  // resident phase-1 CTAs per SM
-  const double kMmaFlopsPerSecond = rates.flops_per_second;
-
-  int64_t max_tokens = 0;
-  for (int32_t s = 0; s < nseg; ++s) max_tokens = std::max(max_tokens, seg_tokens[s]);
-  auto splits_for = [&](int32_t s, int64_t len) {
-    const int32_t spans = plan.seg_span_end[s] - plan.seg_span_begin[s];
-    int32_t k = CeilDiv(seg_tokens[s], std::max<int64_t>(len, 1));
-    k = std::min({k, options.p1_max_splits, std::max(spans, 1),
-                  std::max(1, static_cast<int32_t>(seg_tokens[s] / options.p1_min_split_tokens))});
-    return std::max(k, 1);
-  };
-  // A row merges the states of every segment on its path. The segments' row ranges nest (they
-  // are subtrees in DFS order), so a row's list is its deepest segment's chain of enclosing
-  // ones: order the segments outermost first and link each to the one that encloses it, once,
-  // so that estimate() sums the chains in O(segments) instead of walking the rows.
-  std::vector<int32_t> seg_order(nseg), seg_parent(nseg, -1);
-  for (int32_t s = 0; s < nseg; ++s) seg_order[s] = s;
-  std::sort(seg_order.begin(), seg_order.end(), [&](int32_t a, int32_t b) {
-    return plan.seg_row_begin[a] != plan.seg_row_begin[b]
-               ? plan.seg_row_begin[a] < plan.seg_row_begin[b]
-               : plan.seg_row_end[a] > plan.seg_row_end[b];
-  });
-  {
-    std::vector<int32_t> open;  // enclosing segments of the current one, outermost first
-    for (int32_t s : seg_order) {
-      while (!open.empty() && plan.seg_row_end[open.back()] <= plan.seg_row_begin[s]) {
-        open.pop_back();
-      }
-      if (!open.empty()) seg_parent[s] = open.back();
-      open.push_back(s);
-    }
-  }
-  std::vector<int32_t> chain(nseg);  // estimate's scratch: states merged down to the segment
-  auto estimate = [&](int64_t len) {
-    double bytes = 0, partial_bytes = 0, flops = 0, items = 0, item_time = 0;
-    const double cta_bytes_per_second = kBytesPerSecond / (occupancy * options.num_sms);
-    const double cta_flops_per_second = kMmaFlopsPerSecond / (occupancy * options.num_sms);
-    for (int32_t s = 0; s < nseg; ++s) {
-      const int32_t k = splits_for(s, len);
-      const int32_t tiles = CeilDiv(seg_m[s], block_m);
-      const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
-      const double seg_bytes = 4.0 * seg_tokens[s] * hkv * d;  // K and V, 2 bytes each
-      const double seg_flops = 4.0 * CeilDiv(seg_m[s], 16) * 16.0 * seg_tokens[s] * d * hkv;
-      bytes += seg_bytes;
-      partial_bytes += k * rows * hq * (4.0 * d + 4.0);  // partial states (o, lse)
-      flops += seg_flops;
-      items += static_cast<double>(k) * tiles * hkv;
-      // The largest CTA of the segment runs at one CTA's share of the machine.
-      item_time = std::max(item_time, std::max(seg_bytes / (k * hkv) / cta_bytes_per_second,
-                                               seg_flops / (k * tiles * hkv) / cta_flops_per_second));
-    }
-    // One mma.sync CTA per SM cannot stream at the SM's share of bandwidth (a tile's latency
-    // is exposed): count full bandwidth from `occupancy` CTAs per SM (the warp-specialised
-    // kernel's producer keeps four tiles in flight on its own).
-    const double mem_util =
-        std::min(1.0, items / (occupancy * static_cast<double>(options.num_sms)));
-    const double capacity = static_cast<double>(options.num_sms) * occupancy;
-    const double waves = std::ceil(items / capacity);
-    const double flop_util = items / (waves * capacity);
-    // The longest merge list (outermost first, so a parent's chain is ready before its children).
-    int32_t max_states = 0;
-    for (int32_t s : seg_order) {
-      chain[s] = splits_for(s, len) + (seg_parent[s] >= 0 ? chain[seg_parent[s]] : 0);
-      max_states = std::max(max_states, chain[s]);
-    }
-    // Phase 1 (written partials overlap its reads or its MMAs) with the CTAs' own latencies
-    // spread over the slots, then the merge reads the partials back in rounds of dependent
-    // loads, and every wave of CTAs pays a pipeline fill.
-    const double merge_rounds = max_states > 1 ? CeilDiv(max_states, kTppMergeAhead) : 0;
-    return std::max({(bytes + partial_bytes) / (kBytesPerSecond * mem_util),
-                     flops / (kMmaFlopsPerSecond * flop_util), item_time}) +
-           items / capacity * kCtaSeconds + partial_bytes / kBytesPerSecond +
-           merge_rounds * kMergeRoundSeconds + waves * kWaveSeconds;
-  };
-  int64_t best_len = std::max<int64_t>(max_tokens, 1);
-  double best = nseg > 0 ? estimate(best_len) : 0;
-  if (options.p1_splits > 0 && nseg > 0) {
-    best_len = std::max<int64_t>(CeilDiv(max_tokens, options.p1_splits), 1);
-    best = estimate(best_len);  // the deferred-merge choice below reads it
-  }
-  for (int32_t k = 2; options.p1_splits <= 0 && k <= options.p1_max_splits && nseg > 0; ++k) {
-    const int64_t len = (max_tokens + k - 1) / k;
-    if (len < options.p1_min_split_tokens) break;
-    const double t = estimate(len);
-    if (t < best * 0.97) {  // a split must pay for itself clearly
-      best = t;
-      best_len = len;
-    }
-  }
-
-  std::vector<int32_t> p1_seg, p1_lo, p1_hi, p1_m, p1_state;
-  std::vector<int32_t> seg_state(nseg), seg_splits(nseg);
-  int32_t states = 0;
-  for (int32_t s = 0; s < nseg; ++s) {
-    const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
-    if (rows <= 0) return absl::InvalidArgumentError(absl::StrCat("tpp: empty segment ", s));
-    auto pieces = CutSpans(plan, plan.seg_span_begin[s], plan.seg_span_end[s],
-                           splits_for(s, best_len));
-    seg_state[s] = states;
-    seg_splits[s] = static_cast<int32_t>(pieces.size());
-    wp.max_p1_splits_ = std::max(wp.max_p1_splits_, seg_splits[s]);
-    for (size_t j = 0; j < pieces.size(); ++j) {
-      for (int32_t m0 = 0; m0 < seg_m[s]; m0 += block_m) {
-        p1_seg.push_back(s);
-        p1_lo.push_back(pieces[j].lo);
-        p1_hi.push_back(pieces[j].hi);
-        p1_m.push_back(m0);
-        p1_state.push_back(states + static_cast<int32_t>(j) * rows);
-      }
-    }
-    states += seg_splits[s] * rows;
-  }
-  wp.num_p1_ = static_cast<int32_t>(p1_seg.size());
-
-  // ---- Phase 2: private-span splits; deferred merge when overlapping the phases pays.
-  {
-    int64_t private_tokens = 0;
-    for (int32_t r = 0; r < plan.num_rows; ++r) {
-      private_tokens += SpanTokens(plan, plan.row_span_begin[r], plan.row_span_end[r]);
-    }
-    const double t1 = nseg > 0 ? best : 0.0;
-    const double t2 = 4.0 * private_tokens * hkv * d / kBytesPerSecond;
-    const double merge = 2.0 * plan.num_rows * hq * (4.0 * d + 4.0) / kBytesPerSecond + 3e-6;
-    wp.deferred_ = nseg > 0 && (options.defer_merge == 1 ||
-                                (options.defer_merge < 0 && std::min(t1, t2) > merge + 5e-6));
-  }
-  // The tokens each row reads in phase 2: its private spans, and on the generic path its
-  // segments' spans too.
-  std::vector<int64_t> row_tokens(plan.num_rows);
-  int64_t total = 0;
   for (int32_t r = 0; r < plan.num_rows; ++r) {
-    row_tokens[r] = SpanTokens(plan, plan.row_span_begin[r], plan.row_span_end[r]);
+    const int64_t private_tokens = SpanTokens(plan, plan.row_span_begin[r], plan.row_span_end[r]);
+    shape.private_tokens += private_tokens;
+    shape.phase2_tokens += private_tokens;
     for (int32_t i = plan.row_seg_begin[r]; generic && i < plan.row_seg_end[r]; ++i) {
       const int32_t s = plan.row_seg_ids[i];
-      if (s < 0 || s >= all_segs) {
+      if (s < 0 || s >= plan.num_segments) {
         return absl::InvalidArgumentError(absl::StrCat("tpp: row ", r, " not in segment ", s));
       }
-      row_tokens[r] += SpanTokens(plan, plan.seg_span_begin[s], plan.seg_span_end[s]);
+      shape.phase2_tokens += SpanTokens(plan, plan.seg_span_begin[s], plan.seg_span_end[s]);
     }
-    total += row_tokens[r];
   }
-  // Tensor cores for phase 2 where they pay (measured on the H200, docs/tpp.md): GQA >= 4 with
-  // private tails of a 64-slot tile or more on average (2x at 32K-token tails, 9 % at 32..256);
-  // below that a CTA is latency-bound and the CUDA-core kernel, more CTAs per SM, is 4-11 %
-  // faster (tails of 1..64).
-  const int64_t rows = std::max<int64_t>(plan.num_rows, 1);
-  const bool p2_mma =
-      options.p2_mma == 1 ? g >= 2 : (options.p2_mma < 0 && g >= 4 && total >= 64 * rows);
-  // One warp per (item, kv head, up to 4 of its q heads) (fits to the H200 measurements in
-  // docs/tpp.md, not a model):
-  //  - where the CTA kernels wait on latency: short tails, with enough warps that each one's
-  //    serial walk over its tail and heads is covered many times over (>= 1,024 warps and
-  //    >= 12 x mean tail x heads per warp; below it, e.g. 64 rows of a tree or Hydragen's
-  //    B = 64 / 256, the CTA kernels' 128 threads per (row, kv head) win by 3-40 %);
-  //  - and for long tails that re-read the same chunks (a plan without sharing over a common
-  //    prefix, the paged baseline: served from L2, where the warp kernel's direct loads ran
-  //    1.3-1.5x faster than the cp.async pipeline) when the machine is full (>= 4,096 warps).
-  //    Tails of distinct KV stream from HBM, where the CTA kernel was 5-10 % faster.
-  const int32_t warp_heads = g >= 3 ? 4 : g;
-  const int64_t warps = rows * hkv * CeilDiv(g, warp_heads);
-  const bool short_tails = total <= options.p2_warp_max_mean_tail * rows && warps >= 1024 &&
-                           warps * rows >= 12 * total * warp_heads;
-  bool p2_warp = !p2_mma && (options.p2_warp == 1 || (options.p2_warp < 0 && short_tails));
-  if (!p2_mma && !p2_warp && options.p2_warp < 0 && warps >= 4096) {
-    p2_warp = PrivateReuse(plan, problem.chunk_size) >= 2.0;
-  }
-  if (generic) {
-    wp.p2_path_ = Phase2Path::kGeneric;
-    wp.p2_group_ = 1;  // a warp per q head
-  } else if (p2_mma) {
-    wp.p2_path_ = Phase2Path::kTensorCores;
-    wp.p2_group_ = 16;
-  } else if (p2_warp) {
-    wp.p2_path_ = Phase2Path::kWarpPerHead;
-    wp.p2_group_ = warp_heads;  // q heads per warp; four warps per CTA
-  } else {
-    wp.p2_path_ = Phase2Path::kCudaCores;
-    wp.p2_group_ = g >= 8 ? 8 : (g > 4 ? 8 : (g > 2 ? 4 : g));
-  }
-  wp.p2_groups_ = CeilDiv(g, wp.p2_group_);
-  const int64_t target_ctas = static_cast<int64_t>(options.p2_ctas_per_sm) * options.num_sms;
-  const int64_t per_row_ctas = wp.p2_grid_y();
-  int64_t split_len = std::max<int64_t>(options.p2_min_split_tokens,
-                                        (total * per_row_ctas + target_ctas - 1) / target_ctas);
-  if (options.p2_max_split_tokens > 0) {
-    split_len = std::min<int64_t>(split_len, options.p2_max_split_tokens);
-  }
-  std::vector<int32_t> p2_row, p2_lo, p2_hi, p2_state, merge_rows;
-  std::vector<int32_t> merge_begin(plan.num_rows), merge_end(plan.num_rows), merge_states;
-  int64_t longest_item = 0;  // tokens of the longest phase-2 item (about: pieces are near equal)
-  // A span range cut into pieces of about split_len tokens (at most p2_max_splits). The count
-  // rounds down, so that the items stay within the CTA target: rounding up put Hydragen's B = 64
-  // paged case (64 rows of 32K) at 9 pieces a row, 576 tensor-core CTAs for 528 resident slots,
-  // a second wave of 48 CTAs (measured on the H200: 308 us, 263 us at 8 pieces). It rounds up
-  // where p2_max_split_tokens set the length: pieces are at most that long.
-  const bool length_capped =
-      options.p2_max_split_tokens > 0 && split_len == options.p2_max_split_tokens;
-  auto cut = [&](int32_t lo, int32_t hi) {
-    const int64_t tokens = SpanTokens(plan, lo, hi);
-    const int64_t pieces = length_capped ? CeilDiv(tokens, split_len) : tokens / split_len;
-    const int32_t k = static_cast<int32_t>(std::min<int64_t>(
-        {pieces, options.p2_max_splits, std::max(hi - lo, 1)}));
-    return CutSpans(plan, lo, hi, std::max(k, 1));
-  };
   for (int32_t r = 0; r < plan.num_rows; ++r) {
-    std::vector<Range> pieces;
-    merge_begin[r] = static_cast<int32_t>(merge_states.size());
     for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
       const int32_t s = plan.row_seg_ids[i];
-      if (s < 0 || s >= all_segs || r < plan.seg_row_begin[s] || r >= plan.seg_row_end[s]) {
+      if (s < 0 || s >= plan.num_segments || r < plan.seg_row_begin[s] ||
+          r >= plan.seg_row_end[s]) {
         return absl::InvalidArgumentError(absl::StrCat("tpp: row ", r, " not in segment ", s));
       }
+    }
+  }
+  if (TppReadsPrivateReuse(problem, plan.num_rows)) {
+    shape.private_reuse = PrivateReuse(plan, problem.chunk_size);
+  }
+  // Only p1_wgmma -1 follows the device: ask it only then.
+  const bool follows_device =
+      options.p1_wgmma != 0 && options.p1_wgmma != 1 && options.p1_wgmma != 2;
+  shape.wgmma_available = follows_device && TppPhase1WgmmaAvailable();
+  return shape;
+}
+
+// Phase-1 work items (one per split x M tile) and the partial states they write.
+struct Phase1Items {
+  std::vector<int32_t> seg, lo, hi, m_begin, state;
+  std::vector<int32_t> seg_state;   // per segment: its first state, then one per (split, row)
+  std::vector<int32_t> seg_splits;  // per segment: the splits it was cut into
+  int32_t states = 0;
+  int32_t max_splits = 0;
+};
+
+Phase1Items PackPhase1(const PlanView& plan, int32_t g, const TppChoices& choices) {
+  const int32_t nseg = static_cast<int32_t>(choices.p1_splits.size());
+  Phase1Items p1;
+  p1.seg_state.resize(nseg);
+  p1.seg_splits.resize(nseg);
+  for (int32_t s = 0; s < nseg; ++s) {
+    const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
+    const int32_t m = rows * g;
+    auto pieces = CutSpans(plan, plan.seg_span_begin[s], plan.seg_span_end[s],
+                           choices.p1_splits[s]);
+    p1.seg_state[s] = p1.states;
+    p1.seg_splits[s] = static_cast<int32_t>(pieces.size());
+    p1.max_splits = std::max(p1.max_splits, p1.seg_splits[s]);
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      for (int32_t m0 = 0; m0 < m; m0 += choices.p1_block_m) {
+        p1.seg.push_back(s);
+        p1.lo.push_back(pieces[j].lo);
+        p1.hi.push_back(pieces[j].hi);
+        p1.m_begin.push_back(m0);
+        p1.state.push_back(p1.states + static_cast<int32_t>(j) * rows);
+      }
+    }
+    p1.states += p1.seg_splits[s] * rows;
+  }
+  return p1;
+}
+
+// Phase-2 work items (one per piece) and each row's merge list.
+struct Phase2Items {
+  std::vector<int32_t> row, lo, hi, state;  // state -1: final (merge and write in the same CTA)
+  std::vector<int32_t> merge_begin, merge_end, merge_states, merge_rows;
+  int32_t states = 0;        // all states, phase 1's first
+  int32_t max_splits = 0;
+  int64_t longest_item = 0;  // tokens of the longest item (about: pieces are near equal)
+};
+
+Phase2Items PackPhase2(const PlanView& plan, const TppChoices& choices, const Phase1Items& p1,
+                       bool generic) {
+  Phase2Items p2;
+  p2.states = p1.states;
+  p2.merge_begin.resize(plan.num_rows);
+  p2.merge_end.resize(plan.num_rows);
+  for (int32_t r = 0; r < plan.num_rows; ++r) {
+    std::vector<Range> pieces;
+    int64_t row_tokens = 0;  // what the row reads in phase 2
+    auto cut = [&](int32_t lo, int32_t hi) {
+      const int64_t tokens = SpanTokens(plan, lo, hi);
+      row_tokens += tokens;
+      for (const Range& piece : CutSpans(plan, lo, hi, TppPhase2Pieces(choices, tokens, hi - lo))) {
+        pieces.push_back(piece);
+      }
+    };
+    p2.merge_begin[r] = static_cast<int32_t>(p2.merge_states.size());
+    for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
+      const int32_t s = plan.row_seg_ids[i];
       if (generic) {
-        for (const Range& piece : cut(plan.seg_span_begin[s], plan.seg_span_end[s])) {
-          pieces.push_back(piece);
-        }
+        cut(plan.seg_span_begin[s], plan.seg_span_end[s]);
         continue;
       }
       const int32_t rows = plan.seg_row_end[s] - plan.seg_row_begin[s];
-      for (int32_t j = 0; j < seg_splits[s]; ++j) {
-        merge_states.push_back(seg_state[s] + j * rows + (r - plan.seg_row_begin[s]));
+      for (int32_t j = 0; j < p1.seg_splits[s]; ++j) {
+        p2.merge_states.push_back(p1.seg_state[s] + j * rows + (r - plan.seg_row_begin[s]));
       }
     }
-    for (const Range& piece : cut(plan.row_span_begin[r], plan.row_span_end[r])) {
-      pieces.push_back(piece);
-    }
-    wp.max_p2_splits_ = std::max(wp.max_p2_splits_, static_cast<int32_t>(pieces.size()));
-    longest_item = std::max<int64_t>(
-        longest_item, CeilDiv(row_tokens[r], static_cast<int64_t>(std::max<size_t>(pieces.size(), 1))));
+    cut(plan.row_span_begin[r], plan.row_span_end[r]);
+    p2.max_splits = std::max(p2.max_splits, static_cast<int32_t>(pieces.size()));
+    p2.longest_item = std::max<int64_t>(
+        p2.longest_item,
+        CeilDiv(row_tokens, static_cast<int64_t>(std::max<size_t>(pieces.size(), 1))));
     // Rows with segments on the generic path have at least two pieces: merged, never final.
     const bool has_segments = plan.row_seg_end[r] > plan.row_seg_begin[r];
-    if (pieces.size() == 1 && !(wp.deferred_ && has_segments)) {
-      p2_row.push_back(r);
-      p2_lo.push_back(pieces[0].lo);
-      p2_hi.push_back(pieces[0].hi);
-      p2_state.push_back(-1);  // final: merge and write the output in the same CTA
+    if (pieces.size() == 1 && !(choices.deferred_merge && has_segments)) {
+      p2.row.push_back(r);
+      p2.lo.push_back(pieces[0].lo);
+      p2.hi.push_back(pieces[0].hi);
+      p2.state.push_back(-1);
     } else {
-      merge_rows.push_back(r);
+      p2.merge_rows.push_back(r);
       for (const Range& piece : pieces) {
-        p2_row.push_back(r);
-        p2_lo.push_back(piece.lo);
-        p2_hi.push_back(piece.hi);
-        p2_state.push_back(states);
-        merge_states.push_back(states);
-        ++states;
+        p2.row.push_back(r);
+        p2.lo.push_back(piece.lo);
+        p2.hi.push_back(piece.hi);
+        p2.state.push_back(p2.states);
+        p2.merge_states.push_back(p2.states);
+        ++p2.states;
       }
     }
-    merge_end[r] = static_cast<int32_t>(merge_states.size());
+    p2.merge_end[r] = static_cast<int32_t>(p2.merge_states.size());
   }
-  wp.num_p2_ = static_cast<int32_t>(p2_row.size());
-  {
-    // A phase-2 tile: 64 slots on tensor cores; on CUDA cores 4 slots per token lane,
-    // 128 / (d / 8) lanes (32 slots at d = 128).
-    const int64_t tile = p2_mma ? 64 : 4 * 128 / (d / 8);
-    const bool no_pipeline =
-        wp.p2_path_ == Phase2Path::kWarpPerHead || wp.p2_path_ == Phase2Path::kGeneric;
-    wp.p2_stages_ = no_pipeline ? 2  // one value, so that it never changes a launch signature
-                    : options.p2_stages == 2 || options.p2_stages == 3
-                        ? options.p2_stages
-                        : (longest_item <= 8 * tile ? 2 : 3);
-  }
-  wp.num_merge_rows_ = static_cast<int32_t>(merge_rows.size());
-  wp.num_states_ = states;
+  return p2;
+}
+
+}  // namespace
+
+absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppProblem& problem,
+                                               const TppOptions& options) {
+  int32_t num_spans = 0;
+  if (absl::Status s = CheckPlan(plan, problem, options, &num_spans); !s.ok()) return s;
+  absl::StatusOr<TppShapeSummary> shape = Summarize(plan, problem, options);
+  if (!shape.ok()) return shape.status();
+  const TppChoices choices = ChooseTppConfig(*shape, problem, options);
+  const bool generic = !shape->compiled_family;
+  const int32_t nseg = static_cast<int32_t>(shape->segments.size());  // segments phase 1 reads
+
+  const Phase1Items p1 = PackPhase1(plan, problem.num_q_heads / problem.num_kv_heads, choices);
+  const Phase2Items p2 = PackPhase2(plan, choices, p1, generic);
+
+  TppWorkPlan wp;
+  wp.problem_ = problem;
+  wp.options_ = options;
+  wp.num_rows_ = plan.num_rows;
+  wp.num_segments_ = plan.num_segments;
+  wp.num_spans_ = num_spans;
+  wp.p1_block_m_ = choices.p1_block_m;
+  wp.p1_path_ = choices.p1_path;
+  wp.max_p1_splits_ = p1.max_splits;
+  wp.num_p1_ = static_cast<int32_t>(p1.seg.size());
+  wp.deferred_ = choices.deferred_merge;
+  wp.p2_path_ = choices.p2_path;
+  wp.p2_group_ = choices.p2_head_group;
+  wp.p2_groups_ = choices.p2_head_groups;
+  wp.max_p2_splits_ = p2.max_splits;
+  wp.num_p2_ = static_cast<int32_t>(p2.row.size());
+  wp.p2_stages_ = ChooseTppPhase2Stages(choices, problem, options, p2.longest_item);
+  wp.num_merge_rows_ = static_cast<int32_t>(p2.merge_rows.size());
+  wp.num_states_ = p2.states;
 
   // ---- The image.
   auto copy = [](const int32_t* p, int32_t n) {
@@ -469,32 +321,24 @@ absl::StatusOr<TppWorkPlan> TppWorkPlan::Build(const PlanView& plan, const TppPr
   Append(im, &l.span_end, copy(plan.span_end, num_spans));
   Append(im, &l.seg_row_begin, copy(plan.seg_row_begin, nseg));
   Append(im, &l.seg_row_end, copy(plan.seg_row_end, nseg));
-  Append(im, &l.p1_seg, p1_seg);
-  Append(im, &l.p1_span_lo, p1_lo);
-  Append(im, &l.p1_span_hi, p1_hi);
-  Append(im, &l.p1_m_begin, p1_m);
-  Append(im, &l.p1_state, p1_state);
-  Append(im, &l.p2_row, p2_row);
-  Append(im, &l.p2_span_lo, p2_lo);
-  Append(im, &l.p2_span_hi, p2_hi);
-  Append(im, &l.p2_state, p2_state);
-  Append(im, &l.row_merge_begin, merge_begin);
-  Append(im, &l.row_merge_end, merge_end);
-  Append(im, &l.merge_states, merge_states);
-  Append(im, &l.merge_rows, merge_rows);
+  Append(im, &l.p1_seg, p1.seg);
+  Append(im, &l.p1_span_lo, p1.lo);
+  Append(im, &l.p1_span_hi, p1.hi);
+  Append(im, &l.p1_m_begin, p1.m_begin);
+  Append(im, &l.p1_state, p1.state);
+  Append(im, &l.p2_row, p2.row);
+  Append(im, &l.p2_span_lo, p2.lo);
+  Append(im, &l.p2_span_hi, p2.hi);
+  Append(im, &l.p2_state, p2.state);
+  Append(im, &l.row_merge_begin, p2.merge_begin);
+  Append(im, &l.row_merge_end, p2.merge_end);
+  Append(im, &l.merge_states, p2.merge_states);
+  Append(im, &l.merge_rows, p2.merge_rows);
   if (im.empty()) im.resize(4, 0);
   return wp;
 }
 
-int32_t TppWorkPlan::p2_grid_y() const {
-  if (p2_path_ == Phase2Path::kGeneric) {
-    return CeilDiv(problem_.num_q_heads, 4);  // kTppGenericWarps q heads per CTA
-  }
-  if (p2_path_ == Phase2Path::kWarpPerHead) {
-    return CeilDiv(static_cast<int64_t>(problem_.num_kv_heads) * p2_groups_, 4);  // 4 warps
-  }
-  return problem_.num_kv_heads * p2_groups_;
-}
+int32_t TppWorkPlan::p2_grid_y() const { return TppPhase2GridY(p2_path_, p2_groups_, problem_); }
 
 size_t TppWorkPlan::workspace_bytes() const {
   auto round = [](size_t b) { return (b + 255) / 256 * 256; };

@@ -36,6 +36,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/testing/gpu_test_util.h"
+#include "tests/engine/cuda/greedy_steps.h"
 #include "tests/testing/bundled_model.h"
 #include "tests/engine/cuda/small_model.h"
 #include "tests/testing/random.h"
@@ -550,7 +551,9 @@ TEST_F(CudaBackendTest, SharedPrefixBatchEqualsSoloRuns) {
               equal + near_ties, near_ties);
 }
 
-TEST_F(CudaBackendTest, ForwardGreedyEqualsArgmaxOfForward) {
+// Greedy sampling on the device (ForwardSample with temperature 0) takes the argmax of each row
+// of Forward's logits.
+TEST_F(CudaBackendTest, GreedySampleEqualsArgmaxOfForward) {
   BANYAN_SEEDED_RNG(rng);
   const model::ModelConfig cfg = SmallConfig(64, 4, 1);
   const model::ModelWeights w = model::MakeDummyWeights(cfg, rng());
@@ -580,7 +583,8 @@ TEST_F(CudaBackendTest, ForwardGreedyEqualsArgmaxOfForward) {
   std::vector<float> logits;
   std::vector<int32_t> tokens;
   ASSERT_TRUE((*b)->Forward(batch, &logits).ok());
-  ASSERT_TRUE((*b)->ForwardGreedy(batch, &tokens).ok());
+  testing::GreedySteps greedy;
+  ASSERT_TRUE(greedy.Forward(**b, batch, &tokens).ok());
   ASSERT_EQ(tokens.size(), 3u);
   for (int r = 0; r < 3; ++r) {
     const float* row = logits.data() + size_t(r) * cfg.vocab_size;

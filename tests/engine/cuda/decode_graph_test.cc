@@ -4,14 +4,15 @@
 // The run changes the decode batch's shape several times: a shared-prefix batch decodes across
 // chunk boundaries (new chunks: plan rebuilds), two sequences join through a mixed step (decode
 // rows + prefill, which runs eagerly), a sequence forks into three, three sequences finish. Every
-// decode-only step runs Forward (logits) and then ForwardGreedy (device argmax) on the same
-// batch in the graphs-on backend (the second run rewrites the same K/V values, so the cache stays
-// equal to the graphs-off backend's). Tokens are teacher-forced from the graphs-off logits.
+// decode-only step runs Forward (logits) and then ForwardSample with temperature 0 (device greedy
+// sampling, tests/engine/cuda/greedy_steps.h) on the same batch in the graphs-on backend (the second run
+// rewrites the same K/V values, so the cache stays equal to the graphs-off backend's). Tokens are
+// teacher-forced from the graphs-off logits.
 //
 // Checked: logits with graphs equal logits without, bit for bit: a replay launches the same
 // kernels with the same arguments as the eager path, and cuBLAS runs on the same handle and
-// workspace, so nothing may differ (the relative error is printed as well); device argmax equals
-// the host argmax of the graph logits; every decode-only step went through a graph and no step
+// workspace, so nothing may differ (the relative error is printed as well); device greedy
+// sampling equals the host argmax of the graph logits; every decode-only step went through a graph and no step
 // with prefill did; a step whose attention plan was only advanced (same shape) and that follows
 // a graph step replays without capturing; captures and replays both happened; plan changes
 // within the padded row bucket updated the attention nodes instead of capturing. With
@@ -39,6 +40,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/testing/gpu_test_util.h"
+#include "tests/engine/cuda/greedy_steps.h"
 #include "tests/engine/cuda/small_model.h"
 #include "tests/testing/random.h"
 
@@ -54,7 +56,7 @@ constexpr int kChunks = 512;
 constexpr int kChunkSize = 16;
 
 // One backend with its own pool and tree, stepping as StepRunner does (kept here so that the
-// same decode batch can go through both Forward and ForwardGreedy).
+// same decode batch can go through both Forward and a greedy ForwardSample).
 struct Lane {
   Lane(std::unique_ptr<CudaBackend> b, AttentionMode mode)
       : pool(*kvcache::ChunkPool::Create(kChunks, kChunkSize)), tree(&pool),
@@ -62,8 +64,8 @@ struct Lane {
 
   // A step: `decode` (sequence, token) rows append their token; `prefill` sequences were just
   // inserted (their uncached positions are computed). Rows in the result: decode rows in DFS
-  // order (*rows), then prefill sequences in order. With `greedy`, ForwardGreedy runs on the
-  // same batch after Forward.
+  // order (*rows), then prefill sequences in order. With `greedy`, a greedy ForwardSample runs
+  // on the same batch after Forward.
   void Step(const std::vector<std::pair<SeqId, int32_t>>& decode,
             const std::vector<PrefillItem>& prefill, std::vector<kvcache::ChunkCopy> copies,
             bool greedy, std::vector<float>* logits, std::vector<int32_t>* tokens,
@@ -121,7 +123,7 @@ struct Lane {
     const absl::Status st = backend->Forward(batch, logits);
     ASSERT_TRUE(st.ok()) << st;
     if (greedy) {
-      const absl::Status sg = backend->ForwardGreedy(batch, tokens);
+      const absl::Status sg = greedy_steps.Forward(*backend, batch, tokens);
       ASSERT_TRUE(sg.ok()) << sg;
     }
   }
@@ -131,6 +133,7 @@ struct Lane {
   std::unique_ptr<CudaBackend> backend;
   bool share;
   kvcache::AttentionPlan plan;
+  testing::GreedySteps greedy_steps;  // the backend's greedy steps (temperature 0)
 };
 
 std::vector<int32_t> RandomTokens(int n, int vocab, std::mt19937_64& rng) {
@@ -237,7 +240,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
       ++decode_only_steps;
       if (rebuilt[1]) ++rebuild_steps;
       run_len = rebuilt[1] ? 1 : run_len + 1;
-      // Forward and ForwardGreedy both ran, through a graph or eagerly while their key was new.
+      // Forward and ForwardSample both ran, through a graph or eagerly while their key was new.
       EXPECT_EQ(after.steps - before.steps + after.unstable - before.unstable, 2)
           << c.label << " step " << steps;
       const int64_t captures = after.captures - before.captures;
@@ -329,7 +332,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
   }
   // On sm_90 the layer kernels after a GEMM are launched early (the equality above holds with
   // them): per layer its two RMSNorms, RoPE (or QKV bias / norm, then RoPE after it) and SwiGLU,
-  // and the final RMSNorm (and the argmax of a greedy step).
+  // and the final RMSNorm.
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   std::printf("[ %s ] edges launched early in the last executable: %lld %s\n", c.label,

@@ -1,8 +1,9 @@
-// Greedy steps launched ahead of their results (CudaBackend::LaunchGreedy / CollectGreedy): the
-// host places and launches step N + 1 before step N's tokens are back, and each decode row's
-// input token is fed on the device from the step before. Two backends on the same weights, each
-// with its own pool and tree, decode the same sequences: one step by step with ForwardGreedy
-// (the reference, its trees holding the real tokens), one pipelined with two steps in flight
+// Greedy steps launched ahead of their results (CudaBackend::LaunchSample / CollectSample with
+// temperature 0, tests/engine/cuda/greedy_steps.h): the host places and launches step N + 1 before step
+// N's tokens are back, and each decode row's input token is fed on the device from the step
+// before. Two backends on the same weights, each with its own pool and tree, decode the same
+// sequences: one step by step with ForwardSample (the reference, its trees holding the real
+// tokens), one pipelined with two steps in flight
 // (its tree holding placeholder tokens, the real ones only on the device). The tokens must be
 // equal, step by step and row by row: the same kernels run on the same inputs. The run crosses
 // chunk boundaries (plan rebuilds, graph node updates and captures) with graphs on and off, on
@@ -20,6 +21,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/testing/gpu_test_util.h"
+#include "tests/engine/cuda/greedy_steps.h"
 #include "tests/engine/cuda/small_model.h"
 #include "tests/testing/random.h"
 
@@ -77,6 +79,7 @@ struct Side {
   std::unique_ptr<CudaBackend> backend;
   bool share;
   kvcache::AttentionPlan plan;
+  testing::GreedySteps greedy;  // the backend's steps, sampled with temperature 0
 };
 
 struct Case {
@@ -134,7 +137,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
       seqs.push_back(placed->seq);
     }
     std::vector<int32_t> out;
-    const absl::Status s = side->backend->ForwardGreedy(batch, &out);
+    const absl::Status s = side->greedy.Forward(*side->backend, batch, &out);
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_EQ(out.size(), static_cast<size_t>(kSeqs));
     if (side == &ref) {
@@ -154,7 +157,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
     ref.Place(next, &batch, &rows);
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     std::vector<int32_t> out;
-    const absl::Status s = ref.backend->ForwardGreedy(batch, &out);
+    const absl::Status s = ref.greedy.Forward(*ref.backend, batch, &out);
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_EQ(out.size(), rows.size());
     for (size_t r = 0; r < rows.size(); ++r) next[rows[r]] = want[k][rows[r]] = out[r];
@@ -169,7 +172,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
   std::vector<std::map<SeqId, int32_t>> got;
   auto collect = [&] {
     std::vector<int32_t> out;
-    const absl::Status s = pip.backend->CollectGreedy(&out);
+    const absl::Status s = pip.greedy.Collect(*pip.backend, &out);
     ASSERT_TRUE(s.ok()) << s;
     const std::vector<SeqId>& rows = step_rows[got.size()];
     ASSERT_EQ(out.size(), rows.size());
@@ -193,17 +196,17 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
       collect();
       ASSERT_FALSE(::testing::Test::HasFatalFailure());
     }
-    const absl::Status s = pip.backend->LaunchGreedy(batch, feed);
+    const absl::Status s = pip.greedy.Launch(*pip.backend, batch, feed);
     ASSERT_TRUE(s.ok()) << "step " << k << ": " << s;
     step_rows.push_back(rows);
     prev_rows = rows;
     if (k == 1) {
       // Two steps in flight: a third launch and the other kinds of step are refused.
       ASSERT_EQ(pip.backend->steps_in_flight(), 2);
-      EXPECT_EQ(pip.backend->LaunchGreedy(batch, feed).code(),
+      EXPECT_EQ(pip.greedy.Launch(*pip.backend, batch, feed).code(),
                 absl::StatusCode::kFailedPrecondition);
       std::vector<int32_t> out;
-      EXPECT_EQ(pip.backend->ForwardGreedy(batch, &out).code(),
+      EXPECT_EQ(pip.greedy.Forward(*pip.backend, batch, &out).code(),
                 absl::StatusCode::kFailedPrecondition);
     }
   }
@@ -211,7 +214,8 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
     collect();
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
   }
-  EXPECT_EQ(pip.backend->CollectGreedy(nullptr).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pip.greedy.Collect(*pip.backend, nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_GT(pip.backend->device_seconds(), device_before);
   ASSERT_EQ(got.size(), want.size());
   for (int k = 0; k < kSteps; ++k) EXPECT_EQ(got[k], want[k]) << "step " << k;
@@ -231,8 +235,8 @@ TEST(PipelinedGreedyTest, FedStepsEqualStepByStep) {
   }
 }
 
-// A fed step needs a step just before it whose rows it indexes; launches of the two kinds do not
-// mix.
+// A fed step needs a step just before it whose rows it indexes; while a step is in flight, a step
+// of another kind (Forward) is refused.
 TEST(PipelinedGreedyTest, FeedNeedsTheStepBefore) {
   BANYAN_SEEDED_RNG(rng);
   const model::ModelConfig cfg = testing::SmallModelConfig(128, 2, 2, /*layers=*/1, /*vocab=*/256, 256);
@@ -249,51 +253,49 @@ TEST(PipelinedGreedyTest, FeedNeedsTheStepBefore) {
   std::vector<SeqId> rows;
   side.Place({{placed->seq, 7}}, &batch, &rows);
   ASSERT_FALSE(HasFatalFailure());
-  // No greedy step has run yet.
-  EXPECT_EQ(side.backend->LaunchGreedy(batch, std::vector<int32_t>{0}).code(),
+  // No sampled step has run yet.
+  EXPECT_EQ(side.greedy.Launch(*side.backend, batch, std::vector<int32_t>{0}).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(side.backend->steps_in_flight(), 0);
   // One entry per decode row.
-  EXPECT_EQ(side.backend->LaunchGreedy(batch, std::vector<int32_t>{0, 0}).code(),
+  EXPECT_EQ(side.greedy.Launch(*side.backend, batch, std::vector<int32_t>{0, 0}).code(),
             absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(side.backend->LaunchGreedy(batch, {}).ok());
+  ASSERT_TRUE(side.greedy.Launch(*side.backend, batch, {}).ok());
   std::vector<int32_t> out;
-  ASSERT_TRUE(side.backend->CollectGreedy(&out).ok());
+  ASSERT_TRUE(side.greedy.Collect(*side.backend, &out).ok());
   ASSERT_EQ(out.size(), 1u);
   // The step before had one row: row 1 does not exist. The batch's token is a placeholder
   // other than the sampled one.
   const int32_t placeholder = (out[0] + 1) % cfg.vocab_size;
   side.Place({{placed->seq, placeholder}}, &batch, &rows);
   ASSERT_FALSE(HasFatalFailure());
-  EXPECT_EQ(side.backend->LaunchGreedy(batch, std::vector<int32_t>{1}).code(),
+  EXPECT_EQ(side.greedy.Launch(*side.backend, batch, std::vector<int32_t>{1}).code(),
             absl::StatusCode::kInvalidArgument);
   // Fed from row 0: the token the previous step sampled (out[0]), whatever the batch says.
-  ASSERT_TRUE(side.backend->LaunchGreedy(batch, std::vector<int32_t>{0}).ok());
+  ASSERT_TRUE(side.greedy.Launch(*side.backend, batch, std::vector<int32_t>{0}).ok());
   std::vector<int32_t> fed;
-  ASSERT_TRUE(side.backend->CollectGreedy(&fed).ok());
+  ASSERT_TRUE(side.greedy.Collect(*side.backend, &fed).ok());
   ASSERT_EQ(fed.size(), 1u);
   // The same step again with out[0] in the batch and no feed (its K/V slot is rewritten with
   // the same values): the same token.
   batch.decode[0].tokens[0] = out[0];
   std::vector<int32_t> direct;
-  ASSERT_TRUE(side.backend->ForwardGreedy(batch, &direct).ok());
+  ASSERT_TRUE(side.greedy.Forward(*side.backend, batch, &direct).ok());
   ASSERT_EQ(direct.size(), 1u);
   EXPECT_EQ(fed[0], direct[0]);
-  // The two kinds of launch ahead do not mix: a greedy launch is refused while a sampled step
-  // is in flight. That step, greedy, samples the argmax of the same step again.
-  SamplingParams params;
-  params.temperature = 0;
-  const SequenceSamplingState state(0, {});
-  const SampleSpec spec{.row = 0, .params = &params, .state = &state};
-  ASSERT_TRUE(side.backend->LaunchSample(batch, std::span(&spec, 1), {}).ok());
+  // A step in flight: a step of another kind (Forward, the logits) is refused until it is
+  // collected. The step, greedy, samples the argmax of the same step again.
+  ASSERT_TRUE(side.greedy.Launch(*side.backend, batch, {}).ok());
   EXPECT_EQ(side.backend->steps_in_flight(), 1);
-  EXPECT_EQ(side.backend->LaunchGreedy(batch, {}).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(side.backend->CollectGreedy(&out).code(), absl::StatusCode::kFailedPrecondition);
-  std::vector<SampleResult> sampled;
-  ASSERT_TRUE(side.backend->CollectSample(&sampled).ok());
-  ASSERT_EQ(sampled.size(), 1u);
-  EXPECT_EQ(sampled[0].token, direct[0]);
+  std::vector<float> logits;
+  EXPECT_EQ(side.backend->Forward(batch, &logits).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<int32_t> again;
+  ASSERT_TRUE(side.greedy.Collect(*side.backend, &again).ok());
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0], direct[0]);
   EXPECT_EQ(side.backend->steps_in_flight(), 0);
+  EXPECT_EQ(side.greedy.Collect(*side.backend, &again).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
