@@ -40,12 +40,13 @@ describe('SIGTERM drain', () => {
     };
     const streams = [0, 1, 2, 3].map((i) => startStream(client, { ...body, seed: i }));
     await Promise.all(streams.map((s) => s.firstChunk));
-    const m = await scrape(d);
-    assert.equal(value(m, 'banyan_requests_running') + value(m, 'banyan_requests_waiting'), 4,
-      'the streams should all be running when SIGTERM comes');
-
+    // SIGTERM as soon as every stream has its first chunk (a scrape first would let a loaded
+    // machine finish the streams before the signal); then they must still be running, drained.
     const sigtermAt = Date.now();
     d.signal('SIGTERM');
+    const m = await scrape(d);
+    assert.equal(value(m, 'banyan_requests_running') + value(m, 'banyan_requests_waiting'), 4,
+      'the streams should all be running while the drain waits for them');
     const readyMs = await waitReadyStatus(d, 503, scaled(1000));
     t.diagnostic(`/ready answered 503 ${readyMs} ms after SIGTERM`);
 
