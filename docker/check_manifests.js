@@ -10,6 +10,11 @@
 //   apt's lists and archives removed in the RUN that installs packages (a later RUN cannot
 //   shrink the layer); every `podman build` / `buildah build` line in the comments passes
 //   --format docker (the OCI format drops HEALTHCHECK).
+// - Custom resources (InferencePool, HTTPRoute): against the small JSON Schemas of
+//   docker/crd_schemas.js, written from the published API references; and in a file with an
+//   InferencePool, the references between its objects (docker/fleet_refs.js: the pool's
+//   selector and port, the picker's Service, the KV-event endpoint, topic and block size, the
+//   route's backend).
 //   node docker/check_manifests.js docker/Dockerfile docker/Dockerfile.cuda docker/k8s*.yaml
 // The npm packages come from tests/containers (npm ci --prefix tests/containers, which
 // tools/setup.sh runs); K8S_CHECK_MODULES names another node_modules folder holding them.
@@ -22,6 +27,9 @@ const { pathToFileURL } = require('node:url');
 const MODULES = process.env.K8S_CHECK_MODULES ||
   path.join(__dirname, '..', 'tests', 'containers', 'node_modules');
 const YAML = require(path.join(MODULES, 'yaml'));
+const { crdValidators } = require('./crd_schemas.js');
+const { checkFleetRefs } = require('./fleet_refs.js');
+const crdValidator = crdValidators(MODULES);
 // kubernetes-models is ES modules only: imported by file.
 const load = (group, kind) =>
   import(pathToFileURL(path.join(MODULES, 'kubernetes-models', group, `${kind}.js`)).href)
@@ -30,7 +38,16 @@ const models = {
   'apps/v1/Deployment': () => load('apps/v1', 'Deployment'),
   'v1/Service': () => load('v1', 'Service'),
   'v1/PersistentVolumeClaim': () => load('v1', 'PersistentVolumeClaim'),
+  'v1/ConfigMap': () => load('v1', 'ConfigMap'),
+  'v1/ServiceAccount': () => load('v1', 'ServiceAccount'),
+  'networking.k8s.io/v1/NetworkPolicy': () => load('networking.k8s.io/v1', 'NetworkPolicy'),
+  'rbac.authorization.k8s.io/v1/Role': () => load('rbac.authorization.k8s.io/v1', 'Role'),
+  'rbac.authorization.k8s.io/v1/RoleBinding': () =>
+    load('rbac.authorization.k8s.io/v1', 'RoleBinding'),
 };
+// Deployments running one of banyan's images; only their uid/gid must be the images' (the
+// endpoint picker runs its own image, as its own non-root user).
+const runsBanyan = (spec) => spec.containers.some((c) => /\/banyan:[^/]+$/.test(c.image));
 
 function checkPod(where, spec, problems) {
   const pod = spec.securityContext || {};
@@ -150,31 +167,42 @@ function checkIdentity(where, spec, image, problems) {
 
 async function checkManifest(file, image, problems) {
   const docs = YAML.parseAllDocuments(fs.readFileSync(file, 'utf8'));
+  const objects = [];
   for (const doc of docs) {
     if (doc.errors.length) problems.push(`YAML: ${doc.errors[0].message}`);
     const obj = doc.toJSON();
     if (!obj) continue;
     const key = `${obj.apiVersion}/${obj.kind}`;
     const where = `${obj.kind} ${obj.metadata && obj.metadata.name}`;
-    if (!models[key]) {
+    const crd = crdValidator(key);
+    if (crd) {
+      for (const e of crd(obj)) problems.push(`${where}: schema: ${e}`);
+    } else if (!models[key]) {
       problems.push(`${where}: no schema known for ${key}`);
       continue;
+    } else {
+      const Model = await models[key]();
+      try {
+        new Model(obj).validate();
+      } catch (e) {
+        problems.push(`${where}: schema: ${e.message}`);
+      }
     }
-    const Model = await models[key]();
-    try {
-      new Model(obj).validate();
-    } catch (e) {
-      problems.push(`${where}: schema: ${e.message}`);
-    }
+    objects.push(obj);
     if (obj.kind === 'Deployment') {
       const spec = obj.spec.template.spec;
       const main = checkPod(where, spec, problems);
-      if (image) checkIdentity(where, spec, image, problems);
-      if (/gpu/.test(file) && !((main.resources || {}).limits || {})['nvidia.com/gpu']) {
+      if (image && runsBanyan(spec)) checkIdentity(where, spec, image, problems);
+      const gpu = /gpu/.test(file) || /\/banyan:cuda$/.test(main.image);
+      if (gpu && !((main.resources || {}).limits || {})['nvidia.com/gpu']) {
         problems.push(`${where}: no nvidia.com/gpu limit`);
       }
     }
     console.log(`${file}: ${where} (${key}) checked`);
+  }
+  if (problems.length === 0 && objects.some((o) => o.kind === 'InferencePool')) {
+    checkFleetRefs(objects, YAML, problems);
+    console.log(`${file}: references between the fleet's objects checked`);
   }
   return docs.length;
 }
@@ -205,7 +233,7 @@ async function main() {
   for (const file of manifests) {
     const problems = [];
     const n = await checkManifest(file, image, problems);
-    report(file, problems, `${n} objects valid against the Kubernetes schemas`);
+    report(file, problems, `${n} objects valid against the Kubernetes and CRD schemas`);
   }
   if (files.length === 0) {
     console.log('usage: node check_manifests.js Dockerfile... k8s.yaml...');

@@ -1,8 +1,9 @@
 #!/bin/sh
 # ctest containers_check: docker/check_manifests.js on the repository's Dockerfiles and
 # Kubernetes manifests (Kubernetes schemas, the restricted security context, one uid:gid across
-# images and manifests, apt layers, the documented build format), then on copies broken one way
-# each, every one of which must fail with its own message, so the check itself is tested.
+# images and manifests, apt layers, the documented build format; the fleet's custom resources
+# and the references between its objects), then on copies broken one way each, every one of
+# which must fail with its own message, so the check itself is tested.
 #   containers_check_test.sh SOURCE_DIR
 # Exits 77 (skip) only without node; missing npm packages fail (npm ci --prefix tests/containers,
 # which tools/setup.sh runs).
@@ -26,7 +27,8 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 
 echo "== the repository's files"
-if ! $check "$d/Dockerfile" "$d/Dockerfile.cuda" "$d/k8s.yaml" "$d/k8s-gpu.yaml"; then
+if ! $check "$d/Dockerfile" "$d/Dockerfile.cuda" "$d/k8s.yaml" "$d/k8s-gpu.yaml" \
+     "$d/k8s-fleet.yaml"; then
   echo "FAIL: the repository's container files do not pass"
   failures=$((failures + 1))
 fi
@@ -66,6 +68,38 @@ sed 's/containerPort: 8000/containerPort: "8000x"/' "$d/k8s.yaml" >"$tmp/schema.
 broken "schema violation" "must be integer" "$tmp/schema.yaml"
 sed 's/allowPrivilegeEscalation: false/allowPrivilegeEscalation: true/' "$d/k8s.yaml" >"$tmp/priv.yaml"
 broken "privilege escalation" "allowPrivilegeEscalation" "$tmp/priv.yaml"
+
+# The fleet (docker/k8s-fleet.yaml): each copy breaks one reference or one CRD field.
+f=$d/k8s-fleet.yaml
+# fleet NAME EXPECTED SED-SCRIPT: the fleet manifest edited by SED-SCRIPT must fail with EXPECTED;
+# an edit that changes nothing is itself a failure (the test would prove nothing).
+fleet() {
+  sed "$3" "$f" >"$tmp/fleet.yaml"
+  if cmp -s "$f" "$tmp/fleet.yaml"; then
+    echo "FAIL: $1: the edit '$3' changed nothing"; failures=$((failures + 1)); return
+  fi
+  broken "fleet: $1" "$2" "$tmp/fleet.yaml"
+}
+fleet "pool selector matches no pod" "selector {\"app\":\"banyand-gpu\"} matches no Deployment's pod labels" \
+  '/^kind: InferencePool/,/^---/s/matchLabels: {app: banyand}/matchLabels: {app: banyand-gpu}/'
+fleet "pool targetPort is not the container's" "targetPort 8001 is no containerPort of Deployment banyand" \
+  's/    - number: 8000/    - number: 8001/'
+fleet "picker ref names no Service" "endpointPickerRef names Service banyan-picker, which this file lacks" \
+  '/endpointPickerRef:/,/failureMode/s/name: banyan-epp/name: banyan-picker/'
+fleet "picker ref port is not the Service's" "endpointPickerRef port 9003 is no port of Service banyan-epp" \
+  's/port: {number: 9002}/port: {number: 9003}/'
+fleet "route backend names no pool" "backendRef names InferencePool banyand-pool, which this file lacks" \
+  '/kind: InferencePool$/{n;s/name: banyand/name: banyand-pool/}'
+fleet "events sent to another Service" "names Service banyan-router, not the picker's Service banyan-epp" \
+  's|tcp://banyan-epp\.|tcp://banyan-router.|'
+fleet "picker subscribes on another port" "zmqEndpoint tcp://*:5558 does not bind port 5557" \
+  's|zmqEndpoint: "tcp://\*:5557"|zmqEndpoint: "tcp://*:5558"|'
+fleet "topic outside the picker's filter" "does not begin with the picker's topicFilter kv@" \
+  's/"topic": "kv@/"topic": "banyan@/'
+fleet "block size differs" "--chunk-size 32 differs from the picker's tokenProcessorConfig.blockSize 64" \
+  's/--chunk-size=64/--chunk-size=32/'
+fleet "v1alpha2 pool field" "must NOT have additional properties (targetPortNumber)" \
+  's/^  targetPorts:$/  targetPortNumber: 8000\n  targetPorts:/'
 
 if [ "$failures" -ne 0 ]; then
   echo "containers_check: $failures failures"
