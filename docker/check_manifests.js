@@ -16,6 +16,7 @@
 //   selector and port, the picker's Service, the KV-event endpoint, topic and block size, the
 //   route's backend).
 //   node docker/check_manifests.js docker/Dockerfile docker/Dockerfile.cuda docker/k8s*.yaml
+//   (k8s.yaml, k8s-gpu.yaml, k8s-fleet.yaml)
 // The npm packages come from tests/containers (npm ci --prefix tests/containers, which
 // tools/setup.sh runs); K8S_CHECK_MODULES names another node_modules folder holding them.
 'use strict';
