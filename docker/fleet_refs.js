@@ -8,7 +8,8 @@
 //   banyand's --kv-events-config endpoint -> the picker's Service and port, whose target is the
 //     container port the picker's config (ConfigMap, --config-file) binds in kvEventsConfig;
 //     the topic must begin with the config's topicFilter, and the config's blockSize must be
-//     banyand's --chunk-size (else the picker hashes prompts in other blocks than the events').
+//     banyand's --chunk-size (else the picker hashes prompts in other blocks than the events');
+//     a NetworkPolicy on the picker's pods must admit the model servers' pods to that port.
 // Every message names both ends, so a broken reference says what it looked for and what exists.
 'use strict';
 
@@ -59,7 +60,7 @@ function pickerConfig(picker, byKind, YAML, problems) {
   return YAML.parse(cm.data[key]);
 }
 
-function checkKvEvents(server, picker, pickerService, config, problems) {
+function checkKvEvents(server, picker, pickerService, config, policies, problems) {
   const where = `Deployment ${server.metadata.name}`;
   const main = podSpec(server).containers[0];
   const raw = argValue(main.args, 'kv-events-config');
@@ -108,6 +109,9 @@ function checkKvEvents(server, picker, pickerService, config, problems) {
                   `port ${containerPort}, where banyand's events arrive (${ev.endpoint} -> ` +
                   `Service ${host} port ${port} -> container port ${containerPort})`);
   }
+  if (containerPort !== null) {
+    checkEventIngress(server, picker, containerPort, policies, problems);
+  }
   if (!(ev.topic || '').startsWith(kv.topicFilter || '')) {
     problems.push(`${where}: kv-events topic ${ev.topic} does not begin with the picker's ` +
                   `topicFilter ${kv.topicFilter}: the picker drops every batch`);
@@ -124,6 +128,26 @@ function checkKvEvents(server, picker, pickerService, config, problems) {
       if (!defined.has(ref.pluginRef)) {
         problems.push(`picker config: profile ${profile.name} uses ${ref.pluginRef}, which no plugin defines`);
       }
+    }
+  }
+}
+
+// A NetworkPolicy that selects the picker's pods for ingress must let the model servers' pods
+// reach the port the events arrive on, or the picker never hears of a block.
+function checkEventIngress(server, picker, eventPort, policies, problems) {
+  for (const np of policies) {
+    const types = np.spec.policyTypes || ['Ingress'];
+    if (!types.includes('Ingress') || !matches(np.spec.podSelector.matchLabels, podLabels(picker))) continue;
+    const named = containerPorts(picker).find((p) => p.containerPort === eventPort) || {};
+    const admits = (np.spec.ingress || []).some((rule) => {
+      const portOk = !rule.ports || rule.ports.some((p) => p.port === eventPort || p.port === named.name);
+      const fromOk = !rule.from || rule.from.some((f) =>
+        f.podSelector && !f.namespaceSelector && matches(f.podSelector.matchLabels, podLabels(server)));
+      return portOk && fromOk;
+    });
+    if (!admits) {
+      problems.push(`NetworkPolicy ${np.metadata.name}: no ingress rule admits Deployment ` +
+                    `${server.metadata.name}'s pods to the picker's event port ${eventPort}`);
     }
   }
 }
@@ -175,7 +199,9 @@ function checkFleetRefs(objects, YAML, problems) {
                     `port of Deployment ${picker.metadata.name}`);
     }
     const config = pickerConfig(picker, byKind, YAML, problems);
-    for (const d of servers) checkKvEvents(d, picker, svc, config, problems);
+    for (const d of servers) {
+      checkKvEvents(d, picker, svc, config, byKind.NetworkPolicy || [], problems);
+    }
   }
   for (const route of byKind.HTTPRoute || []) {
     const refs = route.spec.rules.flatMap((r) => r.backendRefs || []);

@@ -98,6 +98,8 @@ fleet "topic outside the picker's filter" "does not begin with the picker's topi
   's/"topic": "kv@/"topic": "banyan@/'
 fleet "block size differs" "--chunk-size 32 differs from the picker's tokenProcessorConfig.blockSize 64" \
   's/--chunk-size=64/--chunk-size=32/'
+fleet "network policy shuts out the events" "no ingress rule admits Deployment banyand's pods to the picker's event port 5557" \
+  '/^kind: NetworkPolicy/,/^---/s/matchLabels: {app: banyand}/matchLabels: {app: banyand-gpu}/'
 fleet "v1alpha2 pool field" "must NOT have additional properties (targetPortNumber)" \
   's/^  targetPorts:$/  targetPortNumber: 8000\n  targetPorts:/'
 
