@@ -220,6 +220,30 @@ TEST_F(StructuredOutputRequestTest, GuidedRegexChoiceAndNestedFormRefusals) {
   EXPECT_EQ(none->inputs[0].constraint, nullptr);
 }
 
+TEST_F(StructuredOutputRequestTest, MultipleOfEmailAndPatternBesideFormat) {
+  // What zod 4 sends for .email() / .uuid() / .int().multipleOf(): a pattern beside the format.
+  auto r = Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+      "schema": {"type": "object", "properties": {
+        "mail": {"type": "string", "format": "email"},
+        "id": {"type": "string", "format": "uuid", "pattern": "^[0-9a-f-]+$"},
+        "n": {"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 20}},
+      "required": ["mail", "id", "n"]}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string id = R"("123e4567-e89b-12d3-a456-426614174000")";
+  EXPECT_TRUE(Accepts(*r, R"({"mail": "a.b@c.io", "id": )" + id + R"(, "n": 15})"));
+  EXPECT_FALSE(Accepts(*r, R"({"mail": "a.b@c.io", "id": )" + id + R"(, "n": 12})"));
+  EXPECT_FALSE(Accepts(*r, R"({"mail": "a.b@c.io", "id": )" + id + R"(, "n": 25})"));
+  EXPECT_FALSE(Accepts(*r, R"({"mail": "a.b", "id": )" + id + R"(, "n": 5})"));
+  EXPECT_FALSE(Accepts(*r, R"({"mail": "a@c.io", "id": "123E4567-E89B-12D3-A456-426614174000",
+      "n": 5})"));
+  auto disjoint = Completion(R"("guided_json": {"type": "string", "format": "date",
+      "pattern": "^x"})");
+  ASSERT_FALSE(disjoint.ok());
+  EXPECT_EQ(StatusParam(disjoint.status()), "guided_json");
+  EXPECT_NE(disjoint.status().message().find("'pattern' with 'format' at #"), std::string::npos)
+      << disjoint.status();
+}
+
 TEST_F(StructuredOutputRequestTest, UnsupportedKeywordsNameKeywordAndPath) {
   auto r = Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
       "schema": {"type": "object", "properties": {"a": {"type": "integer",
