@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/text/grammar/grammar_test_util.h"
 #include "text/grammar/automaton.h"
@@ -246,7 +247,7 @@ TEST(AutomatonTest, MultiplesDfaAcceptsExactlyTheMultiples) {
       EXPECT_EQ(Matches(g, std::to_string(v)), v % k == 0) << k << " " << v;
     }
     EXPECT_TRUE(Matches(g, std::to_string(k * 123456789012LL))) << k;
-    EXPECT_FALSE(Matches(g, "0" + std::to_string(k))) << "leading zero";
+    EXPECT_FALSE(Matches(g, absl::StrCat("0", k))) << "leading zero";
     EXPECT_FALSE(Matches(g, "")) << k;
     EXPECT_FALSE(Matches(g, "-")) << k;
   }
