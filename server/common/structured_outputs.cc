@@ -28,8 +28,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromResponseFormat(const OJs
   const std::string type = rf["type"].get<std::string>();
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
-    return StructuredOutputSpec{.kind = StructuredOutputSpec::Kind::kJsonObject,
-                                .schema = {}, .field = "response_format"};
+    return StructuredOutputSpec::JsonObject("response_format");
   }
   if (type != "json_schema") {
     return InvalidParam("response_format.type",
@@ -55,8 +54,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromResponseFormat(const OJs
     return InvalidParam("response_format.json_schema.schema",
                         "response_format.json_schema.schema must be a JSON Schema object");
   }
-  return StructuredOutputSpec{.kind = StructuredOutputSpec::Kind::kJsonSchema, .schema = *schema,
-                              .field = "response_format.json_schema.schema"};
+  return StructuredOutputSpec::JsonSchema(*schema, "response_format.json_schema.schema");
 }
 
 // guided_json, structured_outputs.json: the schema as an object or a JSON string.
@@ -74,8 +72,7 @@ absl::StatusOr<StructuredOutputSpec> FromGuidedJson(const OJson& g, const std::s
     return InvalidParam(field, absl::StrCat(field, " must be a JSON Schema: an object, or a "
                                                    "string holding one"));
   }
-  return StructuredOutputSpec{.kind = StructuredOutputSpec::Kind::kJsonSchema,
-                              .schema = std::move(schema), .field = field};
+  return StructuredOutputSpec::JsonSchema(std::move(schema), field);
 }
 
 // guided_regex, structured_outputs.regex. The pattern compiles in Compile, where a construct
@@ -85,8 +82,7 @@ absl::StatusOr<StructuredOutputSpec> FromGuidedRegex(const OJson& g, const std::
     return InvalidParam(field, absl::StrCat(field, " must be a non-empty string: a regular "
                                                    "expression the whole output matches"));
   }
-  return StructuredOutputSpec{.kind = StructuredOutputSpec::Kind::kRegex,
-                              .regex = g.get<std::string>(), .field = field};
+  return StructuredOutputSpec::Regex(g.get<std::string>(), field);
 }
 
 // guided_choice, structured_outputs.choice.
@@ -94,15 +90,15 @@ absl::StatusOr<StructuredOutputSpec> FromGuidedChoice(const OJson& g, const std:
   if (!g.is_array() || g.empty()) {
     return InvalidParam(field, absl::StrCat(field, " must be a non-empty list of strings"));
   }
-  StructuredOutputSpec spec{.kind = StructuredOutputSpec::Kind::kChoice, .field = field};
+  std::vector<std::string> choices;
   for (size_t i = 0; i < g.size(); ++i) {
     if (!g[i].is_string()) {
       return InvalidParam(field, absl::StrCat(field, "[", i, "] is not a string: ", field,
                                               " must be a non-empty list of strings"));
     }
-    spec.choices.push_back(g[i].get<std::string>());
+    choices.push_back(g[i].get<std::string>());
   }
-  return spec;
+  return StructuredOutputSpec::Choice(std::move(choices), field);
 }
 
 // vLLM's structured_outputs object: one of json, regex, choice or json_object: true. Its other
@@ -126,8 +122,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromStructuredOutputs(const 
     } else if (key == "choice") {
       spec = FromGuidedChoice(value, field);
     } else if (key == "json_object" && value.is_boolean()) {
-      spec = StructuredOutputSpec{.kind = StructuredOutputSpec::Kind::kJsonObject,
-                                  .field = field};
+      spec = StructuredOutputSpec::JsonObject(field);
     } else {
       return InvalidParam(field, absl::StrCat(field, " is not supported by this server; send "
                                                      "one of json, regex, choice or json_object"));
@@ -168,6 +163,39 @@ text::grammar::Grammar ChoiceGrammar(const std::vector<std::string>& choices) {
 }
 
 }  // namespace
+
+StructuredOutputSpec StructuredOutputSpec::JsonObject(std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kJsonObject;
+  spec.field = std::move(field);
+  return spec;
+}
+
+StructuredOutputSpec StructuredOutputSpec::JsonSchema(nlohmann::ordered_json schema,
+                                                      std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kJsonSchema;
+  spec.schema = std::move(schema);
+  spec.field = std::move(field);
+  return spec;
+}
+
+StructuredOutputSpec StructuredOutputSpec::Regex(std::string regex, std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kRegex;
+  spec.regex = std::move(regex);
+  spec.field = std::move(field);
+  return spec;
+}
+
+StructuredOutputSpec StructuredOutputSpec::Choice(std::vector<std::string> choices,
+                                                  std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kChoice;
+  spec.choices = std::move(choices);
+  spec.field = std::move(field);
+  return spec;
+}
 
 absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
     const OJson& body) {

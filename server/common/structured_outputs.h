@@ -48,6 +48,12 @@ struct StructuredOutputSpec {
   std::string regex;                 // kRegex: the pattern the whole output matches
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them (non-empty)
   std::string field;                 // the wire field it came from, for errors
+
+  // One per kind, each member named (designated initializers would leave the others unnamed).
+  static StructuredOutputSpec JsonObject(std::string field);
+  static StructuredOutputSpec JsonSchema(nlohmann::ordered_json schema, std::string field);
+  static StructuredOutputSpec Regex(std::string regex, std::string field);
+  static StructuredOutputSpec Choice(std::vector<std::string> choices, std::string field);
 };
 
 // The wire fields above of an HTTP request body (keys in the order sent). nullopt: no constraint
