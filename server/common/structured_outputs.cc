@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_limits.h"
 #include "server/common/validation.h"
+#include "text/grammar/regex.h"
 
 namespace banyan::server {
 namespace {
@@ -27,8 +28,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromResponseFormat(const OJs
   const std::string type = rf["type"].get<std::string>();
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
-    return StructuredOutputSpec{.kind = StructuredOutputSpec::Kind::kJsonObject,
-                                .schema = {}, .field = "response_format"};
+    return StructuredOutputSpec::JsonObject("response_format");
   }
   if (type != "json_schema") {
     return InvalidParam("response_format.type",
@@ -54,48 +54,197 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromResponseFormat(const OJs
     return InvalidParam("response_format.json_schema.schema",
                         "response_format.json_schema.schema must be a JSON Schema object");
   }
-  return StructuredOutputSpec{.kind = StructuredOutputSpec::Kind::kJsonSchema, .schema = *schema,
-                              .field = "response_format.json_schema.schema"};
+  return StructuredOutputSpec::JsonSchema(*schema, "response_format.json_schema.schema");
 }
 
-absl::StatusOr<StructuredOutputSpec> FromGuidedJson(const OJson& g) {
+// guided_json, structured_outputs.json: the schema as an object or a JSON string.
+absl::StatusOr<StructuredOutputSpec> FromGuidedJson(const OJson& g, const std::string& field) {
   OJson schema = g;
   if (g.is_string()) {
     const std::string& text = g.get_ref<const std::string&>();
     absl::StatusOr<OJson> parsed =
-        ParseOrderedJson(text, "guided_json", JsonLimits{.max_depth = kMaxJsonDepth,
-                                                         .max_bytes = text.size()});
-    if (!parsed.ok()) return InvalidParam("guided_json", std::string(parsed.status().message()));
+        ParseOrderedJson(text, field, JsonLimits{.max_depth = kMaxJsonDepth,
+                                                 .max_bytes = text.size()});
+    if (!parsed.ok()) return InvalidParam(field, std::string(parsed.status().message()));
     schema = *std::move(parsed);
   }
   if (!schema.is_object()) {
-    return InvalidParam("guided_json",
-                        "guided_json must be a JSON Schema: an object, or a string holding one");
+    return InvalidParam(field, absl::StrCat(field, " must be a JSON Schema: an object, or a "
+                                                   "string holding one"));
   }
-  return StructuredOutputSpec{.kind = StructuredOutputSpec::Kind::kJsonSchema,
-                              .schema = std::move(schema), .field = "guided_json"};
+  return StructuredOutputSpec::JsonSchema(std::move(schema), field);
+}
+
+// guided_regex, structured_outputs.regex. The pattern compiles in Compile, where a construct
+// the engine refuses becomes a 400 naming the field.
+absl::StatusOr<StructuredOutputSpec> FromGuidedRegex(const OJson& g, const std::string& field) {
+  if (!g.is_string() || g.get_ref<const std::string&>().empty()) {
+    return InvalidParam(field, absl::StrCat(field, " must be a non-empty string: a regular "
+                                                   "expression the whole output matches"));
+  }
+  return StructuredOutputSpec::Regex(g.get<std::string>(), field);
+}
+
+// guided_choice, structured_outputs.choice.
+absl::StatusOr<StructuredOutputSpec> FromGuidedChoice(const OJson& g, const std::string& field) {
+  if (!g.is_array() || g.empty()) {
+    return InvalidParam(field, absl::StrCat(field, " must be a non-empty list of strings"));
+  }
+  std::vector<std::string> choices;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!g[i].is_string()) {
+      return InvalidParam(field, absl::StrCat(field, "[", i, "] is not a string: ", field,
+                                              " must be a non-empty list of strings"));
+    }
+    choices.push_back(g[i].get<std::string>());
+  }
+  return StructuredOutputSpec::Choice(std::move(choices), field);
+}
+
+// vLLM's structured_outputs object: one of json, regex, choice or json_object: true. Its other
+// keys change the output or the backend in ways banyan does not implement: refused unless null
+// or false (the defaults of vLLM's boolean switches).
+absl::StatusOr<std::optional<StructuredOutputSpec>> FromStructuredOutputs(const OJson& so) {
+  if (!so.is_object()) {
+    return InvalidParam("structured_outputs",
+                        "structured_outputs must be an object with one of 'json', 'regex', "
+                        "'choice' or 'json_object'");
+  }
+  std::optional<StructuredOutputSpec> chosen;
+  for (const auto& [key, value] : so.items()) {
+    const std::string field = absl::StrCat("structured_outputs.", key);
+    if (value.is_null() || (value.is_boolean() && !value.get<bool>())) continue;
+    absl::StatusOr<StructuredOutputSpec> spec;
+    if (key == "json") {
+      spec = FromGuidedJson(value, field);
+    } else if (key == "regex") {
+      spec = FromGuidedRegex(value, field);
+    } else if (key == "choice") {
+      spec = FromGuidedChoice(value, field);
+    } else if (key == "json_object" && value.is_boolean()) {
+      spec = StructuredOutputSpec::JsonObject(field);
+    } else {
+      return InvalidParam(field, absl::StrCat(field, " is not supported by this server; send "
+                                                     "one of json, regex, choice or json_object"));
+    }
+    if (!spec.ok()) return spec.status();
+    if (chosen.has_value()) {
+      return InvalidParam(field, absl::StrCat(field, " and ", chosen->field,
+                                              " both constrain the output; send one of them"));
+    }
+    chosen = *std::move(spec);
+  }
+  return chosen;
+}
+
+// The whole output matches `pattern`. The engine's refusal (backreferences, lookaround, a
+// repeat over its limits) names the field and the construct.
+absl::StatusOr<text::grammar::Grammar> RegexGrammar(const std::string& pattern,
+                                                    const std::string& field) {
+  absl::StatusOr<text::grammar::Expr> body = text::grammar::RegexToExpr(
+      pattern, text::grammar::RegexMatch::kWhole, text::grammar::RegexText::kUtf8);
+  if (!body.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " cannot be compiled: ", body.status().message()));
+  }
+  text::grammar::Grammar g;
+  g.set_root(g.AddRule("regex", *std::move(body)));
+  return g;
+}
+
+// Exactly one of the choices: an alternation of their bytes, so no character needs escaping.
+text::grammar::Grammar ChoiceGrammar(const std::vector<std::string>& choices) {
+  std::vector<text::grammar::Expr> alts;
+  alts.reserve(choices.size());
+  for (const std::string& c : choices) alts.push_back(text::grammar::Literal(c));
+  text::grammar::Grammar g;
+  g.set_root(g.AddRule("choice", text::grammar::Alt(std::move(alts))));
+  return g;
 }
 
 }  // namespace
 
+StructuredOutputSpec StructuredOutputSpec::JsonObject(std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kJsonObject;
+  spec.field = std::move(field);
+  return spec;
+}
+
+StructuredOutputSpec StructuredOutputSpec::JsonSchema(nlohmann::ordered_json schema,
+                                                      std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kJsonSchema;
+  spec.schema = std::move(schema);
+  spec.field = std::move(field);
+  return spec;
+}
+
+StructuredOutputSpec StructuredOutputSpec::Regex(std::string regex, std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kRegex;
+  spec.regex = std::move(regex);
+  spec.field = std::move(field);
+  return spec;
+}
+
+StructuredOutputSpec StructuredOutputSpec::Choice(std::vector<std::string> choices,
+                                                  std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kChoice;
+  spec.choices = std::move(choices);
+  spec.field = std::move(field);
+  return spec;
+}
+
 absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
     const OJson& body) {
-  std::optional<StructuredOutputSpec> from_rf;
-  if (const OJson* rf = Present(body, "response_format")) {
-    absl::StatusOr<std::optional<StructuredOutputSpec>> spec = FromResponseFormat(*rf);
+  std::optional<StructuredOutputSpec> chosen;
+  const char* chosen_name = nullptr;
+  // Keeps the first field that asks for a constraint; a second is refused, naming it.
+  auto take = [&](const char* name,
+                  absl::StatusOr<std::optional<StructuredOutputSpec>> spec) -> absl::Status {
     if (!spec.ok()) return spec.status();
-    from_rf = *std::move(spec);
+    if (!spec->has_value()) return absl::OkStatus();
+    if (chosen.has_value()) {
+      return InvalidParam(name, absl::StrCat(name, " and ", chosen_name,
+                                             " both constrain the output; send one of them"));
+    }
+    chosen = *std::move(spec);
+    chosen_name = name;
+    return absl::OkStatus();
+  };
+  auto one = [](absl::StatusOr<StructuredOutputSpec> spec)
+      -> absl::StatusOr<std::optional<StructuredOutputSpec>> {
+    if (!spec.ok()) return spec.status();
+    return std::optional<StructuredOutputSpec>(*std::move(spec));
+  };
+  if (const OJson* rf = Present(body, "response_format")) {
+    if (absl::Status s = take("response_format", FromResponseFormat(*rf)); !s.ok()) return s;
   }
-  const OJson* g = Present(body, "guided_json");
-  if (g == nullptr) return from_rf;
-  if (from_rf.has_value()) {
-    return InvalidParam("guided_json",
-                        "guided_json and a response_format other than 'text' both constrain the "
-                        "output; send one of them");
+  if (const OJson* g = Present(body, "guided_json")) {
+    if (absl::Status s = take("guided_json", one(FromGuidedJson(*g, "guided_json"))); !s.ok()) {
+      return s;
+    }
   }
-  absl::StatusOr<StructuredOutputSpec> spec = FromGuidedJson(*g);
-  if (!spec.ok()) return spec.status();
-  return std::optional<StructuredOutputSpec>(*std::move(spec));
+  if (const OJson* g = Present(body, "guided_regex")) {
+    if (absl::Status s = take("guided_regex", one(FromGuidedRegex(*g, "guided_regex")));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (const OJson* g = Present(body, "guided_choice")) {
+    if (absl::Status s = take("guided_choice", one(FromGuidedChoice(*g, "guided_choice")));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (const OJson* so = Present(body, "structured_outputs")) {
+    if (absl::Status s = take("structured_outputs", FromStructuredOutputs(*so)); !s.ok()) {
+      return s;
+    }
+  }
+  return chosen;
 }
 
 std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(
@@ -136,15 +285,37 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Structured
     return InvalidParam(spec.field, absl::StrCat(spec.field, ": structured outputs need the "
                                                              "model's tokenizer, and it has none"));
   }
-  const bool object = spec.kind == StructuredOutputSpec::Kind::kJsonObject;
-  // Everything the grammar depends on: the kind, the options, the schema with its key order.
-  const std::string key =
-      absl::StrCat(object ? "json_object" : "json_schema", "|", options_.max_whitespace, ",",
-                   options_.max_digits, ",", options_.max_depth, ",", options_.max_items, "|",
-                   object ? std::string() : spec.schema.dump());
+  using Kind = StructuredOutputSpec::Kind;
+  // Everything the grammar depends on: the kind, the options, the schema with its key order,
+  // the pattern, the choices.
+  std::string key;
+  switch (spec.kind) {
+    case Kind::kJsonObject:
+    case Kind::kJsonSchema:
+      key = absl::StrCat(spec.kind == Kind::kJsonObject ? "json_object" : "json_schema", "|",
+                         options_.max_whitespace, ",", options_.max_digits, ",",
+                         options_.max_depth, ",", options_.max_items, "|",
+                         spec.kind == Kind::kJsonObject ? std::string() : spec.schema.dump());
+      break;
+    case Kind::kRegex:
+      key = absl::StrCat("regex|", spec.regex);
+      break;
+    case Kind::kChoice:
+      key = absl::StrCat("choice|", nlohmann::json(spec.choices).dump());
+      break;
+  }
   auto built = cache().GetOrCompile(key, [&]() -> absl::StatusOr<text::grammar::Grammar> {
-    if (object) return text::grammar::AnyJsonObjectGrammar(options_);
-    return text::grammar::JsonSchemaToGrammar(spec.schema, options_);
+    switch (spec.kind) {
+      case Kind::kJsonObject:
+        return text::grammar::AnyJsonObjectGrammar(options_);
+      case Kind::kJsonSchema:
+        return text::grammar::JsonSchemaToGrammar(spec.schema, options_);
+      case Kind::kRegex:
+        return RegexGrammar(spec.regex, spec.field);
+      case Kind::kChoice:
+        return ChoiceGrammar(spec.choices);
+    }
+    return absl::InternalError("unknown structured output kind");
   });
   if (!built.ok()) {
     // The engine's refusal (an unsupported keyword and its pointer, a grammar over the compile

@@ -1,6 +1,6 @@
-// Structured outputs, shared by both front ends: what a client asks to constrain (a JSON schema
-// or any JSON object), read from its wire fields, and compiled into the constraint a
-// scheduler::Request carries (text/grammar/constraint_cache.h).
+// Structured outputs, shared by both front ends: what a client asks to constrain (a JSON schema,
+// any JSON object, a regular expression or a list of choices), read from its wire fields, and
+// compiled into the constraint a scheduler::Request carries (text/grammar/constraint_cache.h).
 //
 // Wire fields (the HTTP front end):
 //   - OpenAI's `response_format`: {"type": "text"} (no constraint), {"type": "json_object"}
@@ -8,8 +8,14 @@
 //     "strict": bool}}. `strict` true or false constrain alike: the output always satisfies the
 //     schema (text/grammar/json_schema.h generates only what it validates).
 //   - vLLM's `guided_json`: the schema as an object or as a JSON string.
-// Both on /v1/chat/completions and /v1/completions; at most one of them per request. Schemas are
-// read with their keys in the order sent: properties are generated in that order.
+//   - vLLM's `guided_regex`: the whole output matches the pattern (ECMAScript, text/grammar/regex.h).
+//   - vLLM's `guided_choice`: a non-empty list of strings; the output is exactly one of them.
+//   - vLLM's newer `structured_outputs`: an object with one of `json`, `regex`, `choice` (as
+//     the three above) or `json_object: true`; its other keys (grammar, structural_tag,
+//     whitespace_pattern, ...) are refused unless null or false.
+// Both on /v1/chat/completions and /v1/completions; at most one of them per request: a second
+// is refused naming it. Schemas are read with their keys in the order sent: properties are
+// generated in that order.
 //
 // Errors are InvalidArgument with the wire field as the status param: a bad shape names the
 // field, a schema keyword outside the supported subset is the grammar engine's message naming
@@ -36,14 +42,22 @@
 namespace banyan::server {
 
 struct StructuredOutputSpec {
-  enum class Kind { kJsonObject, kJsonSchema };
+  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice };
   Kind kind = Kind::kJsonObject;
-  nlohmann::ordered_json schema;  // kJsonSchema: the schema, keys in the order sent
-  std::string field;              // the wire field it came from, for errors
+  nlohmann::ordered_json schema;     // kJsonSchema: the schema, keys in the order sent
+  std::string regex;                 // kRegex: the pattern the whole output matches
+  std::vector<std::string> choices;  // kChoice: the output is exactly one of them (non-empty)
+  std::string field;                 // the wire field it came from, for errors
+
+  // One per kind, each member named (designated initializers would leave the others unnamed).
+  static StructuredOutputSpec JsonObject(std::string field);
+  static StructuredOutputSpec JsonSchema(nlohmann::ordered_json schema, std::string field);
+  static StructuredOutputSpec Regex(std::string regex, std::string field);
+  static StructuredOutputSpec Choice(std::vector<std::string> choices, std::string field);
 };
 
-// response_format / guided_json of an HTTP request body (keys in the order sent). nullopt: no
-// constraint asked for.
+// The wire fields above of an HTTP request body (keys in the order sent). nullopt: no constraint
+// asked for.
 absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
     const nlohmann::ordered_json& body);
 

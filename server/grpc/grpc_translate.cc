@@ -186,8 +186,7 @@ absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest&
                           "json_schema: structured outputs are not available on this server");
     }
     auto constraint = ctx.structured_outputs->Compile(
-        {.kind = StructuredOutputSpec::Kind::kJsonSchema, .schema = *std::move(schema),
-         .field = "json_schema"});
+        StructuredOutputSpec::JsonSchema(*std::move(schema), "json_schema"));
     if (!constraint.ok()) return constraint.status();
     in.constraint = *std::move(constraint);
   }

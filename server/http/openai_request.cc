@@ -159,8 +159,9 @@ absl::Status ParseTools(const Json& body, OrderedBody& ordered_body, const Serve
   if (!(*req)->forced()) return absl::OkStatus();
   if (common->constraint != nullptr) {
     return InvalidParam("tool_choice",
-                        "a forced tool_choice and response_format / guided_json both constrain "
-                        "the output; send one of them");
+                        "a forced tool_choice and response_format / guided_json / guided_regex / "
+                        "guided_choice / structured_outputs both constrain the output; send one "
+                        "of them");
   }
   if (ctx.tool_calling == nullptr) {
     return InvalidParam("tool_choice", "tool calling is not available on this server");
@@ -172,7 +173,8 @@ absl::Status ParseTools(const Json& body, OrderedBody& ordered_body, const Serve
   return absl::OkStatus();
 }
 
-// response_format / guided_json (server/common/structured_outputs.h): read with the keys in the order
+// response_format, guided_json / _regex / _choice, structured_outputs
+// (server/common/structured_outputs.h): read with the keys in the order
 // sent (`body` has them sorted, and properties are generated in schema order), and compiled
 // here, on the front end's thread, never on the engine's.
 absl::Status ParseStructuredOutput(const Json& body, OrderedBody& ordered_body,
@@ -181,7 +183,10 @@ absl::Status ParseStructuredOutput(const Json& body, OrderedBody& ordered_body,
     auto it = body.find(key);
     return it != body.end() && !it->is_null();
   };
-  if (!present("response_format") && !present("guided_json")) return absl::OkStatus();
+  if (!present("response_format") && !present("guided_json") && !present("guided_regex") &&
+      !present("guided_choice") && !present("structured_outputs")) {
+    return absl::OkStatus();
+  }
   absl::StatusOr<const nlohmann::ordered_json*> ordered = ordered_body.Get();
   if (!ordered.ok()) return ordered.status();
   absl::StatusOr<std::optional<StructuredOutputSpec>> spec = ParseStructuredOutputFields(**ordered);
@@ -354,10 +359,7 @@ absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
       {"bad_words", false, kEmpty},
       {"prompt_logprobs", false, kNever},
       {"logits_processors", false, kNever},
-      {"guided_regex", false, kNever},
-      {"guided_choice", false, kNever},
       {"guided_grammar", false, kNever},
-      {"structured_outputs", false, kNever},
       {"echo", true, kFalse},  // chat's echo (completions' is supported)
       {"continue_final_message", true, kFalse},
       {"chat_template", true, kNever},

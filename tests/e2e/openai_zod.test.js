@@ -105,4 +105,36 @@ describe('structured outputs: openai client with zodResponseFormat', () => {
     assert.equal(valid, SEEDS.length);
     t.diagnostic(`${valid}/${SEEDS.length} valid with integer and number bounds`);
   });
+  // zod 4 sends its own pattern beside each format; banyand intersects the two automata.
+  test('zod 4 formats and multipleOf (pattern beside format): every reply validates', async (t) => {
+    const FORMATS = z4.object({
+      id: z4.uuid(),
+      day: z4.iso.date(),
+      at: z4.iso.datetime(),
+      seats: z4.int().multipleOf(5).min(0).max(100),
+    });
+    // z4.email() compiles too (grammar_ajv_oracle checks the format), but its parts have no
+    // length bound and the story model writes them until max_tokens.
+    const sent = zodResponseFormat(FORMATS, 'formats').json_schema.schema;
+    assert.ok(sent.properties.id.pattern && sent.properties.id.format === 'uuid', JSON.stringify(sent));
+    assert.equal(sent.properties.seats.multipleOf, 5, JSON.stringify(sent));
+    let valid = 0;
+    for (const seed of SEEDS) {
+      const r = await client.chat.completions.parse({
+        model: MODEL_NAME,
+        messages,
+        seed,
+        temperature: 1.0,
+        max_tokens: 450,
+        response_format: zodResponseFormat(FORMATS, 'formats'),
+      });
+      const c = r.choices[0];
+      assert.equal(c.finish_reason, 'stop', `seed ${seed}: ${c.message.content}`);
+      assertSatisfies(FORMATS, c.message.parsed, `seed ${seed}`);
+      assert.equal(c.message.parsed.seats % 5, 0, c.message.content);
+      ++valid;
+    }
+    assert.equal(valid, SEEDS.length);
+    t.diagnostic(`${valid}/${SEEDS.length} valid: uuid, date, datetime, multipleOf`);
+  });
 });

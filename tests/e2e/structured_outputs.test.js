@@ -1,5 +1,6 @@
 // Structured outputs with the official `openai` client: response_format json_schema (required
-// properties, an enum, a nested object, an array) and json_object, streaming and not, sampled at
+// properties, an enum, a nested object, an array) and json_object, streaming and not, and vLLM's
+// guided_choice / guided_regex / structured_outputs sent as extra body fields, sampled at
 // temperature 1.0 from the bundled story model (which knows no JSON: the grammar does the work).
 // Every output is checked by an independent validator (ajv). An output cut by max_tokens
 // (finish_reason "length") is reported and not counted as valid; a json_schema output must end
@@ -150,6 +151,73 @@ describe('structured outputs (openai client)', () => {
     assert.equal(valid, 3);
   });
 
+  // The openai client sends fields it does not know as they are (Python's extra_body).
+  const CHOICES = ['the cat sat', 'a dog (barked)', 'yes', 'no.'];
+  for (const stream of [false, true]) {
+    test(`guided_choice, ${stream ? 'streaming' : 'non-streaming'}: every output is one of the choices`, async (t) => {
+      const seen = new Set();
+      let total = 0;
+      for (let seed = 1; seed <= 4; ++seed) {
+        const outs = await outputs(
+          { messages, guided_choice: CHOICES, temperature: 1.0, seed, n: 2, max_tokens: 40 },
+          stream,
+        );
+        assert.equal(outs.length, 2);
+        for (const o of outs) {
+          assert.equal(o.finish, 'stop', o.text);
+          assert.ok(CHOICES.includes(o.text), `not a choice: ${JSON.stringify(o.text)}`);
+          seen.add(o.text);
+          ++total;
+        }
+      }
+      assert.equal(total, 8);
+      t.diagnostic(`8 of 8 outputs are choices; distinct: ${[...seen].join(' | ')}`);
+    });
+  }
+
+  test('guided_regex on completions and structured_outputs.regex on chat: the whole output matches', async (t) => {
+    const pattern = '[0-9]{3}-[a-z]{2,5}( [A-Z][a-z]{0,6}){1,3}\\.';
+    const whole = new RegExp(`^(?:${pattern})$`);
+    const texts = [];
+    const comp = await client.completions.create({
+      model: MODEL_NAME, prompt: 'Once upon a time', guided_regex: pattern, temperature: 1.0,
+      seed: 3, n: 3, max_tokens: 60,
+    });
+    for (const c of comp.choices) {
+      assert.equal(c.finish_reason, 'stop', c.text);
+      texts.push(c.text);
+    }
+    const chat = await client.chat.completions.create({
+      model: MODEL_NAME, messages, structured_outputs: { regex: pattern }, temperature: 1.0,
+      seed: 4, n: 3, max_tokens: 60,
+    });
+    for (const c of chat.choices) {
+      assert.equal(c.finish_reason, 'stop', c.message.content);
+      texts.push(c.message.content);
+    }
+    assert.equal(texts.length, 6);
+    for (const text of texts) assert.match(text, whole);
+    t.diagnostic(`6 of 6 match: ${texts.join(' | ')}`);
+  });
+
+  test('guided_regex the engine cannot compile, or two constraints, is a 400 naming the field', async () => {
+    const refused = async (extra, param, message) => {
+      await assert.rejects(
+        client.chat.completions.create({ model: MODEL_NAME, messages, ...extra }),
+        (e) => {
+          assert.equal(e.status, 400);
+          assert.equal(e.param, param);
+          assert.match(e.message, message);
+          return true;
+        },
+      );
+    };
+    await refused({ guided_regex: '(a)\\1' }, 'guided_regex', /backreference/);
+    await refused({ guided_choice: [] }, 'guided_choice', /non-empty list of strings/);
+    await refused({ guided_choice: ['a'], guided_json: { type: 'string' } }, 'guided_choice',
+                  /both constrain/);
+  });
+
   test('an unsupported keyword is a 400 naming it and its path', async () => {
     await assert.rejects(
       client.chat.completions.create({
@@ -159,7 +227,7 @@ describe('structured outputs (openai client)', () => {
           type: 'json_schema',
           json_schema: {
             name: 'x',
-            schema: { type: 'object', properties: { a: { type: 'integer', multipleOf: 3 } } },
+            schema: { type: 'object', properties: { a: { type: 'integer', multipleOf: 0.5 } } },
           },
         },
       }),

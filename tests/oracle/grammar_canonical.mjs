@@ -73,6 +73,10 @@ const kFormats = {
   time: /^([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/,
   uuid: /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/,
   ipv4: /^((25[0-5]|2[0-4]\d|1\d\d|[1-9]\d|\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]\d|\d)$/,
+  // text/grammar/string_format.h's subset: dotted atoms, '@', two or more labels of <= 63.
+  email: new RegExp("^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@" +
+                    "([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+" +
+                    "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"),
 };
 
 function formatCanonical(format, s) {
@@ -143,7 +147,10 @@ function typedCandidates(ctx, schema, type, value, depth) {
       // ajv-formats' int32 is bounded here by nine digits, int64 by the integer grammar.
       const text = JSON.stringify(value);
       if (schema.format === "int32") return kInt32.test(text) ? [text] : [];
-      if (type === "integer" || schema.format === "int64") return kInteger.test(text) ? [text] : [];
+      // multipleOf: the integers it divides, also for "number".
+      if (type === "integer" || schema.format === "int64" || "multipleOf" in schema) {
+        return kInteger.test(text) ? [text] : [];
+      }
       return kNumber.test(text) ? [text] : [];
     }
     case "boolean":

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -77,6 +78,8 @@ class NfaBuilder {
         return absl::OkStatus();
       case Expr::Kind::kRepeat:
         return BuildRepeat(e, in, out, depth);
+      case Expr::Kind::kDfa:
+        return BuildDfa(*e.dfa, in, out);
     }
     return absl::InternalError("unknown expression kind");
   }
@@ -84,6 +87,26 @@ class NfaBuilder {
   std::vector<NfaState>& states() { return states_; }
 
  private:
+  // A DFA is an NFA already: one state per DFA state, entered from `in`, left to `out` from
+  // each accepting state.
+  absl::Status BuildDfa(const ByteDfa& dfa, int32_t in, int32_t out) {
+    std::vector<int32_t> ids(dfa.states.size());
+    for (int32_t& id : ids) {
+      absl::StatusOr<int32_t> s = New();
+      if (!s.ok()) return s.status();
+      id = *s;
+    }
+    if (ids.empty()) return absl::OkStatus();  // matches nothing
+    states_[in].eps.push_back(ids[0]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (const ByteDfa::Edge& e : dfa.states[i].edges) {
+        states_[ids[i]].bytes.emplace_back(ByteSet::Range(e.lo, e.hi), ids[e.next]);
+      }
+      if (dfa.states[i].accepting) states_[ids[i]].eps.push_back(out);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status BuildRepeat(const Expr& e, int32_t in, int32_t out, int depth) {
     const Expr& kid = e.kids[0];
     if (e.max >= 0 && e.max < e.min) {
@@ -228,7 +251,159 @@ absl::Status Determinize(const std::vector<NfaState>& nfa, int64_t* dfa_budget, 
   return absl::OkStatus();
 }
 
+bool CallsRules(const Expr& e) {
+  if (e.kind == Expr::Kind::kRef) return true;
+  for (const Expr& kid : e.kids) {
+    if (CallsRules(kid)) return true;
+  }
+  return false;
+}
+
+// Keeps the states from which an accepting state can be reached, renumbered in order (the
+// start stays 0); edges into the others are dropped. No states when the start is dead.
+ByteDfa Trim(const ByteDfa& dfa) {
+  const size_t n = dfa.states.size();
+  std::vector<std::vector<int32_t>> into(n);
+  std::vector<int32_t> stack;
+  std::vector<char> live(n, 0);
+  for (size_t s = 0; s < n; ++s) {
+    for (const ByteDfa::Edge& e : dfa.states[s].edges) {
+      into[e.next].push_back(static_cast<int32_t>(s));
+    }
+    if (dfa.states[s].accepting) {
+      live[s] = 1;
+      stack.push_back(static_cast<int32_t>(s));
+    }
+  }
+  while (!stack.empty()) {
+    const int32_t s = stack.back();
+    stack.pop_back();
+    for (int32_t p : into[s]) {
+      if (!live[p]) {
+        live[p] = 1;
+        stack.push_back(p);
+      }
+    }
+  }
+  ByteDfa out;
+  if (n == 0 || !live[0]) return out;
+  std::vector<int32_t> id(n, -1);
+  for (size_t s = 0; s < n; ++s) {
+    if (!live[s]) continue;
+    id[s] = static_cast<int32_t>(out.states.size());
+    out.states.emplace_back();
+  }
+  for (size_t s = 0; s < n; ++s) {
+    if (!live[s]) continue;
+    ByteDfa::State& st = out.states[id[s]];
+    st.accepting = dfa.states[s].accepting;
+    for (const ByteDfa::Edge& e : dfa.states[s].edges) {
+      if (live[e.next]) st.edges.push_back({e.lo, e.hi, id[e.next]});
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<ByteDfa> ExprToDfa(const Expr& e, const CompileLimits& limits) {
+  if (CallsRules(e)) {
+    return absl::InvalidArgumentError(
+        "an expression that calls rules is not a regular language: it cannot be intersected");
+  }
+  int64_t nfa_budget = 0;
+  int64_t dfa_budget = 0;
+  int64_t work = 0;
+  NfaBuilder nfa(&nfa_budget, limits.max_nfa_states);
+  absl::StatusOr<int32_t> start = nfa.New();
+  absl::StatusOr<int32_t> final = nfa.New();
+  if (!start.ok()) return start.status();
+  if (!final.ok()) return final.status();
+  if (absl::Status s = nfa.Build(e, *start, *final, 0); !s.ok()) return s;
+  std::vector<CompiledGrammar::State> states;
+  if (absl::Status s = Determinize(nfa.states(), &dfa_budget, limits.max_dfa_states, &work,
+                                   limits.max_work, &states);
+      !s.ok()) {
+    return s;
+  }
+  ByteDfa dfa;
+  dfa.states.resize(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    dfa.states[i].accepting = states[i].accepting;
+    for (const CompiledGrammar::ByteEdge& b : states[i].bytes) {
+      dfa.states[i].edges.push_back({b.lo, b.hi, b.next});
+    }
+  }
+  return Trim(dfa);
+}
+
+absl::StatusOr<ByteDfa> IntersectDfa(const ByteDfa& a, const ByteDfa& b,
+                                     const CompileLimits& limits) {
+  if (a.states.empty() || b.states.empty()) {
+    return absl::InvalidArgumentError("no string matches both: one of them matches nothing");
+  }
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> ids;
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  auto intern = [&](std::pair<int32_t, int32_t> p) -> absl::StatusOr<int32_t> {
+    auto [it, inserted] = ids.try_emplace(p, static_cast<int32_t>(pairs.size()));
+    if (!inserted) return it->second;
+    if (static_cast<int64_t>(pairs.size()) >= limits.max_dfa_states) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the intersection is too large: it needs more than ",
+                       limits.max_dfa_states, " automaton (DFA) states"));
+    }
+    pairs.push_back(p);
+    return it->second;
+  };
+  if (absl::StatusOr<int32_t> s = intern({0, 0}); !s.ok()) return s.status();
+  ByteDfa product;
+  int64_t work = 0;
+  for (size_t d = 0; d < pairs.size(); ++d) {
+    const auto [i, j] = pairs[d];
+    const std::vector<ByteDfa::Edge>& ea = a.states[i].edges;
+    const std::vector<ByteDfa::Edge>& eb = b.states[j].edges;
+    ByteDfa::State st;
+    st.accepting = a.states[i].accepting && b.states[j].accepting;
+    // Both edge lists are sorted and disjoint: one sweep finds every overlap.
+    for (size_t x = 0, y = 0; x < ea.size() && y < eb.size();) {
+      const uint8_t lo = std::max(ea[x].lo, eb[y].lo);
+      const uint8_t hi = std::min(ea[x].hi, eb[y].hi);
+      if (lo <= hi) {
+        absl::StatusOr<int32_t> next = intern({ea[x].next, eb[y].next});
+        if (!next.ok()) return next.status();
+        if (!st.edges.empty() && st.edges.back().next == *next && st.edges.back().hi + 1 == lo) {
+          st.edges.back().hi = hi;
+        } else {
+          st.edges.push_back({lo, hi, *next});
+        }
+      }
+      if (++work > limits.max_work) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the intersection is too large: it takes more than ", limits.max_work,
+            " construction steps"));
+      }
+      const uint8_t ha = ea[x].hi, hb = eb[y].hi;
+      if (ha <= hb) ++x;
+      if (hb <= ha) ++y;
+    }
+    product.states.push_back(std::move(st));
+  }
+  ByteDfa trimmed = Trim(product);
+  if (trimmed.states.empty()) {
+    return absl::InvalidArgumentError("no string matches both");
+  }
+  return trimmed;
+}
+
+absl::StatusOr<Expr> IntersectExprs(const Expr& a, const Expr& b, const CompileLimits& limits) {
+  absl::StatusOr<ByteDfa> da = ExprToDfa(a, limits);
+  if (!da.ok()) return da.status();
+  absl::StatusOr<ByteDfa> db = ExprToDfa(b, limits);
+  if (!db.ok()) return db.status();
+  absl::StatusOr<ByteDfa> both = IntersectDfa(*da, *db, limits);
+  if (!both.ok()) return both.status();
+  return Dfa(std::make_shared<const ByteDfa>(*std::move(both)));
+}
 
 void CompiledGrammar::BuildTable(int32_t rule) {
   // Classes are the runs of bytes between the edges' bounds over all states of the rule (every

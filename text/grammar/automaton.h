@@ -82,6 +82,23 @@ class CompiledGrammar {
   int64_t total_states_ = 0;
 };
 
+// Regular languages as automata, for what one expression cannot say alone: a `pattern` beside a
+// `format`, integers within bounds that are multiples of k. The expressions must not call
+// rules (InvalidArgument otherwise); the work is bounded as a grammar's is: DFA states by
+// limits.max_dfa_states, construction steps by limits.max_work (ResourceExhausted beyond).
+
+// The DFA of `e` (subset construction, not minimized), trimmed: every state can reach an
+// accepting one (no states: `e` matches nothing).
+absl::StatusOr<ByteDfa> ExprToDfa(const Expr& e, const CompileLimits& limits = {});
+// The strings both accept (the product of the reachable state pairs), trimmed: every state can
+// reach an accepting one, so a matcher that follows it never walks into a dead end. A product
+// that accepts nothing is InvalidArgument.
+absl::StatusOr<ByteDfa> IntersectDfa(const ByteDfa& a, const ByteDfa& b,
+                                     const CompileLimits& limits = {});
+// ExprToDfa of both, intersected, as an expression (Expr::kDfa).
+absl::StatusOr<Expr> IntersectExprs(const Expr& a, const Expr& b,
+                                    const CompileLimits& limits = {});
+
 }  // namespace banyan::text::grammar
 
 #endif  // BANYAN_TEXT_GRAMMAR_AUTOMATON_H_

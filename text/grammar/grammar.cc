@@ -54,6 +54,13 @@ Expr Repeat(Expr kid, int32_t min, int32_t max) {
   return e;
 }
 
+Expr Dfa(std::shared_ptr<const ByteDfa> dfa) {
+  Expr e;
+  e.kind = Expr::Kind::kDfa;
+  e.dfa = std::move(dfa);
+  return e;
+}
+
 Expr Utf8Char(const ByteSet& excluded_ascii) {
   ByteSet ascii = ByteSet::Range(0x00, 0x7F);
   for (int b = 0; b < 0x80; ++b) {

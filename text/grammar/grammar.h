@@ -14,6 +14,7 @@
 #define BANYAN_TEXT_GRAMMAR_GRAMMAR_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,21 @@
 #include "text/grammar/byte_set.h"
 
 namespace banyan::text::grammar {
+
+// A deterministic automaton over bytes without rule calls, start state 0: what an intersection
+// of two regular expressions yields (automaton.h), embedded in an expression as Expr::kDfa.
+struct ByteDfa {
+  struct Edge {
+    uint8_t lo;  // taken on bytes lo..hi (inclusive)
+    uint8_t hi;
+    int32_t next;
+  };
+  struct State {
+    std::vector<Edge> edges;  // sorted by lo, disjoint
+    bool accepting = false;
+  };
+  std::vector<State> states;
+};
 
 struct Expr {
   enum class Kind : uint8_t {
@@ -30,6 +46,7 @@ struct Expr {
     kSeq,     // kids one after another
     kAlt,     // one of kids
     kRepeat,  // kids[0], at least `min` and at most `max` times (max < 0: unbounded)
+    kDfa,     // a string `dfa` accepts
   };
   Kind kind = Kind::kEmpty;
   ByteSet bytes;
@@ -37,6 +54,7 @@ struct Expr {
   int32_t min = 0;
   int32_t max = -1;
   std::vector<Expr> kids;
+  std::shared_ptr<const ByteDfa> dfa;  // kDfa; immutable, shared by copies
 };
 
 Expr Empty();
@@ -50,6 +68,7 @@ Expr Repeat(Expr kid, int32_t min, int32_t max);
 inline Expr Star(Expr kid) { return Repeat(std::move(kid), 0, -1); }
 inline Expr Plus(Expr kid) { return Repeat(std::move(kid), 1, -1); }
 inline Expr Opt(Expr kid) { return Repeat(std::move(kid), 0, 1); }
+Expr Dfa(std::shared_ptr<const ByteDfa> dfa);
 // One UTF-8 encoded scalar value (U+0000..U+10FFFF, no surrogates, shortest form) whose first
 // byte is not in `excluded_ascii` (ASCII bytes only).
 Expr Utf8Char(const ByteSet& excluded_ascii);

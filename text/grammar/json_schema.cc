@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include <deque>
@@ -15,8 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "text/grammar/automaton.h"
 #include "text/grammar/number_range.h"
 #include "text/grammar/regex.h"
+#include "text/grammar/string_format.h"
 #include "text/grammar/json_schema_disjoint.h"
 
 namespace banyan::text::grammar {
@@ -60,7 +63,7 @@ const absl::flat_hash_set<std::string_view>& Supported() {
       "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
       "oneOf", "allOf", "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength",
       "maxLength", "format", "nullable", "pattern", "minimum", "maximum", "exclusiveMinimum",
-      "exclusiveMaximum"};
+      "exclusiveMaximum", "multipleOf"};
   return *set;
 }
 
@@ -165,58 +168,6 @@ class SchemaCompiler {
   }
   Expr String(int32_t min, int32_t max) const {
     return Seq({Literal("\""), Repeat(StringChar(), min, max), Literal("\"")});
-  }
-
-  static Expr TwoDigits(char lo_tens, char hi_tens, char last_hi) {
-    // lo_tens0..hi_tens9 with the last tens digit limited to 0..last_hi.
-    std::vector<Expr> alts;
-    if (hi_tens > lo_tens) {
-      alts.push_back(Seq({Byte(ByteSet::Range(lo_tens, hi_tens - 1)), Digit()}));
-    }
-    alts.push_back(Seq({Literal(std::string(1, hi_tens)), Byte(ByteSet::Range('0', last_hi))}));
-    return Alt(std::move(alts));
-  }
-
-  absl::StatusOr<Expr> Format(const std::string& format, const std::string& path) const {
-    const Expr year = Repeat(Digit(), 4, 4);
-    const Expr day28 = Alt({Seq({Literal("0"), Byte(ByteSet::Range('1', '9'))}),
-                            Seq({Literal("1"), Digit()}),
-                            Seq({Literal("2"), Byte(ByteSet::Range('0', '8'))})});
-    const Expr day30 = Alt({day28, Literal("29"), Literal("30")});
-    const Expr day31 = Alt({day30, Literal("31")});
-    const Expr date = Seq({year, Literal("-"),
-                           Alt({Seq({Literal("02-"), day28}),
-                                Seq({Alt({Literal("04"), Literal("06"), Literal("09"),
-                                          Literal("11")}),
-                                     Literal("-"), day30}),
-                                Seq({Alt({Literal("01"), Literal("03"), Literal("05"),
-                                          Literal("07"), Literal("08"), Literal("10"),
-                                          Literal("12")}),
-                                     Literal("-"), day31})})});
-    const Expr hour = TwoDigits('0', '2', '3');
-    const Expr minute = Seq({Byte(ByteSet::Range('0', '5')), Digit()});
-    const Expr time = Seq({hour, Literal(":"), minute, Literal(":"), minute,
-                           Opt(Seq({Literal("."), Repeat(Digit(), 1, 6)})),
-                           Alt({Literal("Z"), Seq({Chars("+-"), hour, Literal(":"), minute})})});
-    auto quoted = [](Expr e) { return Seq({Literal("\""), std::move(e), Literal("\"")}); };
-    if (format == "date") return quoted(date);
-    if (format == "time") return quoted(time);
-    if (format == "date-time") return quoted(Seq({date, Literal("T"), time}));
-    if (format == "uuid") {
-      auto hex = [](int n) { return Repeat(Hex(), n, n); };
-      return quoted(Seq({hex(8), Literal("-"), hex(4), Literal("-"), hex(4), Literal("-"),
-                         hex(4), Literal("-"), hex(12)}));
-    }
-    if (format == "ipv4") {
-      const Expr octet = Alt({Seq({Literal("25"), Byte(ByteSet::Range('0', '5'))}),
-                              Seq({Literal("2"), Byte(ByteSet::Range('0', '4')), Digit()}),
-                              Seq({Literal("1"), Digit(), Digit()}),
-                              Seq({Byte(ByteSet::Range('1', '9')), Digit()}), Digit()});
-      return quoted(Seq({octet, Literal("."), octet, Literal("."), octet, Literal("."), octet}));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("unsupported string format '", format, "' at ", path,
-                     " (supported: date, time, date-time, uuid, ipv4)"));
   }
 
   absl::StatusOr<int32_t> Count(const json& s, const std::string& key, const std::string& path,
@@ -470,6 +421,17 @@ class SchemaCompiler {
     return Seq({Literal("["), Ws(), std::move(body), Ws(), Literal("]")});
   }
 
+  absl::StatusOr<Expr> StringFormat(const json& s, const std::string& path) const {
+    if (!s.at("format").is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("'format' at ", path, " must be a string"));
+    }
+    if (s.contains("minLength") || s.contains("maxLength")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'format' with 'minLength'/'maxLength' at ", path, " is not supported"));
+    }
+    return StringFormatExpr(s.at("format").get<std::string>(), path);
+  }
+
   absl::StatusOr<Expr> CompileType(const json& s, const std::string& type, const std::string& path,
                                    int depth) {
     if (type == "string") {
@@ -478,9 +440,9 @@ class SchemaCompiler {
           return absl::InvalidArgumentError(
               absl::StrCat("'pattern' at ", path, " must be a string"));
         }
-        if (s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+        if (s.contains("minLength") || s.contains("maxLength")) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "'pattern' with 'format'/'minLength'/'maxLength' at ", path, " is not supported"));
+              "'pattern' with 'minLength'/'maxLength' at ", path, " is not supported"));
         }
         // JSON Schema's pattern matches anywhere in the string unless anchored, and the
         // string's characters are written as a JSON string literal writes them.
@@ -490,19 +452,20 @@ class SchemaCompiler {
           return absl::InvalidArgumentError(
               absl::StrCat("'pattern' at ", path, ": ", body.status().message()));
         }
-        return Seq({Literal("\""), *std::move(body), Literal("\"")});
-      }
-      if (s.contains("format")) {
-        if (!s.at("format").is_string()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("'format' at ", path, " must be a string"));
+        Expr quoted = Seq({Literal("\""), *std::move(body), Literal("\"")});
+        if (!s.contains("format")) return quoted;
+        // Both (zod 4 sends its own pattern beside each format): the strings both automata
+        // accept, within the compile limits.
+        absl::StatusOr<Expr> format = StringFormat(s, path);
+        if (!format.ok()) return format.status();
+        absl::StatusOr<Expr> both = IntersectExprs(quoted, *format);
+        if (!both.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("'pattern' with 'format' at ", path,
+                                                         ": ", both.status().message()));
         }
-        if (s.contains("minLength") || s.contains("maxLength")) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "'format' with 'minLength'/'maxLength' at ", path, " is not supported"));
-        }
-        return Format(s.at("format").get<std::string>(), path);
+        return both;
       }
+      if (s.contains("format")) return StringFormat(s, path);
       absl::StatusOr<int32_t> min = Count(s, "minLength", path, 0);
       if (!min.ok()) return min.status();
       absl::StatusOr<int32_t> max = Count(s, "maxLength", path, -1);
@@ -531,13 +494,14 @@ class SchemaCompiler {
     const bool integer = type == "integer" || format == "int32" || format == "int64";
     const int digits = format == "int32" ? std::min(opt_.max_digits, 9) : opt_.max_digits;
     if (!format.empty() && format != "int32" && format != "int64" && format != "float" &&
-        format != "double" && !Format(format, path).ok()) {
+        format != "double" && !StringFormatExpr(format, path).ok()) {
       return absl::InvalidArgumentError(absl::StrCat("unsupported number format '", format,
                                                      "' at ", path,
                                                      " (supported: int32, int64, float, double)"));
     }
     absl::StatusOr<IntegerWindow> window = Window(s, path);
     if (!window.ok()) return window.status();
+    if (s.contains("multipleOf")) return Multiples(s.at("multipleOf"), *window, digits, path);
     if (!window->lo.has_value() && !window->hi.has_value()) {
       return integer ? Integer(digits) : Number();
     }
@@ -617,6 +581,39 @@ class SchemaCompiler {
     return w;
   }
 
+  // multipleOf k, whole and at most kMaxMultipleOf: the integers of the window that k divides
+  // (also for "number": its canonical subset is then these integers). A fractional k would
+  // need the fraction's digits in the automaton: refused.
+  absl::StatusOr<Expr> Multiples(const json& k, const IntegerWindow& window, int digits,
+                                 const std::string& path) const {
+    if (!k.is_number() || !(k.get<double>() > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'multipleOf' at ", path, " must be a number greater than 0"));
+    }
+    const double v = k.get<double>();
+    if (v != std::floor(v) || v > static_cast<double>(kMaxMultipleOf)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'multipleOf' at ", path, " is ", k.dump(), ": only whole numbers from 1 to ",
+          kMaxMultipleOf, " are supported"));
+    }
+    const std::string where = absl::StrCat("'multipleOf' at ", path, ": ");
+    Expr whole = Integer(digits);
+    if (window.lo.has_value() || window.hi.has_value()) {
+      absl::StatusOr<Expr> range = IntegerRange(window.lo, window.hi, digits);
+      if (!range.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, range.status().message()));
+      }
+      whole = *std::move(range);
+    }
+    if (v == 1) return whole;
+    absl::StatusOr<Expr> both = IntersectExprs(
+        whole, Dfa(std::make_shared<const ByteDfa>(MultiplesDfa(static_cast<int64_t>(v)))));
+    if (!both.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, both.status().message()));
+    }
+    return both;
+  }
+
   absl::StatusOr<std::vector<std::string>> Types(const json& s, const std::string& path) const {
     std::vector<std::string> types;
     if (s.contains("type")) {
@@ -644,7 +641,8 @@ class SchemaCompiler {
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
       types.push_back("string");
     } else if (s.contains("pattern") || s.contains("minimum") || s.contains("maximum") ||
-               s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
+               s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum") ||
+               s.contains("multipleOf")) {
       // Without a type, these constrain only strings or numbers and let every other value
       // pass: each type, with the keyword applied where it applies.
       types = {"string", "number", "boolean", "null", "object", "array"};

@@ -17,10 +17,12 @@
 // (beside type, nullable and annotations only), anyOf, oneOf (as anyOf, when no value can match
 // two branches: json_schema_disjoint.h), $ref to "#", "#/$defs/..." and "#/definitions/...",
 // items, prefixItems, minItems, maxItems, minLength, maxLength (code points), format (date,
-// time, date-time, uuid, ipv4 on strings; int32, int64, float, double on numbers), pattern
-// (regex.h; not beside format or a length), minimum / maximum / exclusiveMinimum /
-// exclusiveMaximum (integers exactly, number_range.h; a bounded number is written without an
-// exponent, as the integers of the bounds and the decimals strictly between them), and the
+// time, date-time, uuid, ipv4, email on strings: string_format.h; int32, int64, float, double
+// on numbers), pattern (regex.h; beside a format, the intersection of both automata; not
+// beside a length), minimum / maximum / exclusiveMinimum / exclusiveMaximum (integers exactly,
+// number_range.h; a bounded number is written without an exponent, as the integers of the
+// bounds and the decimals strictly between them), multipleOf (a whole k up to 1000: the
+// integers within the bounds that k divides, also for "number"), and the
 // annotations (title, description, default, examples, $schema, $id at the root, $comment,
 // deprecated, readOnly, writeOnly). Any other keyword is an InvalidArgument error naming the
 // keyword and its JSON pointer: never silently ignored. tests/oracle/grammar_oracle.mjs checks

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 
 namespace banyan::text::grammar {
 namespace {
@@ -84,6 +85,35 @@ absl::StatusOr<Expr> IntegerRange(std::optional<int64_t> lo, std::optional<int64
   }
   if (b >= 0) alts.push_back(Unsigned(std::max<int64_t>(0, a), b));
   return Alt(std::move(alts));
+}
+
+ByteDfa MultiplesDfa(int64_t k) {
+  BANYAN_CHECK(k >= 1 && k <= kMaxMultipleOf) << "multipleOf " << k;
+  constexpr int32_t kStart = 0, kMinus = 1, kZero = 2, kRemainder = 3;  // kRemainder + r
+  ByteDfa dfa;
+  dfa.states.resize(kRemainder + k);
+  // Reading digit d after a number with remainder r leaves (10 r + d) mod k.
+  auto digits = [&](ByteDfa::State& st, int64_t r, bool leading) {
+    for (int d = leading ? 1 : 0; d <= 9; ++d) {
+      const int32_t next = kRemainder + static_cast<int32_t>((10 * r + d) % k);
+      const uint8_t byte = static_cast<uint8_t>('0' + d);
+      if (!st.edges.empty() && st.edges.back().next == next && st.edges.back().hi + 1 == byte) {
+        st.edges.back().hi = byte;
+      } else {
+        st.edges.push_back({byte, byte, next});
+      }
+    }
+  };
+  for (int32_t s : {kStart, kMinus}) {
+    ByteDfa::State& st = dfa.states[s];
+    if (s == kStart) st.edges.push_back({'-', '-', kMinus});
+    st.edges.push_back({'0', '0', kZero});
+    digits(st, 0, /*leading=*/true);
+  }
+  dfa.states[kZero].accepting = true;  // "0" and "-0"; nothing follows a leading zero
+  for (int64_t r = 0; r < k; ++r) digits(dfa.states[kRemainder + r], r, /*leading=*/false);
+  dfa.states[kRemainder].accepting = true;
+  return dfa;
 }
 
 }  // namespace banyan::text::grammar

@@ -20,6 +20,13 @@ namespace banyan::text::grammar {
 absl::StatusOr<Expr> IntegerRange(std::optional<int64_t> lo, std::optional<int64_t> hi,
                                   int max_digits);
 
+// JSON Schema's multipleOf k on integers: a DFA that accepts the decimal integers divisible by
+// k, written -?(0|[1-9][0-9]*) with any number of digits (intersect it with the grammar's
+// integer expression for the digit bound and the bounds; "-0" is left to that expression). Its states are the remainders mod k
+// plus three (start, after '-', after a leading '0'): k is at most kMaxMultipleOf.
+inline constexpr int64_t kMaxMultipleOf = 1000;
+ByteDfa MultiplesDfa(int64_t k);
+
 }  // namespace banyan::text::grammar
 
 #endif  // BANYAN_TEXT_GRAMMAR_NUMBER_RANGE_H_

@@ -1,4 +1,5 @@
-// response_format and guided_json through the HTTP request parser: what compiles into a
+// response_format, guided_json, guided_regex, guided_choice and structured_outputs through the
+// HTTP request parser: what compiles into a
 // constraint on the request, what is refused with a 400 naming the field (or, for a schema
 // keyword outside the supported subset, the keyword and its JSON pointer), and the compile
 // cache shared by requests.
@@ -114,10 +115,139 @@ TEST_F(StructuredOutputRequestTest, BadShapesNameTheField) {
   }
 }
 
+TEST_F(StructuredOutputRequestTest, GuidedRegexMatchesTheWholeOutputOnBothEndpoints) {
+  auto chat = Chat(R"("guided_regex": "[0-9]{3}-[a-z]+")");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_TRUE(Accepts(*chat, "123-abc"));
+  EXPECT_FALSE(Accepts(*chat, "12-abc"));
+  EXPECT_FALSE(Accepts(*chat, "x123-abc")) << "whole output, not a search";
+  EXPECT_FALSE(Accepts(*chat, "123-"));
+  auto comp = Completion(R"("n": 2, "prompt": ["a", "b"], "guided_regex": "(yes|no)!?")");
+  ASSERT_TRUE(comp.ok()) << comp.status();
+  ASSERT_EQ(comp->inputs.size(), 2u);
+  EXPECT_EQ(comp->inputs[0].constraint, comp->inputs[1].constraint);
+  EXPECT_TRUE(Accepts(*comp, "no!"));
+  EXPECT_FALSE(Accepts(*comp, "maybe"));
+}
+
+TEST_F(StructuredOutputRequestTest, GuidedChoiceIsExactlyOneOfTheStrings) {
+  // Regex metacharacters and JSON escapes are plain text in a choice.
+  auto r = Chat(R"("guided_choice": ["a.b", "(x|y)*", "say \"hi\"", "ünï"])");
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const char* choice : {"a.b", "(x|y)*", "say \"hi\"", "ünï"}) {
+    EXPECT_TRUE(Accepts(*r, choice)) << choice;
+  }
+  for (const char* other : {"", "aXb", "x", "xy", "a.b(x|y)*", "a.", "say hi"}) {
+    EXPECT_FALSE(Accepts(*r, other)) << other;
+  }
+  auto c = Completion(R"("guided_choice": ["positive", "negative"])");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(Accepts(*c, "negative"));
+  EXPECT_FALSE(Accepts(*c, "neg"));
+}
+
+TEST_F(StructuredOutputRequestTest, NestedStructuredOutputsForm) {
+  auto regex = Chat(R"("structured_outputs": {"regex": "id-[0-9]+", "grammar": null,
+      "disable_fallback": false})");
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  EXPECT_TRUE(Accepts(*regex, "id-42"));
+  EXPECT_FALSE(Accepts(*regex, "id-"));
+  auto choice = Completion(R"("structured_outputs": {"choice": ["red", "green"]})");
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_TRUE(Accepts(*choice, "green"));
+  EXPECT_FALSE(Accepts(*choice, "blue"));
+  auto json = Chat(R"("structured_outputs": {"json": {"type": "object", "properties":
+      {"k": {"type": "boolean"}}, "required": ["k"]}})");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_TRUE(Accepts(*json, R"({"k": false})"));
+  EXPECT_FALSE(Accepts(*json, R"({"k": 1})"));
+  auto object = Completion(R"("structured_outputs": {"json_object": true})");
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_TRUE(Accepts(*object, R"({"a": 1})"));
+  EXPECT_FALSE(Accepts(*object, "1"));
+}
+
+TEST_F(StructuredOutputRequestTest, GuidedRegexChoiceAndNestedFormRefusals) {
+  struct Case {
+    std::string extra;
+    std::string param;
+    std::string says;  // a part of the message
+  };
+  const Case cases[] = {
+      {R"("guided_regex": 5)", "guided_regex", "non-empty string"},
+      {R"("guided_regex": "")", "guided_regex", "non-empty string"},
+      {R"("guided_regex": "(a)\\1")", "guided_regex", "backreference"},
+      {R"("guided_regex": "(?=a)a")", "guided_regex", "lookaround"},
+      {R"("guided_regex": "(ab")", "guided_regex", "guided_regex cannot be compiled"},
+      {R"("guided_choice": [])", "guided_choice", "non-empty list of strings"},
+      {R"("guided_choice": "yes")", "guided_choice", "non-empty list of strings"},
+      {R"("guided_choice": ["yes", 1])", "guided_choice", "guided_choice[1] is not a string"},
+      // The second in the fixed order response_format, guided_json, guided_regex,
+      // guided_choice, structured_outputs is named, whatever the body's order.
+      {R"("guided_choice": ["a"], "guided_regex": "a")", "guided_choice",
+       "guided_choice and guided_regex"},
+      {R"("guided_json": {"type": "object"}, "guided_choice": ["a"])", "guided_choice",
+       "both constrain"},
+      {R"("response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex",
+       "guided_regex and response_format"},
+      {R"("guided_regex": "a", "structured_outputs": {"regex": "b"})", "structured_outputs",
+       "both constrain"},
+      {R"("structured_outputs": {"regex": "a", "choice": ["a"]})", "structured_outputs.choice",
+       "structured_outputs.choice and structured_outputs.regex"},
+      {R"("structured_outputs": {"grammar": "root ::= \"a\""})", "structured_outputs.grammar",
+       "not supported"},
+      {R"("structured_outputs": {"regex": "a", "whitespace_pattern": " "})",
+       "structured_outputs.whitespace_pattern", "not supported"},
+      {R"("structured_outputs": "a+")", "structured_outputs", "must be an object"},
+      {R"("structured_outputs": {"choice": [3]})", "structured_outputs.choice",
+       "structured_outputs.choice[0] is not a string"},
+      {R"("structured_outputs": {"regex": "a{2,1}"})", "structured_outputs.regex",
+       "cannot be compiled"},
+  };
+  for (const Case& c : cases) {
+    for (bool chat : {true, false}) {
+      auto r = chat ? Chat(c.extra) : Completion(c.extra);
+      ASSERT_FALSE(r.ok()) << c.extra;
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.extra;
+      EXPECT_EQ(StatusParam(r.status()), c.param) << c.extra << " " << r.status();
+      EXPECT_NE(r.status().message().find(c.says), std::string::npos)
+          << c.extra << " " << r.status();
+    }
+  }
+  // A structured_outputs object that asks for nothing constrains nothing.
+  auto none = Chat(R"("structured_outputs": {"regex": null, "disable_any_whitespace": false})");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->inputs[0].constraint, nullptr);
+}
+
+TEST_F(StructuredOutputRequestTest, MultipleOfEmailAndPatternBesideFormat) {
+  // What zod 4 sends for .email() / .uuid() / .int().multipleOf(): a pattern beside the format.
+  auto r = Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+      "schema": {"type": "object", "properties": {
+        "mail": {"type": "string", "format": "email"},
+        "id": {"type": "string", "format": "uuid", "pattern": "^[0-9a-f-]+$"},
+        "n": {"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 20}},
+      "required": ["mail", "id", "n"]}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string id = R"("123e4567-e89b-12d3-a456-426614174000")";
+  EXPECT_TRUE(Accepts(*r, R"({"mail": "a.b@c.io", "id": )" + id + R"(, "n": 15})"));
+  EXPECT_FALSE(Accepts(*r, R"({"mail": "a.b@c.io", "id": )" + id + R"(, "n": 12})"));
+  EXPECT_FALSE(Accepts(*r, R"({"mail": "a.b@c.io", "id": )" + id + R"(, "n": 25})"));
+  EXPECT_FALSE(Accepts(*r, R"({"mail": "a.b", "id": )" + id + R"(, "n": 5})"));
+  EXPECT_FALSE(Accepts(*r, R"({"mail": "a@c.io", "id": "123E4567-E89B-12D3-A456-426614174000",
+      "n": 5})"));
+  auto disjoint = Completion(R"("guided_json": {"type": "string", "format": "date",
+      "pattern": "^x"})");
+  ASSERT_FALSE(disjoint.ok());
+  EXPECT_EQ(StatusParam(disjoint.status()), "guided_json");
+  EXPECT_NE(disjoint.status().message().find("'pattern' with 'format' at #"), std::string::npos)
+      << disjoint.status();
+}
+
 TEST_F(StructuredOutputRequestTest, UnsupportedKeywordsNameKeywordAndPath) {
   auto r = Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
       "schema": {"type": "object", "properties": {"a": {"type": "integer",
-      "multipleOf": 3}}}}})");
+      "multipleOf": 2.5}}}}})");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(StatusParam(r.status()), "response_format.json_schema.schema");
   EXPECT_NE(r.status().message().find("multipleOf"), std::string::npos) << r.status();

@@ -1,11 +1,18 @@
 // The automaton and its matcher on hand-written grammars: acceptance, calls and pops,
-// rollback, and the compile-time refusals (undefined rules, left recursion, size limits).
+// rollback, the compile-time refusals (undefined rules, left recursion, size limits), and the
+// intersection of two regular expressions.
+#include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/text/grammar/grammar_test_util.h"
 #include "text/grammar/automaton.h"
 #include "text/grammar/matcher.h"
+#include "text/grammar/number_range.h"
+#include "text/grammar/regex.h"
 
 namespace banyan::text::grammar {
 namespace {
@@ -148,6 +155,102 @@ TEST(AutomatonTest, Utf8CharAcceptsExactlyWellFormedScalars) {
   EXPECT_FALSE(Matches(c, "\xED\xA0\x80"));      // a surrogate
   EXPECT_FALSE(Matches(c, "\xF4\x90\x80\x80"));  // above U+10FFFF
   EXPECT_FALSE(Matches(c, "\xE2\x82"));          // cut short
+}
+
+std::shared_ptr<const CompiledGrammar> OneRule(Expr e) {
+  Grammar g;
+  g.set_root(g.AddRule("root", std::move(e)));
+  return MustCompile(g);
+}
+
+Expr WholeRegex(const std::string& pattern) {
+  absl::StatusOr<Expr> e = RegexToExpr(pattern, RegexMatch::kWhole, RegexText::kUtf8);
+  EXPECT_TRUE(e.ok()) << pattern << " " << e.status();
+  return e.ok() ? *std::move(e) : Empty();
+}
+
+// Every state of a trimmed DFA reaches an accepting one: a matcher never walks into a dead end.
+bool AllStatesLive(const ByteDfa& dfa) {
+  std::vector<char> live(dfa.states.size(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t s = 0; s < dfa.states.size(); ++s) {
+      if (live[s]) continue;
+      bool l = dfa.states[s].accepting;
+      for (const ByteDfa::Edge& e : dfa.states[s].edges) l = l || live[e.next];
+      if (l) live[s] = 1, changed = true;
+    }
+  }
+  for (char l : live) {
+    if (!l) return false;
+  }
+  return true;
+}
+
+// The product accepts exactly what both accept, over random texts of a small alphabet.
+TEST(AutomatonTest, IntersectionIsTheStringsBothAccept) {
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"[ab]*a[ab]{2}", "(ab|ba)*"},     {"a*b*c*", "[abc]{2,4}"},
+      {"(a|bc)+", "[^c]*c[^c]*|a*"},     {"[a-c]*", "c?b+a?"},
+      {"(abc)*|b", "a[bc]*|b|"},          {"x?[ab]*", "(a[ab])*"},
+  };
+  std::mt19937 rng(std::random_device{}());
+  int checked = 0, in_both = 0;
+  for (const auto& [pa, pb] : pairs) {
+    const Expr a = WholeRegex(pa), b = WholeRegex(pb);
+    absl::StatusOr<ByteDfa> dfa = IntersectDfa(*ExprToDfa(a), *ExprToDfa(b));
+    ASSERT_TRUE(dfa.ok()) << pa << " & " << pb << " " << dfa.status();
+    EXPECT_TRUE(AllStatesLive(*dfa)) << pa << " & " << pb;
+    auto both = OneRule(Dfa(std::make_shared<const ByteDfa>(*dfa)));
+    auto ga = OneRule(a), gb = OneRule(b);
+    ASSERT_TRUE(both && ga && gb);
+    for (int t = 0; t < 400; ++t) {
+      std::string text(rng() % 7, ' ');
+      for (char& ch : text) ch = "abcx"[rng() % 4];
+      const bool expected = Matches(ga, text) && Matches(gb, text);
+      EXPECT_EQ(Matches(both, text), expected) << pa << " & " << pb << " : '" << text << "'";
+      ++checked;
+      in_both += expected;
+    }
+  }
+  EXPECT_EQ(checked, 2400);
+  EXPECT_GT(in_both, 20) << "the texts must exercise the accepting side too";
+}
+
+TEST(AutomatonTest, IntersectionRefusesEmptyRecursiveAndOversizedProducts) {
+  absl::StatusOr<Expr> none = IntersectExprs(Literal("ab"), Literal("ba"));
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("no string matches both"), std::string::npos);
+  absl::StatusOr<Expr> calls = IntersectExprs(Ref(0), Literal("a"));
+  ASSERT_FALSE(calls.ok());
+  EXPECT_NE(calls.status().message().find("calls rules"), std::string::npos);
+  CompileLimits small;
+  small.max_dfa_states = 50;
+  absl::StatusOr<Expr> big =
+      IntersectExprs(WholeRegex("[ab]*"), WholeRegex("[ab]{0,60}"), small);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  CompileLimits little_work;
+  little_work.max_work = 100;
+  EXPECT_EQ(IntersectExprs(WholeRegex("[a-z]{40}"), WholeRegex("[a-m]*"), little_work)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(AutomatonTest, MultiplesDfaAcceptsExactlyTheMultiples) {
+  for (int64_t k : {1, 2, 3, 7, 10, 25, 999, 1000}) {
+    auto g = OneRule(Dfa(std::make_shared<const ByteDfa>(MultiplesDfa(k))));
+    ASSERT_NE(g, nullptr);
+    for (int64_t v = -2100; v <= 2100; ++v) {
+      EXPECT_EQ(Matches(g, std::to_string(v)), v % k == 0) << k << " " << v;
+    }
+    EXPECT_TRUE(Matches(g, std::to_string(k * 123456789012LL))) << k;
+    EXPECT_FALSE(Matches(g, absl::StrCat("0", k))) << "leading zero";
+    EXPECT_FALSE(Matches(g, "")) << k;
+    EXPECT_FALSE(Matches(g, "-")) << k;
+  }
 }
 
 }  // namespace

@@ -88,6 +88,22 @@ TEST(JsonSchemaTest, AcceptsExactlyTheCanonicalInstances) {
        {R"("ab-12")"}, {R"("ab-1")", R"("Ab-12")", R"("ab-123")"}},
       {R"({"type":"string","pattern":"x\"y"})",
        {R"("x\"y")", R"("aax\"ybb")"}, {R"("xy")"}},
+      {R"({"type":"integer","multipleOf":5})",
+       {"0", "5", "-35", "100000000000000"}, {"3", "51", "-1", "05", "5.0", "1000000000000000"}},
+      {R"({"type":"integer","multipleOf":7,"minimum":10,"maximum":50})",
+       {"14", "49", "35"}, {"7", "56", "0", "15", "-14"}},
+      {R"({"type":"number","multipleOf":3,"exclusiveMinimum":-7})",
+       {"-6", "0", "999"}, {"-9", "4", "1.5", "3e1"}},
+      {R"({"multipleOf":4})", {"8", R"("any")", "null"}, {"6"}},
+      {R"({"type":"string","format":"email"})",
+       {R"("a.b+c@example.com")", R"("X_9@mail.sub-d.org")", R"("o'neil@a.io")"},
+       {R"("a..b@x.com")", R"(".a@x.com")", R"("a@localhost")", R"("a@-x.com")",
+        R"("a@x-.com")", R"("a b@x.com")", R"("@x.com")"}},
+      {R"({"type":"string","format":"uuid","pattern":"^[0-9a-f-]+$"})",
+       {R"("123e4567-e89b-12d3-a456-426614174000")"},
+       {R"("123E4567-e89b-12d3-a456-426614174000")", R"("123e4567e89b12d3a456426614174000")"}},
+      {R"({"type":"string","format":"date","pattern":"^20"})",
+       {R"("2024-02-28")"}, {R"("1999-12-31")", R"("20")", R"("2024-02-30")"}},
       {R"({})", {R"({"a":[1,{"b":null}],"c":"\u00e9"})", "[]", "-1.5e3", "true"},
        {R"({"a":})", "[1,]"}},
   };
@@ -171,8 +187,20 @@ TEST(JsonSchemaTest, NoKeywordIsIgnoredBesideEnumOneOfOrRequired) {
 }
 
 TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
-  EXPECT_NE(Error(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":2}}})")
-                .find("'multipleOf' at #/properties/age"),
+  EXPECT_NE(Error(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":0.5}}})")
+                .find("'multipleOf' at #/properties/age is 0.5: only whole numbers from 1 to 1000"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"integer","multipleOf":1001})").find("from 1 to 1000"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"integer","multipleOf":0})").find("greater than 0"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"integer","multipleOf":10,"minimum":1,"maximum":9})")
+                .find("'multipleOf' at #: no string matches both"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"string","format":"uuid","pattern":"^x"})")
+                .find("'pattern' with 'format' at #: no string matches both"),
+            std::string::npos);
+  EXPECT_NE(Error(R"j({"type":"string","format":"date","pattern":"(?=2)"})j").find("lookaround"),
             std::string::npos);
   EXPECT_NE(Error(R"({"type":"object","properties":{"a/b":{"not":{}}}})")
                 .find("'not' at #/properties/a~1b"),
@@ -180,7 +208,7 @@ TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
   EXPECT_NE(Error(R"({"$ref":"#/$defs/missing"})").find("does not resolve"), std::string::npos);
   EXPECT_NE(Error(R"({"$ref":"https://example.com/s.json"})").find("not supported"),
             std::string::npos);
-  EXPECT_NE(Error(R"({"type":"string","format":"email"})").find("format 'email'"),
+  EXPECT_NE(Error(R"({"type":"string","format":"hostname"})").find("format 'hostname'"),
             std::string::npos);
   EXPECT_NE(Error(R"({"type":"array","items":false,"minItems":1})").find("no number of items"),
             std::string::npos);
