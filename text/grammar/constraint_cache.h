@@ -5,7 +5,7 @@
 // shares one: the masks classified for one request serve the next.
 //
 // ConstraintCache compiles on the caller's thread (a front end's request handling, never the
-// engine thread) and keeps the last `capacity` constraints by key, least recently used evicted.
+// engine thread), classifying the token masks of the grammar's start there too, and keeps the last `capacity` constraints by key, least recently used evicted.
 // The key is the caller's: it must name everything the grammar depends on (the kind of
 // constraint, the schema text, the options). Thread-safe; a compile runs outside the lock, so two
 // threads asking for one new key at once may both compile it (the first stored wins).
