@@ -13,6 +13,7 @@
 #include "scheduler/loop/live_request.h"
 #include "scheduler/loop/placement.h"
 #include "scheduler/loop/step_summary.h"
+#include "scheduler/mask_workers.h"
 #include "scheduler/policy.h"
 #include "text/sample_text.h"
 #include "spdlog/spdlog.h"
@@ -51,6 +52,9 @@ class EngineLoop::Hooks final : public PlacementHooks {
   void StartSamples(LiveRequest& live) override { loop_.StartSamples(live); }
   std::span<const uint64_t> MaskFor(LiveRequest& live, size_t sample) override {
     return loop_.MaskFor(live, sample);
+  }
+  bool MaskReady(LiveRequest& live, size_t sample) override {
+    return loop_.MaskReady(live, sample);
   }
 
  private:
@@ -144,10 +148,27 @@ absl::Status EngineLoop::CheckConstraint(const Request& r) const {
   return absl::OkStatus();
 }
 
-std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) const {
+bool EngineLoop::MaskReady(Live& live, size_t sample) {
+  const Live::Sample& s = live.samples[sample];
+  if (!s.matcher.has_value() || mask_workers_ == nullptr) return true;
+  if (mask_workers_->Request(live.req.constraint->masker, *s.matcher)) return true;
+  ++stats_.mask_sit_outs;
+  return false;
+}
+
+std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) {
   Live::Sample& s = live.samples[sample];
   if (!s.matcher.has_value()) return {};
-  live.req.constraint->masker->FillMask(*s.matcher, &s.mask);
+  text::grammar::TokenMasker& masker = *live.req.constraint->masker;
+  if (!masker.Ready(*s.matcher)) {
+    if (mask_workers_ != nullptr) {
+      ++stats_.mask_waits;
+      mask_workers_->Wait(live.req.constraint->masker, *s.matcher);
+    } else {
+      ++stats_.mask_walks_on_loop;  // FillMask walks
+    }
+  }
+  masker.FillMask(*s.matcher, &s.mask);
   // Tokens past the tokenizer's vocabulary (a padded LM head) stay disallowed.
   s.mask.resize((static_cast<size_t>(config_.vocab_size) + 63) / 64, 0);
   const bool can_end = s.matcher->CanEnd();
@@ -187,6 +208,9 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
   if (SamplesRun(live->req) < live->req.n) {
     live->copies = live->req.n;
     live->req.n = 1;
+  }
+  if (live->req.constraint != nullptr && options_.mask_workers > 0 && mask_workers_ == nullptr) {
+    mask_workers_ = std::make_unique<MaskWorkers>(options_.mask_workers);
   }
   live->handle = live->arrival = ++arrival_counter_;
   waiting_.push_back(std::move(live));
