@@ -140,6 +140,9 @@ absl::Status EngineLoop::CheckConstraint(const Request& r) const {
   if (r.constraint->masker->vocab().size() > config_.vocab_size) {
     return absl::InternalError("the grammar's vocabulary is larger than the model's");
   }
+  // A triggered grammar (tool_choice auto) is dropped where it cannot apply (Add): the output
+  // is then free, as it was before such grammars.
+  if (!r.constraint->trigger.empty()) return absl::OkStatus();
   if (r.params.min_tokens > 0) {
     // min_tokens bans the end ids that a finished grammar leaves as the only way out.
     return absl::InvalidArgumentError(
@@ -205,6 +208,11 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
     std::sort(banned.begin(), banned.end());
     banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
   }
+  if (const auto& c = live->req.constraint;
+      c != nullptr && !c->trigger.empty() &&
+      (!backend_->supports_token_masks() || live->req.params.min_tokens > 0)) {
+    live->req.constraint = nullptr;  // CheckConstraint: free output, as without the grammar
+  }
   if (SamplesRun(live->req) < live->req.n) {
     live->copies = live->req.n;
     live->req.n = 1;
@@ -260,9 +268,11 @@ void EngineLoop::StartSamples(Live& live) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
                    .generated = {}, .next_token = -1, .finished = false, .ended = false,
                    .emitted = 0, .last_token = {}, .cand = {}, .drafted = {}, .lookup = {},
-                   .lookup_checked = 0, .matcher = {}, .mask = {}};
+                   .lookup_checked = 0, .matcher = {}, .mask = {}, .trigger_tail = {}};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
-    if (r.constraint != nullptr) s.matcher.emplace(r.constraint->grammar);
+    if (r.constraint != nullptr && r.constraint->trigger.empty()) {
+      s.matcher.emplace(r.constraint->grammar);
+    }
     live.samples.push_back(std::move(s));
   }
 }

@@ -13,6 +13,9 @@
 #include "tests/testing/bundled_model.h"
 #include "text/grammar/constraint_cache.h"
 #include "text/grammar/json_schema.h"
+#include "text/tool_calls/tool_call_parser.h"
+#include "text/tool_calls/tool_syntax.h"
+#include "tests/text/tool_calls/tool_calls_test_util.h"
 
 namespace banyan::scheduler {
 namespace {
@@ -342,6 +345,63 @@ TEST_F(StructuredOutputTest, SittingOutForAMaskLeavesEveryTokenAsItWas) {
       EXPECT_TRUE(SatisfiesSchema((*after)[i].samples[0].text));
     }
   }
+}
+
+// tool_choice auto's triggered grammar (TokenConstraint::trigger), with a one-token trigger the
+// tiny model is pushed to write first (logit_bias): the text after it is a whole Hermes call
+// that the parser reads back; the same request without the grammar writes something else.
+TEST_F(StructuredOutputTest, ATriggeredGrammarHoldsFromItsTriggerOn) {
+  namespace tc = text::tool_calls;
+  const text::grammar::Vocabulary& vocab = cache_->vocab();
+  int32_t trigger_id = -1;
+  for (int32_t id = 0; id < vocab.size() && trigger_id < 0; ++id) {
+    if (vocab.bytes(id) == "!") trigger_id = id;
+  }
+  ASSERT_GE(trigger_id, 0) << "the bundled vocabulary has no '!' token";
+  tc::ToolGrammarOptions opt;
+  opt.after_trigger = true;
+  auto built = cache_->GetOrCompile("auto|hermes", [&] {
+    return tc::ToolCallGrammar(tc::ToolFamily::kHermes, tc::TestTools(), opt);
+  });
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto triggered = std::make_shared<TokenConstraint>(**built);
+  triggered->trigger = "!";
+
+  std::vector<Request> reqs;
+  for (int seed = 40; seed < 46; ++seed) {
+    Request r = MakeRequest(absl::StrCat("auto", seed), seed, 300);
+    r.params.logit_bias = {{trigger_id, 100.0f}};
+    r.constraint = triggered;
+    reqs.push_back(std::move(r));
+  }
+  std::vector<Request> free = reqs;
+  for (Request& r : free) r.constraint = nullptr;
+  auto out = Run(reqs);
+  ASSERT_TRUE(out.ok()) << out.status();
+  auto unconstrained = Run(free);
+  ASSERT_TRUE(unconstrained.ok()) << unconstrained.status();
+  int calls = 0;
+  for (size_t i = 0; i < out->size(); ++i) {
+    const SampleOutput& s = (*out)[i].samples[0];
+    ASSERT_FALSE(s.tokens.empty());
+    ASSERT_EQ(s.tokens[0], trigger_id) << "the bias writes the trigger first";
+    EXPECT_EQ((*unconstrained)[i].samples[0].tokens[0], trigger_id);
+    EXPECT_NE(s.tokens, (*unconstrained)[i].samples[0].tokens) << "the grammar held nothing";
+    std::string after;
+    for (size_t k = 1; k < s.tokens.size(); ++k) after += vocab.bytes(s.tokens[k]);
+    tc::ToolCallParser parser(tc::ToolFamily::kHermes);
+    parser.Feed("<tool_call>" + after);
+    parser.Finish();
+    ASSERT_FALSE(parser.calls().empty()) << after;
+    const tc::ParsedToolCall& call = parser.calls()[0];
+    if (!call.complete) {
+      EXPECT_EQ(s.finish, FinishReason::kLength) << after;  // cut by max_tokens only
+      continue;
+    }
+    EXPECT_TRUE(tc::ValidTestCall(call.name, call.arguments)) << after;
+    ++calls;
+  }
+  EXPECT_GE(calls, 4);
 }
 
 }  // namespace

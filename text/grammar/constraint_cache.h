@@ -33,6 +33,12 @@ namespace banyan::text::grammar {
 struct TokenConstraint {
   std::shared_ptr<const CompiledGrammar> grammar;
   std::shared_ptr<TokenMasker> masker;  // over the model's Vocabulary
+  // Empty: the grammar holds from the first generated token. Otherwise the output is free until
+  // its text (the masker's vocabulary bytes) contains `trigger`; the grammar holds from the byte
+  // after it (the rest of the token that completed it is its first input), and once the grammar
+  // may end the output is free again, watching for the next trigger. tool_choice "auto": a
+  // call's marker, then the call (text/tool_calls/tool_syntax.h, AutoCallTrigger).
+  std::string trigger;
 };
 
 class ConstraintCache {
