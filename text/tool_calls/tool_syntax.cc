@@ -11,17 +11,19 @@ namespace {
 using grammar::Alt;
 using grammar::Expr;
 using grammar::Literal;
+using grammar::Opt;
 using grammar::Ref;
 using grammar::Seq;
 using grammar::Star;
 
-// The call object as the family's template renders it back: {"name": "<name>", "<key>": <args>}
-// (without its opening `{"name"` where that began the call in free output).
+// The call object as the family's template renders it back: {"name": "<name>", "<key>": <args>}.
+// Without its opening `{"name"`, where that began the call in free output, the colon's space is
+// optional: the token that completed the trigger may have brought the colon and the quote.
 Expr CallObject(std::string_view name, std::string_view args_key, int32_t args_rule,
                 bool without_open) {
   const std::string quoted_name = nlohmann::json(std::string(name)).dump();
-  const std::string open = without_open ? ": " : "{\"name\": ";
-  return Seq({Literal(open + quoted_name + ", \"" + std::string(args_key) + "\": "),
+  Expr open = without_open ? Seq({Literal(":"), Opt(Literal(" "))}) : Literal("{\"name\": ");
+  return Seq({std::move(open), Literal(quoted_name + ", \"" + std::string(args_key) + "\": "),
               Ref(args_rule), Literal("}")});
 }
 
