@@ -13,6 +13,7 @@
 #include "scheduler/loop/live_request.h"
 #include "scheduler/loop/placement.h"
 #include "scheduler/loop/step_summary.h"
+#include "scheduler/mask_workers.h"
 #include "scheduler/policy.h"
 #include "text/sample_text.h"
 #include "spdlog/spdlog.h"
@@ -51,6 +52,9 @@ class EngineLoop::Hooks final : public PlacementHooks {
   void StartSamples(LiveRequest& live) override { loop_.StartSamples(live); }
   std::span<const uint64_t> MaskFor(LiveRequest& live, size_t sample) override {
     return loop_.MaskFor(live, sample);
+  }
+  bool MaskReady(LiveRequest& live, size_t sample) override {
+    return loop_.MaskReady(live, sample);
   }
 
  private:
@@ -136,6 +140,9 @@ absl::Status EngineLoop::CheckConstraint(const Request& r) const {
   if (r.constraint->masker->vocab().size() > config_.vocab_size) {
     return absl::InternalError("the grammar's vocabulary is larger than the model's");
   }
+  // A triggered grammar (tool_choice auto) is dropped where it cannot apply (Add): the output
+  // is then free, as it was before such grammars.
+  if (!r.constraint->trigger.empty()) return absl::OkStatus();
   if (r.params.min_tokens > 0) {
     // min_tokens bans the end ids that a finished grammar leaves as the only way out.
     return absl::InvalidArgumentError(
@@ -144,10 +151,27 @@ absl::Status EngineLoop::CheckConstraint(const Request& r) const {
   return absl::OkStatus();
 }
 
-std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) const {
+bool EngineLoop::MaskReady(Live& live, size_t sample) {
+  const Live::Sample& s = live.samples[sample];
+  if (!s.matcher.has_value() || mask_workers_ == nullptr) return true;
+  if (mask_workers_->Request(live.req.constraint->masker, *s.matcher)) return true;
+  ++stats_.mask_sit_outs;
+  return false;
+}
+
+std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) {
   Live::Sample& s = live.samples[sample];
   if (!s.matcher.has_value()) return {};
-  live.req.constraint->masker->FillMask(*s.matcher, &s.mask);
+  text::grammar::TokenMasker& masker = *live.req.constraint->masker;
+  if (!masker.Ready(*s.matcher)) {
+    if (mask_workers_ != nullptr) {
+      ++stats_.mask_waits;
+      mask_workers_->Wait(live.req.constraint->masker, *s.matcher);
+    } else {
+      ++stats_.mask_walks_on_loop;  // FillMask walks
+    }
+  }
+  masker.FillMask(*s.matcher, &s.mask);
   // Tokens past the tokenizer's vocabulary (a padded LM head) stay disallowed.
   s.mask.resize((static_cast<size_t>(config_.vocab_size) + 63) / 64, 0);
   const bool can_end = s.matcher->CanEnd();
@@ -184,9 +208,17 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
     std::sort(banned.begin(), banned.end());
     banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
   }
+  if (const auto& c = live->req.constraint;
+      c != nullptr && !c->trigger.empty() &&
+      (!backend_->supports_token_masks() || live->req.params.min_tokens > 0)) {
+    live->req.constraint = nullptr;  // CheckConstraint: free output, as without the grammar
+  }
   if (SamplesRun(live->req) < live->req.n) {
     live->copies = live->req.n;
     live->req.n = 1;
+  }
+  if (live->req.constraint != nullptr && options_.mask_workers > 0 && mask_workers_ == nullptr) {
+    mask_workers_ = std::make_unique<MaskWorkers>(options_.mask_workers);
   }
   live->handle = live->arrival = ++arrival_counter_;
   waiting_.push_back(std::move(live));
@@ -236,9 +268,11 @@ void EngineLoop::StartSamples(Live& live) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
                    .generated = {}, .next_token = -1, .finished = false, .ended = false,
                    .emitted = 0, .last_token = {}, .cand = {}, .drafted = {}, .lookup = {},
-                   .lookup_checked = 0, .matcher = {}, .mask = {}};
+                   .lookup_checked = 0, .matcher = {}, .mask = {}, .trigger_tail = {}};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
-    if (r.constraint != nullptr) s.matcher.emplace(r.constraint->grammar);
+    if (r.constraint != nullptr && r.constraint->trigger.empty()) {
+      s.matcher.emplace(r.constraint->grammar);
+    }
     live.samples.push_back(std::move(s));
   }
 }

@@ -78,6 +78,7 @@ struct PlacedStep;
 struct DraftWant;
 struct SpecCandidates;
 using LivePtr = std::unique_ptr<LiveRequest>;
+class MaskWorkers;  // scheduler/mask_workers.h
 using ByHandle = absl::flat_hash_map<uint64_t, LiveRequest*>;
 
 struct LoopOptions {
@@ -143,6 +144,11 @@ struct LoopOptions {
   // the hopeless. Where decode is memory-bound a verification with one candidate costs about a
   // plain step, so a low acceptance still pays there (docs/hydra.md).
   float speculation_min_accept = 0.1f;
+  // Threads that classify grammar positions for constrained samples (MaskWorkers): a sample
+  // whose next mask is not cached sits out a step while one does, so the engine thread never
+  // walks the vocabulary. 0: the engine thread classifies on first use and every other row
+  // waits (the behaviour before; benchmarks compare the two). The tokens are the same.
+  int mask_workers = 2;
 };
 
 // Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).
@@ -182,6 +188,12 @@ struct LoopStats {
   int64_t draft_steps = 0;
   int64_t draft_failures = 0;
   int64_t plan_builds = 0;         // full AttentionPlan rebuilds (others only advanced lengths)
+  // Constrained samples: steps sat out while a worker classified their next mask; masks the
+  // engine thread waited for (a step that had nothing else to run); masks whose positions the
+  // engine thread classified itself (mask_workers = 0 only).
+  int64_t mask_sit_outs = 0;
+  int64_t mask_waits = 0;
+  int64_t mask_walks_on_loop = 0;
   kvcache::MemoryStats peak;       // at the step with the most live chunks
 };
 
@@ -269,8 +281,12 @@ class EngineLoop {
   // A structured output's checks (Check): a backend that applies masks, no min_tokens.
   absl::Status CheckConstraint(const Request& request) const;
   // The mask of a constrained sample's next draw (its grammar's tokens, end ids where it may
-  // end), filled into s.mask; empty for an unconstrained sample. Engine thread.
-  std::span<const uint64_t> MaskFor(Live& live, size_t sample) const;
+  // end), filled into s.mask; empty for an unconstrained sample. Engine thread: waits for the
+  // workers where a position is not classified (MaskReady said so and nothing else runs).
+  std::span<const uint64_t> MaskFor(Live& live, size_t sample);
+  // Whether the sample's next mask is at hand without a vocabulary walk; if not, a worker is
+  // asked for it and the sample sits out this step (counted).
+  bool MaskReady(Live& live, size_t sample);
   // The samples a request runs: n, or 1 for greedy requests (temperature 0: every sample would
   // draw the same tokens; their choices get copies of one).
   static int SamplesRun(const Request& r);
@@ -380,6 +396,8 @@ class EngineLoop {
   kvcache::KvEventLog kv_log_;  // attached to tree_ while kv_sink_ is set
   MetricsSnapshot metrics_;
   LoopStats stats_;
+  // Made at the first constrained request (LoopOptions::mask_workers > 0).
+  std::unique_ptr<MaskWorkers> mask_workers_;
 };
 
 }  // namespace banyan::scheduler

@@ -16,6 +16,31 @@ namespace banyan::scheduler {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// A free sample of a triggered constraint: its text so far ends with s->trigger_tail, then
+// `token`. When the trigger completes, the grammar holds from the byte after it; if the rest of
+// the token does not fit the grammar, the sample stays free (what it writes is then what it
+// would have written without one).
+void WatchTrigger(const text::grammar::TokenConstraint& c, int32_t token,
+                  LiveRequest::Sample* s) {
+  const text::grammar::Vocabulary& vocab = c.masker->vocab();
+  if (token < 0 || token >= vocab.size()) return;
+  std::string& tail = s->trigger_tail;
+  tail.append(vocab.bytes(token));
+  const size_t at = tail.find(c.trigger);
+  if (at == std::string::npos) {
+    if (tail.size() >= c.trigger.size()) tail.erase(0, tail.size() - (c.trigger.size() - 1));
+    return;
+  }
+  const std::string rest = tail.substr(at + c.trigger.size());
+  tail.clear();
+  s->matcher.emplace(c.grammar);
+  if (!rest.empty() && !s->matcher->Accept(rest)) s->matcher.reset();
+}
+
+}  // namespace
+
 void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& res,
                             Clock::time_point at) {
   Live::Sample& s = live.samples[i];
@@ -38,7 +63,11 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
                                               " is outside the request's grammar (a mask bug)")),
              FinishReason::kError);
       return;
+    } else if (!live.req.constraint->trigger.empty() && s.matcher->CanEnd()) {
+      s.matcher.reset();  // a triggered grammar that may end has: free again
     }
+  } else if (live.req.constraint != nullptr && !config_.IsStop(res.token)) {
+    WatchTrigger(*live.req.constraint, res.token, &s);
   }
   const int count = static_cast<int>(s.generated.size()) + 1;
   engine::FinishReason fin =

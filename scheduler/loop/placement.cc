@@ -204,12 +204,24 @@ FedPlacement PlaceFedRows(kvcache::PrefixTree& tree, const IterationPlan& plan,
 void PlaceDecodeAppends(kvcache::PrefixTree& tree, const IterationPlan& plan,
                         const ByHandle& by_handle, PlacementHooks& hooks, PlacedStep* step) {
   std::vector<std::pair<kvcache::SeqId, int32_t>> appends;
+  std::vector<std::pair<LiveRequest*, size_t>> sitting;  // masks not classified yet
   for (uint64_t h : plan.decode) {
     LiveRequest& l = *by_handle.at(h);
     for (size_t i = 0; i < l.samples.size(); ++i) {
       if (l.samples[i].finished) continue;
+      if (!hooks.MaskReady(l, i)) {
+        sitting.emplace_back(&l, i);
+        continue;
+      }
       appends.emplace_back(l.samples[i].seq, l.samples[i].next_token);
       step->owner[l.samples[i].seq] = {&l, i};
+    }
+  }
+  if (appends.empty() && step->prefill.empty()) {
+    // Nothing else runs: the samples wait for their masks (MaskFor) instead of an empty step.
+    for (auto [l, i] : sitting) {
+      appends.emplace_back(l->samples[i].seq, l->samples[i].next_token);
+      step->owner[l->samples[i].seq] = {l, i};
     }
   }
   while (!appends.empty()) {

@@ -42,6 +42,9 @@ class PlacementHooks {
   virtual void StartSamples(LiveRequest& live) = 0;
   // The allowed tokens of a sample's next draw (vocab bits); empty without a constraint.
   virtual std::span<const uint64_t> MaskFor(LiveRequest& live, size_t sample) = 0;
+  // Whether MaskFor can answer from cached classifications; if not, a worker is asked and the
+  // sample sits out the step (PlaceDecodeAppends).
+  virtual bool MaskReady(LiveRequest& live, size_t sample) = 0;
 };
 
 // A step as placed in the tree: what the backend runs, and whose rows they are.
@@ -87,7 +90,10 @@ FedPlacement PlaceFedRows(kvcache::PrefixTree& tree, const IterationPlan& plan,
                           PlacedStep* step);
 
 // The plan's decode rows, their tokens in hand: one AppendBatch, so that agreeing samples keep
-// sharing their node; preempt-and-retry while it does not fit.
+// sharing their node; preempt-and-retry while it does not fit. A constrained sample whose next
+// mask is not classified yet sits out (no row: its token stays next_token, its sampling state
+// does not move, so it draws later what it would have drawn now) unless the step would then run
+// nothing at all, where waiting for the mask costs no other row anything.
 void PlaceDecodeAppends(kvcache::PrefixTree& tree, const IterationPlan& plan,
                         const ByHandle& by_handle, PlacementHooks& hooks, PlacedStep* step);
 

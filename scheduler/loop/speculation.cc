@@ -353,8 +353,8 @@ void EngineLoop::PlaceCandidates(int token_room, PlacedStep* step, StepSpeculati
     auto [l, k] = step->owner.at(d.seq);
     Live::Sample& s = l->samples[k];
     // A grammar's mask for a candidate's row would need the matcher advanced along the draft:
-    // constrained samples do not speculate (yet).
-    if (s.matcher.has_value()) continue;
+    // constrained samples do not speculate (yet), nor those a trigger may constrain.
+    if (l->req.constraint != nullptr) continue;
     if (s.speculation_pause > 0) {
       --s.speculation_pause;
       continue;

@@ -178,9 +178,31 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> ToolCallin
   opt.only = request.choice == ToolRequest::Choice::kNamed ? request.named : "";
   opt.parallel = request.parallel;
   opt.schema = options_;
+  return CompileWith(request, family, opt);
+}
+
+std::shared_ptr<const text::grammar::TokenConstraint> ToolCalling::CompileAuto(
+    const ToolRequest& request, ToolFamily family) {
+  const std::string_view trigger = text::tool_calls::AutoCallTrigger(family);
+  if (tokenizer_ == nullptr || trigger.empty()) return nullptr;
+  text::tool_calls::ToolGrammarOptions opt;
+  opt.parallel = request.parallel;
+  opt.after_trigger = true;
+  opt.schema = options_;
+  auto built = CompileWith(request, family, opt);
+  if (!built.ok()) return nullptr;
+  auto triggered = std::make_shared<text::grammar::TokenConstraint>(**built);
+  triggered->trigger = std::string(trigger);
+  return triggered;
+}
+
+absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> ToolCalling::CompileWith(
+    const ToolRequest& request, ToolFamily family,
+    const text::tool_calls::ToolGrammarOptions& opt) {
   std::string key =
       absl::StrCat("tools|", std::string(text::tool_calls::ToolFamilyName(family)), "|",
-                   opt.parallel, "|", opt.only.size(), ":", opt.only, "|", options_.max_whitespace,
+                   opt.after_trigger ? "after_trigger|" : "", opt.parallel, "|",
+                   opt.only.size(), ":", opt.only, "|", options_.max_whitespace,
                    ",", options_.max_digits, ",", options_.max_depth, ",", options_.max_items);
   for (const ToolSpec& t : request.tools) {
     absl::StrAppend(&key, "|", t.name.size(), ":", t.name, "|", t.parameters.dump());

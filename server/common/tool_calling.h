@@ -4,8 +4,10 @@
 //
 // tool_choice:
 //   "none"      tools are shown to the template, nothing is parsed or forced;
-//   "auto"      (the default with tools) the output is free; calls are read back from it with the
-//               family's parser afterwards (not constrained: a model may answer in text);
+//   "auto"      (the default with tools) the output is free until a call begins (the family's
+//               AutoCallTrigger: <tool_call>, [TOOL_CALLS], Llama 3's {"name"); the rest of that
+//               call is then forced by the grammar (CompileAuto, a triggered constraint), so a
+//               call is always parseable; calls are read back with the family's parser;
 //   "required"  the grammar forces one call of any tool (several when parallel_tool_calls, the
 //               default, and the family's syntax has a list);
 //   {"type": "function", "function": {"name": N}}  the grammar forces calls of N.
@@ -68,9 +70,17 @@ class ToolCalling {
   // The constraint forcing `request`'s calls (request.forced()).
   absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Compile(
       const ToolRequest& request, text::tool_calls::ToolFamily family);
+  // tool_choice "auto": free output, each call forced from its trigger on
+  // (TokenConstraint::trigger). nullptr where none can be made (a tool's parameters outside the
+  // grammar engine's subset, no tokenizer): the output is then free throughout, parsed as before.
+  std::shared_ptr<const text::grammar::TokenConstraint> CompileAuto(
+      const ToolRequest& request, text::tool_calls::ToolFamily family);
 
  private:
   text::grammar::ConstraintCache& cache();
+  absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> CompileWith(
+      const ToolRequest& request, text::tool_calls::ToolFamily family,
+      const text::tool_calls::ToolGrammarOptions& opt);
 
   const text::Tokenizer* tokenizer_;
   const size_t cache_entries_;

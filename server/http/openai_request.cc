@@ -156,7 +156,13 @@ absl::Status ParseTools(const Json& body, OrderedBody& ordered_body, const Serve
   if (!req.ok()) return req.status();
   if (!req->has_value()) return absl::OkStatus();
   out->tool_family = family;
-  if (!(*req)->forced()) return absl::OkStatus();
+  if (!(*req)->forced()) {
+    // auto: free until a call begins, then the call's grammar (a response_format keeps its own).
+    if (common->constraint == nullptr && ctx.tool_calling != nullptr) {
+      common->constraint = ctx.tool_calling->CompileAuto(**req, family);
+    }
+    return absl::OkStatus();
+  }
   if (common->constraint != nullptr) {
     return InvalidParam("tool_choice",
                         "a forced tool_choice and response_format / guided_json / guided_regex / "

@@ -13,6 +13,9 @@
 #include "tests/testing/bundled_model.h"
 #include "text/grammar/constraint_cache.h"
 #include "text/grammar/json_schema.h"
+#include "text/tool_calls/tool_call_parser.h"
+#include "text/tool_calls/tool_syntax.h"
+#include "tests/text/tool_calls/tool_calls_test_util.h"
 
 namespace banyan::scheduler {
 namespace {
@@ -84,8 +87,19 @@ class StructuredOutputTest : public ::testing::Test {
       if (id >= 0) bytes[id].clear();
     }
     for (const auto& [spelling, id] : tok.SpecialTokens()) bytes[id].clear();
-    cache_ = new text::grammar::ConstraintCache(
-        std::make_shared<const text::grammar::Vocabulary>(std::move(bytes)), 8);
+    vocab_ = new std::shared_ptr<const text::grammar::Vocabulary>(
+        std::make_shared<const text::grammar::Vocabulary>(std::move(bytes)));
+    cache_ = new text::grammar::ConstraintCache(*vocab_, 8);
+  }
+
+  // The schema compiled in a cache of its own: no position but the start classified yet.
+  static std::shared_ptr<const TokenConstraint> FreshSchema(const char* schema_text) {
+    text::grammar::ConstraintCache fresh(*vocab_, 1);
+    auto c = fresh.GetOrCompile(schema_text, [&] {
+      return text::grammar::JsonSchemaToGrammar(ordered_json::parse(schema_text));
+    });
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : nullptr;
   }
 
   static std::shared_ptr<const TokenConstraint> Schema(const char* schema_text) {
@@ -132,9 +146,24 @@ class StructuredOutputTest : public ::testing::Test {
     return out;
   }
 
+  // Runs `reqs` on a loop with `options`; its stats into *stats.
+  static absl::StatusOr<std::vector<GenerationResult>> RunWith(const std::vector<Request>& reqs,
+                                                               LoopOptions options,
+                                                               LoopStats* stats) {
+    const model::ModelBundle& b = testing::BundledModel();
+    auto backend = engine::CpuBackend::Create(&b.weights, {.num_chunks = 512, .chunk_size = 16});
+    if (!backend.ok()) return backend.status();
+    EngineLoop loop(b.weights.config, b.tokenizer.get(), std::move(*backend), options);
+    auto out = GenerateAll(loop, reqs);
+    *stats = loop.stats();
+    return out;
+  }
+
+  static std::shared_ptr<const text::grammar::Vocabulary>* vocab_;
   static text::grammar::ConstraintCache* cache_;
 };
 
+std::shared_ptr<const text::grammar::Vocabulary>* StructuredOutputTest::vocab_ = nullptr;
 text::grammar::ConstraintCache* StructuredOutputTest::cache_ = nullptr;
 
 TEST_F(StructuredOutputTest, SampledOutputsSatisfyTheSchema) {
@@ -247,6 +276,132 @@ TEST_F(StructuredOutputTest, MinTokensWithAGrammarIsRefused) {
   EXPECT_NE(s.message().find("min_tokens"), std::string::npos) << s;
   r.params.min_tokens = 0;
   EXPECT_TRUE(loop.Check(r).ok());
+}
+
+TEST_F(StructuredOutputTest, TheFirstMaskIsClassifiedWhenTheConstraintIsCompiled) {
+  const auto schema = FreshSchema(kSchema);
+  ASSERT_NE(schema, nullptr);
+  const int64_t walks = schema->masker->walks();
+  EXPECT_GE(walks, 1) << "the start, classified by the compiling thread";
+  EXPECT_EQ(schema->masker->classified(), static_cast<size_t>(walks));
+  Request r = MakeRequest("first", 3, 1);  // one token: drawn with the start's mask
+  r.constraint = schema;
+  LoopStats stats;
+  auto out = RunWith({r}, {.max_running_sequences = 16, .prefill_token_budget = 64}, &stats);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ((*out)[0].samples[0].tokens.size(), 1u);
+  EXPECT_EQ(schema->masker->walks(), walks) << "no classification for the first token";
+  EXPECT_EQ(stats.mask_waits, 0);
+  EXPECT_EQ(stats.mask_sit_outs, 0);
+  EXPECT_EQ(stats.mask_walks_on_loop, 0);
+}
+
+// Masks classified by the workers while constrained samples sit out steps, against the engine
+// thread classifying on first use (mask_workers = 0, the behaviour before): the same tokens for
+// the same seeds, constrained and free rows alike, and the engine thread walks no vocabulary
+// while it has other rows to run.
+TEST_F(StructuredOutputTest, SittingOutForAMaskLeavesEveryTokenAsItWas) {
+  auto requests = [&](std::shared_ptr<const TokenConstraint> schema) {
+    std::vector<Request> reqs;
+    Request free = MakeRequest("free", 77, 480);
+    free.params.ignore_eos = true;  // runs beside the constrained ones to their end
+    reqs.push_back(std::move(free));
+    for (int seed = 30; seed < 34; ++seed) {
+      Request r = MakeRequest(absl::StrCat("c", seed), seed, 200);
+      r.constraint = schema;
+      if (seed % 2 == 0) r.n = 2;
+      if (seed == 31) r.params.frequency_penalty = 1.0f;
+      reqs.push_back(std::move(r));
+    }
+    return reqs;
+  };
+  LoopStats before_stats, after_stats;
+  auto before = RunWith(requests(FreshSchema(kSchema)),
+                        {.max_running_sequences = 16, .prefill_token_budget = 64,
+                         .mask_workers = 0},
+                        &before_stats);
+  ASSERT_TRUE(before.ok()) << before.status();
+  const auto schema = FreshSchema(kSchema);
+  auto after = RunWith(requests(schema),
+                       {.max_running_sequences = 16, .prefill_token_budget = 64,
+                        .mask_workers = 2},
+                       &after_stats);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GT(before_stats.mask_walks_on_loop, 0);
+  EXPECT_EQ(after_stats.mask_walks_on_loop, 0);
+  EXPECT_GT(after_stats.mask_sit_outs, 0) << "positions met for the first time";
+  EXPECT_EQ(after_stats.mask_waits, 0) << "the free row ran meanwhile: no step waited";
+  EXPECT_EQ(schema->masker->walks(), static_cast<int64_t>(schema->masker->classified()))
+      << "each position classified once";
+  ASSERT_EQ(before->size(), after->size());
+  for (size_t i = 0; i < before->size(); ++i) {
+    ASSERT_EQ((*before)[i].samples.size(), (*after)[i].samples.size());
+    for (size_t k = 0; k < (*before)[i].samples.size(); ++k) {
+      EXPECT_EQ((*before)[i].samples[k].tokens, (*after)[i].samples[k].tokens)
+          << "request " << i << " sample " << k;
+      EXPECT_EQ((*before)[i].samples[k].finish, (*after)[i].samples[k].finish);
+    }
+    if (i > 0 && (*after)[i].samples[0].finish == FinishReason::kStop) {
+      EXPECT_TRUE(SatisfiesSchema((*after)[i].samples[0].text));
+    }
+  }
+}
+
+// tool_choice auto's triggered grammar (TokenConstraint::trigger), with a one-token trigger the
+// tiny model is pushed to write first (logit_bias): the text after it is a whole Hermes call
+// that the parser reads back; the same request without the grammar writes something else.
+TEST_F(StructuredOutputTest, ATriggeredGrammarHoldsFromItsTriggerOn) {
+  namespace tc = text::tool_calls;
+  const text::grammar::Vocabulary& vocab = cache_->vocab();
+  int32_t trigger_id = -1;
+  for (int32_t id = 0; id < vocab.size() && trigger_id < 0; ++id) {
+    if (vocab.bytes(id) == "!") trigger_id = id;
+  }
+  ASSERT_GE(trigger_id, 0) << "the bundled vocabulary has no '!' token";
+  tc::ToolGrammarOptions opt;
+  opt.after_trigger = true;
+  auto built = cache_->GetOrCompile("auto|hermes", [&] {
+    return tc::ToolCallGrammar(tc::ToolFamily::kHermes, tc::TestTools(), opt);
+  });
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto triggered = std::make_shared<TokenConstraint>(**built);
+  triggered->trigger = "!";
+
+  std::vector<Request> reqs;
+  for (int seed = 40; seed < 46; ++seed) {
+    Request r = MakeRequest(absl::StrCat("auto", seed), seed, 300);
+    r.params.logit_bias = {{trigger_id, 100.0f}};
+    r.constraint = triggered;
+    reqs.push_back(std::move(r));
+  }
+  std::vector<Request> free = reqs;
+  for (Request& r : free) r.constraint = nullptr;
+  auto out = Run(reqs);
+  ASSERT_TRUE(out.ok()) << out.status();
+  auto unconstrained = Run(free);
+  ASSERT_TRUE(unconstrained.ok()) << unconstrained.status();
+  int calls = 0;
+  for (size_t i = 0; i < out->size(); ++i) {
+    const SampleOutput& s = (*out)[i].samples[0];
+    ASSERT_FALSE(s.tokens.empty());
+    ASSERT_EQ(s.tokens[0], trigger_id) << "the bias writes the trigger first";
+    EXPECT_EQ((*unconstrained)[i].samples[0].tokens[0], trigger_id);
+    EXPECT_NE(s.tokens, (*unconstrained)[i].samples[0].tokens) << "the grammar held nothing";
+    std::string after;
+    for (size_t k = 1; k < s.tokens.size(); ++k) after += vocab.bytes(s.tokens[k]);
+    tc::ToolCallParser parser(tc::ToolFamily::kHermes);
+    parser.Feed("<tool_call>" + after);
+    parser.Finish();
+    ASSERT_FALSE(parser.calls().empty()) << after;
+    const tc::ParsedToolCall& call = parser.calls()[0];
+    if (!call.complete) {
+      EXPECT_EQ(s.finish, FinishReason::kLength) << after;  // cut by max_tokens only
+      continue;
+    }
+    EXPECT_TRUE(tc::ValidTestCall(call.name, call.arguments)) << after;
+    ++calls;
+  }
+  EXPECT_GE(calls, 4);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> ConstraintCache::GetOrCom
   auto made = std::make_shared<TokenConstraint>();
   made->grammar = std::make_shared<const CompiledGrammar>(*std::move(compiled));
   made->masker = std::make_shared<TokenMasker>(made->grammar, vocab_);
+  // Every sample's first mask is the start's: classified here, on the compiling thread, so the
+  // engine thread's first step of the request finds it cached.
+  made->masker->PrepareStart();
 
   absl::MutexLock lock(&mu_);
   ++compiles_;

@@ -5,7 +5,7 @@
 // shares one: the masks classified for one request serve the next.
 //
 // ConstraintCache compiles on the caller's thread (a front end's request handling, never the
-// engine thread) and keeps the last `capacity` constraints by key, least recently used evicted.
+// engine thread), classifying the token masks of the grammar's start there too, and keeps the last `capacity` constraints by key, least recently used evicted.
 // The key is the caller's: it must name everything the grammar depends on (the kind of
 // constraint, the schema text, the options). Thread-safe; a compile runs outside the lock, so two
 // threads asking for one new key at once may both compile it (the first stored wins).
@@ -33,6 +33,12 @@ namespace banyan::text::grammar {
 struct TokenConstraint {
   std::shared_ptr<const CompiledGrammar> grammar;
   std::shared_ptr<TokenMasker> masker;  // over the model's Vocabulary
+  // Empty: the grammar holds from the first generated token. Otherwise the output is free until
+  // its text (the masker's vocabulary bytes) contains `trigger`; the grammar holds from the byte
+  // after it (the rest of the token that completed it is its first input), and once the grammar
+  // may end the output is free again, watching for the next trigger. tool_choice "auto": a
+  // call's marker, then the call (text/tool_calls/tool_syntax.h, AutoCallTrigger).
+  std::string trigger;
 };
 
 class ConstraintCache {

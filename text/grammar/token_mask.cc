@@ -39,8 +39,31 @@ size_t TokenMasker::classified() const {
   return cache_.size();
 }
 
+namespace {
+
+int64_t PositionKey(int32_t rule, int32_t state) {
+  return (static_cast<int64_t>(rule) << 32) | static_cast<uint32_t>(state);
+}
+
+}  // namespace
+
+bool TokenMasker::Ready(const Matcher& matcher) const {
+  absl::MutexLock lock(&mu_);
+  for (const Top& top : matcher.tops()) {
+    if (!cache_.contains(PositionKey(top.rule, top.state))) return false;
+  }
+  return true;
+}
+
+void TokenMasker::Prepare(int32_t rule, int32_t state) { Classify(rule, state); }
+
+void TokenMasker::PrepareStart() {
+  const Matcher start(grammar_);
+  for (const Top& top : start.tops()) Classify(top.rule, top.state);
+}
+
 std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rule, int32_t state) {
-  const int64_t key = (static_cast<int64_t>(rule) << 32) | static_cast<uint32_t>(state);
+  const int64_t key = PositionKey(rule, state);
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(key);
@@ -49,6 +72,7 @@ std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rul
   // The trie walk: levels[d] is the stack set after the first d bytes of the current token;
   // levels[0..valid] are those of the current token's prefix. touched[d]: some byte before d
   // needed the unknown caller.
+  walks_.fetch_add(1, std::memory_order_relaxed);
   auto out = std::make_shared<Classified>();
   out->accepted.assign((vocab_->size() + 63) / 64, 0);
   FramePool pool;

@@ -14,10 +14,15 @@
 // is the caller's business (Matcher::CanEnd).
 //
 // TokenMasker is thread-safe: its cache is shared by every request with the same grammar and
-// vocabulary, and filled by whoever asks first.
+// vocabulary, and filled by whoever asks first. A classification walks the whole vocabulary
+// (milliseconds on a 128K vocabulary), so the engine thread never runs one: the start is
+// classified when the constraint is compiled (PrepareStart, on the front end's thread), and a
+// position met later is classified by a worker (Prepare) while the sample sits out a step
+// (scheduler/mask_workers.h); Ready says whether FillMask would walk.
 #ifndef BANYAN_TEXT_GRAMMAR_TOKEN_MASK_H_
 #define BANYAN_TEXT_GRAMMAR_TOKEN_MASK_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -69,14 +74,25 @@ class TokenMasker {
   TokenMasker(std::shared_ptr<const CompiledGrammar> grammar,
               std::shared_ptr<const Vocabulary> vocab);
 
-  // The tokens `matcher` allows next, as vocab->size() bits.
+  // The tokens `matcher` allows next, as vocab->size() bits. Classifies the positions of
+  // matcher.tops() that are not yet (see Ready).
   void FillMask(const Matcher& matcher, TokenBits* mask);
+  // Whether every position of matcher.tops() is classified: FillMask then costs a copy of the
+  // cached bits and the per-step checks of the tokens that need the callers, no vocabulary walk.
+  bool Ready(const Matcher& matcher) const;
+  // Classifies (rule, state) unless it is already (a walk over the vocabulary).
+  void Prepare(int32_t rule, int32_t state);
+  // Classifies the positions of the grammar's start: every sample's first mask.
+  void PrepareStart();
   // Every token checked byte by byte against the matcher (no cache): the reference.
   void FillMaskSlow(const Matcher& matcher, TokenBits* mask) const;
 
   const Vocabulary& vocab() const { return *vocab_; }
   // How many (rule, state) positions have been classified (cache entries).
   size_t classified() const;
+  // Classifications run so far (vocabulary walks), by any thread: more than classified() only
+  // when two threads walked the same position at once.
+  int64_t walks() const { return walks_.load(std::memory_order_relaxed); }
 
  private:
   struct Classified {
@@ -87,6 +103,7 @@ class TokenMasker {
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
+  std::atomic<int64_t> walks_{0};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int64_t, std::shared_ptr<const Classified>> cache_ ABSL_GUARDED_BY(mu_);
 };

@@ -11,14 +11,19 @@ namespace {
 using grammar::Alt;
 using grammar::Expr;
 using grammar::Literal;
+using grammar::Opt;
 using grammar::Ref;
 using grammar::Seq;
 using grammar::Star;
 
 // The call object as the family's template renders it back: {"name": "<name>", "<key>": <args>}.
-Expr CallObject(std::string_view name, std::string_view args_key, int32_t args_rule) {
+// Without its opening `{"name"`, where that began the call in free output, the colon's space is
+// optional: the token that completed the trigger may have brought the colon and the quote.
+Expr CallObject(std::string_view name, std::string_view args_key, int32_t args_rule,
+                bool without_open) {
   const std::string quoted_name = nlohmann::json(std::string(name)).dump();
-  return Seq({Literal("{\"name\": " + quoted_name + ", \"" + std::string(args_key) + "\": "),
+  Expr open = without_open ? Seq({Literal(":"), Opt(Literal(" "))}) : Literal("{\"name\": ");
+  return Seq({std::move(open), Literal(quoted_name + ", \"" + std::string(args_key) + "\": "),
               Ref(args_rule), Literal("}")});
 }
 
@@ -65,6 +70,18 @@ std::string_view CallMarker(ToolFamily family) {
   return "";
 }
 
+std::string_view AutoCallTrigger(ToolFamily family) {
+  switch (family) {
+    case ToolFamily::kLlama3:
+      return "{\"name\"";
+    case ToolFamily::kHermes:
+    case ToolFamily::kMistral:
+    case ToolFamily::kNone:
+      return CallMarker(family);
+  }
+  return "";
+}
+
 std::vector<std::string> MarkerSpellings(ToolFamily family) {
   switch (family) {
     case ToolFamily::kMistral:
@@ -94,7 +111,8 @@ absl::StatusOr<grammar::Grammar> ToolCallGrammar(ToolFamily family,
       return absl::InvalidArgumentError(
           absl::StrCat("tool '", tool.name, "': ", args.status().message()));
     }
-    calls.push_back(CallObject(tool.name, args_key, *args));
+    calls.push_back(CallObject(tool.name, args_key, *args,
+                               options.after_trigger && family == ToolFamily::kLlama3));
   }
   if (calls.empty()) {
     return absl::InvalidArgumentError(
@@ -103,6 +121,26 @@ absl::StatusOr<grammar::Grammar> ToolCallGrammar(ToolFamily family,
   }
   const int32_t call = g.AddRule("call", Alt(std::move(calls)));
   Expr body;
+  if (options.after_trigger) {
+    switch (family) {
+      case ToolFamily::kHermes:
+        body = Seq({Literal("\n"), Ref(call), Literal("\n</tool_call>")});
+        break;
+      case ToolFamily::kMistral: {
+        Expr list = options.parallel ? Seq({Ref(call), Star(Seq({Literal(", "), Ref(call)}))})
+                                     : Ref(call);
+        body = Seq({Literal("["), std::move(list), Literal("]")});
+        break;
+      }
+      case ToolFamily::kLlama3:
+      case ToolFamily::kNone:
+        body = Ref(call);
+        break;
+    }
+    g.SetBody(root, std::move(body));
+    g.set_root(root);
+    return g;
+  }
   switch (family) {
     case ToolFamily::kHermes: {
       Expr block = Seq({Literal("<tool_call>\n"), Ref(call), Literal("\n</tool_call>")});

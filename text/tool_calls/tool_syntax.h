@@ -44,6 +44,10 @@ std::string_view CallMarker(ToolFamily family);
 // grammar's vocabulary must give those tokens their text, or no grammar could emit them.
 std::vector<std::string> MarkerSpellings(ToolFamily family);
 
+// What begins a call in free output (tool_choice "auto"): the family's marker, or for kLlama3,
+// whose call is a bare object, its first key ({"name"). "" for kNone.
+std::string_view AutoCallTrigger(ToolFamily family);
+
 struct ToolSpec {
   std::string name;
   nlohmann::ordered_json parameters;  // an object schema ({"type": "object", ...})
@@ -54,6 +58,10 @@ struct ToolGrammarOptions {
   std::string only;
   // More than one call, where the syntax has a list.
   bool parallel = false;
+  // The grammar of what follows AutoCallTrigger(family) instead of whole calls: the rest of one
+  // Hermes block, of Mistral's list, of Llama 3's object (tool_choice "auto", where the output
+  // is free until a call begins). It ends where the block does, with nothing after it.
+  bool after_trigger = false;
   grammar::JsonSchemaOptions schema;
 };
 

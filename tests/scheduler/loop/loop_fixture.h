@@ -24,7 +24,7 @@ inline LiveRequest::Sample MakeSample(kvcache::SeqId seq, std::vector<int32_t> g
   return LiveRequest::Sample{.seq = seq, .sampling = engine::SequenceSamplingState(1, {}, 0),
                              .text = {}, .generated = std::move(generated), .next_token = next,
                              .last_token = {}, .cand = {}, .drafted = {}, .lookup = {},
-                             .matcher = {}, .mask = {}};
+                             .matcher = {}, .mask = {}, .trigger_tail = {}};
 }
 
 class LoopStageTest : public ::testing::Test {

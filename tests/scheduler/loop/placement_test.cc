@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "tests/scheduler/loop/loop_fixture.h"
 
@@ -40,9 +41,14 @@ class RecordingHooks final : public PlacementHooks {
     live.samples.clear();
     for (int k = 0; k < live.req.n; ++k) live.samples.push_back(testing::MakeSample(-1, {}));
   }
-  std::span<const uint64_t> MaskFor(LiveRequest&, size_t) override { return {}; }
+  std::span<const uint64_t> MaskFor(LiveRequest& live, size_t) override {
+    masked.push_back(live.handle);
+    return {};
+  }
+  bool MaskReady(LiveRequest& live, size_t) override { return !unready.contains(live.handle); }
 
-  std::vector<uint64_t> preempted, failed, started;
+  std::vector<uint64_t> preempted, failed, started, masked;
+  absl::flat_hash_set<uint64_t> unready;  // requests whose masks are not classified yet
   absl::Status last_failure;
 
  private:
@@ -184,6 +190,32 @@ TEST_F(PlacementTest, DecodeAppendsGiveEveryRowItsOwner) {
   EXPECT_EQ(tree_->Length(running_[0]->samples[0].seq), 7);
   EXPECT_EQ(tree_->Length(running_[1]->samples[0].seq), 4);
   EXPECT_TRUE(hooks_->preempted.empty());
+}
+
+TEST_F(PlacementTest, ASampleWhoseMaskIsNotReadySitsOutWhileOthersRun) {
+  running_.push_back(Decoding(1, Tokens(1, 5), {40}));
+  running_.push_back(Decoding(2, Tokens(100, 3), {50}));
+  hooks_->unready = {2};
+  IterationPlan plan;
+  plan.decode = {1, 2};
+  PlacedStep step;
+  PlaceDecodeAppends(*tree_, plan, Handles(), *hooks_, &step);
+  ASSERT_EQ(step.decode.size(), 1u);
+  EXPECT_EQ(step.decode[0].seq, running_[0]->samples[0].seq);
+  EXPECT_FALSE(step.owner.contains(running_[1]->samples[0].seq));
+  EXPECT_EQ(tree_->Length(running_[1]->samples[0].seq), 3) << "its token waits for a later step";
+  EXPECT_EQ(running_[1]->samples[0].next_token, 50);
+}
+
+TEST_F(PlacementTest, ASampleWhoseMaskIsNotReadyRunsWhenNothingElseWould) {
+  running_.push_back(Decoding(2, Tokens(100, 3), {50}));
+  hooks_->unready = {2};
+  IterationPlan plan;
+  plan.decode = {2};
+  PlacedStep step;
+  PlaceDecodeAppends(*tree_, plan, Handles(), *hooks_, &step);
+  ASSERT_EQ(step.decode.size(), 1u) << "an empty step would help nobody: it waits for the mask";
+  EXPECT_EQ(tree_->Length(running_[0]->samples[0].seq), 4);
 }
 
 TEST_F(PlacementTest, AppendsThatDoNotFitPreemptTheLeastImportantAndRetry) {

@@ -184,6 +184,36 @@ TEST_F(ToolCallsServerTest, AutoAnswersTextWhenTheModelWritesNoCall) {
   EXPECT_NE(ch["finish_reason"], "tool_calls") << r.body;
 }
 
+// auto carries the tools' grammar behind the call marker (ToolCalling::CompileAuto); until the
+// model writes the marker its text is free: what tool_choice "none" (same prompt) writes.
+TEST_F(ToolCallsServerTest, AutoIsFreeUntilACallBegins) {
+  ToolRequest tools;
+  tools.tools = text::tool_calls::TestTools();
+  auto constraint =
+      stack_->ctx.tool_calling->CompileAuto(tools, text::tool_calls::ToolFamily::kHermes);
+  ASSERT_NE(constraint, nullptr);
+  EXPECT_EQ(constraint->trigger, "<tool_call>");
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    auto body = [&](const char* choice) -> Json {
+      return {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+              {"tools", ToolsJson()},
+              {"tool_choice", choice},
+              {"temperature", 1.0},
+              {"seed", seed},
+              {"max_tokens", 40}};
+    };
+    Reply none = Post(stack_->port(), "/v1/chat/completions", body("none"));
+    Reply aut = Post(stack_->port(), "/v1/chat/completions", body("auto"));
+    ASSERT_EQ(none.status, 200) << none.body;
+    ASSERT_EQ(aut.status, 200) << aut.body;
+    const std::string text = none.json["choices"][0]["message"].value("content", "");
+    if (text.find("<tool_call>") != std::string::npos) continue;  // the grammar would hold
+    EXPECT_EQ(aut.json["choices"][0]["message"]["content"],
+              none.json["choices"][0]["message"]["content"])
+        << aut.body;
+  }
+}
+
 TEST_F(ToolCallsServerTest, RefusalsAre400sNamingTheField) {
   Reply r = Post(stack_->port(), "/v1/chat/completions",
                  {{"messages", {{{"role", "user"}, {"content", "x"}}}},

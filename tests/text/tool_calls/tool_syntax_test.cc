@@ -169,6 +169,54 @@ TEST(ToolSyntaxTest, ForcedCallsParseAndSatisfyTheirSchemas) {
   }
 }
 
+// tool_choice auto: free text, the family's trigger, then the after-trigger grammar. The whole
+// parses as the text and the calls, and where the grammar may end nothing can follow (the loop
+// frees the output there).
+TEST(ToolSyntaxTest, AutoCallsAfterTheirTriggerParse) {
+  BANYAN_SEEDED_RNG(rng);
+  const std::vector<ToolSpec> tools = TestTools();
+  const WalkVocab vocab = MakeVocab(/*marker_text=*/true);
+  for (const Case& c : std::vector<Case>{{ToolFamily::kHermes, "", true},
+                                         {ToolFamily::kMistral, "", true},
+                                         {ToolFamily::kMistral, "", false},
+                                         {ToolFamily::kLlama3, "", false}}) {
+    SCOPED_TRACE(std::string(ToolFamilyName(c.family)) + " parallel=" + std::to_string(c.parallel));
+    ToolGrammarOptions options;
+    options.parallel = c.parallel;
+    options.after_trigger = true;
+    absl::StatusOr<grammar::Grammar> g = ToolCallGrammar(c.family, tools, options);
+    ASSERT_TRUE(g.ok()) << g.status();
+    absl::StatusOr<CompiledGrammar> cg = CompiledGrammar::Compile(*g);
+    ASSERT_TRUE(cg.ok()) << cg.status();
+    auto compiled = std::make_shared<const CompiledGrammar>(*std::move(cg));
+    TokenMasker masker(compiled, vocab.vocab);
+    const std::string before = c.family == ToolFamily::kLlama3 ? "" : "Sure. ";
+    int ended = 0;
+    for (int w = 0; w < 40; ++w) {
+      const Walk walk = RandomWalk(rng, compiled, masker, vocab);
+      if (!walk.ended) continue;
+      ++ended;
+      Matcher m(compiled);
+      ASSERT_TRUE(m.Accept(walk.text));
+      TokenBits mask;
+      masker.FillMask(m, &mask);
+      for (int32_t id = 0; id < vocab.vocab->size(); ++id) {
+        ASSERT_FALSE(grammar::TestBit(mask, id)) << "a token after the end: " << walk.text;
+      }
+      const std::string text = before + std::string(AutoCallTrigger(c.family)) + walk.text;
+      ToolCallParser parser(c.family);
+      parser.Feed(text);
+      parser.Finish();
+      ASSERT_FALSE(parser.calls().empty()) << text;
+      for (const ParsedToolCall& call : parser.calls()) {
+        EXPECT_TRUE(call.complete) << text;
+        EXPECT_TRUE(ValidTestCall(call.name, call.arguments)) << text;
+      }
+    }
+    EXPECT_GE(ended, 20);
+  }
+}
+
 // Mistral's [TOOL_CALLS] is a control token: the grammar's vocabulary must give it its text for
 // the grammar to allow it, and the parser must read the calls when the detokenizer drops it.
 TEST(ToolSyntaxTest, MistralMarkerAsAControlToken) {
