@@ -84,7 +84,7 @@ class Daemon:
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         if expect_fail:
             return
-        wait_for(lambda: self.ready(), "banyand /ready", 120)
+        wait_for(lambda: self.ready(), "banyand /ready", 300)
 
     def ready(self):
         if self.proc.poll() is not None:
@@ -182,7 +182,7 @@ def check_exact(d, sub, what):
         return state["daemon"] == state["sub"]
 
     try:
-        wait_for(same, f"the subscriber's blocks to match the daemon's after {what}", 30)
+        wait_for(same, f"the subscriber's blocks to match the daemon's after {what}", 240)
     except AssertionError:
         only_d = len(state["daemon"] - state["sub"])
         only_s = len(state["sub"] - state["daemon"])

@@ -161,7 +161,7 @@ class Subscriber:
         self.sub.close(linger=0)
 
 
-def wait_for(predicate, what, deadline_s=60.0):
+def wait_for(predicate, what, deadline_s=240.0):
     """Waits for a state (never for a time): polls predicate until true or the deadline."""
     end = time.monotonic() + deadline_s
     while True:
