@@ -102,12 +102,15 @@ TEST_F(ToolCallingRequestTest, NamedForcesThatTool) {
   EXPECT_FALSE(Accepts(*r, absl::StrCat(kAddCall, "\n", kAddCall)));
 }
 
-TEST_F(ToolCallingRequestTest, AutoAndNoneDoNotConstrain) {
+// auto: free output until a call's marker, then the call is forced (a triggered constraint);
+// none: no constraint at all.
+TEST_F(ToolCallingRequestTest, AutoConstrainsOnlyFromTheMarkerAndNoneNotAtAll) {
   auto a = Chat(kTools);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->tool_family, ToolFamily::kHermes);
   EXPECT_FALSE(a->tools_forced);
-  EXPECT_EQ(a->inputs[0].constraint, nullptr);
+  ASSERT_NE(a->inputs[0].constraint, nullptr);
+  EXPECT_EQ(a->inputs[0].constraint->trigger, "<tool_call>");
   auto n = Chat(absl::StrCat(kTools, R"(, "tool_choice": "none")"));
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(n->tool_family, ToolFamily::kNone);
