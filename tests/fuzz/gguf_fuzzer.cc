@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace banyan::engine;
+  using namespace banyan::model;
+  using namespace banyan::text;
   static banyan::fuzz::MemFile* file = new banyan::fuzz::MemFile;
   file->Assign(data, size);
   SpmVocab vocab;

@@ -42,7 +42,7 @@ void Check(const text::Tokenizer& tok, std::string_view text) {
 }  // namespace banyan::engine
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace banyan::engine;
+  using namespace banyan::text;
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<text::BpeSpec> spec = text::ParseHfTokenizerJson(input, "", "fuzz.json");
   if (!spec.ok()) return 0;

@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace banyan::engine;
+  using namespace banyan::model;
   static banyan::fuzz::MemFile* file = new banyan::fuzz::MemFile;
   file->Assign(data, size);
   absl::StatusOr<ModelWeights> w = LoadLlama2c(file->path());

@@ -116,7 +116,7 @@ ModelConfig TinyConfig() {
 }
 
 void GgufSeeds(const fs::path& dir, const ModelWeights& w) {
-  using namespace engine::testing;
+  using namespace model::testing;
   Write(dir, "tiny_f32.gguf", GgufFromWeights(w, kGgmlF32));
   Write(dir, "tiny_f16_v2.gguf", GgufFromWeights(w, kGgmlF16, "", 0, /*version=*/2));
   Write(dir, "tiny_bf16.gguf", GgufFromWeights(w, kGgmlBF16));

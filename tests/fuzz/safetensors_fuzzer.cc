@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace banyan::engine;
+  using namespace banyan::model;
   banyan::fuzz::Folder& folder = banyan::fuzz::GetFolder();
   folder.file.Assign(data, size);
 

@@ -11,7 +11,7 @@
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace banyan::engine;
+  using namespace banyan::text;
   absl::StatusOr<SpmVocab> vocab =
       ParseSpmModel(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.model");
   if (!vocab.ok()) return 0;

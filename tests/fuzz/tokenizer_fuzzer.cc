@@ -76,7 +76,7 @@ void FuzzIds(const uint8_t* data, size_t size, const text::Tokenizer& tok) {
 }  // namespace banyan::engine
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace banyan::engine;
+  using namespace banyan::text;
   const text::Tokenizer& tok = Bundled();
   const bool add_bos = size > 0 && (data[0] & 1) != 0;
   FuzzText(std::string_view(reinterpret_cast<const char*>(data), size), add_bos, tok);
