@@ -14,7 +14,7 @@
 #include "common/utf8.h"
 #include "tests/fuzz/fuzz_util.h"
 
-namespace banyan::engine {
+namespace banyan::text {
 namespace {
 
 bool IsUtf8(std::string_view s) {
@@ -39,14 +39,14 @@ void Check(const text::Tokenizer& tok, std::string_view text) {
 }
 
 }  // namespace
-}  // namespace banyan::engine
+}  // namespace banyan::text
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace banyan::text;
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<text::BpeSpec> spec = text::ParseHfTokenizerJson(input, "", "fuzz.json");
+  absl::StatusOr<BpeSpec> spec = ParseHfTokenizerJson(input, "", "fuzz.json");
   if (!spec.ok()) return 0;
-  absl::StatusOr<std::unique_ptr<text::BpeTokenizer>> tok = text::BpeTokenizer::Create(*std::move(spec));
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::Create(*std::move(spec));
   if (!tok.ok()) return 0;
   Check(**tok, "Hello wörld  12345 \xF0\x9F\x99\x82<s>\n");
   Check(**tok, input.substr(0, 256));

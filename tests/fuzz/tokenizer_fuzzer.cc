@@ -18,7 +18,7 @@
 #include "common/utf8.h"
 #include "tests/fuzz/fuzz_util.h"
 
-namespace banyan::engine {
+namespace banyan::text {
 namespace {
 
 const text::Tokenizer& Bundled() {
@@ -73,11 +73,11 @@ void FuzzIds(const uint8_t* data, size_t size, const text::Tokenizer& tok) {
 }
 
 }  // namespace
-}  // namespace banyan::engine
+}  // namespace banyan::text
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace banyan::text;
-  const text::Tokenizer& tok = Bundled();
+  const Tokenizer& tok = Bundled();
   const bool add_bos = size > 0 && (data[0] & 1) != 0;
   FuzzText(std::string_view(reinterpret_cast<const char*>(data), size), add_bos, tok);
   FuzzIds(data, size, tok);
