@@ -16,6 +16,11 @@ using grammar::Ref;
 using grammar::Seq;
 using grammar::Star;
 
+// Mistral's calls inside its list brackets: one, or with `parallel` one or more, ", "-separated.
+Expr MistralCallList(int32_t call, bool parallel) {
+  return parallel ? Seq({Ref(call), Star(Seq({Literal(", "), Ref(call)}))}) : Ref(call);
+}
+
 // The call object as the family's template renders it back: {"name": "<name>", "<key>": <args>}.
 // Without its opening `{"name"`, where that began the call in free output, the colon's space is
 // optional: the token that completed the trigger may have brought the colon and the quote.
@@ -127,9 +132,7 @@ absl::StatusOr<grammar::Grammar> ToolCallGrammar(ToolFamily family,
         body = Seq({Literal("\n"), Ref(call), Literal("\n</tool_call>")});
         break;
       case ToolFamily::kMistral: {
-        Expr list = options.parallel ? Seq({Ref(call), Star(Seq({Literal(", "), Ref(call)}))})
-                                     : Ref(call);
-        body = Seq({Literal("["), std::move(list), Literal("]")});
+        body = Seq({Literal("["), MistralCallList(call, options.parallel), Literal("]")});
         break;
       }
       case ToolFamily::kLlama3:
@@ -148,9 +151,8 @@ absl::StatusOr<grammar::Grammar> ToolCallGrammar(ToolFamily family,
       break;
     }
     case ToolFamily::kMistral: {
-      Expr list = options.parallel ? Seq({Ref(call), Star(Seq({Literal(", "), Ref(call)}))})
-                                   : Ref(call);
-      body = Seq({Literal("[TOOL_CALLS]["), std::move(list), Literal("]")});
+      body = Seq({Literal("[TOOL_CALLS]["), MistralCallList(call, options.parallel),
+                  Literal("]")});
       break;
     }
     case ToolFamily::kLlama3:
