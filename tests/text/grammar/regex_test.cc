@@ -112,15 +112,28 @@ class Pcre2Oracle {
 TEST(RegexTest, AgreesWithPcre2OnRandomPatterns) {
   BANYAN_SEEDED_RNG(rng);
   const std::string alphabet = "abcx01\n";
-  int checked = 0, matched = 0, unanswered = 0;
+  int checked = 0, matched = 0, unanswered = 0, too_large = 0;
   for (int p = 0; p < 200; ++p) {
     const std::string pattern = RandomPattern(rng, 0);
     const Pcre2Oracle oracle(pattern);
     ASSERT_TRUE(oracle.ok()) << pattern;
     auto whole = FromRegex(pattern, RegexMatch::kWhole);
-    auto search = FromRegex(pattern, RegexMatch::kSearch);
     ASSERT_NE(whole, nullptr);
-    ASSERT_NE(search, nullptr);
+    // A search is `.*(pattern)`: some patterns (`a.{20}`-like, `(a|b){2}...` runs) need
+    // exponentially many DFA states there, which the work budget refuses as too large, as it
+    // must. Such a pattern is skipped, counted, and must stay rare.
+    absl::StatusOr<Expr> search_expr = RegexToExpr(pattern, RegexMatch::kSearch, RegexText::kUtf8);
+    ASSERT_TRUE(search_expr.ok()) << pattern << ": " << search_expr.status();
+    Grammar search_grammar;
+    search_grammar.AddRule("root", *std::move(search_expr));
+    absl::StatusOr<CompiledGrammar> search_compiled = CompiledGrammar::Compile(search_grammar);
+    if (!search_compiled.ok()) {
+      ASSERT_EQ(search_compiled.status().code(), absl::StatusCode::kResourceExhausted)
+          << pattern << ": " << search_compiled.status();
+      ++too_large;
+      continue;
+    }
+    auto search = std::make_shared<const CompiledGrammar>(*std::move(search_compiled));
     for (int t = 0; t < 60; ++t) {
       std::string text;
       for (int n = static_cast<int>(rng() % 7); n > 0; --n) text += alphabet[rng() % alphabet.size()];
@@ -138,6 +151,7 @@ TEST(RegexTest, AgreesWithPcre2OnRandomPatterns) {
   }
   EXPECT_GT(matched, checked / 50) << "the random texts rarely match: the test proves little";
   EXPECT_LT(unanswered, checked / 20) << "the oracle left too many texts unanswered";
+  EXPECT_LE(too_large, 10) << "too many search automata refused as too large: the test proves little";
 }
 
 TEST(RegexTest, UnicodeClassesAreCodePoints) {
