@@ -41,8 +41,33 @@ absl::Status Backend::ForwardSample(const StepBatch& batch, std::span<const Samp
   return absl::OkStatus();
 }
 
+namespace {
+
+// `batch` with each fed row's token set to the token the step before sampled for its spec.
+absl::Status FedBatch(const StepBatch& batch, std::span<const int32_t> feed,
+                      const std::vector<SampleResult>& before, StepBatch* fed) {
+  if (feed.size() != batch.decode.size()) {
+    return absl::InvalidArgumentError("a fed step has one feed entry per decode row");
+  }
+  *fed = batch;
+  for (size_t r = 0; r < feed.size(); ++r) {
+    if (feed[r] < 0) continue;
+    if (static_cast<size_t>(feed[r]) >= before.size() || fed->decode[r].tokens.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fed row reads token ", feed[r], " of ", before.size()));
+    }
+    fed->decode[r].tokens[0] = std::max(before[feed[r]].token, 0);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Backend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                                    std::span<const int32_t> feed) {
+  if (forward_only_.has_value()) {
+    return absl::FailedPreconditionError("a step launched by LaunchForward awaits its sampling");
+  }
   if (launched_.size() >= static_cast<size_t>(kMaxStepsInFlight)) {
     return absl::FailedPreconditionError("two steps are in flight: collect one first");
   }
@@ -50,22 +75,11 @@ absl::Status Backend::LaunchSample(const StepBatch& batch, std::span<const Sampl
   if (feed.empty()) {
     if (absl::Status s = ForwardSample(batch, specs, &results); !s.ok()) return s;
   } else {
-    if (feed.size() != batch.decode.size()) {
-      return absl::InvalidArgumentError("a fed step has one feed entry per decode row");
-    }
     if (launched_.empty()) {
       return absl::FailedPreconditionError("fed rows need the step before still in flight");
     }
-    const std::vector<SampleResult>& before = launched_.back();
-    StepBatch fed = batch;
-    for (size_t r = 0; r < feed.size(); ++r) {
-      if (feed[r] < 0) continue;
-      if (static_cast<size_t>(feed[r]) >= before.size() || fed.decode[r].tokens.size() != 1) {
-        return absl::InvalidArgumentError(absl::StrCat("fed row reads token ", feed[r], " of ",
-                                                       before.size()));
-      }
-      fed.decode[r].tokens[0] = std::max(before[feed[r]].token, 0);
-    }
+    StepBatch fed;
+    if (absl::Status s = FedBatch(batch, feed, launched_.back(), &fed); !s.ok()) return s;
     // A fed row's penalties count its fed token: they read a copy of the state that has taken
     // it (whose step is then one further: step_ahead one less, the same Philox counter).
     std::vector<SampleSpec> ahead(specs.begin(), specs.end());
@@ -86,8 +100,47 @@ absl::Status Backend::LaunchSample(const StepBatch& batch, std::span<const Sampl
   return absl::OkStatus();
 }
 
+absl::Status Backend::LaunchForward(const StepBatch& batch, int32_t /*num_specs*/,
+                                    std::span<const int32_t> feed) {
+  if (forward_only_.has_value()) {
+    return absl::FailedPreconditionError("a step launched by LaunchForward awaits its sampling");
+  }
+  if (launched_.size() >= static_cast<size_t>(kMaxStepsInFlight)) {
+    return absl::FailedPreconditionError("two steps are in flight: collect one first");
+  }
+  if (feed.empty()) {
+    forward_only_ = batch;
+    return absl::OkStatus();
+  }
+  if (launched_.empty()) {
+    return absl::FailedPreconditionError("fed rows need the step before still in flight");
+  }
+  StepBatch fed;
+  if (absl::Status s = FedBatch(batch, feed, launched_.back(), &fed); !s.ok()) return s;
+  forward_only_ = std::move(fed);
+  return absl::OkStatus();
+}
+
+absl::Status Backend::LaunchSampling(std::span<const SampleSpec> specs) {
+  if (!forward_only_.has_value()) {
+    return absl::FailedPreconditionError("LaunchSampling without a step from LaunchForward");
+  }
+  // The default computes here, so the step's batch (and its plan) must still be as launched:
+  // the caller changes neither between the two halves.
+  std::vector<SampleResult> results;
+  const absl::Status s = ForwardSample(*forward_only_, specs, &results);
+  forward_only_.reset();
+  if (!s.ok()) return s;
+  launched_.push_back(std::move(results));
+  return absl::OkStatus();
+}
+
 absl::Status Backend::CollectSample(std::vector<SampleResult>* out) {
-  if (launched_.empty()) return absl::FailedPreconditionError("no step was launched");
+  if (launched_.empty()) {
+    return absl::FailedPreconditionError(forward_only_.has_value()
+                                             ? "the step awaits its sampling (LaunchSampling)"
+                                             : "no step was launched");
+  }
   *out = std::move(launched_.front());
   launched_.pop_front();
   return absl::OkStatus();

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -114,9 +115,22 @@ class Backend {
   virtual absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                                     std::span<const int32_t> feed);
   virtual absl::Status CollectSample(std::vector<SampleResult>* out);
+  // LaunchSample in two halves again, for a step whose samples are not all known when it is
+  // launched: a fed step's constrained rows, whose token masks need the tokens of the step
+  // before on the host. LaunchForward enqueues the forward pass of `batch` (fed rows as
+  // LaunchSample's; `num_specs`: how many samples will follow) and returns; LaunchSampling then
+  // enqueues the sampling of its `specs`, read as LaunchSample reads them except that no fed
+  // token is pending any more: the caller has taken the step before's tokens into the states
+  // (step_ahead 0). In between only CollectSample of the step before may run (CollectSample of
+  // this step, or another launch, is refused). On the GPU the pass runs while the host works out
+  // the masks; the sampler waits for them on the device, not the host for the device.
+  virtual absl::Status LaunchForward(const StepBatch& batch, int32_t num_specs,
+                                     std::span<const int32_t> feed);
+  virtual absl::Status LaunchSampling(std::span<const SampleSpec> specs);
   // Whether LaunchSample returns before the step is computed (the caller's overlap pays).
   virtual bool launches_async() const { return false; }
-  // Whether the backend samples with SampleSpec::allowed (token masks of grammars).
+  // Whether the backend samples with SampleSpec::allowed (token masks of grammars). Both
+  // backends do; the engine loop refuses constrained requests on one that does not.
   virtual bool supports_token_masks() const { return true; }
   // The final-norm hidden states [rows.size() x dim] of rows of the last step (row indices as
   // in SampleSpec::row), for draft heads. Backends that cannot say so.
@@ -133,6 +147,8 @@ class Backend {
 
  private:
   std::deque<std::vector<SampleResult>> launched_;  // the default LaunchSample's results
+  // The default LaunchForward's batch (fed tokens in place), run by its LaunchSampling.
+  std::optional<StepBatch> forward_only_;
 };
 
 // What a row with token -1 from ForwardSample means.

@@ -169,9 +169,13 @@ absl::Status StepRunner::Run(std::span<const kvcache::ChunkCopy> copies,
 
 absl::Status StepRunner::Launch(std::span<const kvcache::ChunkCopy> copies,
                                 std::span<const DecodeItem> decode,
-                                std::span<const PrefillItem> prefill, StepOutput* out) {
+                                std::span<const PrefillItem> prefill, StepOutput* out,
+                                bool late_sampling) {
   StepBatch& batch = batch_;
   std::vector<SampleSpec>& specs = specs_;
+  if (late_pending_) {
+    return absl::FailedPreconditionError("the step launched before awaits its sampling");
+  }
   if (launched_.size() >= static_cast<size_t>(Backend::kMaxStepsInFlight)) {
     return absl::FailedPreconditionError("two steps are in flight: collect one first");
   }
@@ -191,9 +195,27 @@ absl::Status StepRunner::Launch(std::span<const kvcache::ChunkCopy> copies,
     feed_[r] = items_[r]->feed;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = backend_->LaunchSample(batch, specs, feed_);
+  absl::Status s = late_sampling
+                       ? backend_->LaunchForward(batch, static_cast<int32_t>(specs.size()), feed_)
+                       : backend_->LaunchSample(batch, specs, feed_);
   out->forward_seconds = SecondsSince(t0);
-  if (s.ok()) launched_.push_back(true);
+  if (!s.ok()) return s;
+  launched_.push_back(true);
+  if (late_sampling) {
+    late_seqs_ = out->decode_rows;
+    late_pending_ = true;
+  }
+  return s;
+}
+
+absl::Status StepRunner::FinishLaunch(
+    absl::FunctionRef<void(kvcache::SeqId seq, SampleSpec* spec)> complete) {
+  if (!late_pending_) return absl::FailedPreconditionError("no step awaits its sampling");
+  late_pending_ = false;
+  for (size_t r = 0; r < late_seqs_.size(); ++r) complete(late_seqs_[r], &specs_[r]);
+  late_seqs_.clear();
+  absl::Status s = backend_->LaunchSampling(specs_);
+  if (!s.ok()) launched_.pop_back();  // the backend dropped the step
   return s;
 }
 

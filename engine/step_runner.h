@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "engine/backend.h"
 #include "kvcache/attention_plan.h"
@@ -84,9 +85,20 @@ class StepRunner {
   // change (sequences released; placements only for a step launched before this one is
   // collected), and nothing else may run on the backend. Up to Backend::kMaxStepsInFlight steps
   // may be launched before the first is collected; Collect takes them in launch order.
+  // With `late_sampling`, Launch starts the forward pass only (Backend::LaunchForward): the
+  // step's samples are completed and launched by FinishLaunch, before anything else launches
+  // and before the step is collected.
   absl::Status Launch(std::span<const kvcache::ChunkCopy> copies,
                       std::span<const DecodeItem> decode, std::span<const PrefillItem> prefill,
-                      StepOutput* out);
+                      StepOutput* out, bool late_sampling = false);
+  // The sampling of the step Launch started with late_sampling (Backend::LaunchSampling):
+  // `complete(seq, spec)` is called for each decode row's spec (row filled in, the rest as
+  // launched) to finish it, e.g. with its token mask and step_ahead 0 once the step before's
+  // tokens are taken; the prompts' samples are launched as they were given. On failure the step
+  // is dropped (Collect never returns it).
+  absl::Status FinishLaunch(absl::FunctionRef<void(kvcache::SeqId seq, SampleSpec* spec)> complete);
+  // Whether a step launched with late_sampling awaits FinishLaunch.
+  bool awaits_sampling() const { return late_pending_; }
   absl::Status Collect(StepOutput* out);
   // The same step returning the logits instead of sampling (tests compare them across
   // backends); the items' sampling specs are ignored.
@@ -115,6 +127,10 @@ class StepRunner {
   std::vector<const DecodeItem*> items_;              // the rows' items, in row order
   std::vector<int32_t> lengths_;                      // candidate rows: each row's context
   std::vector<int32_t> feed_;                         // fed rows: per row, -1 or the feed
+  // A step launched with late_sampling: its decode rows' sequences, in row order (specs_ holds
+  // its specs until FinishLaunch).
+  std::vector<kvcache::SeqId> late_seqs_;
+  bool late_pending_ = false;
   StepStats stats_;
   // Per step launched and not collected, oldest first: whether it reached the backend (a step
   // with no rows does not).

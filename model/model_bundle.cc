@@ -282,14 +282,31 @@ absl::StatusOr<std::unique_ptr<text::Tokenizer>> SyntheticTokenizer(int vocab_si
   return text::Tokenizer::FromVocab(std::move(v));
 }
 
-absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights) {
+absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights,
+                                            const std::string& tokenizer_path) {
   auto spec = ParseDummyModel(model_path);
   if (!spec.ok()) return spec.status();
   ModelBundle b;
-  auto tok = SyntheticTokenizer(spec->config.vocab_size);
-  if (!tok.ok()) return tok.status();
-  b.tokenizer = std::move(*tok);
-  b.tokenizer_path = "<synthetic>";
+  if (tokenizer_path.empty()) {
+    auto tok = SyntheticTokenizer(spec->config.vocab_size);
+    if (!tok.ok()) return tok.status();
+    b.tokenizer = std::move(*tok);
+    b.tokenizer_path = "<synthetic>";
+  } else {
+    auto tok = text::Tokenizer::FromFile(tokenizer_path);
+    if (!tok.ok()) return tok.status();
+    if ((*tok)->vocab_size() > spec->config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokenizer ", tokenizer_path, " has ", (*tok)->vocab_size(), " pieces but ",
+          model_path, " a vocabulary of ", spec->config.vocab_size, " (set vocab=)"));
+    }
+    b.tokenizer = std::move(*tok);
+    b.tokenizer_path = tokenizer_path;
+    // The real tokenizer's end and start ids, so that a grammar's end and EOS mean the same.
+    if (b.tokenizer->eos_id() >= 0) spec->config.eos_id = b.tokenizer->eos_id();
+    if (b.tokenizer->bos_id() >= 0) spec->config.bos_id = b.tokenizer->bos_id();
+    FillTokenTexts(&b);
+  }
   if (host_weights) {
     b.weights = MakeDummyWeights(spec->config, spec->seed);
   } else {

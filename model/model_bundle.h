@@ -46,7 +46,8 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
 //   dummy:<shape>[:vocab=<n>][:context=<n>][:seed=<n>]
 // with a shape NamedShapeConfig knows (e.g. dummy:llama-2-7b-shape:vocab=128256). The weights
 // are synthetic (MakeDummyWeights, or generated on the GPU by the CUDA backend) and the tokenizer
-// is SyntheticTokenizer(vocab). IsDummyModel tells such a path apart from a file.
+// is SyntheticTokenizer(vocab), or a real tokenizer file given to LoadDummyBundle (at most vocab
+// ids; its BOS and EOS become the config's). IsDummyModel tells such a path apart from a file.
 bool IsDummyModel(const std::string& model_path);
 struct DummyModelSpec {
   ModelConfig config;
@@ -59,7 +60,8 @@ absl::StatusOr<DummyModelSpec> ParseDummyModel(const std::string& model_path);
 absl::StatusOr<std::unique_ptr<text::Tokenizer>> SyntheticTokenizer(int vocab_size);
 // The bundle of a dummy model: config, tokenizer, and host weights only when `host_weights`
 // (the CPU backend needs them; the CUDA backend generates its own on the device).
-absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights);
+absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights,
+                                            const std::string& tokenizer_path = "");
 
 // The bundled stories260K checkpoint (models/stories260K/stories260K.bin): first in the folders
 // holding the executable, nearest first (build/<dir>/<exe> inside a checkout finds the

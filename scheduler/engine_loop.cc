@@ -353,10 +353,17 @@ bool EngineLoop::StepFed(const ThreadClocks& cycle, bool cancel_all) {
   if (!collected && ahead_.active) {
     // N failed and every request with it: N + 1 names them too. Wait for it and drop it
     // (releasing the failed requests' sequences dropped N + 1's pending tokens).
+    if (runner_.awaits_sampling()) {
+      runner_.FinishLaunch([](kvcache::SeqId, engine::SampleSpec* spec) { spec->allowed = {}; })
+          .IgnoreError();
+    }
     engine::StepOutput dropped;
     runner_.Collect(&dropped).IgnoreError();
     ahead_ = InFlightStep{};
   }
+  // N's tokens moved the constrained rows' grammars: N + 1's masks are known now, while the
+  // device runs N + 1's layers.
+  if (ahead_.active && ahead_.late_sampling) FinishLateSampling();
   if (ahead_.active) {
     // N + 1's wall and device time start where N's ended: the steps' times add up.
     ahead_.times.begin = collected_clocks_.wall;
@@ -437,9 +444,8 @@ bool EngineLoop::FedReady() const {
   for (const LivePtr& l : running_) {
     // A prompt: more of it to place (prefill rows only), or its first token is sampled by N and
     // its first decode rows are fed from there (n > 1: ForkAhead makes the samples first).
-    // A constrained row's mask needs its token of N on the host (the CPU path computes it once
-    // the token is known; the device sampler takes no masks yet).
-    if (l->req.constraint != nullptr) return false;
+    // A constrained row is fed too: its mask needs its token of N, so the step's sampling is
+    // launched once N is collected (late sampling, FinishLateSampling).
     if (l->state == RequestState::kPrefilling) continue;
     if (l->state != RequestState::kDecoding) return false;
     for (const Live::Sample& s : l->samples) {

@@ -180,6 +180,11 @@ struct LoopStats {
   // Steps that placed prompts as fed steps and then found no room in the pool for the pending
   // tokens: they took the step before's tokens first (their prompts stayed placed).
   int64_t fed_fallbacks = 0;
+  // Fed steps with constrained rows, whose sampling was launched after the step before was
+  // collected (its tokens move the grammars), and the host time of those launches (masks
+  // included; the device ran the step's layers meanwhile).
+  int64_t late_sampled_steps = 0;
+  double late_sampling_seconds = 0;
   int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
   // Draft heads: wall time of drafting (Backend::DraftTrees, on the collect path of each step
   // that drafts), the steps that drafted, and the calls that failed (those samples decoded
@@ -325,6 +330,10 @@ class EngineLoop {
   // Collect (scheduler/loop/collect.cc): waits for the step in flight and takes its tokens;
   // false when the step failed (FailAll ran).
   bool CollectInflight();
+  // Launch (scheduler/loop/launch.cc): the sampling of the fed step ahead_ launched with
+  // late_sampling, once inflight_'s tokens are taken; false when it failed (FailAll ran and
+  // ahead_ is dropped).
+  bool FinishLateSampling();
   // Its parts: a fed step's pending tokens set; the decode rows' tokens (returns how many
   // tokens were taken); the prompts' first tokens; the draft heads' next trees.
   void PatchFedStep(const engine::StepOutput& out);

@@ -82,7 +82,8 @@ constexpr char kUsage[] =
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
     "--enable-prefix-caching, --enable-chunked-prefill; others are refused, saying why.\n"
     "--model dummy:<shape>[:vocab=N][:context=N][:seed=N]: synthetic weights and tokenizer of a\n"
-    "named shape (llama-2-7b-shape, llama-2-13b-shape, llama-3-8b-shape, ...), for benchmarks.\n";
+    "named shape (llama-2-7b-shape, llama-2-13b-shape, llama-3-8b-shape, ...), for benchmarks;\n"
+    "with --tokenizer FILE, that tokenizer instead of the synthetic one (at most vocab ids).\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->
@@ -152,7 +153,7 @@ absl::StatusOr<LoadedModel> LoadModel(const DaemonConfig& cfg, const char* argv0
   spdlog::info("loading model {}", m.path);
   m.dummy = model::IsDummyModel(m.path);
   // A dummy model's weights are generated on the GPU by the CUDA backend: no host copy.
-  auto bundle = m.dummy ? model::LoadDummyBundle(m.path, cfg.backend != "cuda")
+  auto bundle = m.dummy ? model::LoadDummyBundle(m.path, cfg.backend != "cuda", cfg.tokenizer)
                         : model::LoadModelBundle(m.path, cfg.tokenizer);
   if (!bundle.ok()) return bundle.status();
   m.bundle = *std::move(bundle);
@@ -358,12 +359,13 @@ void LogEngineReport(scheduler::Scheduler& sched) {
   spdlog::info("engine: {} steps, {} decode-only ({} rows, {:.3f} s, of which {:.3f} s on the "
                "device and {:.3f} s of host work before each launch, {:.3f} s of it in the "
                "backend); host time outside the backend calls {:.3f} s; CPU a step ahead: {}; fed "
-               "steps: {} ({:.3f} s of host work beside the device, {} fallbacks)",
+               "steps: {} ({:.3f} s of host work beside the device, {} fallbacks; {} with late "
+               "sampling for constrained rows, {:.3f} s)",
                st.steps, st.decode_steps, st.decode_tokens, st.decode_seconds,
                st.decode_device_seconds, st.decode_launch_seconds,
                st.decode_backend_launch_seconds, st.host_seconds,
                sched.loop().overlap() ? "on" : "off", st.fed_steps, st.fed_launch_seconds,
-               st.fed_fallbacks);
+               st.fed_fallbacks, st.late_sampled_steps, st.late_sampling_seconds);
   if (st.decode_steps > 0) {
     const double per = 1e3 / static_cast<double>(st.decode_steps);
     spdlog::info("engine: host work before each decode launch, ms per step: {:.3f} taking the "

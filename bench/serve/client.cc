@@ -168,6 +168,7 @@ std::string CompletionBody(const Target& t, const Options& o, const RequestSpec&
   if (spec.penalised && o.min_tokens > 0) {
     j["min_tokens"] = std::min(o.min_tokens, spec.output_tokens);
   }
+  if (!o.json_schema.empty()) j["structured_outputs"] = {{"json", Json::parse(o.json_schema)}};
   if (spec.n > 1) j["n"] = spec.n;
   if (!spec.user.empty()) j["user"] = spec.user;
   if (stream) {

@@ -1,12 +1,16 @@
 #include "bench/serve/options.h"
 
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
 #include <string_view>
+
+#include "nlohmann/json.hpp"
 
 namespace banyan::bench::serve {
 namespace {
@@ -102,6 +106,16 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"frequency-penalty", Double(&Options::frequency_penalty, -2.0, "frequency-penalty")},
       {"logit-bias-tokens", Int(&Options::logit_bias_tokens, 0, 1024, "logit-bias-tokens")},
       {"min-tokens", Int(&Options::min_tokens, 0, 1 << 24, "min-tokens")},
+      {"json-schema",
+       [](Options& o, const std::string& v) {
+         std::ifstream in(v, std::ios::binary);
+         if (!in) return "--json-schema: cannot read " + v;
+         std::ostringstream text;
+         text << in.rdbuf();
+         if (!nlohmann::json::accept(text.str())) return "--json-schema: " + v + " is not JSON";
+         o.json_schema = text.str();
+         return std::string();
+       }},
       {"penalised-share", Double(&Options::penalised_share, 0.0, "penalised-share")},
       {"verify-samples", Int(&Options::verify_samples, 0, 1 << 24, "verify-samples")},
       {"concurrency", Int(&Options::concurrency, 0, 1 << 24, "concurrency")},
@@ -222,6 +236,8 @@ Workloads:  --workload generated-shared-prefix | prefix-repetition | multi-tenan
 Requests:   --temperature 0  --no-ignore-eos  --request-timeout-s 0 (none)
             --frequency-penalty X (0: none), --logit-bias-tokens K (0: none; +1 on K ids),
             --min-tokens M (0: none): sent by --penalised-share F (1) of the requests
+            --json-schema FILE: every request's output constrained by this JSON Schema
+              (structured_outputs.json; a model with a real tokenizer for meaningful masks)
 Verify:     --verify-greedy (temperature 0 only): requests with the same prompt must stream
             the same text, and up to --verify-samples K (64) distinct prompts are sent again
             alone without streaming after the load, their text compared with the streamed

@@ -42,6 +42,9 @@ struct Options {
   double frequency_penalty = 0.0;  // 0: none
   int logit_bias_tokens = 0;       // > 0: a logit_bias of +1 on this many token ids
   int min_tokens = 0;              // > 0: vLLM's min_tokens (at most the request's max_tokens)
+  // Non-empty: the text of a JSON Schema (--json-schema FILE) that constrains every request's
+  // output (vLLM's structured_outputs.json, accepted by banyand's completions API).
+  std::string json_schema;
   double penalised_share = 1.0;
 
   // --- greedy verification (temperature 0 only; one run, not a sweep or the probe)

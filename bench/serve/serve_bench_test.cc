@@ -1,4 +1,5 @@
 // The bench's pure parts: SSE framing, percentiles, the /metrics parser, workload sharing.
+#include <fstream>
 #include <iterator>
 #include <set>
 #include <string>
@@ -186,6 +187,41 @@ TEST(WorkloadTest, PenalisedShareIsSpreadEvenly) {
   EXPECT_NE(ParseOptions(3, const_cast<char**>(bad), &o, &help), "");
   const char* share[] = {"bench", "--penalised-share", "1.5"};
   EXPECT_NE(ParseOptions(3, const_cast<char**>(share), &o, &help), "");
+}
+
+// --json-schema puts the file's schema into every request as structured_outputs.json; a file
+// that is not JSON, or not there, is refused at parse time.
+TEST(WorkloadTest, JsonSchemaConstrainsEveryRequest) {
+  const std::string path = ::testing::TempDir() + "/bench_schema.json";
+  {
+    std::ofstream f(path);
+    f << R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})";
+  }
+  const char* argv[] = {"bench", "--workload", "shared-prefix", "--num-prompts", "4",
+                        "--prefix-tokens", "8", "--output-tokens", "16", "--json-schema",
+                        path.c_str()};
+  Options o;
+  bool help = false;
+  ASSERT_EQ(ParseOptions(static_cast<int>(std::size(argv)), const_cast<char**>(argv), &o, &help),
+            "");
+  Workload w;
+  ASSERT_EQ(BuildWorkload(o, &w), "");
+  ASSERT_EQ(w.requests.size(), 4u);
+  Target t;
+  for (const RequestSpec& r : w.requests) {
+    const Json body = Json::parse(CompletionBody(t, o, r, true));
+    ASSERT_TRUE(body.contains("structured_outputs")) << body.dump();
+    EXPECT_EQ(body["structured_outputs"]["json"]["required"][0], "city");
+  }
+  {
+    std::ofstream f(path);
+    f << "{not json";
+  }
+  Options bad;
+  EXPECT_NE(ParseOptions(static_cast<int>(std::size(argv)), const_cast<char**>(argv), &bad, &help),
+            "");
+  const char* missing[] = {"bench", "--json-schema", "/nonexistent/schema.json"};
+  EXPECT_NE(ParseOptions(3, const_cast<char**>(missing), &bad, &help), "");
 }
 
 // --logit-bias-tokens and --min-tokens ride on the same share: a body with K distinct biased

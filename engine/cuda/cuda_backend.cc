@@ -467,18 +467,54 @@ absl::Status CudaBackend::FinishFlight(int* slot_index) {
 
 absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                                        std::span<const int32_t> feed) {
+  BANYAN_RETURN_IF_ERROR(LaunchForward(batch, static_cast<int32_t>(specs.size()), feed));
+  return EnqueueSampling(specs, feed);
+}
+
+absl::Status CudaBackend::LaunchForward(const StepBatch& batch, int32_t num_specs,
+                                        std::span<const int32_t> feed) {
   Impl& m = *impl_;
+  if (m.forward_only.has_value()) {
+    return absl::FailedPreconditionError("a step launched by LaunchForward awaits its sampling");
+  }
   BANYAN_RETURN_IF_ERROR(BeginFlight());
   const int index = m.NextFlight();
   int32_t rows = 0;
-  const int32_t n = static_cast<int32_t>(specs.size());
-  absl::Status s = Run(batch, &rows, feed, n);
+  absl::Status s = Run(batch, &rows, feed, num_specs);
   EndFlightRun();
+  if (!s.ok()) {
+    // The steps in flight stay collectable.
+    cudaStreamSynchronize(m.stream);  // leave no work of this step in flight
+    return s;
+  }
+  m.forward_only = Impl::ForwardOnly{index, rows, num_specs, !batch.decode.empty()};
+  ++m.flight_count;  // the slot is taken; CollectSample refuses it until its sampling is enqueued
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::LaunchSampling(std::span<const SampleSpec> specs) {
+  return EnqueueSampling(specs, {});
+}
+
+// The second half of a launch: the sampling of the step LaunchForward left in forward_only.
+absl::Status CudaBackend::EnqueueSampling(std::span<const SampleSpec> specs,
+                                          std::span<const int32_t> feed) {
+  Impl& m = *impl_;
+  if (!m.forward_only.has_value()) {
+    return absl::FailedPreconditionError("LaunchSampling without a step from LaunchForward");
+  }
+  const Impl::ForwardOnly f = *m.forward_only;
+  m.forward_only.reset();
+  const int32_t n = static_cast<int32_t>(specs.size());
   const auto t = std::chrono::steady_clock::now();
-  cuda::DeviceSampler& sampler = m.sampler[index];
+  absl::Status s = n == f.num_specs
+                       ? absl::OkStatus()
+                       : absl::InvalidArgumentError(absl::StrCat(
+                             "the step was launched for ", f.num_specs, " samples, not ", n));
+  cuda::DeviceSampler& sampler = m.sampler[f.index];
   // The sampler reads the fed tokens before this step's own overwrite them (below).
   if (s.ok()) {
-    s = sampler.Enqueue(m.logits.as<float>(), rows, cfg_.vocab_size, specs, m.stream, feed,
+    s = sampler.Enqueue(m.logits.as<float>(), f.rows, cfg_.vocab_size, specs, m.stream, feed,
                         m.out_tokens.as<int32_t>());
   }
   if (s.ok() && n > 0) {
@@ -490,17 +526,17 @@ absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const S
                                          cudaMemcpyDeviceToDevice, m.stream),
                        "cudaMemcpy2DAsync (sampled tokens)");
   }
-  if (s.ok()) s = kc::CudaStatus(cudaEventRecord(m.flights[index].end, m.stream), "cudaEventRecord");
-  if (!batch.decode.empty()) {
+  if (s.ok()) s = kc::CudaStatus(cudaEventRecord(m.flights[f.index].end, m.stream), "cudaEventRecord");
+  if (f.decode) {
     stats_.sample_host_us +=
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
   }
   if (!s.ok()) {
-    // The steps in flight stay collectable.
+    // The step is dropped (it is the newest in the ring); the steps before stay collectable.
     cudaStreamSynchronize(m.stream);  // leave no work of this step in flight
+    --m.flight_count;
     return s;
   }
-  ++m.flight_count;
   m.feedable_valid = n > 0;
   m.feedable_count = n;
   return absl::OkStatus();
@@ -508,6 +544,9 @@ absl::Status CudaBackend::LaunchSample(const StepBatch& batch, std::span<const S
 
 absl::Status CudaBackend::CollectSample(std::vector<SampleResult>* out) {
   Impl& m = *impl_;
+  if (m.forward_only.has_value() && m.flight_head == m.forward_only->index) {
+    return absl::FailedPreconditionError("the step awaits its sampling (LaunchSampling)");
+  }
   int index = 0;
   BANYAN_RETURN_IF_ERROR(FinishFlight(&index));
   m.sampler[index].Collect(out);

@@ -169,10 +169,14 @@ class CudaBackend final : public Backend {
   absl::Status LaunchSample(const StepBatch& batch, std::span<const SampleSpec> specs,
                             std::span<const int32_t> feed) override;
   absl::Status CollectSample(std::vector<SampleResult>* out) override;
+  // The step's layers are enqueued by LaunchForward, its sampling (with the masks the host
+  // worked out meanwhile) by LaunchSampling, in stream order behind them.
+  absl::Status LaunchForward(const StepBatch& batch, int32_t num_specs,
+                             std::span<const int32_t> feed) override;
+  absl::Status LaunchSampling(std::span<const SampleSpec> specs) override;
   bool launches_async() const override { return true; }
-  // Token masks are not yet uploaded to the device sampler (issue 36): the engine loop refuses
-  // constrained requests on this backend.
-  bool supports_token_masks() const override { return false; }
+  // Token masks (SampleSpec::allowed) go to the device with the samples' parameters; the
+  // sampling kernel applies them (kernels/cuda/sampling.h).
   // Copies the rows from the device (call after CollectSample: the step is done).
   absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const override;
   // The heads run on the device over the last step's hidden states (device_draft_heads.h); the
@@ -227,6 +231,8 @@ class CudaBackend final : public Backend {
   absl::Status BeginFlight();
   void EndFlightRun();
   absl::Status FinishFlight(int* slot_index);
+  // LaunchSample's and LaunchSampling's second half (`feed`: a fed step's, for pending tokens).
+  absl::Status EnqueueSampling(std::span<const SampleSpec> specs, std::span<const int32_t> feed);
   // Builds the attention work of the step (TPP plan, prefill tiles), uploads it,
   // and fills the launch arguments. `fixed_layout`: tables at offsets that change only when a
   // capacity bucket grows (the graph path).

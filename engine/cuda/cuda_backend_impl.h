@@ -118,6 +118,16 @@ struct CudaBackend::Impl {
   };
   FlightSlot flights[kFlightDepth];
   int flight_head = 0, flight_count = 0;
+  // The newest slot's step when LaunchForward launched it without its sampling (its end event is
+  // recorded by LaunchSampling): the slot, the step's logits rows, the samples it was launched
+  // for, and whether it had decode rows (for the host-time stats).
+  struct ForwardOnly {
+    int index = 0;
+    int32_t rows = 0;
+    int32_t num_specs = 0;
+    bool decode = false;
+  };
+  std::optional<ForwardOnly> forward_only;
   int NextFlight() const { return (flight_head + flight_count) % kFlightDepth; }
   // out_tokens holds the tokens of the last step launched, one per spec, until a step that leaves
   // none there runs: what a fed step may read.

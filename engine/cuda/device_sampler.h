@@ -5,7 +5,8 @@
 //
 // Host work per step: O(samples) plus one entry per penalised token of the samples whose
 // penalties are not the defaults (their SequenceSamplingState's generated tokens, and its prompt
-// tokens when repetition_penalty != 1).
+// tokens when repetition_penalty != 1), plus a copy of each masked sample's token mask (vocab / 8
+// bytes: 16 KiB at 128K), which also crosses to the device with the rest of the upload.
 //
 // Header-only so that it needs no build change beside the backend. Not thread-safe: the engine
 // thread owns it with the backend. Buffers are reused across steps: the backend keeps one
@@ -35,6 +36,7 @@ namespace banyan::engine::cuda {
 struct PackedSamples {
   std::vector<kernels::cuda::SampleSpecDev> specs;
   std::vector<kernels::cuda::SamplePenaltyEntry> entries;  // the specs' penalty entries
+  std::vector<uint64_t> masks;  // the masked specs' token masks, SampleMaskWords(vocab) each
   int64_t num_top = 0;         // sum of the specs' num_top_logprobs
   int32_t penalized_rows = 0;  // specs with penalty entries (rows of the penalised scratch)
 };
@@ -109,13 +111,15 @@ inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSam
 
 // Packs `specs` (rows of a [rows, vocab] logits array). `feed`: the step's (Backend::LaunchSample);
 // a spec with penalties on a fed row names its pending token, feed[row] of the fed tokens.
-// InternalError for a spec outside the rows or a penalised token outside the vocabulary (the CPU
-// sampler's invariants).
+// A spec's token mask (SampleSpec::allowed) is copied: its first SampleMaskWords(vocab) words.
+// InternalError for a spec outside the rows, a penalised token outside the vocabulary or a mask
+// shorter than the vocabulary (the CPU sampler's invariants).
 inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows, int32_t vocab,
                                 PackedSamples* out, std::span<const int32_t> feed = {}) {
   namespace kc = kernels::cuda;
   out->specs.resize(specs.size());
   out->entries.clear();
+  out->masks.clear();
   out->num_top = 0;
   out->penalized_rows = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -147,7 +151,19 @@ inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows,
     if (p.HasPenalties() && static_cast<size_t>(in.row) < feed.size() && feed[in.row] >= 0) {
       d.pending_index = feed[in.row];
     }
-    if (d.penalty_count > 0 || d.pending_index >= 0) d.penalized_row = out->penalized_rows++;
+    if (!in.allowed.empty()) {
+      const int64_t words = kc::SampleMaskWords(vocab);
+      if (static_cast<int64_t>(in.allowed.size()) < words) {
+        return absl::InternalError(absl::StrCat("sample ", i, "'s token mask has ",
+                                                in.allowed.size() * 64, " bits for a vocabulary of ",
+                                                vocab));
+      }
+      d.mask_index = static_cast<int32_t>(static_cast<int64_t>(out->masks.size()) / words);
+      out->masks.insert(out->masks.end(), in.allowed.begin(), in.allowed.begin() + words);
+    }
+    if (d.penalty_count > 0 || d.pending_index >= 0 || d.mask_index >= 0) {
+      d.penalized_row = out->penalized_rows++;
+    }
   }
   return absl::OkStatus();
 }
@@ -188,17 +204,23 @@ class DeviceSampler {
     }
     BANYAN_RETURN_IF_ERROR(PackSamples(specs, rows, vocab, &packed_, feed));
 
-    // Inputs: [specs][penalty entries], one copy.
+    // Inputs: [specs][penalty entries][token masks], one copy (each part 8-byte aligned).
+    static_assert(sizeof(kc::SampleSpecDev) % 8 == 0 && sizeof(kc::SamplePenaltyEntry) % 8 == 0);
     const int64_t spec_bytes =
         static_cast<int64_t>(packed_.specs.size() * sizeof(kc::SampleSpecDev));
     const int64_t entry_bytes =
         static_cast<int64_t>(packed_.entries.size() * sizeof(kc::SamplePenaltyEntry));
-    const int64_t in_bytes = spec_bytes + entry_bytes;
+    const int64_t mask_bytes = static_cast<int64_t>(packed_.masks.size() * sizeof(uint64_t));
+    const int64_t in_bytes = spec_bytes + entry_bytes + mask_bytes;
     BANYAN_RETURN_IF_ERROR(host_in_.Reserve(in_bytes, "sampling inputs (host)"));
     BANYAN_RETURN_IF_ERROR(dev_in_.Reserve(in_bytes, "sampling inputs"));
     std::memcpy(host_in_.get(), packed_.specs.data(), spec_bytes);
     if (entry_bytes > 0) {
       std::memcpy(host_in_.as<char>() + spec_bytes, packed_.entries.data(), entry_bytes);
+    }
+    if (mask_bytes > 0) {
+      std::memcpy(host_in_.as<char>() + spec_bytes + entry_bytes, packed_.masks.data(),
+                  mask_bytes);
     }
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_in_.get(), host_in_.get(), in_bytes,
                                                 cudaMemcpyHostToDevice, stream));
@@ -219,6 +241,7 @@ class DeviceSampler {
     sp.specs = dev_in_.as<kc::SampleSpecDev>();
     sp.penalties =
         reinterpret_cast<const kc::SamplePenaltyEntry*>(dev_in_.as<char>() + spec_bytes);
+    sp.masks = reinterpret_cast<const uint64_t*>(dev_in_.as<char>() + spec_bytes + entry_bytes);
     sp.penalized = penalized_.as<float>();
     sp.pending_tokens = fed_tokens;
     sp.out = dev_out_.as<kc::SampleTokenDev>();

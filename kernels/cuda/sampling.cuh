@@ -474,17 +474,25 @@ __global__ void __launch_bounds__(BLOCK) SampleKernel(const __grid_constant__ Sa
     TopLogprobs<BLOCK>(x, vocab, s.num_top_logprobs, lsm, p.top + s.top_offset, sh);
   }
 
-  // Step 3: the biased and penalised row, materialised only for samples with a bias or penalties
-  // to apply. The CPU's float operations, rounded the same way (no fused multiply-add). A
-  // pending token (a fed row's previous token) adds one to its entry's count, or is a generated
-  // token of its own.
+  // Step 3: the masked, biased and penalised row, materialised only for samples with a mask, a
+  // bias or penalties to apply. The mask first (-inf stays -inf through every penalty below);
+  // then the CPU's float operations, rounded the same way (no fused multiply-add). A pending
+  // token (a fed row's previous token) adds one to its entry's count, or is a generated token
+  // of its own.
   const float* z = x;
   RowStats zs = xs;
   if (s.penalized_row >= 0) {
     __shared__ int pending_listed;
     const int pending = s.pending_index >= 0 ? max(p.pending_tokens[s.pending_index], 0) : -1;
     float* zp = p.penalized + static_cast<int64_t>(s.penalized_row) * vocab;
-    for (int i = threadIdx.x; i < vocab; i += BLOCK) zp[i] = Sanitized(x[i]);
+    if (s.mask_index >= 0) {
+      const uint64_t* mask = p.masks + s.mask_index * SampleMaskWords(vocab);
+      for (int i = threadIdx.x; i < vocab; i += BLOCK) {
+        zp[i] = (mask[i >> 6] >> (i & 63)) & 1u ? Sanitized(x[i]) : -INFINITY;
+      }
+    } else {
+      for (int i = threadIdx.x; i < vocab; i += BLOCK) zp[i] = Sanitized(x[i]);
+    }
     if (threadIdx.x == 0) pending_listed = 0;
     __syncthreads();
     const auto penalise = [&](int token, int generated_count, bool in_prompt, float bias) {

@@ -19,6 +19,10 @@
 // warp that holds u * W scans its range. Masses are accumulated in double (as the CPU does);
 // every reduction has a fixed order, so the result is deterministic.
 //
+// Token masks (a grammar's allowed tokens, step 3 of sampler.h): a masked sample names its mask,
+// a bit per token id in SampleParams::masks; its row is materialised like a penalised one, with
+// -inf for every token whose bit is clear, before its biases and penalties.
+//
 // Biases and penalties: the samples with a logit_bias or non-default penalties list one
 // SamplePenaltyEntry per distinct biased or penalised token; their changed row is materialised in
 // `penalized` (one vocab row per such sample) and the filters read it. Other samples read the logits row directly. A sample of a
@@ -60,9 +64,11 @@ struct SampleSpecDev {
   int32_t top_offset = 0;        // first entry of this sample in SampleParams::top
   int32_t penalty_begin = 0;     // entries [begin, begin + count) of SampleParams::penalties
   int32_t penalty_count = 0;     // > 0 only for a sample with a bias or non-default penalties
-  int32_t penalized_row = -1;    // row of SampleParams::penalized, -1 for none
+  int32_t penalized_row = -1;    // row of SampleParams::penalized (masked, biased, penalised
+                                 // or fed with penalties), -1 for none
   uint32_t stream = 0;
   int32_t pending_index = -1;    // >= 0: SampleParams::pending_tokens[i] is generated once more
+  int32_t mask_index = -1;       // >= 0: mask i of SampleParams::masks; -1: no mask
   uint64_t seed = 0;
   uint64_t step = 0;
 };
@@ -79,12 +85,17 @@ struct SampleTopDev {
   float logprob = 0.0f;
 };
 
+// 64-bit words of one token mask.
+inline constexpr int64_t SampleMaskWords(int64_t vocab) { return (vocab + 63) / 64; }
+
 struct SampleParams {
   const float* logits = nullptr;                 // [rows, vocab]
   const SampleSpecDev* specs = nullptr;          // [num_specs]
   const SamplePenaltyEntry* penalties = nullptr; // [sum of penalty_count], distinct tokens per spec
-  float* penalized = nullptr;                    // [penalised specs, vocab] scratch
+  float* penalized = nullptr;                    // [specs with a penalized_row, vocab] scratch
   const int32_t* pending_tokens = nullptr;       // the fed tokens (-1 reads as 0); see above
+  // [masks, SampleMaskWords(vocab)]: bit t % 64 of word t / 64 set = token t allowed.
+  const uint64_t* masks = nullptr;
   SampleTokenDev* out = nullptr;                 // [num_specs]
   SampleTopDev* top = nullptr;                   // [sum of num_top_logprobs], most likely first
   int32_t rows = 0;

@@ -38,6 +38,9 @@ struct StepSpeculation {
 struct InFlightStep {
   bool active = false;
   bool fed = false;                  // launched before the step before was collected
+  // A fed step with constrained rows: launched without its sampling, which FinishLateSampling
+  // launches once the step before's tokens have moved the rows' grammars.
+  bool late_sampling = false;
   bool collected_this_step = false;  // by the current Step (without overlap)
   engine::StepOutput out;
   RowOwners owner;                          // decode row -> sample

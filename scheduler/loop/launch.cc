@@ -12,7 +12,13 @@ void BindSampling(PlacementHooks& hooks, PlacedStep* step) {
   for (engine::DecodeItem& d : step->decode) {
     if (d.sample.state != nullptr) continue;
     auto [l, k] = step->owner.at(d.seq);
-    BANYAN_CHECK(d.feed < 0 || l->req.constraint == nullptr) << "a constrained row was fed";
+    if (d.feed >= 0 && l->req.constraint != nullptr) {
+      // Its mask follows the fed token, which only the step before's collection brings to the
+      // host: the whole step's sampling is launched then (EngineLoop::FinishLateSampling).
+      step->late_sampling = true;
+      d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling, .step_ahead = 1};
+      continue;
+    }
     d.sample = {.params = &l->req.params, .state = &l->samples[k].sampling,
                 .step_ahead = d.feed >= 0 ? 1 : 0, .allowed = hooks.MaskFor(*l, k)};
   }
@@ -21,13 +27,15 @@ void BindSampling(PlacementHooks& hooks, PlacedStep* step) {
 bool EngineLoop::LaunchPlaced(PlacedStep step, const LaunchClock& clock, bool fed,
                               InFlightStep* f) {
   f->fed = fed;
+  f->late_sampling = step.late_sampling;
   f->owner = std::move(step.owner);
   f->logit_owners = std::move(step.logit_owners);
   f->patches = std::move(step.patches);
   f->decode_rows = static_cast<int64_t>(step.decode.size());
   f->prefill_tokens = step.PrefillTokens();
   f->times = clock.BeforeLaunch(backend_->device_seconds());
-  if (absl::Status run = runner_.Launch(step.copies, step.decode, step.prefill, &f->out);
+  if (absl::Status run =
+          runner_.Launch(step.copies, step.decode, step.prefill, &f->out, step.late_sampling);
       !run.ok()) {
     FailAll(run);
     return false;
@@ -41,6 +49,28 @@ bool EngineLoop::LaunchPlaced(PlacedStep step, const LaunchClock& clock, bool fe
   }
   LaunchClock::Launched(launched, clock.from(), fed, f->out.forward_seconds, &f->times);
   return true;
+}
+
+bool EngineLoop::FinishLateSampling() {
+  InFlightStep& f = ahead_;
+  const auto t0 = std::chrono::steady_clock::now();
+  // Every decode row of the fed step is fed: its sample's state took the step before's token
+  // (step_ahead 0 now, and no pending token for its penalties), and a constrained one's matcher
+  // too, so its mask is known.
+  const absl::Status s = runner_.FinishLaunch([&](kvcache::SeqId seq, engine::SampleSpec* spec) {
+    auto [l, k] = f.owner.at(seq);
+    spec->step_ahead = 0;
+    spec->allowed = {};
+    if (l->state == RequestState::kDecoding && !l->samples[k].finished) {
+      spec->allowed = MaskFor(*l, k);
+    }
+  });
+  ++stats_.late_sampled_steps;
+  stats_.late_sampling_seconds += Seconds(t0, std::chrono::steady_clock::now());
+  if (s.ok()) return true;
+  FailAll(s);
+  f = InFlightStep{};  // the runner dropped it; the failed requests' sequences went with FailAll
+  return false;
 }
 
 }  // namespace banyan::scheduler

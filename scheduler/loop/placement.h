@@ -55,6 +55,7 @@ struct PlacedStep {
   RowOwners owner;                         // every decode row's sample
   std::vector<LiveRequest*> logit_owners;  // prompts whose last token's row is sampled, in order
   FedPatches patches;                      // a fed step's rows (PlaceFedRows)
+  bool late_sampling = false;  // a fed row is constrained: its mask waits for its fed token
   int64_t prompt_tokens = 0;      // prompt tokens placed (cached ones included)
   int64_t cache_hit_tokens = 0;   // of which the prefix cache held
   int64_t PrefillTokens() const;  // prompt tokens the backend computes

@@ -347,6 +347,59 @@ TEST_F(StructuredOutputTest, SittingOutForAMaskLeavesEveryTokenAsItWas) {
   }
 }
 
+// Fed steps (the CPU a step ahead, as on the GPU) with constrained rows: each such step is
+// launched without its sampling, which follows once the step before's tokens have moved the
+// grammars (late sampling). The tokens are those of the loop without fed steps, for constrained
+// rows (n = 2, penalties, a bias, a triggered grammar) and a free one alike, and every finished
+// constrained output satisfies its schema.
+TEST_F(StructuredOutputTest, FedStepsSampleConstrainedRowsLateWithTheSameTokens) {
+  std::vector<Request> reqs;
+  Request free = MakeRequest("free", 91, 300);
+  free.params.ignore_eos = true;
+  reqs.push_back(std::move(free));
+  for (int seed = 50; seed < 56; ++seed) {
+    Request r = MakeRequest(absl::StrCat("c", seed), seed, 200);
+    r.constraint = seed == 55 ? AnyObject() : Schema(kSchema);
+    if (seed % 2 == 0) r.n = 2;
+    if (seed == 51) r.params.frequency_penalty = 1.0f;
+    if (seed == 53) {
+      r.params.repetition_penalty = 1.3f;
+      r.params.logit_bias = {{5, 3.0f}};
+    }
+    reqs.push_back(std::move(r));
+  }
+  LoopStats plain_stats, fed_stats;
+  auto plain = RunWith(reqs,
+                       {.max_running_sequences = 16, .prefill_token_budget = 64, .overlap = 0,
+                        .feed = 0},
+                       &plain_stats);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto fed = RunWith(reqs,
+                     {.max_running_sequences = 16, .prefill_token_budget = 64, .overlap = 1,
+                      .feed = 1},
+                     &fed_stats);
+  ASSERT_TRUE(fed.ok()) << fed.status();
+  EXPECT_EQ(plain_stats.fed_steps, 0);
+  EXPECT_GT(fed_stats.fed_steps, 20);
+  EXPECT_GT(fed_stats.late_sampled_steps, 20) << "fed steps with constrained rows";
+  EXPECT_LE(fed_stats.late_sampled_steps, fed_stats.fed_steps);
+  ASSERT_EQ(plain->size(), fed->size());
+  int valid = 0;
+  for (size_t i = 0; i < plain->size(); ++i) {
+    ASSERT_EQ((*plain)[i].samples.size(), (*fed)[i].samples.size());
+    for (size_t k = 0; k < (*plain)[i].samples.size(); ++k) {
+      EXPECT_EQ((*plain)[i].samples[k].tokens, (*fed)[i].samples[k].tokens)
+          << "request " << i << " sample " << k;
+      EXPECT_EQ((*plain)[i].samples[k].finish, (*fed)[i].samples[k].finish);
+      if (i > 0 && i < 6 && (*fed)[i].samples[k].finish == FinishReason::kStop) {
+        EXPECT_TRUE(SatisfiesSchema((*fed)[i].samples[k].text));
+        ++valid;
+      }
+    }
+  }
+  EXPECT_GE(valid, 3);
+}
+
 // tool_choice auto's triggered grammar (TokenConstraint::trigger), with a one-token trigger the
 // tiny model is pushed to write first (logit_bias): the text after it is a whole Hermes call
 // that the parser reads back; the same request without the grammar writes something else.

@@ -18,6 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_backend.h"
 #include "model/dummy_weights.h"
+#include "model/model_bundle.h"
+#include "nlohmann/json.hpp"
+#include "text/grammar/constraint_cache.h"
+#include "text/grammar/json_schema.h"
 #include "gtest/gtest.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/generate.h"
@@ -127,6 +131,91 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
   }
   std::printf("[ fed steps ] %lld fed decode steps over three runs\n",
               static_cast<long long>(fed_total));
+}
+
+// Constrained requests (a JSON Schema's token masks on the device sampler) in fed steps: each
+// fed step with constrained rows is launched without its sampling (Backend::LaunchForward), and
+// its masks go to the device once the step before's tokens have moved the grammars
+// (LaunchSampling) while the step's layers run. The tokens are those of the loop without fed
+// steps, constrained and free rows alike, and every constrained output that ended is JSON of
+// the schema's shape.
+TEST(FedStepsTest, ConstrainedRowsSampleLateWithTheSameTokens) {
+  BANYAN_SEEDED_RNG(rng);
+  const model::ModelConfig cfg = testing::SmallModelConfig(64, 4, 2, 2, 1000);
+  const model::ModelWeights w = model::MakeDummyWeights(cfg, rng());
+  auto tok = model::SyntheticTokenizer(cfg.vocab_size);  // byte pieces: any text spells
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  std::vector<std::string> bytes(cfg.vocab_size);
+  for (int id = 3; id < cfg.vocab_size; ++id) bytes[id] = (*tok)->TokenBytes(id);
+  text::grammar::ConstraintCache cache(
+      std::make_shared<const text::grammar::Vocabulary>(std::move(bytes)), 4);
+  constexpr char kSchema[] =
+      R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+          "days": {"type": "integer", "minimum": 0, "maximum": 99},
+          "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"],
+          "additionalProperties": false})";
+  auto schema = cache.GetOrCompile("s", [&] {
+    return text::grammar::JsonSchemaToGrammar(nlohmann::ordered_json::parse(kSchema));
+  });
+  ASSERT_TRUE(schema.ok()) << schema.status();
+
+  std::vector<scheduler::Request> reqs;
+  for (int i = 0; i < 10; ++i) {
+    scheduler::Request r;
+    r.id = absl::StrCat("c", i);
+    for (int k = 0; k < 20 + i; ++k) r.prompt.push_back(3 + static_cast<int32_t>(rng() % 900));
+    r.params.max_tokens = 60;
+    r.params.temperature = i % 3 == 0 ? 0.0f : 1.0f;
+    r.params.seed = 500 + i;
+    r.params.has_seed = true;
+    if (i == 4) r.n = 2;
+    if (i == 5) r.params.frequency_penalty = 0.5f;
+    if (i == 7) r.params.logprobs = 2;
+    if (i != 9) r.constraint = *schema;  // request 9 runs free beside them
+    if (i == 9) r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  std::vector<scheduler::GenerationResult> out[2];
+  scheduler::LoopStats stats[2];
+  for (int feed : {0, 1}) {
+    CudaBackendOptions o;
+    o.num_chunks = 512;
+    o.chunk_size = 16;
+    auto b = CudaBackend::Create(&w, o);
+    ASSERT_TRUE(b.ok()) << b.status();
+    scheduler::EngineLoop loop(w.config, tok->get(), *std::move(b),
+                               {.max_running_sequences = 32, .prefill_token_budget = 256,
+                                .feed = feed});
+    auto res = scheduler::GenerateAll(loop, reqs);
+    ASSERT_TRUE(res.ok()) << res.status();
+    out[feed] = *res;
+    stats[feed] = loop.stats();
+    EXPECT_EQ(loop.tree().Stats().chunks_live, 0);
+  }
+  EXPECT_EQ(stats[0].late_sampled_steps, 0);
+  EXPECT_GT(stats[1].late_sampled_steps, 10);
+  int ended = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_EQ(out[0][i].samples.size(), out[1][i].samples.size());
+    for (size_t k = 0; k < out[0][i].samples.size(); ++k) {
+      const scheduler::SampleOutput& a = out[0][i].samples[k];
+      const scheduler::SampleOutput& f = out[1][i].samples[k];
+      EXPECT_EQ(a.tokens, f.tokens) << "request " << i << " sample " << k;
+      EXPECT_EQ(a.finish, f.finish) << "request " << i << " sample " << k;
+      if (i == 9 || f.finish != scheduler::FinishReason::kStop) continue;
+      std::string text;
+      for (int32_t t : f.tokens) {
+        if (!cfg.IsStop(t)) text += (*tok)->TokenBytes(t);
+      }
+      const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      ASSERT_FALSE(j.is_discarded()) << text;
+      EXPECT_TRUE(j.contains("city") && j["city"].is_string() && j.contains("unit")) << text;
+      ++ended;
+    }
+  }
+  std::printf("[ fed steps ] constrained: %lld late-sampled steps of %lld fed; %d outputs ended "
+              "as JSON\n", static_cast<long long>(stats[1].late_sampled_steps),
+              static_cast<long long>(stats[1].fed_steps), ended);
 }
 
 }  // namespace

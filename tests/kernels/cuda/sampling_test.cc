@@ -7,6 +7,8 @@
 //    exact); sampled tokens too, unless the CPU itself picks the device's token under a tiny
 //    perturbation of u, top_p or min_p (the rounding of expf and of the summation order, which is
 //    all the contract allows to differ), and such cases must be rare. Logprobs: relative 1e-4.
+//    About half the samples carry a random token mask (a grammar's, step 3: one allowed token, a
+//    sparse or a dense set, or none at all, which leaves no distribution).
 //  - a distribution test: one row, many steps, the empirical frequencies against the exact
 //    probabilities of the filtered distribution (chi-square, and nothing outside the support).
 //  - fed rows (their previous token still on the device): the penalties count that token, as
@@ -69,6 +71,8 @@ std::vector<SampleResult> DeviceSample(const std::vector<float>& logits, int32_t
   Dev<float> d_pen(static_cast<size_t>(packed.penalized_rows) * vocab, 0xff);  // NaN
   Dev<kc::SampleTokenDev> d_out(specs.size(), 0x7f);
   Dev<kc::SampleTopDev> d_top(packed.num_top, 0x7f);
+  Dev<uint64_t> d_masks(packed.masks.size());
+  cudaMemcpy(d_masks.p, packed.masks.data(), packed.masks.size() * 8, cudaMemcpyHostToDevice);
   Dev<int32_t> d_fed(fed_tokens.size());
   cudaMemcpy(d_fed.p, fed_tokens.data(), fed_tokens.size() * 4, cudaMemcpyHostToDevice);
   kc::SampleParams p;
@@ -76,6 +80,7 @@ std::vector<SampleResult> DeviceSample(const std::vector<float>& logits, int32_t
   p.logits = d_logits.p;
   p.specs = d_specs.p;
   p.penalties = d_entries.p;
+  p.masks = d_masks.p;
   p.penalized = d_pen.p;
   p.out = d_out.p;
   p.top = d_top.p;
@@ -104,7 +109,8 @@ bool Close(float a, float b, double rel = 1e-4) {
 // Whether the CPU itself picks `token` when u, top_p and min_p move by a relative 1e-5: the
 // rounding margin of the CDF and filter boundaries that the contract leaves to each backend.
 bool WithinRoundingMargin(std::span<const float> row, const SamplingParams& params,
-                          const SequenceSamplingState& state, float u, int32_t token) {
+                          const SequenceSamplingState& state, float u, int32_t token,
+                          std::span<const uint64_t> allowed) {
   constexpr double kEps = 1e-5;
   for (double du : {-kEps, 0.0, kEps}) {
     for (double dp : {-kEps, 0.0, kEps}) {
@@ -113,7 +119,7 @@ bool WithinRoundingMargin(std::span<const float> row, const SamplingParams& para
         if (q.top_p < 1.0f) q.top_p = std::min(std::nextafter(1.0f, 0.0f), static_cast<float>(q.top_p * (1 + dp)));
         if (q.min_p > 0.0f) q.min_p = std::min(1.0f, static_cast<float>(q.min_p * (1 + dm)));
         const float uu = std::clamp(static_cast<float>(u + du), 0.0f, std::nextafter(1.0f, 0.0f));
-        auto r = SampleWithUniform(row, q, state, uu);
+        auto r = SampleWithUniform(row, q, state, uu, nullptr, 0, allowed);
         if (r.ok() && r->token == token) return true;
       }
     }
@@ -138,12 +144,13 @@ struct Stats {
   int samples = 0, sampled = 0, margin_mismatches = 0;
 };
 
-// Compares one device result with the CPU reference (gtest failures).
+// Compares one device result with the CPU reference (gtest failures). `allowed`: the sample's
+// token mask, empty for none.
 void Compare(std::span<const float> row, const SamplingParams& params,
              const SequenceSamplingState& state, const SampleResult& dev, const std::string& label,
-             Stats* stats) {
+             Stats* stats, std::span<const uint64_t> allowed = {}) {
   const float u = SampleUniform(state.seed(), state.stream(), state.step());
-  auto cpu = SampleWithUniform(row, params, state, u);
+  auto cpu = SampleWithUniform(row, params, state, u, nullptr, 0, allowed);
   ++stats->samples;
   if (!cpu.ok()) {
     EXPECT_EQ(dev.token, -1) << label << ": the CPU finds no distribution";
@@ -151,12 +158,16 @@ void Compare(std::span<const float> row, const SamplingParams& params,
   }
   ASSERT_GE(dev.token, 0) << label << ": the device found no distribution";
   ASSERT_LT(dev.token, static_cast<int32_t>(row.size())) << label;
+  if (!allowed.empty()) {
+    EXPECT_TRUE((allowed[dev.token / 64] >> (dev.token % 64)) & 1u)
+        << label << ": the device drew token " << dev.token << ", which the mask forbids";
+  }
   if (params.temperature < kGreedyTemperature) {
     EXPECT_EQ(dev.token, cpu->token) << label << " (greedy)";
   } else {
     ++stats->sampled;
     if (dev.token != cpu->token) {
-      EXPECT_TRUE(WithinRoundingMargin(row, params, state, u, dev.token))
+      EXPECT_TRUE(WithinRoundingMargin(row, params, state, u, dev.token, allowed))
           << label << ": device " << dev.token << ", CPU " << cpu->token << ", u " << u;
       ++stats->margin_mismatches;
     }
@@ -262,6 +273,26 @@ SamplingParams RandomParams(std::mt19937_64& rng, int vocab) {
   return p;
 }
 
+// A random token mask of `vocab` bits (empty half the time): one allowed token, a sparse set,
+// a dense one, or none at all (no distribution).
+std::vector<uint64_t> RandomMask(std::mt19937_64& rng, int vocab) {
+  if (rng() % 2 == 0) return {};
+  std::vector<uint64_t> mask(static_cast<size_t>(vocab + 63) / 64, 0);
+  const int kind = static_cast<int>(rng() % 8);
+  if (kind == 0) return mask;  // nothing allowed
+  if (kind == 1) {
+    const int32_t t = static_cast<int32_t>(rng() % vocab);
+    mask[t / 64] |= uint64_t{1} << (t % 64);
+    return mask;
+  }
+  const double density = kind <= 3 ? 0.01 : kind <= 5 ? 0.5 : 0.99;
+  std::bernoulli_distribution on(density);
+  for (int t = 0; t < vocab; ++t) {
+    if (on(rng)) mask[t / 64] |= uint64_t{1} << (t % 64);
+  }
+  return mask;
+}
+
 SequenceSamplingState RandomState(std::mt19937_64& rng, int vocab, uint32_t stream) {
   std::vector<int32_t> prompt(rng() % 200);
   std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
@@ -312,8 +343,12 @@ TEST(DeviceSampling, MatchesCpuReference) {
       std::vector<int32_t> prompt = {0, vocab - 1};
       states[i] = SequenceSamplingState(rng(), prompt, 0);
     }
+    std::vector<std::vector<uint64_t>> masks(params.size());
+    for (auto& m : masks) m = RandomMask(rng, vocab);
     std::vector<SampleSpec> specs(params.size());
-    for (size_t i = 0; i < specs.size(); ++i) specs[i] = {spec_rows[i], &params[i], &states[i]};
+    for (size_t i = 0; i < specs.size(); ++i) {
+      specs[i] = {spec_rows[i], &params[i], &states[i], 0, masks[i]};
+    }
     const std::vector<SampleResult> dev = DeviceSample(logits, rows, vocab, specs);
     ASSERT_EQ(dev.size(), specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -326,8 +361,8 @@ TEST(DeviceSampling, MatchesCpuReference) {
                            p.repetition_penalty, " freq ", p.frequency_penalty, " pres ",
                            p.presence_penalty, " logprobs ", p.logprobs, " biased ",
                            p.logit_bias.size(), " min_tokens ", p.min_tokens, " step ",
-                           states[i].step()),
-              &stats);
+                           states[i].step(), " masked ", !masks[i].empty()),
+              &stats, masks[i]);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
@@ -553,8 +588,10 @@ TEST(DeviceSampling, BackendForwardSample) {
       rows.push_back(r);
     }
   }
+  std::vector<std::vector<uint64_t>> masks(params.size());
+  for (auto& m : masks) m = RandomMask(rng, vocab);
   std::vector<SampleSpec> specs(params.size());
-  for (size_t i = 0; i < specs.size(); ++i) specs[i] = {rows[i], &params[i], &states[i]};
+  for (size_t i = 0; i < specs.size(); ++i) specs[i] = {rows[i], &params[i], &states[i], 0, masks[i]};
   std::vector<SampleResult> dev;
   const absl::Status st = (*backend)->ForwardSample(batch, specs, &dev);
   ASSERT_TRUE(st.ok()) << st;
@@ -562,7 +599,8 @@ TEST(DeviceSampling, BackendForwardSample) {
   Stats stats;
   for (size_t i = 0; i < specs.size(); ++i) {
     Compare(std::span<const float>(logits).subspan(static_cast<size_t>(rows[i]) * vocab, vocab),
-            params[i], states[i], dev[i], absl::StrCat("backend spec ", i), &stats);
+            params[i], states[i], dev[i],
+            absl::StrCat("backend spec ", i, " masked ", !masks[i].empty()), &stats, masks[i]);
   }
   EXPECT_LE(stats.margin_mismatches, 2);
 }
