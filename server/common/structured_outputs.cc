@@ -59,46 +59,42 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromResponseFormat(const OJs
 
 // guided_json, structured_outputs.json: the schema as an object or a JSON string.
 absl::StatusOr<StructuredOutputSpec> FromGuidedJson(const OJson& g, const std::string& field) {
-  OJson schema = g;
-  if (g.is_string()) {
-    const std::string& text = g.get_ref<const std::string&>();
-    absl::StatusOr<OJson> parsed =
-        ParseOrderedJson(text, field, JsonLimits{.max_depth = kMaxJsonDepth,
-                                                 .max_bytes = text.size()});
-    if (!parsed.ok()) return InvalidParam(field, std::string(parsed.status().message()));
-    schema = *std::move(parsed);
-  }
-  if (!schema.is_object()) {
+  if (g.is_string()) return JsonSchemaSpecFromText(g.get_ref<const std::string&>(), field);
+  if (!g.is_object()) {
     return InvalidParam(field, absl::StrCat(field, " must be a JSON Schema: an object, or a "
                                                    "string holding one"));
   }
-  return StructuredOutputSpec::JsonSchema(std::move(schema), field);
+  return StructuredOutputSpec::JsonSchema(g, field);
+}
+
+std::string RegexShapeMessage(const std::string& field) {
+  return absl::StrCat(field, " must be a non-empty string: a regular expression the whole output "
+                             "matches");
+}
+
+std::string ChoiceShapeMessage(const std::string& field) {
+  return absl::StrCat(field, " must be a non-empty list of strings");
 }
 
 // guided_regex, structured_outputs.regex. The pattern compiles in Compile, where a construct
 // the engine refuses becomes a 400 naming the field.
 absl::StatusOr<StructuredOutputSpec> FromGuidedRegex(const OJson& g, const std::string& field) {
-  if (!g.is_string() || g.get_ref<const std::string&>().empty()) {
-    return InvalidParam(field, absl::StrCat(field, " must be a non-empty string: a regular "
-                                                   "expression the whole output matches"));
-  }
-  return StructuredOutputSpec::Regex(g.get<std::string>(), field);
+  if (!g.is_string()) return InvalidParam(field, RegexShapeMessage(field));
+  return RegexSpec(g.get<std::string>(), field);
 }
 
 // guided_choice, structured_outputs.choice.
 absl::StatusOr<StructuredOutputSpec> FromGuidedChoice(const OJson& g, const std::string& field) {
-  if (!g.is_array() || g.empty()) {
-    return InvalidParam(field, absl::StrCat(field, " must be a non-empty list of strings"));
-  }
+  if (!g.is_array()) return InvalidParam(field, ChoiceShapeMessage(field));
   std::vector<std::string> choices;
   for (size_t i = 0; i < g.size(); ++i) {
     if (!g[i].is_string()) {
-      return InvalidParam(field, absl::StrCat(field, "[", i, "] is not a string: ", field,
-                                              " must be a non-empty list of strings"));
+      return InvalidParam(field, absl::StrCat(field, "[", i, "] is not a string: ",
+                                              ChoiceShapeMessage(field)));
     }
     choices.push_back(g[i].get<std::string>());
   }
-  return StructuredOutputSpec::Choice(std::move(choices), field);
+  return ChoiceSpec(std::move(choices), field);
 }
 
 // vLLM's structured_outputs object: one of json, regex, choice or json_object: true. Its other
@@ -128,10 +124,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromStructuredOutputs(const 
                                                      "one of json, regex, choice or json_object"));
     }
     if (!spec.ok()) return spec.status();
-    if (chosen.has_value()) {
-      return InvalidParam(field, absl::StrCat(field, " and ", chosen->field,
-                                              " both constrain the output; send one of them"));
-    }
+    if (chosen.has_value()) return BothConstrainError(field, chosen->field);
     chosen = *std::move(spec);
   }
   return chosen;
@@ -206,10 +199,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
                   absl::StatusOr<std::optional<StructuredOutputSpec>> spec) -> absl::Status {
     if (!spec.ok()) return spec.status();
     if (!spec->has_value()) return absl::OkStatus();
-    if (chosen.has_value()) {
-      return InvalidParam(name, absl::StrCat(name, " and ", chosen_name,
-                                             " both constrain the output; send one of them"));
-    }
+    if (chosen.has_value()) return BothConstrainError(name, chosen_name);
     chosen = *std::move(spec);
     chosen_name = name;
     return absl::OkStatus();
@@ -245,6 +235,43 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
     }
   }
   return chosen;
+}
+
+absl::StatusOr<StructuredOutputSpec> JsonSchemaSpecFromText(std::string_view text,
+                                                            std::string field) {
+  absl::StatusOr<OJson> schema = ParseOrderedJson(
+      text, field, JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = text.size()});
+  if (!schema.ok()) return InvalidParam(field, std::string(schema.status().message()));
+  if (!schema->is_object()) {
+    return InvalidParam(field, absl::StrCat(field, " must hold a JSON Schema object"));
+  }
+  return StructuredOutputSpec::JsonSchema(*std::move(schema), std::move(field));
+}
+
+absl::StatusOr<StructuredOutputSpec> RegexSpec(std::string pattern, std::string field) {
+  if (pattern.empty()) return InvalidParam(field, RegexShapeMessage(field));
+  return StructuredOutputSpec::Regex(std::move(pattern), std::move(field));
+}
+
+absl::StatusOr<StructuredOutputSpec> ChoiceSpec(std::vector<std::string> choices,
+                                                std::string field) {
+  if (choices.empty()) return InvalidParam(field, ChoiceShapeMessage(field));
+  return StructuredOutputSpec::Choice(std::move(choices), std::move(field));
+}
+
+absl::Status BothConstrainError(std::string_view second, std::string_view first) {
+  return InvalidParam(second, absl::StrCat(std::string(second), " and ", std::string(first),
+                                           " both constrain the output; send one of them"));
+}
+
+absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> CompileStructuredOutput(
+    StructuredOutputs* compiler, const StructuredOutputSpec& spec) {
+  if (compiler == nullptr) {
+    return InvalidParam(spec.field, absl::StrCat(spec.field,
+                                                 ": structured outputs are not available on "
+                                                 "this server"));
+  }
+  return compiler->Compile(spec);
 }
 
 std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(

@@ -17,6 +17,11 @@
 // is refused naming it. Schemas are read with their keys in the order sent: properties are
 // generated in that order.
 //
+// Wire fields (the gRPC front end, GenerateRequest in proto/banyan/v1/generation.proto):
+// json_schema (as JSON text), regex, choice and json_object, the same four constraints; the
+// front end reads them with the checked builders below and compiles through
+// CompileStructuredOutput, as HTTP does.
+//
 // Errors are InvalidArgument with the wire field as the status param: a bad shape names the
 // field, a schema keyword outside the supported subset is the grammar engine's message naming
 // the keyword and its JSON pointer.
@@ -30,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/call_once.h"
@@ -60,6 +66,27 @@ struct StructuredOutputSpec {
 // asked for.
 absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
     const nlohmann::ordered_json& body);
+
+// Checked specs from values a front end has already read off its wire; InvalidArgument naming
+// `field` otherwise. A schema sent as JSON text must parse (nesting within kMaxJsonDepth) into
+// an object; a pattern must not be empty (its syntax is checked when it compiles); a choice
+// list must not be empty.
+absl::StatusOr<StructuredOutputSpec> JsonSchemaSpecFromText(std::string_view text,
+                                                            std::string field);
+absl::StatusOr<StructuredOutputSpec> RegexSpec(std::string pattern, std::string field);
+absl::StatusOr<StructuredOutputSpec> ChoiceSpec(std::vector<std::string> choices,
+                                                std::string field);
+
+// The refusal of a request that asks for two constraints: InvalidArgument naming `second` as the
+// field and both in the message.
+absl::Status BothConstrainError(std::string_view second, std::string_view first);
+
+class StructuredOutputs;
+
+// The spec's constraint from `compiler`, the server's (ServerContext::structured_outputs); a
+// null compiler (a server without structured outputs) refuses, naming spec.field.
+absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> CompileStructuredOutput(
+    StructuredOutputs* compiler, const StructuredOutputSpec& spec);
 
 // The grammar engine's view of a tokenizer: token id -> the bytes it stands for, empty for the
 // special and control tokens (BOS, EOS, unknown, the tokenizer's special tokens), which no

@@ -4,13 +4,14 @@
 #include <atomic>
 #include <optional>
 #include <random>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
-#include "common/json_limits.h"
 #include "server/common/structured_outputs.h"
 #include "server/common/validation.h"
 
@@ -76,6 +77,31 @@ std::string FindBadUtf8(std::string_view wire, const google::protobuf::Descripto
     }
   }
   return "";
+}
+
+// The constraint json_schema, regex, choice or json_object asks for; nullopt: none. Two set are
+// refused before either is read, naming the later field and the earlier.
+absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
+    const v1::GenerateRequest& req) {
+  std::vector<std::string_view> set;
+  if (req.has_json_schema()) set.push_back("json_schema");
+  if (req.has_regex()) set.push_back("regex");
+  if (req.has_choice()) set.push_back("choice");
+  if (req.json_object()) set.push_back("json_object");
+  if (set.empty()) return std::nullopt;
+  if (set.size() > 1) return BothConstrainError(set[1], set[0]);
+  absl::StatusOr<StructuredOutputSpec> spec;
+  if (req.has_json_schema()) {
+    spec = JsonSchemaSpecFromText(req.json_schema(), "json_schema");
+  } else if (req.has_regex()) {
+    spec = RegexSpec(req.regex(), "regex");
+  } else if (req.has_choice()) {
+    spec = ChoiceSpec({req.choice().values().begin(), req.choice().values().end()}, "choice");
+  } else {
+    spec = StructuredOutputSpec::JsonObject("json_object");
+  }
+  if (!spec.ok()) return spec.status();
+  return std::optional<StructuredOutputSpec>(*std::move(spec));
 }
 
 }  // namespace
@@ -172,21 +198,11 @@ absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest&
   in.tenant = std::string(tenant);
   in.user = req.user();
   in.cache_salt = req.cache_salt();
-  if (req.has_json_schema()) {
-    // Compiled here, on the gRPC handler's thread (cached by schema text).
-    const std::string& text = req.json_schema();
-    absl::StatusOr<nlohmann::ordered_json> schema = ParseOrderedJson(
-        text, "json_schema", JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = text.size()});
-    if (!schema.ok()) return InvalidParam("json_schema", std::string(schema.status().message()));
-    if (!schema->is_object()) {
-      return InvalidParam("json_schema", "json_schema must hold a JSON Schema object");
-    }
-    if (ctx.structured_outputs == nullptr) {
-      return InvalidParam("json_schema",
-                          "json_schema: structured outputs are not available on this server");
-    }
-    auto constraint = ctx.structured_outputs->Compile(
-        StructuredOutputSpec::JsonSchema(*std::move(schema), "json_schema"));
+  // Compiled here, on the gRPC handler's thread, through the server's cache.
+  absl::StatusOr<std::optional<StructuredOutputSpec>> spec = StructuredOutputOf(req);
+  if (!spec.ok()) return spec.status();
+  if (spec->has_value()) {
+    auto constraint = CompileStructuredOutput(ctx.structured_outputs.get(), **spec);
     if (!constraint.ok()) return constraint.status();
     in.constraint = *std::move(constraint);
   }

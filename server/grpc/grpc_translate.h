@@ -39,8 +39,9 @@ absl::Status CheckModel(std::string_view requested, const ServerContext& ctx);
 // The validated scheduler request for `req` from the authenticated `tenant` (its name is the
 // prefix-cache namespace; req.user / cache_salt only narrow it): text is checked against
 // max_prompt_bytes, then tokenized (with BOS unless add_bos is false), unset fields take their
-// defaults, every field is checked against the model's limits. InvalidArgument names the
-// field. The caller sets the deadline.
+// defaults, every field is checked against the model's limits, and a structured-output field
+// (json_schema, regex, choice, json_object; at most one) is compiled into the constraint on
+// this thread. InvalidArgument names the field. The caller sets the deadline.
 absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest& req,
                                                       const ServerContext& ctx, std::string id,
                                                       std::string_view tenant);

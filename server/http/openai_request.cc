@@ -198,12 +198,7 @@ absl::Status ParseStructuredOutput(const Json& body, OrderedBody& ordered_body,
   absl::StatusOr<std::optional<StructuredOutputSpec>> spec = ParseStructuredOutputFields(**ordered);
   if (!spec.ok()) return spec.status();
   if (!spec->has_value()) return absl::OkStatus();
-  if (ctx.structured_outputs == nullptr) {
-    return InvalidParam((*spec)->field, absl::StrCat((*spec)->field,
-                                                     ": structured outputs are not available "
-                                                     "on this server"));
-  }
-  auto constraint = ctx.structured_outputs->Compile(**spec);
+  auto constraint = CompileStructuredOutput(ctx.structured_outputs.get(), **spec);
   if (!constraint.ok()) return constraint.status();
   common->constraint = *std::move(constraint);
   return absl::OkStatus();

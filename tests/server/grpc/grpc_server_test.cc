@@ -4,10 +4,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <regex>
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "server/common/validation.h"
 #include "tests/server/grpc/test_server.h"
 
@@ -365,6 +367,21 @@ TEST_F(GrpcServerTest, BadRequestsAreRefusedAndTheServerKeepsServing) {
        [](v1::GenerateRequest* r) { r->set_request_id("a b"); },
        grpc::StatusCode::INVALID_ARGUMENT,
        {"request_id"}},
+      {"two constraints",
+       [](v1::GenerateRequest* r) {
+         r->set_regex("[a-z]+");
+         r->set_json_object(true);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"json_object and regex both constrain the output"}},
+      {"invalid regex",
+       [](v1::GenerateRequest* r) { r->set_regex("[a-z"); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"regex cannot be compiled"}},
+      {"empty choice list (sent, with no values)",
+       [](v1::GenerateRequest* r) { r->mutable_choice(); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"choice must be a non-empty list"}},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest req = GreedyText("Once upon a time", 8);
@@ -378,6 +395,59 @@ TEST_F(GrpcServerTest, BadRequestsAreRefusedAndTheServerKeepsServing) {
     EXPECT_TRUE(r.choices.empty()) << c.what;
     ExpectStillServes();
   }
+}
+
+// regex, choice and json_object through the wire: every sampled choice obeys its constraint.
+TEST_F(GrpcServerTest, StructuredOutputsConstrainEverySampledChoice) {
+  auto sampled = [](int max_tokens) {
+    v1::GenerateRequest req = GreedyText("Once upon a time", max_tokens);
+    req.mutable_sampling()->set_temperature(1.0f);
+    req.mutable_sampling()->set_seed(11);
+    req.mutable_sampling()->set_n(4);
+    return req;
+  };
+  // Finite languages: each choice ends with the grammar (STOP), well within max_tokens.
+  v1::GenerateRequest regex = sampled(32);
+  regex.set_regex("[0-9]{3}-(yes|no)");
+  GenerateResult r = Generate(*stub_, regex);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.choices.size(), 4u);
+  const std::regex pattern("[0-9]{3}-(yes|no)", std::regex::ECMAScript);
+  for (const auto& [i, c] : r.choices) {
+    EXPECT_EQ(c.finish, v1::FINISH_REASON_STOP) << i << ": " << c.text;
+    EXPECT_TRUE(std::regex_match(c.text, pattern)) << i << ": " << c.text;
+  }
+
+  const std::vector<std::string> options = {"yes", "no", "a.b (maybe)"};
+  v1::GenerateRequest choice = sampled(32);
+  for (const std::string& o : options) choice.mutable_choice()->add_values(o);
+  r = Generate(*stub_, choice);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.choices.size(), 4u);
+  for (const auto& [i, c] : r.choices) {
+    EXPECT_EQ(c.finish, v1::FINISH_REASON_STOP) << i << ": " << c.text;
+    EXPECT_NE(std::find(options.begin(), options.end(), c.text), options.end())
+        << i << ": " << c.text;
+  }
+
+  // Any object: unbounded, so a choice may run out of tokens; one that ended is a whole object.
+  const int prompt = static_cast<int>(Tokenize("Once upon a time").size());
+  v1::GenerateRequest object = sampled(server_->context().model_config->max_seq_len - prompt);
+  object.set_json_object(true);
+  r = Generate(*stub_, object);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.choices.size(), 4u);
+  int whole = 0;
+  for (const auto& [i, c] : r.choices) {
+    ASSERT_FALSE(c.text.empty()) << i;
+    EXPECT_EQ(c.text[0], '{') << i << ": " << c.text;
+    if (c.finish == v1::FINISH_REASON_LENGTH) continue;
+    EXPECT_EQ(c.finish, v1::FINISH_REASON_STOP) << i << ": " << c.text;
+    const nlohmann::json parsed = nlohmann::json::parse(c.text, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(parsed.is_object()) << i << ": " << c.text;
+    ++whole;
+  }
+  EXPECT_GE(whole, 1) << "no choice finished its object";
 }
 
 TEST_F(GrpcServerTest, ClientCancellationMidStreamFreesTheKv) {

@@ -158,6 +158,123 @@ TEST_F(TranslateTest, JsonSchemaBecomesTheRequestsConstraint) {
   }
 }
 
+// regex, choice and json_object compile into the request's constraint, as HTTP's guided_regex,
+// guided_choice and response_format json_object do; the same value twice is compiled once.
+TEST_F(TranslateTest, RegexChoiceAndJsonObjectBecomeTheRequestsConstraint) {
+  ctx_.structured_outputs = std::make_shared<StructuredOutputs>(ctx_.tokenizer);
+  auto accepts = [](const scheduler::Request& r, const std::string& text) {
+    text::grammar::Matcher m(r.constraint->grammar);
+    return m.Accept(text) && m.CanEnd();
+  };
+  v1::GenerateRequest req;
+  req.set_text("Once");
+  req.set_regex("[0-9]{3}-(yes|no)");
+  auto regex = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  ASSERT_NE(regex->constraint, nullptr);
+  EXPECT_TRUE(accepts(*regex, "123-yes"));
+  EXPECT_FALSE(accepts(*regex, "x123-yes")) << "the whole output, not a search";
+  EXPECT_FALSE(accepts(*regex, "123-"));
+  auto again = ToSchedulerRequest(req, ctx_, "y", "default");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->constraint, regex->constraint);
+  EXPECT_EQ(ctx_.structured_outputs->cache().compiles(), 1);
+
+  req.clear_regex();
+  for (const char* c : {"a.b", "(x|y)*", "ünï"}) req.mutable_choice()->add_values(c);
+  auto choice = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  ASSERT_NE(choice->constraint, nullptr);
+  for (const char* c : {"a.b", "(x|y)*", "ünï"}) EXPECT_TRUE(accepts(*choice, c)) << c;
+  for (const char* other : {"", "aXb", "x", "a."}) EXPECT_FALSE(accepts(*choice, other)) << other;
+
+  req.clear_choice();
+  req.set_json_object(true);
+  auto object = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_TRUE(object.ok()) << object.status();
+  ASSERT_NE(object->constraint, nullptr);
+  EXPECT_TRUE(accepts(*object, R"({"any": [1, {"x": null}]})"));
+  EXPECT_FALSE(accepts(*object, "[1]"));
+
+  req.set_json_object(false);  // false is the default: no constraint
+  auto plain = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->constraint, nullptr);
+}
+
+// At most one constraint, refused before either is read; a bad pattern or an empty choice list
+// names its field; a server without a compiler refuses naming the field.
+TEST_F(TranslateTest, StructuredOutputRefusalsNameTheirField) {
+  ctx_.structured_outputs = std::make_shared<StructuredOutputs>(ctx_.tokenizer);
+  struct Case {
+    const char* what;
+    std::function<void(v1::GenerateRequest*)> edit;
+    std::string param;
+    std::vector<std::string> message_has;
+  };
+  const std::vector<Case> cases = {
+      {"json_schema and regex",
+       [](v1::GenerateRequest* r) {
+         r->set_json_schema(R"({"type": "object"})");
+         r->set_regex("a");
+       },
+       "regex",
+       {"regex and json_schema both constrain the output"}},
+      {"regex and choice",
+       [](v1::GenerateRequest* r) {
+         r->set_regex("(");  // never read: the pair is refused first
+         r->mutable_choice()->add_values("a");
+       },
+       "choice",
+       {"choice and regex both constrain the output"}},
+      {"choice and json_object",
+       [](v1::GenerateRequest* r) {
+         r->mutable_choice()->add_values("a");
+         r->set_json_object(true);
+       },
+       "json_object",
+       {"json_object and choice"}},
+      {"empty regex", [](v1::GenerateRequest* r) { r->set_regex(""); }, "regex", {"non-empty"}},
+      {"unbalanced regex",
+       [](v1::GenerateRequest* r) { r->set_regex("(ab"); },
+       "regex",
+       {"regex cannot be compiled"}},
+      {"backreference",
+       [](v1::GenerateRequest* r) { r->set_regex("(a)\\1"); },
+       "regex",
+       {"backreference"}},
+      {"lookaround",
+       [](v1::GenerateRequest* r) { r->set_regex("(?=a)a"); },
+       "regex",
+       {"lookaround"}},
+      {"empty choice list",
+       [](v1::GenerateRequest* r) { r->mutable_choice(); },
+       "choice",
+       {"choice must be a non-empty list"}},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest req;
+    req.set_text("Once");
+    c.edit(&req);
+    auto r = ToSchedulerRequest(req, ctx_, "x", "default");
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_EQ(StatusParam(r.status()), c.param) << c.what << ": " << r.status();
+    for (const std::string& part : c.message_has) {
+      EXPECT_NE(r.status().message().find(part), absl::string_view::npos)
+          << c.what << ": '" << part << "' not in " << r.status();
+    }
+  }
+  ctx_.structured_outputs = nullptr;
+  v1::GenerateRequest req;
+  req.set_text("Once");
+  req.set_regex("a");
+  auto r = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(StatusParam(r.status()), "regex") << r.status();
+  EXPECT_NE(r.status().message().find("not available"), absl::string_view::npos) << r.status();
+}
+
 // Each bad request: the status code and a message naming the problem.
 TEST_F(TranslateTest, BadRequestsNameTheirField) {
   struct Case {

@@ -23,6 +23,7 @@ TestServer::TestServer(TestServerOptions options) {
   ctx_.model_config = &b.weights.config;
   ctx_.tokenizer = b.tokenizer.get();
   ctx_.scheduler = scheduler_.get();
+  ctx_.structured_outputs = std::make_shared<StructuredOutputs>(b.tokenizer.get());
   ctx_.options.host = "127.0.0.1";
   ctx_.options.grpc_port = 0;
   ctx_.options.max_prompt_bytes = options.max_prompt_bytes;

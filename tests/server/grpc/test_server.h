@@ -1,5 +1,6 @@
 // A real banyan gRPC server for tests: the bundled stories260K model on the CPU backend, a real
-// Scheduler and a GrpcFrontEnd on a free loopback port; plus small client helpers on the
+// Scheduler (structured outputs compiled for the model's tokenizer) and a GrpcFrontEnd on a free
+// loopback port; plus small client helpers on the
 // generated stubs.
 #pragma once
 
