@@ -63,7 +63,8 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
                                               " is outside the request's grammar (a mask bug)")),
              FinishReason::kError);
       return;
-    } else if (!live.req.constraint->trigger.empty() && s.matcher->CanEnd()) {
+    } else if (const text::grammar::TokenConstraint& c = *live.req.constraint;
+               !c.trigger.empty() && !c.trigger_once && s.matcher->CanEnd()) {
       s.matcher.reset();  // a triggered grammar that may end has: free again
     }
   } else if (live.req.constraint != nullptr && !config_.IsStop(res.token)) {

@@ -193,6 +193,9 @@ std::shared_ptr<const text::grammar::TokenConstraint> ToolCalling::CompileAuto(
   if (!built.ok()) return nullptr;
   auto triggered = std::make_shared<text::grammar::TokenConstraint>(**built);
   triggered->trigger = std::string(trigger);
+  // Without parallel calls the one call is the rest of the output: a free output after it could
+  // begin a second (the after-trigger grammar bounds only the call it follows).
+  triggered->trigger_once = !request.parallel;
   return triggered;
 }
 

@@ -7,7 +7,10 @@
 //   "auto"      (the default with tools) the output is free until a call begins (the family's
 //               AutoCallTrigger: <tool_call>, [TOOL_CALLS], Llama 3's {"name"); the rest of that
 //               call is then forced by the grammar (CompileAuto, a triggered constraint), so a
-//               call is always parseable; calls are read back with the family's parser;
+//               call is always parseable; calls are read back with the family's parser. With
+//               parallel_tool_calls false, the first call ends the output (only the end may
+//               follow it: TokenConstraint::trigger_once); with true, the default, the output
+//               is free again after each call;
 //   "required"  the grammar forces one call of any tool (several when parallel_tool_calls, the
 //               default, and the family's syntax has a list);
 //   {"type": "function", "function": {"name": N}}  the grammar forces calls of N.

@@ -457,5 +457,86 @@ TEST_F(StructuredOutputTest, ATriggeredGrammarHoldsFromItsTriggerOn) {
   EXPECT_GE(calls, 4);
 }
 
+// tool_choice "auto" with parallel_tool_calls false (TokenConstraint::trigger_once): the call
+// after the trigger is the rest of the output, then only the end. The bias that writes the
+// trigger first writes it again after a call where the output is free there, as with parallel
+// calls: that run shows the single-call one is held, not merely lucky.
+TEST_F(StructuredOutputTest, ATriggerOnceGrammarEndsTheOutputAfterItsOneCall) {
+  namespace tc = text::tool_calls;
+  const text::grammar::Vocabulary& vocab = cache_->vocab();
+  int32_t trigger_id = -1;
+  for (int32_t id = 0; id < vocab.size() && trigger_id < 0; ++id) {
+    if (vocab.bytes(id) == "!") trigger_id = id;
+  }
+  ASSERT_GE(trigger_id, 0) << "the bundled vocabulary has no '!' token";
+  tc::ToolGrammarOptions opt;
+  opt.after_trigger = true;
+  opt.parallel = false;
+  auto built = cache_->GetOrCompile("auto|hermes|one", [&] {
+    return tc::ToolCallGrammar(tc::ToolFamily::kHermes, tc::TestTools(), opt);
+  });
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto once = std::make_shared<TokenConstraint>(**built);
+  once->trigger = "!";
+  once->trigger_once = true;
+  auto rearmed = std::make_shared<TokenConstraint>(**built);
+  rearmed->trigger = "!";
+
+  std::vector<Request> single;
+  for (int seed = 50; seed < 56; ++seed) {
+    Request r = MakeRequest(absl::StrCat("once", seed), seed, 300);
+    r.params.logit_bias = {{trigger_id, 100.0f}};
+    r.constraint = once;
+    single.push_back(std::move(r));
+  }
+  std::vector<Request> parallel = single;
+  for (Request& r : parallel) r.constraint = rearmed;
+  auto out = Run(single);
+  ASSERT_TRUE(out.ok()) << out.status();
+  auto out_parallel = Run(parallel);
+  ASSERT_TRUE(out_parallel.ok()) << out_parallel.status();
+
+  // The text after the first token (the trigger), read as Hermes output.
+  auto after_trigger = [&](const SampleOutput& s) {
+    std::string after;
+    for (size_t k = 1; k < s.tokens.size(); ++k) after += vocab.bytes(s.tokens[k]);
+    return after;
+  };
+  int ended = 0;
+  for (const GenerationResult& g : *out) {
+    const SampleOutput& s = g.samples[0];
+    ASSERT_FALSE(s.tokens.empty());
+    ASSERT_EQ(s.tokens[0], trigger_id) << "the bias writes the trigger first";
+    const std::string after = after_trigger(s);
+    tc::ToolCallParser parser(tc::ToolFamily::kHermes);
+    parser.Feed("<tool_call>" + after);
+    parser.Finish();
+    ASSERT_EQ(parser.calls().size(), 1u) << after;
+    const tc::ParsedToolCall& call = parser.calls()[0];
+    if (!call.complete) {
+      EXPECT_EQ(s.finish, FinishReason::kLength) << after;  // cut by max_tokens only
+      continue;
+    }
+    EXPECT_TRUE(tc::ValidTestCall(call.name, call.arguments)) << after;
+    EXPECT_EQ(s.finish, FinishReason::kStop) << after;
+    const std::string block_end = "\n</tool_call>";
+    ASSERT_GE(after.size(), block_end.size());
+    EXPECT_EQ(after.substr(after.size() - block_end.size()), block_end)
+        << "nothing may follow the call: " << after;
+    ++ended;
+  }
+  EXPECT_GE(ended, 4);
+
+  int triggered_again = 0;
+  for (const GenerationResult& g : *out_parallel) {
+    const std::string after = after_trigger(g.samples[0]);
+    const size_t block_end = after.find("\n</tool_call>");
+    if (block_end == std::string::npos) continue;
+    const std::string rest = after.substr(block_end + std::string("\n</tool_call>").size());
+    triggered_again += rest.rfind("!", 0) == 0;
+  }
+  EXPECT_GE(triggered_again, 1) << "with parallel calls the bias should trigger a second call";
+}
+
 }  // namespace
 }  // namespace banyan::scheduler

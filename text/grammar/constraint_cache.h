@@ -39,6 +39,10 @@ struct TokenConstraint {
   // may end the output is free again, watching for the next trigger. tool_choice "auto": a
   // call's marker, then the call (text/tool_calls/tool_syntax.h, AutoCallTrigger).
   std::string trigger;
+  // With a trigger: true holds the grammar from the first trigger to the end of the output, so
+  // once it has been matched whole only the end may follow and no second trigger is watched
+  // for. tool_choice "auto" with parallel_tool_calls false: at most one call, then the end.
+  bool trigger_once = false;
 };
 
 class ConstraintCache {
