@@ -134,8 +134,10 @@ absl::Status EngineLoop::CheckConstraint(const Request& r) const {
   if (r.constraint == nullptr) return absl::OkStatus();
   if (!backend_->supports_token_masks()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "structured outputs (response_format json_object/json_schema, guided_json) are not yet "
-        "on the ", absl::string_view(backend_->name().data(), backend_->name().size()), " backend; use the cpu backend or leave them out"));
+        "structured outputs (response_format, guided_json / _regex / _choice, "
+        "structured_outputs; gRPC's json_schema, regex, choice, json_object) need token masks, "
+        "which the ", absl::string_view(backend_->name().data(), backend_->name().size()),
+        " backend does not take; use the cpu or cuda backend or leave them out"));
   }
   if (r.constraint->masker->vocab().size() > config_.vocab_size) {
     return absl::InternalError("the grammar's vocabulary is larger than the model's");
