@@ -136,7 +136,8 @@ absl::Status EngineLoop::CheckConstraint(const Request& r) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "structured outputs (response_format, guided_json / _regex / _choice, "
         "structured_outputs; gRPC's json_schema, regex, choice, json_object) need token masks, "
-        "which the ", absl::string_view(backend_->name().data(), backend_->name().size()),
+        "which the ",
+        absl::string_view(backend_->name().data(), backend_->name().size()),
         " backend does not take; use the cpu or cuda backend or leave them out"));
   }
   if (r.constraint->masker->vocab().size() > config_.vocab_size) {

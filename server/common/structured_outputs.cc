@@ -68,8 +68,9 @@ absl::StatusOr<StructuredOutputSpec> FromGuidedJson(const OJson& g, const std::s
 }
 
 std::string RegexShapeMessage(const std::string& field) {
-  return absl::StrCat(field, " must be a non-empty string: a regular expression the whole output "
-                             "matches");
+  return absl::StrCat(field,
+                      " must be a non-empty string: a regular expression the whole output "
+                      "matches");
 }
 
 std::string ChoiceShapeMessage(const std::string& field) {
@@ -89,8 +90,8 @@ absl::StatusOr<StructuredOutputSpec> FromGuidedChoice(const OJson& g, const std:
   std::vector<std::string> choices;
   for (size_t i = 0; i < g.size(); ++i) {
     if (!g[i].is_string()) {
-      return InvalidParam(field, absl::StrCat(field, "[", i, "] is not a string: ",
-                                              ChoiceShapeMessage(field)));
+      return InvalidParam(
+          field, absl::StrCat(field, "[", i, "] is not a string: ", ChoiceShapeMessage(field)));
     }
     choices.push_back(g[i].get<std::string>());
   }

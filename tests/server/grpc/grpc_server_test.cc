@@ -443,7 +443,8 @@ TEST_F(GrpcServerTest, StructuredOutputsConstrainEverySampledChoice) {
     EXPECT_EQ(c.text[0], '{') << i << ": " << c.text;
     if (c.finish == v1::FINISH_REASON_LENGTH) continue;
     EXPECT_EQ(c.finish, v1::FINISH_REASON_STOP) << i << ": " << c.text;
-    const nlohmann::json parsed = nlohmann::json::parse(c.text, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json parsed =
+        nlohmann::json::parse(c.text, nullptr, /*allow_exceptions=*/false);
     EXPECT_TRUE(parsed.is_object()) << i << ": " << c.text;
     ++whole;
   }

@@ -102,8 +102,8 @@ TEST_F(ToolCallingRequestTest, NamedForcesThatTool) {
   EXPECT_FALSE(Accepts(*r, absl::StrCat(kAddCall, "\n", kAddCall)));
 }
 
-// auto: free output until a call's marker, then the call is forced (a triggered constraint);
-// none: no constraint at all.
+// auto: free output until a call's marker, then the call is forced (a triggered constraint,
+// held to the end without parallel calls); none: no constraint at all.
 TEST_F(ToolCallingRequestTest, AutoConstrainsOnlyFromTheMarkerAndNoneNotAtAll) {
   auto a = Chat(kTools);
   ASSERT_TRUE(a.ok()) << a.status();
@@ -111,6 +111,13 @@ TEST_F(ToolCallingRequestTest, AutoConstrainsOnlyFromTheMarkerAndNoneNotAtAll) {
   EXPECT_FALSE(a->tools_forced);
   ASSERT_NE(a->inputs[0].constraint, nullptr);
   EXPECT_EQ(a->inputs[0].constraint->trigger, "<tool_call>");
+  EXPECT_FALSE(a->inputs[0].constraint->trigger_once) << "parallel calls by default";
+  // parallel_tool_calls false: the one call ends the output (TokenConstraint::trigger_once).
+  auto one = Chat(absl::StrCat(kTools, R"(, "tool_choice": "auto", "parallel_tool_calls": false)"));
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_NE(one->inputs[0].constraint, nullptr);
+  EXPECT_EQ(one->inputs[0].constraint->trigger, "<tool_call>");
+  EXPECT_TRUE(one->inputs[0].constraint->trigger_once);
   auto n = Chat(absl::StrCat(kTools, R"(, "tool_choice": "none")"));
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(n->tool_family, ToolFamily::kNone);
