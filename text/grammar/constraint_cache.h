@@ -39,6 +39,12 @@ struct TokenConstraint {
   // may end the output is free again, watching for the next trigger. tool_choice "auto": a
   // call's marker, then the call (text/tool_calls/tool_syntax.h, AutoCallTrigger).
   std::string trigger;
+  // With a trigger: true holds the grammar from the trigger to the end of the output, as an
+  // untriggered grammar holds from the first token (where it may end, the end of sequence is
+  // allowed; once it must end, nothing else is), and a scheduler refuses it where it cannot
+  // apply instead of dropping it. A reasoning model's response_format: free thinking, then
+  // "</think>", then only the JSON (server/common/structured_outputs.h, AfterThinking).
+  bool trigger_once = false;
 };
 
 class ConstraintCache {
