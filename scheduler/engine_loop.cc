@@ -143,9 +143,10 @@ absl::Status EngineLoop::CheckConstraint(const Request& r) const {
   if (r.constraint->masker->vocab().size() > config_.vocab_size) {
     return absl::InternalError("the grammar's vocabulary is larger than the model's");
   }
-  // A triggered grammar (tool_choice auto) is dropped where it cannot apply (Add): the output
-  // is then free, as it was before such grammars.
-  if (!r.constraint->trigger.empty()) return absl::OkStatus();
+  // A recurring triggered grammar (tool_choice auto) is dropped where it cannot apply (Add):
+  // the output is then free, as it was before such grammars. One triggered once (a
+  // response_format after the thinking) is what the client asked for: checked as any grammar.
+  if (!r.constraint->trigger.empty() && !r.constraint->trigger_once) return absl::OkStatus();
   if (r.params.min_tokens > 0) {
     // min_tokens bans the end ids that a finished grammar leaves as the only way out.
     return absl::InvalidArgumentError(
@@ -212,7 +213,7 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
     banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
   }
   if (const auto& c = live->req.constraint;
-      c != nullptr && !c->trigger.empty() &&
+      c != nullptr && !c->trigger.empty() && !c->trigger_once &&
       (!backend_->supports_token_masks() || live->req.params.min_tokens > 0)) {
     live->req.constraint = nullptr;  // CheckConstraint: free output, as without the grammar
   }

@@ -77,6 +77,7 @@ constexpr char kUsage[] =
     "               [--speculation-min-accept X] [--speculation-adaptive on|off]\n"
     "               [--draft-on device|host]\n"
     "               [--kv-events-config JSON] [--debug-kv-blocks on|off]\n"
+    "               [--reasoning-parser qwen3|deepseek_r1|none]\n"
     "With no arguments: the bundled stories260K, 127.0.0.1, HTTP 8000, gRPC 50051, on the GPU\n"
     "when this banyand has CUDA and a device is visible, else the CPU (--backend auto).\n"
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"

@@ -63,9 +63,11 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
                                               " is outside the request's grammar (a mask bug)")),
              FinishReason::kError);
       return;
-    } else if (const text::grammar::TokenConstraint& c = *live.req.constraint;
-               !c.trigger.empty() && !c.trigger_once && s.matcher->CanEnd()) {
-      s.matcher.reset();  // a triggered grammar that may end has: free again
+    } else if (!live.req.constraint->trigger.empty() && !live.req.constraint->trigger_once &&
+               s.matcher->CanEnd()) {
+      // A recurring trigger's grammar (a tool call) that may end has: free again. A grammar
+      // triggered once keeps its matcher, so its end is the end of sequence (MaskFor).
+      s.matcher.reset();
     }
   } else if (live.req.constraint != nullptr && !config_.IsStop(res.token)) {
     WatchTrigger(*live.req.constraint, res.token, &s);

@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "server/common/auth.h"
 #include "server/common/option_aliases.h"
+#include "text/reasoning.h"
 
 namespace banyan::server {
 namespace {
@@ -337,6 +338,21 @@ const std::map<std::string, Setter>& Setters() {
          std::string on;
          if (absl::Status s = OneOf("debug-kv-blocks", v, {"on", "off"}, &on); !s.ok()) return s;
          c.server.debug_kv_blocks = on == "on";
+         return absl::OkStatus();
+       }},
+      {"reasoning-parser",
+       [](DaemonConfig& c, const std::string& v) {
+         if (v.empty() || v == "none") {
+           c.server.reasoning_parser = text::ReasoningParser::kNone;
+           return absl::OkStatus();
+         }
+         std::optional<text::ReasoningParser> p = text::ReasoningParserFromName(v);
+         if (!p.has_value()) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "reasoning-parser: unknown parser '", v.substr(0, 64), "' (choices: ",
+               std::string(text::ReasoningParserNames()), "; none turns it off)"));
+         }
+         c.server.reasoning_parser = *p;
          return absl::OkStatus();
        }},
       {"log-level",

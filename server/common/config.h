@@ -12,6 +12,7 @@
 //           [--draft-tree B1,B2,..] [--speculation-max-rows N] [--speculation-min-accept X]
 //           [--speculation-adaptive on|off] [--draft-on device|host]
 //           [--kv-events-config JSON] [--debug-kv-blocks on|off]
+//           [--reasoning-parser qwen3|deepseek_r1|none]
 //
 // vLLM's names for the same options are accepted too (--port, --max-num-seqs, ...); vLLM
 // options with no banyand counterpart are refused, saying so (server/common/option_aliases.h).
@@ -38,6 +39,9 @@
 // "plain" when it has none; plain, llama2 and chatml name a built-in one (server/http/
 // chat_template.h) used even when the model has its own; anything else is a Jinja file that
 // replaces the model's template (in a config file, relative to that file's folder).
+//
+// Reasoning models (text/reasoning.h): --reasoning-parser takes vLLM's names, qwen3 or
+// deepseek_r1 ("none", the default, turns it off); any other name is refused, listing them.
 //
 // Tenants (server/common/auth.h). The config file's "tenants" (or the file --tenants names, which
 // replaces it) is a list of

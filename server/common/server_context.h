@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 #include "text/chat_template.h"
+#include "text/reasoning.h"
 #include "text/tokenizer/tokenizer.h"
 #include "scheduler/scheduler.h"
 #include "server/common/auth.h"
@@ -49,6 +50,9 @@ struct ServerOptions {
   // GET /debug/kv_blocks: the prefix cache's full blocks (hashes only, no tokens), for checking
   // a KV event stream against the daemon. Off unless --debug-kv-blocks on.
   bool debug_kv_blocks = false;
+  // --reasoning-parser (text/reasoning.h): chat outputs are split into message.reasoning_content
+  // and message.content, and a structured output holds only after "</think>". kNone: off.
+  text::ReasoningParser reasoning_parser = text::ReasoningParser::kNone;
 };
 
 struct ServerContext {

@@ -9,6 +9,7 @@
 #include "common/json_limits.h"
 #include "server/common/validation.h"
 #include "text/grammar/regex.h"
+#include "text/reasoning.h"
 
 namespace banyan::server {
 namespace {
@@ -293,6 +294,16 @@ std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(
     }
   }
   return std::make_shared<const text::grammar::Vocabulary>(std::move(bytes));
+}
+
+std::shared_ptr<const text::grammar::TokenConstraint> AfterThinking(
+    std::shared_ptr<const text::grammar::TokenConstraint> c) {
+  if (c == nullptr || !c->trigger.empty()) return c;
+  // A copy sharing the compiled grammar and the masker (and so its classified masks).
+  auto after = std::make_shared<text::grammar::TokenConstraint>(*c);
+  after->trigger = std::string(text::kThinkEnd);
+  after->trigger_once = true;
+  return after;
 }
 
 StructuredOutputs::StructuredOutputs(const text::Tokenizer* tokenizer, size_t cache_entries,

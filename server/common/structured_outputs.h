@@ -95,6 +95,12 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> CompileStr
 std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(
     const text::Tokenizer& tokenizer, const std::vector<std::string>& keep = {});
 
+// A reasoning model's constraint (--reasoning-parser, text/reasoning.h): the thinking is free,
+// and `c` holds from "</think>" to the end of the output (TokenConstraint::trigger_once). One
+// that has a trigger of its own (tool_choice auto) and null are returned as they are.
+std::shared_ptr<const text::grammar::TokenConstraint> AfterThinking(
+    std::shared_ptr<const text::grammar::TokenConstraint> c);
+
 class StructuredOutputs {
  public:
   static constexpr size_t kDefaultCacheEntries = 64;

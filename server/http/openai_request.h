@@ -60,6 +60,15 @@ struct ParsedGeneration {
   // family's syntax (text/tool_calls/tool_call_parser.h); kNone: plain text.
   text::tool_calls::ToolFamily tool_family = text::tool_calls::ToolFamily::kNone;
   bool tools_forced = false;  // tool_choice required / named: the grammar forces the calls
+  // Chat with --reasoning-parser (text/reasoning.h); set by TokenizePrompts, which sees the
+  // rendered prompt.
+  enum class Reasoning {
+    kOff,          // no parser: no reasoning_content field
+    kClosed,       // the prompt closed the thinking (text::PromptClosesThinking): all content
+    kThinksFirst,  // split into reasoning_content and content; a constraint holds only after
+                   // "</think>" (AfterThinking)
+  };
+  Reasoning reasoning = Reasoning::kOff;
 };
 
 // A chat request's conversation, as the chat template reads it.

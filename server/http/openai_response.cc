@@ -88,6 +88,10 @@ ResponseBuilder::ResponseBuilder(const ParsedGeneration& parsed, std::string id,
       echo_texts_(parsed.echo_texts),
       tool_family_(parsed.api == Api::kChat ? parsed.tool_family
                                             : text::tool_calls::ToolFamily::kNone),
+      reasoning_field_(parsed.api == Api::kChat &&
+                       parsed.reasoning != ParsedGeneration::Reasoning::kOff),
+      reasoning_(parsed.api == Api::kChat &&
+                 parsed.reasoning == ParsedGeneration::Reasoning::kThinksFirst),
       n_(n),
       choices_(parsed.inputs.size() * static_cast<size_t>(n)) {
   if (!echo_texts_.empty()) {
@@ -96,6 +100,13 @@ ResponseBuilder::ResponseBuilder(const ParsedGeneration& parsed, std::string id,
   if (tool_family_ != text::tool_calls::ToolFamily::kNone) {
     for (Choice& c : choices_) c.tool_parser.emplace(tool_family_);
   }
+  if (reasoning_) {
+    for (Choice& c : choices_) c.reasoning.emplace();
+  }
+}
+
+Json ResponseBuilder::MessageContent(const std::string& answer) const {
+  return reasoning_ && answer.empty() ? Json(nullptr) : Json(answer);
 }
 
 std::string ResponseBuilder::ToolFinishReason(const std::string& reason, bool made_calls) const {
@@ -181,9 +192,13 @@ Json ResponseBuilder::Final(const scheduler::Usage& usage) const {
     const Choice& c = choices_[i];
     Json finish = c.finish_reason.empty() ? Json(nullptr) : Json(c.finish_reason);
     Json ch = {{"index", i}};
+    // With a reasoning parser, the answer is the text after the thinking.
+    text::ReasoningParts parts;
+    if (reasoning_) parts = text::SplitReasoning(c.text);
+    const std::string& answer = reasoning_ ? parts.content : c.text;
     if (api_ == Api::kChat && c.tool_parser.has_value()) {
       text::tool_calls::ToolCallParser parser(tool_family_);
-      parser.Feed(c.text);
+      parser.Feed(answer);
       parser.Finish();
       Json calls = Json::array();
       for (const text::tool_calls::ParsedToolCall& call : parser.calls()) {
@@ -192,7 +207,7 @@ Json ResponseBuilder::Final(const scheduler::Usage& usage) const {
                          {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
       }
       const bool made_calls = !calls.empty();
-      Json content = !made_calls ? Json(c.text)
+      Json content = !made_calls                  ? MessageContent(answer)
                      : parser.content().empty() ? Json(nullptr)
                                                 : Json(parser.content());
       ch["message"] = {{"role", "assistant"}, {"content", std::move(content)}};
@@ -200,7 +215,7 @@ Json ResponseBuilder::Final(const scheduler::Usage& usage) const {
       ch["logprobs"] = logprobs_ ? Json{{"content", c.content}} : Json(nullptr);
       if (!c.finish_reason.empty()) finish = ToolFinishReason(c.finish_reason, made_calls);
     } else if (api_ == Api::kChat) {
-      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+      ch["message"] = {{"role", "assistant"}, {"content", MessageContent(answer)}};
       ch["logprobs"] = logprobs_ ? Json{{"content", c.content}} : Json(nullptr);
     } else {
       ch["text"] = c.text;
@@ -209,6 +224,10 @@ Json ResponseBuilder::Final(const scheduler::Usage& usage) const {
                                         {"top_logprobs", c.top_logprobs},
                                         {"text_offset", c.text_offset}}
                                  : Json(nullptr);
+    }
+    if (reasoning_field_) {
+      ch["message"]["reasoning_content"] =
+          parts.reasoning.empty() ? Json(nullptr) : Json(parts.reasoning);
     }
     ch["finish_reason"] = finish;
     choices.push_back(std::move(ch));
@@ -254,27 +273,41 @@ Json ResponseBuilder::Chunk(int choice, const scheduler::TokenEvent& ev) {
   AppendText(&c, ev.text);
   const bool finished = ev.finish != scheduler::FinishReason::kNone;
   if (finished) c.finish_reason = std::string(FinishReasonString(ev.finish));
-  if (c.tool_parser.has_value()) {
-    Json delta = ToolDelta(&c, ev.text, finished);
-    if (delta.empty() && logprobs.is_null() && !finished) return nullptr;
-    if (finished) c.finish_reason = ToolFinishReason(c.finish_reason, !c.call_ids.empty());
+  if (api_ != Api::kChat) {
+    if (ev.text.empty() && logprobs.is_null() && !finished) return nullptr;
     Json ch = {{"index", choice},
-               {"delta", std::move(delta)},
+               {"text", ev.text},
                {"logprobs", std::move(logprobs)},
                {"finish_reason", finished ? Json(c.finish_reason) : Json(nullptr)}};
     Json j = ChunkEnvelope();
     j["choices"] = Json::array({std::move(ch)});
     return j;
   }
-  if (ev.text.empty() && logprobs.is_null() && !finished) return nullptr;
-  Json ch = {{"index", choice}};
-  if (api_ == Api::kChat) {
-    ch["delta"] = ev.text.empty() ? Json::object() : Json{{"content", ev.text}};
+  // Chat: the thinking first (with a reasoning parser), then the answer, read for calls.
+  text::ReasoningParts parts;
+  if (c.reasoning.has_value()) {
+    parts = c.reasoning->Feed(ev.text);
+    if (finished) {
+      text::ReasoningParts rest = c.reasoning->Finish();
+      parts.reasoning += rest.reasoning;
+      parts.content += rest.content;
+    }
   } else {
-    ch["text"] = ev.text;
+    parts.content = ev.text;
   }
-  ch["logprobs"] = std::move(logprobs);
-  ch["finish_reason"] = finished ? Json(c.finish_reason) : Json(nullptr);
+  Json delta = Json::object();
+  if (c.tool_parser.has_value()) {
+    delta = ToolDelta(&c, parts.content, finished);
+    if (finished) c.finish_reason = ToolFinishReason(c.finish_reason, !c.call_ids.empty());
+  } else if (!parts.content.empty()) {
+    delta["content"] = parts.content;
+  }
+  if (!parts.reasoning.empty()) delta["reasoning_content"] = parts.reasoning;
+  if (delta.empty() && logprobs.is_null() && !finished) return nullptr;
+  Json ch = {{"index", choice},
+             {"delta", std::move(delta)},
+             {"logprobs", std::move(logprobs)},
+             {"finish_reason", finished ? Json(c.finish_reason) : Json(nullptr)}};
   Json j = ChunkEnvelope();
   j["choices"] = Json::array({std::move(ch)});
   return j;

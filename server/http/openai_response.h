@@ -15,6 +15,14 @@
 // arguments: ""}}] when a call's name is known, then {index, function: {arguments: piece}} as
 // they come, and "tool_calls" as the last chunk's finish_reason.
 //
+// Chat with a reasoning parser (ParsedGeneration::reasoning, text/reasoning.h): each choice's
+// text is split first. A whole response's message carries reasoning_content (the thinking, null
+// when there is none) and content (the text after "</think>", null when empty: an output cut
+// while thinking has none); a stream's deltas carry reasoning_content pieces while the model
+// thinks and content pieces after, never a piece of a marker. Tool calls are read from the
+// content only. Where the prompt closed the thinking, everything is content and
+// reasoning_content is null.
+//
 // Log-probabilities: a token is shown as its vocabulary piece with "▁" as a space; a byte-fallback
 // piece <0xNN> as that byte when it is ASCII, else as "bytes:\xNN" (OpenAI's spelling for a token
 // that is not valid UTF-8 on its own); chat's `bytes` field holds the token's raw bytes.
@@ -30,6 +38,7 @@
 #include "scheduler/request.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_request.h"
+#include "text/reasoning.h"
 #include "text/tool_calls/tool_call_parser.h"
 
 namespace banyan::server::http {
@@ -81,6 +90,8 @@ class ResponseBuilder {
     std::vector<std::string> call_ids;  // one per call announced
     std::vector<size_t> args_sent;      // bytes of each call's arguments sent
     size_t content_sent = 0;            // bytes of the parser's content sent
+    // Chat with a reasoning parser, streaming: where the text stands in the thinking.
+    std::optional<text::ReasoningSplitter> reasoning;
   };
 
   Json ChunkEnvelope() const;
@@ -91,6 +102,9 @@ class ResponseBuilder {
   Json TokenEntry(int32_t id, float logprob) const;  // chat: {token, logprob, bytes}
   // Streaming with tools: the delta for `text` (content outside calls, tool_calls pieces).
   Json ToolDelta(Choice* choice, const std::string& text, bool finished);
+  // A whole message's content: the answer as it is, or null where a reasoning parser found
+  // none (an output cut while thinking), as vLLM answers.
+  Json MessageContent(const std::string& answer) const;
   // "tool_calls" instead of "stop" when the choice made calls.
   std::string ToolFinishReason(const std::string& reason, bool made_calls) const;
 
@@ -103,6 +117,8 @@ class ResponseBuilder {
   bool include_usage_;
   std::vector<std::string> echo_texts_;
   text::tool_calls::ToolFamily tool_family_;
+  bool reasoning_field_;  // chat with a reasoning parser: message.reasoning_content is shown
+  bool reasoning_;        // and the output starts in the thinking: split it from the content
   int n_;
   std::vector<Choice> choices_;
 };

@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "server/common/structured_outputs.h"
 #include "server/common/validation.h"
+#include "text/reasoning.h"
 
 namespace banyan::server::http {
 
@@ -73,9 +75,33 @@ std::vector<int32_t> TokenizePrompt(const RenderedPrompt& prompt, const ServerCo
   return {};
 }
 
+namespace {
+
+// The text of a rendered chat prompt (a built-in template's segments joined; their BOS / EOS
+// tokens carry no text).
+std::string PromptText(const RenderedPrompt& p) {
+  if (p.form != RenderedPrompt::Form::kSegments) return p.text;
+  std::string text;
+  for (const text::ChatSegment& seg : p.segments) text += seg.text;
+  return text;
+}
+
+}  // namespace
+
 ParsedGeneration TokenizePrompts(ParsedRequest parsed, const std::vector<RenderedPrompt>& prompts,
                                  const ServerContext& ctx) {
   ParsedGeneration out = std::move(parsed.generation);
+  // A reasoning model thinks first, unless its template closed the thinking in the prompt
+  // (Qwen 3 with enable_thinking false): then the output is all answer, constrained throughout.
+  if (out.api == Api::kChat && ctx.options.reasoning_parser != text::ReasoningParser::kNone &&
+      prompts.size() == 1) {
+    if (text::PromptClosesThinking(PromptText(prompts.front()))) {
+      out.reasoning = ParsedGeneration::Reasoning::kClosed;
+    } else {
+      out.reasoning = ParsedGeneration::Reasoning::kThinksFirst;
+      parsed.common.constraint = AfterThinking(std::move(parsed.common.constraint));
+    }
+  }
   for (const RenderedPrompt& p : prompts) {
     GenerationInput in = parsed.common;
     in.prompt = TokenizePrompt(p, ctx);

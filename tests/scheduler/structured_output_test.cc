@@ -538,5 +538,51 @@ TEST_F(StructuredOutputTest, ATriggerOnceGrammarEndsTheOutputAfterItsOneCall) {
   EXPECT_GE(triggered_again, 1) << "with parallel calls the bias should trigger a second call";
 }
 
+// A grammar triggered once (TokenConstraint::trigger_once: a reasoning model's response_format
+// after "</think>"): free before the trigger, the schema after it, then only the end of
+// sequence. The same grammar as a recurring trigger (tool_choice auto) is free again once the
+// JSON may end, and the bias writes the trigger again.
+TEST_F(StructuredOutputTest, AGrammarTriggeredOnceHoldsToTheEnd) {
+  const text::grammar::Vocabulary& vocab = cache_->vocab();
+  int32_t trigger_id = -1;
+  for (int32_t id = 0; id < vocab.size() && trigger_id < 0; ++id) {
+    if (vocab.bytes(id) == "!") trigger_id = id;
+  }
+  ASSERT_GE(trigger_id, 0) << "the bundled vocabulary has no '!' token";
+  auto once = std::make_shared<TokenConstraint>(*Schema(kSchema));
+  once->trigger = "!";
+  once->trigger_once = true;
+  auto recurring = std::make_shared<TokenConstraint>(*once);
+  recurring->trigger_once = false;
+
+  std::vector<Request> reqs;
+  for (int seed = 50; seed < 56; ++seed) {
+    Request r = MakeRequest(absl::StrCat("once", seed), seed, 300);
+    r.params.logit_bias = {{trigger_id, 100.0f}};
+    r.constraint = once;
+    reqs.push_back(std::move(r));
+  }
+  std::vector<Request> again = reqs;
+  for (Request& r : again) r.constraint = recurring;
+  auto out = Run(reqs);
+  ASSERT_TRUE(out.ok()) << out.status();
+  auto out_again = Run(again);
+  ASSERT_TRUE(out_again.ok()) << out_again.status();
+  int valid = 0, free_again = 0;
+  for (size_t i = 0; i < out->size(); ++i) {
+    const SampleOutput& s = (*out)[i].samples[0];
+    ASSERT_FALSE(s.tokens.empty());
+    ASSERT_EQ(s.tokens[0], trigger_id) << "the bias writes the trigger first";
+    if (s.finish == FinishReason::kLength) continue;  // cut inside the JSON
+    EXPECT_EQ(s.finish, FinishReason::kStop);
+    EXPECT_TRUE(SatisfiesSchema(s.text.substr(1))) << "nothing but the JSON after the trigger";
+    ++valid;
+    const std::string& a = (*out_again)[i].samples[0].text;
+    free_again += a.size() > s.text.size() && a.starts_with(s.text);
+  }
+  EXPECT_GE(valid, 4);
+  EXPECT_GE(free_again, 1) << "a recurring trigger's output went on after its JSON";
+}
+
 }  // namespace
 }  // namespace banyan::scheduler

@@ -39,9 +39,13 @@ struct TokenConstraint {
   // may end the output is free again, watching for the next trigger. tool_choice "auto": a
   // call's marker, then the call (text/tool_calls/tool_syntax.h, AutoCallTrigger).
   std::string trigger;
-  // With a trigger: true holds the grammar from the first trigger to the end of the output, so
-  // once it has been matched whole only the end may follow and no second trigger is watched
-  // for. tool_choice "auto" with parallel_tool_calls false: at most one call, then the end.
+  // With a trigger: true holds the grammar from the first trigger to the end of the output, as
+  // an untriggered grammar holds from the first token (where it may end, the end of sequence is
+  // allowed; once it must end, nothing else is): no second trigger is watched for, and a
+  // scheduler refuses it where it cannot apply instead of dropping it. tool_choice "auto" with
+  // parallel_tool_calls false (at most one call, then the end); a reasoning model's
+  // response_format (free thinking, "</think>", then only the JSON: AfterThinking in
+  // server/common/structured_outputs.h).
   bool trigger_once = false;
 };
 

@@ -224,5 +224,28 @@ TEST_F(ConfigTest, DeeplyNestedConfigIsAClearError) {
   EXPECT_TRUE(Has(Error(t), "nest")) << Error(t);
 }
 
+TEST_F(ConfigTest, ReasoningParserTakesVllmsNames) {
+  auto d = Load({});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->server.reasoning_parser, text::ReasoningParser::kNone);
+  auto q = Load({"--reasoning-parser", "qwen3"});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->server.reasoning_parser, text::ReasoningParser::kQwen3);
+  auto r1 = Load({"--reasoning-parser=deepseek_r1"});
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->server.reasoning_parser, text::ReasoningParser::kDeepSeekR1);
+  auto f = Load({"--config", Write("r.json", R"({"reasoning_parser": "qwen3"})")});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->server.reasoning_parser, text::ReasoningParser::kQwen3);
+  auto off = Load({"--config", Write("r2.json", R"({"reasoning_parser": "qwen3"})"),
+                   "--reasoning-parser", "none"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->server.reasoning_parser, text::ReasoningParser::kNone);
+  const std::string e = Error(Load({"--reasoning-parser", "granite"}));
+  EXPECT_TRUE(Has(e, "reasoning-parser") && Has(e, "granite") && Has(e, "qwen3") &&
+              Has(e, "deepseek_r1"))
+      << e;
+}
+
 }  // namespace
 }  // namespace banyan::server
