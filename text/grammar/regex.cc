@@ -3,45 +3,23 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "text/grammar/code_points.h"
 
 namespace banyan::text::grammar {
 namespace {
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+// Sorted, disjoint, non-adjacent ranges of code points (code_points.h).
+using Ranges = CodePointRanges;
 
-// Sorted, disjoint, non-adjacent ranges of code points (surrogates included only where the
-// pattern names them; they are dropped when encoding).
-using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
-
-Ranges Normalize(Ranges r) {
-  std::sort(r.begin(), r.end());
-  Ranges out;
-  for (const auto& [lo, hi] : r) {
-    if (!out.empty() && lo <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, hi);
-    } else {
-      out.emplace_back(lo, hi);
-    }
-  }
-  return out;
-}
-
-Ranges Complement(const Ranges& r) {
-  Ranges out;
-  uint32_t next = 0;
-  for (const auto& [lo, hi] : r) {
-    if (lo > next) out.emplace_back(next, lo - 1);
-    next = hi + 1;
-  }
-  if (next <= kMaxCodePoint) out.emplace_back(next, kMaxCodePoint);
-  return out;
-}
+Ranges Normalize(Ranges r) { return NormalizeCodePoints(std::move(r)); }
+Ranges Complement(const Ranges& r) { return ComplementCodePoints(r); }
 
 Ranges Digits() { return {{'0', '9'}}; }
 Ranges Word() { return Normalize({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}); }
@@ -95,21 +73,9 @@ class Parser {
 
   // One UTF-8 encoded code point of the pattern.
   absl::StatusOr<uint32_t> CodePoint() {
-    const auto b0 = static_cast<uint8_t>(text_[pos_]);
-    int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || pos_ + len > text_.size()) return Error("invalid UTF-8");
-    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
-    for (int i = 1; i < len; ++i) {
-      const auto b = static_cast<uint8_t>(text_[pos_ + i]);
-      if ((b & 0xC0) != 0x80) return Error("invalid UTF-8");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return Error("invalid UTF-8");
-    }
-    pos_ += len;
-    return cp;
+    std::optional<uint32_t> cp = DecodeUtf8(text_, &pos_);
+    if (!cp.has_value()) return Error("invalid UTF-8");
+    return *cp;
   }
 
   absl::StatusOr<uint32_t> Hex(int digits) {
@@ -368,65 +334,6 @@ class Parser {
   size_t pos_ = 0;
 };
 
-// ---- Encoding code point ranges as byte expressions ----
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    *out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    *out += static_cast<char>(0xC0 | (cp >> 6));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    *out += static_cast<char>(0xE0 | (cp >> 12));
-    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    *out += static_cast<char>(0xF0 | (cp >> 18));
-    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// Code points lo..hi, all encoded in the same number of bytes, as byte-range sequences: split
-// until every byte position ranges independently (the trailing bytes over whole 0x80..0xBF).
-void SplitSameLength(uint32_t lo, uint32_t hi, std::vector<Expr>* alts) {
-  if (lo > hi) return;
-  std::string a, b;
-  AppendUtf8(lo, &a);
-  const size_t n = a.size();
-  for (size_t i = 1; i < n; ++i) {
-    const uint32_t m = (uint32_t{1} << (6 * i)) - 1;  // the low i continuation bytes
-    if ((lo & ~m) != (hi & ~m)) {
-      if ((lo & m) != 0) {
-        SplitSameLength(lo, lo | m, alts);
-        SplitSameLength((lo | m) + 1, hi, alts);
-        return;
-      }
-      if ((hi & m) != m) {
-        SplitSameLength(lo, (hi & ~m) - 1, alts);
-        SplitSameLength(hi & ~m, hi, alts);
-        return;
-      }
-    }
-  }
-  AppendUtf8(hi, &b);
-  std::vector<Expr> bytes;
-  for (size_t i = 0; i < n; ++i) {
-    bytes.push_back(Byte(ByteSet::Range(static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i]))));
-  }
-  alts->push_back(Seq(std::move(bytes)));
-}
-
-void AddUtf8Range(uint32_t lo, uint32_t hi, std::vector<Expr>* alts) {
-  const std::pair<uint32_t, uint32_t> buckets[] = {
-      {0, 0x7F}, {0x80, 0x7FF}, {0x800, 0xD7FF}, {0xE000, 0xFFFF}, {0x10000, kMaxCodePoint}};
-  for (const auto& [blo, bhi] : buckets) {
-    const uint32_t l = std::max(lo, blo), h = std::min(hi, bhi);
-    if (l <= h) SplitSameLength(l, h, alts);
-  }
-}
-
 // How JSON writes a code point that must be escaped inside a string.
 std::string JsonEscape(uint32_t cp) {
   switch (cp) {
@@ -448,19 +355,19 @@ Expr EncodeSet(const Ranges& set, RegexText text) {
   std::vector<Expr> alts;
   for (const auto& [lo, hi] : set) {
     if (text == RegexText::kUtf8) {
-      AddUtf8Range(lo, hi, &alts);
+      AddUtf8Alternatives(lo, hi, &alts);
       continue;
     }
     // Inside a JSON string: controls, '"' and '\' are written as escapes, the rest raw.
     uint32_t from = lo;
     for (uint32_t cp = lo; cp <= hi && cp <= 0x5C; ++cp) {
       if (cp < 0x20 || cp == '"' || cp == '\\') {
-        if (from < cp) AddUtf8Range(from, cp - 1, &alts);
+        if (from < cp) AddUtf8Alternatives(from, cp - 1, &alts);
         alts.push_back(Literal(JsonEscape(cp)));
         from = cp + 1;
       }
     }
-    if (from <= hi) AddUtf8Range(from, hi, &alts);
+    if (from <= hi) AddUtf8Alternatives(from, hi, &alts);
   }
   if (alts.empty()) return Byte(ByteSet());  // matches nothing
   return Alt(std::move(alts));
