@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_limits.h"
 #include "server/common/validation.h"
+#include "text/grammar/gbnf.h"
 #include "text/grammar/regex.h"
 #include "text/reasoning.h"
 
@@ -74,6 +75,12 @@ std::string RegexShapeMessage(const std::string& field) {
                       "matches");
 }
 
+std::string GrammarShapeMessage(const std::string& field) {
+  return absl::StrCat(field,
+                      " must be a non-empty string: a GBNF grammar whose root rule the whole "
+                      "output matches");
+}
+
 std::string ChoiceShapeMessage(const std::string& field) {
   return absl::StrCat(field, " must be a non-empty list of strings");
 }
@@ -83,6 +90,13 @@ std::string ChoiceShapeMessage(const std::string& field) {
 absl::StatusOr<StructuredOutputSpec> FromGuidedRegex(const OJson& g, const std::string& field) {
   if (!g.is_string()) return InvalidParam(field, RegexShapeMessage(field));
   return RegexSpec(g.get<std::string>(), field);
+}
+
+// guided_grammar, grammar, structured_outputs.grammar. As a pattern, the grammar compiles in
+// Compile.
+absl::StatusOr<StructuredOutputSpec> FromGuidedGrammar(const OJson& g, const std::string& field) {
+  if (!g.is_string()) return InvalidParam(field, GrammarShapeMessage(field));
+  return GrammarSpec(g.get<std::string>(), field);
 }
 
 // guided_choice, structured_outputs.choice.
@@ -99,14 +113,14 @@ absl::StatusOr<StructuredOutputSpec> FromGuidedChoice(const OJson& g, const std:
   return ChoiceSpec(std::move(choices), field);
 }
 
-// vLLM's structured_outputs object: one of json, regex, choice or json_object: true. Its other
-// keys change the output or the backend in ways banyan does not implement: refused unless null
-// or false (the defaults of vLLM's boolean switches).
+// vLLM's structured_outputs object: one of json, regex, choice, grammar or json_object: true. Its
+// other keys change the output or the backend in ways banyan does not implement: refused unless
+// null or false (the defaults of vLLM's boolean switches).
 absl::StatusOr<std::optional<StructuredOutputSpec>> FromStructuredOutputs(const OJson& so) {
   if (!so.is_object()) {
     return InvalidParam("structured_outputs",
                         "structured_outputs must be an object with one of 'json', 'regex', "
-                        "'choice' or 'json_object'");
+                        "'choice', 'grammar' or 'json_object'");
   }
   std::optional<StructuredOutputSpec> chosen;
   for (const auto& [key, value] : so.items()) {
@@ -119,11 +133,14 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromStructuredOutputs(const 
       spec = FromGuidedRegex(value, field);
     } else if (key == "choice") {
       spec = FromGuidedChoice(value, field);
+    } else if (key == "grammar") {
+      spec = FromGuidedGrammar(value, field);
     } else if (key == "json_object" && value.is_boolean()) {
       spec = StructuredOutputSpec::JsonObject(field);
     } else {
       return InvalidParam(field, absl::StrCat(field, " is not supported by this server; send "
-                                                     "one of json, regex, choice or json_object"));
+                                                     "one of json, regex, choice, grammar or "
+                                                     "json_object"));
     }
     if (!spec.ok()) return spec.status();
     if (chosen.has_value()) return BothConstrainError(field, chosen->field);
@@ -144,6 +161,18 @@ absl::StatusOr<text::grammar::Grammar> RegexGrammar(const std::string& pattern,
   }
   text::grammar::Grammar g;
   g.set_root(g.AddRule("regex", *std::move(body)));
+  return g;
+}
+
+// The whole output matches the GBNF grammar's root. A syntax error names the field, the line and
+// the column.
+absl::StatusOr<text::grammar::Grammar> GbnfGrammar(const std::string& gbnf,
+                                                   const std::string& field) {
+  absl::StatusOr<text::grammar::Grammar> g = text::grammar::GbnfToGrammar(gbnf);
+  if (!g.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " cannot be compiled: ", g.status().message()));
+  }
   return g;
 }
 
@@ -192,6 +221,14 @@ StructuredOutputSpec StructuredOutputSpec::Choice(std::vector<std::string> choic
   return spec;
 }
 
+StructuredOutputSpec StructuredOutputSpec::Grammar(std::string gbnf, std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kGrammar;
+  spec.grammar = std::move(gbnf);
+  spec.field = std::move(field);
+  return spec;
+}
+
 absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
     const OJson& body) {
   std::optional<StructuredOutputSpec> chosen;
@@ -231,6 +268,12 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
       return s;
     }
   }
+  // vLLM's guided_grammar and llama.cpp's grammar: the same GBNF text.
+  for (const char* name : {"guided_grammar", "grammar"}) {
+    if (const OJson* g = Present(body, name)) {
+      if (absl::Status s = take(name, one(FromGuidedGrammar(*g, name))); !s.ok()) return s;
+    }
+  }
   if (const OJson* so = Present(body, "structured_outputs")) {
     if (absl::Status s = take("structured_outputs", FromStructuredOutputs(*so)); !s.ok()) {
       return s;
@@ -259,6 +302,11 @@ absl::StatusOr<StructuredOutputSpec> ChoiceSpec(std::vector<std::string> choices
                                                 std::string field) {
   if (choices.empty()) return InvalidParam(field, ChoiceShapeMessage(field));
   return StructuredOutputSpec::Choice(std::move(choices), std::move(field));
+}
+
+absl::StatusOr<StructuredOutputSpec> GrammarSpec(std::string gbnf, std::string field) {
+  if (gbnf.empty()) return InvalidParam(field, GrammarShapeMessage(field));
+  return StructuredOutputSpec::Grammar(std::move(gbnf), std::move(field));
 }
 
 absl::Status BothConstrainError(std::string_view second, std::string_view first) {
@@ -342,6 +390,9 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Structured
     case Kind::kChoice:
       key = absl::StrCat("choice|", nlohmann::json(spec.choices).dump());
       break;
+    case Kind::kGrammar:
+      key = absl::StrCat("gbnf|", spec.grammar);
+      break;
   }
   auto built = cache().GetOrCompile(key, [&]() -> absl::StatusOr<text::grammar::Grammar> {
     switch (spec.kind) {
@@ -353,13 +404,20 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Structured
         return RegexGrammar(spec.regex, spec.field);
       case Kind::kChoice:
         return ChoiceGrammar(spec.choices);
+      case Kind::kGrammar:
+        return GbnfGrammar(spec.grammar, spec.field);
     }
     return absl::InternalError("unknown structured output kind");
   });
   if (!built.ok()) {
     // The engine's refusal (an unsupported keyword and its pointer, a grammar over the compile
-    // limits) is the client's to fix: a 400 naming the field.
-    return InvalidParam(spec.field, std::string(built.status().message()));
+    // limits) is the client's to fix: a 400 naming the field. A GBNF grammar's compile errors
+    // (left recursion, the limits) name the field in the message too, as its syntax errors do.
+    std::string message(built.status().message());
+    if (spec.kind == Kind::kGrammar && message.rfind(spec.field + " ", 0) != 0) {
+      message = absl::StrCat(spec.field, " cannot be compiled: ", message);
+    }
+    return InvalidParam(spec.field, message);
   }
   return built;
 }

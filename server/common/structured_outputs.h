@@ -10,15 +10,17 @@
 //   - vLLM's `guided_json`: the schema as an object or as a JSON string.
 //   - vLLM's `guided_regex`: the whole output matches the pattern (ECMAScript, text/grammar/regex.h).
 //   - vLLM's `guided_choice`: a non-empty list of strings; the output is exactly one of them.
-//   - vLLM's newer `structured_outputs`: an object with one of `json`, `regex`, `choice` (as
-//     the three above) or `json_object: true`; its other keys (grammar, structural_tag,
+//   - vLLM's `guided_grammar` and llama.cpp's `grammar`: a GBNF grammar (text/grammar/gbnf.h)
+//     whose `root` the whole output matches.
+//   - vLLM's newer `structured_outputs`: an object with one of `json`, `regex`, `choice`,
+//     `grammar` (as the four above) or `json_object: true`; its other keys (structural_tag,
 //     whitespace_pattern, ...) are refused unless null or false.
 // Both on /v1/chat/completions and /v1/completions; at most one of them per request: a second
 // is refused naming it. Schemas are read with their keys in the order sent: properties are
 // generated in that order.
 //
 // Wire fields (the gRPC front end, GenerateRequest in proto/banyan/v1/generation.proto):
-// json_schema (as JSON text), regex, choice and json_object, the same four constraints; the
+// json_schema (as JSON text), regex, choice, grammar and json_object, the same constraints; the
 // front end reads them with the checked builders below and compiles through
 // CompileStructuredOutput, as HTTP does.
 //
@@ -48,11 +50,12 @@
 namespace banyan::server {
 
 struct StructuredOutputSpec {
-  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice };
+  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
   Kind kind = Kind::kJsonObject;
   nlohmann::ordered_json schema;     // kJsonSchema: the schema, keys in the order sent
   std::string regex;                 // kRegex: the pattern the whole output matches
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them (non-empty)
+  std::string grammar;               // kGrammar: GBNF text; the whole output matches its root
   std::string field;                 // the wire field it came from, for errors
 
   // One per kind, each member named (designated initializers would leave the others unnamed).
@@ -60,6 +63,7 @@ struct StructuredOutputSpec {
   static StructuredOutputSpec JsonSchema(nlohmann::ordered_json schema, std::string field);
   static StructuredOutputSpec Regex(std::string regex, std::string field);
   static StructuredOutputSpec Choice(std::vector<std::string> choices, std::string field);
+  static StructuredOutputSpec Grammar(std::string gbnf, std::string field);
 };
 
 // The wire fields above of an HTTP request body (keys in the order sent). nullopt: no constraint
@@ -69,13 +73,14 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
 
 // Checked specs from values a front end has already read off its wire; InvalidArgument naming
 // `field` otherwise. A schema sent as JSON text must parse (nesting within kMaxJsonDepth) into
-// an object; a pattern must not be empty (its syntax is checked when it compiles); a choice
-// list must not be empty.
+// an object; a pattern or a grammar must not be empty (its syntax is checked when it compiles);
+// a choice list must not be empty.
 absl::StatusOr<StructuredOutputSpec> JsonSchemaSpecFromText(std::string_view text,
                                                             std::string field);
 absl::StatusOr<StructuredOutputSpec> RegexSpec(std::string pattern, std::string field);
 absl::StatusOr<StructuredOutputSpec> ChoiceSpec(std::vector<std::string> choices,
                                                 std::string field);
+absl::StatusOr<StructuredOutputSpec> GrammarSpec(std::string gbnf, std::string field);
 
 // The refusal of a request that asks for two constraints: InvalidArgument naming `second` as the
 // field and both in the message.

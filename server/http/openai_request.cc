@@ -166,8 +166,8 @@ absl::Status ParseTools(const Json& body, OrderedBody& ordered_body, const Serve
   if (common->constraint != nullptr) {
     return InvalidParam("tool_choice",
                         "a forced tool_choice and response_format / guided_json / guided_regex / "
-                        "guided_choice / structured_outputs both constrain the output; send one "
-                        "of them");
+                        "guided_choice / guided_grammar / grammar / structured_outputs both "
+                        "constrain the output; send one of them");
   }
   if (ctx.tool_calling == nullptr) {
     return InvalidParam("tool_choice", "tool calling is not available on this server");
@@ -179,7 +179,7 @@ absl::Status ParseTools(const Json& body, OrderedBody& ordered_body, const Serve
   return absl::OkStatus();
 }
 
-// response_format, guided_json / _regex / _choice, structured_outputs
+// response_format, guided_json / _regex / _choice / _grammar, grammar, structured_outputs
 // (server/common/structured_outputs.h): read with the keys in the order
 // sent (`body` has them sorted, and properties are generated in schema order), and compiled
 // here, on the front end's thread, never on the engine's.
@@ -190,7 +190,8 @@ absl::Status ParseStructuredOutput(const Json& body, OrderedBody& ordered_body,
     return it != body.end() && !it->is_null();
   };
   if (!present("response_format") && !present("guided_json") && !present("guided_regex") &&
-      !present("guided_choice") && !present("structured_outputs")) {
+      !present("guided_choice") && !present("guided_grammar") && !present("grammar") &&
+      !present("structured_outputs")) {
     return absl::OkStatus();
   }
   absl::StatusOr<const nlohmann::ordered_json*> ordered = ordered_body.Get();
@@ -360,7 +361,6 @@ absl::Status CheckUnsupportedFeatures(const Json& body, Api api) {
       {"bad_words", false, kEmpty},
       {"prompt_logprobs", false, kNever},
       {"logits_processors", false, kNever},
-      {"guided_grammar", false, kNever},
       {"echo", true, kFalse},  // chat's echo (completions' is supported)
       {"continue_final_message", true, kFalse},
       {"chat_template", true, kNever},

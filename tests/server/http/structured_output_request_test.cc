@@ -1,4 +1,5 @@
-// response_format, guided_json, guided_regex, guided_choice and structured_outputs through the
+// response_format, guided_json, guided_regex, guided_choice, guided_grammar / grammar and
+// structured_outputs through the
 // HTTP request parser: what compiles into a
 // constraint on the request, what is refused with a 400 naming the field (or, for a schema
 // keyword outside the supported subset, the keyword and its JSON pointer), and the compile
@@ -194,7 +195,7 @@ TEST_F(StructuredOutputRequestTest, GuidedRegexChoiceAndNestedFormRefusals) {
        "both constrain"},
       {R"("structured_outputs": {"regex": "a", "choice": ["a"]})", "structured_outputs.choice",
        "structured_outputs.choice and structured_outputs.regex"},
-      {R"("structured_outputs": {"grammar": "root ::= \"a\""})", "structured_outputs.grammar",
+      {R"("structured_outputs": {"structural_tag": "{}"})", "structured_outputs.structural_tag",
        "not supported"},
       {R"("structured_outputs": {"regex": "a", "whitespace_pattern": " "})",
        "structured_outputs.whitespace_pattern", "not supported"},
@@ -218,6 +219,64 @@ TEST_F(StructuredOutputRequestTest, GuidedRegexChoiceAndNestedFormRefusals) {
   auto none = Chat(R"("structured_outputs": {"regex": null, "disable_any_whitespace": false})");
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(none->inputs[0].constraint, nullptr);
+}
+
+TEST_F(StructuredOutputRequestTest, GbnfGrammarFieldsOnBothEndpoints) {
+  const std::string gbnf = R"(root ::= item (\", \" item)*\nitem ::= [a-z]+ | \"(\" root \")\")";
+  for (const std::string field : {"guided_grammar", "grammar"}) {
+    for (bool chat : {true, false}) {
+      const std::string extra = absl::StrCat("\"", field, "\": \"", gbnf, "\"");
+      auto r = chat ? Chat(extra) : Completion(extra);
+      ASSERT_TRUE(r.ok()) << extra << " " << r.status();
+      EXPECT_TRUE(Accepts(*r, "ab, (c, (d)), e")) << field;
+      EXPECT_FALSE(Accepts(*r, "ab, (c")) << field;
+      EXPECT_FALSE(Accepts(*r, "AB")) << field;
+    }
+  }
+  auto nested = Chat(R"("structured_outputs": {"grammar": "root ::= \"yes\" | \"no\""})");
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_TRUE(Accepts(*nested, "no"));
+  EXPECT_FALSE(Accepts(*nested, "maybe"));
+  // One compile for the three spellings of one grammar: the cache key is the text.
+  const int64_t compiles = ctx_.structured_outputs->cache().compiles();
+  ASSERT_TRUE(Completion(R"("grammar": "root ::= \"yes\" | \"no\"")").ok());
+  ASSERT_TRUE(Completion(R"("guided_grammar": "root ::= \"yes\" | \"no\"")").ok());
+  EXPECT_EQ(ctx_.structured_outputs->cache().compiles(), compiles);
+}
+
+TEST_F(StructuredOutputRequestTest, GbnfGrammarRefusals) {
+  struct Case {
+    std::string extra;
+    std::string param;
+    std::string says;  // a part of the message
+  };
+  const Case cases[] = {
+      {R"("guided_grammar": 5)", "guided_grammar", "non-empty string: a GBNF grammar"},
+      {R"("grammar": "")", "grammar", "non-empty string: a GBNF grammar"},
+      {R"("grammar": "root ::= \"a\"\nroot ::= x")", "grammar",
+       "grammar cannot be compiled: GBNF: rule 'root' is defined twice at line 2, column 1"},
+      {R"("guided_grammar": "root ::= \"a\" undefined")", "guided_grammar",
+       "rule 'undefined' is not defined at line 1, column 14"},
+      {R"("structured_outputs": {"grammar": "root ::= [a-"})", "structured_outputs.grammar",
+       "an unterminated character class '[' at line 1, column 10"},
+      {R"("grammar": "start ::= \"a\"")", "grammar", "no 'root' rule"},
+      {R"("grammar": "root ::= e\ne ::= e \"+\" | \"1\"")", "grammar",
+       "grammar cannot be compiled: the grammar's rule 'e' is left-recursive"},
+      {R"("grammar": "root ::= \"a\"", "guided_regex": "a")", "grammar",
+       "grammar and guided_regex both constrain"},
+      {R"("guided_grammar": "root ::= \"a\"", "grammar": "root ::= \"a\"")", "grammar",
+       "grammar and guided_grammar both constrain"},
+  };
+  for (const Case& c : cases) {
+    for (bool chat : {true, false}) {
+      auto r = chat ? Chat(c.extra) : Completion(c.extra);
+      ASSERT_FALSE(r.ok()) << c.extra;
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.extra;
+      EXPECT_EQ(StatusParam(r.status()), c.param) << c.extra << " " << r.status();
+      EXPECT_NE(r.status().message().find(c.says), std::string::npos)
+          << c.extra << " " << r.status();
+    }
+  }
 }
 
 TEST_F(StructuredOutputRequestTest, MultipleOfEmailAndPatternBesideFormat) {

@@ -503,7 +503,6 @@ TEST_F(RequestParseTest, VllmExtensionsAreRefusedUnlessDefault) {
       {R"("bad_words": ["the"])", "bad_words"},
       {R"("bad_words": [])", nullptr},
       {R"("prompt_logprobs": 1)", "prompt_logprobs"},
-      {R"("guided_grammar": "root ::= \"a\"")", "guided_grammar"},
       {R"("return_tokens_as_token_ids": true)", "return_tokens_as_token_ids"},
       {R"("echo": true)", nullptr},  // completions' own echo
   };

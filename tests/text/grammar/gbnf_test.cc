@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/random.h"
 #include "tests/text/grammar/grammar_test_util.h"
@@ -497,12 +498,9 @@ factor ::= [0-9]+ | "(" expr ")"
     std::string s = "1";
     for (int step = static_cast<int>(rng() % 30); step > 0; --step) {
       switch (rng() % 3) {
-        case 0:
-          s.insert(0, 1, '(');
-          s.push_back(')');
-          break;
-        case 1: s += "+" + std::to_string(rng() % 100); break;
-        default: s.insert(0, std::to_string(rng() % 10) + "*"); break;
+        case 0: s = absl::StrCat("(", s, ")"); break;
+        case 1: absl::StrAppend(&s, "+", rng() % 100); break;
+        default: s = absl::StrCat(rng() % 10, "*", s); break;
       }
     }
     EXPECT_TRUE(Matches(g, s)) << s;
