@@ -79,7 +79,7 @@ std::string FindBadUtf8(std::string_view wire, const google::protobuf::Descripto
   return "";
 }
 
-// The constraint json_schema, regex, choice or json_object asks for; nullopt: none. Two set are
+// The constraint json_schema, regex, choice, grammar or json_object asks for; nullopt: none. Two set are
 // refused before either is read, naming the later field and the earlier.
 absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
     const v1::GenerateRequest& req) {
@@ -87,6 +87,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
   if (req.has_json_schema()) set.push_back("json_schema");
   if (req.has_regex()) set.push_back("regex");
   if (req.has_choice()) set.push_back("choice");
+  if (req.has_grammar()) set.push_back("grammar");
   if (req.json_object()) set.push_back("json_object");
   if (set.empty()) return std::nullopt;
   if (set.size() > 1) return BothConstrainError(set[1], set[0]);
@@ -97,6 +98,8 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
     spec = RegexSpec(req.regex(), "regex");
   } else if (req.has_choice()) {
     spec = ChoiceSpec({req.choice().values().begin(), req.choice().values().end()}, "choice");
+  } else if (req.has_grammar()) {
+    spec = GrammarSpec(req.grammar(), "grammar");
   } else {
     spec = StructuredOutputSpec::JsonObject("json_object");
   }

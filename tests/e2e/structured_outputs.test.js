@@ -1,7 +1,8 @@
 // Structured outputs with the official `openai` client: response_format json_schema (required
 // properties, an enum, a nested object, an array) and json_object, streaming and not, and vLLM's
-// guided_choice / guided_regex / structured_outputs sent as extra body fields, sampled at
-// temperature 1.0 from the bundled story model (which knows no JSON: the grammar does the work).
+// guided_choice / guided_regex / structured_outputs and GBNF grammars (guided_grammar, llama.cpp's
+// grammar) sent as extra body fields, sampled at temperature 1.0 from the bundled story model
+// (which knows no JSON: the grammar does the work).
 // Every output is checked by an independent validator (ajv). An output cut by max_tokens
 // (finish_reason "length") is reported and not counted as valid; a json_schema output must end
 // with "stop".
@@ -198,6 +199,93 @@ describe('structured outputs (openai client)', () => {
     assert.equal(texts.length, 6);
     for (const text of texts) assert.match(text, whole);
     t.diagnostic(`6 of 6 match: ${texts.join(' | ')}`);
+  });
+
+  // A recursive (not regular) GBNF grammar: sums and products of small numbers with parentheses.
+  const ARITHMETIC = [
+    '# sums of products, nested in parentheses',
+    'root   ::= expr',
+    'expr   ::= term (" + " term){0,2}',
+    'term   ::= factor ("*" factor)?',
+    'factor ::= [1-9] [0-9]? | "(" expr ")"',
+  ].join('\n');
+  // expr := term (' + ' term)*, term := factor ('*' factor)?, factor := [1-9][0-9]? | '(' expr ')'
+  // with the same bounds: a recognizer written apart from the grammar engine.
+  function isArithmetic(text) {
+    let pos = 0;
+    const eat = (s) => (text.startsWith(s, pos) ? ((pos += s.length), true) : false);
+    function factor() {
+      if (eat('(')) return expr() && eat(')');
+      if (!/[1-9]/.test(text[pos] ?? '')) return false;
+      ++pos;
+      if (/[0-9]/.test(text[pos] ?? '')) ++pos;
+      return true;
+    }
+    function term() {
+      if (!factor()) return false;
+      if (eat('*')) return factor();
+      return true;
+    }
+    function expr() {
+      if (!term()) return false;
+      for (let i = 0; i < 2 && text.startsWith(' + ', pos); ++i) {
+        pos += 3;
+        if (!term()) return false;
+      }
+      return true;
+    }
+    return expr() && pos === text.length;
+  }
+
+  test('GBNF through guided_grammar, grammar and structured_outputs.grammar: every output is in the language', async (t) => {
+    const texts = [];
+    let cut = 0;
+    const keep = (text, finish) => {
+      if (finish === 'length') ++cut;  // cut by max_tokens: a prefix, not counted
+      else texts.push(text);
+    };
+    const comp = await client.completions.create({
+      model: MODEL_NAME, prompt: 'Once upon a time', guided_grammar: ARITHMETIC, temperature: 1.0,
+      seed: 5, n: 3, max_tokens: 80,
+    });
+    for (const c of comp.choices) keep(c.text, c.finish_reason);
+    const chat = await client.chat.completions.create({
+      model: MODEL_NAME, messages, grammar: ARITHMETIC, temperature: 1.0, seed: 6, n: 3,
+      max_tokens: 80,
+    });
+    for (const c of chat.choices) keep(c.message.content, c.finish_reason);
+    const stream = await client.chat.completions.create({
+      model: MODEL_NAME, messages, structured_outputs: { grammar: ARITHMETIC }, temperature: 1.0,
+      seed: 7, n: 2, max_tokens: 80, stream: true,
+    });
+    const { texts: streamed, finish } = await collectStream(stream);
+    streamed.forEach((text, i) => keep(text, finish[i]));
+    assert.ok(texts.length >= 3, `only ${texts.length} of 8 outputs finished`);
+    for (const text of texts) assert.ok(isArithmetic(text), JSON.stringify(text));
+    t.diagnostic(`${texts.length} of 8 in the language (${cut} cut by max_tokens): ${texts.join(' | ')}`);
+  });
+
+  test('a GBNF grammar with an error is a 400 naming the field, the line and the column', async () => {
+    const refused = async (extra, param, message, api = 'chat') => {
+      const create = api === 'chat'
+        ? client.chat.completions.create({ model: MODEL_NAME, messages, ...extra })
+        : client.completions.create({ model: MODEL_NAME, prompt: 'Once', ...extra });
+      await assert.rejects(create, (e) => {
+        assert.equal(e.status, 400);
+        assert.equal(e.param, param);
+        assert.match(e.message, message);
+        return true;
+      });
+    };
+    await refused({ guided_grammar: 'root ::= item\nitem ::= "a" | missing' }, 'guided_grammar',
+                  /rule 'missing' is not defined at line 2, column 16/);
+    await refused({ grammar: 'root ::= "unterminated' }, 'grammar',
+                  /unterminated string literal at line 1, column 10/, 'completions');
+    await refused({ structured_outputs: { grammar: 'root ::= "\\q"' } },
+                  'structured_outputs.grammar', /bad escape '\\q' at line 1, column 11/);
+    await refused({ grammar: 'start ::= "a"' }, 'grammar', /no 'root' rule/);
+    await refused({ grammar: 'root ::= e\ne ::= e "+" "1" | "1"' }, 'grammar', /left-recursive/);
+    await refused({ grammar: 'root ::= "a"', guided_regex: 'a' }, 'grammar', /both constrain/);
   });
 
   test('guided_regex the engine cannot compile, or two constraints, is a 400 naming the field', async () => {

@@ -158,8 +158,8 @@ TEST_F(TranslateTest, JsonSchemaBecomesTheRequestsConstraint) {
   }
 }
 
-// regex, choice and json_object compile into the request's constraint, as HTTP's guided_regex,
-// guided_choice and response_format json_object do; the same value twice is compiled once.
+// regex, choice, grammar and json_object compile into the request's constraint, as HTTP's
+// guided_regex, guided_choice, guided_grammar and response_format json_object do; the same value twice is compiled once.
 TEST_F(TranslateTest, RegexChoiceAndJsonObjectBecomeTheRequestsConstraint) {
   ctx_.structured_outputs = std::make_shared<StructuredOutputs>(ctx_.tokenizer);
   auto accepts = [](const scheduler::Request& r, const std::string& text) {
@@ -189,6 +189,14 @@ TEST_F(TranslateTest, RegexChoiceAndJsonObjectBecomeTheRequestsConstraint) {
   for (const char* other : {"", "aXb", "x", "a."}) EXPECT_FALSE(accepts(*choice, other)) << other;
 
   req.clear_choice();
+  req.set_grammar("root ::= \"(\" root* \")\" | [a-z]");
+  auto grammar = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  ASSERT_NE(grammar->constraint, nullptr);
+  EXPECT_TRUE(accepts(*grammar, "(a(b)())"));
+  EXPECT_FALSE(accepts(*grammar, "(a(b)"));
+
+  req.clear_grammar();
   req.set_json_object(true);
   auto object = ToSchedulerRequest(req, ctx_, "x", "default");
   ASSERT_TRUE(object.ok()) << object.status();
@@ -247,6 +255,19 @@ TEST_F(TranslateTest, StructuredOutputRefusalsNameTheirField) {
        [](v1::GenerateRequest* r) { r->set_regex("(?=a)a"); },
        "regex",
        {"lookaround"}},
+      {"grammar and regex",
+       [](v1::GenerateRequest* r) {
+         r->set_regex("a");
+         r->set_grammar("root ::= \"a\"");
+       },
+       "grammar",
+       {"grammar and regex both constrain the output"}},
+      {"empty grammar", [](v1::GenerateRequest* r) { r->set_grammar(""); }, "grammar",
+       {"non-empty"}},
+      {"bad grammar",
+       [](v1::GenerateRequest* r) { r->set_grammar("root ::= \"a\"\n  | \"b\""); },
+       "grammar",
+       {"grammar cannot be compiled", "line 2, column 3"}},
       {"empty choice list",
        [](v1::GenerateRequest* r) { r->mutable_choice(); },
        "choice",
