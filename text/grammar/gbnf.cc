@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "text/grammar/code_points.h"
+#include "text/grammar/text_cursor.h"
 
 namespace banyan::text::grammar {
 namespace {
@@ -21,9 +22,9 @@ constexpr int64_t kMaxInlineNodes = 2000;
 
 bool IsNameChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; }
 
-class Parser {
+class Parser : TextCursor {
  public:
-  Parser(std::string_view text, const GbnfLimits& limits) : text_(text), limits_(limits) {}
+  Parser(std::string_view text, const GbnfLimits& limits) : TextCursor(text), limits_(limits) {}
 
   // The rules as written (every reference a kRef), in order of first mention.
   absl::StatusOr<Grammar> Parse() {
@@ -70,15 +71,6 @@ class Parser {
     return absl::StrCat("'", std::string(text_.substr(pos_, p - pos_)), "'");
   }
 
-  bool More() const { return pos_ < text_.size(); }
-  char Peek() const { return text_[pos_]; }
-  bool Eat(char c) {
-    if (More() && Peek() == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
 
   // Blanks and comments; newlines too where a rule continues over them.
   void SkipSpace(bool newlines) {
@@ -336,9 +328,7 @@ class Parser {
     return Utf8Set(negate ? ComplementCodePoints(set) : set);
   }
 
-  std::string_view text_;
   const GbnfLimits& limits_;
-  size_t pos_ = 0;
   Grammar g_;
   absl::flat_hash_map<std::string, int32_t> ids_;
   std::vector<size_t> first_use_;                  // [rule]: offset of its first mention

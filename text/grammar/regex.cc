@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "text/grammar/code_points.h"
+#include "text/grammar/text_cursor.h"
 
 namespace banyan::text::grammar {
 namespace {
@@ -45,9 +46,9 @@ Node SetNode(Ranges r) {
   return n;
 }
 
-class Parser {
+class Parser : TextCursor {
  public:
-  Parser(std::string_view text, const RegexLimits& limits) : text_(text), limits_(limits) {}
+  Parser(std::string_view text, const RegexLimits& limits) : TextCursor(text), limits_(limits) {}
 
   absl::StatusOr<Node> Parse() {
     absl::StatusOr<Node> n = Alternation(0);
@@ -60,15 +61,6 @@ class Parser {
   absl::Status Error(const std::string& what) const {
     return absl::InvalidArgumentError(
         absl::StrCat("regular expression: ", what, " at offset ", pos_));
-  }
-  bool More() const { return pos_ < text_.size(); }
-  char Peek() const { return text_[pos_]; }
-  bool Eat(char c) {
-    if (More() && Peek() == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
   }
 
   // One UTF-8 encoded code point of the pattern.
@@ -329,9 +321,7 @@ class Parser {
     return alt;
   }
 
-  std::string_view text_;
   const RegexLimits& limits_;
-  size_t pos_ = 0;
 };
 
 // How JSON writes a code point that must be escaped inside a string.
