@@ -224,6 +224,7 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
   if (live->req.constraint != nullptr && options_.mask_workers > 0 && mask_workers_ == nullptr) {
     mask_workers_ = std::make_unique<MaskWorkers>(options_.mask_workers);
   }
+  live->prompt_blocks = PromptBlocks(live->req.cache_namespace, live->req.prompt, chunk_size_);
   live->handle = live->arrival = ++arrival_counter_;
   waiting_.push_back(std::move(live));
   added_ = true;

@@ -1,6 +1,7 @@
 #include "scheduler/policy.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace banyan::scheduler {
 namespace {
@@ -46,6 +47,7 @@ IterationPlan Schedule(const PolicyInput& in) {
   // 3. Continue chunked prefills.
   int64_t budget = in.prefill_token_budget;
   int64_t committed = 0;  // chunks still to come for admitted prompts
+  std::unordered_map<uint64_t, int32_t> tokens_of;  // handle -> prefill tokens planned
   for (size_t i = 0; i < running.size(); ++i) {
     const PolicyRequest& r = running[i];
     if (preempted[i] || r.decoding || r.remaining_prefill <= 0) continue;
@@ -55,6 +57,7 @@ IterationPlan Schedule(const PolicyInput& in) {
     const int64_t mem = CeilDiv(t, in.chunk_size) + 1;
     if (need + mem > available) continue;
     plan.prefill.emplace_back(r.handle, t);
+    tokens_of[r.handle] = t;
     budget -= t;
     need += mem;
   }
@@ -69,7 +72,16 @@ IterationPlan Schedule(const PolicyInput& in) {
     const int32_t t = running[i].tenant;
     if (t >= 0 && t < static_cast<int32_t>(tenants.size())) tenant_running[t] = true;
   }
-  for (const PolicyRequest& w : waiting) {
+  for (const PolicyRequest& w0 : waiting) {
+    PolicyRequest w = w0;
+    if (w.leader != 0 && !w.resume) {
+      const auto lead = tokens_of.find(w.leader);
+      if (lead != tokens_of.end() && lead->second > 0) {
+        if (lead->second < w.leader_tokens) continue;  // held: the leader computes it first
+        w.remaining_prefill = w.led_prefill;
+        w.chunks_needed = w.led_chunks;
+      }
+    }
     if (sequences + w.sequences > in.max_sequences && sequences > 0) break;
     if (w.tenant >= 0 && w.tenant < static_cast<int32_t>(tenants.size())) {
       PolicyTenant& tenant = tenants[w.tenant];
@@ -91,6 +103,7 @@ IterationPlan Schedule(const PolicyInput& in) {
     }
     plan.admit.push_back(w.handle);
     plan.prefill.emplace_back(w.handle, t);
+    tokens_of[w.handle] = t;
     budget -= t;
     sequences += w.sequences;
     need += w.chunks_needed;

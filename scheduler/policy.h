@@ -16,6 +16,15 @@
 //     first request that does not fit stops admission (no overtaking, so large requests cannot
 //     starve). A request needing no prefill budget (fully cached, or resuming) is still admitted
 //     when the budget is spent. With nothing running, the head request is always admitted.
+//  Prefix groups (admission only): a waiting request may have a leader, an earlier request
+//  (still prefilling, or waiting ahead of it) whose prompt holds part of its uncached prefix. When
+//  the plan gives the leader enough tokens to place that part (leader_tokens) this iteration,
+//  the follower is charged only what the leader does not compute (led_prefill tokens,
+//  led_chunks chunks): placed after its leader, it matches the leader's new nodes. A burst of
+//  one group's requests is then admitted together instead of each paying for its own copy of
+//  the common prompt. When the leader gets fewer tokens, the follower is held this iteration
+//  (the leader computes the shared part first; others behind it may still be admitted); when
+//  the leader gets none, the follower is charged in full, as without a leader.
 //  The last running request is never preempted (alone it fits; see Scheduler::Submit).
 //  Tenant KV budgets (admission only): a waiting request whose tenant has a budget is admitted
 //  only while the chunks its tenant's running requests hold plus its own chunks_needed fit the
@@ -44,6 +53,11 @@ struct PolicyRequest {
   bool decoding = false;         // running and past its prefill
   bool resume = false;           // waiting after a preemption: recomputes in one go
   int32_t tenant = -1;           // index into PolicyInput::tenants; -1: no budget
+  // Waiting: its prefix group (see rule 4). 0: none.
+  uint64_t leader = 0;
+  int32_t leader_tokens = 0;     // the leader's tokens to place before the shared part is in
+  int32_t led_prefill = 0;       // remaining_prefill less the shared part
+  int32_t led_chunks = 0;        // chunks_needed less the shared part's chunks
 };
 
 // A tenant with a KV chunk budget.

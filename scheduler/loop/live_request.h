@@ -87,6 +87,10 @@ struct LiveRequest {
   bool resume = false;             // waiting after a preemption
   kvcache::SeqId prompt_seq = -1;  // while prefilling
   int32_t placed = 0;              // prompt tokens placed in the tree (prefilling)
+  // The chained hashes (kvcache::BlockHash, in the request's cache namespace) of the prompt's
+  // full chunk-sized blocks: block k covers tokens [0, (k + 1) * chunk size). The summary finds
+  // requests that share an uncached prefix by them (step_summary.h); set once by Add.
+  std::vector<uint64_t> prompt_blocks;
   std::vector<Sample> samples;     // from the step that computes the prompt's last token
   // Greedy n > 1 (EngineLoop::SamplesRun): the n samples would all be the same, so one runs
   // (req.n is 1 from Add on) and Emit sends each of its events to all n choices (`copies`).

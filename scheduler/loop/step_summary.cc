@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvcache/kv_events.h"
+
 namespace banyan::scheduler {
 namespace {
 
@@ -97,11 +99,96 @@ PolicyRequest SummarizeRunning(const kvcache::PrefixTree& tree, const LiveReques
   return p;
 }
 
+// Prefix groups (see the header): `order` is every waiting PolicyRequest of `in` in the policy's
+// order; `lives` the LiveRequest of each, by the same index into in.waiting.
+class PrefixGroups {
+ public:
+  explicit PrefixGroups(int32_t chunk_size) : c_(chunk_size) {}
+
+  // The blocks of `l` past `frontier` (its tokens already in the tree) will be placed by it.
+  void Lead(const LiveRequest& l, int32_t frontier) {
+    for (size_t k = frontier / c_; k < l.prompt_blocks.size(); ++k) {
+      holder_.try_emplace(l.prompt_blocks[k], Holder{l.handle, frontier});
+    }
+  }
+
+  // Sets p's leader: the first holder of its longest block-aligned prefix past `match` (its
+  // tokens in the tree).
+  void Follow(const LiveRequest& l, int32_t match, PolicyRequest* p) const {
+    for (size_t k = l.prompt_blocks.size(); k > 0 && static_cast<int32_t>(k) * c_ > match; --k) {
+      const auto it = holder_.find(l.prompt_blocks[k - 1]);
+      if (it == holder_.end()) continue;
+      const int32_t shared_end = static_cast<int32_t>(k) * c_;
+      const int32_t shared = shared_end - match;  // of its uncached tokens
+      p->leader = it->second.handle;
+      p->leader_tokens = shared_end - it->second.frontier;
+      p->led_prefill = p->remaining_prefill - shared;
+      p->led_chunks = p->chunks_needed -
+                      (CeilDiv(p->remaining_prefill, c_) - CeilDiv(p->led_prefill, c_));
+      return;
+    }
+  }
+
+ private:
+  static int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
+  struct Holder {
+    uint64_t handle;
+    int32_t frontier;  // its tokens in the tree now
+  };
+  int32_t c_;
+  absl::flat_hash_map<uint64_t, Holder> holder_;
+};
+
+// Leaders first from the requests still prefilling (the policy continues them before it
+// admits), then through the waiting ones in the policy's order, each following before it leads.
+// Requests resuming after a preemption neither lead nor follow.
+void MarkPrefixGroups(std::span<const LivePtr> waiting, std::span<const LivePtr> running,
+                      int32_t chunk_size, PolicyInput* in) {
+  PrefixGroups groups(chunk_size);
+  bool any = false;
+  for (const LivePtr& l : running) {
+    if (l->state == RequestState::kPrefilling && !l->resume &&
+        l->placed < static_cast<int32_t>(l->req.prompt.size())) {
+      groups.Lead(*l, l->placed);
+      any = true;
+    }
+  }
+  if (waiting.size() + (any ? 1 : 0) < 2) return;
+  std::vector<size_t> order(waiting.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const PolicyRequest& x = in->waiting[a];
+    const PolicyRequest& y = in->waiting[b];
+    return x.priority != y.priority ? x.priority > y.priority : x.arrival < y.arrival;
+  });
+  for (size_t i : order) {
+    const LiveRequest& l = *waiting[i];
+    PolicyRequest& p = in->waiting[i];
+    if (l.resume || p.remaining_prefill <= 0) continue;
+    const int32_t match = static_cast<int32_t>(l.req.prompt.size()) - p.remaining_prefill;
+    groups.Follow(l, match, &p);
+    groups.Lead(l, match);
+  }
+}
+
 bool AllFinished(const LiveRequest& l) {
   return std::all_of(l.samples.begin(), l.samples.end(), [](auto& s) { return s.finished; });
 }
 
 }  // namespace
+
+std::vector<uint64_t> PromptBlocks(std::string_view ns, std::span<const int32_t> prompt,
+                                   int32_t chunk_size) {
+  std::vector<uint64_t> blocks;
+  if (chunk_size <= 0) return blocks;
+  blocks.reserve(prompt.size() / chunk_size);
+  uint64_t parent = kvcache::NamespaceSeed(ns);
+  for (size_t b = 0; b + chunk_size <= prompt.size(); b += chunk_size) {
+    parent = kvcache::BlockHash(parent, prompt.subspan(b, chunk_size));
+    blocks.push_back(parent);
+  }
+  return blocks;
+}
 
 std::vector<int32_t> InTree(const std::vector<int32_t>& prompt,
                             const std::vector<int32_t>& generated) {
@@ -136,6 +223,7 @@ StepSummary SummarizeStep(const kvcache::PrefixTree& tree, std::span<const LiveP
     tenants.Hold(in.running.back().tenant, seqs);
   }
   tenants.Count(tree);
+  MarkPrefixGroups(waiting, running, tree.chunk_size(), &in);
   return sum;
 }
 

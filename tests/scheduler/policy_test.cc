@@ -93,6 +93,59 @@ TEST(PolicyTest, ChunkedPrefillNeverStallsDecodes) {
   EXPECT_EQ(iterations, 3);
 }
 
+// Prefix groups: followers are charged what their leader does not compute, when it computes it.
+PolicyRequest Led(PolicyRequest r, uint64_t leader, int32_t leader_tokens, int32_t led) {
+  r.leader = leader;
+  r.leader_tokens = leader_tokens;
+  r.led_prefill = led;
+  r.led_chunks = r.chunks_needed - ((r.remaining_prefill + 15) / 16 - (led + 15) / 16);
+  return r;
+}
+
+TEST(PolicyTest, PrefixGroupsChargeTheSharedPromptOnce) {
+  auto input = [](std::vector<PolicyRequest> w, std::vector<PolicyRequest> r, int budget) {
+    return PolicyInput{.waiting = w, .running = r, .chunks_free = 200, .chunks_cached = 0,
+                       .chunk_size = 16, .max_sequences = 16, .prefill_token_budget = budget,
+                       .tenants = {}};
+  };
+  // Four requests with a 96-token uncached prompt in common and 8 tokens each of their own.
+  std::vector<PolicyRequest> burst = {Waiting(1, 104)};
+  for (uint64_t h = 2; h <= 4; ++h) burst.push_back(Led(Waiting(h, 104), 1, 96, 8));
+  {
+    // Without groups a budget of 128 admits the leader and 24 tokens of a second; with them,
+    // all four (104 + 3 x 8).
+    std::vector<PolicyRequest> plain = {Waiting(1, 104), Waiting(2, 104), Waiting(3, 104),
+                                        Waiting(4, 104)};
+    EXPECT_EQ(Schedule(input(plain, {}, 128)).prefill, (Prefill{{1, 104}, {2, 24}}));
+    const IterationPlan p = Schedule(input(burst, {}, 128));
+    EXPECT_EQ(p.admit, (std::vector<uint64_t>{1, 2, 3, 4}));
+    EXPECT_EQ(p.prefill, (Prefill{{1, 104}, {2, 8}, {3, 8}, {4, 8}}));
+  }
+  {
+    // The leader gets 64 tokens, short of the shared 96: its followers are held, and a request
+    // needing no prefill behind them is still admitted.
+    std::vector<PolicyRequest> w = burst;
+    w.push_back(Waiting(5, 0));
+    const IterationPlan p = Schedule(input(w, {}, 64));
+    EXPECT_EQ(p.admit, (std::vector<uint64_t>{1, 5}));
+    EXPECT_EQ(p.prefill, (Prefill{{1, 64}, {5, 0}}));
+  }
+  {
+    // A prefilling leader placing the rest of the shared part this iteration brings them in.
+    std::vector<PolicyRequest> w(burst.begin() + 1, burst.end());
+    for (PolicyRequest& r : w) r.leader_tokens = 40;
+    const IterationPlan p = Schedule(input(w, {Prefilling(1, 48)}, 80));
+    EXPECT_EQ(p.prefill, (Prefill{{1, 48}, {2, 8}, {3, 8}, {4, 8}}));
+  }
+  {
+    // A leader not in this plan (one still waiting elsewhere in the queue): the follower pays
+    // in full, as without a leader.
+    std::vector<PolicyRequest> w = {Led(Waiting(2, 104), 7, 96, 8)};
+    const IterationPlan p = Schedule(input(w, {}, 64));
+    EXPECT_EQ(p.prefill, (Prefill{{2, 64}}));
+  }
+}
+
 }  // namespace
 }  // namespace banyan::scheduler
 

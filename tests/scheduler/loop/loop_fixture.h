@@ -10,6 +10,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/loop/live_request.h"
+#include "scheduler/loop/step_summary.h"
 
 namespace banyan::scheduler::testing {
 
@@ -49,6 +50,7 @@ class LoopStageTest : public ::testing::Test {
     l->req.prompt = std::move(prompt);
     l->req.n = n;
     l->req.params.max_tokens = 32;
+    l->prompt_blocks = PromptBlocks(l->req.cache_namespace, l->req.prompt, kChunk);
     return l;
   }
 

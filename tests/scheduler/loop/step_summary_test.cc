@@ -102,6 +102,67 @@ TEST_F(StepSummaryTest, PrefillingRequestHasItsUnplacedPromptLeft) {
   EXPECT_EQ(s.input.running[0].chunks_private, 1);
 }
 
+// Prefix groups: a waiting request whose uncached prefix an earlier request will place leads it.
+TEST_F(StepSummaryTest, WaitingRequestsSharingAnUncachedPrefixFollowTheFirstOfThem) {
+  Cache(Tokens(1, kChunk));  // the first chunk of the shared prompt is cached
+  std::vector<int32_t> shared = Tokens(1, 3 * kChunk);
+  auto with_tail = [&](int32_t first, int32_t n) {
+    std::vector<int32_t> p = shared;
+    std::vector<int32_t> tail = Tokens(first, n);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  waiting_.push_back(Waiting(1, with_tail(500, 5)));   // the leader
+  waiting_.push_back(Waiting(2, with_tail(600, 7)));   // follows 1
+  waiting_.push_back(Waiting(3, Tokens(900, 40)));     // unrelated
+  waiting_.push_back(Waiting(4, with_tail(700, 3)));   // follows 1 too (the first holder)
+  waiting_.push_back(Waiting(5, Tokens(1, 2 * kChunk + 4)));  // shares one uncached chunk
+  waiting_[0]->req.priority = 1;  // the leader comes first in the policy's order...
+  waiting_[1]->arrival = 0;       // ...even though 2 arrived before it
+  const StepSummary s = Summarize();
+  ASSERT_EQ(s.input.waiting.size(), 5u);
+  const auto& w = s.input.waiting;
+  EXPECT_EQ(w[0].leader, 0u);
+  EXPECT_EQ(w[2].leader, 0u);
+  // 2: uncached tokens [16, 55); blocks 2 and 3 (tokens [16, 48)) are the leader's to place.
+  EXPECT_EQ(w[1].remaining_prefill, 3 * kChunk + 7 - kChunk);
+  EXPECT_EQ(w[1].leader, 1u);
+  EXPECT_EQ(w[1].leader_tokens, 2 * kChunk);
+  EXPECT_EQ(w[1].led_prefill, 7);
+  EXPECT_EQ(w[1].led_chunks, w[1].chunks_needed - 2);
+  EXPECT_EQ(w[3].leader, 1u);
+  EXPECT_EQ(w[3].led_prefill, 3);
+  // 5 shares one uncached chunk with 1 (its third chunk is partial: not a block).
+  EXPECT_EQ(w[4].leader, 1u);
+  EXPECT_EQ(w[4].leader_tokens, kChunk);
+  EXPECT_EQ(w[4].led_prefill, 2 * kChunk + 4 - 2 * kChunk);
+}
+
+TEST_F(StepSummaryTest, APrefillingRequestLeadsFromWhereItHasPlaced) {
+  LivePtr l = Waiting(1, Tokens(1, 4 * kChunk));
+  auto placed = tree_->Insert("", Tokens(1, kChunk + 3), /*allow_evict=*/true);
+  ASSERT_TRUE(placed.ok());
+  l->prompt_seq = placed->seq;
+  l->placed = kChunk + 3;
+  l->state = RequestState::kPrefilling;
+  running_.push_back(std::move(l));
+  waiting_.push_back(Waiting(2, Tokens(1, 4 * kChunk + 2)));
+  waiting_.push_back(Waiting(3, Tokens(1, 4 * kChunk)));
+  waiting_[1]->resume = true;  // a resuming request neither leads nor follows
+  waiting_.push_back(Waiting(4, Tokens(1, 3 * kChunk)));
+  waiting_[2]->req.cache_namespace = "tenant-b";  // another namespace: another hash chain
+  waiting_[2]->prompt_blocks = PromptBlocks("tenant-b", waiting_[2]->req.prompt, kChunk);
+  const StepSummary s = Summarize();
+  const auto& w = s.input.waiting;
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].remaining_prefill, 4 * kChunk + 2 - (kChunk + 3));
+  EXPECT_EQ(w[0].leader, 1u);
+  EXPECT_EQ(w[0].leader_tokens, 4 * kChunk - (kChunk + 3));
+  EXPECT_EQ(w[0].led_prefill, 2);
+  EXPECT_EQ(w[1].leader, 0u);
+  EXPECT_EQ(w[2].leader, 0u);
+}
+
 TEST_F(StepSummaryTest, FinishedDecodingRequestIsLeftOut) {
   running_.push_back(Decoding(1, Tokens(1, 4), {9}));
   running_[0]->samples[0].finished = true;
