@@ -1,40 +1,24 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz) with ASan + UBSan into build-fuzz/ and runs each
+# Builds the libFuzzer targets (tests/fuzz) with ASan + UBSan into build-san/ (through
+# tools/build_sanitized.sh, which installs clang-15 and libfuzzer-15-dev) and runs each
 # for BANYAN_FUZZ_SECONDS (default 60) over a copy of its committed seed corpus, so that
 # nothing is written into the repository. Prints executions per target; exits non-zero when any
 # target finds a crash, a leak, a timeout or an out-of-memory input (the input is kept under
-# build-fuzz/fuzz-run/<target>/ and named in the output).
+# build-san/fuzz-run/<target>/ and named in the output).
 #   tools/fuzz.sh [target...]          (default: every target)
 # Environment: BANYAN_FUZZ_SECONDS, BANYAN_JOBS (targets run side by side; default nproc).
-# The libraries come from tools/setup.sh (tools/test.sh runs it first); this script adds
-# clang-15 and libfuzzer-15-dev when they are missing.
+# The libraries come from tools/setup.sh (tools/test.sh runs it first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-PACKAGES=(clang-15 libfuzzer-15-dev)
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "[fuzz] installing: ${missing[*]}"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}"
-fi
 
 SECONDS_PER_TARGET="${BANYAN_FUZZ_SECONDS:-60}"
 JOBS="${BANYAN_JOBS:-$(nproc)}"
 ALL_TARGETS=(openai_request grpc_translate spm_model tokenizer hf_tokenizer gguf safetensors llama2c)
 if (($#)); then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 
-CC=clang-15 CXX=clang++-15 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DBANYAN_CUDA=OFF -DBANYAN_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j "$JOBS" --target "${TARGETS[@]/%/_fuzzer}"
+tools/build_sanitized.sh "${TARGETS[@]/%/_fuzzer}"
 
-RUN_DIR=build-fuzz/fuzz-run
+RUN_DIR=build-san/fuzz-run
 rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR"
 
@@ -48,7 +32,7 @@ run_target() {
   if [ -f "tests/fuzz/dict/$name.dict" ]; then args+=(-dict="tests/fuzz/dict/$name.dict"); fi
   local rc=0
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    "build-fuzz/tests/fuzz/${name}_fuzzer" "${args[@]}" "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
+    "build-san/tests/fuzz/${name}_fuzzer" "${args[@]}" "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
   echo "$rc" >"$dir/status"
 }
 

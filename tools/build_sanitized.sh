@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Configures and builds the sanitized tree build-san/: clang-15 with ASan + UBSan (UB fatal) and
+# libFuzzer's coverage instrumentation on every C++ object (-DBANYAN_FUZZ=ON, see
+# cmake/BanyanHelpers.cmake), RelWithDebInfo, no CUDA. One tree serves both sanitizer passes of
+# tools/test.sh, the memory-safety tests and the fuzz targets, so that the libraries are compiled
+# under sanitizers once rather than twice.
+#   tools/build_sanitized.sh TARGET...
+# Installs clang-15 and libfuzzer-15-dev when they are missing (the other libraries come from
+# tools/setup.sh). Environment: BANYAN_JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if (($# == 0)); then
+  echo "usage: tools/build_sanitized.sh TARGET..." >&2
+  exit 2
+fi
+
+PACKAGES=(clang-15 libfuzzer-15-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[sanitized] installing: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+fi
+
+JOBS="${BANYAN_JOBS:-$(nproc)}"
+CC=clang-15 CXX=clang++-15 cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DBANYAN_CUDA=OFF -DBANYAN_FUZZ=ON >/dev/null
+cmake --build build-san -j "$JOBS" --target "$@"
