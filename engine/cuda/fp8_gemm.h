@@ -1,0 +1,73 @@
+// W8A8 GEMMs on FP8 tensor cores (Hopper) through cuBLASLt: FP8 (E4M3) weights with their
+// scales, activations quantized to FP8 per token on the fly (kernels/cuda/fp8_quant.h).
+//
+//   out[M, N] = sum_k a(m, k) * w(n, k),  a(m, k) = code_a(m, k) * sa(m, k),
+//                                         w(n, k) = code_w(n, k) * sw(n, k)
+// fp32 accumulation, out rounded once to bf16 (or fp16). Row-major as everywhere in the engine:
+// activations [M, K] by rows, weights [N, K] as stored. Two scalings:
+//   kPerRow     sw(n, k) = w_scales[n] (one per output channel; a per-tensor checkpoint scale is
+//               repeated over the rows at upload), sa(m, k) = a_scales[m] (one per token):
+//               cuBLASLt's outer-vector scaling;
+//   kBlock128   sw(n, k) = w_scales[(n / 128) * ceil(K / 128) + k / 128] (128 x 128 blocks, the
+//               fine-grained checkpoints' layout), sa(m, k) = a_scales[m * ceil(K / 128) + k / 128]
+//               (one per 128 elements of a token): cuBLASLt's 2-D block and 1-D vector scaling.
+// In cuBLASLt's column-major terms this is out^T = w . a^T with the weights transposed and the
+// activations not ("TN", the layout its FP8 kernels need); both scale layouts above are the
+// column-major ones it reads for those operands.
+//
+// Limits (CheckShape): K a multiple of 16 and N of 8 (16-byte rows for FP8 and bf16); pointers
+// 16-byte aligned. Plans (descriptors, layouts and the heuristic's algorithm) are cached per
+// (scaling, M, N, K, output type): a new decode batch size costs one heuristic query.
+//
+// Not thread-safe: one per stream owner (the CUDA backend's engine thread).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace banyan::engine::cuda {
+
+enum class Fp8Scaling { kPerRow, kBlock128 };
+
+struct Fp8Operand {
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+};
+
+class Fp8Gemm {
+ public:
+  // `workspace_bytes` of device memory for cuBLASLt (split-K and such); 32 MiB is plenty.
+  static absl::StatusOr<std::unique_ptr<Fp8Gemm>> Create(size_t workspace_bytes = 32u << 20);
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  // InvalidArgument naming the dimension when N, K cannot run on the FP8 path.
+  static absl::Status CheckShape(int64_t N, int64_t K);
+
+  // out[M, N] of `out_type` (CUDA_R_16BF or CUDA_R_16F) as above, on `stream`.
+  absl::Status Run(Fp8Scaling scaling, const Fp8Operand& w, const Fp8Operand& a, void* out,
+                   cudaDataType_t out_type, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int>;
+  Fp8Gemm() = default;
+  absl::StatusOr<Plan*> PlanFor(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K,
+                                cudaDataType_t out_type);
+
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  absl::flat_hash_map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace banyan::engine::cuda
