@@ -39,6 +39,11 @@ const char* TorchDtype(HfDtype d) {
 absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtype dtype) {
   namespace fs = std::filesystem;
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
+  if (HasQuantizedWeights(w)) {
+    return absl::UnimplementedError(absl::StrCat(
+        w.source, ": the weights are FP8 (an FP8 checkpoint or --quantization fp8); writing FP8 "
+                  "weights is not implemented: convert the unquantized source instead"));
+  }
   const ModelConfig& c = w.config;
   if (c.rope_style != RopeStyle::kHalf && (c.qkv_bias || c.qk_norm)) {
     return absl::UnimplementedError(

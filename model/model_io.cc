@@ -41,6 +41,10 @@ void PermuteQkRows(Tensor& w, int n_heads, int head_dim, RopeStyle from, RopeSty
 
 void ConvertRopeStyle(ModelWeights& w, RopeStyle to) {
   const ModelConfig& c = w.config;
+  // FP8 weights come only from Hugging Face folders (kHalf) or --quantization after the load;
+  // rows of 128 x 128 scale blocks could not be permuted anyway.
+  BANYAN_CHECK(c.rope_style == to || !HasQuantizedWeights(w))
+      << w.source << ": the RoPE row order of FP8 Wq / Wk cannot be converted";
   for (LayerWeights& l : w.layers) {
     PermuteQkRows(l.wq, c.n_heads, c.head_dim(), c.rope_style, to);
     PermuteQkRows(l.wk, c.n_kv_heads, c.head_dim(), c.rope_style, to);

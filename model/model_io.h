@@ -25,6 +25,7 @@ using HfDtype = WeightDtype;
 void PermuteQkRows(Tensor& w, int n_heads, int head_dim, RopeStyle from, RopeStyle to);
 
 // Permutes every layer's Wq (n_heads) and Wk (n_kv_heads) to `to` and sets config.rope_style.
+// Aborts for FP8 weights (LayerWeights::fp8) unless the order is already `to`.
 void ConvertRopeStyle(ModelWeights& w, RopeStyle to);
 
 // Loads a model in any supported format:
@@ -38,7 +39,9 @@ absl::StatusOr<ModelWeights> LoadModel(const std::string& path);
 // Qwen3ForCausalLM, MistralForCausalLM, with rope_scaling and the eos list): `dir`/config.json and
 // `dir`/model.safetensors (one file, tensors in `dtype`). Wq / Wk are written in the kHalf order
 // whatever w.config.rope_style is; `w` itself is not modified. lm_head.weight is omitted when
-// the embeddings are tied. Creates `dir` if needed and overwrites both files.
+// the embeddings are tied. Creates `dir` if needed and overwrites both files. FP8 weights
+// (LayerWeights::fp8) are refused (UnimplementedError): writing them back as a quantized
+// checkpoint is not implemented, and widening them would silently change the file's size class.
 absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir,
                            HfDtype dtype = HfDtype::kF32);
 

@@ -111,6 +111,12 @@ absl::Status SafetensorsFile::ReadTensor(const std::string& name, Tensor* out) c
   }
   const SafetensorsEntry& e = it->second;
   absl::StatusOr<WeightDtype> dtype = ParseSafetensorsDtype(e.dtype);
+  if (e.dtype == kSafetensorsF8E4M3 || e.dtype == kSafetensorsF8E5M2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path(), ": tensor ", name, " is FP8 (", e.dtype,
+        "), which banyan reads only as a quantized projection weight with its scale, as the "
+        "config.json's quantization_config describes"));
+  }
   if (!dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path(), ": unsupported dtype ", e.dtype,
                                                    " for tensor ", name,
@@ -121,6 +127,27 @@ absl::Status SafetensorsFile::ReadTensor(const std::string& name, Tensor* out) c
   // Open() guaranteed end - begin == numel * size for known dtypes.
   out->data.resize(numel);
   ConvertToFloat(*dtype, file_->data() + e.begin, numel, out->data.data());
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsFile::ReadFp8Codes(const std::string& name,
+                                           std::vector<uint8_t>* codes) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat(path(), ": missing tensor ", name));
+  }
+  const SafetensorsEntry& e = it->second;
+  if (e.dtype == kSafetensorsF8E5M2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path(), ": tensor ", name,
+                     " is F8_E5M2; FP8 weights must be F8_E4M3 (E5M2 weights are not supported)"));
+  }
+  if (e.dtype != kSafetensorsF8E4M3) {
+    return absl::InvalidArgumentError(absl::StrCat(path(), ": tensor ", name, " is ", e.dtype,
+                                                   "; expected F8_E4M3"));
+  }
+  // Open() guaranteed end - begin == numel bytes for F8_E4M3.
+  codes->assign(file_->data() + e.begin, file_->data() + e.end);
   return absl::OkStatus();
 }
 

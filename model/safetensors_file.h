@@ -38,8 +38,13 @@ class SafetensorsFile {
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
 
   // Widens tensor `name` to fp32 into *out (shape and data). NotFound for an unknown name,
-  // InvalidArgument for a dtype other than F32 / F16 / BF16.
+  // InvalidArgument for a dtype other than F32 / F16 / BF16 (an FP8 tensor is named as such:
+  // it needs its scales, so it is read with ReadFp8Codes by the FP8 loader).
   absl::Status ReadTensor(const std::string& name, Tensor* out) const;
+
+  // Copies the bytes of F8_E4M3 tensor `name` into *codes. NotFound for an unknown name,
+  // InvalidArgument naming the tensor for any other dtype (F8_E5M2 is refused by name).
+  absl::Status ReadFp8Codes(const std::string& name, std::vector<uint8_t>* codes) const;
 
  private:
   explicit SafetensorsFile(std::unique_ptr<MappedFile> file) : file_(std::move(file)) {}
@@ -47,6 +52,10 @@ class SafetensorsFile {
   std::unique_ptr<MappedFile> file_;
   std::map<std::string, SafetensorsEntry> entries_;
 };
+
+// The FP8 dtype names of the format (model/dtype.h has the encodings).
+inline constexpr const char* kSafetensorsF8E4M3 = "F8_E4M3";
+inline constexpr const char* kSafetensorsF8E5M2 = "F8_E5M2";
 
 // Parses "F32" / "F16" / "BF16"; InvalidArgument for any other name.
 absl::StatusOr<WeightDtype> ParseSafetensorsDtype(const std::string& name);
