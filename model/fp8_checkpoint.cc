@@ -246,7 +246,7 @@ absl::StatusOr<Fp8CheckpointScheme> ParseQuantizationConfig(const json& config,
   return e.Unimplemented(
       "quant_method",
       absl::StrCat(method == nullptr ? "(none named)" : method->dump(),
-                   ": this quantization is not supported (banyan runs f32, f16 and bf16 weights, "
+                   ": this quantization is not supported yet (banyan runs f32, f16 and bf16 weights, "
                    "and FP8 weights in the compressed-tensors or fine-grained \"fp8\" layouts)"));
 }
 
