@@ -295,7 +295,7 @@ absl::Status ReadFp8Projection(const ShardLookup& shards, const std::string& nam
     return bad_scale(absl::StrCat("is ", se.dtype, "; expected F32 or BF16"));
   }
   const std::vector<int64_t> want = Fp8ScaleShape(scheme.scale_kind, shape[0], shape[1]);
-  bool shape_ok;
+  bool shape_ok = false;
   switch (scheme.scale_kind) {
     case Fp8ScaleKind::kPerTensor:
       shape_ok = se.shape.empty() || se.shape == std::vector<int64_t>{1};
