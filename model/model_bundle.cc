@@ -133,9 +133,11 @@ void FillTokenTexts(ModelBundle* b) {
 
 }  // namespace
 
-// The bundle as the files hold it (LoadModelBundle without --quantization).
-static absl::StatusOr<ModelBundle> LoadBundleAsStored(const std::string& model_path,
-                                                      const std::string& tokenizer_path) {
+// The bundle, with the weights quantized as they load where the format allows (a Hugging Face
+// folder: one projection at a time); LoadModelBundle quantizes whatever is left.
+static absl::StatusOr<ModelBundle> LoadBundle(const std::string& model_path,
+                                              const std::string& tokenizer_path,
+                                              WeightQuantization quantization) {
   ModelBundle b;
   const bool gguf = model_path.size() > 5 && model_path.ends_with(".gguf");
   if (gguf) {
@@ -162,7 +164,7 @@ static absl::StatusOr<ModelBundle> LoadBundleAsStored(const std::string& model_p
       return b;
     }
   } else {
-    auto w = LoadModel(model_path);
+    auto w = LoadModel(model_path, quantization);
     if (!w.ok()) return w.status();
     b.weights = std::move(*w);
     if (absl::Status s = ReadChatTemplate(model_path, &b); !s.ok()) return s;
@@ -192,7 +194,7 @@ static absl::StatusOr<ModelBundle> LoadBundleAsStored(const std::string& model_p
 absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
                                             const std::string& tokenizer_path,
                                             WeightQuantization quantization) {
-  absl::StatusOr<ModelBundle> b = LoadBundleAsStored(model_path, tokenizer_path);
+  absl::StatusOr<ModelBundle> b = LoadBundle(model_path, tokenizer_path, quantization);
   if (!b.ok() || quantization == WeightQuantization::kNone) return b;
   if (absl::Status s = QuantizeWeightsFp8(&b->weights); !s.ok()) return s;
   return b;

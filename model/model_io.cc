@@ -52,14 +52,15 @@ void ConvertRopeStyle(ModelWeights& w, RopeStyle to) {
   w.config.rope_style = to;
 }
 
-absl::StatusOr<ModelWeights> LoadModel(const std::string& path) {
+namespace {
+
+absl::StatusOr<ModelWeights> LoadModelFile(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
   }
-  if (fs::is_directory(st)) return LoadHfFolder(path);
   char magic[4] = {};
   {
     std::ifstream in(path, std::ios::binary);
@@ -76,6 +77,17 @@ absl::StatusOr<ModelWeights> LoadModel(const std::string& path) {
       path,
       ": unrecognised model format (expected a Hugging Face folder, a .gguf or a llama2.c "
       ".bin)"));
+}
+
+}  // namespace
+
+absl::StatusOr<ModelWeights> LoadModel(const std::string& path, WeightQuantization quantization) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return LoadHfFolder(path, quantization);
+  absl::StatusOr<ModelWeights> w = LoadModelFile(path);
+  if (!w.ok() || quantization == WeightQuantization::kNone) return w;
+  if (absl::Status s = QuantizeWeightsFp8(&*w); !s.ok()) return s;
+  return w;
 }
 
 }  // namespace banyan::model

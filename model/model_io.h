@@ -32,8 +32,11 @@ void ConvertRopeStyle(ModelWeights& w, RopeStyle to);
 //   a directory                    -> Hugging Face (config.json + safetensors), LoadHfFolder
 //   a file starting with "GGUF"    -> LoadGguf (tokenizer metadata discarded)
 //   a file ending in ".bin"        -> llama2.c checkpoint, LoadLlama2c
-// NotFound for a missing path; InvalidArgument for an unrecognised file.
-absl::StatusOr<ModelWeights> LoadModel(const std::string& path);
+// NotFound for a missing path; InvalidArgument for an unrecognised file. With kFp8
+// (--quantization fp8) the projections are quantized to FP8 (QuantizeWeightsFp8; as they are
+// read for a Hugging Face folder).
+absl::StatusOr<ModelWeights> LoadModel(const std::string& path,
+                                       WeightQuantization quantization = WeightQuantization::kNone);
 
 // Writes `w` as a Hugging Face folder of its architecture (LlamaForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, MistralForCausalLM, with rope_scaling and the eos list): `dir`/config.json and

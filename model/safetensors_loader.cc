@@ -356,7 +356,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   return c;
 }
 
-absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
+absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir, WeightQuantization quantization) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return absl::NotFoundError(absl::StrCat(dir, ": not found"));
   if (!fs::is_directory(dir, ec)) {
@@ -445,6 +445,16 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
                                                      ", got ", ShapeString(it->second.shape)));
     }
     if (absl::Status s = (*f)->ReadTensor(name, &SlotTensor(w, slot)); !s.ok()) return s;
+    if (quantization == WeightQuantization::kFp8 && !quant.quantized() &&
+        IsProjection(slot.kind)) {
+      Tensor& t = SlotTensor(w, slot);
+      if (absl::Status s = QuantizeFp8PerChannel(t, absl::StrCat((*f)->path(), ": ", name),
+                                                 SlotQuantized(w, slot));
+          !s.ok()) {
+        return s;
+      }
+      t = Tensor{};
+    }
   }
   // A bias or q/k norm the config does not call for would be silently dropped: refuse it.
   std::vector<std::string> all_names;

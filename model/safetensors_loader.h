@@ -34,7 +34,10 @@ namespace banyan::model {
 
 struct Fp8CheckpointScheme;  // model/fp8_checkpoint.h
 
-absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir);
+// With kFp8 (--quantization fp8) the projections of an unquantized checkpoint are quantized as
+// each is read (QuantizeFp8PerChannel), so the host never holds them all in fp32.
+absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir,
+                                          WeightQuantization quantization = WeightQuantization::kNone);
 
 // Parses the text of a config.json; `source` names the file in messages. Its
 // quantization_config, checked here, goes to *quant when given.

@@ -258,6 +258,27 @@ TEST(QuantizeFp8, WeightsKeepEmbeddingsNormsAndLmHeadDense) {
               HasSubstr("tensor shape mismatch for layers.0.wk"));
 }
 
+TEST(QuantizeFp8, AtLoadEqualsAfterLoad) {
+  const ModelWeights dense = MakeDummyWeights(testing::SmallArchConfig("qwen3"), 3);
+  testing::TempDir dir;
+  ASSERT_TRUE(WriteHfFolder(dense, dir.path()).ok());
+  auto at_load = LoadModel(dir.path(), WeightQuantization::kFp8);  // one projection at a time
+  ASSERT_TRUE(at_load.ok()) << at_load.status();
+  auto after = LoadModel(dir.path());
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_FALSE(HasQuantizedWeights(*after));
+  ASSERT_TRUE(QuantizeWeightsFp8(&*after).ok());
+  for (const TensorSlot& slot : ListTensorSlots(dense.config)) {
+    SCOPED_TRACE(SlotName(slot));
+    EXPECT_EQ(SlotTensor(*at_load, slot).data, SlotTensor(*after, slot).data);
+    if (IsProjection(slot.kind)) {
+      EXPECT_FALSE(SlotQuantized(*at_load, slot)->empty());
+      EXPECT_EQ(SlotQuantized(*at_load, slot)->codes, SlotQuantized(*after, slot)->codes);
+      EXPECT_EQ(SlotQuantized(*at_load, slot)->scales, SlotQuantized(*after, slot)->scales);
+    }
+  }
+}
+
 TEST(DummyFp8, SameValuesQuantizedAndTheSeventyBShape) {
   const ModelConfig c = *NamedShapeConfig("tiny-d64-gqa4");
   const ModelWeights dense = MakeDummyWeights(c, 9);

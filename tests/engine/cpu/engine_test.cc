@@ -405,6 +405,22 @@ TEST_F(EngineTest, Q8_0GgufGeneratesTheSameGreedyText) {
       << "f32: " << bundle_->tokenizer->Decode(wt) << "\nq8_0: " << bundle_->tokenizer->Decode(gt);
 }
 
+// --quantization fp8 through LoadModelBundle, as banyand loads: the bundled model's projections
+// become FP8, and its logits move by the rounding, not more.
+TEST_F(EngineTest, QuantizationFp8ThroughTheBundle) {
+  auto fp8 = model::LoadModelBundle(kModelDir + "/stories260K.bin", "",
+                                    model::WeightQuantization::kFp8);
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  ASSERT_TRUE(model::HasQuantizedWeights(fp8->weights));
+  EXPECT_TRUE(fp8->weights.layers[0].wq.data.empty());
+  EXPECT_EQ(fp8->weights.tok_embeddings.data, bundle_->weights.tok_embeddings.data);
+  const std::vector<int32_t> prompt = bundle_->tokenizer->Encode("Once upon a time, a cat", true);
+  Engine a(&bundle_->weights), b(&fp8->weights);
+  const double err = RelErr(b.PrefillLogits(prompt), a.PrefillLogits(prompt));
+  EXPECT_GT(err, 1e-4);
+  EXPECT_LT(err, 0.1);
+}
+
 // FP8 weights: the CPU backend (which dequantizes at load) against the double-precision forward
 // over weights computed from the formats' definitions in the test (decode from the bits, apply
 // the scale per layout). dim 160 and MLP 288 give projections of partial 128 x 128 blocks.
