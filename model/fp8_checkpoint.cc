@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/dtype.h"
+#include "model/safetensors_loader.h"
 #include "model/weights_layout.h"
 #include "nlohmann/json.hpp"
 
@@ -352,6 +353,71 @@ absl::Status CheckUnusedTensor(const std::string& dir, const std::string& name,
         ")"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Fp8CheckpointScheme> Fp8SchemeFor(const ModelWeights& w) {
+  Fp8CheckpointScheme scheme;
+  scheme.ignore.push_back("lm_head");
+  bool have_kind = false;
+  for (const TensorSlot& slot : ListTensorSlots(w.config)) {
+    const QuantizedTensor* q = SlotQuantized(w, slot);
+    if (q == nullptr) continue;
+    const std::string name = HfTensorName(slot);
+    if (q->empty()) {
+      scheme.ignore.push_back(name.substr(0, name.size() - std::string(".weight").size()));
+      continue;
+    }
+    if (have_kind && q->scale_kind != scheme.scale_kind) {
+      return absl::UnimplementedError(absl::StrCat(
+          w.source, ": FP8 weights with ", Fp8ScaleKindName(scheme.scale_kind), " and ",
+          Fp8ScaleKindName(q->scale_kind), " scales have no single checkpoint layout"));
+    }
+    scheme.scale_kind = q->scale_kind;
+    have_kind = true;
+  }
+  scheme.layout = scheme.scale_kind == Fp8ScaleKind::kBlock128 ? Fp8Layout::kFineGrained
+                                                               : Fp8Layout::kCompressedTensors;
+  return scheme;
+}
+
+void SetQuantizationConfig(const Fp8CheckpointScheme& scheme, nlohmann::ordered_json* config) {
+  nlohmann::ordered_json& q = (*config)[kField];
+  if (scheme.layout == Fp8Layout::kFineGrained) {
+    q = {{"quant_method", "fp8"},
+         {"activation_scheme", "dynamic"},
+         {"fmt", "e4m3"},
+         {"weight_block_size", {kFp8BlockSize, kFp8BlockSize}},
+         {"modules_to_not_convert", scheme.ignore}};
+    return;
+  }
+  const char* strategy = scheme.scale_kind == Fp8ScaleKind::kPerTensor ? "tensor" : "channel";
+  q = {{"quant_method", "compressed-tensors"},
+       {"format", "float-quantized"},
+       {"quantization_status", "compressed"},
+       {"config_groups",
+        {{"group_0",
+          {{"targets", {"Linear"}},
+           {"weights",
+            {{"num_bits", 8},
+             {"type", "float"},
+             {"strategy", strategy},
+             {"symmetric", true},
+             {"dynamic", false}}},
+           {"input_activations",
+            {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}}}}}}},
+       {"ignore", scheme.ignore}};
+}
+
+std::vector<int64_t> Fp8ScaleShapeOnDisk(const QuantizedTensor& q) {
+  switch (q.scale_kind) {
+    case Fp8ScaleKind::kPerTensor:
+      return {1};
+    case Fp8ScaleKind::kPerChannel:
+      return {q.rows(), 1};
+    case Fp8ScaleKind::kBlock128:
+      return Fp8ScaleShape(q.scale_kind, q.rows(), q.cols());
+  }
+  return {};
 }
 
 }  // namespace banyan::model

@@ -87,6 +87,20 @@ absl::Status ReadFp8Projection(const ShardLookup& shards, const std::string& nam
                                const std::vector<int64_t>& shape,
                                const Fp8CheckpointScheme& scheme, QuantizedTensor* out);
 
+// The writer's side (WriteHfFolder): the layout that holds w's FP8 projections as they are:
+// compressed-tensors for per-tensor or per-channel scales (written with dynamic per-token FP8
+// activations, the only activation scheme besides none that loads), fine-grained fp8 for
+// 128 x 128 blocks; projections held in fp32 are listed as unquantized (ignore /
+// modules_to_not_convert), and so is lm_head. UnimplementedError when the projections mix scale
+// kinds. Requires HasQuantizedWeights(w).
+absl::StatusOr<Fp8CheckpointScheme> Fp8SchemeFor(const ModelWeights& w);
+
+// Sets config["quantization_config"] for `scheme` (from Fp8SchemeFor), which parses back to it.
+void SetQuantizationConfig(const Fp8CheckpointScheme& scheme, nlohmann::ordered_json* config);
+
+// The scale tensor's shape as written: [1] per tensor, [out, 1] per channel, the block grid.
+std::vector<int64_t> Fp8ScaleShapeOnDisk(const QuantizedTensor& q);
+
 // For a tensor of the checkpoint that the loader did not read: an error when it is a
 // quantization tensor (a scale of a weight not loaded as FP8, an input_scale, a k/v scale), so
 // that nothing the forward pass would need is silently dropped. `dir` names the checkpoint.

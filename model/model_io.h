@@ -42,9 +42,9 @@ absl::StatusOr<ModelWeights> LoadModel(const std::string& path,
 // Qwen3ForCausalLM, MistralForCausalLM, with rope_scaling and the eos list): `dir`/config.json and
 // `dir`/model.safetensors (one file, tensors in `dtype`). Wq / Wk are written in the kHalf order
 // whatever w.config.rope_style is; `w` itself is not modified. lm_head.weight is omitted when
-// the embeddings are tied. Creates `dir` if needed and overwrites both files. FP8 weights
-// (LayerWeights::fp8) are refused (UnimplementedError): writing them back as a quantized
-// checkpoint is not implemented, and widening them would silently change the file's size class.
+// the embeddings are tied. Creates `dir` if needed and overwrites both files. FP8 projections
+// (LayerWeights::fp8) are written as they are held, F8_E4M3 codes and F32 scales, in the layout
+// Fp8SchemeFor picks (model/fp8_checkpoint.h); `dtype` applies to the other tensors.
 absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir,
                            HfDtype dtype = HfDtype::kF32);
 

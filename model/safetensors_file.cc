@@ -152,7 +152,7 @@ absl::Status SafetensorsFile::ReadFp8Codes(const std::string& name,
 }
 
 absl::Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsItem>& items,
-                              WeightDtype dtype) {
+                              WeightDtype dtype, const std::vector<SafetensorsRawItem>& raw) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
@@ -167,6 +167,20 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<Safeten
                          {"shape", item.tensor->shape},
                          {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
+  }
+  for (const SafetensorsRawItem& item : raw) {
+    const size_t es = KnownDtypeSize(item.dtype);
+    uint64_t numel = 1;
+    for (int64_t d : item.shape) numel *= static_cast<uint64_t>(d);
+    if (es == 0 || numel * es != item.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", item.name, " has ",
+                                                     item.bytes, " bytes for ", item.dtype,
+                                                     " of ", numel, " elements"));
+    }
+    header[item.name] = {{"dtype", item.dtype},
+                         {"shape", item.shape},
+                         {"data_offsets", {offset, offset + item.bytes}}};
+    offset += item.bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -198,6 +212,9 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<Safeten
       out.write(reinterpret_cast<const char*>(buf.data()),
                 static_cast<std::streamsize>(m * DtypeSize(dtype)));
     }
+  }
+  for (const SafetensorsRawItem& item : raw) {
+    out.write(static_cast<const char*>(item.data), static_cast<std::streamsize>(item.bytes));
   }
   out.close();
   if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));

@@ -68,9 +68,19 @@ struct SafetensorsItem {
   std::function<Tensor(const Tensor&)> transform;
 };
 
-// Writes `items` in order to `path` as `dtype`, with __metadata__ {"format": "pt"}. The header
-// is padded with spaces to a multiple of 8 bytes, as the reference implementation does.
+// A tensor written byte for byte under a dtype name of the format (FP8 codes, their scales).
+struct SafetensorsRawItem {
+  std::string name;
+  std::string dtype;           // "F8_E4M3", "F32", ...
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // numel(shape) elements of `dtype`, little-endian
+  uint64_t bytes = 0;
+};
+
+// Writes `items` in order to `path` as `dtype`, then `raw` as they are, with __metadata__
+// {"format": "pt"}. The header is padded with spaces to a multiple of 8 bytes, as the reference
+// implementation does.
 absl::Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsItem>& items,
-                              WeightDtype dtype);
+                              WeightDtype dtype, const std::vector<SafetensorsRawItem>& raw = {});
 
 }  // namespace banyan::model

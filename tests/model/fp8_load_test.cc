@@ -104,6 +104,50 @@ TEST(Fp8Load, IgnoredModulesStayDenseAndScalarScalesLoad) {
   EXPECT_EQ(Dequantize(w->layers[1].fp8.wq).data, ck.reference.layers[1].wq.data);
 }
 
+// WriteHfFolder writes FP8 weights as they are held: loading the written folder gives the same
+// codes, scales and dense tensors, for each layout, with unquantized projections listed as such,
+// and for --quantization fp8's result.
+TEST(Fp8Load, WriterRoundTripsFp8Weights) {
+  BANYAN_SEEDED_RNG(rng);
+  std::vector<ModelWeights> models;
+  for (Fp8Layout layout : {Fp8Layout::kCtPerTensor, Fp8Layout::kCtPerChannel, Fp8Layout::kFineGrained}) {
+    Fp8Checkpoint ck = MakeFp8Checkpoint(Fp8Config(), layout, true, rng);
+    testing::TempDir dir;
+    testing::WriteCheckpoint(dir.path(), ck.config, ck.entries);
+    auto w = LoadModel(dir.path());
+    ASSERT_TRUE(w.ok()) << w.status();
+    models.push_back(*std::move(w));
+  }
+  // One projection kept in fp32 (an ignored module).
+  models[1].layers[1].wv = Dequantize(models[1].layers[1].fp8.wv);
+  models[1].layers[1].fp8.wv = QuantizedTensor{};
+  models.push_back(testing::MakeFp8Checkpoint(Fp8Config(), Fp8Layout::kCtPerTensor, false, rng).reference);
+  ASSERT_TRUE(QuantizeWeightsFp8(&models.back()).ok());
+  for (const ModelWeights& w : models) {
+    SCOPED_TRACE(w.source);
+    testing::TempDir out;
+    ASSERT_TRUE(WriteHfFolder(w, out.path(), WeightDtype::kBF16).ok());
+    auto back = LoadModel(out.path());
+    ASSERT_TRUE(back.ok()) << back.status();
+    for (const TensorSlot& slot : ListTensorSlots(w.config)) {
+      SCOPED_TRACE(SlotName(slot));
+      if (const QuantizedTensor* q = SlotQuantized(w, slot); q != nullptr && !q->empty()) {
+        const QuantizedTensor& got = *SlotQuantized(*back, slot);
+        EXPECT_EQ(got.scale_kind, q->scale_kind);
+        EXPECT_EQ(got.codes, q->codes);
+        EXPECT_EQ(got.scales, q->scales);
+      } else {
+        // Dense tensors went out as BF16: equal after the same narrowing.
+        const Tensor& t = SlotTensor(w, slot);
+        ASSERT_EQ(SlotTensor(*back, slot).data.size(), t.data.size());
+        for (size_t i = 0; i < t.data.size(); ++i) {
+          ASSERT_EQ(SlotTensor(*back, slot).data[i], Bf16ToFloat(FloatToBf16(t.data[i]))) << i;
+        }
+      }
+    }
+  }
+}
+
 // One broken checkpoint per case: the mutation, and what the error must say.
 struct BadCase {
   const char* what;

@@ -240,14 +240,19 @@ TEST(QuantizeFp8, WeightsKeepEmbeddingsNormsAndLmHeadDense) {
       EXPECT_EQ(SlotTensor(w, slot).data, SlotTensor(dense, slot).data);
     }
   }
-  // Quantizing again changes nothing; the HF writer refuses rather than widening.
+  // Quantizing again changes nothing.
   ModelWeights again = w;
   ASSERT_TRUE(QuantizeWeightsFp8(&again).ok());
   EXPECT_EQ(again.layers[1].fp8.w_down.codes, w.layers[1].fp8.w_down.codes);
+  // The HF writer has no layout for projections with different scale kinds: it refuses.
+  ModelWeights mixed = w;
+  mixed.layers[1].fp8.wo.scale_kind = Fp8ScaleKind::kPerTensor;
+  mixed.layers[1].fp8.wo.scales.resize(1);
+  ASSERT_TRUE(ValidateWeights(mixed).ok());
   testing::TempDir dir;
-  const absl::Status written = WriteHfFolder(w, dir.path());
+  const absl::Status written = WriteHfFolder(mixed, dir.path());
   EXPECT_EQ(written.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(written.message()), HasSubstr("writing FP8 weights is not implemented"));
+  EXPECT_THAT(std::string(written.message()), HasSubstr("have no single checkpoint layout"));
   // A projection held in both forms, or in neither, is not a valid model.
   ModelWeights both = w;
   both.layers[0].wk = dense.layers[0].wk;
