@@ -1,5 +1,6 @@
 // WriteHfFolder (declared in model_io.h).
 #include <charconv>
+#include <deque>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -44,10 +45,6 @@ absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtyp
   const ModelConfig& c = w.config;
   std::optional<Fp8CheckpointScheme> fp8;
   if (HasQuantizedWeights(w)) {
-    if (c.rope_style != RopeStyle::kHalf) {
-      return absl::UnimplementedError(
-          absl::StrCat(w.source, ": writing FP8 Wq / Wk in the interleaved RoPE order"));
-    }
     absl::StatusOr<Fp8CheckpointScheme> scheme = Fp8SchemeFor(w);
     if (!scheme.ok()) return scheme.status();
     fp8 = *std::move(scheme);
@@ -112,9 +109,21 @@ absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtyp
   // Wq / Wk go out in the Hugging Face (kHalf) row order.
   std::vector<SafetensorsItem> items;
   std::vector<SafetensorsRawItem> raw;  // FP8 projections: codes and fp32 scales as held
+  std::deque<QuantizedTensor> permuted;  // FP8 Wq / Wk in the kHalf order, when reordered
   for (const TensorSlot& slot : ListTensorSlots(c)) {
     if (const QuantizedTensor* q = SlotQuantized(w, slot); q != nullptr && !q->empty()) {
       const std::string name = HfTensorName(slot);
+      if (c.rope_style != RopeStyle::kHalf &&
+          (slot.kind == WeightKind::kWq || slot.kind == WeightKind::kWk)) {
+        // A reordered copy (FP8 Wq / Wk are small next to the rest), alive until written.
+        QuantizedTensor& copy = permuted.emplace_back(*q);
+        const int heads = slot.kind == WeightKind::kWq ? c.n_heads : c.n_kv_heads;
+        if (absl::Status s = PermuteQkRows(copy, heads, c.head_dim(), c.rope_style, RopeStyle::kHalf);
+            !s.ok()) {
+          return absl::UnimplementedError(absl::StrCat(w.source, ": ", s.message()));
+        }
+        q = &copy;
+      }
       raw.push_back({name, kSafetensorsF8E4M3, q->shape, q->codes.data(), q->codes.size()});
       raw.push_back({fp8->ScaleName(name), "F32", Fp8ScaleShapeOnDisk(*q), q->scales.data(),
                      q->scales.size() * sizeof(float)});

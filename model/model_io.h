@@ -24,8 +24,14 @@ using HfDtype = WeightDtype;
 // Aborts (BANYAN_CHECK) if w is not 2-D with n_heads * head_dim rows or head_dim is odd.
 void PermuteQkRows(Tensor& w, int n_heads, int head_dim, RopeStyle from, RopeStyle to);
 
+// The same for FP8 weights: codes move with their rows, and so do per-channel scales. With
+// 128 x 128 blocks, only where no row leaves its block (head_dim divides 128);
+// UnimplementedError otherwise.
+absl::Status PermuteQkRows(QuantizedTensor& q, int n_heads, int head_dim, RopeStyle from,
+                           RopeStyle to);
+
 // Permutes every layer's Wq (n_heads) and Wk (n_kv_heads) to `to` and sets config.rope_style.
-// Aborts for FP8 weights (LayerWeights::fp8) unless the order is already `to`.
+// Aborts for FP8 block-scaled weights whose rows would change blocks.
 void ConvertRopeStyle(ModelWeights& w, RopeStyle to);
 
 // Loads a model in any supported format:

@@ -182,6 +182,29 @@ TEST(QuantizedTensor, CheckRefusesBrokenInvariants) {
   EXPECT_THAT(error(q), HasSubstr("FP8 values for shape"));
 }
 
+// Reordering FP8 Wq rows for RoPE moves codes and per-channel scales with their rows: the
+// dequantized result is the dense permutation of the dequantized source.
+TEST(QuantizedTensor, PermuteQkRowsMatchesTheDensePermutation) {
+  BANYAN_SEEDED_RNG(rng);
+  for (Fp8ScaleKind kind :
+       {Fp8ScaleKind::kPerTensor, Fp8ScaleKind::kPerChannel, Fp8ScaleKind::kBlock128}) {
+    for (RopeStyle from : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
+      const RopeStyle to = from == RopeStyle::kHalf ? RopeStyle::kInterleaved : RopeStyle::kHalf;
+      SCOPED_TRACE(std::string(Fp8ScaleKindName(kind)));
+      QuantizedTensor q = RandomQuantized(kind, 4 * 64, 200, rng);  // 4 heads of 64
+      Tensor want = Dequantize(q);
+      PermuteQkRows(want, 4, 64, from, to);
+      ASSERT_TRUE(PermuteQkRows(q, 4, 64, from, to).ok());
+      EXPECT_EQ(Dequantize(q).data, want.data);
+    }
+  }
+  // head_dim 256 would move rows between 128-row blocks: refused.
+  QuantizedTensor q = RandomQuantized(Fp8ScaleKind::kBlock128, 2 * 256, 128, rng);
+  const absl::Status s = PermuteQkRows(q, 2, 256, RopeStyle::kInterleaved, RopeStyle::kHalf);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rows would change blocks"));
+}
+
 TEST(QuantizeFp8, PerChannelRule) {
   BANYAN_SEEDED_RNG(rng);
   Tensor w;
