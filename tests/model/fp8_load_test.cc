@@ -1,6 +1,7 @@
 // FP8 checkpoints (model/fp8_checkpoint.h): both layouts load into QuantizedTensor with the
 // bytes and scales written, and every refusal names the field or the tensor.
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <limits>
 
@@ -102,6 +103,40 @@ TEST(Fp8Load, IgnoredModulesStayDenseAndScalarScalesLoad) {
   EXPECT_EQ(w->layers[1].w_down.data, ck.reference.layers[1].w_down.data);
   EXPECT_FALSE(w->layers[1].fp8.wq.empty());
   EXPECT_EQ(Dequantize(w->layers[1].fp8.wq).data, ck.reference.layers[1].wq.data);
+}
+
+// A sharded FP8 checkpoint: each weight's scale found through the index, in whichever shard
+// holds it (here every scale in the shard after its weight's).
+TEST(Fp8Load, ScalesAreFoundInOtherShards) {
+  BANYAN_SEEDED_RNG(rng);
+  Fp8Checkpoint ck = MakeFp8Checkpoint(Fp8Config(), Fp8Layout::kFineGrained, false, rng);
+  testing::TempDir dir;
+  std::vector<testing::RawEntry> shard[2];
+  nlohmann::json index;
+  for (const testing::RawEntry& e : ck.entries) {
+    const int k = e.name.ends_with("_scale_inv") ? 1 : 0;
+    shard[k].push_back(e);
+    index["weight_map"][e.name] = "model-0000" + std::to_string(k + 1) + "-of-00002.safetensors";
+  }
+  for (int k = 0; k < 2; ++k) {
+    testing::WriteBytes(dir.File("model-0000" + std::to_string(k + 1) + "-of-00002.safetensors"),
+                        testing::SafetensorsBytes(shard[k]));
+  }
+  testing::WriteBytes(dir.File("model.safetensors.index.json"), index.dump());
+  {
+    std::ofstream out(dir.File("config.json"));
+    out << ck.config.dump();
+  }
+  auto w = LoadModel(dir.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(Dequantize(w->layers[1].fp8.w_down).data, ck.reference.layers[1].w_down.data);
+  // A scale the index does not list is missing, named.
+  index["weight_map"].erase(kQ0 + "_scale_inv");
+  testing::WriteBytes(dir.File("model.safetensors.index.json"), index.dump());
+  w = LoadModel(dir.path());
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(std::string(w.status().message()),
+              HasSubstr("missing tensor " + kQ0 + "_scale_inv (not in the index's weight_map)"));
 }
 
 // WriteHfFolder writes FP8 weights as they are held: loading the written folder gives the same

@@ -441,8 +441,15 @@ TEST(Fp8ForwardTest, CheckpointLayoutsMatchTheDefinitionsForward) {
   for (Fp8Layout layout :
        {Fp8Layout::kCtPerTensor, Fp8Layout::kCtPerChannel, Fp8Layout::kFineGrained}) {
     SCOPED_TRACE(static_cast<int>(layout));
+    // Fine-grained FP8 is what Qwen 3's FP8 releases use: with its q/k norms and head_dim.
+    model::ModelConfig c = Fp8ForwardConfig();
+    if (layout == Fp8Layout::kFineGrained) {
+      c.arch = "qwen3";
+      c.qk_norm = true;
+      c.head_size = 64;  // != dim / n_heads
+    }
     const model::testing::Fp8Checkpoint ck = model::testing::MakeFp8Checkpoint(
-        Fp8ForwardConfig(), layout, /*bf16_scales=*/layout != Fp8Layout::kCtPerChannel, rng);
+        c, layout, /*bf16_scales=*/layout != Fp8Layout::kCtPerChannel, rng);
     model::testing::TempDir dir;
     model::testing::WriteCheckpoint(dir.path(), ck.config, ck.entries);
     auto w = model::LoadModel(dir.path());
