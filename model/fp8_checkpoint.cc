@@ -88,7 +88,12 @@ absl::StatusOr<Fp8CheckpointScheme> ParseCompressedTensors(const QuantConfigErro
     }
     return absl::OkStatus();
   };
-  if (absl::Status s = check_format(Field(q, "format"), "format"); !s.ok()) return s;
+  // "mixed-precision" at the top means each group names its own format (checked per group).
+  const json* top_format = Field(q, "format");
+  const bool per_group_format = top_format != nullptr && *top_format == json("mixed-precision");
+  if (!per_group_format) {
+    if (absl::Status s = check_format(top_format, "format"); !s.ok()) return s;
+  }
   if (const json* status = Field(q, "quantization_status");
       status != nullptr && *status != json("compressed")) {
     return e.Unimplemented("quantization_status",
@@ -112,6 +117,9 @@ absl::StatusOr<Fp8CheckpointScheme> ParseCompressedTensors(const QuantConfigErro
   for (const auto& [name, g] : groups->items()) {
     const std::string path = absl::StrCat("config_groups.", name);
     if (!g.is_object()) return e.Invalid(path, "must be an object");
+    if (per_group_format && Field(g, "format") == nullptr) {
+      return e.Invalid(path + ".format", "is missing (the top-level format is mixed-precision)");
+    }
     if (absl::Status s = check_format(Field(g, "format"), path + ".format"); !s.ok()) return s;
     const json* targets = Field(g, "targets");
     if (targets == nullptr || *targets != json::array({"Linear"})) {

@@ -5,7 +5,8 @@
 //
 // 1. compressed-tensors (llm-compressor, "FP8 dynamic" / "FP8" recipes):
 //      quantization_config: {"quant_method": "compressed-tensors",
-//        "format": "float-quantized" | "naive-quantized"  (here or per group),
+//        "format": "float-quantized" | "naive-quantized"  (here or per group; "mixed-precision"
+//                  here when every group names its own),
 //        "config_groups": {<name>: {"targets": ["Linear"],
 //            "weights": {"num_bits": 8, "type": "float", "strategy": "tensor" | "channel",
 //                        "symmetric": true, "dynamic": false},

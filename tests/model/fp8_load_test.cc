@@ -94,6 +94,9 @@ TEST(Fp8Load, IgnoredModulesStayDenseAndScalarScalesLoad) {
     entries.push_back(e);
   }
   testing::TempDir dir;
+  // The format named per group, as compressed-tensors writes it for mixed-precision models.
+  ck.config["quantization_config"]["format"] = "mixed-precision";
+  ck.config["quantization_config"]["config_groups"]["group_0"]["format"] = "naive-quantized";
   testing::WriteCheckpoint(dir.path(), ck.config, entries);
   auto w = LoadModel(dir.path());
   ASSERT_TRUE(w.ok()) << w.status();
@@ -230,6 +233,15 @@ TEST(Fp8Load, RefusalsNameTheFieldOrTheTensor) {
        {"input_activations.type"}, unimpl},
       {"format", ct, [&](Fp8Checkpoint& ck) { qc(ck)["format"] = "pack-quantized"; },
        {"quantization_config.format = \"pack-quantized\""}, unimpl},
+      {"group format", ct,
+       [&](Fp8Checkpoint& ck) {
+         qc(ck)["format"] = "mixed-precision";
+         group(ck)["format"] = "int-quantized";
+       },
+       {"quantization_config.config_groups.group_0.format = \"int-quantized\""}, unimpl},
+      {"mixed-precision without group formats", ct,
+       [&](Fp8Checkpoint& ck) { qc(ck)["format"] = "mixed-precision"; },
+       {"config_groups.group_0.format is missing"}},
       {"targets", ct, [&](Fp8Checkpoint& ck) { group(ck)["targets"] = {"re:.*q_proj"}; },
        {"group_0.targets"}, unimpl},
       {"kv cache", ct,
