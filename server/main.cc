@@ -85,7 +85,7 @@ constexpr char kUsage[] =
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
     "--enable-prefix-caching, --enable-chunked-prefill; others are refused, saying why.\n"
     "--model dummy:<shape>[:vocab=N][:context=N][:seed=N]: synthetic weights and tokenizer of a\n"
-    "named shape (llama-2-7b-shape, llama-2-13b-shape, llama-3-8b-shape, ...), for benchmarks;\n"
+    "named shape (llama-2-7b-shape, llama-3-8b-shape, llama-3-70b-shape, ...), for benchmarks;\n"
     "with --tokenizer FILE, that tokenizer instead of the synthetic one (at most vocab ids).\n"
     "--quantization fp8: the projections of an unquantized model quantized to FP8 at load\n"
     "(per-output-channel scales); FP8 checkpoints (compressed-tensors, fine-grained fp8) load as\n"
