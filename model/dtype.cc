@@ -1,5 +1,8 @@
 #include "model/dtype.h"
 
+#include <cmath>
+#include <limits>
+
 namespace banyan::model {
 
 absl::string_view DtypeName(WeightDtype t) {
@@ -58,6 +61,52 @@ uint16_t FloatToHalf(float f) {
   const uint32_t half = 1u << (shift - 1);
   if (rem > half || (rem == half && (q & 1u))) ++q;
   return sign | static_cast<uint16_t>(q);
+}
+
+namespace {
+
+// All 256 E4M3 values, computed once from the definition in dtype.h.
+struct Fp8E4M3Table {
+  float v[256];
+  Fp8E4M3Table() {
+    for (int c = 0; c < 256; ++c) {
+      const int exp = (c >> 3) & 0xf, mant = c & 7;
+      float mag;
+      if (exp == 0xf && mant == 7) {
+        mag = std::numeric_limits<float>::quiet_NaN();
+      } else if (exp == 0) {
+        mag = std::ldexp(static_cast<float>(mant), -9);
+      } else {
+        mag = std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
+      }
+      v[c] = (c & 0x80) ? -mag : mag;
+    }
+  }
+};
+
+}  // namespace
+
+float Fp8E4M3ToFloat(uint8_t code) {
+  static const Fp8E4M3Table table;
+  return table.v[code];
+}
+
+uint8_t FloatToFp8E4M3(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7f;  // NaN
+  if (abs >= 0x43e00000u) return sign | 0x7e;  // >= 448 (inf included): saturate
+  if (abs >= 0x3c800000u) {                    // normal E4M3 (>= 2^-6)
+    uint32_t v = abs - (120u << 23);           // rebias exponent 127 -> 7
+    v += 0x7ffffu + ((v >> 20) & 1u);          // round to nearest even on the 20 dropped bits
+    const uint32_t code = v >> 20;
+    return sign | static_cast<uint8_t>(code > 0x7e ? 0x7e : code);  // 448 < x < 464 rounds to 448
+  }
+  // Subnormal: x / 2^-9 is exact in float and below 8; nearbyint rounds ties to even (the
+  // default rounding mode). 8 is 0x08, the smallest normal, as it should be.
+  const float q = std::nearbyint(std::bit_cast<float>(abs) * 512.0f);
+  return sign | static_cast<uint8_t>(q);
 }
 
 void ConvertToFloat(WeightDtype t, const void* src, size_t n, float* dst) {

@@ -25,6 +25,7 @@ constexpr NamedShape kShapes[] = {
     {"llama-2-7b-shape", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, 1e-5f, 1, 2},
     {"llama-2-13b-shape", 5120, 13824, 40, 40, 40, 32000, 4096, 10000.0f, 1e-5f, 1, 2},
     {"llama-3-8b-shape", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0f, 1e-5f, 128000, 128001},
+    {"llama-3-70b-shape", 8192, 28672, 80, 64, 8, 128256, 8192, 500000.0f, 1e-5f, 128000, 128001},
     {"tiny-d64-gqa4", 64, 176, 2, 8, 2, 512, 512, 10000.0f, 1e-5f, 1, 2},
     {"tiny-d128-mha", 128, 352, 2, 4, 4, 1000, 1024, 10000.0f, 1e-5f, 1, 2},
     {"tiny-d256-hd128", 256, 704, 2, 2, 1, 512, 1024, 10000.0f, 1e-5f, 1, 2},
@@ -99,19 +100,15 @@ std::vector<std::string> NamedShapes() {
   return names;
 }
 
-ModelWeights MakeDummyWeights(const ModelConfig& cfg, uint64_t seed) {
-  const absl::Status valid = ValidateConfig(cfg, "MakeDummyWeights");
-  BANYAN_CHECK(valid.ok()) << valid.ToString();
-  ModelWeights w;
-  w.config = cfg;
-  w.source = absl::StrCat("dummy:", seed);
-  w.layers.resize(static_cast<size_t>(cfg.n_layers));
-  const std::vector<TensorSlot> slots = ListTensorSlots(cfg);
+namespace {
 
+// Allocates and fills the tensors of slots[i] for i in `which`, in parallel.
+void FillSlots(ModelWeights& w, const std::vector<TensorSlot>& slots, uint64_t seed,
+               const std::vector<size_t>& which) {
   // Allocation touches every page, so it is spread over threads too.
-  ParallelFor(slots.size(), [&](size_t i) {
-    Tensor& t = SlotTensor(w, slots[i]);
-    t.shape = slots[i].shape;
+  ParallelFor(which.size(), [&](size_t k) {
+    Tensor& t = SlotTensor(w, slots[which[k]]);
+    t.shape = slots[which[k]].shape;
     t.data.resize(static_cast<size_t>(t.numel()));
   });
 
@@ -120,7 +117,7 @@ ModelWeights MakeDummyWeights(const ModelConfig& cfg, uint64_t seed) {
     size_t begin, end;  // element range
   };
   std::vector<Job> jobs;
-  for (size_t i = 0; i < slots.size(); ++i) {
+  for (size_t i : which) {
     const size_t n = SlotTensor(w, slots[i]).data.size();
     for (size_t b = 0; b < n; b += kChunk) jobs.push_back({i, b, std::min(n, b + kChunk)});
   }
@@ -135,6 +132,32 @@ ModelWeights MakeDummyWeights(const ModelConfig& cfg, uint64_t seed) {
     const float offset = is_norm ? 1.0f : 0.0f;
     for (size_t e = job.begin; e < job.end; ++e) t.data[e] = offset + scale * ApproxNormal(state);
   });
+}
+
+}  // namespace
+
+ModelWeights MakeDummyWeights(const ModelConfig& cfg, uint64_t seed, WeightQuantization quant) {
+  const absl::Status valid = ValidateConfig(cfg, "MakeDummyWeights");
+  BANYAN_CHECK(valid.ok()) << valid.ToString();
+  ModelWeights w;
+  w.config = cfg;
+  w.source = absl::StrCat("dummy:", seed);
+  w.layers.resize(static_cast<size_t>(cfg.n_layers));
+  const std::vector<TensorSlot> slots = ListTensorSlots(cfg);
+  std::vector<size_t> dense, projections;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    (quant == WeightQuantization::kFp8 && IsProjection(slots[i].kind) ? projections : dense)
+        .push_back(i);
+  }
+  FillSlots(w, slots, seed, dense);
+  // FP8: one projection at a time in fp32, quantized and freed before the next.
+  for (size_t i : projections) {
+    FillSlots(w, slots, seed, {i});
+    Tensor& t = SlotTensor(w, slots[i]);
+    const absl::Status s = QuantizeFp8PerChannel(t, SlotName(slots[i]), SlotQuantized(w, slots[i]));
+    BANYAN_CHECK(s.ok()) << s.ToString();  // dummy values are finite by construction
+    t = Tensor{};
+  }
   return w;
 }
 

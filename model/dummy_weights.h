@@ -22,8 +22,9 @@
 
 namespace banyan::model {
 
-// Shapes by name: "llama-2-7b-shape", "llama-2-13b-shape", "llama-3-8b-shape" (real model
-// sizes) and small test shapes "tiny-d64-gqa4" (dim 64, 8 heads, 2 kv heads, 2 layers),
+// Shapes by name: "llama-2-7b-shape", "llama-2-13b-shape", "llama-3-8b-shape",
+// "llama-3-70b-shape" (real model sizes; 70B: dim 8192, 80 layers, 64 query / 8 KV heads, MLP
+// 28672, with Llama 3 8B's vocabulary, RoPE theta, eps, BOS and EOS) and small test shapes "tiny-d64-gqa4" (dim 64, 8 heads, 2 kv heads, 2 layers),
 // "tiny-d128-mha" (dim 128, 4 heads of 32), "tiny-d256-hd128" (dim 256, 2 heads of 128, 1 kv
 // head), "small-d512-gqa" (dim 512, 8 heads of 64, 2 kv heads, 4 layers, vocab 32000).
 // rope_style kHalf, untied. NotFound lists the known names.
@@ -33,7 +34,10 @@ absl::StatusOr<ModelConfig> NamedShapeConfig(absl::string_view name);
 std::vector<std::string> NamedShapes();
 
 // Allocates and fills every tensor of `cfg` (which must pass ValidateConfig; aborts otherwise).
-// source is "dummy:<seed>". Uses all hardware threads.
-ModelWeights MakeDummyWeights(const ModelConfig& cfg, uint64_t seed);
+// source is "dummy:<seed>". Uses all hardware threads. With kFp8 the seven projections are
+// generated one at a time and kept only as QuantizeFp8PerChannel of the same values (the values
+// are those of kNone, then quantized), so the host never holds the fp32 projections at once.
+ModelWeights MakeDummyWeights(const ModelConfig& cfg, uint64_t seed,
+                              WeightQuantization quant = WeightQuantization::kNone);
 
 }  // namespace banyan::model

@@ -1,10 +1,13 @@
 // WriteHfFolder (declared in model_io.h).
 #include <charconv>
+#include <deque>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "model/fp8_checkpoint.h"
 #include "model/model_io.h"
 #include "model/safetensors_file.h"
 #include "model/safetensors_loader.h"
@@ -40,6 +43,12 @@ absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtyp
   namespace fs = std::filesystem;
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
   const ModelConfig& c = w.config;
+  std::optional<Fp8CheckpointScheme> fp8;
+  if (HasQuantizedWeights(w)) {
+    absl::StatusOr<Fp8CheckpointScheme> scheme = Fp8SchemeFor(w);
+    if (!scheme.ok()) return scheme.status();
+    fp8 = *std::move(scheme);
+  }
   if (c.rope_style != RopeStyle::kHalf && (c.qkv_bias || c.qk_norm)) {
     return absl::UnimplementedError(
         absl::StrCat(w.source, ": writing q/k biases or norms in the interleaved RoPE order"));
@@ -88,6 +97,7 @@ absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtyp
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
   j["torch_dtype"] = TorchDtype(dtype);
+  if (fp8.has_value()) SetQuantizationConfig(*fp8, &j);
   const std::string config_path = (fs::path(dir) / "config.json").string();
   {
     std::ofstream out(config_path, std::ios::trunc);
@@ -98,7 +108,27 @@ absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtyp
 
   // Wq / Wk go out in the Hugging Face (kHalf) row order.
   std::vector<SafetensorsItem> items;
+  std::vector<SafetensorsRawItem> raw;  // FP8 projections: codes and fp32 scales as held
+  std::deque<QuantizedTensor> permuted;  // FP8 Wq / Wk in the kHalf order, when reordered
   for (const TensorSlot& slot : ListTensorSlots(c)) {
+    if (const QuantizedTensor* q = SlotQuantized(w, slot); q != nullptr && !q->empty()) {
+      const std::string name = HfTensorName(slot);
+      if (c.rope_style != RopeStyle::kHalf &&
+          (slot.kind == WeightKind::kWq || slot.kind == WeightKind::kWk)) {
+        // A reordered copy (FP8 Wq / Wk are small next to the rest), alive until written.
+        QuantizedTensor& copy = permuted.emplace_back(*q);
+        const int heads = slot.kind == WeightKind::kWq ? c.n_heads : c.n_kv_heads;
+        if (absl::Status s = PermuteQkRows(copy, heads, c.head_dim(), c.rope_style, RopeStyle::kHalf);
+            !s.ok()) {
+          return absl::UnimplementedError(absl::StrCat(w.source, ": ", s.message()));
+        }
+        q = &copy;
+      }
+      raw.push_back({name, kSafetensorsF8E4M3, q->shape, q->codes.data(), q->codes.size()});
+      raw.push_back({fp8->ScaleName(name), "F32", Fp8ScaleShapeOnDisk(*q), q->scales.data(),
+                     q->scales.size() * sizeof(float)});
+      continue;
+    }
     SafetensorsItem item{HfTensorName(slot), &SlotTensor(w, slot), nullptr};
     if (c.rope_style != RopeStyle::kHalf &&
         (slot.kind == WeightKind::kWq || slot.kind == WeightKind::kWk)) {
@@ -111,7 +141,7 @@ absl::Status WriteHfFolder(const ModelWeights& w, const std::string& dir, HfDtyp
     }
     items.push_back(std::move(item));
   }
-  return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), items, dtype);
+  return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), items, dtype, raw);
 }
 
 }  // namespace banyan::model

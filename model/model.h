@@ -3,7 +3,11 @@
 // Conventions (all loaders and writers obey them):
 //  - Weight matrices are row-major [out_features, in_features], as in PyTorch / Hugging Face.
 //  - Every tensor is fp32 on the host; fp16/bf16 sources are widened on load. Backends convert
-//    on upload (the CUDA backend narrows to bf16).
+//    on upload (the CUDA backend narrows to bf16). The one exception: a block's seven
+//    projections may instead be FP8 (LayerWeights::fp8, model/quantized.h), loaded from an FP8
+//    checkpoint or quantized at load (--quantization fp8). A projection then holds exactly one
+//    form: its Tensor is empty (no shape, no data) and its QuantizedTensor is not. Embeddings,
+//    norms, biases and the LM head are always fp32 Tensors.
 //  - `rope_style` records how Wq/Wk rows are ordered. kHalf is Hugging Face's rotate-half
 //    (pairs (i, i + head_dim/2)); kInterleaved is GPT-J / llama2.c / GGUF-llama (pairs
 //    (2i, 2i + 1)). The forward pass honours either; converting between them is an exact row
@@ -19,6 +23,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "model/quantized.h"
 
 namespace banyan::model {
 
@@ -98,6 +104,12 @@ struct LayerWeights {
   Tensor w_up;       // [hidden_dim, dim]   (HF up_proj,   llama2.c w3)
   Tensor bq, bk, bv;       // [n_heads * head_dim], [n_kv_heads * head_dim] x 2; qkv_bias only
   Tensor q_norm, k_norm;   // [head_dim]; qk_norm only
+  // FP8 forms of the projections above, same shapes; each one non-empty only where its Tensor
+  // is empty (see the conventions at the top). Reach them through SlotQuantized
+  // (model/weights_layout.h) rather than by name where code walks every slot.
+  struct Fp8 {
+    QuantizedTensor wq, wk, wv, wo, w_gate, w_down, w_up;
+  } fp8;
 };
 
 struct ModelWeights {

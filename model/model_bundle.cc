@@ -133,8 +133,11 @@ void FillTokenTexts(ModelBundle* b) {
 
 }  // namespace
 
-absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
-                                            const std::string& tokenizer_path) {
+// The bundle, with the weights quantized as they load where the format allows (a Hugging Face
+// folder: one projection at a time); LoadModelBundle quantizes whatever is left.
+static absl::StatusOr<ModelBundle> LoadBundle(const std::string& model_path,
+                                              const std::string& tokenizer_path,
+                                              WeightQuantization quantization) {
   ModelBundle b;
   const bool gguf = model_path.size() > 5 && model_path.ends_with(".gguf");
   if (gguf) {
@@ -161,7 +164,7 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
       return b;
     }
   } else {
-    auto w = LoadModel(model_path);
+    auto w = LoadModel(model_path, quantization);
     if (!w.ok()) return w.status();
     b.weights = std::move(*w);
     if (absl::Status s = ReadChatTemplate(model_path, &b); !s.ok()) return s;
@@ -185,6 +188,15 @@ absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
         model_path, " has a vocabulary of ", b.weights.config.vocab_size));
   }
   FillTokenTexts(&b);
+  return b;
+}
+
+absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
+                                            const std::string& tokenizer_path,
+                                            WeightQuantization quantization) {
+  absl::StatusOr<ModelBundle> b = LoadBundle(model_path, tokenizer_path, quantization);
+  if (!b.ok() || quantization == WeightQuantization::kNone) return b;
+  if (absl::Status s = QuantizeWeightsFp8(&b->weights); !s.ok()) return s;
   return b;
 }
 
@@ -283,7 +295,8 @@ absl::StatusOr<std::unique_ptr<text::Tokenizer>> SyntheticTokenizer(int vocab_si
 }
 
 absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights,
-                                            const std::string& tokenizer_path) {
+                                            const std::string& tokenizer_path,
+                                            WeightQuantization quantization) {
   auto spec = ParseDummyModel(model_path);
   if (!spec.ok()) return spec.status();
   ModelBundle b;
@@ -308,7 +321,7 @@ absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool 
     FillTokenTexts(&b);
   }
   if (host_weights) {
-    b.weights = MakeDummyWeights(spec->config, spec->seed);
+    b.weights = MakeDummyWeights(spec->config, spec->seed, quantization);
   } else {
     b.weights.config = spec->config;
   }

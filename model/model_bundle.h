@@ -16,7 +16,10 @@
 //    naming the file and the field), with its "bos_token" and "eos_token" (a string or
 //    {"content": ...}).
 // Every JSON file is read through common/json_limits.h (depth and size limits, errors naming
-// the file); a config.json with a quantization_config is refused (no quantized safetensors yet).
+// the file); a config.json's quantization_config is read by the safetensors loader (FP8 only,
+// model/fp8_checkpoint.h; any other is refused naming the field).
+// `quantization` is --quantization: kFp8 quantizes the projections of an unquantized model to
+// FP8 after the load (QuantizeWeightsFp8, model/quantized.h); an FP8 checkpoint stays as it is.
 // Token texts not given there are the tokenizer's BOS / EOS pieces ("" when it has none).
 #pragma once
 
@@ -39,8 +42,9 @@ struct ModelBundle {
   std::string eos_token;
 };
 
-absl::StatusOr<ModelBundle> LoadModelBundle(const std::string& model_path,
-                                            const std::string& tokenizer_path = "");
+absl::StatusOr<ModelBundle> LoadModelBundle(
+    const std::string& model_path, const std::string& tokenizer_path = "",
+    WeightQuantization quantization = WeightQuantization::kNone);
 
 // Dummy models, for benchmarks at real shapes without real weights:
 //   dummy:<shape>[:vocab=<n>][:context=<n>][:seed=<n>]
@@ -59,9 +63,14 @@ absl::StatusOr<DummyModelSpec> ParseDummyModel(const std::string& model_path);
 // generated text from dummy weights is meaningless by design.
 absl::StatusOr<std::unique_ptr<text::Tokenizer>> SyntheticTokenizer(int vocab_size);
 // The bundle of a dummy model: config, tokenizer, and host weights only when `host_weights`
-// (the CPU backend needs them; the CUDA backend generates its own on the device).
-absl::StatusOr<ModelBundle> LoadDummyBundle(const std::string& model_path, bool host_weights,
-                                            const std::string& tokenizer_path = "");
+// (the CPU backend needs them; the CUDA backend generates its own on the device). FP8 dummy
+// weights are `dummy:<shape>` with --quantization fp8 (kFp8): the host weights are
+// MakeDummyWeights(..., kFp8), the projections never all in fp32 at once. Without host weights
+// the flag changes nothing here: the CUDA backend's device-generated weights are bf16 (its FP8
+// GEMMs are not written yet).
+absl::StatusOr<ModelBundle> LoadDummyBundle(
+    const std::string& model_path, bool host_weights, const std::string& tokenizer_path = "",
+    WeightQuantization quantization = WeightQuantization::kNone);
 
 // The bundled stories260K checkpoint (models/stories260K/stories260K.bin): first in the folders
 // holding the executable, nearest first (build/<dir>/<exe> inside a checkout finds the

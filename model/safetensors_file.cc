@@ -111,6 +111,12 @@ absl::Status SafetensorsFile::ReadTensor(const std::string& name, Tensor* out) c
   }
   const SafetensorsEntry& e = it->second;
   absl::StatusOr<WeightDtype> dtype = ParseSafetensorsDtype(e.dtype);
+  if (e.dtype == kSafetensorsF8E4M3 || e.dtype == kSafetensorsF8E5M2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path(), ": tensor ", name, " is FP8 (", e.dtype,
+        "), which banyan reads only as a quantized projection weight with its scale, as the "
+        "config.json's quantization_config describes"));
+  }
   if (!dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path(), ": unsupported dtype ", e.dtype,
                                                    " for tensor ", name,
@@ -124,8 +130,29 @@ absl::Status SafetensorsFile::ReadTensor(const std::string& name, Tensor* out) c
   return absl::OkStatus();
 }
 
+absl::Status SafetensorsFile::ReadFp8Codes(const std::string& name,
+                                           std::vector<uint8_t>* codes) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat(path(), ": missing tensor ", name));
+  }
+  const SafetensorsEntry& e = it->second;
+  if (e.dtype == kSafetensorsF8E5M2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path(), ": tensor ", name,
+                     " is F8_E5M2; FP8 weights must be F8_E4M3 (E5M2 weights are not supported)"));
+  }
+  if (e.dtype != kSafetensorsF8E4M3) {
+    return absl::InvalidArgumentError(absl::StrCat(path(), ": tensor ", name, " is ", e.dtype,
+                                                   "; expected F8_E4M3"));
+  }
+  // Open() guaranteed end - begin == numel bytes for F8_E4M3.
+  codes->assign(file_->data() + e.begin, file_->data() + e.end);
+  return absl::OkStatus();
+}
+
 absl::Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsItem>& items,
-                              WeightDtype dtype) {
+                              WeightDtype dtype, const std::vector<SafetensorsRawItem>& raw) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
@@ -140,6 +167,20 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<Safeten
                          {"shape", item.tensor->shape},
                          {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
+  }
+  for (const SafetensorsRawItem& item : raw) {
+    const size_t es = KnownDtypeSize(item.dtype);
+    uint64_t numel = 1;
+    for (int64_t d : item.shape) numel *= static_cast<uint64_t>(d);
+    if (es == 0 || numel * es != item.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", item.name, " has ",
+                                                     item.bytes, " bytes for ", item.dtype,
+                                                     " of ", numel, " elements"));
+    }
+    header[item.name] = {{"dtype", item.dtype},
+                         {"shape", item.shape},
+                         {"data_offsets", {offset, offset + item.bytes}}};
+    offset += item.bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -171,6 +212,9 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<Safeten
       out.write(reinterpret_cast<const char*>(buf.data()),
                 static_cast<std::streamsize>(m * DtypeSize(dtype)));
     }
+  }
+  for (const SafetensorsRawItem& item : raw) {
+    out.write(static_cast<const char*>(item.data), static_cast<std::streamsize>(item.bytes));
   }
   out.close();
   if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));

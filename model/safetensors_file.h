@@ -38,8 +38,13 @@ class SafetensorsFile {
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
 
   // Widens tensor `name` to fp32 into *out (shape and data). NotFound for an unknown name,
-  // InvalidArgument for a dtype other than F32 / F16 / BF16.
+  // InvalidArgument for a dtype other than F32 / F16 / BF16 (an FP8 tensor is named as such:
+  // it needs its scales, so it is read with ReadFp8Codes by the FP8 loader).
   absl::Status ReadTensor(const std::string& name, Tensor* out) const;
+
+  // Copies the bytes of F8_E4M3 tensor `name` into *codes. NotFound for an unknown name,
+  // InvalidArgument naming the tensor for any other dtype (F8_E5M2 is refused by name).
+  absl::Status ReadFp8Codes(const std::string& name, std::vector<uint8_t>* codes) const;
 
  private:
   explicit SafetensorsFile(std::unique_ptr<MappedFile> file) : file_(std::move(file)) {}
@@ -47,6 +52,10 @@ class SafetensorsFile {
   std::unique_ptr<MappedFile> file_;
   std::map<std::string, SafetensorsEntry> entries_;
 };
+
+// The FP8 dtype names of the format (model/dtype.h has the encodings).
+inline constexpr const char* kSafetensorsF8E4M3 = "F8_E4M3";
+inline constexpr const char* kSafetensorsF8E5M2 = "F8_E5M2";
 
 // Parses "F32" / "F16" / "BF16"; InvalidArgument for any other name.
 absl::StatusOr<WeightDtype> ParseSafetensorsDtype(const std::string& name);
@@ -59,9 +68,19 @@ struct SafetensorsItem {
   std::function<Tensor(const Tensor&)> transform;
 };
 
-// Writes `items` in order to `path` as `dtype`, with __metadata__ {"format": "pt"}. The header
-// is padded with spaces to a multiple of 8 bytes, as the reference implementation does.
+// A tensor written byte for byte under a dtype name of the format (FP8 codes, their scales).
+struct SafetensorsRawItem {
+  std::string name;
+  std::string dtype;           // "F8_E4M3", "F32", ...
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // numel(shape) elements of `dtype`, little-endian
+  uint64_t bytes = 0;
+};
+
+// Writes `items` in order to `path` as `dtype`, then `raw` as they are, with __metadata__
+// {"format": "pt"}. The header is padded with spaces to a multiple of 8 bytes, as the reference
+// implementation does.
 absl::Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsItem>& items,
-                              WeightDtype dtype);
+                              WeightDtype dtype, const std::vector<SafetensorsRawItem>& raw = {});
 
 }  // namespace banyan::model

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_limits.h"
+#include "model/fp8_checkpoint.h"
 #include "model/model_log.h"
 #include "model/safetensors_file.h"
 #include "nlohmann/json.hpp"
@@ -233,25 +234,10 @@ absl::Status ApplySlidingWindow(const ConfigReader& r, const json& j, const std:
   return absl::OkStatus();
 }
 
-// Any quantization_config (awq, gptq, bitsandbytes, fp8, ...) means weights banyan can not run:
-// it loads only unquantized f32 / f16 / bf16 safetensors. Refused whatever the tensors' dtypes,
-// since a quantized checkpoint may keep some tensors in bf16 and would then load as nonsense.
-absl::Status RefuseQuantization(const ConfigReader& r, const json& j) {
-  if (!r.Has("quantization_config")) return absl::OkStatus();
-  const json& q = j["quantization_config"];
-  std::string method = "(none named)";
-  if (q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()) {
-    method = absl::StrCat("\"", q["quant_method"].get<std::string>(), "\"");
-  }
-  return r.Unimplemented(
-      "quantization_config.quant_method",
-      absl::StrCat(method, ": quantized safetensors checkpoints are not supported yet (banyan "
-                           "runs f32, f16 and bf16 weights; any quantization_config is refused)"));
-}
-
 }  // namespace
 
-absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source) {
+absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source,
+                                           Fp8CheckpointScheme* quant) {
   absl::StatusOr<json> parsed = ParseJson(json_text, source);
   if (!parsed.ok()) return parsed.status();
   const json& j = *parsed;
@@ -259,7 +245,9 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a valid JSON object"));
   }
   const ConfigReader r(j, source);
-  if (absl::Status s = RefuseQuantization(r, j); !s.ok()) return s;
+  absl::StatusOr<Fp8CheckpointScheme> scheme = ParseQuantizationConfig(j, source);
+  if (!scheme.ok()) return scheme.status();
+  if (quant != nullptr) *quant = *std::move(scheme);
   absl::StatusOr<std::string> model_type = r.String("model_type", "llama");
   if (!model_type.ok()) return model_type.status();
   const std::string& arch = *model_type;
@@ -368,7 +356,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   return c;
 }
 
-absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
+absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir, WeightQuantization quantization) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return absl::NotFoundError(absl::StrCat(dir, ": not found"));
   if (!fs::is_directory(dir, ec)) {
@@ -377,7 +365,8 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   absl::StatusOr<std::string> config_text = ReadJsonText(config_path);
   if (!config_text.ok()) return config_text.status();
-  absl::StatusOr<ModelConfig> cfg = ParseHfConfig(*config_text, config_path);
+  Fp8CheckpointScheme quant;
+  absl::StatusOr<ModelConfig> cfg = ParseHfConfig(*config_text, config_path, &quant);
   if (!cfg.ok()) return cfg.status();
 
   // Which file holds each tensor: the single model.safetensors, or the index's shard.
@@ -418,13 +407,37 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
   w.source = dir;
   w.config = *cfg;
   w.layers.resize(static_cast<size_t>(w.config.n_layers));
+  std::set<std::string> loaded;
   for (const TensorSlot& slot : ListTensorSlots(w.config)) {
     const std::string name = HfTensorName(slot);
+    loaded.insert(name);
+    // An FP8 projection: the loader of its layout reads it with its scale.
+    const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+    if (quant.quantized() && IsProjection(slot.kind) && !quant.Ignores(module)) {
+      if (absl::Status s = ReadFp8Projection(shard_for, name, slot.shape, quant,
+                                             SlotQuantized(w, slot));
+          !s.ok()) {
+        return s;
+      }
+      loaded.insert(quant.ScaleName(name));
+      continue;
+    }
     absl::StatusOr<const SafetensorsFile*> f = shard_for(name);
     if (!f.ok()) return f.status();
     auto it = (*f)->entries().find(name);
     if (it == (*f)->entries().end()) {
       return absl::InvalidArgumentError(absl::StrCat((*f)->path(), ": missing tensor ", name));
+    }
+    if (it->second.dtype == kSafetensorsF8E4M3 || it->second.dtype == kSafetensorsF8E5M2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          (*f)->path(), ": tensor ", name, " is FP8 (", it->second.dtype, ") but ",
+          !quant.quantized() ? "config.json has no quantization_config"
+          : IsProjection(slot.kind)
+              ? absl::StrCat("its module is left unquantized by the quantization_config (",
+                             quant.layout == Fp8Layout::kFineGrained ? "modules_to_not_convert"
+                                                                     : "ignore",
+                             ")")
+              : std::string("only the projections of the blocks may be FP8")));
     }
     if (it->second.shape != slot.shape) {
       return absl::InvalidArgumentError(absl::StrCat((*f)->path(), ": tensor shape mismatch for ",
@@ -432,6 +445,16 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
                                                      ", got ", ShapeString(it->second.shape)));
     }
     if (absl::Status s = (*f)->ReadTensor(name, &SlotTensor(w, slot)); !s.ok()) return s;
+    if (quantization == WeightQuantization::kFp8 && !quant.quantized() &&
+        IsProjection(slot.kind)) {
+      Tensor& t = SlotTensor(w, slot);
+      if (absl::Status s = QuantizeFp8PerChannel(t, absl::StrCat((*f)->path(), ": ", name),
+                                                 SlotQuantized(w, slot));
+          !s.ok()) {
+        return s;
+      }
+      t = Tensor{};
+    }
   }
   // A bias or q/k norm the config does not call for would be silently dropped: refuse it.
   std::vector<std::string> all_names;
@@ -440,20 +463,22 @@ absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir) {
   } else if (!shards.empty()) {
     for (const auto& [name, entry] : shards.begin()->second->entries()) all_names.push_back(name);
   }
-  std::set<std::string> loaded;
-  for (const TensorSlot& slot : ListTensorSlots(w.config)) loaded.insert(HfTensorName(slot));
   for (const std::string& name : all_names) {
+    if (loaded.count(name) == 0) {
+      if (absl::Status s = CheckUnusedTensor(dir, name, quant); !s.ok()) return s;
+    }
     if (loaded.count(name) == 0 && IsBehaviourTensor(name)) {
       return absl::UnimplementedError(absl::StrCat(
           dir, ": tensor ", name, " is not implemented for model_type ", w.config.arch,
           " with this config (q/k/v biases: qwen2; q/k norms: qwen3)"));
     }
   }
-  ModelLog().info("{}: loaded {} ({} layers, dim {}, head_dim {}, vocab {}{}{}{})", dir,
+  ModelLog().info("{}: loaded {} ({} layers, dim {}, head_dim {}, vocab {}{}{}{}{})", dir,
                   w.config.arch, w.config.n_layers, w.config.dim, w.config.head_dim(),
                   w.config.vocab_size, w.config.qkv_bias ? ", qkv bias" : "",
                   w.config.qk_norm ? ", q/k norm" : "",
-                  w.config.rope_scaling.type == RopeScalingType::kLlama3 ? ", llama3 rope" : "");
+                  w.config.rope_scaling.type == RopeScalingType::kLlama3 ? ", llama3 rope" : "",
+                  quant.quantized() ? ", " + quant.Describe() : "");
   if (absl::Status s = ValidateWeights(w); !s.ok()) return s;
   return w;
 }

@@ -17,7 +17,10 @@
 // experts (num_local_experts, num_experts), partial_rotary_factor != 1, unknown layer_types,
 // and a *.bias / *q_norm / *k_norm tensor the config does not call for (it would be dropped).
 //
-// Tensors may be F32, F16 or BF16 and are widened to fp32. The result has rope_style kHalf.
+// Tensors may be F32, F16 or BF16 and are widened to fp32. A quantization_config of FP8
+// (compressed-tensors or fine-grained "fp8", model/fp8_checkpoint.h) makes the projections load
+// as FP8 (LayerWeights::fp8); any other is refused naming the field. The result has rope_style
+// kHalf.
 // Unused tensors (e.g. rotary_emb.inv_freq) are ignored, and so is lm_head.weight when tied.
 #pragma once
 
@@ -29,10 +32,17 @@
 
 namespace banyan::model {
 
-absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir);
+struct Fp8CheckpointScheme;  // model/fp8_checkpoint.h
 
-// Parses the text of a config.json; `source` names the file in messages.
-absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source);
+// With kFp8 (--quantization fp8) the projections of an unquantized checkpoint are quantized as
+// each is read (QuantizeFp8PerChannel), so the host never holds them all in fp32.
+absl::StatusOr<ModelWeights> LoadHfFolder(const std::string& dir,
+                                          WeightQuantization quantization = WeightQuantization::kNone);
+
+// Parses the text of a config.json; `source` names the file in messages. Its
+// quantization_config, checked here, goes to *quant when given.
+absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source,
+                                          Fp8CheckpointScheme* quant = nullptr);
 
 // Hugging Face tensor name of a slot: "model.layers.3.self_attn.q_proj.weight", ...
 std::string HfTensorName(const TensorSlot& slot);

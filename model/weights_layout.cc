@@ -103,6 +103,60 @@ Tensor& SlotTensor(ModelWeights& w, const TensorSlot& slot) {
   return const_cast<Tensor&>(SlotTensor(static_cast<const ModelWeights&>(w), slot));
 }
 
+bool IsProjection(WeightKind kind) {
+  switch (kind) {
+    case WeightKind::kWq:
+    case WeightKind::kWk:
+    case WeightKind::kWv:
+    case WeightKind::kWo:
+    case WeightKind::kGate:
+    case WeightKind::kDown:
+    case WeightKind::kUp:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const QuantizedTensor* SlotQuantized(const ModelWeights& w, const TensorSlot& slot) {
+  if (!IsProjection(slot.kind)) return nullptr;
+  BANYAN_CHECK(slot.layer >= 0 && static_cast<size_t>(slot.layer) < w.layers.size())
+      << "layer " << slot.layer << " of " << w.layers.size();
+  const LayerWeights::Fp8& q = w.layers[slot.layer].fp8;
+  switch (slot.kind) {
+    case WeightKind::kWq:
+      return &q.wq;
+    case WeightKind::kWk:
+      return &q.wk;
+    case WeightKind::kWv:
+      return &q.wv;
+    case WeightKind::kWo:
+      return &q.wo;
+    case WeightKind::kGate:
+      return &q.w_gate;
+    case WeightKind::kDown:
+      return &q.w_down;
+    case WeightKind::kUp:
+      return &q.w_up;
+    default:
+      return nullptr;
+  }
+}
+
+QuantizedTensor* SlotQuantized(ModelWeights& w, const TensorSlot& slot) {
+  return const_cast<QuantizedTensor*>(SlotQuantized(static_cast<const ModelWeights&>(w), slot));
+}
+
+bool HasQuantizedWeights(const ModelWeights& w) {
+  for (const LayerWeights& l : w.layers) {
+    for (const QuantizedTensor* q :
+         {&l.fp8.wq, &l.fp8.wk, &l.fp8.wv, &l.fp8.wo, &l.fp8.w_gate, &l.fp8.w_down, &l.fp8.w_up}) {
+      if (!q->empty()) return true;
+    }
+  }
+  return false;
+}
+
 std::string SlotName(const TensorSlot& slot) {
   const char* name = "?";
   switch (slot.kind) {
@@ -234,6 +288,22 @@ absl::Status ValidateWeights(const ModelWeights& w) {
   }
   for (const TensorSlot& slot : ListTensorSlots(w.config)) {
     const Tensor& t = SlotTensor(w, slot);
+    if (const QuantizedTensor* q = SlotQuantized(w, slot); q != nullptr && !q->empty()) {
+      if (!t.shape.empty() || !t.data.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            w.source, ": tensor ", SlotName(slot), " is held both in FP8 and as fp32"));
+      }
+      if (q->shape != slot.shape) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(w.source, ": tensor shape mismatch for ", SlotName(slot), ": expected ",
+                         ShapeString(slot.shape), ", got ", ShapeString(q->shape)));
+      }
+      if (absl::Status s = CheckQuantized(*q, absl::StrCat(w.source, ": ", SlotName(slot)));
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
     if (t.shape != slot.shape) {
       return absl::InvalidArgumentError(
           absl::StrCat(w.source, ": tensor shape mismatch for ", SlotName(slot), ": expected ",

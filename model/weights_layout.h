@@ -48,6 +48,18 @@ std::vector<TensorSlot> ListTensorSlots(const ModelConfig& cfg);
 Tensor& SlotTensor(ModelWeights& w, const TensorSlot& slot);
 const Tensor& SlotTensor(const ModelWeights& w, const TensorSlot& slot);
 
+// True for the seven projection kinds (wq, wk, wv, wo, gate, down, up): the tensors that may be
+// held in FP8 (LayerWeights::fp8).
+bool IsProjection(WeightKind kind);
+
+// The FP8 form of a slot: the projection's QuantizedTensor (possibly empty), or nullptr for a
+// kind that is never quantized.
+QuantizedTensor* SlotQuantized(ModelWeights& w, const TensorSlot& slot);
+const QuantizedTensor* SlotQuantized(const ModelWeights& w, const TensorSlot& slot);
+
+// True when any projection of `w` is held in FP8.
+bool HasQuantizedWeights(const ModelWeights& w);
+
 // Format-neutral name for messages: "tok_embeddings", "layers.3.wq", "lm_head".
 std::string SlotName(const TensorSlot& slot);
 
@@ -66,7 +78,8 @@ bool IsBehaviourTensor(const std::string& name);
 absl::Status ValidateConfig(const ModelConfig& cfg, const std::string& source);
 
 // Checks the config, the layer count, and every tensor's shape and element count against
-// ListTensorSlots (lm_head must be empty when tied). Messages name w.source and the tensor:
+// ListTensorSlots (lm_head must be empty when tied). A projection held in FP8 must have an empty
+// Tensor and a QuantizedTensor of the slot's shape that passes CheckQuantized. Messages name w.source and the tensor:
 // "<source>: tensor shape mismatch for layers.0.wq: expected [64, 64], got [64, 32]".
 absl::Status ValidateWeights(const ModelWeights& w);
 

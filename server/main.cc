@@ -31,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "model/model_bundle.h"
+#include "model/weights_layout.h"
 #include "engine/speculative/draft_heads.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
@@ -72,6 +73,7 @@ constexpr char kUsage[] =
     "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
     "               [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]\n"
     "               [--log-level trace|debug|info|warn|error] [--max-model-len N]\n"
+    "               [--quantization none|fp8]\n"
     "               [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]\n"
     "               [--draft-tree B1,B2,..] [--speculation-max-rows N]\n"
     "               [--speculation-min-accept X] [--speculation-adaptive on|off]\n"
@@ -83,8 +85,11 @@ constexpr char kUsage[] =
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
     "--enable-prefix-caching, --enable-chunked-prefill; others are refused, saying why.\n"
     "--model dummy:<shape>[:vocab=N][:context=N][:seed=N]: synthetic weights and tokenizer of a\n"
-    "named shape (llama-2-7b-shape, llama-2-13b-shape, llama-3-8b-shape, ...), for benchmarks;\n"
-    "with --tokenizer FILE, that tokenizer instead of the synthetic one (at most vocab ids).\n";
+    "named shape (llama-2-7b-shape, llama-3-8b-shape, llama-3-70b-shape, ...), for benchmarks;\n"
+    "with --tokenizer FILE, that tokenizer instead of the synthetic one (at most vocab ids).\n"
+    "--quantization fp8: the projections of an unquantized model quantized to FP8 at load\n"
+    "(per-output-channel scales); FP8 checkpoints (compressed-tensors, fine-grained fp8) load as\n"
+    "FP8 without it. On the GPU, FP8 weights are dequantized to bf16 at upload for now.\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->
@@ -154,10 +159,23 @@ absl::StatusOr<LoadedModel> LoadModel(const DaemonConfig& cfg, const char* argv0
   spdlog::info("loading model {}", m.path);
   m.dummy = model::IsDummyModel(m.path);
   // A dummy model's weights are generated on the GPU by the CUDA backend: no host copy.
-  auto bundle = m.dummy ? model::LoadDummyBundle(m.path, cfg.backend != "cuda", cfg.tokenizer)
-                        : model::LoadModelBundle(m.path, cfg.tokenizer);
+  model::WeightQuantization quantization = model::WeightQuantization::kNone;
+  if (absl::Status s = model::ParseWeightQuantization(cfg.quantization, &quantization); !s.ok()) {
+    return s;
+  }
+  auto bundle = m.dummy ? model::LoadDummyBundle(m.path, cfg.backend != "cuda", cfg.tokenizer,
+                                                 quantization)
+                        : model::LoadModelBundle(m.path, cfg.tokenizer, quantization);
   if (!bundle.ok()) return bundle.status();
   m.bundle = *std::move(bundle);
+  if (m.dummy && cfg.backend == "cuda" && quantization == model::WeightQuantization::kFp8) {
+    spdlog::warn("--quantization fp8 with a dummy model on the GPU: the weights are generated "
+                 "on the device in bf16, not FP8-rounded (FP8 GEMMs are not written yet)");
+  } else if (model::HasQuantizedWeights(m.bundle.weights)) {
+    spdlog::info("weights: FP8 projections{}", cfg.backend == "cpu"
+                                                   ? " (dequantized to fp32 by the CPU backend)"
+                                                   : " (dequantized at upload on the GPU)");
+  }
   spdlog::info("tokenizer: {} ({})", m.bundle.tokenizer->Describe(), m.bundle.tokenizer_path);
   if (cfg.max_model_len > 0) {  // a lower context limit than the model's: vLLM's --max-model-len
     if (cfg.max_model_len > m.bundle.weights.config.max_seq_len) {

@@ -5,7 +5,7 @@
 //                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged] [--backend cpu|cuda]
 //                   [--prompts-file FILE] [--speculative off|hydra] [--draft-heads FILE]
 //                   [--draft-tokens K] [--draft-tree B1,B2,..] [--speculation-adaptive on|off]
-//                   [--draft-on device|host]
+//                   [--draft-on device|host] [--quantization none|fp8]
 //       Prints the completion (generated text only). With --n > 1 the samples share the
 //       prompt's KV and are printed one after another under "--- sample i ---" headers.
 //       --prompts-file: one prompt per line, all run as one batch on the engine loop (the loop
@@ -14,8 +14,10 @@
 //       from the draft heads (--draft-heads, a head set's config.json); the output is the same
 //       as without.
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
+//                  [--quantization none|fp8]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,
-//       tokenizer.model).
+//       tokenizer.model). FP8 weights (an FP8 checkpoint, or --quantization fp8, as banyand's)
+//       are written as FP8 (docs/model_formats.md); --dtype applies to the other tensors.
 //
 // PATH is a Hugging Face folder, a .gguf, or a llama2.c .bin; the bundled stories260K is the
 // default.
@@ -93,7 +95,12 @@ absl::Status Generate(const Args& a, const char* argv0) {
   if (model.empty()) {
     return absl::NotFoundError("no --model given and the bundled stories260K was not found");
   }
-  auto bundle = model::LoadModelBundle(model, a.Get("tokenizer"));
+  model::WeightQuantization quantization;
+  if (absl::Status s = model::ParseWeightQuantization(a.Get("quantization", "none"), &quantization);
+      !s.ok()) {
+    return s;
+  }
+  auto bundle = model::LoadModelBundle(model, a.Get("tokenizer"), quantization);
   if (!bundle.ok()) return bundle.status();
   const model::ModelConfig& cfg = bundle->weights.config;
 
@@ -241,7 +248,12 @@ absl::Status Convert(const Args& a) {
   } else {
     return absl::InvalidArgumentError("--dtype must be f32, f16 or bf16, got " + dtype);
   }
-  auto bundle = model::LoadModelBundle(model, a.Get("tokenizer"));
+  model::WeightQuantization quantization;
+  if (absl::Status s = model::ParseWeightQuantization(a.Get("quantization", "none"), &quantization);
+      !s.ok()) {
+    return s;
+  }
+  auto bundle = model::LoadModelBundle(model, a.Get("tokenizer"), quantization);
   if (!bundle.ok()) return bundle.status();
   if (absl::Status s = model::WriteHfFolder(bundle->weights, out, dt); !s.ok()) return s;
   namespace fs = std::filesystem;

@@ -62,6 +62,9 @@ int64_t CpuBackend::ChunksForBudget(const model::ModelConfig& cfg, int32_t chunk
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::ModelWeights* weights,
                                                                const CpuBackendOptions& options) {
   if (absl::Status s = model::ValidateConfig(weights->config, weights->source); !s.ok()) return s;
+  if (model::HasQuantizedWeights(*weights)) {  // Dequantize trusts the FP8 forms' invariants
+    if (absl::Status s = model::ValidateWeights(*weights); !s.ok()) return s;
+  }
   if (options.num_chunks < 1 || options.chunk_size < 1) {
     return absl::InvalidArgumentError("the CPU backend needs at least one KV chunk");
   }
@@ -75,6 +78,18 @@ CpuBackend::CpuBackend(const model::ModelWeights* weights, const CpuBackendOptio
   layer_stride_ = chunk_stride_ * options.num_chunks;
   kv_.assign(static_cast<size_t>(layer_stride_) * cfg_.n_layers, 0.0f);
   inv_freq_ = model::RopeInvFreq(cfg_);
+  dequantized_.reserve(model::HasQuantizedWeights(w_) ? size_t{7} * cfg_.n_layers : 0);
+  for (const model::LayerWeights& l : w_.layers) {
+    auto dense = [&](const model::Tensor& t, const model::QuantizedTensor& q) {
+      if (q.empty()) return &t;
+      dequantized_.push_back(model::Dequantize(q));
+      return static_cast<const model::Tensor*>(&dequantized_.back());
+    };
+    proj_.push_back(Projections{dense(l.wq, l.fp8.wq), dense(l.wk, l.fp8.wk),
+                                dense(l.wv, l.fp8.wv), dense(l.wo, l.fp8.wo),
+                                dense(l.w_gate, l.fp8.w_gate), dense(l.w_down, l.fp8.w_down),
+                                dense(l.w_up, l.fp8.w_up)});
+  }
 }
 
 absl::Status CpuBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies) {
@@ -227,10 +242,11 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
   const int c = options_.chunk_size;
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const model::LayerWeights& lw = w_.layers[l];
+    const Projections& pw = proj_[l];
     RmsNorm(x_.data(), lw.attn_norm, T, dim, cfg_.norm_eps, xb_.data());
-    MatMulT(xb_.data(), T, dim, lw.wq, q_.data(), 0.0f, per_row);
-    MatMulT(xb_.data(), T, dim, lw.wk, k_.data(), 0.0f, per_row);
-    MatMulT(xb_.data(), T, dim, lw.wv, v_.data(), 0.0f, per_row);
+    MatMulT(xb_.data(), T, dim, *pw.wq, q_.data(), 0.0f, per_row);
+    MatMulT(xb_.data(), T, dim, *pw.wk, k_.data(), 0.0f, per_row);
+    MatMulT(xb_.data(), T, dim, *pw.wv, v_.data(), 0.0f, per_row);
     if (cfg_.qkv_bias) {
       AddBias(q_.data(), T, lw.bq);
       AddBias(k_.data(), T, lw.bk);
@@ -254,15 +270,15 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
       }
     }
     Attention(batch, l, q_.data(), att_.data());
-    MatMulT(att_.data(), T, hq * d, lw.wo, x_.data(), 1.0f, per_row);  // x += attn Wo^T
+    MatMulT(att_.data(), T, hq * d, *pw.wo, x_.data(), 1.0f, per_row);  // x += attn Wo^T
     RmsNorm(x_.data(), lw.ffn_norm, T, dim, cfg_.norm_eps, xb_.data());
-    MatMulT(xb_.data(), T, dim, lw.w_gate, h1_.data(), 0.0f, per_row);
-    MatMulT(xb_.data(), T, dim, lw.w_up, h3_.data(), 0.0f, per_row);
+    MatMulT(xb_.data(), T, dim, *pw.w_gate, h1_.data(), 0.0f, per_row);
+    MatMulT(xb_.data(), T, dim, *pw.w_up, h3_.data(), 0.0f, per_row);
     for (size_t i = 0; i < h1_.size(); ++i) {
       const float g = h1_[i];
       h1_[i] = g / (1.0f + std::exp(-g)) * h3_[i];  // SwiGLU
     }
-    MatMulT(h1_.data(), T, hidden, lw.w_down, x_.data(), 1.0f, per_row);  // x += mlp
+    MatMulT(h1_.data(), T, hidden, *pw.w_down, x_.data(), 1.0f, per_row);  // x += mlp
   }
   const int n_out = static_cast<int>(logit_rows.size());
   std::vector<float>& last = hidden_;

@@ -32,7 +32,7 @@ struct CpuBackendOptions {
 
 class CpuBackend final : public Backend {
  public:
-  // `weights` must outlive the backend.
+  // `weights` must outlive the backend. FP8 projections are dequantized to fp32 here.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const model::ModelWeights* weights,
                                                             const CpuBackendOptions& options);
   // Chunks that fit in `bytes` of KV memory for this model and chunk size.
@@ -53,8 +53,18 @@ class CpuBackend final : public Backend {
   void ApplyRope(float* x, int heads, int32_t pos) const;
   void Attention(const StepBatch& batch, int layer, const float* q, float* out);
 
+  // A block's projection matrices as the forward pass multiplies them: the model's own fp32
+  // Tensor, or the fp32 copy in dequantized_ of a projection held in FP8 (LayerWeights::fp8),
+  // dequantized once at Create: the CPU backend is the reference, so it computes with exactly
+  // the values model::Dequantize defines.
+  struct Projections {
+    const model::Tensor *wq, *wk, *wv, *wo, *w_gate, *w_down, *w_up;
+  };
+
   const model::ModelWeights& w_;
   const model::ModelConfig& cfg_;
+  std::vector<model::Tensor> dequantized_;  // reserved up front: proj_ points into it
+  std::vector<Projections> proj_;           // [n_layers]
   CpuBackendOptions options_;
   int64_t layer_stride_;  // floats per layer of KV memory
   int64_t chunk_stride_;  // floats per chunk within a layer

@@ -144,13 +144,38 @@ absl::Status DeviceWeights::Upload(const model::ModelWeights& w, DType dtype, cu
   constexpr int64_t kStageElements = int64_t{16} << 20;
   int64_t largest = 0;
   const std::vector<model::TensorSlot> slots = model::ListTensorSlots(w.config);
-  for (const model::TensorSlot& slot : slots) largest = std::max(largest, model::SlotTensor(w, slot).numel());
+  for (const model::TensorSlot& slot : slots) {
+    int64_t n = 1;
+    for (int64_t s : slot.shape) n *= s;
+    largest = std::max(largest, n);
+  }
   DeviceBuffer stage;
   BANYAN_RETURN_IF_ERROR(
       stage.Reserve(std::min(largest, kStageElements) * int64_t{4}, "weight upload staging"));
+  std::vector<float> host_rows;  // FP8 projections, dequantized a piece at a time
   for (const model::TensorSlot& slot : slots) {
     const model::Tensor& t = model::SlotTensor(w, slot);
     void* dst = SlotAddress(w.config, static_cast<int>(slot.kind), slot.layer);
+    if (const model::QuantizedTensor* q = model::SlotQuantized(w, slot); q != nullptr && !q->empty()) {
+      // FP8 weights are dequantized on the host (model::Dequantize's values) and narrowed to
+      // `dtype` like any fp32 tensor: there are no FP8 GEMMs yet. Pieces of whole rows, so the
+      // host never holds more than kStageElements of fp32 (the copy from pageable memory has
+      // left host_rows when cudaMemcpyAsync returns, so it can be refilled at once).
+      const int64_t cols = q->cols();
+      const int64_t rows_per_piece = std::max<int64_t>(1, std::min(kStageElements, largest) / cols);
+      for (int64_t r = 0; r < q->rows(); r += rows_per_piece) {
+        const int64_t rows = std::min(rows_per_piece, q->rows() - r);
+        host_rows.resize(static_cast<size_t>(rows * cols));
+        model::DequantizeRows(*q, r, r + rows, host_rows.data());
+        BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage.get(), host_rows.data(),
+                                                    host_rows.size() * 4, cudaMemcpyHostToDevice,
+                                                    stream));
+        BANYAN_RETURN_IF_ERROR(kernels::cuda::ConvertFromF32(
+            dtype, stage.as<float>(), rows * cols,
+            static_cast<char*>(dst) + r * cols * DTypeBytes(dtype), stream));
+      }
+      continue;
+    }
     if (t.shape.size() == 1) {  // norms and biases stay fp32
       BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, t.data.data(), t.data.size() * 4,
                                                   cudaMemcpyHostToDevice, stream));

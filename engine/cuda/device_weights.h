@@ -34,7 +34,8 @@ class DeviceWeights {
   // Bytes the weights of `cfg` take on the device.
   static int64_t Bytes(const model::ModelConfig& cfg, kernels::cuda::DType dtype);
 
-  // Allocates, then uploads `w` (fp32 on the host) narrowed to `dtype`.
+  // Allocates, then uploads `w` (fp32 on the host) narrowed to `dtype`. FP8 projections
+  // (LayerWeights::fp8) are dequantized on the host piece by piece and narrowed the same way.
   absl::Status Upload(const model::ModelWeights& w, kernels::cuda::DType dtype, cudaStream_t stream);
   // Allocates, then fills with MakeDummyWeights' values generated on the device.
   absl::Status Generate(const model::ModelConfig& cfg, uint64_t seed, kernels::cuda::DType dtype,

@@ -269,6 +269,10 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return Int("max-model-len", v, 0, 1 << 30, &c.max_model_len);
        }},
+      {"quantization",
+       [](DaemonConfig& c, const std::string& v) {
+         return OneOf("quantization", v, {"none", "fp8"}, &c.quantization);
+       }},
       {"enable-prefix-caching",  // vLLM switches banyand always obeys (server/common/option_aliases.h)
        [](DaemonConfig&, const std::string&) { return absl::OkStatus(); }},
       {"enable-chunked-prefill",

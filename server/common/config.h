@@ -7,7 +7,7 @@
 //           [--api-key KEY]... [--tenants FILE]
 //           [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N]
 //           [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]
-//           [--log-level LEVEL] [--max-model-len N]
+//           [--log-level LEVEL] [--max-model-len N] [--quantization none|fp8]
 //           [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]
 //           [--draft-tree B1,B2,..] [--speculation-max-rows N] [--speculation-min-accept X]
 //           [--speculation-adaptive on|off] [--draft-on device|host]
@@ -76,6 +76,10 @@ struct DaemonConfig {
   int prefill_budget = 2048;  // prompt tokens per iteration
   int queue_limit = 256;
   int max_model_len = 0;  // context limit, tokens; 0: the model's. Above the model's: refused
+  // vLLM's --quantization: "fp8" quantizes an unquantized model's projections to FP8 at load
+  // (model::QuantizeWeightsFp8); "none" (the default) runs the weights as stored. FP8
+  // checkpoints load as FP8 either way.
+  std::string quantization = "none";
   // The CPU a step ahead (scheduler/engine_loop.h): "auto" (on where the backend launches
   // asynchronously: the GPU), "on", "off".
   std::string overlap = "auto";

@@ -35,7 +35,6 @@ constexpr Unmapped kUnmapped[] = {
     {"cpu-offload-gb", false, ""},
     {"kv-cache-dtype", false, "banyand picks the KV dtype from the backend and the checkpoint"},
     {"dtype", false, "banyand picks the dtype from the backend and the checkpoint"},
-    {"quantization", false, ""},
     {"tensor-parallel-size", false, "banyand runs one GPU per process"},
     {"pipeline-parallel-size", false, "banyand runs one GPU per process"},
     {"data-parallel-size", false, "run one banyand per GPU behind a load balancer"},

@@ -12,6 +12,7 @@
 
 #include "banyan/v1/generation.pb.h"
 #include "model/dummy_weights.h"
+#include "model/model_io.h"
 #include "model/safetensors_file.h"
 #include "model/safetensors_loader.h"
 #include "model/weights_layout.h"
@@ -152,6 +153,18 @@ void SafetensorsSeeds(const fs::path& dir, const ModelWeights& w) {
       std::exit(1);
     }
   }
+  // The same model with FP8 projections (F8_E4M3 codes and F32 per-channel scales), as an FP8
+  // checkpoint stores them; the fuzzer's config.json has no quantization_config, so the loader
+  // refuses it, after the reader has parsed every entry.
+  ModelWeights fp8 = w;
+  if (!model::QuantizeWeightsFp8(&fp8).ok()) std::exit(1);
+  const absl::Status s = model::WriteHfFolder(fp8, (dir / "fp8_folder").string());
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+  fs::rename(dir / "fp8_folder" / "model.safetensors", dir / "tiny_fp8.safetensors");
+  fs::remove_all(dir / "fp8_folder");
 }
 
 // llama2.c layout (llama2c_loader.h); `shared` false writes a negative vocab_size and wcls.

@@ -77,6 +77,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(t.shape == entry.shape);
         FUZZ_CHECK(t.data.size() == static_cast<size_t>(t.numel()));
       }
+      std::vector<uint8_t> codes;  // FP8 entries: one byte per element
+      if ((*st)->ReadFp8Codes(name, &codes).ok()) {
+        int64_t numel = 1;
+        for (int64_t d : entry.shape) numel *= d;
+        FUZZ_CHECK(codes.size() == static_cast<size_t>(numel));
+      }
     }
   }
 

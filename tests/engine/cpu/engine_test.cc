@@ -17,6 +17,7 @@
 #include "kvcache/prefix_tree.h"
 #include "scheduler/generate.h"
 #include "tests/engine/cpu/naive_forward.h"
+#include "tests/model/fp8_test_util.h"
 #include "tests/model/test_util.h"
 #include "tests/testing/random.h"
 #include "tests/testing/bundled_model.h"
@@ -402,6 +403,102 @@ TEST_F(EngineTest, Q8_0GgufGeneratesTheSameGreedyText) {
   EXPECT_EQ(std::vector<int32_t>(gt.begin(), gt.begin() + 16),
             std::vector<int32_t>(wt.begin(), wt.begin() + 16))
       << "f32: " << bundle_->tokenizer->Decode(wt) << "\nq8_0: " << bundle_->tokenizer->Decode(gt);
+}
+
+// --quantization fp8 through LoadModelBundle, as banyand loads: the bundled model's projections
+// become FP8, and its logits move by the rounding, not more.
+TEST_F(EngineTest, QuantizationFp8ThroughTheBundle) {
+  auto fp8 = model::LoadModelBundle(kModelDir + "/stories260K.bin", "",
+                                    model::WeightQuantization::kFp8);
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  ASSERT_TRUE(model::HasQuantizedWeights(fp8->weights));
+  EXPECT_TRUE(fp8->weights.layers[0].wq.data.empty());
+  EXPECT_EQ(fp8->weights.tok_embeddings.data, bundle_->weights.tok_embeddings.data);
+  const std::vector<int32_t> prompt = bundle_->tokenizer->Encode("Once upon a time, a cat", true);
+  Engine a(&bundle_->weights), b(&fp8->weights);
+  const double err = RelErr(b.PrefillLogits(prompt), a.PrefillLogits(prompt));
+  EXPECT_GT(err, 1e-4);
+  EXPECT_LT(err, 0.1);
+}
+
+// FP8 weights: the CPU backend (which dequantizes at load) against the double-precision forward
+// over weights computed from the formats' definitions in the test (decode from the bits, apply
+// the scale per layout). dim 160 and MLP 288 give projections of partial 128 x 128 blocks.
+model::ModelConfig Fp8ForwardConfig() {
+  model::ModelConfig c = model::testing::SmallArchConfig("llama");
+  c.dim = 160;
+  c.n_heads = 5;
+  c.n_kv_heads = 1;
+  c.hidden_dim = 288;
+  return c;
+}
+
+constexpr double kFp8Tolerance = 1e-5;  // fp32 arithmetic against double, relative norm
+
+TEST(Fp8ForwardTest, CheckpointLayoutsMatchTheDefinitionsForward) {
+  BANYAN_SEEDED_RNG(rng);
+  using model::testing::Fp8Layout;
+  for (Fp8Layout layout :
+       {Fp8Layout::kCtPerTensor, Fp8Layout::kCtPerChannel, Fp8Layout::kFineGrained}) {
+    SCOPED_TRACE(static_cast<int>(layout));
+    // Fine-grained FP8 is what Qwen 3's FP8 releases use: with its q/k norms and head_dim.
+    model::ModelConfig c = Fp8ForwardConfig();
+    if (layout == Fp8Layout::kFineGrained) {
+      c.arch = "qwen3";
+      c.qk_norm = true;
+      c.head_size = 64;  // != dim / n_heads
+    }
+    const model::testing::Fp8Checkpoint ck = model::testing::MakeFp8Checkpoint(
+        c, layout, /*bf16_scales=*/layout != Fp8Layout::kCtPerChannel, rng);
+    model::testing::TempDir dir;
+    model::testing::WriteCheckpoint(dir.path(), ck.config, ck.entries);
+    auto w = model::LoadModel(dir.path());
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(model::HasQuantizedWeights(*w));
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 12; ++i) prompt.push_back(static_cast<int32_t>(rng() % 40));
+    Engine e(&*w, 64, 16);
+    const std::vector<float> got = e.PrefillLogits(prompt);
+    const std::vector<float> want = NaiveLogits(ck.reference, prompt);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_LT(RelErr(got, want), kFp8Tolerance);
+    // The comparison can fail: one tensor off by one FP8 step of its scale (x 17/16) is seen.
+    model::ModelWeights wrong = ck.reference;
+    for (float& v : wrong.layers[1].w_down.data) v *= 17.0f / 16.0f;
+    EXPECT_GT(RelErr(got, NaiveLogits(wrong, prompt)), 100 * kFp8Tolerance);
+  }
+}
+
+TEST(Fp8ForwardTest, QuantizationFlagComputesWithTheFp8RoundedWeights) {
+  BANYAN_SEEDED_RNG(rng);
+  const model::ModelWeights dense = model::MakeDummyWeights(Fp8ForwardConfig(), rng() | 1);
+  model::ModelWeights fp8 = dense;
+  ASSERT_TRUE(model::QuantizeWeightsFp8(&fp8).ok());
+  // The reference rounds every projection row by the stated rule, from the definition:
+  // scale = fp32(amax / 448), code = nearest E4M3 to fp32(w / scale), value = code * scale.
+  model::ModelWeights ref = dense;
+  for (const model::TensorSlot& slot : model::ListTensorSlots(ref.config)) {
+    if (!model::IsProjection(slot.kind)) continue;
+    model::Tensor& t = model::SlotTensor(ref, slot);
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    for (int64_t i = 0; i < rows; ++i) {
+      float* row = t.data.data() + i * cols;
+      float amax = 0;
+      for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(row[j]));
+      const float scale = amax / 448.0f;
+      for (int64_t j = 0; j < cols; ++j) {
+        const uint8_t code = model::testing::NearestFp8E4M3(row[j] / scale);
+        row[j] = static_cast<float>(model::testing::Fp8E4M3Definition(code) * scale);
+      }
+    }
+  }
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 12; ++i) prompt.push_back(static_cast<int32_t>(rng() % 40));
+  Engine e(&fp8, 64, 16);
+  const std::vector<float> got = e.PrefillLogits(prompt);
+  EXPECT_LT(RelErr(got, NaiveLogits(ref, prompt)), kFp8Tolerance);
+  // FP8 rounding is visible: the unquantized model's logits are far from these.
+  EXPECT_GT(RelErr(got, NaiveLogits(dense, prompt)), 100 * kFp8Tolerance);
 }
 
 }  // namespace

@@ -46,6 +46,24 @@ TEST_F(ConfigAliasesTest, VllmNamesMapToBanyandOptions) {
   EXPECT_EQ(c->max_batch, 5);
 }
 
+// vLLM's --quantization: fp8 (or none); other methods are refused naming the option.
+TEST_F(ConfigAliasesTest, QuantizationTakesFp8) {
+  auto c = Load({});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(c->quantization, "none");
+  c = Load({"--quantization", "fp8"});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(c->quantization, "fp8");
+  c = Load({"--config", Write("q.json", R"({"quantization": "fp8"})").string()});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(c->quantization, "fp8");
+  for (const char* method : {"awq", "gptq", "bitsandbytes", "fp4", ""}) {
+    c = Load({"--quantization", method});
+    ASSERT_FALSE(c.ok()) << method;
+    EXPECT_TRUE(Has(Error(c), "quantization: expected none|fp8")) << Error(c);
+  }
+}
+
 TEST_F(ConfigAliasesTest, SwitchesTakeNoValue) {
   // An accepted switch does not swallow the option after it.
   auto c = Load({"--enable-prefix-caching", "--port", "9125", "--enable-chunked-prefill"});
