@@ -146,6 +146,7 @@ int Fail(const absl::Status& s) {
 struct LoadedModel {
   std::string path;
   bool dummy = false;
+  bool fp8 = false;  // --quantization fp8
   model::ModelBundle bundle;
   std::shared_ptr<const text::JinjaChat> jinja_chat;
 };
@@ -168,13 +169,9 @@ absl::StatusOr<LoadedModel> LoadModel(const DaemonConfig& cfg, const char* argv0
                         : model::LoadModelBundle(m.path, cfg.tokenizer, quantization);
   if (!bundle.ok()) return bundle.status();
   m.bundle = *std::move(bundle);
-  if (m.dummy && cfg.backend == "cuda" && quantization == model::WeightQuantization::kFp8) {
-    spdlog::warn("--quantization fp8 with a dummy model on the GPU: the weights are generated "
-                 "on the device in bf16, not FP8-rounded (FP8 GEMMs are not written yet)");
-  } else if (model::HasQuantizedWeights(m.bundle.weights)) {
-    spdlog::info("weights: FP8 projections{}", cfg.backend == "cpu"
-                                                   ? " (dequantized to fp32 by the CPU backend)"
-                                                   : " (dequantized at upload on the GPU)");
+  m.fp8 = quantization == model::WeightQuantization::kFp8;
+  if (cfg.backend == "cpu" && model::HasQuantizedWeights(m.bundle.weights)) {
+    spdlog::info("weights: FP8 projections (dequantized to fp32 by the CPU backend)");
   }
   spdlog::info("tokenizer: {} ({})", m.bundle.tokenizer->Describe(), m.bundle.tokenizer_path);
   if (cfg.max_model_len > 0) {  // a lower context limit than the model's: vLLM's --max-model-len
@@ -223,11 +220,18 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
     co.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
     co.chunk_size = cfg.chunk_size;
     co.attention = attention;
+    co.fp8_dummy = m->dummy && m->fp8;
     if (co.num_chunks >= 1) {
       auto cuda = m->dummy ? engine::CudaBackend::CreateDummy(
                                  mc, model::ParseDummyModel(m->path)->seed, co)
                            : engine::CudaBackend::Create(&m->bundle.weights, co);
       if (!cuda.ok()) return cuda.status();
+      if (!(*cuda)->fp8_projections().empty()) {
+        spdlog::info("weights: projections run as {}", (*cuda)->fp8_projections());
+      } else if (!(*cuda)->fp8_fallback().empty()) {
+        spdlog::warn("weights: FP8 projections dequantized to bf16 on the GPU: {}",
+                     (*cuda)->fp8_fallback());
+      }
       backend = std::move(*cuda);
     }
 #else

@@ -102,7 +102,26 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   size_t free_b = 0, total_b = 0;
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
   const int64_t free_bytes = static_cast<int64_t>(free_b);
-  weight_bytes_ = cuda::DeviceWeights::Bytes(c, options_.dtype);
+  // FP8 projections stay FP8 where the plan and the GPU allow (cuBLASLt's outer-vector and
+  // block scalings are Hopper's).
+  cuda::Fp8Plan fp8 = weights != nullptr   ? cuda::Fp8PlanFor(*weights)
+                      : options_.fp8_dummy ? cuda::Fp8PlanForShape(c)
+                                           : cuda::Fp8Plan{};
+  if (fp8.scaling && prop.major < 9) {
+    fp8.scaling.reset();
+    fp8.reason = absl::StrCat("FP8 GEMMs need compute capability 9.0 or newer; this GPU has ",
+                              prop.major, ".", prop.minor);
+  }
+  fp8_fallback_ = fp8.reason;
+  if (fp8.scaling) {
+    fp8_projections_ = *fp8.scaling == cuda::Fp8Scaling::kPerRow
+                           ? "FP8 W8A8, per-channel weight and per-token activation scales"
+                           : "FP8 W8A8, 128x128 weight blocks and 1x128 activation groups";
+    absl::StatusOr<std::unique_ptr<cuda::Fp8Gemm>> g = cuda::Fp8Gemm::Create();
+    if (!g.ok()) return g.status();
+    m.fp8_gemm = std::move(*g);
+  }
+  weight_bytes_ = cuda::DeviceWeights::Bytes(c, options_.dtype, fp8.scaling);
   const int64_t chunk_bytes = ChunkBytes(c, options_.chunk_size, options_.dtype);
   int64_t chunks = options_.num_chunks;
   if (chunks <= 0) {
@@ -118,7 +137,10 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   const std::string plan = absl::StrFormat(
       "model weights %.2f GiB (%s) + KV cache %.2f GiB (%d chunks of %d tokens, %.1f MiB each) "
       "on a GPU with %.2f GiB free of %.2f GiB",
-      GiB(weight_bytes_), kc::DTypeName(options_.dtype), GiB(kv_bytes_), chunks,
+      GiB(weight_bytes_),
+      fp8.scaling ? absl::StrCat(kc::DTypeName(options_.dtype), ", projections FP8")
+                  : std::string(kc::DTypeName(options_.dtype)),
+      GiB(kv_bytes_), chunks,
       options_.chunk_size, static_cast<double>(chunk_bytes) / (1 << 20), GiB(free_bytes),
       GiB(static_cast<int64_t>(total_b)));
   if (chunks < 1) {
@@ -131,9 +153,10 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   num_chunks_ = static_cast<int32_t>(chunks);
 
   if (weights != nullptr) {
-    BANYAN_RETURN_IF_ERROR(m.weights.Upload(*weights, options_.dtype, m.stream));
+    BANYAN_RETURN_IF_ERROR(m.weights.Upload(*weights, options_.dtype, fp8.scaling, m.stream));
   } else {
-    BANYAN_RETURN_IF_ERROR(m.weights.Generate(c, dummy_seed, options_.dtype, m.stream));
+    BANYAN_RETURN_IF_ERROR(
+        m.weights.Generate(c, dummy_seed, options_.dtype, fp8.scaling, m.stream));
   }
   BANYAN_RETURN_IF_ERROR(m.kv.Reserve(kv_bytes_, "the KV cache"));
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kv.get(), 0, kv_bytes_, m.stream));
@@ -195,6 +218,24 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
   };
   auto gemm = [&](const void* w, const void* a, float* out, int M, int N, int K,
                   const float* beta) { return gemm_to(w, a, out, CUDA_R_32F, M, N, K, beta); };
+  // A projection: in the model dtype, or FP8 (DeviceWeights::fp8()): the activations a[M, K]
+  // quantized per token (or per 128 of a token with block-scaled weights), then the W8A8 GEMM.
+  const std::optional<cuda::Fp8Scaling> fp8 = m.weights.fp8();
+  auto project = [&](const cuda::DeviceFp8Matrix& w8, const void* w, const void* a, void* out,
+                     cudaDataType_t out_type, int M, int N, int K,
+                     const float* beta) -> absl::Status {
+    if (!fp8) return gemm_to(w, a, out, out_type, M, N, K, beta);
+    kc::QuantizeFp8Params qp;
+    qp.in = a;
+    qp.rows = M;
+    qp.cols = K;
+    qp.group = *fp8 == cuda::Fp8Scaling::kPerRow ? K : kc::kFp8Group;
+    qp.codes = m.act8.as<uint8_t>();
+    qp.scales = m.act8_scales.as<float>();
+    BANYAN_RETURN_IF_ERROR(kc::QuantizeRowsFp8(dt, qp, m.stream));
+    return m.fp8_gemm->Run(*fp8, w8.operand(), {qp.codes, qp.scales}, out, out_type, M, N, K,
+                           *beta, m.stream);
+  };
   // GEMM outputs that only an elementwise kernel reads are written in the model dtype
   // (CudaBackendOptions::narrow_activations); the QKV output stays fp32 where QkvBiasNorm
   // works on it in place.
@@ -239,7 +280,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     np.dim = dim;
     np.eps = c.norm_eps;
     BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
-    BANYAN_RETURN_IF_ERROR(gemm_to(lw.wqkv, m.xb.get(), m.scratch.get(),
+    BANYAN_RETURN_IF_ERROR(project(lw.wqkv8, lw.wqkv, m.xb.get(), m.scratch.get(),
                                    narrow_qkv ? ctype : CUDA_R_32F, T, qkv_cols, dim, &zero));
     if (c.qkv_bias || c.qk_norm) {
       kc::QkvBiasNormParams bn;
@@ -285,11 +326,12 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
       pp.kv = kv;
       BANYAN_RETURN_IF_ERROR(kc::PrefillAttention(dt, pp, m.stream));
     }
-    BANYAN_RETURN_IF_ERROR(gemm(lw.wo, m.att.get(), m.x.as<float>(), T, dim, hq * d, &one));
+    BANYAN_RETURN_IF_ERROR(
+        project(lw.wo8, lw.wo, m.att.get(), m.x.get(), CUDA_R_32F, T, dim, hq * d, &one));
 
     np.weight = lw.ffn_norm;
     BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
-    BANYAN_RETURN_IF_ERROR(gemm_to(lw.w13, m.xb.get(), m.scratch.get(),
+    BANYAN_RETURN_IF_ERROR(project(lw.w13_8, lw.w13, m.xb.get(), m.scratch.get(),
                                    narrow_ffn ? ctype : CUDA_R_32F, T, 2 * hidden, dim, &zero));
     kc::SwiGluParams sp;
     sp.gate_up = m.scratch.get();
@@ -298,7 +340,8 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     sp.rows = T;
     sp.hidden = hidden;
     BANYAN_RETURN_IF_ERROR(kc::SwiGlu(dt, sp, m.stream));
-    BANYAN_RETURN_IF_ERROR(gemm(lw.w2, m.h.get(), m.x.as<float>(), T, dim, hidden, &one));
+    BANYAN_RETURN_IF_ERROR(
+        project(lw.w2_8, lw.w2, m.h.get(), m.x.get(), CUDA_R_32F, T, dim, hidden, &one));
   }
   if (n_out == 0) return absl::OkStatus();
   kc::RmsNormParams fp;

@@ -125,6 +125,12 @@ struct CudaBackendOptions {
   // SwiGLU read them; half the bytes both ways), as the weights and KV already are. Off: fp32,
   // one rounding fewer.
   bool narrow_activations = true;
+  // CreateDummy: the projections quantized to FP8 per output channel on the device (the rule of
+  // --quantization fp8) and run as W8A8 GEMMs on the FP8 tensor cores (engine/cuda/fp8_gemm.h).
+  // Loaded weights need no option: FP8 projections (an FP8 checkpoint, --quantization fp8) stay
+  // FP8 on the device whenever cuda::Fp8PlanFor allows and the GPU is Hopper or newer, and are
+  // dequantized to `dtype` at upload otherwise (fp8_fallback() says why).
+  bool fp8_dummy = false;
 };
 
 // The row count a decode-only step of `rows` rows runs at with pad_decode_rows: multiples of 8
@@ -211,6 +217,11 @@ class CudaBackend final : public Backend {
   int32_t chunk_size() const override { return options_.chunk_size; }
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t kv_bytes() const { return kv_bytes_; }
+  // "" when the projections run in the model dtype, else how they run as FP8 ("FP8 W8A8,
+  // per-channel weight and per-token activation scales" or the block-scaled form).
+  const std::string& fp8_projections() const { return fp8_projections_; }
+  // Why FP8 projections were dequantized to the model dtype instead; "" when they were not.
+  const std::string& fp8_fallback() const { return fp8_fallback_; }
 
  private:
   struct Impl;
@@ -258,6 +269,7 @@ class CudaBackend final : public Backend {
   int64_t kv_bytes_ = 0;
   CudaAttentionStats stats_;
   std::string graph_error_;
+  std::string fp8_projections_, fp8_fallback_;
   std::unique_ptr<Impl> impl_;
 };
 

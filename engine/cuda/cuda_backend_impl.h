@@ -24,6 +24,7 @@
 #include "kernels/cuda/prefill/attention.h"
 #include "kernels/cuda/prefill/attention_work.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/layer_kernels.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 
@@ -75,6 +76,10 @@ struct CudaBackend::Impl {
   int64_t layer_stride = 0;  // KV elements per layer
   // Workspace, grown on demand.
   DeviceBuffer x, xb, q, att, scratch, h, xo, logits, out_tokens;
+  // FP8 projections (DeviceWeights::fp8()): the GEMMs, and one projection input at a time
+  // quantized to FP8 ([T, K] codes, [T, ceil(K / 128)] or [T] scales).
+  std::unique_ptr<cuda::Fp8Gemm> fp8_gemm;
+  DeviceBuffer act8, act8_scales;
   int last_out_rows = 0;  // real output rows of the last step (xo holds their hidden states)
   StagedInts step_ints, attn_ints;
   PinnedBuffer host_out;

@@ -168,6 +168,12 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, int32_t samples,
   BANYAN_RETURN_IF_ERROR(
       m.scratch.Reserve(int64_t{T} * std::max(qkv_cols, 2 * hidden) * 4, "GEMM outputs"));
   BANYAN_RETURN_IF_ERROR(m.h.Reserve(int64_t{T} * hidden * es, "MLP activations"));
+  if (m.weights.fp8()) {
+    const int64_t widest = std::max({int64_t{dim}, int64_t{hq} * d, int64_t{hidden}});
+    BANYAN_RETURN_IF_ERROR(m.act8.Reserve(int64_t{T} * widest, "FP8 activations"));
+    BANYAN_RETURN_IF_ERROR(
+        m.act8_scales.Reserve(int64_t{T} * ((widest + 127) / 128) * 4, "FP8 activation scales"));
+  }
   BANYAN_RETURN_IF_ERROR(m.xo.Reserve(std::max(1, n_out) * int64_t{dim} * es, "final norm"));
   BANYAN_RETURN_IF_ERROR(m.logits.Reserve(std::max(1, n_out) * int64_t{vocab} * 4, "logits"));
   if (!feed.empty()) {

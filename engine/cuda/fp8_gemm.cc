@@ -126,7 +126,7 @@ absl::StatusOr<Fp8Gemm::Plan*> Fp8Gemm::PlanFor(Fp8Scaling scaling, int64_t M, i
 
 absl::Status Fp8Gemm::Run(Fp8Scaling scaling, const Fp8Operand& w, const Fp8Operand& a,
                           void* out, cudaDataType_t out_type, int64_t M, int64_t N, int64_t K,
-                          cudaStream_t stream) {
+                          float beta, cudaStream_t stream) {
   if (M == 0) return absl::OkStatus();
   if (absl::Status s = CheckShape(N, K); !s.ok()) return s;
   if (w.codes == nullptr || w.scales == nullptr || a.codes == nullptr || a.scales == nullptr ||
@@ -140,7 +140,7 @@ absl::Status Fp8Gemm::Run(Fp8Scaling scaling, const Fp8Operand& w, const Fp8Oper
       p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w.scales, sizeof(w.scales)));
   BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.scales, sizeof(a.scales)));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f;
   BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmul(lt_, p.desc, &alpha, w.codes, p.w, a.codes, p.a, &beta,
                                            out, p.out, out, p.out, &p.algo, workspace_,
                                            workspace_bytes_, stream));

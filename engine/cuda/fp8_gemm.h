@@ -53,9 +53,11 @@ class Fp8Gemm {
   // InvalidArgument naming the dimension when N, K cannot run on the FP8 path.
   static absl::Status CheckShape(int64_t N, int64_t K);
 
-  // out[M, N] of `out_type` (CUDA_R_16BF or CUDA_R_16F) as above, on `stream`.
+  // out[M, N] of `out_type` (CUDA_R_16BF, CUDA_R_16F or CUDA_R_32F) = the product above +
+  // beta * out, on `stream` (beta 1 adds into the residual stream, as the bf16 GEMMs do).
   absl::Status Run(Fp8Scaling scaling, const Fp8Operand& w, const Fp8Operand& a, void* out,
-                   cudaDataType_t out_type, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+                   cudaDataType_t out_type, int64_t M, int64_t N, int64_t K, float beta,
+                   cudaStream_t stream);
 
  private:
   struct Plan;

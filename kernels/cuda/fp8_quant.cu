@@ -62,7 +62,11 @@ absl::Status QuantizeRowsFp8(DType dtype, const QuantizeFp8Params& p, cudaStream
   }
   const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups));
   const int64_t stride = p.in_stride > 0 ? p.in_stride : p.cols;
-  if (dtype == DType::kBf16) {
+  if (p.in_f32) {
+    QuantizeRowsFp8Kernel<<<grid, kThreads, 0, stream>>>(
+        static_cast<const float*>(p.in), stride, p.cols, p.group, static_cast<int32_t>(groups),
+        p.codes, p.scales);
+  } else if (dtype == DType::kBf16) {
     QuantizeRowsFp8Kernel<<<grid, kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(p.in), stride, p.cols, p.group,
         static_cast<int32_t>(groups), p.codes, p.scales);

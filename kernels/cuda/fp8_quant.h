@@ -28,7 +28,8 @@ constexpr float kFp8E4M3Max = 448.0f;
 constexpr int32_t kFp8Group = 128;
 
 struct QuantizeFp8Params {
-  const void* in = nullptr;  // [rows, cols] of `dtype`, row stride `in_stride` elements
+  const void* in = nullptr;  // [rows, cols] of `dtype` (fp32 when in_f32), row stride in_stride
+  bool in_f32 = false;       // fp32 input (weights quantized on the device)
   int64_t in_stride = 0;     // 0: cols
   int64_t rows = 0;
   int64_t cols = 0;

@@ -1,0 +1,209 @@
+// FP8 on the GPU: activation quantization (kernels/cuda/fp8_quant.h) bit for bit against the rule
+// computed on the host with the E4M3 codec of model/dtype.h, and the W8A8 GEMMs
+// (engine/cuda/fp8_gemm.h) against a float64 product of the dequantized operands, for per-row
+// (per-channel weights, per-token activations) and 128 x 128 block scales. Random data fresh each
+// run; device outputs poisoned (NaN) first.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/fp8_gemm.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/fp8_quant.h"
+#include "model/dtype.h"
+#include "model/model.h"
+#include "model/quantized.h"
+#include "tests/testing/gpu_test_util.h"
+#include "tests/testing/random.h"
+
+namespace banyan::engine::cuda {
+namespace {
+
+using ::banyan::kernels::cuda::DType;
+using ::banyan::kernels::cuda::kFp8Group;
+using ::banyan::testing::DeviceArray;
+using ::banyan::testing::FromDtype;
+using ::banyan::testing::RelErr;
+using ::banyan::testing::ToDtype;
+
+// Activations with row magnitudes spread over 2^-6 .. 2^6, so that the scales matter; a zero row.
+std::vector<float> Activations(int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-6, 6);
+  std::vector<float> v(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float mag = std::ldexp(1.0f, ex(rng));
+    for (int64_t c = 0; c < cols; ++c) v[r * cols + c] = r == 1 ? 0.0f : nd(rng) * mag;
+  }
+  return v;
+}
+
+// The rule of fp8_quant.h on the host: scales [rows, groups], codes [rows, cols].
+void QuantizeOnHost(const std::vector<float>& x, int64_t rows, int64_t cols, int64_t group,
+                    std::vector<uint8_t>* codes, std::vector<float>* scales) {
+  const int64_t groups = (cols + group - 1) / group;
+  codes->assign(rows * cols, 0);
+  scales->assign(rows * groups, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t b = g * group, e = std::min(cols, b + group);
+      float amax = 0.0f;
+      for (int64_t c = b; c < e; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+      float scale = amax / model::kFp8E4M3Max;
+      if (!(scale > 0.0f)) scale = 1.0f;
+      (*scales)[r * groups + g] = scale;
+      for (int64_t c = b; c < e; ++c) {
+        (*codes)[r * cols + c] = model::FloatToFp8E4M3(x[r * cols + c] / scale);
+      }
+    }
+  }
+}
+
+TEST(Fp8Quant, CodesAndScalesFollowTheRuleBitForBit) {
+  BANYAN_SEEDED_RNG(rng);
+  for (int64_t cols : {1000, 4096})
+  for (bool per_token : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "cols " << cols << (per_token ? " per token" : " per 128"));
+    const int64_t rows = 37, group = per_token ? cols : kFp8Group;
+    const int64_t groups = (cols + group - 1) / group;
+    std::vector<float> x = Activations(rows, cols, rng);
+    for (float& v : x) v = ::banyan::testing::RoundTo(DType::kBf16, v);  // what the GPU reads
+    DeviceArray<uint16_t> x_d(ToDtype(DType::kBf16, x));
+    DeviceArray<uint8_t> codes_d(rows * cols);
+    DeviceArray<float> scales_d(rows * groups);
+    ASSERT_TRUE(kernels::cuda::QuantizeRowsFp8(
+                    DType::kBf16,
+                    {.in = x_d.get(), .in_stride = 0, .rows = rows, .cols = cols,
+                     .group = static_cast<int32_t>(group), .codes = codes_d.get(),
+                     .scales = scales_d.get()},
+                    nullptr)
+                    .ok());
+    std::vector<uint8_t> want_codes;
+    std::vector<float> want_scales;
+    QuantizeOnHost(x, rows, cols, group, &want_codes, &want_scales);
+    const std::vector<float> scales = scales_d.Download();
+    const std::vector<uint8_t> codes = codes_d.Download();
+    ASSERT_EQ(scales, want_scales);
+    EXPECT_EQ(scales[1 * groups], 1.0f) << "a zero row's scale is 1";
+    int64_t differ = 0;
+    for (size_t i = 0; i < codes.size(); ++i) differ += codes[i] != want_codes[i];
+    EXPECT_EQ(differ, 0) << "codes differing from the host rule";
+  }
+}
+
+// w [N, K] with 128 x 128 block scales (the fine-grained checkpoints' form), by the same rule per
+// block as the per-channel one per row.
+model::QuantizedTensor QuantizeBlocks(const std::vector<float>& w, int64_t N, int64_t K) {
+  model::QuantizedTensor q;
+  q.shape = {N, K};
+  q.scale_kind = model::Fp8ScaleKind::kBlock128;
+  const int64_t rb = (N + 127) / 128, cb = (K + 127) / 128;
+  q.scales.assign(rb * cb, 1.0f);
+  q.codes.assign(N * K, 0);
+  for (int64_t bi = 0; bi < rb; ++bi) {
+    for (int64_t bj = 0; bj < cb; ++bj) {
+      float amax = 0.0f;
+      for (int64_t i = bi * 128; i < std::min(N, bi * 128 + 128); ++i) {
+        for (int64_t j = bj * 128; j < std::min(K, bj * 128 + 128); ++j) {
+          amax = std::max(amax, std::fabs(w[i * K + j]));
+        }
+      }
+      float scale = amax / model::kFp8E4M3Max;
+      if (!(scale > 0.0f)) scale = 1.0f;
+      q.scales[bi * cb + bj] = scale;
+      for (int64_t i = bi * 128; i < std::min(N, bi * 128 + 128); ++i) {
+        for (int64_t j = bj * 128; j < std::min(K, bj * 128 + 128); ++j) {
+          q.codes[i * K + j] = model::FloatToFp8E4M3(w[i * K + j] / scale);
+        }
+      }
+    }
+  }
+  return q;
+}
+
+// out[m][n] = sum_k a(m, k) w(n, k) in float64 from the dequantized operands.
+std::vector<float> Reference(const std::vector<uint8_t>& a_codes, const std::vector<float>& a_scales,
+                             int64_t a_group, const model::QuantizedTensor& w, int64_t M) {
+  const int64_t N = w.rows(), K = w.cols(), a_groups = (K + a_group - 1) / a_group;
+  std::vector<float> wd(N * K);
+  model::DequantizeRows(w, 0, N, wd.data());
+  std::vector<double> a(M * K);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t k = 0; k < K; ++k) {
+      a[m * K + k] = static_cast<double>(model::Fp8E4M3ToFloat(a_codes[m * K + k])) *
+                     a_scales[m * a_groups + k / a_group];
+    }
+  }
+  std::vector<float> out(M * N);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += a[m * K + k] * wd[n * K + k];
+      out[m * N + n] = static_cast<float>(s);
+    }
+  }
+  return out;
+}
+
+void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937_64& rng) {
+  SCOPED_TRACE(::testing::Message() << (scaling == Fp8Scaling::kPerRow ? "per row " : "blocks ")
+                                    << M << " x " << N << " x " << K);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> w(N * K);
+  for (float& v : w) v = nd(rng);
+  for (int64_t j = 0; j < K; ++j) w[3 * K + j] *= 40.0f;  // one loud output channel
+  model::QuantizedTensor q;
+  if (scaling == Fp8Scaling::kPerRow) {
+    model::Tensor t{.shape = {N, K}, .data = w};
+    ASSERT_TRUE(model::QuantizeFp8PerChannel(t, "w", &q).ok());
+  } else {
+    q = QuantizeBlocks(w, N, K);
+  }
+  ASSERT_TRUE(model::CheckQuantized(q, "w").ok());
+  const int64_t group = scaling == Fp8Scaling::kPerRow ? K : kFp8Group;
+  const int64_t groups = (K + group - 1) / group;
+  std::vector<float> x = Activations(M, K, rng);
+  DeviceArray<uint16_t> x_d(ToDtype(DType::kBf16, x));
+  DeviceArray<uint8_t> a_codes(M * K), w_codes(q.codes);
+  DeviceArray<float> a_scales(M * groups), w_scales(q.scales);
+  ASSERT_TRUE(kernels::cuda::QuantizeRowsFp8(
+                  DType::kBf16,
+                  {.in = x_d.get(), .in_stride = 0, .rows = M, .cols = K,
+                   .group = static_cast<int32_t>(group), .codes = a_codes.get(),
+                   .scales = a_scales.get()},
+                  nullptr)
+                  .ok());
+  absl::StatusOr<std::unique_ptr<Fp8Gemm>> gemm = Fp8Gemm::Create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  DeviceArray<uint16_t> out_d(M * N);
+  const absl::Status run = (*gemm)->Run(scaling, {w_codes.get(), w_scales.get()},
+                                        {a_codes.get(), a_scales.get()}, out_d.get(),
+                                        CUDA_R_16BF, M, N, K, 0.0f, nullptr);
+  ASSERT_TRUE(run.ok()) << run;
+  const std::vector<float> got = FromDtype(DType::kBf16, out_d.Download());
+  const std::vector<float> want =
+      Reference(a_codes.Download(), a_scales.Download(), group, q, M);
+  // fp32 accumulation, one bf16 rounding of the output: about 2^-9 relative per element.
+  EXPECT_LT(RelErr(got, want), 5e-3);
+}
+
+TEST(Fp8Gemm, PerRowScalesMatchTheFloat64Product) {
+  BANYAN_SEEDED_RNG(rng);
+  for (int64_t M : {1, 7, 64, 300}) CheckGemm(Fp8Scaling::kPerRow, M, 1024, 4096, rng);
+  CheckGemm(Fp8Scaling::kPerRow, 33, 1000, 1040, rng);  // widths not multiples of 128
+}
+
+TEST(Fp8Gemm, BlockScalesMatchTheFloat64Product) {
+  BANYAN_SEEDED_RNG(rng);
+  for (int64_t M : {1, 7, 64, 300}) CheckGemm(Fp8Scaling::kBlock128, M, 1024, 4096, rng);
+  CheckGemm(Fp8Scaling::kBlock128, 33, 1152, 1408, rng);  // 9 x 11 blocks
+}
+
+TEST(Fp8Gemm, RefusesShapesTheTensorCoresCannotTake) {
+  EXPECT_FALSE(Fp8Gemm::CheckShape(1024, 1000).ok());  // K not a multiple of 16
+  EXPECT_FALSE(Fp8Gemm::CheckShape(1001, 1024).ok());  // N not a multiple of 8
+  EXPECT_TRUE(Fp8Gemm::CheckShape(1024, 4096).ok());
+}
+
+}  // namespace
+}  // namespace banyan::engine::cuda
