@@ -392,7 +392,7 @@ describe('structured outputs (openai client)', () => {
           type: 'json_schema',
           json_schema: {
             name: 'x',
-            schema: { type: 'object', properties: { a: { type: 'integer', multipleOf: 0.5 } } },
+            schema: { type: 'object', properties: { a: { type: 'number', multipleOf: 0.123456789 } } },
           },
         },
       }),

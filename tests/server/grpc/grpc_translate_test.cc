@@ -149,7 +149,7 @@ TEST_F(TranslateTest, JsonSchemaBecomesTheRequestsConstraint) {
   EXPECT_TRUE(ordered.Accept(R"({"b": 1, "a": true})") && ordered.CanEnd());
   text::grammar::Matcher sorted(r->constraint->grammar);
   EXPECT_FALSE(sorted.Accept(R"({"a": true, "b": 1})") && sorted.CanEnd());
-  for (const char* bad : {"{", "[1]", R"({"type": "integer", "multipleOf": 0.5})"}) {
+  for (const char* bad : {"{", "[1]", R"({"type": "number", "multipleOf": 0.123456789})"}) {
     req.set_json_schema(bad);
     auto b = ToSchedulerRequest(req, ctx_, "x", "default");
     ASSERT_FALSE(b.ok()) << bad;

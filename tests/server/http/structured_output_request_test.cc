@@ -447,7 +447,7 @@ TEST_F(StructuredOutputRequestTest, MultipleOfEmailAndPatternBesideFormat) {
 TEST_F(StructuredOutputRequestTest, UnsupportedKeywordsNameKeywordAndPath) {
   auto r = Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
       "schema": {"type": "object", "properties": {"a": {"type": "integer",
-      "multipleOf": 2.5}}}}})");
+      "multipleOf": 0.123456789}}}}})");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(StatusParam(r.status()), "response_format.json_schema.schema");
   EXPECT_NE(r.status().message().find("multipleOf"), std::string::npos) << r.status();
