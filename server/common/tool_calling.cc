@@ -228,10 +228,12 @@ std::shared_ptr<const text::grammar::TokenConstraint> ToolCalling::CompileAuto(
   if (!built.ok()) return nullptr;
   auto triggered = std::make_shared<text::grammar::TokenConstraint>(**built);
   triggered->triggers = {std::string(trigger)};
-  triggered->best_effort = true;  // free where it cannot apply, as before such grammars
   // Without parallel calls the one call is the rest of the output: a free output after it could
   // begin a second (the after-trigger grammar bounds only the call it follows).
   triggered->trigger_once = !request.parallel;
+  // Recurring calls are free where they cannot apply, as before such grammars; the one call
+  // that ends the output is checked as any grammar (min_tokens refused).
+  triggered->best_effort = !triggered->trigger_once;
   return triggered;
 }
 
