@@ -124,20 +124,8 @@ absl::StatusOr<StructuredOutputSpec> FromGuidedChoice(const OJson& g, const std:
 // passes it on as text).
 absl::StatusOr<StructuredOutputSpec> FromStructuralTagField(const OJson& g,
                                                             const std::string& field) {
-  absl::StatusOr<text::grammar::StructuralTag> tag;
-  if (g.is_string()) {
-    const std::string& text = g.get_ref<const std::string&>();
-    if (text.size() > kMaxTagBytes) {
-      return InvalidParam(field, absl::StrCat(field, " takes ", text.size(),
-                                              " bytes; the limit is ", kMaxTagBytes));
-    }
-    absl::StatusOr<OJson> parsed = ParseOrderedJson(
-        text, field, JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = text.size()});
-    if (!parsed.ok()) return InvalidParam(field, std::string(parsed.status().message()));
-    tag = ParseStructuralTag(*parsed, field);
-  } else {
-    tag = ParseStructuralTag(g, field);
-  }
+  if (g.is_string()) return StructuralTagSpecFromText(g.get_ref<const std::string&>(), field);
+  absl::StatusOr<text::grammar::StructuralTag> tag = ParseStructuralTag(g, field);
   if (!tag.ok()) return tag.status();
   return StructuredOutputSpec::StructuralTag(*std::move(tag), field);
 }
@@ -331,6 +319,20 @@ absl::StatusOr<StructuredOutputSpec> JsonSchemaSpecFromText(std::string_view tex
     return InvalidParam(field, absl::StrCat(field, " must hold a JSON Schema object"));
   }
   return StructuredOutputSpec::JsonSchema(*std::move(schema), std::move(field));
+}
+
+absl::StatusOr<StructuredOutputSpec> StructuralTagSpecFromText(std::string_view text,
+                                                               std::string field) {
+  if (text.size() > kMaxTagBytes) {
+    return InvalidParam(field, absl::StrCat(field, " takes ", text.size(),
+                                            " bytes; the limit is ", kMaxTagBytes));
+  }
+  absl::StatusOr<OJson> parsed = ParseOrderedJson(
+      text, field, JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = text.size()});
+  if (!parsed.ok()) return InvalidParam(field, std::string(parsed.status().message()));
+  absl::StatusOr<text::grammar::StructuralTag> tag = ParseStructuralTag(*parsed, field);
+  if (!tag.ok()) return tag.status();
+  return StructuredOutputSpec::StructuralTag(*std::move(tag), std::move(field));
 }
 
 absl::StatusOr<StructuredOutputSpec> RegexSpec(std::string pattern, std::string field) {

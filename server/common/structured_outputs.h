@@ -23,7 +23,8 @@
 // generated in that order.
 //
 // Wire fields (the gRPC front end, GenerateRequest in proto/banyan/v1/generation.proto):
-// json_schema (as JSON text), regex, choice, grammar and json_object, the same constraints; the
+// json_schema (as JSON text), regex, choice, grammar, json_object and structural_tag (as JSON
+// text), the same constraints; the
 // front end reads them with the checked builders below and compiles through
 // CompileStructuredOutput, as HTTP does.
 //
@@ -87,6 +88,11 @@ absl::StatusOr<StructuredOutputSpec> RegexSpec(std::string pattern, std::string 
 absl::StatusOr<StructuredOutputSpec> ChoiceSpec(std::vector<std::string> choices,
                                                 std::string field);
 absl::StatusOr<StructuredOutputSpec> GrammarSpec(std::string gbnf, std::string field);
+// A structural tag as JSON text (vLLM's structured_outputs.structural_tag, gRPC's
+// structural_tag): parsed within kMaxTagBytes and kMaxJsonDepth, then checked
+// (structural_tag_fields.h), errors naming `field` and the parts under it.
+absl::StatusOr<StructuredOutputSpec> StructuralTagSpecFromText(std::string_view text,
+                                                               std::string field);
 
 // The refusal of a request that asks for two constraints: InvalidArgument naming `second` as the
 // field and both in the message.

@@ -81,7 +81,8 @@ std::string FindBadUtf8(std::string_view wire, const google::protobuf::Descripto
   return "";
 }
 
-// The constraint json_schema, regex, choice, grammar or json_object asks for; nullopt: none. Two set are
+// The constraint json_schema, regex, choice, grammar, json_object or structural_tag asks for;
+// nullopt: none. Two set are
 // refused before either is read, naming the later field and the earlier.
 absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
     const v1::GenerateRequest& req) {
@@ -91,6 +92,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
   if (req.has_choice()) set.push_back("choice");
   if (req.has_grammar()) set.push_back("grammar");
   if (req.json_object()) set.push_back("json_object");
+  if (req.has_structural_tag()) set.push_back("structural_tag");
   if (set.empty()) return std::nullopt;
   if (set.size() > 1) return BothConstrainError(set[1], set[0]);
   absl::StatusOr<StructuredOutputSpec> spec;
@@ -102,6 +104,8 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
     spec = ChoiceSpec({req.choice().values().begin(), req.choice().values().end()}, "choice");
   } else if (req.has_grammar()) {
     spec = GrammarSpec(req.grammar(), "grammar");
+  } else if (req.has_structural_tag()) {
+    spec = StructuralTagSpecFromText(req.structural_tag(), "structural_tag");
   } else {
     spec = StructuredOutputSpec::JsonObject("json_object");
   }
