@@ -143,10 +143,10 @@ absl::Status EngineLoop::CheckConstraint(const Request& r) const {
   if (r.constraint->masker->vocab().size() > config_.vocab_size) {
     return absl::InternalError("the grammar's vocabulary is larger than the model's");
   }
-  // A recurring triggered grammar (tool_choice auto) is dropped where it cannot apply (Add):
-  // the output is then free, as it was before such grammars. One triggered once (a
+  // A best-effort grammar (tool_choice auto) is dropped where it cannot apply (Add): the output
+  // is then free, as it was before such grammars. Any other (a structural tag, a
   // response_format after the thinking) is what the client asked for: checked as any grammar.
-  if (!r.constraint->trigger.empty() && !r.constraint->trigger_once) return absl::OkStatus();
+  if (r.constraint->best_effort) return absl::OkStatus();
   if (r.params.min_tokens > 0) {
     // min_tokens bans the end ids that a finished grammar leaves as the only way out.
     return absl::InvalidArgumentError(
@@ -213,7 +213,7 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
     banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
   }
   if (const auto& c = live->req.constraint;
-      c != nullptr && !c->trigger.empty() && !c->trigger_once &&
+      c != nullptr && c->best_effort &&
       (!backend_->supports_token_masks() || live->req.params.min_tokens > 0)) {
     live->req.constraint = nullptr;  // CheckConstraint: free output, as without the grammar
   }
@@ -275,7 +275,7 @@ void EngineLoop::StartSamples(Live& live) {
                    .emitted = 0, .last_token = {}, .cand = {}, .drafted = {}, .lookup = {},
                    .lookup_checked = 0, .matcher = {}, .mask = {}, .trigger_tail = {}};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
-    if (r.constraint != nullptr && r.constraint->trigger.empty()) {
+    if (r.constraint != nullptr && r.constraint->triggers.empty()) {
       s.matcher.emplace(r.constraint->grammar);
     }
     live.samples.push_back(std::move(s));

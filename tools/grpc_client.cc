@@ -158,6 +158,8 @@ const char* FinishName(v1::FinishReason r) {
       return "cancelled";
     case v1::FINISH_REASON_ERROR:
       return "error";
+    case v1::FINISH_REASON_TOOL_CALLS:
+      return "tool_calls";
     default:
       return "";
   }

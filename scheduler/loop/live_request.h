@@ -71,9 +71,9 @@ struct LiveRequest {
     size_t lookup_checked = 0;
     // A constrained request's (Request::constraint): where the sample stands in the grammar
     // (every generated token accepted), and the mask of its next draw (vocab bits).
-    // With a trigger (TokenConstraint::trigger) the matcher is there only while the grammar
-    // holds; while free, trigger_tail keeps the text's last bytes (fewer than the trigger's),
-    // where the trigger may have begun.
+    // With triggers (TokenConstraint::triggers) the matcher is there only while the grammar
+    // holds; while free, trigger_tail keeps the text's last bytes (fewer than the longest
+    // trigger's), where a trigger may have begun.
     std::optional<text::grammar::Matcher> matcher;
     text::grammar::TokenBits mask;
     std::string trigger_tail;

@@ -19,24 +19,36 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // A free sample of a triggered constraint: its text so far ends with s->trigger_tail, then
-// `token`. When the trigger completes, the grammar holds from the byte after it; if the rest of
-// the token does not fit the grammar, the sample stays free (what it writes is then what it
-// would have written without one).
+// `token`. When a trigger completes (the one that begins first), the grammar holds from the byte
+// after it, or from its first byte where the grammar reads the trigger; if what the grammar is
+// fed does not fit it, the sample stays free (what it writes is then what it would have written
+// without one).
 void WatchTrigger(const text::grammar::TokenConstraint& c, int32_t token,
                   LiveRequest::Sample* s) {
   const text::grammar::Vocabulary& vocab = c.masker->vocab();
   if (token < 0 || token >= vocab.size()) return;
   std::string& tail = s->trigger_tail;
   tail.append(vocab.bytes(token));
-  const size_t at = tail.find(c.trigger);
-  if (at == std::string::npos) {
-    if (tail.size() >= c.trigger.size()) tail.erase(0, tail.size() - (c.trigger.size() - 1));
+  size_t at = std::string::npos;
+  size_t longest = 0;
+  const std::string* hit = nullptr;
+  for (const std::string& t : c.triggers) {
+    longest = std::max(longest, t.size());
+    const size_t found = tail.find(t);
+    if (found < at) {
+      at = found;
+      hit = &t;
+    }
+  }
+  if (hit == nullptr) {
+    // Keep what a trigger may have begun with: fewer bytes than the longest trigger.
+    if (longest > 0 && tail.size() >= longest) tail.erase(0, tail.size() - (longest - 1));
     return;
   }
-  const std::string rest = tail.substr(at + c.trigger.size());
+  const std::string fed = tail.substr(c.grammar_reads_trigger ? at : at + hit->size());
   tail.clear();
   s->matcher.emplace(c.grammar);
-  if (!rest.empty() && !s->matcher->Accept(rest)) s->matcher.reset();
+  if (!fed.empty() && !s->matcher->Accept(fed)) s->matcher.reset();
 }
 
 }  // namespace
@@ -63,9 +75,9 @@ void EngineLoop::TakeSample(Live& live, size_t i, const engine::SampleResult& re
                                               " is outside the request's grammar (a mask bug)")),
              FinishReason::kError);
       return;
-    } else if (!live.req.constraint->trigger.empty() && !live.req.constraint->trigger_once &&
+    } else if (!live.req.constraint->triggers.empty() && !live.req.constraint->trigger_once &&
                s.matcher->CanEnd()) {
-      // A recurring trigger's grammar (a tool call) that may end has: free again. A grammar
+      // A recurring trigger's grammar (a tool call, a structural tag) that may end has: free again. A grammar
       // triggered once keeps its matcher, so its end is the end of sequence (MaskFor).
       s.matcher.reset();
     }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_limits.h"
+#include "server/common/structural_tag_fields.h"
 #include "server/common/validation.h"
 #include "text/grammar/gbnf.h"
 #include "text/grammar/regex.h"
@@ -32,10 +33,16 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromResponseFormat(const OJs
   if (type == "json_object") {
     return StructuredOutputSpec::JsonObject("response_format");
   }
+  if (type == "structural_tag") {
+    absl::StatusOr<text::grammar::StructuralTag> tag = ParseStructuralTag(rf, "response_format");
+    if (!tag.ok()) return tag.status();
+    return StructuredOutputSpec::StructuralTag(*std::move(tag), "response_format");
+  }
   if (type != "json_schema") {
     return InvalidParam("response_format.type",
                         absl::StrCat("response_format type '", type,
-                                     "' is not supported; use text, json_object or json_schema"));
+                                     "' is not supported; use text, json_object, json_schema or "
+                                     "structural_tag"));
   }
   const OJson* js = Present(rf, "json_schema");
   if (js == nullptr || !js->is_object()) {
@@ -113,14 +120,24 @@ absl::StatusOr<StructuredOutputSpec> FromGuidedChoice(const OJson& g, const std:
   return ChoiceSpec(std::move(choices), field);
 }
 
-// vLLM's structured_outputs object: one of json, regex, choice, grammar or json_object: true. Its
+// structured_outputs.structural_tag: the tag object, or a string holding it as JSON (vLLM
+// passes it on as text).
+absl::StatusOr<StructuredOutputSpec> FromStructuralTagField(const OJson& g,
+                                                            const std::string& field) {
+  if (g.is_string()) return StructuralTagSpecFromText(g.get_ref<const std::string&>(), field);
+  absl::StatusOr<text::grammar::StructuralTag> tag = ParseStructuralTag(g, field);
+  if (!tag.ok()) return tag.status();
+  return StructuredOutputSpec::StructuralTag(*std::move(tag), field);
+}
+
+// vLLM's structured_outputs object: one of json, regex, choice, grammar, structural_tag or json_object: true. Its
 // other keys change the output or the backend in ways banyan does not implement: refused unless
 // null or false (the defaults of vLLM's boolean switches).
 absl::StatusOr<std::optional<StructuredOutputSpec>> FromStructuredOutputs(const OJson& so) {
   if (!so.is_object()) {
     return InvalidParam("structured_outputs",
                         "structured_outputs must be an object with one of 'json', 'regex', "
-                        "'choice', 'grammar' or 'json_object'");
+                        "'choice', 'grammar', 'structural_tag' or 'json_object'");
   }
   std::optional<StructuredOutputSpec> chosen;
   for (const auto& [key, value] : so.items()) {
@@ -137,10 +154,12 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromStructuredOutputs(const 
       spec = FromGuidedGrammar(value, field);
     } else if (key == "json_object" && value.is_boolean()) {
       spec = StructuredOutputSpec::JsonObject(field);
+    } else if (key == "structural_tag") {
+      spec = FromStructuralTagField(value, field);
     } else {
       return InvalidParam(field, absl::StrCat(field, " is not supported by this server; send "
-                                                     "one of json, regex, choice, grammar or "
-                                                     "json_object"));
+                                                     "one of json, regex, choice, grammar, "
+                                                     "structural_tag or json_object"));
     }
     if (!spec.ok()) return spec.status();
     if (chosen.has_value()) return BothConstrainError(field, chosen->field);
@@ -229,6 +248,15 @@ StructuredOutputSpec StructuredOutputSpec::Grammar(std::string gbnf, std::string
   return spec;
 }
 
+StructuredOutputSpec StructuredOutputSpec::StructuralTag(text::grammar::StructuralTag tag,
+                                                         std::string field) {
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kStructuralTag;
+  spec.structural_tag = std::move(tag);
+  spec.field = std::move(field);
+  return spec;
+}
+
 absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
     const OJson& body) {
   std::optional<StructuredOutputSpec> chosen;
@@ -293,6 +321,20 @@ absl::StatusOr<StructuredOutputSpec> JsonSchemaSpecFromText(std::string_view tex
   return StructuredOutputSpec::JsonSchema(*std::move(schema), std::move(field));
 }
 
+absl::StatusOr<StructuredOutputSpec> StructuralTagSpecFromText(std::string_view text,
+                                                               std::string field) {
+  if (text.size() > kMaxTagBytes) {
+    return InvalidParam(field, absl::StrCat(field, " takes ", text.size(),
+                                            " bytes; the limit is ", kMaxTagBytes));
+  }
+  absl::StatusOr<OJson> parsed = ParseOrderedJson(
+      text, field, JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = text.size()});
+  if (!parsed.ok()) return InvalidParam(field, std::string(parsed.status().message()));
+  absl::StatusOr<text::grammar::StructuralTag> tag = ParseStructuralTag(*parsed, field);
+  if (!tag.ok()) return tag.status();
+  return StructuredOutputSpec::StructuralTag(*std::move(tag), std::move(field));
+}
+
 absl::StatusOr<StructuredOutputSpec> RegexSpec(std::string pattern, std::string field) {
   if (pattern.empty()) return InvalidParam(field, RegexShapeMessage(field));
   return StructuredOutputSpec::Regex(std::move(pattern), std::move(field));
@@ -346,10 +388,10 @@ std::shared_ptr<const text::grammar::Vocabulary> GrammarVocabulary(
 
 std::shared_ptr<const text::grammar::TokenConstraint> AfterThinking(
     std::shared_ptr<const text::grammar::TokenConstraint> c) {
-  if (c == nullptr || !c->trigger.empty()) return c;
+  if (c == nullptr || !c->triggers.empty()) return c;
   // A copy sharing the compiled grammar and the masker (and so its classified masks).
   auto after = std::make_shared<text::grammar::TokenConstraint>(*c);
-  after->trigger = std::string(text::kThinkEnd);
+  after->triggers = {std::string(text::kThinkEnd)};
   after->trigger_once = true;
   return after;
 }
@@ -393,6 +435,16 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Structured
     case Kind::kGrammar:
       key = absl::StrCat("gbnf|", spec.grammar);
       break;
+    case Kind::kStructuralTag: {
+      OJson structures = OJson::array();
+      for (const text::grammar::TagStructure& s : spec.structural_tag.structures) {
+        structures.push_back({{"begin", s.begin}, {"schema", s.schema}, {"end", s.end}});
+      }
+      key = absl::StrCat("structural_tag|", options_.max_whitespace, ",", options_.max_digits,
+                         ",", options_.max_depth, ",", options_.max_items, "|",
+                         structures.dump());
+      break;
+    }
   }
   auto built = cache().GetOrCompile(key, [&]() -> absl::StatusOr<text::grammar::Grammar> {
     switch (spec.kind) {
@@ -406,6 +458,8 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Structured
         return ChoiceGrammar(spec.choices);
       case Kind::kGrammar:
         return GbnfGrammar(spec.grammar, spec.field);
+      case Kind::kStructuralTag:
+        return text::grammar::StructuralTagGrammar(spec.structural_tag, options_);
     }
     return absl::InternalError("unknown structured output kind");
   });
@@ -417,7 +471,25 @@ absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Structured
     if (spec.kind == Kind::kGrammar && message.rfind(spec.field + " ", 0) != 0) {
       message = absl::StrCat(spec.field, " cannot be compiled: ", message);
     }
+    if (spec.kind == Kind::kStructuralTag) {
+      // "structures[i].schema: ..." (StructuralTagGrammar): that structure's schema.
+      if (const size_t colon = message.find(": "); message.rfind("structures[", 0) == 0 &&
+                                                   colon != std::string::npos) {
+        return InvalidParam(absl::StrCat(spec.field, ".", message.substr(0, colon)),
+                            absl::StrCat(spec.field, ".", message));
+      }
+      return InvalidParam(spec.field, absl::StrCat(spec.field, " cannot be compiled: ", message));
+    }
     return InvalidParam(spec.field, message);
+  }
+  if (spec.kind == Kind::kStructuralTag) {
+    // The cached grammar is the structures'; the triggers make it a triggered constraint (a copy
+    // sharing the grammar and the masker). The key leaves the triggers out: several trigger
+    // lists over the same structures share the classified masks.
+    auto tagged = std::make_shared<text::grammar::TokenConstraint>(**built);
+    tagged->triggers = spec.structural_tag.triggers;
+    tagged->grammar_reads_trigger = true;
+    return std::shared_ptr<const text::grammar::TokenConstraint>(std::move(tagged));
   }
   return built;
 }

@@ -6,21 +6,25 @@
 //   - OpenAI's `response_format`: {"type": "text"} (no constraint), {"type": "json_object"}
 //     (any JSON object), {"type": "json_schema", "json_schema": {"name": ..., "schema": {...},
 //     "strict": bool}}. `strict` true or false constrain alike: the output always satisfies the
-//     schema (text/grammar/json_schema.h generates only what it validates).
+//     schema (text/grammar/json_schema.h generates only what it validates). vLLM's and SGLang's
+//     {"type": "structural_tag", "structures": [...], "triggers": [...]}: free text with tagged
+//     JSON from each trigger on (structural_tag_fields.h, text/grammar/structural_tag.h).
 //   - vLLM's `guided_json`: the schema as an object or as a JSON string.
 //   - vLLM's `guided_regex`: the whole output matches the pattern (ECMAScript, text/grammar/regex.h).
 //   - vLLM's `guided_choice`: a non-empty list of strings; the output is exactly one of them.
 //   - vLLM's `guided_grammar` and llama.cpp's `grammar`: a GBNF grammar (text/grammar/gbnf.h)
 //     whose `root` the whole output matches.
 //   - vLLM's newer `structured_outputs`: an object with one of `json`, `regex`, `choice`,
-//     `grammar` (as the four above) or `json_object: true`; its other keys (structural_tag,
-//     whitespace_pattern, ...) are refused unless null or false.
+//     `grammar` (as the four above), `json_object: true` or `structural_tag` (the tag object, or
+//     a string holding it as JSON); its other keys (whitespace_pattern, ...) are refused unless
+//     null or false.
 // Both on /v1/chat/completions and /v1/completions; at most one of them per request: a second
 // is refused naming it. Schemas are read with their keys in the order sent: properties are
 // generated in that order.
 //
 // Wire fields (the gRPC front end, GenerateRequest in proto/banyan/v1/generation.proto):
-// json_schema (as JSON text), regex, choice, grammar and json_object, the same constraints; the
+// json_schema (as JSON text), regex, choice, grammar, json_object and structural_tag (as JSON
+// text), the same constraints; the
 // front end reads them with the checked builders below and compiles through
 // CompileStructuredOutput, as HTTP does.
 //
@@ -46,16 +50,18 @@
 #include "nlohmann/json.hpp"
 #include "text/grammar/constraint_cache.h"
 #include "text/grammar/json_schema.h"
+#include "text/grammar/structural_tag.h"
 
 namespace banyan::server {
 
 struct StructuredOutputSpec {
-  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar, kStructuralTag };
   Kind kind = Kind::kJsonObject;
   nlohmann::ordered_json schema;     // kJsonSchema: the schema, keys in the order sent
   std::string regex;                 // kRegex: the pattern the whole output matches
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them (non-empty)
   std::string grammar;               // kGrammar: GBNF text; the whole output matches its root
+  text::grammar::StructuralTag structural_tag;  // kStructuralTag: checked (structural_tag_fields.h)
   std::string field;                 // the wire field it came from, for errors
 
   // One per kind, each member named (designated initializers would leave the others unnamed).
@@ -64,6 +70,7 @@ struct StructuredOutputSpec {
   static StructuredOutputSpec Regex(std::string regex, std::string field);
   static StructuredOutputSpec Choice(std::vector<std::string> choices, std::string field);
   static StructuredOutputSpec Grammar(std::string gbnf, std::string field);
+  static StructuredOutputSpec StructuralTag(text::grammar::StructuralTag tag, std::string field);
 };
 
 // The wire fields above of an HTTP request body (keys in the order sent). nullopt: no constraint
@@ -81,6 +88,11 @@ absl::StatusOr<StructuredOutputSpec> RegexSpec(std::string pattern, std::string 
 absl::StatusOr<StructuredOutputSpec> ChoiceSpec(std::vector<std::string> choices,
                                                 std::string field);
 absl::StatusOr<StructuredOutputSpec> GrammarSpec(std::string gbnf, std::string field);
+// A structural tag as JSON text (vLLM's structured_outputs.structural_tag, gRPC's
+// structural_tag): parsed within kMaxTagBytes and kMaxJsonDepth, then checked
+// (structural_tag_fields.h), errors naming `field` and the parts under it.
+absl::StatusOr<StructuredOutputSpec> StructuralTagSpecFromText(std::string_view text,
+                                                               std::string field);
 
 // The refusal of a request that asks for two constraints: InvalidArgument naming `second` as the
 // field and both in the message.

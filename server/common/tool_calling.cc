@@ -1,5 +1,6 @@
 #include "server/common/tool_calling.h"
 
+#include <random>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -151,6 +152,40 @@ absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const OJson& body, To
   return std::optional<ToolRequest>(std::move(req));
 }
 
+absl::Status AddToolConstraint(ToolCalling* calling, const ToolRequest& request,
+                               ToolFamily family,
+                               std::shared_ptr<const text::grammar::TokenConstraint>* constraint) {
+  if (!request.forced()) {
+    if (*constraint == nullptr && calling != nullptr) {
+      *constraint = calling->CompileAuto(request, family);
+    }
+    return absl::OkStatus();
+  }
+  if (*constraint != nullptr) {
+    return InvalidParam("tool_choice",
+                        "a forced tool_choice and another structured output (response_format, "
+                        "guided_*, grammar, structured_outputs; gRPC's json_schema, regex, "
+                        "choice, grammar, json_object) both constrain the output; send one of "
+                        "them");
+  }
+  if (calling == nullptr) {
+    return InvalidParam("tool_choice", "tool calling is not available on this server");
+  }
+  auto forced = calling->Compile(request, family);
+  if (!forced.ok()) return forced.status();
+  *constraint = *std::move(forced);
+  return absl::OkStatus();
+}
+
+std::string NewToolCallId() {
+  static constexpr char kAlnum[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
+  return id;
+}
+
 ToolCalling::ToolCalling(const text::Tokenizer* tokenizer, size_t cache_entries,
                          text::grammar::JsonSchemaOptions options)
     : tokenizer_(tokenizer), cache_entries_(cache_entries), options_(options) {}
@@ -192,10 +227,13 @@ std::shared_ptr<const text::grammar::TokenConstraint> ToolCalling::CompileAuto(
   auto built = CompileWith(request, family, opt);
   if (!built.ok()) return nullptr;
   auto triggered = std::make_shared<text::grammar::TokenConstraint>(**built);
-  triggered->trigger = std::string(trigger);
+  triggered->triggers = {std::string(trigger)};
   // Without parallel calls the one call is the rest of the output: a free output after it could
   // begin a second (the after-trigger grammar bounds only the call it follows).
   triggered->trigger_once = !request.parallel;
+  // Recurring calls are free where they cannot apply, as before such grammars; the one call
+  // that ends the output is checked as any grammar (min_tokens refused).
+  triggered->best_effort = !triggered->trigger_once;
   return triggered;
 }
 

@@ -61,6 +61,20 @@ struct ToolRequest {
 absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const nlohmann::ordered_json& body,
                                                            text::tool_calls::ToolFamily family);
 
+class ToolCalling;
+
+// The constraint a tool request adds to the request's own (`*constraint`: a response_format's,
+// null for none), for both front ends: "auto" sets its triggered grammar where there is none (a
+// response_format keeps its own; no grammar where the tools' schemas cannot make one), a forced
+// tool_choice compiles the grammar of its calls (InvalidArgument naming tool_choice beside
+// another constraint, or without a compiler). Compiles on the calling thread.
+absl::Status AddToolConstraint(ToolCalling* calling, const ToolRequest& request,
+                               text::tool_calls::ToolFamily family,
+                               std::shared_ptr<const text::grammar::TokenConstraint>* constraint);
+
+// A fresh call id as OpenAI writes them: "call_" and 24 letters and digits.
+std::string NewToolCallId();
+
 class ToolCalling {
  public:
   static constexpr size_t kDefaultCacheEntries = 32;
@@ -74,7 +88,7 @@ class ToolCalling {
   absl::StatusOr<std::shared_ptr<const text::grammar::TokenConstraint>> Compile(
       const ToolRequest& request, text::tool_calls::ToolFamily family);
   // tool_choice "auto": free output, each call forced from its trigger on
-  // (TokenConstraint::trigger). nullptr where none can be made (a tool's parameters outside the
+  // (TokenConstraint::triggers). nullptr where none can be made (a tool's parameters outside the
   // grammar engine's subset, no tokenizer): the output is then free throughout, parsed as before.
   std::shared_ptr<const text::grammar::TokenConstraint> CompileAuto(
       const ToolRequest& request, text::tool_calls::ToolFamily family);

@@ -94,7 +94,9 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(
     *reason = RejectReason::kTenantConcurrency;
     return slot.status();
   }
-  absl::StatusOr<scheduler::Request> r = ToSchedulerRequest(req, *ctx_, *id, (*tenant)->name());
+  text::tool_calls::ToolFamily tool_family = text::tool_calls::ToolFamily::kNone;
+  absl::StatusOr<scheduler::Request> r =
+      ToSchedulerRequest(req, *ctx_, *id, (*tenant)->name(), &tool_family);
   if (!r.ok()) return r.status();
   r->deadline = SteadyDeadline(call->deadline());
   const std::optional<std::chrono::steady_clock::time_point> deadline = r->deadline;
@@ -109,7 +111,7 @@ absl::StatusOr<GenerateCall*> GenerationService::StartGenerate(
   GrpcLog().info("req={} admitted from {} (tenant {}): prompt {} tokens, n={}, max_tokens={}",
                  *id, call->peer(), (*tenant)->name(), prompt_tokens, n, max_tokens);
   return new GenerateCall(pump_, *std::move(stream), *id, req.sampling().has_logprobs(),
-                          *std::move(slot), deadline);
+                          *std::move(slot), deadline, tool_family);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(

@@ -12,7 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "common/json_limits.h"
 #include "server/common/structured_outputs.h"
+#include "server/common/tool_calling.h"
 #include "server/common/validation.h"
 
 namespace banyan::server {
@@ -79,7 +81,8 @@ std::string FindBadUtf8(std::string_view wire, const google::protobuf::Descripto
   return "";
 }
 
-// The constraint json_schema, regex, choice, grammar or json_object asks for; nullopt: none. Two set are
+// The constraint json_schema, regex, choice, grammar, json_object or structural_tag asks for;
+// nullopt: none. Two set are
 // refused before either is read, naming the later field and the earlier.
 absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
     const v1::GenerateRequest& req) {
@@ -89,6 +92,7 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
   if (req.has_choice()) set.push_back("choice");
   if (req.has_grammar()) set.push_back("grammar");
   if (req.json_object()) set.push_back("json_object");
+  if (req.has_structural_tag()) set.push_back("structural_tag");
   if (set.empty()) return std::nullopt;
   if (set.size() > 1) return BothConstrainError(set[1], set[0]);
   absl::StatusOr<StructuredOutputSpec> spec;
@@ -100,11 +104,62 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> StructuredOutputOf(
     spec = ChoiceSpec({req.choice().values().begin(), req.choice().values().end()}, "choice");
   } else if (req.has_grammar()) {
     spec = GrammarSpec(req.grammar(), "grammar");
+  } else if (req.has_structural_tag()) {
+    spec = StructuralTagSpecFromText(req.structural_tag(), "structural_tag");
   } else {
     spec = StructuredOutputSpec::JsonObject("json_object");
   }
   if (!spec.ok()) return spec.status();
   return std::optional<StructuredOutputSpec>(*std::move(spec));
+}
+
+// tools / tool_choice / parallel_tool_calls as the body of an HTTP chat request would carry them
+// (keys in the order sent: a schema's properties are generated in its order), for the shared
+// ParseToolFields. A tool's parameters are JSON text here; text that is no JSON is refused
+// naming tools[i].function.parameters.
+absl::StatusOr<nlohmann::ordered_json> ToolFieldsAsJson(const v1::GenerateRequest& req) {
+  using OJson = nlohmann::ordered_json;
+  OJson body = OJson::object();
+  if (req.tools_size() > 0) {
+    if (static_cast<size_t>(req.tools_size()) > kMaxTools) {
+      return InvalidParam("tools",
+                          absl::StrCat("at most ", kMaxTools, " tools, got ", req.tools_size()));
+    }
+    OJson tools = OJson::array();
+    for (int i = 0; i < req.tools_size(); ++i) {
+      const v1::Tool& t = req.tools(i);
+      OJson fn = {{"name", t.function().name()}};
+      if (t.function().has_parameters()) {
+        const std::string field = absl::StrCat("tools[", i, "].function.parameters");
+        const std::string& text = t.function().parameters();
+        if (text.size() > kMaxToolsBytes) {
+          return InvalidParam("tools", absl::StrCat("the tools take more than ", kMaxToolsBytes,
+                                                    " bytes as JSON"));
+        }
+        absl::StatusOr<OJson> params = ParseOrderedJson(
+            text, field, JsonLimits{.max_depth = kMaxJsonDepth, .max_bytes = text.size()});
+        if (!params.ok()) return InvalidParam(field, std::string(params.status().message()));
+        fn["parameters"] = *std::move(params);
+      }
+      OJson tool = {{"function", std::move(fn)}};
+      if (!t.type().empty()) tool["type"] = t.type();
+      tools.push_back(std::move(tool));
+    }
+    body["tools"] = std::move(tools);
+  }
+  switch (req.tool_choice().choice_case()) {
+    case v1::ToolChoice::kMode:
+      body["tool_choice"] = req.tool_choice().mode();
+      break;
+    case v1::ToolChoice::kFunction:
+      body["tool_choice"] = {{"type", "function"},
+                             {"function", {{"name", req.tool_choice().function().name()}}}};
+      break;
+    case v1::ToolChoice::CHOICE_NOT_SET:
+      break;
+  }
+  if (req.has_parallel_tool_calls()) body["parallel_tool_calls"] = req.parallel_tool_calls();
+  return body;
 }
 
 }  // namespace
@@ -157,7 +212,9 @@ absl::StatusOr<std::vector<int32_t>> TokenizeText(std::string_view text, bool ad
 
 absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest& req,
                                                       const ServerContext& ctx, std::string id,
-                                                      std::string_view tenant) {
+                                                      std::string_view tenant,
+                                                      text::tool_calls::ToolFamily* tool_family) {
+  if (tool_family != nullptr) *tool_family = text::tool_calls::ToolFamily::kNone;
   if (absl::Status s = CheckModel(req.model(), ctx); !s.ok()) return s;
   if (req.user().size() > kMaxTenantFieldBytes) {
     return InvalidParam("user", absl::StrCat("user is ", req.user().size(),
@@ -209,6 +266,23 @@ absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest&
     if (!constraint.ok()) return constraint.status();
     in.constraint = *std::move(constraint);
   }
+  if (req.tools_size() > 0 || req.has_tool_choice() || req.has_parallel_tool_calls()) {
+    absl::StatusOr<nlohmann::ordered_json> fields = ToolFieldsAsJson(req);
+    if (!fields.ok()) return fields.status();
+    const text::tool_calls::ToolFamily family = ctx.jinja_chat != nullptr
+                                                    ? ctx.jinja_chat->tool_family
+                                                    : text::tool_calls::ToolFamily::kNone;
+    absl::StatusOr<std::optional<ToolRequest>> tools = ParseToolFields(*fields, family);
+    if (!tools.ok()) return tools.status();
+    if (tools->has_value()) {
+      if (absl::Status s = AddToolConstraint(ctx.tool_calling.get(), **tools, family,
+                                             &in.constraint);
+          !s.ok()) {
+        return s;
+      }
+      if (tool_family != nullptr) *tool_family = family;
+    }
+  }
 
   const ModelLimits limits{.context_tokens = ctx.model_config->max_seq_len,
                            .vocab_size = ctx.model_config->vocab_size,
@@ -236,6 +310,37 @@ void ToProto(const scheduler::Usage& usage, v1::Usage* out) {
   out->set_prompt_tokens(usage.prompt_tokens);
   out->set_completion_tokens(usage.completion_tokens);
   out->set_cached_prompt_tokens(usage.cached_prompt_tokens);
+}
+
+void ToolCallReader::Apply(v1::GenerateResponse* out) {
+  for (v1::Choice& c : *out->mutable_choices()) {
+    const size_t index = static_cast<size_t>(c.index());
+    if (index >= choices_.size()) choices_.resize(index + 1);
+    if (choices_[index] == nullptr) {
+      choices_[index] = std::make_unique<PerChoice>(PerChoice{
+          .parser = text::tool_calls::ToolCallParser(family_),
+          .content_sent = 0, .calls_sent = 0, .made_calls = false});
+    }
+    PerChoice& pc = *choices_[index];
+    pc.parser.Feed(c.text());
+    const bool finished = c.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+    if (finished) pc.parser.Finish();
+    const std::string& content = pc.parser.content();
+    c.set_text(content.substr(pc.content_sent));
+    pc.content_sent = content.size();
+    const auto& calls = pc.parser.calls();
+    while (pc.calls_sent < calls.size() && calls[pc.calls_sent].complete) {
+      const text::tool_calls::ParsedToolCall& call = calls[pc.calls_sent++];
+      v1::ToolCall* tc = c.add_tool_calls();
+      tc->set_id(NewToolCallId());
+      tc->set_name(call.name);
+      tc->set_arguments(call.arguments);
+      pc.made_calls = true;
+    }
+    if (finished && pc.made_calls && c.finish_reason() == v1::FINISH_REASON_STOP) {
+      c.set_finish_reason(v1::FINISH_REASON_TOOL_CALLS);
+    }
+  }
 }
 
 void AppendEvents(std::span<const scheduler::TokenEvent> events, bool with_logprobs,

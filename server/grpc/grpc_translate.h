@@ -4,9 +4,11 @@
 // documented in proto/banyan/v1/generation.proto.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +16,7 @@
 #include "google/protobuf/message.h"
 #include "scheduler/request.h"
 #include "server/common/server_context.h"
+#include "text/tool_calls/tool_call_parser.h"
 
 namespace banyan::server {
 
@@ -42,13 +45,39 @@ absl::Status CheckModel(std::string_view requested, const ServerContext& ctx);
 // defaults, every field is checked against the model's limits, and a structured-output field
 // (json_schema, regex, choice, json_object; at most one) is compiled into the constraint on
 // this thread. InvalidArgument names the field. The caller sets the deadline.
-absl::StatusOr<scheduler::Request> ToSchedulerRequest(const v1::GenerateRequest& req,
-                                                      const ServerContext& ctx, std::string id,
-                                                      std::string_view tenant);
+// Tools (tools, tool_choice, parallel_tool_calls) are read by the HTTP chat path's
+// ParseToolFields (server/common/tool_calling.h) from their JSON equivalent, so the checks and
+// the field names in errors are the same, and their constraint is added as HTTP adds it
+// (AddToolConstraint). `*tool_family` (when given) is the syntax to read calls in
+// (ToolCallReader), kNone where nothing is parsed.
+absl::StatusOr<scheduler::Request> ToSchedulerRequest(
+    const v1::GenerateRequest& req, const ServerContext& ctx, std::string id,
+    std::string_view tenant, text::tool_calls::ToolFamily* tool_family = nullptr);
 
 // The token ids `text` becomes; InvalidArgument when it is not UTF-8.
 absl::StatusOr<std::vector<int32_t>> TokenizeText(std::string_view text, bool add_bos,
                                                   const text::Tokenizer& tokenizer);
+
+// Reads a request's tool calls out of its choices' text as the stream goes (the HTTP path's
+// parser, text/tool_calls/tool_call_parser.h): Apply rewrites a message AppendEvents filled, so
+// that each choice's `text` is only the text outside calls and each call that completed is a
+// ToolCall; a choice that made calls and ended with STOP ends with TOOL_CALLS. One per call,
+// fed every message in order.
+class ToolCallReader {
+ public:
+  explicit ToolCallReader(text::tool_calls::ToolFamily family) : family_(family) {}
+  void Apply(v1::GenerateResponse* out);
+
+ private:
+  struct PerChoice {
+    text::tool_calls::ToolCallParser parser;
+    size_t content_sent = 0;  // bytes of parser.content() sent
+    size_t calls_sent = 0;    // complete calls sent
+    bool made_calls = false;
+  };
+  text::tool_calls::ToolFamily family_;
+  std::vector<std::unique_ptr<PerChoice>> choices_;  // by choice index, grown on first sight
+};
 
 v1::FinishReason ToProto(scheduler::FinishReason reason);
 void ToProto(const scheduler::Usage& usage, v1::Usage* out);

@@ -14,14 +14,17 @@ namespace banyan::server {
 
 GenerateCall::GenerateCall(StreamPump* pump, std::shared_ptr<scheduler::RequestStream> stream,
                            std::string request_id, bool with_logprobs, TenantSlot slot,
-                           std::optional<std::chrono::steady_clock::time_point> deadline)
+                           std::optional<std::chrono::steady_clock::time_point> deadline,
+                           text::tool_calls::ToolFamily tool_family)
     : pump_(pump),
       stream_(std::move(stream)),
       request_id_(std::move(request_id)),
       with_logprobs_(with_logprobs),
       slot_(std::move(slot)),
       start_(std::chrono::steady_clock::now()),
-      deadline_(deadline) {}
+      deadline_(deadline) {
+  if (tool_family != text::tool_calls::ToolFamily::kNone) tool_calls_.emplace(tool_family);
+}
 
 void GenerateCall::OnWriteDone(bool ok) {
   if (!ok) {
@@ -71,6 +74,7 @@ bool GenerateCall::Step() {
     response_.Clear();
     response_.set_request_id(request_id_);
     AppendEvents(events_, with_logprobs_, &response_);
+    if (tool_calls_.has_value()) tool_calls_->Apply(&response_);
     Serialize();
     StartWrite(&buffer_);  // stays kBusy until OnWriteDone
     return true;

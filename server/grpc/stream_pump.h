@@ -39,6 +39,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "scheduler/request_stream.h"
 #include "server/common/auth.h"
+#include "server/grpc/grpc_translate.h"
 
 namespace banyan::server {
 
@@ -51,9 +52,12 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // `slot`: the tenant's in-flight slot, held until the call is done (OnDone).
   // `deadline`: the call's (steady clock); a stream that ends after it ends the call with
   // DEADLINE_EXCEEDED, as the client's own timer does, whichever comes first.
+  // `tool_family`: a request with tools, whose calls are read out of the text in that syntax
+  // (ToolCallReader); kNone: the text as it is.
   GenerateCall(StreamPump* pump, std::shared_ptr<scheduler::RequestStream> stream,
                std::string request_id, bool with_logprobs, TenantSlot slot = {},
-               std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+               std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+               text::tool_calls::ToolFamily tool_family = text::tool_calls::ToolFamily::kNone);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -77,6 +81,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const TenantSlot slot_;
   const std::chrono::steady_clock::time_point start_;
   const std::optional<std::chrono::steady_clock::time_point> deadline_;
+  std::optional<ToolCallReader> tool_calls_;  // pump thread only
   std::atomic<bool> cancelled_{false};
   // Set by the stream's listener on every push and finish, cleared by the pump before it reads.
   // Shared with the listener, which may still run (on the engine thread) after the call is gone.

@@ -156,26 +156,12 @@ absl::Status ParseTools(const Json& body, OrderedBody& ordered_body, const Serve
   if (!req.ok()) return req.status();
   if (!req->has_value()) return absl::OkStatus();
   out->tool_family = family;
-  if (!(*req)->forced()) {
-    // auto: free until a call begins, then the call's grammar (a response_format keeps its own).
-    if (common->constraint == nullptr && ctx.tool_calling != nullptr) {
-      common->constraint = ctx.tool_calling->CompileAuto(**req, family);
-    }
-    return absl::OkStatus();
+  if (absl::Status s = AddToolConstraint(ctx.tool_calling.get(), **req, family,
+                                         &common->constraint);
+      !s.ok()) {
+    return s;
   }
-  if (common->constraint != nullptr) {
-    return InvalidParam("tool_choice",
-                        "a forced tool_choice and response_format / guided_json / guided_regex / "
-                        "guided_choice / guided_grammar / grammar / structured_outputs both "
-                        "constrain the output; send one of them");
-  }
-  if (ctx.tool_calling == nullptr) {
-    return InvalidParam("tool_choice", "tool calling is not available on this server");
-  }
-  auto constraint = ctx.tool_calling->Compile(**req, family);
-  if (!constraint.ok()) return constraint.status();
-  common->constraint = *std::move(constraint);
-  out->tools_forced = true;
+  out->tools_forced = (*req)->forced();
   return absl::OkStatus();
 }
 

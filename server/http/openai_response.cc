@@ -4,20 +4,11 @@
 #include <random>
 
 #include "absl/strings/str_replace.h"
+#include "server/common/tool_calling.h"
 #include "server/common/validation.h"
 
 namespace banyan::server::http {
 namespace {
-
-// OpenAI's call ids: "call_" and 24 letters and digits.
-std::string NewCallId() {
-  static constexpr char kAlnum[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
-  return id;
-}
 
 int64_t CountCodePoints(const std::string& s) {
   int64_t n = 0;
@@ -127,7 +118,7 @@ Json ResponseBuilder::ToolDelta(Choice* c, const std::string& text, bool finishe
     const text::tool_calls::ParsedToolCall& call = p.calls()[k];
     if (k >= c->call_ids.size()) {
       if (call.name.empty()) break;  // announced in order, once named
-      c->call_ids.push_back(NewCallId());
+      c->call_ids.push_back(NewToolCallId());
       c->args_sent.push_back(0);
       calls.push_back({{"index", k},
                        {"id", c->call_ids[k]},
@@ -202,7 +193,7 @@ Json ResponseBuilder::Final(const scheduler::Usage& usage) const {
       parser.Finish();
       Json calls = Json::array();
       for (const text::tool_calls::ParsedToolCall& call : parser.calls()) {
-        calls.push_back({{"id", NewCallId()},
+        calls.push_back({{"id", NewToolCallId()},
                          {"type", "function"},
                          {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
       }

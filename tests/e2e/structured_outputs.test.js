@@ -1,5 +1,6 @@
 // Structured outputs with the official `openai` client: response_format json_schema (required
-// properties, an enum, a nested object, an array) and json_object, streaming and not, and vLLM's
+// properties, an enum, a nested object, an array), json_object and structural_tag, streaming and
+// not, and vLLM's
 // guided_choice / guided_regex / structured_outputs and GBNF grammars (guided_grammar, llama.cpp's
 // grammar) sent as extra body fields, sampled at temperature 1.0 from the bundled story model
 // (which knows no JSON: the grammar does the work).
@@ -306,6 +307,82 @@ describe('structured outputs (openai client)', () => {
                   /both constrain/);
   });
 
+  // A structural tag (vLLM / SGLang): free text, and from each trigger on one structure whose
+  // JSON ajv checks against that structure's schema. A bias on '<' (the trigger, a byte token
+  // the story model almost never writes) makes it enter structures now and then.
+  const WEATHER = {
+    type: 'object',
+    properties: { city: { type: 'string', maxLength: 10 }, unit: { enum: ['c', 'f'] } },
+    required: ['city'],
+    additionalProperties: false,
+  };
+  const ADD = {
+    type: 'object',
+    properties: { a: { type: 'integer' }, b: { type: 'integer' } },
+    required: ['a', 'b'],
+    additionalProperties: false,
+  };
+  for (const stream of [false, true]) {
+    test(`structural_tag, ${stream ? 'streaming' : 'non-streaming'}: every tagged JSON validates`, async (t) => {
+      const validators = { get_weather: ajv.compile(WEATHER), add: ajv.compile(ADD) };
+      const tok = await post(d, '/tokenize', { prompt: 'a<' });
+      const lt = tok.json.tokens[tok.json.tokens.length - 1];
+      const tag = {
+        type: 'structural_tag',
+        structures: [
+          { begin: '<function=get_weather>', schema: WEATHER, end: '</function>' },
+          { begin: '<function=add>', schema: ADD, end: '</function>' },
+        ],
+        triggers: ['<function=', '<'],
+      };
+      let structures = 0;
+      for (let seed = 1; seed <= 6; ++seed) {
+        const outs = await outputs(
+          { messages, response_format: tag, temperature: 1.0, seed, n: 2, max_tokens: 160,
+            logit_bias: { [lt]: 24 } },
+          stream,
+        );
+        for (const o of outs) {
+          const re = /<function=([a-z_]+)>(.*?)<\/function>/gs;
+          let m;
+          let last = 0;
+          while ((m = re.exec(o.text)) !== null) {
+            assert.equal(m.index, o.text.indexOf('<', last), `a trigger with no structure: ${o.text}`);
+            const validate = validators[m[1]];
+            assert.ok(validate, `unknown structure ${m[1]} in ${o.text}`);
+            let parsed;
+            assert.doesNotThrow(() => { parsed = JSON.parse(m[2]); }, `not JSON: ${o.text}`);
+            assert.ok(validate(parsed), `${JSON.stringify(validate.errors)} in ${o.text}`);
+            ++structures;
+            last = re.lastIndex;
+          }
+          // After the last whole structure, a '<' may only begin one that max_tokens cut.
+          if (o.text.indexOf('<', last) >= 0) assert.equal(o.finish, 'length', o.text);
+        }
+      }
+      t.diagnostic(`${structures} tagged JSON values, all valid`);
+      assert.ok(structures >= 4, `${structures} structures`);
+    });
+  }
+
+  test('a structural tag in the format form, or a begin no trigger starts, is a 400 naming the field', async () => {
+    const refused = async (rf, param, message) => {
+      await assert.rejects(
+        client.chat.completions.create({ model: MODEL_NAME, messages, response_format: rf }),
+        (e) => {
+          assert.equal(e.status, 400);
+          assert.equal(e.param, param);
+          assert.match(e.message, message);
+          return true;
+        },
+      );
+    };
+    await refused({ type: 'structural_tag', format: { type: 'triggered_tags', triggers: ['<'], tags: [] } },
+                  'response_format.format', /structures/);
+    await refused({ type: 'structural_tag', structures: [{ begin: '<f>', schema: {}, end: '' }], triggers: ['['] },
+                  'response_format.structures[0].begin', /none of the triggers/);
+  });
+
   test('an unsupported keyword is a 400 naming it and its path', async () => {
     await assert.rejects(
       client.chat.completions.create({
@@ -315,7 +392,7 @@ describe('structured outputs (openai client)', () => {
           type: 'json_schema',
           json_schema: {
             name: 'x',
-            schema: { type: 'object', properties: { a: { type: 'integer', multipleOf: 0.5 } } },
+            schema: { type: 'object', properties: { a: { type: 'number', multipleOf: 0.123456789 } } },
           },
         },
       }),

@@ -11,6 +11,7 @@ const kMaxDepth = 64;
 const kInteger = /^-?(0|[1-9]\d{0,14})$/;
 const kInt32 = /^-?(0|[1-9]\d{0,8})$/;
 const kNumber = /^-?(0|[1-9]\d{0,14})(\.\d{1,15})?([eE][+-]?\d{1,2})?$/;
+const kDecimal = /^-?(0|[1-9]\d{0,14})(\.\d{1,6})?$/;
 const kLoneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 function resolve(root, ref) {
@@ -147,10 +148,16 @@ function typedCandidates(ctx, schema, type, value, depth) {
       // ajv-formats' int32 is bounded here by nine digits, int64 by the integer grammar.
       const text = JSON.stringify(value);
       if (schema.format === "int32") return kInt32.test(text) ? [text] : [];
-      // multipleOf: the integers it divides, also for "number".
-      if (type === "integer" || schema.format === "int64" || "multipleOf" in schema) {
+      if (type === "integer" || schema.format === "int64") {
         return kInteger.test(text) ? [text] : [];
       }
+      // A decimal multipleOf: its multiples with at most six decimals (its own places, which
+      // the value, being a multiple, never exceeds); a whole one: the integers it divides, also
+      // for "number".
+      if ("multipleOf" in schema && !Number.isInteger(schema.multipleOf)) {
+        return kDecimal.test(text) ? [text] : [];
+      }
+      if ("multipleOf" in schema) return kInteger.test(text) ? [text] : [];
       return kNumber.test(text) ? [text] : [];
     }
     case "boolean":

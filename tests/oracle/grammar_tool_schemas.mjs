@@ -183,6 +183,20 @@ export const toolSchemas = {
     required: ["email", "id", "birthday", "joined", "contact", "seats", "week_step", "price_cents",
                "batch"],
   },
+  // Decimal multipleOf, as zod's number().multipleOf(0.01) sends money (within bounds: ajv's
+  // check divides doubles, which stays exact enough only for values of a few digits).
+  order_line: {
+    type: "object",
+    properties: {
+      price: { type: "number", multipleOf: 0.01, minimum: 0, maximum: 10000 },
+      rating: { type: "number", multipleOf: 0.5, minimum: 0, maximum: 5 },
+      discount: { type: "number", multipleOf: 0.25, minimum: -10, exclusiveMaximum: 10 },
+      weight_kg: { type: "number", multipleOf: 0.001, minimum: 0, maximum: 1000 },
+      quantity: { type: "integer", multipleOf: 2.5, minimum: 0, maximum: 1000 },
+    },
+    required: ["price", "rating", "discount", "weight_kg", "quantity"],
+    additionalProperties: false,
+  },
   unicode_text: {
     type: "object",
     properties: {
@@ -244,6 +258,13 @@ export const edgeGroups = [
   { description: "multipleOf without type", schema: { multipleOf: 2 }, data: [2, 3, "x", null] },
   { description: "fractional multipleOf", schema: { type: "number", multipleOf: 0.5 },
     data: [1.5, 1.25] },
+  { description: "decimal multipleOf within bounds",
+    schema: { type: "number", multipleOf: 0.01, minimum: -5, maximum: 5 },
+    data: [0.07, 0.3, -4.99, 0.075, 5.01, 3, 0.1] },
+  { description: "decimal multipleOf on integers", schema: { type: "integer", multipleOf: 0.4 },
+    data: [2, 4, -8, 0.8, 3] },
+  { description: "decimal multipleOf beyond the supported places",
+    schema: { type: "number", multipleOf: 0.0000001 }, data: [0.0000003] },
   { description: "email format", schema: { type: "string", format: "email" },
     data: ["a@b.co", "first.last+tag@mail.example.org", "a@b", "a..b@c.de", "x", "\"q\"@a.bc"] },
   { description: "pattern beside uuid format",

@@ -13,6 +13,7 @@
 #include "tests/testing/bundled_model.h"
 #include "text/grammar/constraint_cache.h"
 #include "text/grammar/json_schema.h"
+#include "text/grammar/structural_tag.h"
 #include "text/tool_calls/tool_call_parser.h"
 #include "text/tool_calls/tool_syntax.h"
 #include "tests/text/tool_calls/tool_calls_test_util.h"
@@ -400,7 +401,7 @@ TEST_F(StructuredOutputTest, FedStepsSampleConstrainedRowsLateWithTheSameTokens)
   EXPECT_GE(valid, 3);
 }
 
-// tool_choice auto's triggered grammar (TokenConstraint::trigger), with a one-token trigger the
+// tool_choice auto's triggered grammar (TokenConstraint::triggers), with a one-token trigger the
 // tiny model is pushed to write first (logit_bias): the text after it is a whole Hermes call
 // that the parser reads back; the same request without the grammar writes something else.
 TEST_F(StructuredOutputTest, ATriggeredGrammarHoldsFromItsTriggerOn) {
@@ -418,7 +419,7 @@ TEST_F(StructuredOutputTest, ATriggeredGrammarHoldsFromItsTriggerOn) {
   });
   ASSERT_TRUE(built.ok()) << built.status();
   auto triggered = std::make_shared<TokenConstraint>(**built);
-  triggered->trigger = "!";
+  triggered->triggers = {"!"};
 
   std::vector<Request> reqs;
   for (int seed = 40; seed < 46; ++seed) {
@@ -477,10 +478,10 @@ TEST_F(StructuredOutputTest, ATriggerOnceGrammarEndsTheOutputAfterItsOneCall) {
   });
   ASSERT_TRUE(built.ok()) << built.status();
   auto once = std::make_shared<TokenConstraint>(**built);
-  once->trigger = "!";
+  once->triggers = {"!"};
   once->trigger_once = true;
   auto rearmed = std::make_shared<TokenConstraint>(**built);
-  rearmed->trigger = "!";
+  rearmed->triggers = {"!"};
 
   std::vector<Request> single;
   for (int seed = 50; seed < 56; ++seed) {
@@ -550,7 +551,7 @@ TEST_F(StructuredOutputTest, AGrammarTriggeredOnceHoldsToTheEnd) {
   }
   ASSERT_GE(trigger_id, 0) << "the bundled vocabulary has no '!' token";
   auto once = std::make_shared<TokenConstraint>(*Schema(kSchema));
-  once->trigger = "!";
+  once->triggers = {"!"};
   once->trigger_once = true;
   auto recurring = std::make_shared<TokenConstraint>(*once);
   recurring->trigger_once = false;
@@ -582,6 +583,79 @@ TEST_F(StructuredOutputTest, AGrammarTriggeredOnceHoldsToTheEnd) {
   }
   EXPECT_GE(valid, 4);
   EXPECT_GE(free_again, 1) << "a recurring trigger's output went on after its JSON";
+}
+
+// A structural tag's constraint: several triggers and a grammar that reads its trigger
+// (TokenConstraint::grammar_reads_trigger). The trigger the bias writes first selects the
+// structures that begin with it: its begin, JSON that satisfies that structure's schema, its
+// end; then the output is free again (the bias writes a trigger again).
+TEST_F(StructuredOutputTest, ATriggerThatTheGrammarReadsSelectsItsStructure) {
+  const text::grammar::Vocabulary& vocab = cache_->vocab();
+  auto id_of = [&](std::string_view bytes) {
+    for (int32_t id = 0; id < vocab.size(); ++id) {
+      if (vocab.bytes(id) == bytes) return id;
+    }
+    return -1;
+  };
+  const int32_t bang = id_of("!"), comma = id_of(",");
+  ASSERT_GE(bang, 0) << "the bundled vocabulary has no '!' token";
+  ASSERT_GE(comma, 0) << "the bundled vocabulary has no ',' token";
+  constexpr char kCount[] =
+      R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})";
+  text::grammar::StructuralTag tag;
+  tag.structures = {{"!a=", ordered_json::parse(kSchema), ";"},
+                    {",b=", ordered_json::parse(kCount), ";"}};
+  tag.triggers = {"!", ","};
+  auto built = cache_->GetOrCompile("structural_tag|test", [&] {
+    return text::grammar::StructuralTagGrammar(tag);
+  });
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto c = std::make_shared<TokenConstraint>(**built);
+  c->triggers = tag.triggers;
+  c->grammar_reads_trigger = true;
+
+  std::vector<Request> reqs;
+  for (int seed = 60; seed < 68; ++seed) {
+    Request r = MakeRequest(absl::StrCat("tag", seed), seed, 300);
+    r.params.logit_bias = {{seed % 2 == 0 ? bang : comma, 100.0f}};
+    r.constraint = c;
+    reqs.push_back(std::move(r));
+  }
+  auto out = Run(reqs);
+  ASSERT_TRUE(out.ok()) << out.status();
+  int valid = 0, again = 0;
+  for (size_t i = 0; i < out->size(); ++i) {
+    const SampleOutput& s = (*out)[i].samples[0];
+    const bool bang_first = i % 2 == 0;
+    ASSERT_FALSE(s.tokens.empty());
+    ASSERT_EQ(s.tokens[0], bang_first ? bang : comma) << "the bias writes the trigger first";
+    const std::string begin = bang_first ? "!a=" : ",b=";
+    ASSERT_TRUE(s.text.starts_with(begin)) << s.text;
+    // The JSON ends at the first ';' before which it parses (a ';' inside a string is not
+    // preceded by whole JSON).
+    bool closed = false;
+    for (size_t end = s.text.find(';'); end != std::string::npos;
+         end = s.text.find(';', end + 1)) {
+      const std::string value = s.text.substr(begin.size(), end - begin.size());
+      if (!json::accept(value)) continue;
+      closed = true;
+      if (bang_first) {
+        EXPECT_TRUE(SatisfiesSchema(value)) << s.text;
+      } else {
+        const json j = json::parse(value);
+        EXPECT_TRUE(j.is_object() && j.size() == 1 && j["n"].is_number_integer()) << s.text;
+      }
+      ++valid;
+      const std::string rest = s.text.substr(end + 1);
+      again += rest.starts_with("!a=") || rest.starts_with(",b=");
+      break;
+    }
+    if (!closed) {
+      EXPECT_EQ(s.finish, FinishReason::kLength) << s.text;  // cut inside the JSON
+    }
+  }
+  EXPECT_GE(valid, 6);
+  EXPECT_GE(again, 1) << "free after the end: the bias writes a trigger again";
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -34,19 +35,27 @@ struct TokenConstraint {
   std::shared_ptr<const CompiledGrammar> grammar;
   std::shared_ptr<TokenMasker> masker;  // over the model's Vocabulary
   // Empty: the grammar holds from the first generated token. Otherwise the output is free until
-  // its text (the masker's vocabulary bytes) contains `trigger`; the grammar holds from the byte
-  // after it (the rest of the token that completed it is its first input), and once the grammar
-  // may end the output is free again, watching for the next trigger. tool_choice "auto": a
-  // call's marker, then the call (text/tool_calls/tool_syntax.h, AutoCallTrigger).
-  std::string trigger;
-  // With a trigger: true holds the grammar from the first trigger to the end of the output, as
+  // its text (the masker's vocabulary bytes) contains one of `triggers` (the one that begins
+  // first); the grammar then holds from the byte after it (the rest of the token that completed
+  // it is its first input), or with `grammar_reads_trigger` from the trigger's first byte, and
+  // once the grammar may end the output is free again, watching for the next trigger.
+  // tool_choice "auto": a call's marker, then the call (text/tool_calls/tool_syntax.h,
+  // AutoCallTrigger). A structural tag (response_format "structural_tag"): its triggers, each a
+  // prefix of some structure's begin, with a grammar that reads the trigger (the alternation of
+  // the structures, so the trigger fed first selects those that begin with it).
+  std::vector<std::string> triggers;
+  bool grammar_reads_trigger = false;
+  // With triggers: true holds the grammar from the first trigger to the end of the output, as
   // an untriggered grammar holds from the first token (where it may end, the end of sequence is
-  // allowed; once it must end, nothing else is): no second trigger is watched for, and a
-  // scheduler refuses it where it cannot apply instead of dropping it. tool_choice "auto" with
-  // parallel_tool_calls false (at most one call, then the end); a reasoning model's
-  // response_format (free thinking, "</think>", then only the JSON: AfterThinking in
-  // server/common/structured_outputs.h).
+  // allowed; once it must end, nothing else is): no second trigger is watched for.
+  // tool_choice "auto" with parallel_tool_calls false (at most one call, then the end); a
+  // reasoning model's response_format (free thinking, "</think>", then only the JSON:
+  // AfterThinking in server/common/structured_outputs.h).
   bool trigger_once = false;
+  // A scheduler that cannot apply the constraint (no token masks, min_tokens) drops it and the
+  // output is free, instead of refusing the request: tool_choice "auto", whose output was free
+  // before such grammars. Anything a client asked for explicitly is refused instead.
+  bool best_effort = false;
 };
 
 class ConstraintCache {

@@ -484,6 +484,11 @@ class SchemaCompiler {
     return absl::InvalidArgumentError(absl::StrCat("unknown type '", type, "' at ", path));
   }
 
+  // The integers every bound admits (Window).
+  struct IntegerWindow {
+    std::optional<int64_t> lo, hi;
+  };
+
   // ajv-formats' number formats: int32 (an integer within 32 bits: at most 9 digits here),
   // int64 (any integer), float and double (any number). A string format beside a number type
   // constrains only strings; any other format is refused.
@@ -501,7 +506,16 @@ class SchemaCompiler {
     }
     absl::StatusOr<IntegerWindow> window = Window(s, path);
     if (!window.ok()) return window.status();
-    if (s.contains("multipleOf")) return Multiples(s.at("multipleOf"), *window, digits, path);
+    if (s.contains("multipleOf")) {
+      return Multiples(s.at("multipleOf"), *window, integer, digits, path);
+    }
+    return Bounded(*window, integer, digits, path);
+  }
+
+  // The numbers (integers where `integer`) within the window, in the canonical form.
+  absl::StatusOr<Expr> Bounded(const IntegerWindow& w, bool integer, int digits,
+                               const std::string& path) const {
+    const IntegerWindow* window = &w;
     if (!window->lo.has_value() && !window->hi.has_value()) {
       return integer ? Integer(digits) : Number();
     }
@@ -538,9 +552,6 @@ class SchemaCompiler {
 
   // The integers every bound admits: [lo, hi] from minimum / maximum and exclusiveMinimum /
   // exclusiveMaximum (numbers, as since draft 6, or draft 4's booleans beside minimum/maximum).
-  struct IntegerWindow {
-    std::optional<int64_t> lo, hi;
-  };
   absl::StatusOr<IntegerWindow> Window(const json& s, const std::string& path) const {
     IntegerWindow w;
     auto number = [&](const char* key) -> absl::StatusOr<std::optional<double>> {
@@ -581,22 +592,38 @@ class SchemaCompiler {
     return w;
   }
 
-  // multipleOf k, whole and at most kMaxMultipleOf: the integers of the window that k divides
-  // (also for "number": its canonical subset is then these integers). A fractional k would
-  // need the fraction's digits in the automaton: refused.
-  absl::StatusOr<Expr> Multiples(const json& k, const IntegerWindow& window, int digits,
-                                 const std::string& path) const {
+  // multipleOf k. Whole and at most kMaxMultipleOf: the integers of the window that k divides
+  // (also for "number": its canonical subset is then these integers). A decimal m / 10^s (m up
+  // to kMaxMultipleOf, s up to kMaxMultipleOfScale; read exactly from the number's shortest
+  // decimal spelling, never as a double): the numbers of the window, written with at most s
+  // decimals, that k divides in exact decimal arithmetic (DecimalMultiplesDfa).
+  absl::StatusOr<Expr> Multiples(const json& k, const IntegerWindow& window, bool integer,
+                                 int digits, const std::string& path) const {
     if (!k.is_number() || !(k.get<double>() > 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("'multipleOf' at ", path, " must be a number greater than 0"));
     }
-    const double v = k.get<double>();
-    if (v != std::floor(v) || v > static_cast<double>(kMaxMultipleOf)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'multipleOf' at ", path, " is ", k.dump(), ": only whole numbers from 1 to ",
-          kMaxMultipleOf, " are supported"));
-    }
     const std::string where = absl::StrCat("'multipleOf' at ", path, ": ");
+    int64_t m = 0;
+    int scale = 0;
+    if (!ExactDecimal(k.dump(), &m, &scale) || m > kMaxMultipleOf ||
+        scale > kMaxMultipleOfScale) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'multipleOf' at ", path, " is ", k.dump(), ": supported are whole numbers from 1 to ",
+          kMaxMultipleOf, " and decimals of at most ", kMaxMultipleOfScale,
+          " places whose digits make a number up to ", kMaxMultipleOf, " (0.01, 0.5, 2.5)"));
+    }
+    if (scale > 0) {
+      absl::StatusOr<Expr> base = Bounded(window, integer, digits, path);
+      if (!base.ok()) return base.status();
+      absl::StatusOr<Expr> both = IntersectExprs(
+          *base, Dfa(std::make_shared<const ByteDfa>(DecimalMultiplesDfa(m, scale))));
+      if (!both.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, both.status().message()));
+      }
+      return both;
+    }
+    const double v = static_cast<double>(m);
     Expr whole = Integer(digits);
     if (window.lo.has_value() || window.hi.has_value()) {
       absl::StatusOr<Expr> range = IntegerRange(window.lo, window.hi, digits);

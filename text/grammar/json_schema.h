@@ -22,7 +22,9 @@
 // beside a length), minimum / maximum / exclusiveMinimum / exclusiveMaximum (integers exactly,
 // number_range.h; a bounded number is written without an exponent, as the integers of the
 // bounds and the decimals strictly between them), multipleOf (a whole k up to 1000: the
-// integers within the bounds that k divides, also for "number"), and the
+// integers within the bounds that k divides, also for "number"; a decimal k = m / 10^s, m up
+// to 1000 and s up to 6 places: the numbers within the bounds, with at most s decimals, that k
+// divides in exact decimal arithmetic), and the
 // annotations (title, description, default, examples, $schema, $id at the root, $comment,
 // deprecated, readOnly, writeOnly). Any other keyword is an InvalidArgument error naming the
 // keyword and its JSON pointer: never silently ignored. tests/oracle/grammar_oracle.mjs checks

@@ -116,4 +116,93 @@ ByteDfa MultiplesDfa(int64_t k) {
   return dfa;
 }
 
+ByteDfa DecimalMultiplesDfa(int64_t m, int scale) {
+  BANYAN_CHECK(m >= 1 && m <= kMaxMultipleOf && scale >= 1 && scale <= kMaxMultipleOfScale)
+      << "multipleOf " << m << "e-" << scale;
+  // States: start, '-', a leading '0', then per remainder r: the integer part, just after '.',
+  // and after fraction digit f = 1..scale.
+  constexpr int32_t kStart = 0, kMinus = 1, kZero = 2, kFirst = 3;
+  const int64_t row = scale + 2;  // integer, dot, fraction 1..scale
+  auto state = [&](int64_t r, int64_t pos) { return static_cast<int32_t>(kFirst + r * row + pos); };
+  ByteDfa dfa;
+  dfa.states.resize(kFirst + m * row);
+  // 10^(scale - f) mod m: what the fraction padded with zeros multiplies the remainder by.
+  std::vector<int64_t> pad(scale + 1);
+  pad[scale] = 1 % m;
+  for (int f = scale - 1; f >= 0; --f) pad[f] = pad[f + 1] * 10 % m;
+  auto digits = [&](ByteDfa::State& st, int64_t r, int64_t pos, bool leading) {
+    for (int d = leading ? 1 : 0; d <= 9; ++d) {
+      const int32_t next = state((10 * r + d) % m, pos);
+      const uint8_t byte = static_cast<uint8_t>('0' + d);
+      if (!st.edges.empty() && st.edges.back().next == next && st.edges.back().hi + 1 == byte) {
+        st.edges.back().hi = byte;
+      } else {
+        st.edges.push_back({byte, byte, next});
+      }
+    }
+  };
+  for (int32_t s : {kStart, kMinus}) {
+    ByteDfa::State& st = dfa.states[s];
+    if (s == kStart) st.edges.push_back({'-', '-', kMinus});
+    st.edges.push_back({'0', '0', kZero});
+    digits(st, 0, /*pos=*/0, /*leading=*/true);
+  }
+  dfa.states[kZero].edges.push_back({'.', '.', state(0, 1)});
+  dfa.states[kZero].accepting = true;  // 0, which every k divides
+  for (int64_t r = 0; r < m; ++r) {
+    ByteDfa::State& whole = dfa.states[state(r, 0)];
+    digits(whole, r, 0, false);
+    whole.edges.insert(whole.edges.begin(), {'.', '.', state(r, 1)});  // edges sorted: '.' < '0'
+    whole.accepting = r * pad[0] % m == 0;
+    digits(dfa.states[state(r, 1)], r, 2, false);  // the first fraction digit
+    for (int f = 1; f <= scale; ++f) {
+      ByteDfa::State& frac = dfa.states[state(r, f + 1)];
+      if (f < scale) digits(frac, r, f + 2, false);
+      frac.accepting = r * pad[f] % m == 0;
+    }
+  }
+  return dfa;
+}
+
+bool ExactDecimal(std::string_view text, int64_t* m, int* scale) {
+  size_t i = 0;
+  std::string digits;
+  int frac = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') digits += text[i++];
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+      digits += text[i++];
+      ++frac;
+    }
+  }
+  int64_t exp = 0;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    bool neg = false;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) neg = text[i++] == '-';
+    if (i == text.size()) return false;
+    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+      exp = exp * 10 + (text[i] - '0');
+      if (exp > 1000) return false;
+    }
+    if (neg) exp = -exp;
+  }
+  if (i != text.size() || digits.empty()) return false;
+  int64_t sc = frac - exp;
+  // Trailing zeros: a smaller scale (or a whole number).
+  while (!digits.empty() && digits.back() == '0' && sc > 0) {
+    digits.pop_back();
+    --sc;
+  }
+  const size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return false;  // zero
+  digits = digits.substr(first);
+  for (; sc < 0; ++sc) digits += '0';
+  if (digits.size() > 18) return false;
+  *m = std::stoll(digits);
+  *scale = static_cast<int>(sc);
+  return true;
+}
+
 }  // namespace banyan::text::grammar

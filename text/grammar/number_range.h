@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "text/grammar/grammar.h"
@@ -26,6 +27,21 @@ absl::StatusOr<Expr> IntegerRange(std::optional<int64_t> lo, std::optional<int64
 // plus three (start, after '-', after a leading '0'): k is at most kMaxMultipleOf.
 inline constexpr int64_t kMaxMultipleOf = 1000;
 ByteDfa MultiplesDfa(int64_t k);
+
+// A decimal multipleOf k = m / 10^scale (m >= 1, scale >= 1, m not divisible by 10), in exact
+// decimal arithmetic: a DFA that accepts -?(0|[1-9][0-9]*)(.[0-9]{1,scale})? whose value k
+// divides, i.e. whose digits, the fraction padded to `scale` digits, form an integer that m
+// divides (no floating point anywhere). States: the remainder mod m of the digits read so far,
+// per position (integer part, just after '.', fraction digit 1..scale), plus start, '-' and a
+// leading '0'. Intersect it with the grammar's number expression for the digit bound, the
+// bounds and "-0". m is at most kMaxMultipleOf and scale at most kMaxMultipleOfScale.
+inline constexpr int kMaxMultipleOfScale = 6;
+ByteDfa DecimalMultiplesDfa(int64_t m, int scale);
+
+// The exact decimal m / 10^scale that `text` (a JSON number as written: digits, an optional
+// fraction, an optional exponent) stands for, reduced (m not divisible by 10 when scale > 0).
+// False when it is not a positive number of that form or does not fit int64.
+bool ExactDecimal(std::string_view text, int64_t* m, int* scale);
 
 }  // namespace banyan::text::grammar
 

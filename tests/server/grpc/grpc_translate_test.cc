@@ -149,7 +149,7 @@ TEST_F(TranslateTest, JsonSchemaBecomesTheRequestsConstraint) {
   EXPECT_TRUE(ordered.Accept(R"({"b": 1, "a": true})") && ordered.CanEnd());
   text::grammar::Matcher sorted(r->constraint->grammar);
   EXPECT_FALSE(sorted.Accept(R"({"a": true, "b": 1})") && sorted.CanEnd());
-  for (const char* bad : {"{", "[1]", R"({"type": "integer", "multipleOf": 0.5})"}) {
+  for (const char* bad : {"{", "[1]", R"({"type": "number", "multipleOf": 0.123456789})"}) {
     req.set_json_schema(bad);
     auto b = ToSchedulerRequest(req, ctx_, "x", "default");
     ASSERT_FALSE(b.ok()) << bad;
@@ -212,6 +212,49 @@ TEST_F(TranslateTest, RegexChoiceAndJsonObjectBecomeTheRequestsConstraint) {
 
 // At most one constraint, refused before either is read; a bad pattern or an empty choice list
 // names its field; a server without a compiler refuses naming the field.
+// structural_tag (JSON text) becomes a triggered constraint whose grammar reads its trigger, as
+// HTTP's response_format structural_tag; bad shapes name the part, a second constraint is
+// refused naming both.
+TEST_F(TranslateTest, StructuralTagBecomesATriggeredConstraint) {
+  ctx_.structured_outputs = std::make_shared<StructuredOutputs>(ctx_.tokenizer);
+  v1::GenerateRequest req;
+  req.set_text("Once");
+  req.set_structural_tag(R"({"type": "structural_tag", "structures": [{"begin": "<f=add>",
+      "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+      "end": "</f>"}], "triggers": ["<f="]})");
+  auto r = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_NE(r->constraint, nullptr);
+  EXPECT_EQ(r->constraint->triggers, std::vector<std::string>{"<f="});
+  EXPECT_TRUE(r->constraint->grammar_reads_trigger);
+  text::grammar::Matcher m(r->constraint->grammar);
+  EXPECT_TRUE(m.Accept(R"(<f=add>{"a": 3}</f>)") && m.CanEnd());
+  struct Case {
+    std::string tag;
+    std::string param;
+  };
+  const Case cases[] = {
+      {"{nope", "structural_tag"},
+      {R"({"format": {"type": "triggered_tags"}})", "structural_tag.format"},
+      {R"({"structures": [{"begin": "<g>", "end": ""}], "triggers": ["<f"]})",
+       "structural_tag.structures[0].begin"},
+      {R"({"structures": [{"begin": "<f>", "end": "", "schema": {"not": {}}}],
+          "triggers": ["<f"]})",
+       "structural_tag.structures[0].schema"},
+  };
+  for (const Case& c : cases) {
+    req.set_structural_tag(c.tag);
+    auto b = ToSchedulerRequest(req, ctx_, "x", "default");
+    ASSERT_FALSE(b.ok()) << c.tag;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << c.tag;
+    EXPECT_EQ(StatusParam(b.status()), c.param) << c.tag << " " << b.status();
+  }
+  req.set_regex("a+");
+  auto two = ToSchedulerRequest(req, ctx_, "x", "default");
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(StatusParam(two.status()), "structural_tag") << two.status();
+}
+
 TEST_F(TranslateTest, StructuredOutputRefusalsNameTheirField) {
   ctx_.structured_outputs = std::make_shared<StructuredOutputs>(ctx_.tokenizer);
   struct Case {
@@ -237,7 +280,8 @@ TEST_F(TranslateTest, StructuredOutputRefusalsNameTheirField) {
        {"choice and regex both constrain the output"}},
       {"choice and json_object",
        [](v1::GenerateRequest* r) {
-         r->mutable_choice()->add_values("a");
+         // A std::string: GCC 12's -Wrestrict misfires on add_values("a") inlined here.
+         r->mutable_choice()->mutable_values()->Add(std::string(1, 'a'));
          r->set_json_object(true);
        },
        "json_object",

@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "scheduler/generate.h"
+#include "server/common/tool_calling.h"
 #include "tests/testing/bundled_model.h"
 
 namespace banyan::server::testing {
@@ -24,6 +25,8 @@ TestServer::TestServer(TestServerOptions options) {
   ctx_.tokenizer = b.tokenizer.get();
   ctx_.scheduler = scheduler_.get();
   ctx_.structured_outputs = std::make_shared<StructuredOutputs>(b.tokenizer.get());
+  ctx_.tool_calling = std::make_shared<ToolCalling>(b.tokenizer.get());
+  ctx_.jinja_chat = options.jinja_chat;
   ctx_.options.host = "127.0.0.1";
   ctx_.options.grpc_port = 0;
   ctx_.options.max_prompt_bytes = options.max_prompt_bytes;
@@ -86,6 +89,8 @@ GenerateResult Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& r
       out.text += c.text();
       out.token_ids.insert(out.token_ids.end(), c.token_ids().begin(), c.token_ids().end());
       out.logprobs.insert(out.logprobs.end(), c.logprobs().begin(), c.logprobs().end());
+      out.tool_calls.insert(out.tool_calls.end(), c.tool_calls().begin(), c.tool_calls().end());
+      out.messages_with_calls += c.tool_calls_size() > 0;
       if (c.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) out.finish = c.finish_reason();
     }
   }

@@ -22,6 +22,7 @@
 #include "scheduler/scheduler.h"
 #include "server/grpc/grpc_server.h"
 #include "server/common/server_context.h"
+#include "text/chat_template.h"
 
 namespace banyan::server::testing {
 
@@ -37,6 +38,9 @@ struct TestServerOptions {
   std::vector<std::string> api_keys;  // the tenant "default"'s
   std::vector<TenantSpec> tenants;     // more tenants (server/common/auth.h)
   int64_t max_prompt_bytes = int64_t{1} << 20;
+  // The model's own chat template: the tool-call syntax gRPC's tools are read in. Null: none
+  // (tools refused but with tool_choice "none").
+  std::shared_ptr<const text::JinjaChat> jinja_chat;
 };
 
 class TestServer {
@@ -70,6 +74,8 @@ struct ChoiceResult {
   std::vector<v1::StepLogprobs> logprobs;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   int messages = 0;  // messages that carried this choice
+  std::vector<v1::ToolCall> tool_calls;  // a request with tools: the calls, in order
+  int messages_with_calls = 0;           // messages that carried some of them
 };
 struct GenerateResult {
   grpc::Status status;

@@ -69,7 +69,7 @@ TEST_F(ReasoningRequestTest, AResponseFormatHoldsAfterTheThinking) {
     EXPECT_EQ(r->reasoning, Reasoning::kThinksFirst);
     const auto& c = r->inputs.at(0).constraint;
     ASSERT_NE(c, nullptr);
-    EXPECT_EQ(c->trigger, "</think>");
+    EXPECT_EQ(c->triggers, std::vector<std::string>{"</think>"});
     EXPECT_TRUE(c->trigger_once);
     EXPECT_TRUE(Accepts(*r, R"({"a": 1})")) << "the grammar itself is the JSON one";
   }
@@ -90,7 +90,7 @@ TEST_F(ReasoningRequestTest, AForcedToolCallHoldsAfterTheThinking) {
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& c = r->inputs.at(0).constraint;
   ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->trigger, "</think>");
+  EXPECT_EQ(c->triggers, std::vector<std::string>{"</think>"});
   EXPECT_TRUE(c->trigger_once);
 }
 
@@ -100,21 +100,21 @@ TEST_F(ReasoningRequestTest, AClosedThinkingOrNoParserLeavesTheConstraintAsItWas
   ASSERT_TRUE(closed.ok()) << closed.status();
   EXPECT_EQ(closed->reasoning, Reasoning::kClosed);
   ASSERT_NE(closed->inputs.at(0).constraint, nullptr);
-  EXPECT_TRUE(closed->inputs.at(0).constraint->trigger.empty());
+  EXPECT_TRUE(closed->inputs.at(0).constraint->triggers.empty());
 
   ctx_.jinja_chat = ChatWithTail(kOpened, *tokenizer_);
   ctx_.options.reasoning_parser = text::ReasoningParser::kNone;
   auto off = Chat(R"("response_format": {"type": "json_object"})");
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(off->reasoning, Reasoning::kOff);
-  EXPECT_TRUE(off->inputs.at(0).constraint->trigger.empty());
+  EXPECT_TRUE(off->inputs.at(0).constraint->triggers.empty());
 
   ctx_.options.reasoning_parser = text::ReasoningParser::kDeepSeekR1;
   const std::string body = R"({"prompt": "Once", "response_format": {"type": "json_object"}})";
   auto completion = http::ParseCompletionRequest(Json::parse(body), ctx_, body);
   ASSERT_TRUE(completion.ok()) << completion.status();
   EXPECT_EQ(completion->reasoning, Reasoning::kOff);
-  EXPECT_TRUE(completion->inputs.at(0).constraint->trigger.empty());
+  EXPECT_TRUE(completion->inputs.at(0).constraint->triggers.empty());
 }
 
 // --- the response builder on scripted outputs

@@ -1,6 +1,6 @@
-// response_format, guided_json, guided_regex, guided_choice, guided_grammar / grammar and
-// structured_outputs through the
-// HTTP request parser: what compiles into a
+// response_format (structural tags too), guided_json, guided_regex, guided_choice,
+// guided_grammar / grammar and structured_outputs through the HTTP request parser: what
+// compiles into a
 // constraint on the request, what is refused with a 400 naming the field (or, for a schema
 // keyword outside the supported subset, the keyword and its JSON pointer), and the compile
 // cache shared by requests.
@@ -40,6 +40,8 @@ class StructuredOutputRequestTest : public BundledRequestTest {
     return http::ParseCompletionRequest(Json::parse(body), ctx_, body);
   }
 };
+
+using StructuralTagRequestTest = StructuredOutputRequestTest;
 
 TEST_F(StructuredOutputRequestTest, JsonSchemaCompilesInTheClientsPropertyOrder) {
   // "b" before "a": the order sent, not the sorted order of the parsed body.
@@ -195,8 +197,8 @@ TEST_F(StructuredOutputRequestTest, GuidedRegexChoiceAndNestedFormRefusals) {
        "both constrain"},
       {R"("structured_outputs": {"regex": "a", "choice": ["a"]})", "structured_outputs.choice",
        "structured_outputs.choice and structured_outputs.regex"},
-      {R"("structured_outputs": {"structural_tag": "{}"})", "structured_outputs.structural_tag",
-       "not supported"},
+      {R"("structured_outputs": {"structural_tag": "{}"})",
+       "structured_outputs.structural_tag.structures", "non-empty array"},
       {R"("structured_outputs": {"regex": "a", "whitespace_pattern": " "})",
        "structured_outputs.whitespace_pattern", "not supported"},
       {R"("structured_outputs": "a+")", "structured_outputs", "must be an object"},
@@ -219,6 +221,145 @@ TEST_F(StructuredOutputRequestTest, GuidedRegexChoiceAndNestedFormRefusals) {
   auto none = Chat(R"("structured_outputs": {"regex": null, "disable_any_whitespace": false})");
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(none->inputs[0].constraint, nullptr);
+}
+
+// A structural tag's grammar reads its trigger (TokenConstraint::grammar_reads_trigger): this is
+// the text from a trigger's first byte to its structure's end.
+bool AcceptsTagged(const http::ParsedGeneration& p, std::string_view text) {
+  const auto& c = p.inputs.at(0).constraint;
+  if (c == nullptr || !c->grammar_reads_trigger) return false;
+  text::grammar::Matcher m(c->grammar);
+  return m.Accept(text) && m.CanEnd();
+}
+
+constexpr char kWeatherTag[] = R"({"type": "structural_tag",
+    "structures": [{"begin": "<function=get_weather>", "schema": {"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 10}, "unit": {"enum": ["c", "f"]}},
+      "required": ["city"]}, "end": "</function>"},
+      {"begin": "<function=add>", "schema": {"type": "object", "properties":
+      {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+      "end": "</function>"},
+      {"begin": "<note>", "end": ""}],
+    "triggers": ["<function=", "<note>", "<unused>", "<function="]})";
+
+TEST_F(StructuralTagRequestTest, StructuresAfterTheirTriggersOnBothEndpoints) {
+  for (bool chat : {true, false}) {
+    auto r = chat ? Chat(absl::StrCat(R"("response_format": )", kWeatherTag))
+                  : Completion(absl::StrCat(R"("response_format": )", kWeatherTag));
+    ASSERT_TRUE(r.ok()) << r.status();
+    const auto& c = r->inputs.at(0).constraint;
+    ASSERT_NE(c, nullptr);
+    // Unused and repeated triggers are dropped; free again after each structure.
+    EXPECT_EQ(c->triggers, (std::vector<std::string>{"<function=", "<note>"}));
+    EXPECT_TRUE(c->grammar_reads_trigger);
+    EXPECT_FALSE(c->trigger_once);
+    EXPECT_FALSE(c->best_effort) << "asked for: refused where it cannot apply, never dropped";
+    EXPECT_TRUE(AcceptsTagged(*r, R"(<function=get_weather>{"city": "Paris"}</function>)"));
+    EXPECT_TRUE(
+        AcceptsTagged(*r, R"(<function=get_weather>{"city": "Oslo", "unit": "c"}</function>)"));
+    EXPECT_TRUE(AcceptsTagged(*r, R"(<function=add>{"a": 1, "b": -2}</function>)"));
+    EXPECT_TRUE(AcceptsTagged(*r, R"(<note>[1, "x", null])"));
+    EXPECT_FALSE(AcceptsTagged(*r, R"(<function=get_weather>{"unit": "c"}</function>)"));
+    EXPECT_FALSE(AcceptsTagged(*r, R"(<function=add>{"a": 1}</function>)"));
+    EXPECT_FALSE(AcceptsTagged(*r, R"(<function=nope>{}</function>)"));
+    EXPECT_FALSE(AcceptsTagged(*r, R"(<function=add>{"a": 1, "b": 2})"));
+    EXPECT_FALSE(AcceptsTagged(*r, R"(free text)"));
+  }
+  // vLLM's structured_outputs.structural_tag: the same, as an object or as JSON text.
+  auto obj = Chat(absl::StrCat(R"("structured_outputs": {"structural_tag": )", kWeatherTag, "}"));
+  ASSERT_TRUE(obj.ok()) << obj.status();
+  EXPECT_TRUE(AcceptsTagged(*obj, R"(<function=add>{"a": 1, "b": 2}</function>)"));
+  auto text = Completion(absl::StrCat(R"("structured_outputs": {"structural_tag": )",
+                                      Json(std::string(kWeatherTag)).dump(), "}"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_TRUE(AcceptsTagged(*text, R"(<function=add>{"a": 1, "b": 2}</function>)"));
+  EXPECT_EQ(obj->inputs[0].constraint->grammar, text->inputs[0].constraint->grammar)
+      << "one compile for the same structures";
+}
+
+TEST_F(StructuralTagRequestTest, RefusalsNameTheField) {
+  struct Case {
+    std::string tag;
+    std::string param;  // under response_format
+    std::string says;
+  };
+  const std::string ok_structure =
+      R"({"begin": "<f=a>", "schema": {"type": "object"}, "end": "</f>"})";
+  std::string many_structures = "[";
+  for (int i = 0; i < 129; ++i) absl::StrAppend(&many_structures, i ? "," : "", ok_structure);
+  many_structures += "]";
+  std::string many_triggers = "[";
+  for (int i = 0; i < 129; ++i) absl::StrAppend(&many_triggers, i ? "," : "", "\"<f", i, "\"");
+  many_triggers += "]";
+  const std::string huge_end(300 << 10, 'x');
+  const Case cases[] = {
+      {R"({"type": "structural_tag", "triggers": ["<f"]})", ".structures", "non-empty array"},
+      {R"({"type": "structural_tag", "structures": [], "triggers": ["<f"]})", ".structures",
+       "non-empty array"},
+      {absl::StrCat(R"({"type": "structural_tag", "structures": )", many_structures,
+                    R"(, "triggers": ["<f"]})"),
+       ".structures", "at most 128"},
+      {absl::StrCat(R"({"type": "structural_tag", "structures": [)", ok_structure,
+                    R"(], "triggers": )", many_triggers, "}"),
+       ".triggers", "at most 128"},
+      {absl::StrCat(R"({"type": "structural_tag", "structures": [)", ok_structure, "]}"),
+       ".triggers", "non-empty array"},
+      {absl::StrCat(R"({"type": "structural_tag", "structures": [)", ok_structure,
+                    R"(], "triggers": [""]})"),
+       ".triggers[0]", "non-empty string"},
+      {R"({"type": "structural_tag", "structures": [{"schema": {}, "end": "</f>"}],
+          "triggers": ["<f"]})",
+       ".structures[0].begin", "non-empty string"},
+      {R"({"type": "structural_tag", "structures": [{"begin": "<f=a>", "schema": {}}],
+          "triggers": ["<f"]})",
+       ".structures[0].end", "must be a string"},
+      {R"({"type": "structural_tag", "structures": [{"begin": "<f=a>", "schema": [1],
+          "end": ""}], "triggers": ["<f"]})",
+       ".structures[0].schema", "JSON Schema object"},
+      {absl::StrCat(R"({"type": "structural_tag", "structures": [)", ok_structure,
+                    R"(, {"begin": "[x]", "end": ""}], "triggers": ["<f"]})"),
+       ".structures[1].begin", "starts with none of the triggers"},
+      {absl::StrCat(R"({"type": "structural_tag", "structures": [)", ok_structure,
+                    R"(, {"begin": "<g>", "schema": {"type": "object", "patternProperties":
+                    {}}, "end": ""}], "triggers": ["<"]})"),
+       ".structures[1].schema", "patternProperties"},
+      {absl::StrCat(R"({"type": "structural_tag", "structures": [{"begin": "<f=a>", "end": ")",
+                    huge_end, R"("}], "triggers": ["<f"]})"),
+       "", "the limit is"},
+      {R"({"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<f"],
+          "tags": [{"begin": "<f=a>", "content": {"type": "json_schema", "json_schema": {}},
+          "end": "</f>"}]}})",
+       ".format", "structures"},
+  };
+  for (const Case& c : cases) {
+    for (bool chat : {true, false}) {
+      const std::string extra = absl::StrCat(R"("response_format": )", c.tag);
+      auto r = chat ? Chat(extra) : Completion(extra);
+      ASSERT_FALSE(r.ok()) << c.tag.substr(0, 200);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.tag.substr(0, 200);
+      EXPECT_EQ(StatusParam(r.status()), "response_format" + c.param)
+          << c.tag.substr(0, 200) << " " << r.status().message().substr(0, 300);
+      EXPECT_NE(r.status().message().find(c.says), std::string::npos)
+          << c.tag.substr(0, 200) << " " << r.status().message().substr(0, 300);
+    }
+  }
+  // Under structured_outputs.structural_tag the same checks name that field; text that is no
+  // JSON is refused there too.
+  auto fmt = Chat(R"("structured_outputs": {"structural_tag": {"format": {"type": "or"}}})");
+  ASSERT_FALSE(fmt.ok());
+  EXPECT_EQ(StatusParam(fmt.status()), "structured_outputs.structural_tag.format");
+  auto bad = Chat(R"("structured_outputs": {"structural_tag": "{not json"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(StatusParam(bad.status()), "structured_outputs.structural_tag");
+  auto type = Chat(R"("structured_outputs": {"structural_tag": {"type": "tags",
+      "structures": [{"begin": "<a>", "end": ""}], "triggers": ["<a"]}})");
+  ASSERT_FALSE(type.ok());
+  EXPECT_EQ(StatusParam(type.status()), "structured_outputs.structural_tag.type");
+  // A structural tag and another constraint: the second named.
+  auto two = Chat(absl::StrCat(R"("response_format": )", kWeatherTag,
+                               R"(, "guided_regex": "a")"));
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(StatusParam(two.status()), "guided_regex");
 }
 
 TEST_F(StructuredOutputRequestTest, GbnfGrammarFieldsOnBothEndpoints) {
@@ -306,7 +447,7 @@ TEST_F(StructuredOutputRequestTest, MultipleOfEmailAndPatternBesideFormat) {
 TEST_F(StructuredOutputRequestTest, UnsupportedKeywordsNameKeywordAndPath) {
   auto r = Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
       "schema": {"type": "object", "properties": {"a": {"type": "integer",
-      "multipleOf": 2.5}}}}})");
+      "multipleOf": 0.123456789}}}}})");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(StatusParam(r.status()), "response_format.json_schema.schema");
   EXPECT_NE(r.status().message().find("multipleOf"), std::string::npos) << r.status();

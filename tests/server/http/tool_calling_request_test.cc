@@ -110,14 +110,16 @@ TEST_F(ToolCallingRequestTest, AutoConstrainsOnlyFromTheMarkerAndNoneNotAtAll) {
   EXPECT_EQ(a->tool_family, ToolFamily::kHermes);
   EXPECT_FALSE(a->tools_forced);
   ASSERT_NE(a->inputs[0].constraint, nullptr);
-  EXPECT_EQ(a->inputs[0].constraint->trigger, "<tool_call>");
+  EXPECT_EQ(a->inputs[0].constraint->triggers, std::vector<std::string>{"<tool_call>"});
   EXPECT_FALSE(a->inputs[0].constraint->trigger_once) << "parallel calls by default";
+  EXPECT_TRUE(a->inputs[0].constraint->best_effort) << "free where it cannot apply";
   // parallel_tool_calls false: the one call ends the output (TokenConstraint::trigger_once).
   auto one = Chat(absl::StrCat(kTools, R"(, "tool_choice": "auto", "parallel_tool_calls": false)"));
   ASSERT_TRUE(one.ok()) << one.status();
   ASSERT_NE(one->inputs[0].constraint, nullptr);
-  EXPECT_EQ(one->inputs[0].constraint->trigger, "<tool_call>");
+  EXPECT_EQ(one->inputs[0].constraint->triggers, std::vector<std::string>{"<tool_call>"});
   EXPECT_TRUE(one->inputs[0].constraint->trigger_once);
+  EXPECT_FALSE(one->inputs[0].constraint->best_effort) << "min_tokens refused, as before";
   auto n = Chat(absl::StrCat(kTools, R"(, "tool_choice": "none")"));
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(n->tool_family, ToolFamily::kNone);

@@ -192,7 +192,7 @@ TEST_F(ToolCallsServerTest, AutoIsFreeUntilACallBegins) {
   auto constraint =
       stack_->ctx.tool_calling->CompileAuto(tools, text::tool_calls::ToolFamily::kHermes);
   ASSERT_NE(constraint, nullptr);
-  EXPECT_EQ(constraint->trigger, "<tool_call>");
+  EXPECT_EQ(constraint->triggers, std::vector<std::string>{"<tool_call>"});
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     auto body = [&](const char* choice) -> Json {
       return {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},

@@ -4,10 +4,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random.h"
 #include "tests/text/grammar/grammar_test_util.h"
 #include "text/grammar/automaton.h"
 #include "text/grammar/matcher.h"
@@ -251,6 +253,64 @@ TEST(AutomatonTest, MultiplesDfaAcceptsExactlyTheMultiples) {
     EXPECT_FALSE(Matches(g, "")) << k;
     EXPECT_FALSE(Matches(g, "-")) << k;
   }
+}
+
+// DecimalMultiplesDfa against integer arithmetic: a decimal "I.F" (F up to `scale` digits) is
+// a multiple of m / 10^scale exactly when I followed by F padded with zeros to `scale` digits is
+// a multiple of m. Random decimals of up to 12 digits (the padded integer fits int64).
+TEST(AutomatonTest, DecimalMultiplesDfaAcceptsExactlyTheMultiples) {
+  BANYAN_SEEDED_RNG(rng);
+  for (auto [m, scale] : std::vector<std::pair<int64_t, int>>{
+           {1, 2}, {5, 1}, {15, 1}, {25, 2}, {1, 4}, {3, 3}, {999, 2}, {1000 - 1, 6}, {7, 6}}) {
+    auto g = OneRule(Dfa(std::make_shared<const ByteDfa>(DecimalMultiplesDfa(m, scale))));
+    ASSERT_NE(g, nullptr);
+    for (int round = 0; round < 3000; ++round) {
+      const int int_digits = 1 + static_cast<int>(rng() % 5);
+      const int frac_digits = static_cast<int>(rng() % (scale + 2));  // sometimes too many
+      std::string whole = std::to_string(rng() % 100000);
+      whole = whole.substr(0, int_digits);
+      std::string frac;
+      for (int i = 0; i < frac_digits; ++i) frac += static_cast<char>('0' + rng() % 10);
+      const bool negative = rng() % 3 == 0;
+      const std::string text =
+          absl::StrCat(negative ? "-" : "", whole, frac.empty() ? "" : ".", frac);
+      bool expected = false;
+      if (frac_digits <= scale) {
+        std::string padded = whole + frac + std::string(scale - frac_digits, '0');
+        expected = std::stoll(padded) % m == 0;
+      }
+      EXPECT_EQ(Matches(g, text), expected) << m << "e-" << scale << " " << text;
+    }
+    EXPECT_FALSE(Matches(g, "1.")) << "a point needs a digit after it";
+    EXPECT_FALSE(Matches(g, ".5"));
+    EXPECT_FALSE(Matches(g, "01")) << "leading zero";
+    EXPECT_FALSE(Matches(g, "1e2")) << "no exponent";
+    EXPECT_TRUE(Matches(g, "0"));
+  }
+}
+
+TEST(AutomatonTest, ExactDecimalReadsTheDigitsNotADouble) {
+  int64_t m = 0;
+  int scale = 0;
+  ASSERT_TRUE(ExactDecimal("0.01", &m, &scale));
+  EXPECT_EQ(m, 1);
+  EXPECT_EQ(scale, 2);
+  ASSERT_TRUE(ExactDecimal("2.50", &m, &scale));
+  EXPECT_EQ(m, 25);
+  EXPECT_EQ(scale, 1);
+  ASSERT_TRUE(ExactDecimal("1e-07", &m, &scale));
+  EXPECT_EQ(m, 1);
+  EXPECT_EQ(scale, 7);
+  ASSERT_TRUE(ExactDecimal("1.5E+2", &m, &scale));
+  EXPECT_EQ(m, 150);
+  EXPECT_EQ(scale, 0);
+  ASSERT_TRUE(ExactDecimal("5.0", &m, &scale));
+  EXPECT_EQ(m, 5);
+  EXPECT_EQ(scale, 0);
+  EXPECT_FALSE(ExactDecimal("0", &m, &scale));
+  EXPECT_FALSE(ExactDecimal("-1", &m, &scale));
+  EXPECT_FALSE(ExactDecimal("1e+30", &m, &scale));
+  EXPECT_FALSE(ExactDecimal("1e", &m, &scale));
 }
 
 }  // namespace

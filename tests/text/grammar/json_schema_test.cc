@@ -95,6 +95,19 @@ TEST(JsonSchemaTest, AcceptsExactlyTheCanonicalInstances) {
       {R"({"type":"number","multipleOf":3,"exclusiveMinimum":-7})",
        {"-6", "0", "999"}, {"-9", "4", "1.5", "3e1"}},
       {R"({"multipleOf":4})", {"8", R"("any")", "null"}, {"6"}},
+      // Decimal multipleOf, exact: 0.07 is a multiple of 0.01 (in doubles 0.07 / 0.01 is
+      // 7.000000000000001), 0.3 of 0.1.
+      {R"({"type":"number","multipleOf":0.01})",
+       {"0", "0.07", "-12.5", "3", "100.99", "0.3"},
+       {"0.001", "0.075", "1e-2", "0.070", ".5", "1."}},
+      {R"({"type":"number","multipleOf":0.1})", {"0.3", "7", "-0.9"}, {"0.35", "0.30"}},
+      {R"({"type":"number","multipleOf":1.5,"minimum":0,"maximum":10})",
+       {"0", "1.5", "4.5", "9"}, {"1", "2.5", "10.5", "-1.5", "4.50"}},
+      {R"({"type":"number","multipleOf":0.25,"minimum":-1,"maximum":1})",
+       {"-0.75", "-1", "0.25", "0.5", "1", "0"}, {"-1.25", "0.2", "1.25", "0.125"}},
+      {R"({"type":"integer","multipleOf":2.5})", {"0", "5", "-15"}, {"2.5", "7", "3"}},
+      {R"({"type":"number","multipleOf":0.0001})", {"0.0075", "1.2345"}, {"0.00751"}},
+      {R"({"type":"number","multipleOf":1e-2})", {"0.07"}, {"0.075"}},
       {R"({"type":"string","format":"email"})",
        {R"("a.b+c@example.com")", R"("X_9@mail.sub-d.org")", R"("o'neil@a.io")"},
        {R"("a..b@x.com")", R"(".a@x.com")", R"("a@localhost")", R"("a@-x.com")",
@@ -187,8 +200,11 @@ TEST(JsonSchemaTest, NoKeywordIsIgnoredBesideEnumOneOfOrRequired) {
 }
 
 TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
-  EXPECT_NE(Error(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":0.5}}})")
-                .find("'multipleOf' at #/properties/age is 0.5: only whole numbers from 1 to 1000"),
+  EXPECT_NE(Error(R"({"type":"object","properties":{"age":{"type":"number","multipleOf":0.123456789}}})")
+                .find("'multipleOf' at #/properties/age is 0.123456789: supported are whole "
+                      "numbers from 1 to 1000 and decimals of at most 6 places"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"number","multipleOf":10.01})").find("up to 1000"),
             std::string::npos);
   EXPECT_NE(Error(R"({"type":"integer","multipleOf":1001})").find("from 1 to 1000"),
             std::string::npos);
