@@ -3,7 +3,7 @@
 //
 //   gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] [--prefix 2048[,16384]]
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
-//                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger]
+//                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--fp8]
 //                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
 //                    [--fp32-activations] [--early-launch-rows 128] [--profile-step] [--pipeline]
 //
@@ -28,6 +28,8 @@
 // and span-end updates, each with its upload.
 // The KV pool is sized for the largest batch of a prefix (--kv-gib caps it when > 0).
 // A summary table gives tok/s per mode and the ratios tpp/none and tpp/paged.
+// --fp8: the shapes' dummy projections quantized to FP8 per channel on the device and run as W8A8
+// GEMMs (CudaBackendOptions::fp8_dummy; a loaded FP8 model needs no flag).
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
 // eagerly (off), or both on the same backend (off first). With graphs the table gives the
 // captures in the timed steps and in the whole run (warm-up included; a TPP plan rebuild or a
@@ -109,6 +111,7 @@ struct Options {
   int64_t max_paged_tokens = 2500000;
   bool stagger = false;  // row i's prompt gets i % chunk more tokens: rows start chunks apart
   bool fp32_activations = false;  // CudaBackendOptions::narrow_activations off
+  bool fp8 = false;               // --fp8: dummy projections FP8 (CudaBackendOptions::fp8_dummy)
   int early_launch_rows = -1;     // CudaBackendOptions::graph_early_launch_rows (-1: default)
   std::vector<bool> graphs = {true};
   bool limit = true;  // measure the projection-only GEMM step and print the physical limit
@@ -615,6 +618,7 @@ int Main(const Options& o) {
         opt.chunk_size = o.chunk;
         opt.attention = mode;
         opt.narrow_activations = !o.fp32_activations;
+        opt.fp8_dummy = o.fp8;
         if (o.early_launch_rows >= 0) opt.graph_early_launch_rows = o.early_launch_rows;
         if (!TppVariant(mode_name, &opt.tpp)) {
           std::fprintf(stderr, "unknown tpp variant in %s\n", mode_name.c_str());
@@ -841,6 +845,8 @@ int main(int argc, char** argv) {
       o.pipeline = true;
     } else if (a == "--fp32-activations") {
       o.fp32_activations = true;
+    } else if (a == "--fp8") {
+      o.fp8 = true;
     } else if (a == "--early-launch-rows") {
       if (!absl::SimpleAtoi(value(), &o.early_launch_rows) || o.early_launch_rows < 0) {
         std::fprintf(stderr, "--early-launch-rows takes a row count (0: none)\n");
@@ -875,7 +881,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] "
                    "[--prefix 2048[,16384]] [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] "
-                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--pipeline] "
+                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--pipeline] [--fp8] "
                    "[--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run] [--early-launch-rows 128]\n");
       return 2;
     }

@@ -89,7 +89,8 @@ constexpr char kUsage[] =
     "with --tokenizer FILE, that tokenizer instead of the synthetic one (at most vocab ids).\n"
     "--quantization fp8: the projections of an unquantized model quantized to FP8 at load\n"
     "(per-output-channel scales); FP8 checkpoints (compressed-tensors, fine-grained fp8) load as\n"
-    "FP8 without it. On the GPU, FP8 weights are dequantized to bf16 at upload for now.\n";
+    "FP8 without it. On a Hopper GPU FP8 projections run as W8A8 GEMMs on the FP8 tensor\n"
+    "cores (the start-up log says so, or why they were dequantized to bf16 instead).\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->

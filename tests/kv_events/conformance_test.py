@@ -187,7 +187,10 @@ def check_exact(d, sub, what):
         only_d = len(state["daemon"] - state["sub"])
         only_s = len(state["sub"] - state["daemon"])
         raise AssertionError(f"after {what}: {only_d} blocks only in the daemon, {only_s} only "
-                             f"in the subscriber (of {len(state['daemon'])})")
+                             f"in the subscriber (of {len(state['daemon'])}); subscriber at "
+                             f"batch {sub.next_seq} of "
+                             f"{int(d.metric('banyan_kv_events_batches_published_total'))}, "
+                             f"{sub.gaps} gaps, errors {sub.errors[:3]}")
     assert not sub.errors, f"after {what}: {sub.errors[:5]}"
     print(f"ok   {what}: {len(state['daemon'])} blocks, subscriber exact "
           f"({sub.batches} batches, {sub.removed} removed, {sub.gaps} gaps replayed)", flush=True)
@@ -353,8 +356,20 @@ def run_stalled(workdir):
                       for i in range(50)])
         check_exact(d, sub, "map encoding, a burst beside a stalled subscriber")
         slow.reading.set()
-        # A new prompt stores new blocks: a live batch after the burst shows the gap.
-        d.complete(distinct_prompt(5000, 40), 4)
+        # New prompts store new blocks: a live batch after the burst shows the gap. The PUB socket
+        # may drop the first live batches too, while the subscriber still drains what its socket
+        # held (on a loaded machine the request can finish first), so new prompts keep coming
+        # until it has seen one and replayed up to the last batch published (a state, not a time).
+        live = iter(range(5000, 1 << 30))
+
+        def caught_up():
+            published = d.metric("banyan_kv_events_batches_published_total")
+            if slow.gaps >= 1 and slow.next_seq == published:
+                return True
+            d.complete(distinct_prompt(next(live), 40), 4)
+            return False
+
+        wait_for(caught_up, "the stalled subscriber to see a live batch and replay the gap")
         check_exact(d, slow, "the stalled subscriber, after replay")
         assert slow.gaps >= 1, "the stalled subscriber lost nothing: the burst was too small"
         assert d.metric("banyan_kv_events_batches_dropped_total") == 0

@@ -33,6 +33,9 @@
 #include "engine/step_runner.h"
 #include "scheduler/generate.h"
 #include "gtest/gtest.h"
+#include "model/quantized.h"
+#include "tests/model/fp8_test_util.h"
+#include "tests/model/test_util.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/testing/gpu_test_util.h"
@@ -468,6 +471,74 @@ TEST_F(CudaBackendTest, DeviceDummyWeightsEqualHostDummyWeights) {
     logits[s] = out.logits;
   }
   EXPECT_EQ(logits[0], logits[1]);  // same rounded weights, same kernels: bit for bit
+}
+
+// FP8 projections as W8A8 GEMMs against the CPU backend on the same FP8 weights (dequantized,
+// activations unquantized: the reference). The GPU also rounds every projection's input to FP8
+// per token (3 mantissa bits: a relative error up to 2^-4 per element), hence a wider tolerance
+// than bf16's: kFp8Tol on the logits' relative norm, printed per case.
+constexpr double kFp8Tol = 0.1;
+
+TEST_F(CudaBackendTest, Fp8PerChannelProjectionsMatchCpu) {
+  BANYAN_SEEDED_RNG(rng);
+  const model::ModelConfig cfg = SmallConfig(128, 4, 2);
+  const uint64_t seed = rng();
+  model::ModelWeights w = model::MakeDummyWeights(cfg, seed);
+  ASSERT_TRUE(model::QuantizeWeightsFp8(&w).ok());
+  for (AttentionMode mode : {AttentionMode::kTpp, AttentionMode::kPaged}) {
+    auto cpu = MakeCpu(&w, mode);
+    auto gpu = MakeCuda(&w, mode, DType::kBf16);
+    ASSERT_NE(gpu, nullptr);
+    ASSERT_FALSE(CudaOf(*gpu).fp8_projections().empty()) << CudaOf(*gpu).fp8_fallback();
+    const std::string label = std::string("fp8 per-channel") + (mode == AttentionMode::kTpp ? " tpp" : " paged");
+    const double err = CompareSteps(*cpu, *gpu, cfg.vocab_size,
+                                    SharedPrefixPrompts(cfg.vocab_size, rng), 6, label);
+    std::printf("[ %s ] worst logits rel err %.4f (tolerance %.2f)\n", label.c_str(), err, kFp8Tol);
+    EXPECT_LT(err, kFp8Tol) << label;
+  }
+  // Dummy weights quantized on the device equal the host's --quantization fp8, bit for bit.
+  CudaBackendOptions o;
+  o.num_chunks = kChunks;
+  o.chunk_size = kChunkSize;
+  auto from_host = CudaBackend::Create(&w, o);
+  o.fp8_dummy = true;
+  auto on_device = CudaBackend::CreateDummy(cfg, seed, o);
+  ASSERT_TRUE(from_host.ok() && on_device.ok());
+  EXPECT_EQ((*from_host)->weight_bytes(), (*on_device)->weight_bytes());
+  Side a(std::move(*from_host), kChunks, kChunkSize, AttentionMode::kTpp);
+  Side b(std::move(*on_device), kChunks, kChunkSize, AttentionMode::kTpp);
+  std::vector<int32_t> prompt(40);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+  std::vector<float> logits[2];
+  Side* sides[2] = {&a, &b};
+  for (int s = 0; s < 2; ++s) {
+    auto placed = sides[s]->tree.Insert("", prompt);
+    ASSERT_TRUE(placed.ok());
+    StepOutput out;
+    ASSERT_TRUE(sides[s]->runner.RunLogits({}, {}, std::vector<PrefillItem>{{placed->seq, 0, 40, 0, true, {}}}, &out).ok());
+    logits[s] = out.logits;
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
+TEST_F(CudaBackendTest, Fp8BlockScaledCheckpointMatchesCpu) {
+  BANYAN_SEEDED_RNG(rng);
+  const model::ModelConfig cfg = SmallConfig(128, 4, 2);  // fused parts of 512, 256, 1536 rows
+  model::testing::Fp8Checkpoint ck =
+      model::testing::MakeFp8Checkpoint(cfg, model::testing::Fp8Layout::kFineGrained, false, rng);
+  model::testing::TempDir dir;
+  model::testing::WriteCheckpoint(dir.path(), ck.config, ck.entries);
+  auto w = model::LoadModel(dir.path());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto cpu = MakeCpu(&*w, AttentionMode::kTpp);
+  auto gpu = MakeCuda(&*w, AttentionMode::kTpp, DType::kBf16);
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_NE(CudaOf(*gpu).fp8_projections().find("128x128"), std::string::npos)
+      << CudaOf(*gpu).fp8_projections() << CudaOf(*gpu).fp8_fallback();
+  const double err = CompareSteps(*cpu, *gpu, cfg.vocab_size,
+                                  SharedPrefixPrompts(cfg.vocab_size, rng), 6, "fp8 blocks");
+  std::printf("[ fp8 blocks ] worst logits rel err %.4f (tolerance %.2f)\n", err, kFp8Tol);
+  EXPECT_LT(err, kFp8Tol);
 }
 
 // Greedy decoding of a shared-prefix batch equals each request run alone, on the GPU.
