@@ -36,7 +36,8 @@ cd "$root" || exit 2
 out=${OUT:-/tmp/banyan-gpu-out}
 case $out in /*) ;; *) out=$root/$out ;; esac
 mkdir -p "$out"
-GPU_TESTS=(gpu_kernels_test gpu_backend_test gpu_sampling_test gpu_draft_heads_test tpp_gpu_test)
+# Every binary with the ctest label gpu (tools/gpu/gpu_tests.list; device_run_selftest checks it).
+mapfile -t GPU_TESTS <"$root/tools/gpu/gpu_tests.list"
 TOOLS=(gpu_decode_bench banyan banyand banyan_serve_bench)
 dest=$(mktemp -d /tmp/banyan-gpu.XXXXXX)
 trap 'rm -rf "$dest"' EXIT

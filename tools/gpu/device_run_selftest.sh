@@ -3,14 +3,31 @@
 # lines and exit as a real binary would (pass, fail, a skipped test, exit 77 for "no device", a
 # missing binary, a failing oracle). device_run.sh must exit 0 only when every step passed, and
 # its summary must name the failing step. ctest runs it as device_run_selftest.
-#   tools/gpu/device_run_selftest.sh
+#   tools/gpu/device_run_selftest.sh [BUILD_DIR]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-TESTS=(gpu_kernels_test gpu_backend_test gpu_sampling_test gpu_draft_heads_test tpp_gpu_test)
+mapfile -t TESTS <"$root/tools/gpu/gpu_tests.list"
 NOT_RUN="speculation served bench sanitizer"
 errors=0
+
+# The list is every binary ctest labels gpu, so that a new GPU test runs on the GPU machine:
+# with a build folder (ctest passes its own), compared with `ctest -N -L gpu`.
+if [[ -n ${1:-} ]]; then
+  listed=$(printf '%s\n' "${TESTS[@]}" | sort)
+  labelled=$(ctest --test-dir "$1" -N -L '^gpu$' | sed -n 's/^ *Test *#[0-9]*: *\([^ ]*\).*/\1/p' | sort)
+  if [[ -z $labelled ]]; then
+    echo "FAIL: ctest -N -L gpu in $1 lists no test"
+    errors=$((errors + 1))
+  elif [[ $listed != "$labelled" ]]; then
+    echo "FAIL: tools/gpu/gpu_tests.list differs from the tests labelled gpu:"
+    diff <(echo "$listed") <(echo "$labelled")
+    errors=$((errors + 1))
+  else
+    echo "ok   tools/gpu/gpu_tests.list names every test labelled gpu ($(echo "$listed" | wc -l))"
+  fi
+fi
 
 # stub NAME MODE: MODE is pass, fail, skip (one test skipped) or nodevice (exit 77).
 stub() {

@@ -33,8 +33,8 @@ if [[ -f $build/CMakeCache.txt ]] &&
   echo "run_on_gpu.sh: $build was configured from another source folder; configuring it again"
   rm -rf "$build"
 fi
-# Kept in step with GPU_TESTS and TOOLS of tools/gpu/device_run.sh.
-GPU_TESTS=(gpu_kernels_test gpu_backend_test gpu_sampling_test gpu_draft_heads_test tpp_gpu_test)
+# Kept in step with TOOLS of tools/gpu/device_run.sh; the tests are tools/gpu/gpu_tests.list.
+mapfile -t GPU_TESTS <"$root/tools/gpu/gpu_tests.list"
 TOOLS=(gpu_decode_bench banyan banyand banyan_serve_bench)
 if [[ ! -f $build/CMakeCache.txt ]] || grep -qx 'BANYAN_SERVER:BOOL=OFF' "$build/CMakeCache.txt"; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=ON \
