@@ -446,6 +446,25 @@ TEST_F(CudaBackendTest, TppGreedyEqualsPaged) {
               equal + near_ties, near_ties);
 }
 
+// The last-row logits of one random 40-token prompt prefilled on each backend are equal.
+void ExpectSamePrefillLogits(std::unique_ptr<CudaBackend> x, std::unique_ptr<CudaBackend> y,
+                             int vocab, std::mt19937_64& rng) {
+  Side a(std::move(x), kChunks, kChunkSize, AttentionMode::kTpp);
+  Side b(std::move(y), kChunks, kChunkSize, AttentionMode::kTpp);
+  std::vector<int32_t> prompt(40);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % vocab);
+  std::vector<float> logits[2];
+  Side* sides[2] = {&a, &b};
+  for (int s = 0; s < 2; ++s) {
+    auto placed = sides[s]->tree.Insert("", prompt);
+    ASSERT_TRUE(placed.ok());
+    StepOutput out;
+    ASSERT_TRUE(sides[s]->runner.RunLogits({}, {}, std::vector<PrefillItem>{{placed->seq, 0, 40, 0, true, {}}}, &out).ok());
+    logits[s] = out.logits;
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
 TEST_F(CudaBackendTest, DeviceDummyWeightsEqualHostDummyWeights) {
   BANYAN_SEEDED_RNG(rng);
   const model::ModelConfig cfg = SmallConfig(128, 4, 1);
@@ -457,20 +476,8 @@ TEST_F(CudaBackendTest, DeviceDummyWeightsEqualHostDummyWeights) {
   auto from_host = CudaBackend::Create(&w, o);
   auto on_device = CudaBackend::CreateDummy(cfg, seed, o);
   ASSERT_TRUE(from_host.ok() && on_device.ok());
-  Side a(std::move(*from_host), kChunks, kChunkSize, AttentionMode::kTpp);
-  Side b(std::move(*on_device), kChunks, kChunkSize, AttentionMode::kTpp);
-  std::vector<int32_t> prompt(40);
-  for (auto& t : prompt) t = static_cast<int32_t>(rng() % cfg.vocab_size);
-  std::vector<float> logits[2];
-  Side* sides[2] = {&a, &b};
-  for (int s = 0; s < 2; ++s) {
-    auto placed = sides[s]->tree.Insert("", prompt);
-    ASSERT_TRUE(placed.ok());
-    StepOutput out;
-    ASSERT_TRUE(sides[s]->runner.RunLogits({}, {}, std::vector<PrefillItem>{{placed->seq, 0, 40, 0, true, {}}}, &out).ok());
-    logits[s] = out.logits;
-  }
-  EXPECT_EQ(logits[0], logits[1]);  // same rounded weights, same kernels: bit for bit
+  // Same rounded weights, same kernels: bit for bit.
+  ExpectSamePrefillLogits(std::move(*from_host), std::move(*on_device), cfg.vocab_size, rng);
 }
 
 // FP8 projections as W8A8 GEMMs against the CPU backend on the same FP8 weights (dequantized,
@@ -505,20 +512,7 @@ TEST_F(CudaBackendTest, Fp8PerChannelProjectionsMatchCpu) {
   auto on_device = CudaBackend::CreateDummy(cfg, seed, o);
   ASSERT_TRUE(from_host.ok() && on_device.ok());
   EXPECT_EQ((*from_host)->weight_bytes(), (*on_device)->weight_bytes());
-  Side a(std::move(*from_host), kChunks, kChunkSize, AttentionMode::kTpp);
-  Side b(std::move(*on_device), kChunks, kChunkSize, AttentionMode::kTpp);
-  std::vector<int32_t> prompt(40);
-  for (auto& t : prompt) t = static_cast<int32_t>(rng() % cfg.vocab_size);
-  std::vector<float> logits[2];
-  Side* sides[2] = {&a, &b};
-  for (int s = 0; s < 2; ++s) {
-    auto placed = sides[s]->tree.Insert("", prompt);
-    ASSERT_TRUE(placed.ok());
-    StepOutput out;
-    ASSERT_TRUE(sides[s]->runner.RunLogits({}, {}, std::vector<PrefillItem>{{placed->seq, 0, 40, 0, true, {}}}, &out).ok());
-    logits[s] = out.logits;
-  }
-  EXPECT_EQ(logits[0], logits[1]);
+  ExpectSamePrefillLogits(std::move(*from_host), std::move(*on_device), cfg.vocab_size, rng);
 }
 
 TEST_F(CudaBackendTest, Fp8BlockScaledCheckpointMatchesCpu) {
