@@ -2,6 +2,7 @@
 // nothing of JSON: the grammar does all the work). Every constrained sample, at temperature 1.0
 // over several seeds, with n > 1, penalties, logit_bias, logprobs and preemption, must parse as
 // JSON and satisfy its schema; unconstrained rows in the same steps must be what they are alone.
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -331,7 +332,12 @@ TEST_F(StructuredOutputTest, SittingOutForAMaskLeavesEveryTokenAsItWas) {
   EXPECT_GT(before_stats.mask_walks_on_loop, 0);
   EXPECT_EQ(after_stats.mask_walks_on_loop, 0);
   EXPECT_GT(after_stats.mask_sit_outs, 0) << "positions met for the first time";
-  EXPECT_EQ(after_stats.mask_waits, 0) << "the free row ran meanwhile: no step waited";
+  // Not asserted: mask_waits. A fed step needs the mask of a position only known once the step
+  // before is collected, and whether a worker has classified it by then is a race (a loaded
+  // 2-core machine saw 6 waits); what is certain is that the engine thread walked nothing.
+  std::printf("[ mask workers ] %lld sit-outs, %lld waits\n",
+              static_cast<long long>(after_stats.mask_sit_outs),
+              static_cast<long long>(after_stats.mask_waits));
   EXPECT_EQ(schema->masker->walks(), static_cast<int64_t>(schema->masker->classified()))
       << "each position classified once";
   ASSERT_EQ(before->size(), after->size());
