@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/json_fields.h"
 #include "server/common/validation.h"
 
 namespace banyan::server {
@@ -12,10 +13,6 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-const OJson* Present(const OJson& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
 
 absl::StatusOr<text::grammar::TagStructure> ParseStructure(const OJson& s, const std::string& at) {
   if (!s.is_object()) {
@@ -23,17 +20,17 @@ absl::StatusOr<text::grammar::TagStructure> ParseStructure(const OJson& s, const
                                              "\"end\"}"));
   }
   text::grammar::TagStructure out;
-  const OJson* begin = Present(s, "begin");
+  const OJson* begin = PresentField(s, "begin");
   if (begin == nullptr || !begin->is_string() || begin->get_ref<const std::string&>().empty()) {
     return InvalidParam(at + ".begin", absl::StrCat(at, ".begin must be a non-empty string"));
   }
   out.begin = begin->get<std::string>();
-  const OJson* end = Present(s, "end");
+  const OJson* end = PresentField(s, "end");
   if (end == nullptr || !end->is_string()) {
     return InvalidParam(at + ".end", absl::StrCat(at, ".end must be a string (it may be empty)"));
   }
   out.end = end->get<std::string>();
-  const OJson* schema = Present(s, "schema");
+  const OJson* schema = PresentField(s, "schema");
   if (schema == nullptr || (schema->is_boolean() && schema->get<bool>())) {
     out.schema = OJson::object();  // any JSON value
   } else if (schema->is_object()) {
@@ -53,11 +50,11 @@ absl::StatusOr<text::grammar::StructuralTag> ParseStructuralTag(const OJson& tag
     return InvalidParam(field, absl::StrCat(field, " must be a structural tag object with "
                                                    "'structures' and 'triggers'"));
   }
-  if (const OJson* type = Present(tag, "type");
+  if (const OJson* type = PresentField(tag, "type");
       type != nullptr && !(type->is_string() && type->get<std::string>() == "structural_tag")) {
     return InvalidParam(field + ".type", absl::StrCat(field, ".type must be \"structural_tag\""));
   }
-  if (Present(tag, "format") != nullptr) {
+  if (PresentField(tag, "format") != nullptr) {
     return InvalidParam(
         field + ".format",
         absl::StrCat(field,
@@ -65,7 +62,7 @@ absl::StatusOr<text::grammar::StructuralTag> ParseStructuralTag(const OJson& tag
                      "is not supported by this server; send 'structures' "
                      "[{\"begin\", \"schema\", \"end\"}] and 'triggers' instead"));
   }
-  const OJson* structures = Present(tag, "structures");
+  const OJson* structures = PresentField(tag, "structures");
   if (structures == nullptr || !structures->is_array() || structures->empty()) {
     return InvalidParam(field + ".structures",
                         absl::StrCat(field, ".structures must be a non-empty array of "
@@ -76,7 +73,7 @@ absl::StatusOr<text::grammar::StructuralTag> ParseStructuralTag(const OJson& tag
                         absl::StrCat(field, ".structures: at most ", kMaxTagStructures,
                                      " structures, got ", structures->size()));
   }
-  const OJson* triggers = Present(tag, "triggers");
+  const OJson* triggers = PresentField(tag, "triggers");
   if (triggers == nullptr || !triggers->is_array() || triggers->empty()) {
     return InvalidParam(field + ".triggers",
                         absl::StrCat(field, ".triggers must be a non-empty array of strings"));

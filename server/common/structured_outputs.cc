@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_limits.h"
 #include "server/common/structural_tag_fields.h"
+#include "server/common/json_fields.h"
 #include "server/common/validation.h"
 #include "text/grammar/gbnf.h"
 #include "text/grammar/regex.h"
@@ -18,10 +19,6 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-const OJson* Present(const OJson& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
 
 absl::StatusOr<std::optional<StructuredOutputSpec>> FromResponseFormat(const OJson& rf) {
   if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) {
@@ -44,21 +41,21 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> FromResponseFormat(const OJs
                                      "' is not supported; use text, json_object, json_schema or "
                                      "structural_tag"));
   }
-  const OJson* js = Present(rf, "json_schema");
+  const OJson* js = PresentField(rf, "json_schema");
   if (js == nullptr || !js->is_object()) {
     return InvalidParam("response_format.json_schema",
                         "response_format type 'json_schema' needs a 'json_schema' object");
   }
-  const OJson* name = Present(*js, "name");
+  const OJson* name = PresentField(*js, "name");
   if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
     return InvalidParam("response_format.json_schema.name",
                         "response_format.json_schema.name must be a non-empty string");
   }
-  if (const OJson* strict = Present(*js, "strict"); strict != nullptr && !strict->is_boolean()) {
+  if (const OJson* strict = PresentField(*js, "strict"); strict != nullptr && !strict->is_boolean()) {
     return InvalidParam("response_format.json_schema.strict",
                         "response_format.json_schema.strict must be a boolean");
   }
-  const OJson* schema = Present(*js, "schema");
+  const OJson* schema = PresentField(*js, "schema");
   if (schema == nullptr || !schema->is_object()) {
     return InvalidParam("response_format.json_schema.schema",
                         "response_format.json_schema.schema must be a JSON Schema object");
@@ -276,21 +273,21 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
     if (!spec.ok()) return spec.status();
     return std::optional<StructuredOutputSpec>(*std::move(spec));
   };
-  if (const OJson* rf = Present(body, "response_format")) {
+  if (const OJson* rf = PresentField(body, "response_format")) {
     if (absl::Status s = take("response_format", FromResponseFormat(*rf)); !s.ok()) return s;
   }
-  if (const OJson* g = Present(body, "guided_json")) {
+  if (const OJson* g = PresentField(body, "guided_json")) {
     if (absl::Status s = take("guided_json", one(FromGuidedJson(*g, "guided_json"))); !s.ok()) {
       return s;
     }
   }
-  if (const OJson* g = Present(body, "guided_regex")) {
+  if (const OJson* g = PresentField(body, "guided_regex")) {
     if (absl::Status s = take("guided_regex", one(FromGuidedRegex(*g, "guided_regex")));
         !s.ok()) {
       return s;
     }
   }
-  if (const OJson* g = Present(body, "guided_choice")) {
+  if (const OJson* g = PresentField(body, "guided_choice")) {
     if (absl::Status s = take("guided_choice", one(FromGuidedChoice(*g, "guided_choice")));
         !s.ok()) {
       return s;
@@ -298,11 +295,11 @@ absl::StatusOr<std::optional<StructuredOutputSpec>> ParseStructuredOutputFields(
   }
   // vLLM's guided_grammar and llama.cpp's grammar: the same GBNF text.
   for (const char* name : {"guided_grammar", "grammar"}) {
-    if (const OJson* g = Present(body, name)) {
+    if (const OJson* g = PresentField(body, name)) {
       if (absl::Status s = take(name, one(FromGuidedGrammar(*g, name))); !s.ok()) return s;
     }
   }
-  if (const OJson* so = Present(body, "structured_outputs")) {
+  if (const OJson* so = PresentField(body, "structured_outputs")) {
     if (absl::Status s = take("structured_outputs", FromStructuredOutputs(*so)); !s.ok()) {
       return s;
     }

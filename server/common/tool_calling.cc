@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/structured_outputs.h"
+#include "server/common/json_fields.h"
 #include "server/common/validation.h"
 
 namespace banyan::server {
@@ -17,10 +18,6 @@ using text::tool_calls::ToolSpec;
 
 constexpr size_t kMaxToolNameBytes = 64;
 
-const OJson* Present(const OJson& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
 
 bool ValidToolName(const std::string& name) {
   if (name.empty() || name.size() > kMaxToolNameBytes) return false;
@@ -35,27 +32,27 @@ bool ValidToolName(const std::string& name) {
 absl::StatusOr<ToolSpec> ParseTool(const OJson& tool, size_t i) {
   const std::string where = absl::StrCat("tools[", i, "]");
   if (!tool.is_object()) return InvalidParam(where, where + " must be an object");
-  if (const OJson* type = Present(tool, "type");
+  if (const OJson* type = PresentField(tool, "type");
       type != nullptr && !(type->is_string() && type->get<std::string>() == "function")) {
     return InvalidParam(where + ".type", where + ".type must be \"function\"");
   }
-  const OJson* fn = Present(tool, "function");
+  const OJson* fn = PresentField(tool, "function");
   if (fn == nullptr || !fn->is_object()) {
     return InvalidParam(where + ".function", where + ".function must be an object");
   }
-  const OJson* name = Present(*fn, "name");
+  const OJson* name = PresentField(*fn, "name");
   if (name == nullptr || !name->is_string() || !ValidToolName(name->get<std::string>())) {
     return InvalidParam(where + ".function.name",
                         absl::StrCat(where, ".function.name must be 1 to ", kMaxToolNameBytes,
                                      " letters, digits, '_', '-' or '.'"));
   }
   ToolSpec spec{.name = name->get<std::string>(), .parameters = {}};
-  const OJson* params = Present(*fn, "parameters");
+  const OJson* params = PresentField(*fn, "parameters");
   if (params == nullptr) {
     spec.parameters = OJson{{"type", "object"}, {"properties", OJson::object()}};
     return spec;
   }
-  const OJson* type = params->is_object() ? Present(*params, "type") : nullptr;
+  const OJson* type = params->is_object() ? PresentField(*params, "type") : nullptr;
   if (!params->is_object() ||
       (type != nullptr && !(type->is_string() && type->get<std::string>() == "object"))) {
     return InvalidParam(where + ".function.parameters",
@@ -70,7 +67,7 @@ absl::StatusOr<ToolSpec> ParseTool(const OJson& tool, size_t i) {
 
 absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const OJson& body, ToolFamily family) {
   ToolRequest req;
-  if (const OJson* tc = Present(body, "tool_choice")) {
+  if (const OJson* tc = PresentField(body, "tool_choice")) {
     if (tc->is_string()) {
       const std::string c = tc->get<std::string>();
       if (c == "none") {
@@ -87,9 +84,9 @@ absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const OJson& body, To
                          "or {\"type\": \"function\", \"function\": {\"name\": ...}}"));
       }
     } else if (tc->is_object()) {
-      const OJson* type = Present(*tc, "type");
-      const OJson* fn = Present(*tc, "function");
-      const OJson* name = fn != nullptr && fn->is_object() ? Present(*fn, "name") : nullptr;
+      const OJson* type = PresentField(*tc, "type");
+      const OJson* fn = PresentField(*tc, "function");
+      const OJson* name = fn != nullptr && fn->is_object() ? PresentField(*fn, "name") : nullptr;
       if (type == nullptr || !type->is_string() || type->get<std::string>() != "function" ||
           name == nullptr || !name->is_string()) {
         return InvalidParam("tool_choice",
@@ -102,13 +99,13 @@ absl::StatusOr<std::optional<ToolRequest>> ParseToolFields(const OJson& body, To
       return InvalidParam("tool_choice", "tool_choice must be a string or an object");
     }
   }
-  if (const OJson* p = Present(body, "parallel_tool_calls")) {
+  if (const OJson* p = PresentField(body, "parallel_tool_calls")) {
     if (!p->is_boolean()) {
       return InvalidParam("parallel_tool_calls", "parallel_tool_calls must be a boolean");
     }
     req.parallel = p->get<bool>();
   }
-  const OJson* tools = Present(body, "tools");
+  const OJson* tools = PresentField(body, "tools");
   if (tools != nullptr && !tools->is_array())
     return InvalidParam("tools", "tools must be an array");
   const bool has_tools = tools != nullptr && !tools->empty();
