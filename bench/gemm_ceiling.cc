@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -12,6 +13,7 @@
 #include "bench/tpp/bench_fill.h"
 #include "engine/cuda/cublas_gemm.h"
 #include "engine/cuda/device_memory.h"
+#include "engine/cuda/fp8_gemm.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace banyan::bench {
@@ -40,7 +42,7 @@ struct Handles {
 }  // namespace
 
 absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cfg, int batch,
-                                                    int reps) {
+                                                    int reps, bool fp8) {
   if (batch < 1 || reps < 1) return absl::InvalidArgumentError("batch and reps must be >= 1");
   const int64_t dim = cfg.dim, d = cfg.head_dim(), hq = cfg.n_heads, hkv = cfg.n_kv_heads;
   const int64_t hidden = cfg.hidden_dim, vocab = cfg.vocab_size, B = batch;
@@ -49,7 +51,8 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cf
   const int64_t w_qkv = qkv_cols * dim, w_o = dim * hq * d, w_13 = 2 * hidden * dim,
                 w_2 = dim * hidden;
   const int64_t layer_elems = w_qkv + w_o + w_13 + w_2;
-  const int64_t weight_elems = layer_elems * cfg.n_layers + vocab * dim;
+  // bf16: every layer and the LM head; fp8: the LM head only (the layers' codes are below).
+  const int64_t weight_elems = (fp8 ? 0 : layer_elems * cfg.n_layers) + vocab * dim;
   // Activations: one buffer per GEMM input and output.
   const int64_t x_elems = B * dim, qkv_elems = B * qkv_cols, att_elems = B * hq * d,
                 h13_elems = B * 2 * hidden, h_elems = B * hidden, logit_elems = B * vocab;
@@ -74,6 +77,28 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cf
   BANYAN_CUDA_RETURN_IF_ERROR(
       FillRandomBf16(acts.get(), static_cast<size_t>(act_elems), 1.0f, 2, h.stream));
 
+  // FP8: one byte per weight (codes of 1.0; the rate does not depend on the values), one scale
+  // per output row; the activations' codes and per-token scales, quantized once.
+  const int64_t layer_rows = qkv_cols + dim + 2 * hidden + dim;
+  const int64_t widest = std::max({dim, hq * d, hidden});
+  DeviceBuffer codes, scales, act8;
+  std::unique_ptr<engine::cuda::Fp8Gemm> fp8_gemm;
+  if (fp8) {
+    BANYAN_RETURN_IF_ERROR(codes.Reserve(layer_elems * cfg.n_layers, "GEMM-ceiling FP8 weights"));
+    BANYAN_RETURN_IF_ERROR(
+        scales.Reserve((layer_rows * cfg.n_layers + B) * 4, "GEMM-ceiling FP8 scales"));
+    BANYAN_RETURN_IF_ERROR(act8.Reserve(B * widest, "GEMM-ceiling FP8 activations"));
+    BANYAN_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(codes.get(), 0x38, layer_elems * cfg.n_layers, h.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(act8.get(), 0x38, B * widest, h.stream));
+    const std::vector<float> ones(static_cast<size_t>(layer_rows * cfg.n_layers + B), 1.0f);
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scales.get(), ones.data(), ones.size() * 4,
+                                                cudaMemcpyHostToDevice, h.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(h.stream));
+    absl::StatusOr<std::unique_ptr<engine::cuda::Fp8Gemm>> g = engine::cuda::Fp8Gemm::Create();
+    if (!g.ok()) return g.status();
+    fp8_gemm = std::move(*g);
+  }
   auto* w = static_cast<uint16_t*>(weights.get());
   auto* a = static_cast<uint16_t*>(acts.get());
   uint16_t* x = a;
@@ -90,7 +115,25 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cf
     return engine::cuda::RowMajorGemm(h.cublas, CUDA_R_16BF, weight, in, out, CUDA_R_16BF, B, N,
                                       K, &alpha, &beta);
   };
+  const auto* w8 = static_cast<const uint8_t*>(codes.get());
+  const auto* s8 = static_cast<const float*>(scales.get());
+  const engine::cuda::Fp8Operand a8{static_cast<const uint8_t*>(act8.get()),
+                                    s8 + layer_rows * cfg.n_layers};
+  // The FP8 GEMM of weight rows [row, row + N) of layer l, whose codes start at byte `at`.
+  auto gemm8 = [&](int l, int64_t at, int64_t row, uint16_t* out, int64_t N, int64_t K) {
+    const engine::cuda::Fp8Operand wl{w8 + l * layer_elems + at, s8 + l * layer_rows + row};
+    return fp8_gemm->Run(engine::cuda::Fp8Scaling::kPerRow, wl, a8, out, CUDA_R_16BF, B, N, K,
+                         0.0f, h.stream);
+  };
   auto step = [&]() -> absl::Status {
+    for (int l = 0; fp8 && l < cfg.n_layers; ++l) {
+      BANYAN_RETURN_IF_ERROR(gemm8(l, 0, 0, qkv, qkv_cols, dim));
+      BANYAN_RETURN_IF_ERROR(gemm8(l, w_qkv, qkv_cols, x2, dim, hq * d));
+      BANYAN_RETURN_IF_ERROR(gemm8(l, w_qkv + w_o, qkv_cols + dim, h13, 2 * hidden, dim));
+      BANYAN_RETURN_IF_ERROR(
+          gemm8(l, w_qkv + w_o + w_13, qkv_cols + dim + 2 * hidden, x, dim, hidden));
+    }
+    if (fp8) return gemm(w, x, logits, vocab, dim);
     for (int l = 0; l < cfg.n_layers; ++l) {
       const uint16_t* lw = w + l * layer_elems;
       BANYAN_RETURN_IF_ERROR(gemm(lw, x, qkv, qkv_cols, dim));

@@ -29,7 +29,8 @@
 // The KV pool is sized for the largest batch of a prefix (--kv-gib caps it when > 0).
 // A summary table gives tok/s per mode and the ratios tpp/none and tpp/paged.
 // --fp8: the shapes' dummy projections quantized to FP8 per channel on the device and run as W8A8
-// GEMMs (CudaBackendOptions::fp8_dummy; a loaded FP8 model needs no flag).
+// GEMMs (CudaBackendOptions::fp8_dummy; a loaded FP8 model needs no flag); the projection-only
+// GEMM step of the limit is then the FP8 one (bench/gemm_ceiling.h).
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
 // eagerly (off), or both on the same backend (off first). With graphs the table gives the
 // captures in the timed steps and in the whole run (warm-up included; a TPP plan rebuild or a
@@ -487,13 +488,14 @@ std::string Fixed(double v, int digits) {
 // The projection-only GEMM step of `cfg` for each batch size, printed as a table; 0 where it
 // could not be measured (the limit is then left out of that batch's rows).
 std::map<int, double> MeasureGemmSteps(const std::string& name, const model::ModelConfig& cfg,
-                                       const std::vector<int>& batches) {
+                                       const std::vector<int>& batches, bool fp8) {
   std::map<int, double> gemm_s;
-  std::printf("\n| model | B | projection-only GEMM ms/step | its tok/s | its TFLOP/s |\n"
-              "|---|---|---|---|---|\n");
+  std::printf("\n| model | B | projection-only GEMM ms/step%s | its tok/s | its TFLOP/s |\n"
+              "|---|---|---|---|---|\n",
+              fp8 ? " (FP8 projections, bf16 LM head)" : "");
   for (int B : batches) {
     if (gemm_s.contains(B)) continue;
-    auto t = bench::MeasureProjectionGemmSeconds(cfg, B);
+    auto t = bench::MeasureProjectionGemmSeconds(cfg, B, /*reps=*/20, fp8);
     if (!t.ok()) {
       std::printf("| %s | %d | error: %s | | |\n", name.c_str(), B,
                   std::string(t.status().message()).c_str());
@@ -585,7 +587,7 @@ int Main(const Options& o) {
     const std::string name = dummy ? m.substr(6) + " (dummy)" : m.substr(m.find_last_of('/') + 1);
     std::map<int, double> gemm_s;
     if (o.limit && !o.dry_run) {
-      gemm_s = MeasureGemmSteps(name, cfg, o.batches);
+      gemm_s = MeasureGemmSteps(name, cfg, o.batches, o.fp8);
       for (const auto& [B, t] : gemm_s) {
         if (t > 0) gemm_tps[{name, B}] = B / t;
       }

@@ -225,16 +225,19 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
                      cudaDataType_t out_type, int M, int N, int K,
                      const float* beta) -> absl::Status {
     if (!fp8) return gemm_to(w, a, out, out_type, M, N, K, beta);
+    const bool blocks = *fp8 == cuda::Fp8Scaling::kBlock128;
     kc::QuantizeFp8Params qp;
     qp.in = a;
     qp.rows = M;
     qp.cols = K;
-    qp.group = *fp8 == cuda::Fp8Scaling::kPerRow ? K : kc::kFp8Group;
+    qp.group = blocks ? kc::kFp8Group : K;
     qp.codes = m.act8.as<uint8_t>();
     qp.scales = m.act8_scales.as<float>();
+    qp.pad_rows = cuda::Fp8Gemm::RowsFor(*fp8, M);  // the buffers have room (cuda_backend_step.cc)
+    qp.group_major = blocks && cuda::kFp8ActivationGroupsMajor;
     BANYAN_RETURN_IF_ERROR(kc::QuantizeRowsFp8(dt, qp, m.stream));
-    return m.fp8_gemm->Run(*fp8, w8.operand(), {qp.codes, qp.scales}, out, out_type, M, N, K,
-                           *beta, m.stream);
+    return m.fp8_gemm->Run(*fp8, w8.operand(), {qp.codes, qp.scales}, out, out_type,
+                           qp.pad_rows, N, K, *beta, m.stream);
   };
   // GEMM outputs that only an elementwise kernel reads are written in the model dtype
   // (CudaBackendOptions::narrow_activations); the QKV output stays fp32 where QkvBiasNorm

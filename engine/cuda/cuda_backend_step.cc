@@ -160,19 +160,21 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, int32_t samples,
   in->use_tpp = m.tpp && in->num_decode > 0;
   if (T == 0) return absl::OkStatus();
 
-  // ---- workspace.
-  BANYAN_RETURN_IF_ERROR(m.x.Reserve(int64_t{T} * dim * 4, "activations"));
+  // ---- workspace. The FP8 GEMMs may run on a few padding rows past T (Fp8Gemm::RowsFor): the
+  // buffers they read and write (x, scratch, act8) have room for them.
+  const int64_t rows8 = m.weights.fp8() ? cuda::Fp8Gemm::RowsFor(*m.weights.fp8(), T) : T;
+  BANYAN_RETURN_IF_ERROR(m.x.Reserve(rows8 * dim * 4, "activations"));
   BANYAN_RETURN_IF_ERROR(m.xb.Reserve(int64_t{T} * dim * es, "activations"));
   BANYAN_RETURN_IF_ERROR(m.q.Reserve(int64_t{T} * hq * d * es, "queries"));
   BANYAN_RETURN_IF_ERROR(m.att.Reserve(int64_t{T} * hq * d * es, "attention output"));
   BANYAN_RETURN_IF_ERROR(
-      m.scratch.Reserve(int64_t{T} * std::max(qkv_cols, 2 * hidden) * 4, "GEMM outputs"));
+      m.scratch.Reserve(rows8 * std::max(qkv_cols, 2 * hidden) * 4, "GEMM outputs"));
   BANYAN_RETURN_IF_ERROR(m.h.Reserve(int64_t{T} * hidden * es, "MLP activations"));
   if (m.weights.fp8()) {
     const int64_t widest = std::max({int64_t{dim}, int64_t{hq} * d, int64_t{hidden}});
-    BANYAN_RETURN_IF_ERROR(m.act8.Reserve(int64_t{T} * widest, "FP8 activations"));
+    BANYAN_RETURN_IF_ERROR(m.act8.Reserve(rows8 * widest, "FP8 activations"));
     BANYAN_RETURN_IF_ERROR(
-        m.act8_scales.Reserve(int64_t{T} * ((widest + 127) / 128) * 4, "FP8 activation scales"));
+        m.act8_scales.Reserve(rows8 * ((widest + 127) / 128) * 4, "FP8 activation scales"));
   }
   BANYAN_RETURN_IF_ERROR(m.xo.Reserve(std::max(1, n_out) * int64_t{dim} * es, "final norm"));
   BANYAN_RETURN_IF_ERROR(m.logits.Reserve(std::max(1, n_out) * int64_t{vocab} * 4, "logits"));

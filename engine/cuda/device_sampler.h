@@ -17,8 +17,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <span>
 #include <vector>
 
@@ -36,7 +38,13 @@ namespace banyan::engine::cuda {
 struct PackedSamples {
   std::vector<kernels::cuda::SampleSpecDev> specs;
   std::vector<kernels::cuda::SamplePenaltyEntry> entries;  // the specs' penalty entries
-  std::vector<uint64_t> masks;  // the masked specs' token masks, SampleMaskWords(vocab) each
+  // The masked specs' token masks, SampleMaskWords(vocab) words each, in mask_index order: views
+  // of the specs' own masks (SampleSpec::allowed), copied once, straight into the upload.
+  std::vector<std::span<const uint64_t>> masks;
+  int64_t MaskWords() const { return masks.empty() ? 0 : masks.size() * masks[0].size(); }
+  void CopyMasks(uint64_t* dst) const {
+    for (std::span<const uint64_t> m : masks) dst = std::copy(m.begin(), m.end(), dst);
+  }
   int64_t num_top = 0;         // sum of the specs' num_top_logprobs
   int32_t penalized_rows = 0;  // specs with penalty entries (rows of the penalised scratch)
 };
@@ -111,7 +119,8 @@ inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSam
 
 // Packs `specs` (rows of a [rows, vocab] logits array). `feed`: the step's (Backend::LaunchSample);
 // a spec with penalties on a fed row names its pending token, feed[row] of the fed tokens.
-// A spec's token mask (SampleSpec::allowed) is copied: its first SampleMaskWords(vocab) words.
+// A spec's token mask (SampleSpec::allowed) is viewed, not copied: its first SampleMaskWords(vocab)
+// words, which must stay as they are until the packed samples are uploaded (Enqueue does both).
 // InternalError for a spec outside the rows, a penalised token outside the vocabulary or a mask
 // shorter than the vocabulary (the CPU sampler's invariants).
 inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows, int32_t vocab,
@@ -158,8 +167,8 @@ inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows,
                                                 in.allowed.size() * 64, " bits for a vocabulary of ",
                                                 vocab));
       }
-      d.mask_index = static_cast<int32_t>(static_cast<int64_t>(out->masks.size()) / words);
-      out->masks.insert(out->masks.end(), in.allowed.begin(), in.allowed.begin() + words);
+      d.mask_index = static_cast<int32_t>(out->masks.size());
+      out->masks.push_back(in.allowed.first(static_cast<size_t>(words)));
     }
     if (d.penalty_count > 0 || d.pending_index >= 0 || d.mask_index >= 0) {
       d.penalized_row = out->penalized_rows++;
@@ -210,7 +219,7 @@ class DeviceSampler {
         static_cast<int64_t>(packed_.specs.size() * sizeof(kc::SampleSpecDev));
     const int64_t entry_bytes =
         static_cast<int64_t>(packed_.entries.size() * sizeof(kc::SamplePenaltyEntry));
-    const int64_t mask_bytes = static_cast<int64_t>(packed_.masks.size() * sizeof(uint64_t));
+    const int64_t mask_bytes = packed_.MaskWords() * static_cast<int64_t>(sizeof(uint64_t));
     const int64_t in_bytes = spec_bytes + entry_bytes + mask_bytes;
     BANYAN_RETURN_IF_ERROR(host_in_.Reserve(in_bytes, "sampling inputs (host)"));
     BANYAN_RETURN_IF_ERROR(dev_in_.Reserve(in_bytes, "sampling inputs"));
@@ -219,8 +228,8 @@ class DeviceSampler {
       std::memcpy(host_in_.as<char>() + spec_bytes, packed_.entries.data(), entry_bytes);
     }
     if (mask_bytes > 0) {
-      std::memcpy(host_in_.as<char>() + spec_bytes + entry_bytes, packed_.masks.data(),
-                  mask_bytes);
+      packed_.CopyMasks(
+          reinterpret_cast<uint64_t*>(host_in_.as<char>() + spec_bytes + entry_bytes));
     }
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_in_.get(), host_in_.get(), in_bytes,
                                                 cudaMemcpyHostToDevice, stream));

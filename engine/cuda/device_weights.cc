@@ -44,7 +44,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Scales of a fused FP8 matrix (see the header).
 int64_t ScaleCount(Shape2 m, Fp8Scaling scaling) {
-  return scaling == Fp8Scaling::kPerRow ? m.rows : CeilDiv(m.rows, 128) * CeilDiv(m.cols, 128);
+  return scaling == Fp8Scaling::kPerRow ? m.rows
+                                        : CeilDiv(m.rows, 128) * Fp8BlockScaleStride(m.cols);
 }
 
 // Offsets of every tensor inside the single allocation, in bytes; the *_s ones (FP8 scales) -1
@@ -301,9 +302,12 @@ absl::Status DeviceWeights::Upload(const model::ModelWeights& w, DType dtype,
       BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, q.codes.data(), q.codes.size(),
                                                   cudaMemcpyHostToDevice, stream));
       if (*fp8 == Fp8Scaling::kBlock128) {
-        float* at = m8.scales + row / 128 * CeilDiv(q.cols(), 128);
-        BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(at, q.scales.data(), q.scales.size() * 4,
-                                                    cudaMemcpyHostToDevice, stream));
+        // Each block row of the checkpoint's [rows / 128, ceil(cols / 128)] scales at the
+        // device's stride (Fp8BlockScaleStride).
+        const int64_t cb = CeilDiv(q.cols(), 128), stride = Fp8BlockScaleStride(q.cols());
+        BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+            m8.scales + row / 128 * stride, stride * 4, q.scales.data(), cb * 4, cb * 4,
+            CeilDiv(q.rows(), 128), cudaMemcpyHostToDevice, stream));
       } else {
         host_rows.assign(static_cast<size_t>(q.rows()), q.scales[0]);  // per tensor: repeated
         if (q.scale_kind == model::Fp8ScaleKind::kPerChannel) {

@@ -13,15 +13,24 @@ absl::Status LtStatus(cublasStatus_t st, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": cuBLASLt error ", static_cast<int>(st)));
 }
 
-#define BANYAN_LT_RETURN_IF_ERROR(expr)                                 \
-  do {                                                                  \
-    const cublasStatus_t banyan_lt_st_ = (expr);                        \
-    if (banyan_lt_st_ != CUBLAS_STATUS_SUCCESS) {                       \
-      return LtStatus(banyan_lt_st_, #expr);                            \
-    }                                                                   \
+#define BANYAN_LT_RETURN_IF_ERROR(expr)           \
+  do {                                            \
+    const cublasStatus_t banyan_lt_st_ = (expr);  \
+    if (banyan_lt_st_ != CUBLAS_STATUS_SUCCESS) { \
+      return LtStatus(banyan_lt_st_, #expr);      \
+    }                                             \
   } while (0)
 
 }  // namespace
+
+std::vector<float> DeviceBlockScales(const std::vector<float>& scales, int64_t N, int64_t K) {
+  const int64_t rb = (N + 127) / 128, cb = (K + 127) / 128, stride = Fp8BlockScaleStride(K);
+  std::vector<float> out(static_cast<size_t>(rb * stride), 0.0f);
+  for (int64_t i = 0; i < rb; ++i) {
+    for (int64_t j = 0; j < cb; ++j) out[i * stride + j] = scales[i * cb + j];
+  }
+  return out;
+}
 
 struct Fp8Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -38,6 +47,10 @@ struct Fp8Gemm::Plan {
 absl::StatusOr<std::unique_ptr<Fp8Gemm>> Fp8Gemm::Create(size_t workspace_bytes) {
   std::unique_ptr<Fp8Gemm> g(new Fp8Gemm());
   BANYAN_LT_RETURN_IF_ERROR(cublasLtCreate(&g->lt_));
+  // cuBLASLt answers the heuristic query of a scaled FP8 GEMM only when the scale pointers are
+  // set (CUBLAS_STATUS_INVALID_VALUE otherwise, seen on an H100 with cuBLASLt 13.1): plans are
+  // made with this placeholder, and Run sets the real ones.
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaMalloc(&g->placeholder_scales_, 256));
   if (workspace_bytes > 0) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMalloc(&g->workspace_, workspace_bytes));
     g->workspace_bytes_ = workspace_bytes;
@@ -48,6 +61,7 @@ absl::StatusOr<std::unique_ptr<Fp8Gemm>> Fp8Gemm::Create(size_t workspace_bytes)
 Fp8Gemm::~Fp8Gemm() {
   plans_.clear();
   if (workspace_ != nullptr) cudaFree(workspace_);
+  if (placeholder_scales_ != nullptr) cudaFree(placeholder_scales_);
   if (lt_ != nullptr) cublasLtDestroy(lt_);
 }
 
@@ -63,17 +77,17 @@ absl::Status Fp8Gemm::CheckShape(int64_t N, int64_t K) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Fp8Gemm::Plan*> Fp8Gemm::PlanFor(Fp8Scaling scaling, int64_t M, int64_t N,
-                                                int64_t K, cudaDataType_t out_type) {
+absl::StatusOr<Fp8Gemm::Plan*> Fp8Gemm::PlanFor(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K,
+                                                cudaDataType_t out_type) {
   const Key key{static_cast<int>(scaling), M, N, K, static_cast<int>(out_type)};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
   BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_w = CUBLAS_OP_T, trans_a = CUBLAS_OP_N;
-  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-      plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof(trans_w)));
-  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-      plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a, sizeof(trans_a)));
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                           &trans_w, sizeof(trans_w)));
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                           &trans_a, sizeof(trans_a)));
   const cublasLtMatmulMatrixScale_t w_mode = scaling == Fp8Scaling::kPerRow
                                                  ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
                                                  : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
@@ -84,6 +98,10 @@ absl::StatusOr<Fp8Gemm::Plan*> Fp8Gemm::PlanFor(Fp8Scaling scaling, int64_t M, i
       plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &w_mode, sizeof(w_mode)));
   BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &a_mode, sizeof(a_mode)));
+  for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER}) {
+    BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, attr, &placeholder_scales_,
+                                                             sizeof(placeholder_scales_)));
+  }
   // cuBLASLt's m x n x k: m = N (output channels), n = M (tokens), k = K. The weights are stored
   // [N, K] row-major = column-major K x N, transposed; the activations [M, K] row-major =
   // column-major K x M; the output [M, N] row-major = column-major N x M.
@@ -97,10 +115,9 @@ absl::StatusOr<Fp8Gemm::Plan*> Fp8Gemm::PlanFor(Fp8Scaling scaling, int64_t M, i
   const uint32_t align = 16;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     if (st == CUBLAS_STATUS_SUCCESS) {
       st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
     }
@@ -124,11 +141,15 @@ absl::StatusOr<Fp8Gemm::Plan*> Fp8Gemm::PlanFor(Fp8Scaling scaling, int64_t M, i
   return raw;
 }
 
-absl::Status Fp8Gemm::Run(Fp8Scaling scaling, const Fp8Operand& w, const Fp8Operand& a,
-                          void* out, cudaDataType_t out_type, int64_t M, int64_t N, int64_t K,
-                          float beta, cudaStream_t stream) {
+absl::Status Fp8Gemm::Run(Fp8Scaling scaling, const Fp8Operand& w, const Fp8Operand& a, void* out,
+                          cudaDataType_t out_type, int64_t M, int64_t N, int64_t K, float beta,
+                          cudaStream_t stream) {
   if (M == 0) return absl::OkStatus();
   if (absl::Status s = CheckShape(N, K); !s.ok()) return s;
+  if (RowsFor(scaling, M) != M) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FP8 GEMM: 128 x 128 block scaling runs on a multiple of 4 rows, not ", M));
+  }
   if (w.codes == nullptr || w.scales == nullptr || a.codes == nullptr || a.scales == nullptr ||
       out == nullptr || M < 0) {
     return absl::InvalidArgumentError("FP8 GEMM: empty operand");

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -36,6 +37,17 @@
 namespace banyan::engine::cuda {
 
 enum class Fp8Scaling { kPerRow, kBlock128 };
+
+// How cuBLASLt reads the scales of kBlock128 (gpu_fp8_test checks both against a float64
+// product on the GPU):
+//  - the activations' 1 x 128 scales group-major, [ceil(K / 128), rows] (QuantizeFp8Params::
+//    group_major), not the [rows, ceil(K / 128)] the header's formula indexes;
+//  - the weights' 128 x 128 scales by block rows, [ceil(N / 128), Fp8BlockScaleStride(K)].
+inline constexpr bool kFp8ActivationGroupsMajor = true;
+inline int64_t Fp8BlockScaleStride(int64_t K) { return (K + 127) / 128; }
+
+// A checkpoint's [ceil(N / 128), ceil(K / 128)] block scales in the device layout above.
+std::vector<float> DeviceBlockScales(const std::vector<float>& scales, int64_t N, int64_t K);
 
 struct Fp8Operand {
   const uint8_t* codes = nullptr;
@@ -53,6 +65,14 @@ class Fp8Gemm {
   // InvalidArgument naming the dimension when N, K cannot run on the FP8 path.
   static absl::Status CheckShape(int64_t N, int64_t K);
 
+  // The rows a GEMM of M tokens runs on: cuBLASLt's 1 x 128 activation scaling takes only a
+  // multiple of 4 tokens (CUBLAS_STATUS_NOT_SUPPORTED otherwise, seen on an H100 with cuBLASLt
+  // 13.1), so kBlock128 rounds M up and the caller pads the activations
+  // (QuantizeFp8Params::pad_rows) and gives the output room for the padding rows.
+  static int64_t RowsFor(Fp8Scaling scaling, int64_t M) {
+    return scaling == Fp8Scaling::kBlock128 ? (M + 3) / 4 * 4 : M;
+  }
+
   // out[M, N] of `out_type` (CUDA_R_16BF, CUDA_R_16F or CUDA_R_32F) = the product above +
   // beta * out, on `stream` (beta 1 adds into the residual stream, as the bf16 GEMMs do).
   absl::Status Run(Fp8Scaling scaling, const Fp8Operand& w, const Fp8Operand& a, void* out,
@@ -68,6 +88,7 @@ class Fp8Gemm {
 
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
+  void* placeholder_scales_ = nullptr;  // 256 bytes: the scale pointers of a plan's query
   size_t workspace_bytes_ = 0;
   absl::flat_hash_map<Key, std::unique_ptr<Plan>> plans_;
 };

@@ -10,9 +10,10 @@
 // group's scale to the other elements; an infinite one makes its group's scale infinite.
 //
 // Layout: codes row-major [rows, cols]; scales row-major [rows, groups] with groups =
-// ceil(cols / group) (per token: [rows]). Row-major [rows, groups] is the column-major
-// [groups, rows] tensor that cuBLASLt's 128-element vector scaling expects for the activation
-// operand, and a per-token vector of rows floats is its outer-vector scale.
+// ceil(cols / group) (per token: [rows], cuBLASLt's outer-vector scale), or with group_major
+// [groups, ld] (ld = max(rows, pad_rows)), each group's scales of all rows side by side.
+// Rows in [rows, pad_rows) are padding: zero codes and scale 1, so that a GEMM can run on a
+// whole number of row groups (engine/cuda/fp8_gemm.h says which scaling needs what).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -35,7 +36,9 @@ struct QuantizeFp8Params {
   int64_t cols = 0;
   int32_t group = 0;         // cols (one scale per token) or kFp8Group
   uint8_t* codes = nullptr;  // [rows, cols], dense
-  float* scales = nullptr;   // [rows, ceil(cols / group)]
+  float* scales = nullptr;   // [rows, ceil(cols / group)], or group_major (see the top)
+  int64_t pad_rows = 0;      // padding rows up to this count (0: none)
+  bool group_major = false;  // scales [groups, max(rows, pad_rows)]
 };
 
 // InvalidArgument for a group other than cols or kFp8Group, or empty pointers.

@@ -59,36 +59,61 @@ void QuantizeOnHost(const std::vector<float>& x, int64_t rows, int64_t cols, int
   }
 }
 
+// Scale (r, g) of a [rows, groups] host table laid out as QuantizeFp8Params says.
+float ScaleAt(const std::vector<float>& s, int64_t r, int64_t g, int64_t groups, int64_t ld,
+              bool group_major) {
+  return group_major ? s[g * ld + r] : s[r * groups + g];
+}
+
 TEST(Fp8Quant, CodesAndScalesFollowTheRuleBitForBit) {
   BANYAN_SEEDED_RNG(rng);
   for (int64_t cols : {1000, 4096})
-  for (bool per_token : {true, false}) {
-    SCOPED_TRACE(::testing::Message() << "cols " << cols << (per_token ? " per token" : " per 128"));
-    const int64_t rows = 37, group = per_token ? cols : kFp8Group;
-    const int64_t groups = (cols + group - 1) / group;
-    std::vector<float> x = Activations(rows, cols, rng);
-    for (float& v : x) v = ::banyan::testing::RoundTo(DType::kBf16, v);  // what the GPU reads
-    DeviceArray<uint16_t> x_d(ToDtype(DType::kBf16, x));
-    DeviceArray<uint8_t> codes_d(rows * cols);
-    DeviceArray<float> scales_d(rows * groups);
-    ASSERT_TRUE(kernels::cuda::QuantizeRowsFp8(
-                    DType::kBf16,
-                    {.in = x_d.get(), .in_stride = 0, .rows = rows, .cols = cols,
-                     .group = static_cast<int32_t>(group), .codes = codes_d.get(),
-                     .scales = scales_d.get()},
-                    nullptr)
-                    .ok());
-    std::vector<uint8_t> want_codes;
-    std::vector<float> want_scales;
-    QuantizeOnHost(x, rows, cols, group, &want_codes, &want_scales);
-    const std::vector<float> scales = scales_d.Download();
-    const std::vector<uint8_t> codes = codes_d.Download();
-    ASSERT_EQ(scales, want_scales);
-    EXPECT_EQ(scales[1 * groups], 1.0f) << "a zero row's scale is 1";
-    int64_t differ = 0;
-    for (size_t i = 0; i < codes.size(); ++i) differ += codes[i] != want_codes[i];
-    EXPECT_EQ(differ, 0) << "codes differing from the host rule";
-  }
+    for (bool per_token : {true, false})
+      for (bool group_major : {false, true})
+        for (int64_t pad_rows : {0, 40}) {
+          if (per_token && group_major) continue;
+          SCOPED_TRACE(::testing::Message()
+                       << "cols " << cols << (per_token ? " per token" : " per 128")
+                       << (group_major ? " group-major" : "") << " pad to " << pad_rows);
+          const int64_t rows = 37, group = per_token ? cols : kFp8Group;
+          const int64_t groups = (cols + group - 1) / group, all = std::max(rows, pad_rows);
+          std::vector<float> x = Activations(rows, cols, rng);
+          for (float& v : x) v = ::banyan::testing::RoundTo(DType::kBf16, v);  // what the GPU reads
+          DeviceArray<uint16_t> x_d(ToDtype(DType::kBf16, x));
+          DeviceArray<uint8_t> codes_d(all * cols);  // poisoned: padding rows must be written
+          DeviceArray<float> scales_d(all * groups);
+          ASSERT_TRUE(kernels::cuda::QuantizeRowsFp8(DType::kBf16,
+                                                     {.in = x_d.get(),
+                                                      .in_stride = 0,
+                                                      .rows = rows,
+                                                      .cols = cols,
+                                                      .group = static_cast<int32_t>(group),
+                                                      .codes = codes_d.get(),
+                                                      .scales = scales_d.get(),
+                                                      .pad_rows = pad_rows,
+                                                      .group_major = group_major},
+                                                     nullptr)
+                          .ok());
+          std::vector<uint8_t> want_codes;
+          std::vector<float> want_scales;
+          QuantizeOnHost(x, rows, cols, group, &want_codes, &want_scales);
+          const std::vector<float> scales = scales_d.Download();
+          const std::vector<uint8_t> codes = codes_d.Download();
+          int64_t scales_differ = 0, codes_differ = 0;
+          for (int64_t r = 0; r < all; ++r) {
+            for (int64_t g = 0; g < groups; ++g) {
+              const float want = r < rows ? want_scales[r * groups + g] : 1.0f;
+              scales_differ += ScaleAt(scales, r, g, groups, all, group_major) != want;
+            }
+            for (int64_t c = 0; c < cols; ++c) {
+              codes_differ += codes[r * cols + c] != (r < rows ? want_codes[r * cols + c] : 0);
+            }
+          }
+          EXPECT_EQ(scales_differ, 0) << "scales differing from the host rule (padding: 1)";
+          EXPECT_EQ(codes_differ, 0) << "codes differing from the host rule (padding: 0)";
+          EXPECT_EQ(ScaleAt(scales, 1, 0, groups, all, group_major), 1.0f)
+              << "a zero row's scale is 1";
+        }
 }
 
 // w [N, K] with 128 x 128 block scales (the fine-grained checkpoints' form), by the same rule per
@@ -121,9 +146,11 @@ model::QuantizedTensor QuantizeBlocks(const std::vector<float>& w, int64_t N, in
   return q;
 }
 
-// out[m][n] = sum_k a(m, k) w(n, k) in float64 from the dequantized operands.
-std::vector<float> Reference(const std::vector<uint8_t>& a_codes, const std::vector<float>& a_scales,
-                             int64_t a_group, const model::QuantizedTensor& w, int64_t M) {
+// out[m][n] = sum_k a(m, k) w(n, k) in float64 from the dequantized operands; the activation
+// scales as the backend lays them out (group-major for block scaling, ld rows).
+std::vector<float> Reference(const std::vector<uint8_t>& a_codes,
+                             const std::vector<float>& a_scales, int64_t a_group, int64_t ld,
+                             bool group_major, const model::QuantizedTensor& w, int64_t M) {
   const int64_t N = w.rows(), K = w.cols(), a_groups = (K + a_group - 1) / a_group;
   std::vector<float> wd(N * K);
   model::DequantizeRows(w, 0, N, wd.data());
@@ -131,7 +158,7 @@ std::vector<float> Reference(const std::vector<uint8_t>& a_codes, const std::vec
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t k = 0; k < K; ++k) {
       a[m * K + k] = static_cast<double>(model::Fp8E4M3ToFloat(a_codes[m * K + k])) *
-                     a_scales[m * a_groups + k / a_group];
+                     ScaleAt(a_scales, m, k / a_group, a_groups, ld, group_major);
     }
   }
   std::vector<float> out(M * N);
@@ -160,29 +187,42 @@ void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937
     q = QuantizeBlocks(w, N, K);
   }
   ASSERT_TRUE(model::CheckQuantized(q, "w").ok());
-  const int64_t group = scaling == Fp8Scaling::kPerRow ? K : kFp8Group;
+  const bool blocks = scaling == Fp8Scaling::kBlock128;
+  const int64_t group = blocks ? kFp8Group : K;
   const int64_t groups = (K + group - 1) / group;
+  const int64_t rows = Fp8Gemm::RowsFor(scaling, M);  // with the padding rows
+  const bool group_major = blocks && kFp8ActivationGroupsMajor;
   std::vector<float> x = Activations(M, K, rng);
   DeviceArray<uint16_t> x_d(ToDtype(DType::kBf16, x));
-  DeviceArray<uint8_t> a_codes(M * K), w_codes(q.codes);
-  DeviceArray<float> a_scales(M * groups), w_scales(q.scales);
-  ASSERT_TRUE(kernels::cuda::QuantizeRowsFp8(
-                  DType::kBf16,
-                  {.in = x_d.get(), .in_stride = 0, .rows = M, .cols = K,
-                   .group = static_cast<int32_t>(group), .codes = a_codes.get(),
-                   .scales = a_scales.get()},
-                  nullptr)
+  DeviceArray<uint8_t> a_codes(rows * K), w_codes(q.codes);
+  DeviceArray<float> a_scales(rows * groups),
+      w_scales(blocks ? DeviceBlockScales(q.scales, N, K) : q.scales);
+  ASSERT_TRUE(kernels::cuda::QuantizeRowsFp8(DType::kBf16,
+                                             {.in = x_d.get(),
+                                              .in_stride = 0,
+                                              .rows = M,
+                                              .cols = K,
+                                              .group = static_cast<int32_t>(group),
+                                              .codes = a_codes.get(),
+                                              .scales = a_scales.get(),
+                                              .pad_rows = rows,
+                                              .group_major = group_major},
+                                             nullptr)
                   .ok());
   absl::StatusOr<std::unique_ptr<Fp8Gemm>> gemm = Fp8Gemm::Create();
   ASSERT_TRUE(gemm.ok()) << gemm.status();
-  DeviceArray<uint16_t> out_d(M * N);
-  const absl::Status run = (*gemm)->Run(scaling, {w_codes.get(), w_scales.get()},
-                                        {a_codes.get(), a_scales.get()}, out_d.get(),
-                                        CUDA_R_16BF, M, N, K, 0.0f, nullptr);
+  DeviceArray<uint16_t> out_d(rows * N);
+  const absl::Status run =
+      (*gemm)->Run(scaling, {w_codes.get(), w_scales.get()}, {a_codes.get(), a_scales.get()},
+                   out_d.get(), CUDA_R_16BF, rows, N, K, 0.0f, nullptr);
   ASSERT_TRUE(run.ok()) << run;
-  const std::vector<float> got = FromDtype(DType::kBf16, out_d.Download());
+  std::vector<float> got = FromDtype(DType::kBf16, out_d.Download());
   const std::vector<float> want =
-      Reference(a_codes.Download(), a_scales.Download(), group, q, M);
+      Reference(a_codes.Download(), a_scales.Download(), group, rows, group_major, q, M);
+  int64_t padding_not_zero = 0;
+  for (int64_t i = M * N; i < rows * N; ++i) padding_not_zero += got[i] != 0.0f;
+  EXPECT_EQ(padding_not_zero, 0) << "output elements of the padding rows that are not 0";
+  got.resize(M * N);
   // fp32 accumulation, one bf16 rounding of the output: about 2^-9 relative per element.
   EXPECT_LT(RelErr(got, want), 5e-3);
 }
@@ -200,6 +240,9 @@ TEST(Fp8Gemm, BlockScalesMatchTheFloat64Product) {
 }
 
 TEST(Fp8Gemm, RefusesShapesTheTensorCoresCannotTake) {
+  EXPECT_EQ(Fp8Gemm::RowsFor(Fp8Scaling::kBlock128, 7), 8);
+  EXPECT_EQ(Fp8Gemm::RowsFor(Fp8Scaling::kBlock128, 8), 8);
+  EXPECT_EQ(Fp8Gemm::RowsFor(Fp8Scaling::kPerRow, 7), 7);
   EXPECT_FALSE(Fp8Gemm::CheckShape(1024, 1000).ok());  // K not a multiple of 16
   EXPECT_FALSE(Fp8Gemm::CheckShape(1001, 1024).ok());  // N not a multiple of 8
   EXPECT_TRUE(Fp8Gemm::CheckShape(1024, 4096).ok());

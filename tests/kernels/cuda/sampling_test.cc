@@ -71,8 +71,10 @@ std::vector<SampleResult> DeviceSample(const std::vector<float>& logits, int32_t
   Dev<float> d_pen(static_cast<size_t>(packed.penalized_rows) * vocab, 0xff);  // NaN
   Dev<kc::SampleTokenDev> d_out(specs.size(), 0x7f);
   Dev<kc::SampleTopDev> d_top(packed.num_top, 0x7f);
-  Dev<uint64_t> d_masks(packed.masks.size());
-  cudaMemcpy(d_masks.p, packed.masks.data(), packed.masks.size() * 8, cudaMemcpyHostToDevice);
+  std::vector<uint64_t> masks(static_cast<size_t>(packed.MaskWords()));
+  packed.CopyMasks(masks.data());
+  Dev<uint64_t> d_masks(masks.size());
+  cudaMemcpy(d_masks.p, masks.data(), masks.size() * 8, cudaMemcpyHostToDevice);
   Dev<int32_t> d_fed(fed_tokens.size());
   cudaMemcpy(d_fed.p, fed_tokens.data(), fed_tokens.size() * 4, cudaMemcpyHostToDevice);
   kc::SampleParams p;
