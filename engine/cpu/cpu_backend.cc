@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "model/dtype.h"
 #include "model/rope.h"
 #include "model/weights_layout.h"
 #include "engine/plan_view.h"
@@ -29,6 +30,25 @@ void MatMulT(const float* a, int m, int k, const model::Tensor& w, float* c, flo
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, w.data.data(), k,
               beta, c, n);
+}
+
+// in[rows, cols] rounded as FP8 with one scale per `group` elements of a row
+// (CpuBackendOptions::fp8_activation_group; kernels/cuda/fp8_quant.h's rule), into out.
+void RoundToFp8(const float* in, int rows, int cols, int group, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* x = in + static_cast<int64_t>(r) * cols;
+    float* o = out + static_cast<int64_t>(r) * cols;
+    for (int b = 0; b < cols; b += group) {
+      const int e = std::min(cols, b + group);
+      float amax = 0.0f;
+      for (int i = b; i < e; ++i) amax = std::max(amax, std::fabs(x[i]));  // NaN left out
+      float scale = amax / model::kFp8E4M3Max;
+      if (!(scale > 0.0f)) scale = 1.0f;
+      for (int i = b; i < e; ++i) {
+        o[i] = model::Fp8E4M3ToFloat(model::FloatToFp8E4M3(x[i] / scale)) * scale;
+      }
+    }
+  }
 }
 
 void RmsNorm(const float* x, const model::Tensor& weight, int rows, int dim, float eps, float* out) {
@@ -240,13 +260,22 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
                 sizeof(float) * dim);
   }
   const int c = options_.chunk_size;
+  // A projection's input: as it is, or rounded as the W8A8 GEMMs round it.
+  auto fp8_in = [&](const std::vector<float>& in, int cols) -> const float* {
+    const int group = options_.fp8_activation_group;
+    if (group <= 0) return in.data();
+    a8_.resize(static_cast<size_t>(T) * cols);
+    RoundToFp8(in.data(), T, cols, std::min(group, cols), a8_.data());
+    return a8_.data();
+  };
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const model::LayerWeights& lw = w_.layers[l];
     const Projections& pw = proj_[l];
     RmsNorm(x_.data(), lw.attn_norm, T, dim, cfg_.norm_eps, xb_.data());
-    MatMulT(xb_.data(), T, dim, *pw.wq, q_.data(), 0.0f, per_row);
-    MatMulT(xb_.data(), T, dim, *pw.wk, k_.data(), 0.0f, per_row);
-    MatMulT(xb_.data(), T, dim, *pw.wv, v_.data(), 0.0f, per_row);
+    const float* a = fp8_in(xb_, dim);
+    MatMulT(a, T, dim, *pw.wq, q_.data(), 0.0f, per_row);
+    MatMulT(a, T, dim, *pw.wk, k_.data(), 0.0f, per_row);
+    MatMulT(a, T, dim, *pw.wv, v_.data(), 0.0f, per_row);
     if (cfg_.qkv_bias) {
       AddBias(q_.data(), T, lw.bq);
       AddBias(k_.data(), T, lw.bk);
@@ -270,15 +299,16 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
       }
     }
     Attention(batch, l, q_.data(), att_.data());
-    MatMulT(att_.data(), T, hq * d, *pw.wo, x_.data(), 1.0f, per_row);  // x += attn Wo^T
+    MatMulT(fp8_in(att_, hq * d), T, hq * d, *pw.wo, x_.data(), 1.0f, per_row);  // x += Wo^T
     RmsNorm(x_.data(), lw.ffn_norm, T, dim, cfg_.norm_eps, xb_.data());
-    MatMulT(xb_.data(), T, dim, *pw.w_gate, h1_.data(), 0.0f, per_row);
-    MatMulT(xb_.data(), T, dim, *pw.w_up, h3_.data(), 0.0f, per_row);
+    a = fp8_in(xb_, dim);
+    MatMulT(a, T, dim, *pw.w_gate, h1_.data(), 0.0f, per_row);
+    MatMulT(a, T, dim, *pw.w_up, h3_.data(), 0.0f, per_row);
     for (size_t i = 0; i < h1_.size(); ++i) {
       const float g = h1_[i];
       h1_[i] = g / (1.0f + std::exp(-g)) * h3_[i];  // SwiGLU
     }
-    MatMulT(h1_.data(), T, hidden, *pw.w_down, x_.data(), 1.0f, per_row);  // x += mlp
+    MatMulT(fp8_in(h1_, hidden), T, hidden, *pw.w_down, x_.data(), 1.0f, per_row);  // x += mlp
   }
   const int n_out = static_cast<int>(logit_rows.size());
   std::vector<float>& last = hidden_;

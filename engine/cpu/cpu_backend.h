@@ -28,6 +28,13 @@ struct CpuBackendOptions {
   // a request then gets the same bits in any batch and any cache state as alone. It reads the
   // weights once per row: for tests that compare batched runs with solo runs, not for serving.
   bool row_invariant = false;
+  // The W8A8 GEMMs' activation rounding (the CUDA backend's FP8 projections): each projection's
+  // input rounded as kernels/cuda/fp8_quant.h says -- per group of `fp8_activation_group`
+  // elements of a token (a value at least the widest input for one scale per token, 128 for the
+  // block-scaled checkpoints' groups), scale = amax / 448 (1 for a group of zeros), value = E4M3(x / scale) *
+  // scale -- before the product with the (dequantized) weights. 0: inputs as they are. The
+  // reference the CUDA backend's FP8 path is checked against; the LM head is not rounded.
+  int32_t fp8_activation_group = 0;
 };
 
 class CpuBackend final : public Backend {
@@ -72,6 +79,7 @@ class CpuBackend final : public Backend {
   std::vector<float> inv_freq_;  // [head_dim / 2] RoPE frequencies
   // Scratch, reused across steps.
   std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_, partial_o_, partial_lse_;
+  std::vector<float> a8_;  // a projection input rounded as FP8 (fp8_activation_group)
   std::vector<float> hidden_;  // last_hidden()
 };
 

@@ -41,10 +41,14 @@ enum class Fp8Scaling { kPerRow, kBlock128 };
 // How cuBLASLt reads the scales of kBlock128 (gpu_fp8_test checks both against a float64
 // product on the GPU):
 //  - the activations' 1 x 128 scales group-major, [ceil(K / 128), rows] (QuantizeFp8Params::
-//    group_major), not the [rows, ceil(K / 128)] the header's formula indexes;
-//  - the weights' 128 x 128 scales by block rows, [ceil(N / 128), Fp8BlockScaleStride(K)].
+//    group_major), not the [rows, ceil(K / 128)] of the formula at the top;
+//  - the weights' 128 x 128 scales by block rows, [ceil(N / 128), Fp8BlockScaleStride(K)]: each
+//    block row's ceil(K / 128) scales padded to a multiple of 4.
+// Both found with a probe on an H100 (cuBLASLt 13.1): a weight of 3 x 2 and one of 2 x 3 blocks
+// with scales i + 1 gave block (1, 0) the scale of index 4; an activation of 8 or 12 tokens gave
+// token m of group 0 the scale of index m.
 inline constexpr bool kFp8ActivationGroupsMajor = true;
-inline int64_t Fp8BlockScaleStride(int64_t K) { return (K + 127) / 128; }
+inline int64_t Fp8BlockScaleStride(int64_t K) { return ((K + 127) / 128 + 3) / 4 * 4; }
 
 // A checkpoint's [ceil(N / 128), ceil(K / 128)] block scales in the device layout above.
 std::vector<float> DeviceBlockScales(const std::vector<float>& scales, int64_t N, int64_t K);

@@ -36,6 +36,7 @@
 #include "model/quantized.h"
 #include "tests/model/fp8_test_util.h"
 #include "tests/model/test_util.h"
+#include "kernels/cuda/fp8_quant.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "tests/testing/gpu_test_util.h"
@@ -88,8 +89,12 @@ struct Side {
 constexpr int kChunks = 512;
 constexpr int kChunkSize = 16;
 
-std::unique_ptr<Side> MakeCpu(const model::ModelWeights* w, AttentionMode mode, int chunks = kChunks) {
-  auto b = CpuBackend::Create(w, {.num_chunks = chunks, .chunk_size = kChunkSize, .attention = mode});
+std::unique_ptr<Side> MakeCpu(const model::ModelWeights* w, AttentionMode mode, int chunks = kChunks,
+                              int32_t fp8_activation_group = 0) {
+  auto b = CpuBackend::Create(w, {.num_chunks = chunks,
+                                  .chunk_size = kChunkSize,
+                                  .attention = mode,
+                                  .fp8_activation_group = fp8_activation_group});
   EXPECT_TRUE(b.ok()) << b.status();
   return std::make_unique<Side>(std::move(*b), chunks, kChunkSize, mode);
 }
@@ -480,11 +485,15 @@ TEST_F(CudaBackendTest, DeviceDummyWeightsEqualHostDummyWeights) {
   ExpectSamePrefillLogits(std::move(*from_host), std::move(*on_device), cfg.vocab_size, rng);
 }
 
-// FP8 projections as W8A8 GEMMs against the CPU backend on the same FP8 weights (dequantized,
-// activations unquantized: the reference). The GPU also rounds every projection's input to FP8
-// per token (3 mantissa bits: a relative error up to 2^-4 per element), hence a wider tolerance
-// than bf16's: kFp8Tol on the logits' relative norm, printed per case.
-constexpr double kFp8Tol = 0.1;
+// FP8 projections as W8A8 GEMMs against the CPU backend on the same FP8 weights (dequantized)
+// with every projection's input rounded to FP8 as the GPU rounds it
+// (CpuBackendOptions::fp8_activation_group: per token, or per 128 for block scales). What still
+// differs is the GPU's bf16 activations and KV, and an FP8 rounding that such a difference moves
+// across a code boundary (a relative error of 2^-4 for that element), hence kFp8Tol on the
+// logits' relative norm, above bf16's. Against unrounded inputs the error was 0.08-0.107 (H100,
+// 2026-12-05): the rounding itself, which the reference must share.
+constexpr double kFp8Tol = 0.05;
+constexpr int32_t kPerToken = 1 << 30;  // fp8_activation_group: one scale per token
 
 TEST_F(CudaBackendTest, Fp8PerChannelProjectionsMatchCpu) {
   BANYAN_SEEDED_RNG(rng);
@@ -493,7 +502,7 @@ TEST_F(CudaBackendTest, Fp8PerChannelProjectionsMatchCpu) {
   model::ModelWeights w = model::MakeDummyWeights(cfg, seed);
   ASSERT_TRUE(model::QuantizeWeightsFp8(&w).ok());
   for (AttentionMode mode : {AttentionMode::kTpp, AttentionMode::kPaged}) {
-    auto cpu = MakeCpu(&w, mode);
+    auto cpu = MakeCpu(&w, mode, kChunks, kPerToken);
     auto gpu = MakeCuda(&w, mode, DType::kBf16);
     ASSERT_NE(gpu, nullptr);
     ASSERT_FALSE(CudaOf(*gpu).fp8_projections().empty()) << CudaOf(*gpu).fp8_fallback();
@@ -524,7 +533,7 @@ TEST_F(CudaBackendTest, Fp8BlockScaledCheckpointMatchesCpu) {
   model::testing::WriteCheckpoint(dir.path(), ck.config, ck.entries);
   auto w = model::LoadModel(dir.path());
   ASSERT_TRUE(w.ok()) << w.status();
-  auto cpu = MakeCpu(&*w, AttentionMode::kTpp);
+  auto cpu = MakeCpu(&*w, AttentionMode::kTpp, kChunks, kernels::cuda::kFp8Group);
   auto gpu = MakeCuda(&*w, AttentionMode::kTpp, DType::kBf16);
   ASSERT_NE(gpu, nullptr);
   ASSERT_NE(CudaOf(*gpu).fp8_projections().find("128x128"), std::string::npos)
