@@ -61,15 +61,30 @@ macro(banyan_setup_cuda)
   message(STATUS "banyan: CUDA backend ${BANYAN_HAVE_CUDA}")
 endmacro()
 
-# banyan_add_test(NAME name SOURCES a.cc b.cc LIBS lib... [LABELS l...] [MAIN gtest|gpu|own])
+# The compile flags of every test binary's own code, shared with the test PCH (it must be built
+# with the flags of the code that uses it). Test code itself is compiled at -O1 in Release
+# builds: a third less compile time for the suite on the 2-core CI machine, while the libraries
+# under test keep the build's -O3.
+function(_banyan_test_compile_flags target)
+  target_compile_options(${target} PRIVATE
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O1>)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(${target} PRIVATE
+    BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+endfunction()
+
+# banyan_add_test(NAME name SOURCES a.cc b.cc LIBS lib... [LABELS l...] [MAIN gtest|gpu|own]
+#                 [STANDALONE])
 #
 # MAIN picks the binary's main(): gtest (gtest_main; the default), gpu (the default with LABELS
 # gpu: tests/testing/gpu_test_main.cc, which exits 77 without a CUDA device) or own (the sources
 # define main() with tests/testing/skip_main.h, e.g. to skip without an npm oracle). A binary
 # skips only through that exit code, registered as SKIP_RETURN_CODE; no test output is read, so
 # a test that fails beside one that GTEST_SKIPs still fails the run.
+# STANDALONE compiles each source on its own, without the shared test PCH or a unity build
+# (banyan_setup_fast_build): for sources that must not see the headers other sources include.
 function(banyan_add_test)
-  cmake_parse_arguments(T "" "NAME;MAIN" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "STANDALONE" "NAME;MAIN" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_MAIN)
     set(T_MAIN gtest)
     if("gpu" IN_LIST T_LABELS)
@@ -88,13 +103,17 @@ function(banyan_add_test)
   else()
     message(FATAL_ERROR "banyan_add_test(${T_NAME}): MAIN must be gtest, gpu or own, not ${T_MAIN}")
   endif()
-  # Test code itself is compiled at -O1 in Release builds: a third less compile time for the
-  # suite on the 2-core CI machine, while the libraries under test keep the build's -O3.
-  target_compile_options(${T_NAME} PRIVATE
-    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O1>)
-  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
-  target_compile_definitions(${T_NAME} PRIVATE
-    BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  _banyan_test_compile_flags(${T_NAME})
+  if(T_STANDALONE)
+    set_property(TARGET ${T_NAME} PROPERTY BANYAN_STANDALONE ON)
+  else()
+    set_property(TARGET ${T_NAME} PROPERTY BANYAN_TEST_PCH ON)
+  endif()
+  # The CUDA tests run only on the GPU machine, where a unity batch that changed a call would go
+  # unnoticed by CI; they keep one object per source.
+  if(T_MAIN STREQUAL "gpu" OR "CUDA::cudart" IN_LIST T_LIBS)
+    set_property(TARGET ${T_NAME} PROPERTY BANYAN_NO_UNITY ON)
+  endif()
   add_test(NAME ${T_NAME} COMMAND ${T_NAME})
   if(T_LABELS)
     set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
@@ -102,4 +121,98 @@ function(banyan_add_test)
   if(NOT T_MAIN STREQUAL "gtest")
     set_tests_properties(${T_NAME} PROPERTIES SKIP_RETURN_CODE 77)
   endif()
+endfunction()
+
+# banyan_setup_fast_build(): precompiled headers and unity builds, for what a from-scratch build
+# costs on the 2-core CI machine. Call it once, after every add_subdirectory.
+#
+# - Two shared PCHs of third-party headers that most translation units include (the standard
+#   library, abseil; for tests also gtest and nlohmann/json), each built once and reused
+#   (REUSE_FROM) by every C++ target: banyan_pch_tests for the banyan_add_test binaries (their
+#   -O1 and definitions), banyan_pch_libraries for the rest. Project headers stay out, so that
+#   editing one rebuilds only what includes it. A header goes in only when most TUs include it:
+#   GCC redoes a PCH's pending template instantiations in every TU that loads it.
+# - BANYAN_UNITY_BUILD (default ON): a test binary with several sources compiles them in batches
+#   of 8 (CMake's UNITY_BUILD), parsing the shared headers and compiling their inline functions
+#   once per batch instead of once per file. The files of a batch share one scope, so helpers in
+#   their anonymous namespaces need distinct names: a clash is a compile error at best and, where
+#   it only adds an overload, a silent change of which function a call picks. A source that
+#   cannot share its scope sets SKIP_UNITY_BUILD_INCLUSION. Libraries are not unity-built: their
+#   sources have such overload pairs (scheduler/: CeilDiv(int32_t, int32_t) in policy.cc,
+#   CeilDiv(int64_t, int64_t) in engine_loop.cc). Nor are the CUDA tests (banyan_add_test).
+# The holders compile only C++, so only C++ sources get a PCH. Left out of both: targets with
+# CUDA sources or position-independent code (nvcc never sees the C++ PCH), the generated
+# protobuf code, libFuzzer harnesses (-fsanitize=fuzzer) and STANDALONE tests.
+# CMAKE_DISABLE_PRECOMPILE_HEADERS=ON turns the PCHs off.
+option(BANYAN_UNITY_BUILD "Compile the sources of each test binary in unity batches" ON)
+
+set(BANYAN_PCH_STD_HEADERS
+  <algorithm> <array> <atomic> <chrono> <cmath> <cstddef> <cstdint> <cstdio> <cstdlib>
+  <cstring> <deque> <filesystem> <functional> <iostream> <limits> <map> <memory> <optional>
+  <set> <span> <sstream> <string> <string_view> <unordered_map> <utility> <vector>)
+set(BANYAN_PCH_ABSL_HEADERS
+  <absl/container/flat_hash_map.h> <absl/container/inlined_vector.h> <absl/status/status.h>
+  <absl/status/statusor.h> <absl/strings/str_cat.h> <absl/strings/string_view.h>
+  <absl/synchronization/mutex.h> <absl/time/time.h> <absl/types/span.h>)
+
+function(_banyan_targets_in dir out)
+  get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+  get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+  foreach(sub IN LISTS subdirs)
+    _banyan_targets_in(${sub} sub_targets)
+    list(APPEND targets ${sub_targets})
+  endforeach()
+  set(${out} ${targets} PARENT_SCOPE)
+endfunction()
+
+function(banyan_setup_fast_build)
+  set(pch_dir ${PROJECT_BINARY_DIR}/pch)
+  file(CONFIGURE OUTPUT ${pch_dir}/pch_holder.cc CONTENT "// Compiles the shared PCH.\n")
+
+  add_library(banyan_pch_libraries OBJECT ${pch_dir}/pch_holder.cc)
+  target_compile_options(banyan_pch_libraries PRIVATE -pthread)
+  target_link_libraries(banyan_pch_libraries PRIVATE absl::status absl::statusor absl::strings
+                        absl::synchronization absl::time absl::flat_hash_map)
+  target_precompile_headers(banyan_pch_libraries PRIVATE ${BANYAN_PCH_STD_HEADERS}
+                            ${BANYAN_PCH_ABSL_HEADERS})
+  set(holders banyan_pch_libraries)
+  if(BANYAN_TESTS)
+    add_library(banyan_pch_tests OBJECT ${pch_dir}/pch_holder.cc)
+    _banyan_test_compile_flags(banyan_pch_tests)
+    target_compile_options(banyan_pch_tests PRIVATE -pthread)
+    target_link_libraries(banyan_pch_tests PRIVATE GTest::gtest nlohmann_json::nlohmann_json
+                          absl::status absl::statusor absl::strings absl::synchronization
+                          absl::time absl::flat_hash_map)
+    target_precompile_headers(banyan_pch_tests PRIVATE ${BANYAN_PCH_STD_HEADERS} <fstream> <random>
+                              ${BANYAN_PCH_ABSL_HEADERS} <gtest/gtest.h> <nlohmann/json.hpp>)
+    list(APPEND holders banyan_pch_tests)
+  endif()
+
+  _banyan_targets_in(${PROJECT_SOURCE_DIR} targets)
+  foreach(t IN LISTS targets)
+    get_target_property(type ${t} TYPE)
+    if(NOT type MATCHES "^(STATIC_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$" OR t IN_LIST holders)
+      continue()
+    endif()
+    get_target_property(sources ${t} SOURCES)
+    get_target_property(pic ${t} POSITION_INDEPENDENT_CODE)
+    get_target_property(standalone ${t} BANYAN_STANDALONE)
+    if(pic OR standalone OR t STREQUAL "banyan_proto" OR t MATCHES "_fuzzer$"
+       OR sources MATCHES "\\.cu(;|$)")
+      continue()
+    endif()
+    # gRPC's targets compile with -pthread, which defines _REENTRANT; GCC uses a PCH only where
+    # _REENTRANT is as it was when the PCH was built, so every user of the PCHs gets -pthread.
+    target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-pthread>)
+    get_target_property(is_test ${t} BANYAN_TEST_PCH)
+    if(is_test AND TARGET banyan_pch_tests)
+      target_precompile_headers(${t} REUSE_FROM banyan_pch_tests)
+    else()
+      target_precompile_headers(${t} REUSE_FROM banyan_pch_libraries)
+    endif()
+    get_target_property(no_unity ${t} BANYAN_NO_UNITY)
+    if(BANYAN_UNITY_BUILD AND is_test AND NOT no_unity)
+      set_target_properties(${t} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    endif()
+  endforeach()
 endfunction()
