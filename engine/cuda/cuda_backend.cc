@@ -117,7 +117,8 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
     fp8_projections_ = *fp8.scaling == cuda::Fp8Scaling::kPerRow
                            ? "FP8 W8A8, per-channel weight and per-token activation scales"
                            : "FP8 W8A8, 128x128 weight blocks and 1x128 activation groups";
-    absl::StatusOr<std::unique_ptr<cuda::Fp8Gemm>> g = cuda::Fp8Gemm::Create();
+    absl::StatusOr<std::unique_ptr<cuda::Fp8Gemm>> g =
+        cuda::Fp8Gemm::Create(32u << 20, options_.fp8_gemv_max_rows);
     if (!g.ok()) return g.status();
     m.fp8_gemm = std::move(*g);
   }

@@ -131,6 +131,10 @@ struct CudaBackendOptions {
   // FP8 on the device whenever cuda::Fp8PlanFor allows and the GPU is Hopper or newer, and are
   // dequantized to `dtype` at upload otherwise (fp8_fallback() says why).
   bool fp8_dummy = false;
+  // FP8 products of at most this many tokens run as the weight-streaming GEMV
+  // (kernels/cuda/fp8_gemv.h; at most kFp8GemvMaxRows), larger ones through cuBLASLt; 0: all
+  // through cuBLASLt.
+  int fp8_gemv_max_rows = 4;
 };
 
 // The row count a decode-only step of `rows` rows runs at with pad_decode_rows: multiples of 8

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/fp8_gemv.h"
 
 namespace banyan::engine::cuda {
 namespace {
@@ -44,8 +45,14 @@ struct Fp8Gemm::Plan {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Fp8Gemm>> Fp8Gemm::Create(size_t workspace_bytes) {
+absl::StatusOr<std::unique_ptr<Fp8Gemm>> Fp8Gemm::Create(size_t workspace_bytes,
+                                                         int gemv_max_rows) {
+  if (gemv_max_rows < 0 || gemv_max_rows > kernels::cuda::kFp8GemvMaxRows) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 GEMM: the GEMV takes at most ",
+                                                   kernels::cuda::kFp8GemvMaxRows, " rows"));
+  }
   std::unique_ptr<Fp8Gemm> g(new Fp8Gemm());
+  g->gemv_max_rows_ = gemv_max_rows;
   BANYAN_LT_RETURN_IF_ERROR(cublasLtCreate(&g->lt_));
   // cuBLASLt answers the heuristic query of a scaled FP8 GEMM only when the scale pointers are
   // set (CUBLAS_STATUS_INVALID_VALUE otherwise, seen on an H100 with cuBLASLt 13.1): plans are
@@ -153,6 +160,24 @@ absl::Status Fp8Gemm::Run(Fp8Scaling scaling, const Fp8Operand& w, const Fp8Oper
   if (w.codes == nullptr || w.scales == nullptr || a.codes == nullptr || a.scales == nullptr ||
       out == nullptr || M < 0) {
     return absl::InvalidArgumentError("FP8 GEMM: empty operand");
+  }
+  if (M <= gemv_max_rows_) {
+    namespace kc = kernels::cuda;
+    kc::Fp8GemvParams g;
+    g.w = w.codes;
+    g.w_scales = w.scales;
+    g.w_scale_stride = scaling == Fp8Scaling::kBlock128 ? Fp8BlockScaleStride(K) : 0;
+    g.a = a.codes;
+    g.a_scales = a.scales;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.out = out;
+    g.out_type = out_type == CUDA_R_32F    ? kc::Fp8GemvOut::kF32
+                 : out_type == CUDA_R_16BF ? kc::Fp8GemvOut::kBf16
+                                           : kc::Fp8GemvOut::kF16;
+    g.beta = beta;
+    return kc::Fp8Gemv(g, stream);
   }
   absl::StatusOr<Plan*> plan = PlanFor(scaling, M, N, K, out_type);
   if (!plan.ok()) return plan.status();

@@ -61,7 +61,10 @@ struct Fp8Operand {
 class Fp8Gemm {
  public:
   // `workspace_bytes` of device memory for cuBLASLt (split-K and such); 32 MiB is plenty.
-  static absl::StatusOr<std::unique_ptr<Fp8Gemm>> Create(size_t workspace_bytes = 32u << 20);
+  // Products of at most `gemv_max_rows` tokens (at most kernels::cuda::kFp8GemvMaxRows) run as
+  // the weight-streaming GEMV of kernels/cuda/fp8_gemv.h instead of cuBLASLt; 0: never.
+  static absl::StatusOr<std::unique_ptr<Fp8Gemm>> Create(size_t workspace_bytes = 32u << 20,
+                                                         int gemv_max_rows = 4);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
@@ -93,6 +96,7 @@ class Fp8Gemm {
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   void* placeholder_scales_ = nullptr;  // 256 bytes: the scale pointers of a plan's query
+  int gemv_max_rows_ = 0;
   size_t workspace_bytes_ = 0;
   absl::flat_hash_map<Key, std::unique_ptr<Plan>> plans_;
 };

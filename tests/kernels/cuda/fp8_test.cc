@@ -172,9 +172,12 @@ std::vector<float> Reference(const std::vector<uint8_t>& a_codes,
   return out;
 }
 
-void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937_64& rng) {
+// `gemv_rows`: Fp8Gemm::Create's (products of at most that many rows run as the GEMV).
+void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937_64& rng,
+               int gemv_rows = 4) {
   SCOPED_TRACE(::testing::Message() << (scaling == Fp8Scaling::kPerRow ? "per row " : "blocks ")
-                                    << M << " x " << N << " x " << K);
+                                    << M << " x " << N << " x " << K << ", GEMV up to "
+                                    << gemv_rows << " rows");
   std::normal_distribution<float> nd(0.0f, 0.05f);
   std::vector<float> w(N * K);
   for (float& v : w) v = nd(rng);
@@ -209,7 +212,7 @@ void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937
                                               .group_major = group_major},
                                              nullptr)
                   .ok());
-  absl::StatusOr<std::unique_ptr<Fp8Gemm>> gemm = Fp8Gemm::Create();
+  absl::StatusOr<std::unique_ptr<Fp8Gemm>> gemm = Fp8Gemm::Create(32u << 20, gemv_rows);
   ASSERT_TRUE(gemm.ok()) << gemm.status();
   DeviceArray<uint16_t> out_d(rows * N);
   const absl::Status run =
@@ -229,14 +232,18 @@ void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937
 
 TEST(Fp8Gemm, PerRowScalesMatchTheFloat64Product) {
   BANYAN_SEEDED_RNG(rng);
-  for (int64_t M : {1, 7, 64, 300}) CheckGemm(Fp8Scaling::kPerRow, M, 1024, 4096, rng);
+  for (int64_t M : {1, 2, 3, 4, 7, 64, 300}) CheckGemm(Fp8Scaling::kPerRow, M, 1024, 4096, rng);
+  CheckGemm(Fp8Scaling::kPerRow, 1, 1024, 4096, rng, /*gemv_rows=*/0);  // cuBLASLt at one row
   CheckGemm(Fp8Scaling::kPerRow, 33, 1000, 1040, rng);  // widths not multiples of 128
+  CheckGemm(Fp8Scaling::kPerRow, 3, 1000, 1040, rng);
 }
 
 TEST(Fp8Gemm, BlockScalesMatchTheFloat64Product) {
   BANYAN_SEEDED_RNG(rng);
-  for (int64_t M : {1, 7, 64, 300}) CheckGemm(Fp8Scaling::kBlock128, M, 1024, 4096, rng);
+  for (int64_t M : {1, 4, 7, 64, 300}) CheckGemm(Fp8Scaling::kBlock128, M, 1024, 4096, rng);
+  CheckGemm(Fp8Scaling::kBlock128, 1, 1024, 4096, rng, /*gemv_rows=*/0);  // cuBLASLt, 4 rows
   CheckGemm(Fp8Scaling::kBlock128, 33, 1152, 1408, rng);  // 9 x 11 blocks
+  CheckGemm(Fp8Scaling::kBlock128, 2, 1152, 1408, rng);
 }
 
 TEST(Fp8Gemm, RefusesShapesTheTensorCoresCannotTake) {
