@@ -97,6 +97,8 @@ class StepRunner {
   // tokens are taken; the prompts' samples are launched as they were given. On failure the step
   // is dropped (Collect never returns it).
   absl::Status FinishLaunch(absl::FunctionRef<void(kvcache::SeqId seq, SampleSpec* spec)> complete);
+  // The sequences whose specs FinishLaunch will complete, in its order (empty when none awaits).
+  std::span<const kvcache::SeqId> late_seqs() const { return late_seqs_; }
   // Whether a step launched with late_sampling awaits FinishLaunch.
   bool awaits_sampling() const { return late_pending_; }
   absl::Status Collect(StepOutput* out);

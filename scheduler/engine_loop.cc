@@ -13,6 +13,7 @@
 #include "scheduler/loop/live_request.h"
 #include "scheduler/loop/placement.h"
 #include "scheduler/loop/step_summary.h"
+#include "scheduler/fork_join.h"
 #include "scheduler/mask_workers.h"
 #include "scheduler/policy.h"
 #include "text/sample_text.h"
@@ -166,13 +167,41 @@ bool EngineLoop::MaskReady(Live& live, size_t sample) {
 std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) {
   Live::Sample& s = live.samples[sample];
   if (!s.matcher.has_value()) return {};
+  if (!s.mask_fresh) {
+    MaskCounts counts;
+    FillMask(live, sample, &counts);
+    AddMaskCounts(counts);
+  }
+  s.mask_fresh = false;
+  return s.mask;
+}
+
+void EngineLoop::FillMasks(std::span<const std::pair<Live*, size_t>> samples) {
+  MaskCounts counts;
+  auto fill = [&](size_t i) { FillMask(*samples[i].first, samples[i].second, &counts); };
+  if (mask_fill_ != nullptr) {
+    mask_fill_->Run(samples.size(), fill);
+  } else {
+    for (size_t i = 0; i < samples.size(); ++i) fill(i);
+  }
+  AddMaskCounts(counts);
+}
+
+void EngineLoop::AddMaskCounts(const MaskCounts& counts) {
+  stats_.mask_waits += counts.waits.load();
+  stats_.mask_walks_on_loop += counts.walks.load();
+}
+
+void EngineLoop::FillMask(Live& live, size_t sample, MaskCounts* counts) {
+  Live::Sample& s = live.samples[sample];
+  if (!s.matcher.has_value()) return;
   text::grammar::TokenMasker& masker = *live.req.constraint->masker;
   if (!masker.Ready(*s.matcher)) {
     if (mask_workers_ != nullptr) {
-      ++stats_.mask_waits;
+      counts->waits.fetch_add(1);
       mask_workers_->Wait(live.req.constraint->masker, *s.matcher);
     } else {
-      ++stats_.mask_walks_on_loop;  // FillMask walks
+      counts->walks.fetch_add(1);  // FillMask walks (the engine thread: no fill threads then)
     }
   }
   masker.FillMask(*s.matcher, &s.mask);
@@ -187,7 +216,7 @@ std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) {
       if (id >= 0 && id < config_.vocab_size) text::grammar::SetBit(&s.mask, id);
     }
   }
-  return s.mask;
+  s.mask_fresh = true;
 }
 
 int EngineLoop::SamplesRun(const Request& r) {
@@ -223,6 +252,9 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
   }
   if (live->req.constraint != nullptr && options_.mask_workers > 0 && mask_workers_ == nullptr) {
     mask_workers_ = std::make_unique<MaskWorkers>(options_.mask_workers);
+    int fill = options_.mask_fill_threads;
+    if (fill < 0) fill = std::min(8, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+    if (fill > 0) mask_fill_ = std::make_unique<ForkJoin>(fill);
   }
   live->prompt_blocks = PromptBlocks(live->req.cache_namespace, live->req.prompt, chunk_size_);
   live->handle = live->arrival = ++arrival_counter_;

@@ -38,6 +38,7 @@
 // bounded incoming queue and the drain around it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -79,6 +80,7 @@ struct DraftWant;
 struct SpecCandidates;
 using LivePtr = std::unique_ptr<LiveRequest>;
 class MaskWorkers;  // scheduler/mask_workers.h
+class ForkJoin;     // scheduler/fork_join.h
 using ByHandle = absl::flat_hash_map<uint64_t, LiveRequest*>;
 
 struct LoopOptions {
@@ -149,6 +151,12 @@ struct LoopOptions {
   // walks the vocabulary. 0: the engine thread classifies on first use and every other row
   // waits (the behaviour before; benchmarks compare the two). The tokens are the same.
   int mask_workers = 2;
+  // Threads beside the engine thread that fill the masks of a fed step's constrained rows when
+  // they are sampled late (scheduler/fork_join.h): each fill ORs the cached masks of the
+  // sample's grammar positions over the vocabulary's 16 KB and walks its stack-dependent tokens;
+  // a few hundred rows of that on one thread outlast the device's step. -1: half the cores, at
+  // most 8; 0: the engine thread alone. The tokens are the same.
+  int mask_fill_threads = -1;
 };
 
 // Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).
@@ -289,6 +297,16 @@ class EngineLoop {
   // end), filled into s.mask; empty for an unconstrained sample. Engine thread: waits for the
   // workers where a position is not classified (MaskReady said so and nothing else runs).
   std::span<const uint64_t> MaskFor(Live& live, size_t sample);
+  // MaskFor's work, safe on any thread for distinct samples: fills s.mask and marks it fresh
+  // (MaskFor then returns it as it is), counting a wait for a worker or a walk of its own.
+  struct MaskCounts {
+    std::atomic<int64_t> waits{0};
+    std::atomic<int64_t> walks{0};
+  };
+  void FillMask(Live& live, size_t sample, MaskCounts* counts);
+  void AddMaskCounts(const MaskCounts& counts);
+  // FillMask for these samples on the fill threads and the engine thread (mask_fill_).
+  void FillMasks(std::span<const std::pair<Live*, size_t>> samples);
   // Whether the sample's next mask is at hand without a vocabulary walk; if not, a worker is
   // asked for it and the sample sits out this step (counted).
   bool MaskReady(Live& live, size_t sample);
@@ -407,6 +425,7 @@ class EngineLoop {
   LoopStats stats_;
   // Made at the first constrained request (LoopOptions::mask_workers > 0).
   std::unique_ptr<MaskWorkers> mask_workers_;
+  std::unique_ptr<ForkJoin> mask_fill_;  // with mask_workers_ (LoopOptions::mask_fill_threads)
 };
 
 }  // namespace banyan::scheduler

@@ -57,6 +57,17 @@ bool EngineLoop::FinishLateSampling() {
   // Every decode row of the fed step is fed: its sample's state took the step before's token
   // (step_ahead 0 now, and no pending token for its penalties), and a constrained one's matcher
   // too, so its mask is known.
+  // The constrained rows' masks first, on the fill threads (FillMasks); the callback below then
+  // takes each as it is.
+  std::vector<std::pair<Live*, size_t>> masked;
+  for (kvcache::SeqId seq : runner_.late_seqs()) {
+    auto [l, k] = f.owner.at(seq);
+    if (l->state == RequestState::kDecoding && !l->samples[k].finished &&
+        l->samples[k].matcher.has_value()) {
+      masked.emplace_back(l, k);
+    }
+  }
+  FillMasks(masked);
   const absl::Status s = runner_.FinishLaunch([&](kvcache::SeqId seq, engine::SampleSpec* spec) {
     auto [l, k] = f.owner.at(seq);
     spec->step_ahead = 0;

@@ -76,6 +76,7 @@ struct LiveRequest {
     // trigger's), where a trigger may have begun.
     std::optional<text::grammar::Matcher> matcher;
     text::grammar::TokenBits mask;
+    bool mask_fresh = false;  // mask filled for the next draw already (EngineLoop::FillMasks)
     std::string trigger_tail;
   };
 
