@@ -19,7 +19,7 @@ namespace banyan::bench {
 
 // Median seconds of one GEMM-only decode step of `batch` rows of the shape `cfg`, over `reps`
 // graph replays (after three warm-up replays). `fp8`: the four projections of each layer as the
-// backend runs FP8 weights (engine/cuda/fp8_gemm.h with its default GEMV rows, per-channel
+// backend runs FP8 weights (engine/cuda/fp8_gemm.h, cuBLASLt, per-channel
 // weight and per-token activation scales, bf16 out; the activations' quantization not included),
 // the LM head in bf16 as before: the FP8 step's GEMM ceiling.
 absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cfg, int batch,

@@ -32,7 +32,7 @@
 // GEMMs (CudaBackendOptions::fp8_dummy; a loaded FP8 model needs no flag); the projection-only
 // GEMM step of the limit is then the FP8 one (bench/gemm_ceiling.h: the backend's FP8 path).
 // --fp8-gemv-rows N: FP8 products of at most N tokens as the GEMV of kernels/cuda/fp8_gemv.h
-// (CudaBackendOptions::fp8_gemv_max_rows; default 4, 0: cuBLASLt for all).
+// (CudaBackendOptions::fp8_gemv_max_rows; default 0: cuBLASLt for all).
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
 // eagerly (off), or both on the same backend (off first). With graphs the table gives the
 // captures in the timed steps and in the whole run (warm-up included; a TPP plan rebuild or a
@@ -115,7 +115,7 @@ struct Options {
   bool stagger = false;  // row i's prompt gets i % chunk more tokens: rows start chunks apart
   bool fp32_activations = false;  // CudaBackendOptions::narrow_activations off
   bool fp8 = false;               // --fp8: dummy projections FP8 (CudaBackendOptions::fp8_dummy)
-  int fp8_gemv_rows = 4;          // --fp8-gemv-rows (CudaBackendOptions::fp8_gemv_max_rows)
+  int fp8_gemv_rows = 0;          // --fp8-gemv-rows (CudaBackendOptions::fp8_gemv_max_rows)
   int early_launch_rows = -1;     // CudaBackendOptions::graph_early_launch_rows (-1: default)
   std::vector<bool> graphs = {true};
   bool limit = true;  // measure the projection-only GEMM step and print the physical limit
@@ -893,7 +893,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] "
                    "[--prefix 2048[,16384]] [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] "
-                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--pipeline] [--fp8] [--fp8-gemv-rows 4] "
+                   "[--chunk 64] [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--pipeline] [--fp8] [--fp8-gemv-rows 0] "
                    "[--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run] [--early-launch-rows 128]\n");
       return 2;
     }

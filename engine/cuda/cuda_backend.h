@@ -133,8 +133,9 @@ struct CudaBackendOptions {
   bool fp8_dummy = false;
   // FP8 products of at most this many tokens run as the weight-streaming GEMV
   // (kernels/cuda/fp8_gemv.h; at most kFp8GemvMaxRows), larger ones through cuBLASLt; 0: all
-  // through cuBLASLt.
-  int fp8_gemv_max_rows = 4;
+  // through cuBLASLt. Off by default: on an H100 (2026-12-05) the 8B step of one row took 6.73 ms
+  // with it against 6.68 ms without (the GEMV is correct, not yet fast; docs/benchmarks.md).
+  int fp8_gemv_max_rows = 0;
 };
 
 // The row count a decode-only step of `rows` rows runs at with pad_decode_rows: multiples of 8

@@ -64,7 +64,7 @@ class Fp8Gemm {
   // Products of at most `gemv_max_rows` tokens (at most kernels::cuda::kFp8GemvMaxRows) run as
   // the weight-streaming GEMV of kernels/cuda/fp8_gemv.h instead of cuBLASLt; 0: never.
   static absl::StatusOr<std::unique_ptr<Fp8Gemm>> Create(size_t workspace_bytes = 32u << 20,
-                                                         int gemv_max_rows = 4);
+                                                         int gemv_max_rows = 0);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;

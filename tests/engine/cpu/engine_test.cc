@@ -33,10 +33,12 @@ const std::string kModelDir = std::string(BANYAN_SOURCE_DIR) + "/models/stories2
 // settings of `banyan generate` (every request admitted at once, whole prompts prefilled).
 struct Engine {
   explicit Engine(const model::ModelWeights* w, int chunks = 512, int chunk_size = 16,
-                  AttentionMode mode = AttentionMode::kTpp)
+                  AttentionMode mode = AttentionMode::kTpp, int32_t fp8_activation_group = 0)
       : loop(w->config, nullptr,
-             *CpuBackend::Create(w, {.num_chunks = chunks, .chunk_size = chunk_size,
-                                     .attention = mode}),
+             *CpuBackend::Create(w, {.num_chunks = chunks,
+                                     .chunk_size = chunk_size,
+                                     .attention = mode,
+                                     .fp8_activation_group = fp8_activation_group}),
              {.max_running_sequences = 1024, .prefill_token_budget = 1 << 20, .attention = mode}),
         tree(loop.tree()), backend(&loop.backend()) {}
   absl::StatusOr<std::vector<scheduler::GenerationResult>> Run(
@@ -499,6 +501,28 @@ TEST(Fp8ForwardTest, QuantizationFlagComputesWithTheFp8RoundedWeights) {
   EXPECT_LT(RelErr(got, NaiveLogits(ref, prompt)), kFp8Tolerance);
   // FP8 rounding is visible: the unquantized model's logits are far from these.
   EXPECT_GT(RelErr(got, NaiveLogits(dense, prompt)), 100 * kFp8Tolerance);
+}
+
+// CpuBackendOptions::fp8_activation_group rounds each projection's input as the W8A8 GEMMs do:
+// the logits move by what FP8's 3 mantissa bits make of a small random model (0.07 here), and
+// rounding per 128 elements moves them no more than per token (within noise).
+TEST(Fp8ForwardTest, ActivationRoundingMovesLogitsByFp8Steps) {
+  BANYAN_SEEDED_RNG(rng);
+  model::ModelWeights fp8 = model::MakeDummyWeights(Fp8ForwardConfig(), rng() | 1);
+  ASSERT_TRUE(model::QuantizeWeightsFp8(&fp8).ok());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 12; ++i) prompt.push_back(static_cast<int32_t>(rng() % 40));
+  Engine plain(&fp8, 64, 16), per_token(&fp8, 64, 16, AttentionMode::kTpp, 1 << 30),
+      per_128(&fp8, 64, 16, AttentionMode::kTpp, 128);
+  const std::vector<float> a = plain.PrefillLogits(prompt);
+  const std::vector<float> t = per_token.PrefillLogits(prompt);
+  const std::vector<float> g = per_128.PrefillLogits(prompt);
+  const double et = RelErr(t, a), eg = RelErr(g, a);
+  std::printf("[ fp8 activations ] logits moved by %.4f (per token), %.4f (per 128)\n", et, eg);
+  EXPECT_GT(et, 1e-3);
+  EXPECT_LT(et, 0.3);
+  EXPECT_GT(eg, 0.0);
+  EXPECT_LE(eg, et * 1.5) << "finer groups round no worse, within noise";
 }
 
 }  // namespace
