@@ -487,12 +487,15 @@ TEST_F(CudaBackendTest, DeviceDummyWeightsEqualHostDummyWeights) {
 
 // FP8 projections as W8A8 GEMMs against the CPU backend on the same FP8 weights (dequantized)
 // with every projection's input rounded to FP8 as the GPU rounds it
-// (CpuBackendOptions::fp8_activation_group: per token, or per 128 for block scales). What still
-// differs is the GPU's bf16 activations and KV, and an FP8 rounding that such a difference moves
-// across a code boundary (a relative error of 2^-4 for that element), hence kFp8Tol on the
-// logits' relative norm, above bf16's. Against unrounded inputs the error was 0.08-0.107 (H100,
-// 2026-12-05): the rounding itself, which the reference must share.
-constexpr double kFp8Tol = 0.05;
+// (CpuBackendOptions::fp8_activation_group: per token, or per 128 for block scales). The two
+// roundings are shared only where both sides' inputs are equal: a bf16-sized difference moves
+// about 4 % of a row's elements across an E4M3 boundary (one step, about 9 %), and after the
+// first projections the inputs differ by more, so the roundings become independent. Each costs
+// these small random models' logits about 0.07 (Fp8ForwardTest.ActivationRoundingMoves...), two
+// independent ones about 0.1: the H100 gave 0.102-0.109 per channel and 0.077-0.085 with blocks
+// (2026-12-05), the same against unrounded inputs. kFp8Tol is that model's bound, not a tight
+// check: the layouts and scales are checked tightly by gpu_fp8_test (5e-3 against float64).
+constexpr double kFp8Tol = 0.15;
 constexpr int32_t kPerToken = 1 << 30;  // fp8_activation_group: one scale per token
 
 TEST_F(CudaBackendTest, Fp8PerChannelProjectionsMatchCpu) {

@@ -173,8 +173,10 @@ std::vector<float> Reference(const std::vector<uint8_t>& a_codes,
 }
 
 // `gemv_rows`: Fp8Gemm::Create's (products of at most that many rows run as the GEMV).
+// `residual`: the product added into an fp32 output (beta 1), as the backend's O and down
+// projections add into the residual stream; else written as bf16 (beta 0).
 void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937_64& rng,
-               int gemv_rows = 4) {
+               int gemv_rows = 4, bool residual = false) {
   SCOPED_TRACE(::testing::Message() << (scaling == Fp8Scaling::kPerRow ? "per row " : "blocks ")
                                     << M << " x " << N << " x " << K << ", GEMV up to "
                                     << gemv_rows << " rows");
@@ -214,12 +216,25 @@ void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937
                   .ok());
   absl::StatusOr<std::unique_ptr<Fp8Gemm>> gemm = Fp8Gemm::Create(32u << 20, gemv_rows);
   ASSERT_TRUE(gemm.ok()) << gemm.status();
-  DeviceArray<uint16_t> out_d(rows * N);
-  const absl::Status run =
-      (*gemm)->Run(scaling, {w_codes.get(), w_scales.get()}, {a_codes.get(), a_scales.get()},
-                   out_d.get(), CUDA_R_16BF, rows, N, K, 0.0f, nullptr);
-  ASSERT_TRUE(run.ok()) << run;
-  std::vector<float> got = FromDtype(DType::kBf16, out_d.Download());
+  std::vector<float> got;
+  if (residual) {
+    std::vector<float> before(rows * N);  // the residual the product is added to
+    for (float& v : before) v = nd(rng) * 20.0f;
+    DeviceArray<float> out_d(before);
+    const absl::Status run =
+        (*gemm)->Run(scaling, {w_codes.get(), w_scales.get()}, {a_codes.get(), a_scales.get()},
+                     out_d.get(), CUDA_R_32F, rows, N, K, 1.0f, nullptr);
+    ASSERT_TRUE(run.ok()) << run;
+    got = out_d.Download();
+    for (size_t i = 0; i < got.size(); ++i) got[i] -= before[i];
+  } else {
+    DeviceArray<uint16_t> out_d(rows * N);
+    const absl::Status run =
+        (*gemm)->Run(scaling, {w_codes.get(), w_scales.get()}, {a_codes.get(), a_scales.get()},
+                     out_d.get(), CUDA_R_16BF, rows, N, K, 0.0f, nullptr);
+    ASSERT_TRUE(run.ok()) << run;
+    got = FromDtype(DType::kBf16, out_d.Download());
+  }
   const std::vector<float> want =
       Reference(a_codes.Download(), a_scales.Download(), group, rows, group_major, q, M);
   int64_t padding_not_zero = 0;
@@ -236,6 +251,8 @@ TEST(Fp8Gemm, PerRowScalesMatchTheFloat64Product) {
   CheckGemm(Fp8Scaling::kPerRow, 1, 1024, 4096, rng, /*gemv_rows=*/0);  // cuBLASLt at one row
   CheckGemm(Fp8Scaling::kPerRow, 33, 1000, 1040, rng);  // widths not multiples of 128
   CheckGemm(Fp8Scaling::kPerRow, 3, 1000, 1040, rng);
+  // Added into an fp32 residual (beta 1), through the GEMV and through cuBLASLt.
+  for (int64_t M : {2, 64}) CheckGemm(Fp8Scaling::kPerRow, M, 1024, 4096, rng, 4, true);
 }
 
 TEST(Fp8Gemm, BlockScalesMatchTheFloat64Product) {
@@ -244,6 +261,7 @@ TEST(Fp8Gemm, BlockScalesMatchTheFloat64Product) {
   CheckGemm(Fp8Scaling::kBlock128, 1, 1024, 4096, rng, /*gemv_rows=*/0);  // cuBLASLt, 4 rows
   CheckGemm(Fp8Scaling::kBlock128, 33, 1152, 1408, rng);  // 9 x 11 blocks
   CheckGemm(Fp8Scaling::kBlock128, 2, 1152, 1408, rng);
+  for (int64_t M : {2, 64}) CheckGemm(Fp8Scaling::kBlock128, M, 1024, 4096, rng, 4, true);
 }
 
 TEST(Fp8Gemm, RefusesShapesTheTensorCoresCannotTake) {
