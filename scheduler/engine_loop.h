@@ -193,6 +193,8 @@ struct LoopStats {
   // included; the device ran the step's layers meanwhile).
   int64_t late_sampled_steps = 0;
   double late_sampling_seconds = 0;
+  double late_fill_seconds = 0;    // of it, filling the constrained rows' masks (FillMasks)
+  double late_launch_seconds = 0;  // of it, completing the specs and the backend's launch
   int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
   // Draft heads: wall time of drafting (Backend::DraftTrees, on the collect path of each step
   // that drafts), the steps that drafted, and the calls that failed (those samples decoded

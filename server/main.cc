@@ -390,6 +390,13 @@ void LogEngineReport(scheduler::Scheduler& sched) {
                st.decode_backend_launch_seconds, st.host_seconds,
                sched.loop().overlap() ? "on" : "off", st.fed_steps, st.fed_launch_seconds,
                st.fed_fallbacks, st.late_sampled_steps, st.late_sampling_seconds);
+  if (st.late_sampled_steps > 0 || st.mask_sit_outs > 0) {
+    spdlog::info("engine: constrained rows: late sampling {:.3f} s = {:.3f} s filling masks + "
+                 "{:.3f} s completing the specs and launching the sampling; {} waits for a mask "
+                 "worker, {} sit-outs, {} walks on the engine thread",
+                 st.late_sampling_seconds, st.late_fill_seconds, st.late_launch_seconds,
+                 st.mask_waits, st.mask_sit_outs, st.mask_walks_on_loop);
+  }
   if (st.decode_steps > 0) {
     const double per = 1e3 / static_cast<double>(st.decode_steps);
     spdlog::info("engine: host work before each decode launch, ms per step: {:.3f} taking the "

@@ -68,6 +68,7 @@ bool EngineLoop::FinishLateSampling() {
     }
   }
   FillMasks(masked);
+  const auto t1 = std::chrono::steady_clock::now();
   const absl::Status s = runner_.FinishLaunch([&](kvcache::SeqId seq, engine::SampleSpec* spec) {
     auto [l, k] = f.owner.at(seq);
     spec->step_ahead = 0;
@@ -76,8 +77,11 @@ bool EngineLoop::FinishLateSampling() {
       spec->allowed = MaskFor(*l, k);
     }
   });
+  const auto t2 = std::chrono::steady_clock::now();
   ++stats_.late_sampled_steps;
-  stats_.late_sampling_seconds += Seconds(t0, std::chrono::steady_clock::now());
+  stats_.late_sampling_seconds += Seconds(t0, t2);
+  stats_.late_fill_seconds += Seconds(t0, t1);
+  stats_.late_launch_seconds += Seconds(t1, t2);
   if (s.ok()) return true;
   FailAll(s);
   f = InFlightStep{};  // the runner dropped it; the failed requests' sequences went with FailAll
