@@ -178,7 +178,10 @@ std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) {
 
 void EngineLoop::FillMasks(std::span<const std::pair<Live*, size_t>> samples) {
   MaskCounts counts;
-  auto fill = [&](size_t i) { FillMask(*samples[i].first, samples[i].second, &counts); };
+  const bool classify_here = mask_fill_ != nullptr;
+  auto fill = [&](size_t i) {
+    FillMask(*samples[i].first, samples[i].second, &counts, classify_here);
+  };
   if (mask_fill_ != nullptr) {
     mask_fill_->Run(samples.size(), fill);
   } else {
@@ -190,14 +193,17 @@ void EngineLoop::FillMasks(std::span<const std::pair<Live*, size_t>> samples) {
 void EngineLoop::AddMaskCounts(const MaskCounts& counts) {
   stats_.mask_waits += counts.waits.load();
   stats_.mask_walks_on_loop += counts.walks.load();
+  stats_.mask_walks_on_fill += counts.fill_walks.load();
 }
 
-void EngineLoop::FillMask(Live& live, size_t sample, MaskCounts* counts) {
+void EngineLoop::FillMask(Live& live, size_t sample, MaskCounts* counts, bool classify_here) {
   Live::Sample& s = live.samples[sample];
   if (!s.matcher.has_value()) return;
   text::grammar::TokenMasker& masker = *live.req.constraint->masker;
   if (!masker.Ready(*s.matcher)) {
-    if (mask_workers_ != nullptr) {
+    if (classify_here) {
+      counts->fill_walks.fetch_add(1);  // FillMask below classifies what is missing, here
+    } else if (mask_workers_ != nullptr) {
       counts->waits.fetch_add(1);
       mask_workers_->Wait(live.req.constraint->masker, *s.matcher);
     } else {

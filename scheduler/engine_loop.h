@@ -209,6 +209,7 @@ struct LoopStats {
   int64_t mask_sit_outs = 0;
   int64_t mask_waits = 0;
   int64_t mask_walks_on_loop = 0;
+  int64_t mask_walks_on_fill = 0;  // masks whose new positions a fill thread classified
   kvcache::MemoryStats peak;       // at the step with the most live chunks
 };
 
@@ -300,12 +301,16 @@ class EngineLoop {
   // workers where a position is not classified (MaskReady said so and nothing else runs).
   std::span<const uint64_t> MaskFor(Live& live, size_t sample);
   // MaskFor's work, safe on any thread for distinct samples: fills s.mask and marks it fresh
-  // (MaskFor then returns it as it is), counting a wait for a worker or a walk of its own.
+  // (MaskFor then returns it as it is), counting a wait for a worker or a walk of its own. A
+  // position not classified yet is waited for from the workers, or with `classify_here`
+  // classified on the calling thread (a fill thread: the engine thread waits for the fills
+  // anyway, and the fill threads outnumber the workers).
   struct MaskCounts {
     std::atomic<int64_t> waits{0};
     std::atomic<int64_t> walks{0};
+    std::atomic<int64_t> fill_walks{0};
   };
-  void FillMask(Live& live, size_t sample, MaskCounts* counts);
+  void FillMask(Live& live, size_t sample, MaskCounts* counts, bool classify_here = false);
   void AddMaskCounts(const MaskCounts& counts);
   // FillMask for these samples on the fill threads and the engine thread (mask_fill_).
   void FillMasks(std::span<const std::pair<Live*, size_t>> samples);
