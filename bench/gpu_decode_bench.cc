@@ -90,6 +90,7 @@
 #include "bench/gemm_ceiling.h"
 #include "bench/physical_limit.h"
 #include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/fp8_gemv.h"
 #include "model/dummy_weights.h"
 #include "model/model_io.h"
 #include "model/model_bundle.h"
@@ -855,8 +856,9 @@ int main(int argc, char** argv) {
       o.fp8 = true;
     } else if (a == "--fp8-gemv-rows") {
       if (!absl::SimpleAtoi(value(), &o.fp8_gemv_rows) || o.fp8_gemv_rows < 0 ||
-          o.fp8_gemv_rows > 4) {
-        std::fprintf(stderr, "--fp8-gemv-rows takes 0 to 4\n");
+          o.fp8_gemv_rows > banyan::kernels::cuda::kFp8GemvMaxRows) {
+        std::fprintf(stderr, "--fp8-gemv-rows takes 0 to %d\n",
+                     static_cast<int>(banyan::kernels::cuda::kFp8GemvMaxRows));
         return 2;
       }
     } else if (a == "--early-launch-rows") {
