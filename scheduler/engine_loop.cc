@@ -501,4 +501,8 @@ bool EngineLoop::FedReady() const {
   return true;
 }
 
+int64_t EngineLoop::mask_worker_walks() const {
+  return mask_workers_ == nullptr ? 0 : mask_workers_->classified();
+}
+
 }  // namespace banyan::scheduler

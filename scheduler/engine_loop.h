@@ -250,6 +250,8 @@ class EngineLoop {
   // Counters as of the last Step (requests_rejected_total is the front end's).
   const MetricsSnapshot& metrics() const { return metrics_; }
   const LoopStats& stats() const { return stats_; }
+  // Grammar positions the mask workers classified (vocabulary walks off the engine thread).
+  int64_t mask_worker_walks() const;
   const SpeculationGovernor& speculation_governor() const { return speculation_governor_; }
   const LoopOptions& options() const { return options_; }
   const model::ModelConfig& config() const { return config_; }

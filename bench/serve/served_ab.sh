@@ -21,7 +21,10 @@
 #   Environment: A_NAME (A), B_NAME (B), A_DAEMON_ARGS, B_DAEMON_ARGS, A_BENCH_ARGS, B_BENCH_ARGS
 #   (word-split flag lists), TOKENIZER, SHAPE (llama-3-8b-shape), VOCAB (128256), CLIENTS
 #   ("256 1024"), PREFIX (2048), OUTPUT_TOKENS (120), PROMPTS_PER_CLIENT (3), TEMPERATURE (1.0),
-#   KV_BYTES (80e9), PORT (18090), BACKEND (cuda; cpu with a tiny SHAPE checks the script), WORK.
+#   KV_BYTES (80e9), PORT (18090), BACKEND (cuda; cpu with a tiny SHAPE checks the script), WORK,
+#   WARMUP_PROMPTS (0): with N > 0, each setting first runs an unmeasured load of N x the largest
+#   C prompts on each daemon it uses (the steady state: for structured outputs, every grammar
+#   position the load meets already classified; with 0 the first C pays for a cold cache).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${1:?usage: served_ab.sh BIN_DIR}
@@ -36,6 +39,7 @@ PROMPTS_PER_CLIENT=${PROMPTS_PER_CLIENT:-3}
 TEMPERATURE=${TEMPERATURE:-1.0}
 KV_BYTES=${KV_BYTES:-80000000000}
 PORT=${PORT:-18090}
+WARMUP_PROMPTS=${WARMUP_PROMPTS:-0}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 max_clients=$(tr ' ' '\n' <<<"$CLIENTS" | sort -n | tail -1)
@@ -58,6 +62,7 @@ start_daemon() {  # start_daemon NAME ARGS: (re)starts banyand unless it runs wi
   stop_daemon
   running_args=$2
   running_name=$1
+  warmed=" "
   # shellcheck disable=SC2086  # the daemon args are a list of flags
   "$BIN/banyand" --backend "${BACKEND:-cuda}" --model "$model" "${tok[@]}" --http-port "$PORT" \
     --grpc-port $((PORT + 1)) --kv-memory "$KV_BYTES" --max-batch "$max_clients" \
@@ -82,6 +87,15 @@ for C in $CLIENTS; do
     name_var=${side}_NAME daemon_var=${side}_DAEMON_ARGS bench_var=${side}_BENCH_ARGS
     name=${!name_var}
     start_daemon "$name" "${!daemon_var:-}"
+    if ((WARMUP_PROMPTS > 0)) && [[ $warmed != *" $side "* ]]; then
+      # shellcheck disable=SC2086  # the bench args are a list of flags
+      "$BIN/banyan_serve_bench" --port "$PORT" --workload shared-prefix --prefix-tokens "$PREFIX" \
+        --suffix-tokens 1 --output-tokens "$OUTPUT_TOKENS" \
+        --num-prompts $((max_clients * WARMUP_PROMPTS)) --concurrency "$max_clients" \
+        --vocab "$VOCAB" --seed 7 --temperature "$TEMPERATURE" ${!bench_var:-} \
+        >"$WORK/warmup_$side.json" 2>"$WORK/warmup_$side.log" || status=1
+      warmed+="$side "
+    fi
     curl -sf "http://127.0.0.1:$PORT/metrics" >"$WORK/m0"
     # shellcheck disable=SC2086  # the bench args are a list of flags
     "$BIN/banyan_serve_bench" --port "$PORT" --workload shared-prefix --prefix-tokens "$PREFIX" \

@@ -424,7 +424,9 @@ void CompiledGrammar::BuildTable(int32_t rule) {
   }
   t.num_classes = cls + 1;  // at most 256: a class starts at a byte
   t.next.assign(rules_[rule].size() * t.num_classes, -1);
+  t.plain.assign(rules_[rule].size(), 0);
   for (size_t s = 0; s < rules_[rule].size(); ++s) {
+    t.plain[s] = rules_[rule][s].calls.empty() && !rules_[rule][s].accepting;
     for (const ByteEdge& e : rules_[rule][s].bytes) {
       for (int32_t c = t.byte_class[e.lo]; c <= t.byte_class[e.hi]; ++c) {
         t.next[s * t.num_classes + c] = e.next;

@@ -65,12 +65,27 @@ class CompiledGrammar {
     const Table& t = tables_[rule];
     return t.next[static_cast<size_t>(s) * t.num_classes + t.byte_class[byte]];
   }
+  // A state that neither calls nor accepts: a byte moves it to NextByte and nothing else
+  // happens (no push, no pop), the step a vocabulary walk takes almost every time.
+  bool plain(int32_t rule, int32_t s) const { return tables_[rule].plain[s] != 0; }
+  // One rule's transition table, for loops that step many bytes within the rule.
+  struct RuleView {
+    const uint8_t* byte_class;
+    int32_t num_classes;
+    const int32_t* next;   // [state * num_classes + class]
+    const uint8_t* plain;  // [state]
+  };
+  RuleView view(int32_t rule) const {
+    const Table& t = tables_[rule];
+    return RuleView{t.byte_class.data(), t.num_classes, t.next.data(), t.plain.data()};
+  }
 
  private:
   struct Table {
     std::array<uint8_t, 256> byte_class{};
     int32_t num_classes = 1;
     std::vector<int32_t> next;  // [state * num_classes + class]: the next state or -1
+    std::vector<uint8_t> plain;  // [state]: no calls, not accepting
   };
   void BuildTable(int32_t rule);
 

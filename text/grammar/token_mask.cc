@@ -69,17 +69,30 @@ std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rul
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
   }
-  // The trie walk: levels[d] is the stack set after the first d bytes of the current token;
-  // levels[0..valid] are those of the current token's prefix. touched[d]: some byte before d
-  // needed the unknown caller.
+  // The trie walk: level d is the stack set after the first d bytes of the current token;
+  // levels 0..valid are those of the current token's prefix. touched[d]: some byte before d
+  // needed the unknown caller. Almost every step is one top in a plain state (no call, no pop:
+  // CompiledGrammar::plain), which a level keeps as `single[d]` and steps with one table
+  // lookup; any other set is a TopSet in `sets[d]`, stepped by StepByte.
   walks_.fetch_add(1, std::memory_order_relaxed);
   auto out = std::make_shared<Classified>();
   out->accepted.assign((vocab_->size() + 63) / 64, 0);
   FramePool pool;
   const int32_t max_len = vocab_->max_len();
-  std::vector<TopSet> levels(max_len + 1);
+  std::vector<TopSet> sets(max_len + 1);
+  std::vector<Top> single(max_len + 1);
+  std::vector<char> is_single(max_len + 1, 0);
   std::vector<char> touched(max_len + 1, 0);
-  levels[0] = {Top{rule, state, FramePool::kContext}};
+  std::vector<CompiledGrammar::RuleView> views(grammar_->num_rules());
+  for (int32_t r = 0; r < grammar_->num_rules(); ++r) views[r] = grammar_->view(r);
+  // Stores `set` as level d: as a single plain top when it is one.
+  auto set_level = [&](int32_t d) {
+    is_single[d] = sets[d].size() == 1 && views[sets[d][0].rule].plain[sets[d][0].state];
+    if (is_single[d]) single[d] = sets[d][0];
+  };
+  auto live = [&](int32_t d) { return is_single[d] || !sets[d].empty(); };
+  sets[0] = {Top{rule, state, FramePool::kContext}};
+  set_level(0);
   int32_t valid = 0;
   const std::vector<int32_t>& sorted = vocab_->sorted();
   const std::vector<int32_t>& lcp = vocab_->shared_prefix();
@@ -88,14 +101,31 @@ std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rul
     const std::string_view bytes = vocab_->sorted_bytes(k);
     const int32_t len = static_cast<int32_t>(bytes.size());
     valid = std::min(valid, lcp[k]);
-    while (valid < len && !levels[valid].empty()) {
-      bool t = false;
-      StepByte(*grammar_, &pool, levels[valid], static_cast<uint8_t>(bytes[valid]),
-               &levels[valid + 1], &t);
-      touched[valid + 1] = touched[valid] || t;
+    while (valid < len && live(valid)) {
+      const uint8_t byte = static_cast<uint8_t>(bytes[valid]);
+      touched[valid + 1] = touched[valid];
+      if (is_single[valid]) {
+        const Top& t = single[valid];
+        const CompiledGrammar::RuleView& v = views[t.rule];
+        const int32_t next = v.next[static_cast<size_t>(t.state) * v.num_classes +
+                                    v.byte_class[byte]];
+        if (next >= 0 && v.plain[next]) {
+          is_single[valid + 1] = 1;
+          single[valid + 1] = Top{t.rule, next, t.parent};
+        } else {
+          is_single[valid + 1] = 0;
+          sets[valid + 1].clear();
+          if (next >= 0) sets[valid + 1].push_back(Top{t.rule, next, t.parent});
+        }
+      } else {
+        bool t = false;
+        StepByte(*grammar_, &pool, sets[valid], byte, &sets[valid + 1], &t);
+        if (t) touched[valid + 1] = 1;
+        set_level(valid + 1);
+      }
       ++valid;
     }
-    if (valid == len && !levels[len].empty()) {
+    if (valid == len && live(len)) {
       SetBit(&out->accepted, id);
     } else if (touched[valid]) {
       out->dependent.push_back(id);
