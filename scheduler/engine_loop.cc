@@ -262,6 +262,11 @@ void EngineLoop::Add(Request request, std::shared_ptr<RequestStream> stream,
     if (fill < 0) fill = std::min(8, static_cast<int>(std::thread::hardware_concurrency()) / 2);
     if (fill > 0) mask_fill_ = std::make_unique<ForkJoin>(fill);
   }
+  if (const auto& c = live->req.constraint; c != nullptr && mask_workers_ != nullptr &&
+                                            options_.mask_prefetch_after > 0 &&
+                                            c->masker->NoteUse() == options_.mask_prefetch_after) {
+    mask_workers_->Prefetch(c->masker, static_cast<size_t>(options_.mask_prefetch_positions));
+  }
   live->prompt_blocks = PromptBlocks(live->req.cache_namespace, live->req.prompt, chunk_size_);
   live->handle = live->arrival = ++arrival_counter_;
   waiting_.push_back(std::move(live));
@@ -502,7 +507,11 @@ bool EngineLoop::FedReady() const {
 }
 
 int64_t EngineLoop::mask_worker_walks() const {
-  return mask_workers_ == nullptr ? 0 : mask_workers_->classified();
+  return mask_workers_ == nullptr ? 0 : mask_workers_->walks();
+}
+
+int64_t EngineLoop::mask_prefetch_walks() const {
+  return mask_workers_ == nullptr ? 0 : mask_workers_->prefetch_walks();
 }
 
 }  // namespace banyan::scheduler

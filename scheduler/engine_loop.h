@@ -157,6 +157,14 @@ struct LoopOptions {
   // a few hundred rows of that on one thread outlast the device's step. -1: half the cores, at
   // most 8; 0: the engine thread alone. The tokens are the same.
   int mask_fill_threads = -1;
+  // A schema in steady use -- a tool's arguments that every call of an agent carries -- gets its
+  // grammar positions classified ahead of need by the mask workers (MaskWorkers::Prefetch,
+  // nearest the start first, behind every position a sample waits for) once this many requests
+  // have carried it; 0: never. At most mask_prefetch_positions positions per grammar, and never
+  // past half of the masker's cache (TokenMasker::max_cached: a bit per vocabulary token each,
+  // 16 KB at 128K tokens, 1,024 positions are 16 MiB).
+  int mask_prefetch_after = 4;
+  int mask_prefetch_positions = 1024;
 };
 
 // Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).
@@ -250,8 +258,10 @@ class EngineLoop {
   // Counters as of the last Step (requests_rejected_total is the front end's).
   const MetricsSnapshot& metrics() const { return metrics_; }
   const LoopStats& stats() const { return stats_; }
-  // Grammar positions the mask workers classified (vocabulary walks off the engine thread).
+  // Vocabulary walks the mask workers ran (off the engine thread), and of them those ahead of
+  // need (LoopOptions::mask_prefetch_after).
   int64_t mask_worker_walks() const;
+  int64_t mask_prefetch_walks() const;
   const SpeculationGovernor& speculation_governor() const { return speculation_governor_; }
   const LoopOptions& options() const { return options_; }
   const model::ModelConfig& config() const { return config_; }

@@ -13,6 +13,8 @@ MaskWorkers::~MaskWorkers() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
     queue_.clear();
+    prefetch_.clear();
+    grammars_.clear();
     work_cv_.SignalAll();
   }
   for (std::thread& t : threads_) t.join();
@@ -46,25 +48,81 @@ void MaskWorkers::Wait(const std::shared_ptr<text::grammar::TokenMasker>& masker
   while (queued()) done_cv_.Wait(&mu_);
 }
 
-int64_t MaskWorkers::classified() const {
+void MaskWorkers::Prefetch(std::shared_ptr<text::grammar::TokenMasker> masker, size_t limit) {
   absl::MutexLock lock(&mu_);
-  return classified_;
+  grammars_.emplace_back(std::move(masker), limit);
+  work_cv_.Signal();
+}
+
+void MaskWorkers::WaitIdle() {
+  absl::MutexLock lock(&mu_);
+  while (!queue_.empty() || !prefetch_.empty() || !grammars_.empty() || busy_ > 0) {
+    done_cv_.Wait(&mu_);
+  }
+}
+
+int64_t MaskWorkers::walks() const {
+  absl::MutexLock lock(&mu_);
+  return walks_;
+}
+
+int64_t MaskWorkers::prefetch_walks() const {
+  absl::MutexLock lock(&mu_);
+  return prefetch_walks_;
 }
 
 void MaskWorkers::Run() {
   for (;;) {
     Job job;
+    bool ahead = false;
     {
       absl::MutexLock lock(&mu_);
-      while (queue_.empty() && !stop_) work_cv_.Wait(&mu_);
-      if (stop_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      for (;;) {
+        while (queue_.empty() && prefetch_.empty() && grammars_.empty() && !stop_) {
+          work_cv_.Wait(&mu_);
+        }
+        if (stop_) return;
+        if (!queue_.empty()) {
+          job = std::move(queue_.front());
+          queue_.pop_front();
+          ++busy_;
+          break;
+        }
+        if (!grammars_.empty()) {
+          auto [masker, limit] = std::move(grammars_.front());
+          grammars_.pop_front();
+          ++busy_;
+          mu_.Unlock();
+          const auto positions = text::grammar::PositionsNearestFirst(masker->grammar(), limit);
+          mu_.Lock();
+          --busy_;
+          for (const auto& [rule, state] : positions) prefetch_.push_back({masker, rule, state});
+          done_cv_.SignalAll();
+          continue;
+        }
+        job = std::move(prefetch_.front());
+        prefetch_.pop_front();
+        // Ahead of need only into the cache's first half: never evict what samples use.
+        if (job.masker->classified() >= job.masker->max_cached() / 2) {
+          done_cv_.SignalAll();
+          continue;
+        }
+        // Asked for meanwhile (queued or being classified): that job does it.
+        if (!pending_.insert(KeyOf(job.masker.get(), job.rule, job.state)).second) {
+          done_cv_.SignalAll();  // WaitIdle may be waiting for prefetch_ to empty
+          continue;
+        }
+        ahead = true;
+        ++busy_;
+        break;
+      }
     }
-    job.masker->Prepare(job.rule, job.state);
+    const bool walked = job.masker->Prepare(job.rule, job.state);
     absl::MutexLock lock(&mu_);
     pending_.erase(KeyOf(job.masker.get(), job.rule, job.state));
-    ++classified_;
+    --busy_;
+    walks_ += walked;
+    prefetch_walks_ += walked && ahead;
     done_cv_.SignalAll();
   }
 }

@@ -9,6 +9,10 @@
 // drawn); the workers classify meanwhile, into the masker's own cache, where the next step finds
 // it. Wait is for a step that would otherwise run nothing at all.
 //
+// Prefetch queues a whole grammar behind every Request: when the workers have nothing asked of
+// them, they classify its positions nearest the start first (text/grammar/token_mask.h,
+// PositionsNearestFirst), so that a schema in steady use stops costing sit-outs and waits.
+//
 // Thread-safe. Each position is queued once while it is queued or being classified. The workers
 // keep the maskers they work on alive; queued work is dropped at destruction.
 #pragma once
@@ -43,7 +47,14 @@ class MaskWorkers {
   void Wait(const std::shared_ptr<text::grammar::TokenMasker>& masker,
             const text::grammar::Matcher& matcher);
 
-  int64_t classified() const;  // positions the workers classified
+  // Classifies up to `limit` positions of masker's grammar ahead of need, after any Request.
+  void Prefetch(std::shared_ptr<text::grammar::TokenMasker> masker, size_t limit);
+
+  // Blocks until nothing is queued, being classified or waiting to be prefetched.
+  void WaitIdle();
+
+  int64_t walks() const;           // vocabulary walks the workers ran, asked for or ahead
+  int64_t prefetch_walks() const;  // of them, ahead of need
 
  private:
   struct Job {
@@ -60,10 +71,17 @@ class MaskWorkers {
   mutable absl::Mutex mu_;
   absl::CondVar work_cv_;  // a job was queued, or stop_
   absl::CondVar done_cv_;  // a job finished
-  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);     // asked for: first
+  std::deque<Job> prefetch_ ABSL_GUARDED_BY(mu_);  // ahead of need: when queue_ is empty
+  // Grammars to prefetch, turned into prefetch_ jobs by a worker (a search over the automaton,
+  // kept off the caller's thread) with their limits.
+  std::deque<std::pair<std::shared_ptr<text::grammar::TokenMasker>, size_t>> grammars_
+      ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Key> pending_ ABSL_GUARDED_BY(mu_);  // queued or being classified
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t classified_ ABSL_GUARDED_BY(mu_) = 0;
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;  // workers classifying or listing a grammar's positions
+  int64_t walks_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefetch_walks_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
 

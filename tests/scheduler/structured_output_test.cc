@@ -326,7 +326,7 @@ TEST_F(StructuredOutputTest, SittingOutForAMaskLeavesEveryTokenAsItWas) {
   const auto schema = FreshSchema(kSchema);
   auto after = RunWith(requests(schema),
                        {.max_running_sequences = 16, .prefill_token_budget = 64,
-                        .mask_workers = 2},
+                        .mask_workers = 2, .mask_prefetch_after = 0},
                        &after_stats);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_GT(before_stats.mask_walks_on_loop, 0);

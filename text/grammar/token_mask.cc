@@ -1,6 +1,7 @@
 #include "text/grammar/token_mask.h"
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
 #include <utility>
 
@@ -31,8 +32,16 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(
 }
 
 TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> grammar,
-                         std::shared_ptr<const Vocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {}
+                         std::shared_ptr<const Vocabulary> vocab, size_t max_cached_bytes)
+    : grammar_(std::move(grammar)),
+      vocab_(std::move(vocab)),
+      max_cached_(std::max<size_t>(
+          16, max_cached_bytes / (((static_cast<size_t>(vocab_->size()) + 63) / 64) * 8))) {}
+
+int64_t TokenMasker::evictions() const {
+  absl::MutexLock lock(&mu_);
+  return evictions_;
+}
 
 size_t TokenMasker::classified() const {
   absl::MutexLock lock(&mu_);
@@ -55,14 +64,19 @@ bool TokenMasker::Ready(const Matcher& matcher) const {
   return true;
 }
 
-void TokenMasker::Prepare(int32_t rule, int32_t state) { Classify(rule, state); }
+bool TokenMasker::Prepare(int32_t rule, int32_t state) {
+  bool walked = false;
+  Classify(rule, state, &walked);
+  return walked;
+}
 
 void TokenMasker::PrepareStart() {
   const Matcher start(grammar_);
-  for (const Top& top : start.tops()) Classify(top.rule, top.state);
+  for (const Top& top : start.tops()) Classify(top.rule, top.state, nullptr, /*pin=*/true);
 }
 
-std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rule, int32_t state) {
+std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rule, int32_t state,
+                                                                     bool* walked, bool pin) {
   const int64_t key = PositionKey(rule, state);
   {
     absl::MutexLock lock(&mu_);
@@ -75,6 +89,7 @@ std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rul
   // CompiledGrammar::plain), which a level keeps as `single[d]` and steps with one table
   // lookup; any other set is a TopSet in `sets[d]`, stepped by StepByte.
   walks_.fetch_add(1, std::memory_order_relaxed);
+  if (walked != nullptr) *walked = true;
   auto out = std::make_shared<Classified>();
   out->accepted.assign((vocab_->size() + 63) / 64, 0);
   FramePool pool;
@@ -133,7 +148,17 @@ std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rul
   }
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = cache_.try_emplace(key, std::move(out));
-  return it->second;
+  std::shared_ptr<const Classified> result = it->second;
+  if (inserted && !pin) {
+    order_.push_back(key);
+    // Oldest first; the entry just made (last in order_) stays.
+    while (cache_.size() > max_cached_ && order_.size() > 1) {
+      cache_.erase(order_.front());
+      order_.pop_front();
+      ++evictions_;
+    }
+  }
+  return result;
 }
 
 void TokenMasker::FillMask(const Matcher& matcher, TokenBits* mask) {
@@ -162,6 +187,32 @@ void TokenMasker::FillMaskSlow(const Matcher& matcher, TokenBits* mask) const {
       }
     }
   }
+}
+
+std::vector<std::pair<int32_t, int32_t>> PositionsNearestFirst(const CompiledGrammar& g,
+                                                               size_t limit) {
+  std::vector<std::pair<int32_t, int32_t>> out;
+  std::vector<std::vector<char>> seen(g.num_rules());
+  for (int32_t r = 0; r < g.num_rules(); ++r) seen[r].assign(g.num_states(r), 0);
+  std::deque<std::pair<int32_t, int32_t>> queue;
+  auto visit = [&](int32_t rule, int32_t s) {
+    if (seen[rule][s]) return;
+    seen[rule][s] = 1;
+    queue.emplace_back(rule, s);
+  };
+  visit(g.root(), 0);
+  while (!queue.empty() && out.size() < limit) {
+    const auto [rule, s] = queue.front();
+    queue.pop_front();
+    const CompiledGrammar::State& st = g.state(rule, s);
+    out.emplace_back(rule, s);
+    for (const CompiledGrammar::ByteEdge& e : st.bytes) visit(rule, e.next);
+    for (const CompiledGrammar::CallEdge& c : st.calls) {
+      visit(c.rule, 0);
+      visit(rule, c.next);
+    }
+  }
+  return out;
 }
 
 }  // namespace banyan::text::grammar

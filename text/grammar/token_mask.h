@@ -24,9 +24,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -71,8 +73,16 @@ class Vocabulary {
 
 class TokenMasker {
  public:
+  // Each classified position keeps a bit per token (16 KB at 128K tokens), and a grammar may
+  // have up to CompileLimits::max_dfa_states positions (a string of maxLength 400 alone is a few
+  // thousand): the cache holds at most `max_cached_bytes` of them, evicting the oldest first
+  // (never the start's, classified at compile). An evicted position is classified again when
+  // met again. Without the bound a junk model's random walks through one large schema could
+  // hold gigabytes.
+  static constexpr size_t kDefaultMaxCachedBytes = size_t{64} << 20;
   TokenMasker(std::shared_ptr<const CompiledGrammar> grammar,
-              std::shared_ptr<const Vocabulary> vocab);
+              std::shared_ptr<const Vocabulary> vocab,
+              size_t max_cached_bytes = kDefaultMaxCachedBytes);
 
   // The tokens `matcher` allows next, as vocab->size() bits. Classifies the positions of
   // matcher.tops() that are not yet (see Ready).
@@ -80,16 +90,24 @@ class TokenMasker {
   // Whether every position of matcher.tops() is classified: FillMask then costs a copy of the
   // cached bits and the per-step checks of the tokens that need the callers, no vocabulary walk.
   bool Ready(const Matcher& matcher) const;
-  // Classifies (rule, state) unless it is already (a walk over the vocabulary).
-  void Prepare(int32_t rule, int32_t state);
+  // Classifies (rule, state) unless it is already (a walk over the vocabulary). Returns whether
+  // it walked.
+  bool Prepare(int32_t rule, int32_t state);
   // Classifies the positions of the grammar's start: every sample's first mask.
   void PrepareStart();
   // Every token checked byte by byte against the matcher (no cache): the reference.
   void FillMaskSlow(const Matcher& matcher, TokenBits* mask) const;
 
   const Vocabulary& vocab() const { return *vocab_; }
-  // How many (rule, state) positions have been classified (cache entries).
+  const CompiledGrammar& grammar() const { return *grammar_; }
+  // Counts a request that carries this constraint; returns the count so far (the caller's cue
+  // to classify positions ahead of need for a schema in steady use).
+  int64_t NoteUse() { return uses_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  // How many (rule, state) positions are classified now (cache entries), and the most the
+  // cache holds.
   size_t classified() const;
+  size_t max_cached() const { return max_cached_; }
+  int64_t evictions() const;
   // Classifications run so far (vocabulary walks), by any thread: more than classified() only
   // when two threads walked the same position at once.
   int64_t walks() const { return walks_.load(std::memory_order_relaxed); }
@@ -99,14 +117,27 @@ class TokenMasker {
     TokenBits accepted;              // accepted without returning from the rule
     std::vector<int32_t> dependent;  // need the callers to decide
   };
-  std::shared_ptr<const Classified> Classify(int32_t rule, int32_t state);
+  // `pin`: never evicted (the start's positions).
+  std::shared_ptr<const Classified> Classify(int32_t rule, int32_t state, bool* walked = nullptr,
+                                             bool pin = false);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
+  const size_t max_cached_;  // positions, at least the start's plus a few
   std::atomic<int64_t> walks_{0};
+  std::atomic<int64_t> uses_{0};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int64_t, std::shared_ptr<const Classified>> cache_ ABSL_GUARDED_BY(mu_);
+  std::deque<int64_t> order_ ABSL_GUARDED_BY(mu_);  // evictable entries, oldest first
+  int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// The positions (rule, state) a matcher's top can stand on -- every state reachable from the
+// start, since a top is where a byte left it, before calls and pops -- in the order a breadth-first search from the root rule's start meets them (through byte edges, calls
+// and the states calls return to), at most `limit`: what to classify ahead of need, nearest
+// the start first.
+std::vector<std::pair<int32_t, int32_t>> PositionsNearestFirst(const CompiledGrammar& g,
+                                                               size_t limit);
 
 }  // namespace banyan::text::grammar
 

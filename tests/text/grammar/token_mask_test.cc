@@ -1,7 +1,10 @@
 // Token masks against the reference (every token checked byte by byte against the matcher),
 // on random vocabularies and random walks through grammars with calls and pops, where the
 // cached, context-free classification has to hand the right tokens to the per-step check.
+#include <algorithm>
 #include <random>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -139,6 +142,90 @@ TEST(TokenMaskTest, SpecialTokensAreNeverAllowed) {
   EXPECT_FALSE(TestBit(mask, 1));
   EXPECT_TRUE(TestBit(mask, 2));
   EXPECT_FALSE(TestBit(mask, 3));
+}
+
+// What the mask workers classify ahead of need: every position a matcher's top stands on in
+// random walks through a grammar with calls and pops, each once, the root's start first, and no
+// more than the limit.
+TEST(TokenMaskTest, PositionsNearestFirstCoverEveryTopOnce) {
+  BANYAN_SEEDED_RNG(rng);
+  const auto schema = nlohmann::ordered_json::parse(R"({
+    "type": "object",
+    "properties": {
+      "s": {"type": "string", "maxLength": 6},
+      "b": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}
+    },
+    "$defs": {"node": {"type": "object", "properties": {"k": {"$ref": "#/$defs/node"}}}}
+  })");
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(schema);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto c = MustCompile(*g);
+  ASSERT_NE(c, nullptr);
+  const auto all = PositionsNearestFirst(*c, size_t{1} << 30);
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all[0], std::make_pair(c->root(), 0));
+  std::set<std::pair<int32_t, int32_t>> listed(all.begin(), all.end());
+  EXPECT_EQ(listed.size(), all.size()) << "each position once";
+  const auto few = PositionsNearestFirst(*c, 3);
+  ASSERT_EQ(few.size(), 3u);
+  EXPECT_TRUE(std::equal(few.begin(), few.end(), all.begin())) << "a prefix of the whole order";
+
+  auto vocab = RandomVocabulary(rng, "{}[]\":, 0123bksxyz", 800);
+  TokenMasker masker(c, vocab);
+  int tops = 0;
+  for (int w = 0; w < 20; ++w) {
+    Matcher m(c);
+    for (int step = 0; step < 60; ++step) {
+      for (const Top& t : m.tops()) {
+        ++tops;
+        EXPECT_TRUE(listed.contains({t.rule, t.state})) << "rule " << t.rule << " state " << t.state;
+      }
+      TokenBits mask;
+      masker.FillMask(m, &mask);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab->size(); ++id) {
+        if (TestBit(mask, id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      ASSERT_TRUE(m.Accept(vocab->bytes(allowed[rng() % allowed.size()])));
+    }
+  }
+  EXPECT_GT(tops, 100);
+}
+
+// A cache bounded to a few positions evicts the oldest and classifies them again when met: the
+// masks stay those of the reference, and the cache never holds more than its bound.
+TEST(TokenMaskTest, ABoundedCacheEvictsAndStaysExact) {
+  BANYAN_SEEDED_RNG(rng);
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"s":{"type":"string","maxLength":30}},"required":["s"]})"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto c = MustCompile(*g);
+  ASSERT_NE(c, nullptr);
+  auto vocab = RandomVocabulary(rng, "{}\":, sabc\\", 300);
+  const size_t bytes_per_position = ((vocab->size() + 63) / 64) * 8;
+  TokenMasker masker(c, vocab, 16 * bytes_per_position);
+  ASSERT_EQ(masker.max_cached(), 16u);
+  masker.PrepareStart();
+  for (int w = 0; w < 10; ++w) {
+    Matcher m(c);
+    for (int step = 0; step < 40; ++step) {
+      TokenBits fast, slow;
+      masker.FillMask(m, &fast);
+      masker.FillMaskSlow(m, &slow);
+      ASSERT_EQ(fast, slow) << "walk " << w << " step " << step;
+      EXPECT_LE(masker.classified(), 16u + 1u) << "the bound, plus the pinned start";
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab->size(); ++id) {
+        if (TestBit(fast, id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      ASSERT_TRUE(m.Accept(vocab->bytes(allowed[rng() % allowed.size()])));
+    }
+  }
+  EXPECT_GT(masker.evictions(), 0);
+  Matcher start(c);
+  EXPECT_TRUE(masker.Ready(start)) << "the start is never evicted";
 }
 
 }  // namespace
