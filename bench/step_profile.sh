@@ -10,7 +10,9 @@
 #
 #   bench/step_profile.sh BIN_DIR [OUT]
 #     BIN_DIR holds gpu_decode_bench (and its libraries in BIN_DIR/../lib or LD_LIBRARY_PATH).
-#   Environment: SHAPE (llama-2-7b-shape), BATCH (1024), PREFIXES ("2048"), MODES ("none tpp").
+#   Environment: SHAPE (llama-2-7b-shape), BATCH (1024), PREFIXES ("2048"), MODES ("none tpp"),
+#   BENCH_ARGS (more gpu_decode_bench flags, word-split: --fp8 for the FP8 projections), TAG
+#   (appended to the output files' names).
 set -uo pipefail
 BIN=${1:?usage: step_profile.sh BIN_DIR [OUT]}
 OUT=${2:-${OUT:-/tmp/step-profile}}
@@ -19,20 +21,22 @@ SHAPE=${SHAPE:-llama-2-7b-shape}
 BATCH=${BATCH:-1024}
 PREFIXES=${PREFIXES:-2048}
 MODES=${MODES:-"none tpp"}
+BENCH_ARGS=${BENCH_ARGS:-}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 [ -z "$NCU" ] && { echo "step_profile.sh: no ncu"; exit 0; }
 for P in $PREFIXES; do
   for M in $MODES; do
-    tag="${SHAPE}_B${BATCH}_P${P}_$M"
+    tag="${SHAPE}_B${BATCH}_P${P}_$M${TAG:-}"
     # The graph step, same binary and shape (8 timed steps).
     "$BIN/gpu_decode_bench" --shape "$SHAPE" --batches "$BATCH" --prefix "$P" --steps 8 \
-      --modes "$M" --graphs on --no-limit >"$OUT/graph_$tag.txt" 2>&1
+      --modes "$M" --graphs on --no-limit $BENCH_ARGS >"$OUT/graph_$tag.txt" 2>&1
     graph_ms=$(awk -F'|' -v m="$M" '{ f = $5; gsub(/ /, "", f) } f == m { gsub(/ /, "", $6); print $6; exit }' \
       "$OUT/graph_$tag.txt")
     timeout 900 "$NCU" --csv --profile-from-start off --clock-control none \
       --metrics gpu__time_duration.sum \
       "$BIN/gpu_decode_bench" --shape "$SHAPE" --batches "$BATCH" --prefix "$P" --steps 1 \
-      --modes "$M" --graphs off --no-limit --profile-step >"$OUT/ncu_$tag.csv" 2>"$OUT/ncu_$tag.err"
+      --modes "$M" --graphs off --no-limit --profile-step $BENCH_ARGS >"$OUT/ncu_$tag.csv" \
+      2>"$OUT/ncu_$tag.err"
     echo "== $tag"
     echo "decode step with CUDA graphs: ${graph_ms:-?} ms (gpu_decode_bench, 8 steps)"
     python3 - "$OUT/ncu_$tag.csv" <<'PY'
@@ -50,7 +54,7 @@ def kind(name):
                        ("mergestates", "attention: merge"), ("genericdecode", "attention: generic"), ("prefill", "attention: prefill"),
                        ("rmsnorm", "RMSNorm"), ("ropekv", "RoPE + KV write"), ("copykvslots", "KV slot copies"), ("swiglu", "SwiGLU"),
                        ("embeddingkernel", "embedding"), ("argmax", "argmax"),
-                       ("gemm", "GEMM (cuBLAS)"), ("nvjet", "GEMM (cuBLAS)"), ("sm90_xmma", "GEMM (cuBLAS)"),
+                       ("fp8gemv", "GEMV (FP8)"), ("quantize", "FP8 quantize"), ("gemm", "GEMM (cuBLAS)"), ("nvjet", "GEMM (cuBLAS)"), ("sm90_xmma", "GEMM (cuBLAS)"),
                        ("cutlass", "GEMM (cuBLAS)"), ("splitk", "GEMM (cuBLAS)"),
                        ("memset", "memset")):
         if key in n: return label

@@ -510,6 +510,10 @@ int64_t EngineLoop::mask_worker_walks() const {
   return mask_workers_ == nullptr ? 0 : mask_workers_->walks();
 }
 
+int64_t EngineLoop::mask_prefetches() const {
+  return mask_workers_ == nullptr ? 0 : mask_workers_->prefetches();
+}
+
 int64_t EngineLoop::mask_prefetch_walks() const {
   return mask_workers_ == nullptr ? 0 : mask_workers_->prefetch_walks();
 }

@@ -158,13 +158,13 @@ struct LoopOptions {
   // most 8; 0: the engine thread alone. The tokens are the same.
   int mask_fill_threads = -1;
   // A schema in steady use -- a tool's arguments that every call of an agent carries -- gets its
-  // grammar positions classified ahead of need by the mask workers (MaskWorkers::Prefetch,
-  // nearest the start first, behind every position a sample waits for) once this many requests
-  // have carried it; 0: never. At most mask_prefetch_positions positions per grammar, and never
-  // past half of the masker's cache (TokenMasker::max_cached: a bit per vocabulary token each,
-  // 16 KB at 128K tokens, 1,024 positions are 16 MiB).
+  // grammar positions classified ahead of need by the mask workers (MaskWorkers::Prefetch: each
+  // class of positions' nearest first, behind every position a sample waits for) once this
+  // many requests have carried it; 0: never. At most mask_prefetch_positions positions per
+  // grammar, and never past three quarters of the masker's caches (TokenMasker: a short mask,
+  // 16 KB at 128K tokens, per class; a long one, a few hundred bytes, per position).
   int mask_prefetch_after = 4;
-  int mask_prefetch_positions = 1024;
+  int mask_prefetch_positions = 65536;
 };
 
 // Host-side accounting of the loop (tools and benchmarks print it; /metrics has the rest).
@@ -262,6 +262,7 @@ class EngineLoop {
   // need (LoopOptions::mask_prefetch_after).
   int64_t mask_worker_walks() const;
   int64_t mask_prefetch_walks() const;
+  int64_t mask_prefetches() const;  // grammars queued for classification ahead of need
   const SpeculationGovernor& speculation_governor() const { return speculation_governor_; }
   const LoopOptions& options() const { return options_; }
   const model::ModelConfig& config() const { return config_; }

@@ -51,7 +51,13 @@ void MaskWorkers::Wait(const std::shared_ptr<text::grammar::TokenMasker>& masker
 void MaskWorkers::Prefetch(std::shared_ptr<text::grammar::TokenMasker> masker, size_t limit) {
   absl::MutexLock lock(&mu_);
   grammars_.emplace_back(std::move(masker), limit);
+  ++prefetches_;
   work_cv_.Signal();
+}
+
+int64_t MaskWorkers::prefetches() const {
+  absl::MutexLock lock(&mu_);
+  return prefetches_;
 }
 
 void MaskWorkers::WaitIdle() {
@@ -93,7 +99,7 @@ void MaskWorkers::Run() {
           grammars_.pop_front();
           ++busy_;
           mu_.Unlock();
-          const auto positions = text::grammar::PositionsNearestFirst(masker->grammar(), limit);
+          const auto positions = masker->PrefetchOrder(limit);
           mu_.Lock();
           --busy_;
           for (const auto& [rule, state] : positions) prefetch_.push_back({masker, rule, state});
@@ -102,8 +108,9 @@ void MaskWorkers::Run() {
         }
         job = std::move(prefetch_.front());
         prefetch_.pop_front();
-        // Ahead of need only into the cache's first half: never evict what samples use.
-        if (job.masker->classified() >= job.masker->max_cached() / 2) {
+        // Ahead of need only into three quarters of the caches: never evict what samples use.
+        if (job.masker->classified() >= job.masker->max_cached() / 4 * 3 ||
+            job.masker->long_classified() >= job.masker->max_long_cached() / 4 * 3) {
           done_cv_.SignalAll();
           continue;
         }

@@ -10,8 +10,8 @@
 // it. Wait is for a step that would otherwise run nothing at all.
 //
 // Prefetch queues a whole grammar behind every Request: when the workers have nothing asked of
-// them, they classify its positions nearest the start first (text/grammar/token_mask.h,
-// PositionsNearestFirst), so that a schema in steady use stops costing sit-outs and waits.
+// them, they classify its positions, each class's nearest first (TokenMasker::PrefetchOrder),
+// so that a schema in steady use stops costing sit-outs and waits.
 //
 // Thread-safe. Each position is queued once while it is queued or being classified. The workers
 // keep the maskers they work on alive; queued work is dropped at destruction.
@@ -55,6 +55,7 @@ class MaskWorkers {
 
   int64_t walks() const;           // vocabulary walks the workers ran, asked for or ahead
   int64_t prefetch_walks() const;  // of them, ahead of need
+  int64_t prefetches() const;      // Prefetch calls (grammars)
 
  private:
   struct Job {
@@ -82,6 +83,7 @@ class MaskWorkers {
   int busy_ ABSL_GUARDED_BY(mu_) = 0;  // workers classifying or listing a grammar's positions
   int64_t walks_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t prefetch_walks_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefetches_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
 

@@ -394,10 +394,10 @@ void LogEngineReport(scheduler::Scheduler& sched) {
     spdlog::info("engine: constrained rows: late sampling {:.3f} s = {:.3f} s filling masks + "
                  "{:.3f} s completing the specs and launching the sampling; {} waits for a mask "
                  "worker, {} sit-outs; vocabulary walks: {} by the mask workers ({} of them ahead of "
-                 "need), {} on the engine thread, {} on the fill threads",
+                 "need, for {} grammars), {} on the engine thread, {} on the fill threads",
                  st.late_sampling_seconds, st.late_fill_seconds, st.late_launch_seconds,
                  st.mask_waits, st.mask_sit_outs, sched.loop().mask_worker_walks(),
-                 sched.loop().mask_prefetch_walks(),
+                 sched.loop().mask_prefetch_walks(), sched.loop().mask_prefetches(),
                  st.mask_walks_on_loop, st.mask_walks_on_fill);
   }
   if (st.decode_steps > 0) {

@@ -1,6 +1,6 @@
 """Records what a prefix-aware router would see from a small fleet of banyand replicas.
 
-Starts --replicas CPU banyand processes on the bundled model, each publishing KV-cache events
+Starts --replicas banyand processes on the bundled model (--backend cpu, or cuda: all on one GPU), each publishing KV-cache events
 on loopback (docs/kv_events.md), drives a generated shared-prefix workload through them
 round-robin, and writes to --out:
   trace.jsonl         one line per request: id, group (its system prompt), replica, namespace,
@@ -162,7 +162,7 @@ class Daemon:
               "endpoint": f"tcp://127.0.0.1:{self.pub}", "bind": True,
               "replay_endpoint": f"tcp://127.0.0.1:{self.replay}",
               "buffer_steps": 1000000, "topic": f"kv@replica-{index}@stories260K"}
-        cmd = [banyand, "--config", CONFIG, "--backend", "cpu", "--http-port", str(self.port),
+        cmd = [banyand, "--config", CONFIG, "--backend", args.backend, "--http-port", str(self.port),
                "--grpc-port", "0", "--tenants", tenants, "--chunk-size", str(args.chunk_size),
                "--kv-memory", args.kv_memory, "--max-batch", str(args.max_batch),
                "--debug-kv-blocks", "on", "--kv-events-config", json.dumps(kv)]
@@ -226,6 +226,7 @@ def main():
     p.add_argument("--banyand", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--backend", default="cpu", help="cpu, or cuda: every replica on the one GPU")
     p.add_argument("--groups", type=int, default=8)
     p.add_argument("--questions", type=int, default=24)
     p.add_argument("--system-tokens", type=int, default=192)

@@ -1,65 +1,157 @@
 #include "text/grammar/token_mask.h"
 
+#include "absl/container/flat_hash_set.h"
+
 #include <algorithm>
+#include <cstring>
 #include <deque>
-#include <numeric>
 #include <utility>
 
 namespace banyan::text::grammar {
+namespace {
 
-Vocabulary::Vocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(token_bytes)) {
-  for (int32_t id = 0; id < size(); ++id) {
-    if (!bytes_[id].empty()) sorted_.push_back(id);
-    max_len_ = std::max<int32_t>(max_len_, static_cast<int32_t>(bytes_[id].size()));
+void SortTokens(const std::vector<std::string>& bytes, std::vector<int32_t> ids,
+                Vocabulary::Sorted* out) {
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return bytes[a] < bytes[b]; });
+  out->ids = std::move(ids);
+  out->offsets.reserve(out->ids.size() + 1);
+  for (int32_t id : out->ids) {
+    out->offsets.push_back(out->text.size());
+    out->text += bytes[id];
+    out->max_len = std::max<int32_t>(out->max_len, static_cast<int32_t>(bytes[id].size()));
   }
-  std::sort(sorted_.begin(), sorted_.end(),
-            [&](int32_t a, int32_t b) { return bytes_[a] < bytes_[b]; });
-  sorted_offsets_.reserve(sorted_.size() + 1);
-  for (int32_t id : sorted_) {
-    sorted_offsets_.push_back(sorted_text_.size());
-    sorted_text_ += bytes_[id];
-  }
-  sorted_offsets_.push_back(sorted_text_.size());
-  lcp_.resize(sorted_.size(), 0);
-  for (size_t k = 1; k < sorted_.size(); ++k) {
-    const std::string& a = bytes_[sorted_[k - 1]];
-    const std::string& b = bytes_[sorted_[k]];
+  out->offsets.push_back(out->text.size());
+  out->lcp.assign(out->ids.size(), 0);
+  for (size_t k = 1; k < out->ids.size(); ++k) {
+    const std::string& a = bytes[out->ids[k - 1]];
+    const std::string& b = bytes[out->ids[k]];
     const size_t n = std::min(a.size(), b.size());
     size_t i = 0;
     while (i < n && a[i] == b[i]) ++i;
-    lcp_[k] = static_cast<int32_t>(i);
+    out->lcp[k] = static_cast<int32_t>(i);
   }
 }
 
+int64_t PositionKey(int32_t rule, int32_t state) {
+  return (static_cast<int64_t>(rule) << 32) | static_cast<uint32_t>(state);
+}
+
+// Appends v's bytes to a signature.
+void Put(std::string* sig, int32_t v) {
+  char b[sizeof v];
+  std::memcpy(b, &v, sizeof v);
+  sig->append(b, sizeof v);
+}
+
+}  // namespace
+
+Vocabulary::Vocabulary(std::vector<std::string> token_bytes, int32_t short_bytes)
+    : bytes_(std::move(token_bytes)), short_bytes_(std::max<int32_t>(short_bytes, 1)) {
+  std::vector<int32_t> short_ids, long_ids;
+  for (int32_t id = 0; id < size(); ++id) {
+    if (bytes_[id].empty()) continue;
+    (static_cast<int32_t>(bytes_[id].size()) <= short_bytes_ ? short_ids : long_ids).push_back(id);
+  }
+  SortTokens(bytes_, std::move(short_ids), &short_);
+  SortTokens(bytes_, std::move(long_ids), &long_);
+}
+
+std::vector<std::vector<int32_t>> BoundedClasses(const CompiledGrammar& g, int32_t depth,
+                                                 size_t* count) {
+  std::vector<std::vector<int32_t>> out(g.num_rules());
+  size_t total = 0;
+  absl::flat_hash_map<std::string, int32_t> ids;
+  std::string sig;
+  for (int32_t r = 0; r < g.num_rules(); ++r) {
+    const int32_t n = g.num_states(r);
+    const CompiledGrammar::RuleView v = g.view(r);
+    std::vector<int32_t>& cls = out[r];
+    cls.assign(n, 0);
+    // Round 0: what a position does without reading a byte (pop, calls and where they return).
+    ids.clear();
+    for (int32_t s = 0; s < n; ++s) {
+      const CompiledGrammar::State& st = g.state(r, s);
+      sig.clear();
+      Put(&sig, st.accepting ? 1 : 0);
+      for (const CompiledGrammar::CallEdge& c : st.calls) {
+        Put(&sig, c.rule);
+        Put(&sig, c.next);
+      }
+      cls[s] = ids.try_emplace(sig, static_cast<int32_t>(ids.size())).first->second;
+    }
+    size_t classes = ids.size();
+    // Round k: the class after k - 1 rounds, and those of the states each byte class leads to.
+    std::vector<int32_t> next_cls(n);
+    for (int32_t round = 0; round < depth && classes < static_cast<size_t>(n); ++round) {
+      ids.clear();
+      for (int32_t s = 0; s < n; ++s) {
+        sig.clear();
+        Put(&sig, cls[s]);
+        for (int32_t c = 0; c < v.num_classes; ++c) {
+          const int32_t t = v.next[static_cast<size_t>(s) * v.num_classes + c];
+          Put(&sig, t < 0 ? -1 : cls[t]);
+        }
+        next_cls[s] = ids.try_emplace(sig, static_cast<int32_t>(ids.size())).first->second;
+      }
+      cls.swap(next_cls);
+      if (ids.size() == classes) break;  // stable: no further round splits a class
+      classes = ids.size();
+    }
+    total += classes;
+  }
+  if (count != nullptr) *count = total;
+  return out;
+}
+
 TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> grammar,
-                         std::shared_ptr<const Vocabulary> vocab, size_t max_cached_bytes)
+                         std::shared_ptr<const Vocabulary> vocab, size_t max_cached_bytes,
+                         size_t max_long_cached)
     : grammar_(std::move(grammar)),
       vocab_(std::move(vocab)),
       max_cached_(std::max<size_t>(
-          16, max_cached_bytes / (((static_cast<size_t>(vocab_->size()) + 63) / 64) * 8))) {}
+          16, max_cached_bytes / (((static_cast<size_t>(vocab_->size()) + 63) / 64) * 8))),
+      max_long_cached_(max_long_cached > 0 ? max_long_cached : 16 * max_cached_) {
+  class_of_ = BoundedClasses(*grammar_, vocab_->short_bytes(), &num_classes_);
+}
+
+size_t TokenMasker::classified() const {
+  absl::MutexLock lock(&mu_);
+  return short_cache_.size();
+}
+
+size_t TokenMasker::long_classified() const {
+  absl::MutexLock lock(&mu_);
+  return long_cache_.size();
+}
 
 int64_t TokenMasker::evictions() const {
   absl::MutexLock lock(&mu_);
   return evictions_;
 }
 
-size_t TokenMasker::classified() const {
-  absl::MutexLock lock(&mu_);
-  return cache_.size();
+int64_t TokenMasker::ShortKey(int32_t rule, int32_t state) const {
+  return PositionKey(rule, class_of_[rule][state]);
 }
 
-namespace {
-
-int64_t PositionKey(int32_t rule, int32_t state) {
-  return (static_cast<int64_t>(rule) << 32) | static_cast<uint32_t>(state);
+std::vector<std::pair<int32_t, int32_t>> TokenMasker::PrefetchOrder(size_t limit) const {
+  const std::vector<std::pair<int32_t, int32_t>> all = PositionsNearestFirst(*grammar_, limit);
+  std::vector<std::pair<int32_t, int32_t>> out, rest;
+  out.reserve(all.size());
+  absl::flat_hash_set<int64_t> seen;
+  for (const auto& [rule, state] : all) {
+    (seen.insert(ShortKey(rule, state)).second ? out : rest).emplace_back(rule, state);
+  }
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
 }
-
-}  // namespace
 
 bool TokenMasker::Ready(const Matcher& matcher) const {
   absl::MutexLock lock(&mu_);
   for (const Top& top : matcher.tops()) {
-    if (!cache_.contains(PositionKey(top.rule, top.state))) return false;
+    if (!short_cache_.contains(ShortKey(top.rule, top.state)) ||
+        !long_cache_.contains(PositionKey(top.rule, top.state))) {
+      return false;
+    }
   }
   return true;
 }
@@ -75,32 +167,23 @@ void TokenMasker::PrepareStart() {
   for (const Top& top : start.tops()) Classify(top.rule, top.state, nullptr, /*pin=*/true);
 }
 
-std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rule, int32_t state,
-                                                                     bool* walked, bool pin) {
-  const int64_t key = PositionKey(rule, state);
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
-  }
+template <typename OnAccepted, typename OnDependent>
+void TokenMasker::Walk(const Vocabulary::Sorted& tokens, int32_t rule, int32_t state,
+                       OnAccepted on_accepted, OnDependent on_dependent) const {
   // The trie walk: level d is the stack set after the first d bytes of the current token;
   // levels 0..valid are those of the current token's prefix. touched[d]: some byte before d
   // needed the unknown caller. Almost every step is one top in a plain state (no call, no pop:
   // CompiledGrammar::plain), which a level keeps as `single[d]` and steps with one table
   // lookup; any other set is a TopSet in `sets[d]`, stepped by StepByte.
-  walks_.fetch_add(1, std::memory_order_relaxed);
-  if (walked != nullptr) *walked = true;
-  auto out = std::make_shared<Classified>();
-  out->accepted.assign((vocab_->size() + 63) / 64, 0);
   FramePool pool;
-  const int32_t max_len = vocab_->max_len();
+  const int32_t max_len = tokens.max_len;
   std::vector<TopSet> sets(max_len + 1);
   std::vector<Top> single(max_len + 1);
   std::vector<char> is_single(max_len + 1, 0);
   std::vector<char> touched(max_len + 1, 0);
   std::vector<CompiledGrammar::RuleView> views(grammar_->num_rules());
   for (int32_t r = 0; r < grammar_->num_rules(); ++r) views[r] = grammar_->view(r);
-  // Stores `set` as level d: as a single plain top when it is one.
+  // Stores sets[d] as level d: as a single plain top when it is one.
   auto set_level = [&](int32_t d) {
     is_single[d] = sets[d].size() == 1 && views[sets[d][0].rule].plain[sets[d][0].state];
     if (is_single[d]) single[d] = sets[d][0];
@@ -109,13 +192,10 @@ std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rul
   sets[0] = {Top{rule, state, FramePool::kContext}};
   set_level(0);
   int32_t valid = 0;
-  const std::vector<int32_t>& sorted = vocab_->sorted();
-  const std::vector<int32_t>& lcp = vocab_->shared_prefix();
-  for (size_t k = 0; k < sorted.size(); ++k) {
-    const int32_t id = sorted[k];
-    const std::string_view bytes = vocab_->sorted_bytes(k);
+  for (size_t k = 0; k < tokens.ids.size(); ++k) {
+    const std::string_view bytes = tokens.bytes(k);
     const int32_t len = static_cast<int32_t>(bytes.size());
-    valid = std::min(valid, lcp[k]);
+    valid = std::min(valid, tokens.lcp[k]);
     while (valid < len && live(valid)) {
       const uint8_t byte = static_cast<uint8_t>(bytes[valid]);
       touched[valid + 1] = touched[valid];
@@ -141,36 +221,96 @@ std::shared_ptr<const TokenMasker::Classified> TokenMasker::Classify(int32_t rul
       ++valid;
     }
     if (valid == len && live(len)) {
-      SetBit(&out->accepted, id);
+      on_accepted(k);
     } else if (touched[valid]) {
-      out->dependent.push_back(id);
+      on_dependent(k);
     }
   }
-  absl::MutexLock lock(&mu_);
-  auto [it, inserted] = cache_.try_emplace(key, std::move(out));
-  std::shared_ptr<const Classified> result = it->second;
-  if (inserted && !pin) {
-    order_.push_back(key);
-    // Oldest first; the entry just made (last in order_) stays.
-    while (cache_.size() > max_cached_ && order_.size() > 1) {
-      cache_.erase(order_.front());
-      order_.pop_front();
+}
+
+TokenMasker::Classified TokenMasker::Classify(int32_t rule, int32_t state, bool* walked,
+                                              bool pin) {
+  const int64_t short_key = ShortKey(rule, state);
+  const int64_t long_key = PositionKey(rule, state);
+  Classified out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = short_cache_.find(short_key); it != short_cache_.end()) {
+      out.short_mask = it->second;
+    }
+    if (auto it = long_cache_.find(long_key); it != long_cache_.end()) out.long_mask = it->second;
+  }
+  if (out.short_mask != nullptr && out.long_mask != nullptr) return out;
+  if (walked != nullptr) *walked = true;
+  std::shared_ptr<const ShortMask> made_short;
+  if (out.short_mask == nullptr) {
+    walks_.fetch_add(1, std::memory_order_relaxed);
+    auto m = std::make_shared<ShortMask>();
+    m->accepted.assign((vocab_->size() + 63) / 64, 0);
+    const Vocabulary::Sorted& tokens = vocab_->short_tokens();
+    Walk(
+        tokens, rule, state, [&](size_t k) { SetBit(&m->accepted, tokens.ids[k]); },
+        [&](size_t k) { m->dependent.push_back(tokens.ids[k]); });
+    made_short = std::move(m);
+  }
+  std::shared_ptr<const LongMask> made_long;
+  if (out.long_mask == nullptr) {
+    long_walks_.fetch_add(1, std::memory_order_relaxed);
+    auto m = std::make_shared<LongMask>();
+    const Vocabulary::Sorted& tokens = vocab_->long_tokens();
+    m->accepted.assign((tokens.ids.size() + 63) / 64, 0);
+    Walk(
+        tokens, rule, state, [&](size_t k) { m->accepted[k >> 6] |= uint64_t{1} << (k & 63); },
+        [&](size_t k) { m->dependent.push_back(tokens.ids[k]); });
+    made_long = std::move(m);
+  }
+  // Stores what was made (another thread may have stored the same first: keep that), then
+  // evicts the oldest beyond the bounds, never what was just stored.
+  // (Called with mu_ held.)
+  auto store = [&](auto& cache, auto& order, size_t bound, int64_t key, auto made, auto* into) {
+    auto [it, inserted] = cache.try_emplace(key, std::move(made));
+    *into = it->second;
+    if (!inserted || pin) return;
+    order.push_back(key);
+    while (cache.size() > bound && order.size() > 1) {
+      cache.erase(order.front());
+      order.pop_front();
       ++evictions_;
     }
+  };
+  absl::MutexLock lock(&mu_);
+  if (made_short != nullptr) {
+    store(short_cache_, short_order_, max_cached_, short_key, std::move(made_short),
+          &out.short_mask);
   }
-  return result;
+  if (made_long != nullptr) {
+    store(long_cache_, long_order_, max_long_cached_, long_key, std::move(made_long),
+          &out.long_mask);
+  }
+  return out;
 }
 
 void TokenMasker::FillMask(const Matcher& matcher, TokenBits* mask) {
   mask->assign((vocab_->size() + 63) / 64, 0);
+  const std::vector<int32_t>& long_ids = vocab_->long_tokens().ids;
   for (const Top& top : matcher.tops()) {
-    const std::shared_ptr<const Classified> c = Classify(top.rule, top.state);
-    for (size_t w = 0; w < mask->size(); ++w) (*mask)[w] |= c->accepted[w];
+    const Classified c = Classify(top.rule, top.state);
+    const TokenBits& bits = c.short_mask->accepted;
+    for (size_t w = 0; w < mask->size(); ++w) (*mask)[w] |= bits[w];
+    const std::vector<uint64_t>& long_bits = c.long_mask->accepted;
+    for (size_t w = 0; w < long_bits.size(); ++w) {
+      for (uint64_t b = long_bits[w]; b != 0; b &= b - 1) {
+        SetBit(mask, long_ids[w * 64 + static_cast<size_t>(__builtin_ctzll(b))]);
+      }
+    }
     // A pop below the root frame ends the input, so no byte can follow it: on the root frame
     // every context-dependent token is rejected without a look.
     if (top.parent == FramePool::kContext || top.parent == FramePool::kBottom) continue;
-    for (int32_t id : c->dependent) {
-      if (!TestBit(*mask, id) && matcher.AcceptsFrom(top, vocab_->bytes(id))) SetBit(mask, id);
+    for (const std::vector<int32_t>* dependent :
+         {&c.short_mask->dependent, &c.long_mask->dependent}) {
+      for (int32_t id : *dependent) {
+        if (!TestBit(*mask, id) && matcher.AcceptsFrom(top, vocab_->bytes(id))) SetBit(mask, id);
+      }
     }
   }
 }

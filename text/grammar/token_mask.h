@@ -10,20 +10,28 @@
 //     (never looked at again), or dependent on the callers (checked per step against the real
 //     stack). For JSON Schema grammars, whose rules are inlined, almost every token is decided
 //     by the cache; the dependent ones are those that close a nested value.
+//   - Positions that behave alike over the next Vocabulary::short_bytes() bytes (16 by
+//     default; 99 % of a 128K vocabulary's tokens are no longer) share the classification of
+//     those short tokens: a string of maxLength 400 is a few thousand automaton states, a
+//     counter each, but only the last 16 characters' states differ for a short token. So a
+//     position costs one walk over the short tokens per class of positions (bounded-depth
+//     equivalence, computed when the masker is made) plus its own walk over the ~1 % long
+//     tokens, about a hundredth of the work, and its cache entry is a few hundred bytes.
 // The special and control tokens (empty bytes) are never allowed by a grammar; end of sequence
 // is the caller's business (Matcher::CanEnd).
 //
 // TokenMasker is thread-safe: its cache is shared by every request with the same grammar and
-// vocabulary, and filled by whoever asks first. A classification walks the whole vocabulary
-// (milliseconds on a 128K vocabulary), so the engine thread never runs one: the start is
-// classified when the constraint is compiled (PrepareStart, on the front end's thread), and a
-// position met later is classified by a worker (Prepare) while the sample sits out a step
-// (scheduler/mask_workers.h); Ready says whether FillMask would walk.
+// vocabulary, and filled by whoever asks first. A classification walks the vocabulary
+// (milliseconds on a 128K vocabulary for a new class), so the engine thread never runs one: the
+// start is classified when the constraint is compiled (PrepareStart, on the front end's
+// thread), and a position met later is classified by a worker (Prepare) while the sample sits
+// out a step (scheduler/mask_workers.h); Ready says whether FillMask would walk.
 #ifndef BANYAN_TEXT_GRAMMAR_TOKEN_MASK_H_
 #define BANYAN_TEXT_GRAMMAR_TOKEN_MASK_H_
 
 #include <atomic>
 #include <cstdint>
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <string>
@@ -46,43 +54,52 @@ inline void SetBit(TokenBits* bits, int32_t id) { (*bits)[id >> 6] |= uint64_t{1
 
 class Vocabulary {
  public:
+  static constexpr int32_t kShortBytes = 16;
   // token_bytes[id]: the bytes the token stands for; empty for special and control tokens.
-  explicit Vocabulary(std::vector<std::string> token_bytes);
+  // Tokens of at most `short_bytes` bytes are short (see the top).
+  explicit Vocabulary(std::vector<std::string> token_bytes, int32_t short_bytes = kShortBytes);
+
+  // Non-empty tokens in byte order, each with the prefix it shares with the one before, their
+  // bytes from one buffer laid out in that order (the walk reads it front to back).
+  struct Sorted {
+    std::vector<int32_t> ids;
+    std::vector<int32_t> lcp;
+    std::string text;
+    std::vector<size_t> offsets;  // ids.size() + 1 entries
+    int32_t max_len = 0;
+    std::string_view bytes(size_t k) const {
+      return std::string_view(text).substr(offsets[k], offsets[k + 1] - offsets[k]);
+    }
+  };
 
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   std::string_view bytes(int32_t id) const { return bytes_[id]; }
-  // Non-empty tokens in byte order, and the prefix each shares with the one before it.
-  const std::vector<int32_t>& sorted() const { return sorted_; }
-  const std::vector<int32_t>& shared_prefix() const { return lcp_; }
-  // The bytes of sorted()[k], from one buffer laid out in sorted order (the walk reads it
-  // front to back instead of chasing a string per token).
-  std::string_view sorted_bytes(size_t k) const {
-    return std::string_view(sorted_text_).substr(sorted_offsets_[k],
-                                                 sorted_offsets_[k + 1] - sorted_offsets_[k]);
-  }
-  int32_t max_len() const { return max_len_; }
+  int32_t short_bytes() const { return short_bytes_; }
+  const Sorted& short_tokens() const { return short_; }
+  const Sorted& long_tokens() const { return long_; }
+  int32_t max_len() const { return std::max(short_.max_len, long_.max_len); }
 
  private:
   std::vector<std::string> bytes_;
-  std::vector<int32_t> sorted_;
-  std::vector<int32_t> lcp_;
-  std::string sorted_text_;
-  std::vector<size_t> sorted_offsets_;  // sorted().size() + 1 entries
-  int32_t max_len_ = 0;
+  int32_t short_bytes_;
+  Sorted short_;
+  Sorted long_;
 };
 
 class TokenMasker {
  public:
-  // Each classified position keeps a bit per token (16 KB at 128K tokens), and a grammar may
-  // have up to CompileLimits::max_dfa_states positions (a string of maxLength 400 alone is a few
-  // thousand): the cache holds at most `max_cached_bytes` of them, evicting the oldest first
-  // (never the start's, classified at compile). An evicted position is classified again when
-  // met again. Without the bound a junk model's random walks through one large schema could
-  // hold gigabytes.
+  // Each classified class keeps a bit per token (16 KB at 128K tokens), and a grammar may have
+  // up to CompileLimits::max_dfa_states positions: the cache holds at most `max_cached_bytes`
+  // of short masks, and `max_long_cached` long masks (a few hundred bytes each; 0: 16 times as
+  // many as short ones), evicting the
+  // oldest first (never the start's, classified at compile). An evicted entry is classified
+  // again when met again. Without the bound a junk model's random walks through one large
+  // schema could hold gigabytes. Making the masker computes the classes (bounded-depth
+  // equivalence over the automaton: milliseconds for tens of thousands of states).
   static constexpr size_t kDefaultMaxCachedBytes = size_t{64} << 20;
   TokenMasker(std::shared_ptr<const CompiledGrammar> grammar,
               std::shared_ptr<const Vocabulary> vocab,
-              size_t max_cached_bytes = kDefaultMaxCachedBytes);
+              size_t max_cached_bytes = kDefaultMaxCachedBytes, size_t max_long_cached = 0);
 
   // The tokens `matcher` allows next, as vocab->size() bits. Classifies the positions of
   // matcher.tops() that are not yet (see Ready).
@@ -90,8 +107,8 @@ class TokenMasker {
   // Whether every position of matcher.tops() is classified: FillMask then costs a copy of the
   // cached bits and the per-step checks of the tokens that need the callers, no vocabulary walk.
   bool Ready(const Matcher& matcher) const;
-  // Classifies (rule, state) unless it is already (a walk over the vocabulary). Returns whether
-  // it walked.
+  // Classifies (rule, state) unless it is already (a walk over the short tokens unless its class
+  // is classified, and one over the long tokens). Returns whether it walked.
   bool Prepare(int32_t rule, int32_t state);
   // Classifies the positions of the grammar's start: every sample's first mask.
   void PrepareStart();
@@ -103,34 +120,73 @@ class TokenMasker {
   // Counts a request that carries this constraint; returns the count so far (the caller's cue
   // to classify positions ahead of need for a schema in steady use).
   int64_t NoteUse() { return uses_.fetch_add(1, std::memory_order_relaxed) + 1; }
-  // How many (rule, state) positions are classified now (cache entries), and the most the
-  // cache holds.
+  // Short masks cached now (one per class of positions met), and the most the cache holds;
+  // long masks cached now (one per position met).
   size_t classified() const;
   size_t max_cached() const { return max_cached_; }
+  size_t long_classified() const;
+  size_t max_long_cached() const { return max_long_cached_; }
   int64_t evictions() const;
-  // Classifications run so far (vocabulary walks), by any thread: more than classified() only
-  // when two threads walked the same position at once.
+  // What to classify ahead of need, at most `limit` positions: the nearest position of each
+  // class first (its short walk serves the whole class), then the other positions (a long walk
+  // each), all nearest the start first (PositionsNearestFirst).
+  std::vector<std::pair<int32_t, int32_t>> PrefetchOrder(size_t limit) const;
+  // Classes of positions (all rules), and the class of (rule, state).
+  size_t num_classes() const { return num_classes_; }
+  int32_t class_of(int32_t rule, int32_t state) const { return class_of_[rule][state]; }
+  // Walks over the short tokens run so far (the costly part), by any thread: more than
+  // classified() only when two threads walked the same class at once or one was evicted; and
+  // walks over the long tokens (one per position met).
   int64_t walks() const { return walks_.load(std::memory_order_relaxed); }
+  int64_t long_walks() const { return long_walks_.load(std::memory_order_relaxed); }
 
  private:
-  struct Classified {
-    TokenBits accepted;              // accepted without returning from the rule
+  struct ShortMask {                 // per (rule, class of positions): the short tokens
+    TokenBits accepted;              // accepted without returning from the rule, by id
     std::vector<int32_t> dependent;  // need the callers to decide
   };
-  // `pin`: never evicted (the start's positions).
-  std::shared_ptr<const Classified> Classify(int32_t rule, int32_t state, bool* walked = nullptr,
-                                             bool pin = false);
+  struct LongMask {                  // per (rule, state): the long tokens
+    std::vector<uint64_t> accepted;  // a bit per index of Vocabulary::long_tokens()
+    std::vector<int32_t> dependent;  // ids
+  };
+  struct Classified {
+    std::shared_ptr<const ShortMask> short_mask;
+    std::shared_ptr<const LongMask> long_mask;
+  };
+  // `pin`: never evicted (the start's positions). *walked: a short or long walk ran here.
+  Classified Classify(int32_t rule, int32_t state, bool* walked = nullptr, bool pin = false);
+  // One trie walk of `tokens` from (rule, state): on_accepted(k) / on_dependent(k) with k the
+  // index into tokens.ids.
+  template <typename OnAccepted, typename OnDependent>
+  void Walk(const Vocabulary::Sorted& tokens, int32_t rule, int32_t state, OnAccepted on_accepted,
+            OnDependent on_dependent) const;
+  int64_t ShortKey(int32_t rule, int32_t state) const;
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
-  const size_t max_cached_;  // positions, at least the start's plus a few
+  // class_of_[rule][state]: positions with equal classes accept the same short tokens.
+  std::vector<std::vector<int32_t>> class_of_;
+  size_t num_classes_ = 0;
+  const size_t max_cached_;       // short masks, at least the start's plus a few
+  const size_t max_long_cached_;  // long masks
   std::atomic<int64_t> walks_{0};
+  std::atomic<int64_t> long_walks_{0};
   std::atomic<int64_t> uses_{0};
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<int64_t, std::shared_ptr<const Classified>> cache_ ABSL_GUARDED_BY(mu_);
-  std::deque<int64_t> order_ ABSL_GUARDED_BY(mu_);  // evictable entries, oldest first
+  absl::flat_hash_map<int64_t, std::shared_ptr<const ShortMask>> short_cache_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::shared_ptr<const LongMask>> long_cache_ ABSL_GUARDED_BY(mu_);
+  std::deque<int64_t> short_order_ ABSL_GUARDED_BY(mu_);  // evictable entries, oldest first
+  std::deque<int64_t> long_order_ ABSL_GUARDED_BY(mu_);
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// Classes of the automaton's positions by their behaviour over the next `depth` bytes (Moore's
+// refinement, stopped after `depth` rounds or once stable): positions of one rule in one class
+// accept, reject and hand to the callers the same byte strings of up to `depth` bytes. A call
+// edge counts with its exact return state. Returns [rule][state] -> class, classes numbered
+// from 0 within each rule; *count: their number over all rules.
+std::vector<std::vector<int32_t>> BoundedClasses(const CompiledGrammar& g, int32_t depth,
+                                                 size_t* count);
 
 // The positions (rule, state) a matcher's top can stand on -- every state reachable from the
 // start, since a top is where a byte left it, before calls and pops -- in the order a breadth-first search from the root rule's start meets them (through byte edges, calls

@@ -67,24 +67,34 @@ float ScaleAt(const std::vector<float>& s, int64_t r, int64_t g, int64_t groups,
 
 TEST(Fp8Quant, CodesAndScalesFollowTheRuleBitForBit) {
   BANYAN_SEEDED_RNG(rng);
-  for (int64_t cols : {1000, 4096})
+  // 1000: the per-128 rows take the plain kernel, per token the vectorized one; 4096, 14336
+  // (an 8B's model and MLP widths) and 28672 (a 70B's MLP) both vectorized, up to 1,024 threads
+  // a row; 100000 the plain kernel again. A row stride beyond cols and fp16 on some of them.
+  for (int64_t cols : {1000, 4096, 14336, 28672, 100000})
     for (bool per_token : {true, false})
       for (bool group_major : {false, true})
         for (int64_t pad_rows : {0, 40}) {
           if (per_token && group_major) continue;
+          const DType dtype = pad_rows > 0 && group_major ? DType::kFp16 : DType::kBf16;
+          const int64_t stride = pad_rows > 0 ? cols + 8 : cols;
           SCOPED_TRACE(::testing::Message()
                        << "cols " << cols << (per_token ? " per token" : " per 128")
-                       << (group_major ? " group-major" : "") << " pad to " << pad_rows);
+                       << (group_major ? " group-major" : "") << " pad to " << pad_rows
+                       << " stride " << stride << " " << kernels::cuda::DTypeName(dtype));
           const int64_t rows = 37, group = per_token ? cols : kFp8Group;
           const int64_t groups = (cols + group - 1) / group, all = std::max(rows, pad_rows);
           std::vector<float> x = Activations(rows, cols, rng);
-          for (float& v : x) v = ::banyan::testing::RoundTo(DType::kBf16, v);  // what the GPU reads
-          DeviceArray<uint16_t> x_d(ToDtype(DType::kBf16, x));
+          for (float& v : x) v = ::banyan::testing::RoundTo(dtype, v);  // what the GPU reads
+          std::vector<float> strided(rows * stride, 0.0f);
+          for (int64_t r = 0; r < rows; ++r) {
+            std::copy(x.begin() + r * cols, x.begin() + (r + 1) * cols, strided.begin() + r * stride);
+          }
+          DeviceArray<uint16_t> x_d(ToDtype(dtype, strided));
           DeviceArray<uint8_t> codes_d(all * cols);  // poisoned: padding rows must be written
           DeviceArray<float> scales_d(all * groups);
-          ASSERT_TRUE(kernels::cuda::QuantizeRowsFp8(DType::kBf16,
+          ASSERT_TRUE(kernels::cuda::QuantizeRowsFp8(dtype,
                                                      {.in = x_d.get(),
-                                                      .in_stride = 0,
+                                                      .in_stride = stride,
                                                       .rows = rows,
                                                       .cols = cols,
                                                       .group = static_cast<int32_t>(group),

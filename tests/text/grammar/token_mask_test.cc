@@ -19,9 +19,11 @@ namespace banyan::text::grammar {
 namespace {
 
 // Every single byte of `alphabet`, then random tokens of 2..6 bytes drawn from it, a few
-// empty (special) tokens, and some duplicates of earlier tokens.
+// empty (special) tokens, and some duplicates of earlier tokens. `short_bytes` 3 makes the
+// tokens of 4..6 bytes long ones (classified per position, not per class).
 std::shared_ptr<const Vocabulary> RandomVocabulary(std::mt19937_64& rng,
-                                                   const std::string& alphabet, int extra) {
+                                                   const std::string& alphabet, int extra,
+                                                   int32_t short_bytes = Vocabulary::kShortBytes) {
   std::vector<std::string> tokens;
   tokens.push_back("");  // a special token: never allowed
   for (char c : alphabet) tokens.push_back(std::string(1, c));
@@ -34,7 +36,7 @@ std::shared_ptr<const Vocabulary> RandomVocabulary(std::mt19937_64& rng,
     if (i % 37 == 0) tokens.push_back(t);  // the same bytes under two ids
   }
   tokens.push_back("");
-  return std::make_shared<const Vocabulary>(std::move(tokens));
+  return std::make_shared<const Vocabulary>(std::move(tokens), short_bytes);
 }
 
 // Random walks: at every step the fast mask must equal the reference, and the walk takes a
@@ -83,9 +85,12 @@ TEST(TokenMaskTest, MatchesTheReferenceThroughCallsAndPops) {
                          Seq({Literal("["), Ref(s), Literal("]")}), Literal("x")})));
   auto c = MustCompile(g);
   ASSERT_NE(c, nullptr);
-  auto vocab = RandomVocabulary(rng, "()[]xy", 400);
-  const int ended = CheckWalks(rng, c, vocab, 30, 60);
-  EXPECT_GT(ended, 0);
+  for (int32_t short_bytes : {Vocabulary::kShortBytes, 3}) {
+    SCOPED_TRACE(::testing::Message() << "short tokens up to " << short_bytes << " bytes");
+    auto vocab = RandomVocabulary(rng, "()[]xy", 400, short_bytes);
+    const int ended = CheckWalks(rng, c, vocab, 30, 60);
+    EXPECT_GT(ended, 0);
+  }
 }
 
 TEST(TokenMaskTest, MatchesTheReferenceOnAnyJson) {
@@ -94,9 +99,12 @@ TEST(TokenMaskTest, MatchesTheReferenceOnAnyJson) {
   ASSERT_TRUE(g.ok()) << g.status();
   auto c = MustCompile(*g);
   ASSERT_NE(c, nullptr);
-  auto vocab = RandomVocabulary(rng, "{}[]\":, 0123-.eatrufnlsx\\", 1500);
   std::vector<std::string> texts;
-  CheckWalks(rng, c, vocab, 20, 80, &texts);
+  for (int32_t short_bytes : {Vocabulary::kShortBytes, 3}) {
+    SCOPED_TRACE(::testing::Message() << "short tokens up to " << short_bytes << " bytes");
+    auto vocab = RandomVocabulary(rng, "{}[]\":, 0123-.eatrufnlsx\\", 1500, short_bytes);
+    CheckWalks(rng, c, vocab, 20, 80, &texts);
+  }
   for (const std::string& t : texts) {
     EXPECT_FALSE(nlohmann::json::parse(t, nullptr, false).is_discarded()) << t;
   }
@@ -118,9 +126,12 @@ TEST(TokenMaskTest, MatchesTheReferenceOnASchema) {
   ASSERT_TRUE(g.ok()) << g.status();
   auto c = MustCompile(*g);
   ASSERT_NE(c, nullptr);
-  auto vocab = RandomVocabulary(rng, "{}[]\":, 0123abckxyunl", 1500);
   std::vector<std::string> texts;
-  CheckWalks(rng, c, vocab, 20, 120, &texts);
+  for (int32_t short_bytes : {Vocabulary::kShortBytes, 3}) {
+    SCOPED_TRACE(::testing::Message() << "short tokens up to " << short_bytes << " bytes");
+    auto vocab = RandomVocabulary(rng, "{}[]\":, 0123abckxyunl", 1500, short_bytes);
+    CheckWalks(rng, c, vocab, 20, 120, &texts);
+  }
   for (const std::string& t : texts) {
     const nlohmann::json j = nlohmann::json::parse(t, nullptr, false);
     ASSERT_TRUE(j.is_object()) << t;
@@ -202,10 +213,11 @@ TEST(TokenMaskTest, ABoundedCacheEvictsAndStaysExact) {
   ASSERT_TRUE(g.ok()) << g.status();
   auto c = MustCompile(*g);
   ASSERT_NE(c, nullptr);
-  auto vocab = RandomVocabulary(rng, "{}\":, sabc\\", 300);
+  auto vocab = RandomVocabulary(rng, "{}\":, sabc\\", 300, /*short_bytes=*/3);
   const size_t bytes_per_position = ((vocab->size() + 63) / 64) * 8;
-  TokenMasker masker(c, vocab, 16 * bytes_per_position);
+  TokenMasker masker(c, vocab, 16 * bytes_per_position, /*max_long_cached=*/8);
   ASSERT_EQ(masker.max_cached(), 16u);
+  ASSERT_EQ(masker.max_long_cached(), 8u);
   masker.PrepareStart();
   for (int w = 0; w < 10; ++w) {
     Matcher m(c);
@@ -215,6 +227,7 @@ TEST(TokenMaskTest, ABoundedCacheEvictsAndStaysExact) {
       masker.FillMaskSlow(m, &slow);
       ASSERT_EQ(fast, slow) << "walk " << w << " step " << step;
       EXPECT_LE(masker.classified(), 16u + 1u) << "the bound, plus the pinned start";
+      EXPECT_LE(masker.long_classified(), masker.max_long_cached() + 1u);
       std::vector<int32_t> allowed;
       for (int32_t id = 0; id < vocab->size(); ++id) {
         if (TestBit(fast, id)) allowed.push_back(id);
@@ -226,6 +239,50 @@ TEST(TokenMaskTest, ABoundedCacheEvictsAndStaysExact) {
   EXPECT_GT(masker.evictions(), 0);
   Matcher start(c);
   EXPECT_TRUE(masker.Ready(start)) << "the start is never evicted";
+}
+
+// A string of maxLength 200 is hundreds of automaton states (a counter), but over the next 16
+// bytes only the states within 16 characters of either end differ: the classes collapse the
+// rest, and the short masks are classified once per class, the masks staying exact.
+TEST(TokenMaskTest, BoundedClassesCollapseALongStringsCounter) {
+  BANYAN_SEEDED_RNG(rng);
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"s":{"type":"string","maxLength":200}},"required":["s"]})"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto c = MustCompile(*g);
+  ASSERT_NE(c, nullptr);
+  size_t deep = 0, shallow = 0;
+  BoundedClasses(*c, 16, &deep);
+  BoundedClasses(*c, 1 << 20, &shallow);  // the full equivalence: the counter stays
+  EXPECT_GT(c->total_states(), 200);
+  EXPECT_LT(deep * 4, static_cast<size_t>(c->total_states()))
+      << deep << " classes of " << c->total_states() << " states";
+  EXPECT_GT(shallow, deep);
+  auto vocab = RandomVocabulary(rng, "{}\":, sabc\\", 600, /*short_bytes=*/4);
+  TokenMasker masker(c, vocab);
+  EXPECT_EQ(masker.num_classes(), [&] {
+    size_t n = 0;
+    BoundedClasses(*c, 4, &n);
+    return n;
+  }());
+  CheckWalks(rng, c, vocab, 20, 100);  // exact against the reference
+  for (int w = 0; w < 20; ++w) {
+    Matcher m(c);
+    for (int step = 0; step < 100; ++step) {
+      TokenBits mask;
+      masker.FillMask(m, &mask);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab->size(); ++id) {
+        if (TestBit(mask, id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      ASSERT_TRUE(m.Accept(vocab->bytes(allowed[rng() % allowed.size()])));
+    }
+  }
+  EXPECT_EQ(masker.walks(), static_cast<int64_t>(masker.classified())) << "a short walk per class";
+  EXPECT_EQ(masker.long_walks(), static_cast<int64_t>(masker.long_classified()));
+  EXPECT_LT(masker.walks() * 2, masker.long_walks())
+      << "positions met share their classes' short walks";
 }
 
 }  // namespace
