@@ -233,17 +233,27 @@ TokenMasker::Classified TokenMasker::Classify(int32_t rule, int32_t state, bool*
   const int64_t short_key = ShortKey(rule, state);
   const int64_t long_key = PositionKey(rule, state);
   Classified out;
+  bool walk_short = false;  // this thread walks the class (no other thread is walking it)
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = short_cache_.find(short_key); it != short_cache_.end()) {
-      out.short_mask = it->second;
-    }
     if (auto it = long_cache_.find(long_key); it != long_cache_.end()) out.long_mask = it->second;
+    for (;;) {
+      if (auto it = short_cache_.find(short_key); it != short_cache_.end()) {
+        out.short_mask = it->second;
+        break;
+      }
+      // Two positions of one class met at once: one walk, the other thread waits for it.
+      if (short_walking_.insert(short_key).second) {
+        walk_short = true;
+        break;
+      }
+      walked_cv_.Wait(&mu_);
+    }
   }
   if (out.short_mask != nullptr && out.long_mask != nullptr) return out;
   if (walked != nullptr) *walked = true;
   std::shared_ptr<const ShortMask> made_short;
-  if (out.short_mask == nullptr) {
+  if (walk_short) {
     walks_.fetch_add(1, std::memory_order_relaxed);
     auto m = std::make_shared<ShortMask>();
     m->accepted.assign((vocab_->size() + 63) / 64, 0);
@@ -282,6 +292,8 @@ TokenMasker::Classified TokenMasker::Classify(int32_t rule, int32_t state, bool*
   if (made_short != nullptr) {
     store(short_cache_, short_order_, max_cached_, short_key, std::move(made_short),
           &out.short_mask);
+    short_walking_.erase(short_key);
+    walked_cv_.SignalAll();
   }
   if (made_long != nullptr) {
     store(long_cache_, long_order_, max_long_cached_, long_key, std::move(made_long),

@@ -41,6 +41,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "text/grammar/automaton.h"
 #include "text/grammar/matcher.h"
@@ -134,8 +135,8 @@ class TokenMasker {
   // Classes of positions (all rules), and the class of (rule, state).
   size_t num_classes() const { return num_classes_; }
   int32_t class_of(int32_t rule, int32_t state) const { return class_of_[rule][state]; }
-  // Walks over the short tokens run so far (the costly part), by any thread: more than
-  // classified() only when two threads walked the same class at once or one was evicted; and
+  // Walks over the short tokens run so far (the costly part), by any thread (a class is walked
+  // by one thread at a time: more than classified() only after an eviction); and
   // walks over the long tokens (one per position met).
   int64_t walks() const { return walks_.load(std::memory_order_relaxed); }
   int64_t long_walks() const { return long_walks_.load(std::memory_order_relaxed); }
@@ -175,6 +176,8 @@ class TokenMasker {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int64_t, std::shared_ptr<const ShortMask>> short_cache_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::shared_ptr<const LongMask>> long_cache_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int64_t> short_walking_ ABSL_GUARDED_BY(mu_);  // classes being walked
+  absl::CondVar walked_cv_;                                           // one of them finished
   std::deque<int64_t> short_order_ ABSL_GUARDED_BY(mu_);  // evictable entries, oldest first
   std::deque<int64_t> long_order_ ABSL_GUARDED_BY(mu_);
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
