@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/random.h"
+#include "tests/text/grammar/grammar_test_util.h"
 #include "text/grammar/automaton.h"
 #include "text/grammar/json_schema.h"
 #include "text/grammar/token_mask.h"
@@ -98,12 +99,9 @@ TEST(MaskWorkersTest, PrefetchClassifiesEveryPositionOnceAndTheMasksAgree) {
       on_demand.FillMask(m, &b);
       ASSERT_EQ(a, b) << "walk " << w << " step " << step;
       ASSERT_EQ(a2, b) << "walk " << w << " step " << step;
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < vocab->size(); ++id) {
-        if (text::grammar::TestBit(a, id)) allowed.push_back(id);
-      }
-      if (allowed.empty()) break;
-      ASSERT_TRUE(m.Accept(vocab->bytes(allowed[rng() % allowed.size()])));
+      const int32_t id = text::grammar::RandomAllowed(a, vocab->size(), rng);
+      if (id < 0) break;
+      ASSERT_TRUE(m.Accept(vocab->bytes(id)));
     }
   }
   EXPECT_EQ(ahead->walks(), walks) << "nothing classified after the prefetch";

@@ -39,6 +39,15 @@ std::shared_ptr<const Vocabulary> RandomVocabulary(std::mt19937_64& rng,
   return std::make_shared<const Vocabulary>(std::move(tokens), short_bytes);
 }
 
+// {"s": a string of at most max_length characters}, compiled.
+std::shared_ptr<const CompiledGrammar> OneStringObject(int max_length) {
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"s":{"type":"string","maxLength":)" +
+      std::to_string(max_length) + R"(}},"required":["s"]})"));
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? MustCompile(*g) : nullptr;
+}
+
 // Random walks: at every step the fast mask must equal the reference, and the walk takes a
 // random allowed token. Returns how many walks could end.
 int CheckWalks(std::mt19937_64& rng, const std::shared_ptr<const CompiledGrammar>& g,
@@ -193,12 +202,9 @@ TEST(TokenMaskTest, PositionsNearestFirstCoverEveryTopOnce) {
       }
       TokenBits mask;
       masker.FillMask(m, &mask);
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < vocab->size(); ++id) {
-        if (TestBit(mask, id)) allowed.push_back(id);
-      }
-      if (allowed.empty()) break;
-      ASSERT_TRUE(m.Accept(vocab->bytes(allowed[rng() % allowed.size()])));
+      const int32_t id = RandomAllowed(mask, vocab->size(), rng);
+      if (id < 0) break;
+      ASSERT_TRUE(m.Accept(vocab->bytes(id)));
     }
   }
   EXPECT_GE(tops, 20) << "each walk stands on the start at least";
@@ -208,10 +214,7 @@ TEST(TokenMaskTest, PositionsNearestFirstCoverEveryTopOnce) {
 // masks stay those of the reference, and the cache never holds more than its bound.
 TEST(TokenMaskTest, ABoundedCacheEvictsAndStaysExact) {
   BANYAN_SEEDED_RNG(rng);
-  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(nlohmann::ordered_json::parse(
-      R"({"type":"object","properties":{"s":{"type":"string","maxLength":30}},"required":["s"]})"));
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto c = MustCompile(*g);
+  auto c = OneStringObject(30);
   ASSERT_NE(c, nullptr);
   auto vocab = RandomVocabulary(rng, "{}\":, sabc\\", 300, /*short_bytes=*/3);
   const size_t bytes_per_position = ((vocab->size() + 63) / 64) * 8;
@@ -228,12 +231,9 @@ TEST(TokenMaskTest, ABoundedCacheEvictsAndStaysExact) {
       ASSERT_EQ(fast, slow) << "walk " << w << " step " << step;
       EXPECT_LE(masker.classified(), 16u + 1u) << "the bound, plus the pinned start";
       EXPECT_LE(masker.long_classified(), masker.max_long_cached() + 1u);
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < vocab->size(); ++id) {
-        if (TestBit(fast, id)) allowed.push_back(id);
-      }
-      if (allowed.empty()) break;
-      ASSERT_TRUE(m.Accept(vocab->bytes(allowed[rng() % allowed.size()])));
+      const int32_t id = RandomAllowed(fast, vocab->size(), rng);
+      if (id < 0) break;
+      ASSERT_TRUE(m.Accept(vocab->bytes(id)));
     }
   }
   EXPECT_GT(masker.evictions(), 0);
@@ -246,10 +246,7 @@ TEST(TokenMaskTest, ABoundedCacheEvictsAndStaysExact) {
 // rest, and the short masks are classified once per class, the masks staying exact.
 TEST(TokenMaskTest, BoundedClassesCollapseALongStringsCounter) {
   BANYAN_SEEDED_RNG(rng);
-  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(nlohmann::ordered_json::parse(
-      R"({"type":"object","properties":{"s":{"type":"string","maxLength":200}},"required":["s"]})"));
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto c = MustCompile(*g);
+  auto c = OneStringObject(200);
   ASSERT_NE(c, nullptr);
   size_t deep = 0, shallow = 0;
   BoundedClasses(*c, 16, &deep);
@@ -271,12 +268,9 @@ TEST(TokenMaskTest, BoundedClassesCollapseALongStringsCounter) {
     for (int step = 0; step < 100; ++step) {
       TokenBits mask;
       masker.FillMask(m, &mask);
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < vocab->size(); ++id) {
-        if (TestBit(mask, id)) allowed.push_back(id);
-      }
-      if (allowed.empty()) break;
-      ASSERT_TRUE(m.Accept(vocab->bytes(allowed[rng() % allowed.size()])));
+      const int32_t id = RandomAllowed(mask, vocab->size(), rng);
+      if (id < 0) break;
+      ASSERT_TRUE(m.Accept(vocab->bytes(id)));
     }
   }
   EXPECT_EQ(masker.walks(), static_cast<int64_t>(masker.classified())) << "a short walk per class";
