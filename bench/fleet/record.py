@@ -36,10 +36,14 @@ import threading
 import time
 
 import msgpack
-import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import blocks  # noqa: E402
+
+try:
+    import zmq
+except ImportError:  # a machine without pyzmq (the GPU machine): libzmq through ctypes
+    import zmq_ctypes as zmq  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
