@@ -57,15 +57,26 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, int32_t short_bytes
 }
 
 std::vector<std::vector<int32_t>> BoundedClasses(const CompiledGrammar& g, int32_t depth,
-                                                 size_t* count) {
+                                                 size_t* count, int64_t budget) {
   std::vector<std::vector<int32_t>> out(g.num_rules());
   size_t total = 0;
   absl::flat_hash_map<std::string, int32_t> ids;
   std::string sig;
+  // The refinement reads (byte classes + 1) ints per state and round; beyond `budget` over the
+  // grammar (the default: a few hundred milliseconds) a rule keeps a class per state: the masks
+  // stay exact, only unshared.
   for (int32_t r = 0; r < g.num_rules(); ++r) {
     const int32_t n = g.num_states(r);
     const CompiledGrammar::RuleView v = g.view(r);
     std::vector<int32_t>& cls = out[r];
+    const int64_t work = int64_t{n} * (v.num_classes + 1) * std::max(depth, 1);
+    if (work > budget) {
+      cls.resize(n);
+      for (int32_t s = 0; s < n; ++s) cls[s] = s;
+      total += n;
+      continue;
+    }
+    budget -= work;
     cls.assign(n, 0);
     // Round 0: what a position does without reading a byte (pop, calls and where they return).
     ids.clear();

@@ -187,9 +187,13 @@ class TokenMasker {
 // refinement, stopped after `depth` rounds or once stable): positions of one rule in one class
 // accept, reject and hand to the callers the same byte strings of up to `depth` bytes. A call
 // edge counts with its exact return state. Returns [rule][state] -> class, classes numbered
-// from 0 within each rule; *count: their number over all rules.
+// from 0 within each rule; *count: their number over all rules. The work is bounded: a rule
+// beyond the budget (hundreds of thousands of states with many byte classes) keeps a class
+// per state.
+constexpr int64_t kBoundedClassesBudget = int64_t{1} << 25;  // ints read by the refinement
 std::vector<std::vector<int32_t>> BoundedClasses(const CompiledGrammar& g, int32_t depth,
-                                                 size_t* count);
+                                                 size_t* count,
+                                                 int64_t budget = kBoundedClassesBudget);
 
 // The positions (rule, state) a matcher's top can stand on -- every state reachable from the
 // start, since a top is where a byte left it, before calls and pops -- in the order a breadth-first search from the root rule's start meets them (through byte edges, calls

@@ -255,6 +255,12 @@ TEST(TokenMaskTest, BoundedClassesCollapseALongStringsCounter) {
   EXPECT_LT(deep * 4, static_cast<size_t>(c->total_states()))
       << deep << " classes of " << c->total_states() << " states";
   EXPECT_GT(shallow, deep);
+  size_t none = 0;  // no budget: a class per state
+  const auto identity = BoundedClasses(*c, 16, &none, /*budget=*/0);
+  EXPECT_EQ(none, static_cast<size_t>(c->total_states()));
+  for (int32_t r = 0; r < c->num_rules(); ++r) {
+    for (int32_t st = 0; st < c->num_states(r); ++st) EXPECT_EQ(identity[r][st], st);
+  }
   auto vocab = RandomVocabulary(rng, "{}\":, sabc\\", 600, /*short_bytes=*/4);
   TokenMasker masker(c, vocab);
   EXPECT_EQ(masker.num_classes(), [&] {
