@@ -77,52 +77,53 @@ int64_t MaskWorkers::prefetch_walks() const {
   return prefetch_walks_;
 }
 
+bool MaskWorkers::NextJob(Job* job, bool* ahead) {
+  for (;;) {
+    while (queue_.empty() && prefetch_.empty() && grammars_.empty() && !stop_) {
+      work_cv_.Wait(&mu_);
+    }
+    if (stop_) return false;
+    if (!queue_.empty()) {  // asked for: first
+      *job = std::move(queue_.front());
+      queue_.pop_front();
+      *ahead = false;
+      return true;
+    }
+    if (!grammars_.empty()) {  // a grammar to prefetch: list its positions, off the lock
+      auto [masker, limit] = std::move(grammars_.front());
+      grammars_.pop_front();
+      ++busy_;
+      mu_.Unlock();
+      const auto positions = masker->PrefetchOrder(limit);
+      mu_.Lock();
+      --busy_;
+      for (const auto& [rule, state] : positions) prefetch_.push_back({masker, rule, state});
+      done_cv_.SignalAll();
+      continue;
+    }
+    *job = std::move(prefetch_.front());
+    prefetch_.pop_front();
+    // Ahead of need only into three quarters of the caches (never evict what samples use), and
+    // not what was asked for meanwhile (queued or being classified: that job does it).
+    const bool room = job->masker->classified() < job->masker->max_cached() / 4 * 3 &&
+                      job->masker->long_classified() < job->masker->max_long_cached() / 4 * 3;
+    if (!room || !pending_.insert(KeyOf(job->masker.get(), job->rule, job->state)).second) {
+      done_cv_.SignalAll();  // WaitIdle may be waiting for prefetch_ to empty
+      continue;
+    }
+    *ahead = true;
+    return true;
+  }
+}
+
 void MaskWorkers::Run() {
   for (;;) {
     Job job;
     bool ahead = false;
     {
       absl::MutexLock lock(&mu_);
-      for (;;) {
-        while (queue_.empty() && prefetch_.empty() && grammars_.empty() && !stop_) {
-          work_cv_.Wait(&mu_);
-        }
-        if (stop_) return;
-        if (!queue_.empty()) {
-          job = std::move(queue_.front());
-          queue_.pop_front();
-          ++busy_;
-          break;
-        }
-        if (!grammars_.empty()) {
-          auto [masker, limit] = std::move(grammars_.front());
-          grammars_.pop_front();
-          ++busy_;
-          mu_.Unlock();
-          const auto positions = masker->PrefetchOrder(limit);
-          mu_.Lock();
-          --busy_;
-          for (const auto& [rule, state] : positions) prefetch_.push_back({masker, rule, state});
-          done_cv_.SignalAll();
-          continue;
-        }
-        job = std::move(prefetch_.front());
-        prefetch_.pop_front();
-        // Ahead of need only into three quarters of the caches: never evict what samples use.
-        if (job.masker->classified() >= job.masker->max_cached() / 4 * 3 ||
-            job.masker->long_classified() >= job.masker->max_long_cached() / 4 * 3) {
-          done_cv_.SignalAll();
-          continue;
-        }
-        // Asked for meanwhile (queued or being classified): that job does it.
-        if (!pending_.insert(KeyOf(job.masker.get(), job.rule, job.state)).second) {
-          done_cv_.SignalAll();  // WaitIdle may be waiting for prefetch_ to empty
-          continue;
-        }
-        ahead = true;
-        ++busy_;
-        break;
-      }
+      if (!NextJob(&job, &ahead)) return;
+      ++busy_;
     }
     const bool walked = job.masker->Prepare(job.rule, job.state);
     absl::MutexLock lock(&mu_);

@@ -68,6 +68,8 @@ class MaskWorkers {
     return {masker, (static_cast<int64_t>(rule) << 32) | static_cast<uint32_t>(state)};
   }
   void Run();
+  // The next job (with mu_ held): one asked for, else one ahead of need (*ahead); false at stop.
+  bool NextJob(Job* job, bool* ahead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   absl::CondVar work_cv_;  // a job was queued, or stop_
