@@ -39,13 +39,18 @@ std::shared_ptr<const Vocabulary> RandomVocabulary(std::mt19937_64& rng,
   return std::make_shared<const Vocabulary>(std::move(tokens), short_bytes);
 }
 
-// {"s": a string of at most max_length characters}, compiled.
-std::shared_ptr<const CompiledGrammar> OneStringObject(int max_length) {
-  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(nlohmann::ordered_json::parse(
-      R"({"type":"object","properties":{"s":{"type":"string","maxLength":)" +
-      std::to_string(max_length) + R"(}},"required":["s"]})"));
+// A JSON Schema compiled, or null with a test failure.
+std::shared_ptr<const CompiledGrammar> CompileSchema(const nlohmann::ordered_json& schema) {
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(schema);
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? MustCompile(*g) : nullptr;
+}
+
+// {"s": a string of at most max_length characters}, compiled.
+std::shared_ptr<const CompiledGrammar> OneStringObject(int max_length) {
+  return CompileSchema(nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"s":{"type":"string","maxLength":)" +
+      std::to_string(max_length) + R"(}},"required":["s"]})"));
 }
 
 // Random walks: at every step the fast mask must equal the reference, and the walk takes a
@@ -104,9 +109,7 @@ TEST(TokenMaskTest, MatchesTheReferenceThroughCallsAndPops) {
 
 TEST(TokenMaskTest, MatchesTheReferenceOnAnyJson) {
   BANYAN_SEEDED_RNG(rng);
-  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(nlohmann::ordered_json::parse("{}"));
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto c = MustCompile(*g);
+  auto c = CompileSchema(nlohmann::ordered_json::parse("{}"));
   ASSERT_NE(c, nullptr);
   std::vector<std::string> texts;
   for (int32_t short_bytes : {Vocabulary::kShortBytes, 3}) {
@@ -131,9 +134,7 @@ TEST(TokenMaskTest, MatchesTheReferenceOnASchema) {
     "required": ["a"],
     "$defs": {"node": {"type": "object", "properties": {"k": {"$ref": "#/$defs/node"}}}}
   })");
-  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(schema);
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto c = MustCompile(*g);
+  auto c = CompileSchema(schema);
   ASSERT_NE(c, nullptr);
   std::vector<std::string> texts;
   for (int32_t short_bytes : {Vocabulary::kShortBytes, 3}) {
@@ -177,9 +178,7 @@ TEST(TokenMaskTest, PositionsNearestFirstCoverEveryTopOnce) {
     },
     "$defs": {"node": {"type": "object", "properties": {"k": {"$ref": "#/$defs/node"}}}}
   })");
-  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(schema);
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto c = MustCompile(*g);
+  auto c = CompileSchema(schema);
   ASSERT_NE(c, nullptr);
   const auto all = PositionsNearestFirst(*c, size_t{1} << 30);
   ASSERT_FALSE(all.empty());
