@@ -78,7 +78,6 @@ class Vocabulary {
   int32_t short_bytes() const { return short_bytes_; }
   const Sorted& short_tokens() const { return short_; }
   const Sorted& long_tokens() const { return long_; }
-  int32_t max_len() const { return std::max(short_.max_len, long_.max_len); }
 
  private:
   std::vector<std::string> bytes_;
