@@ -127,6 +127,15 @@ class Backend {
   virtual absl::Status LaunchForward(const StepBatch& batch, int32_t num_specs,
                                      std::span<const int32_t> feed);
   virtual absl::Status LaunchSampling(std::span<const SampleSpec> specs);
+  // Between LaunchForward and LaunchSampling: where the caller may write `count` token masks of
+  // `words` words each so that LaunchSampling takes them without a copy (a spec whose `allowed`
+  // views slot i is sampled with what slot i holds then). Empty when the backend has no such
+  // place (the default): the specs' own masks are read, as always.
+  virtual std::span<uint64_t> MaskStaging(int32_t count, int64_t words) {
+    (void)count;
+    (void)words;
+    return {};
+  }
   // Whether LaunchSample returns before the step is computed (the caller's overlap pays).
   virtual bool launches_async() const { return false; }
   // Whether the backend samples with SampleSpec::allowed (token masks of grammars). Both

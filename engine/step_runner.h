@@ -97,6 +97,12 @@ class StepRunner {
   // tokens are taken; the prompts' samples are launched as they were given. On failure the step
   // is dropped (Collect never returns it).
   absl::Status FinishLaunch(absl::FunctionRef<void(kvcache::SeqId seq, SampleSpec* spec)> complete);
+  // Before FinishLaunch: where `count` token masks of `words` words each may be written for it
+  // to upload without a copy (Backend::MaskStaging); empty when none awaits or the backend has
+  // no such place.
+  std::span<uint64_t> MaskStaging(int32_t count, int64_t words) {
+    return late_pending_ ? backend_->MaskStaging(count, words) : std::span<uint64_t>{};
+  }
   // The sequences whose specs FinishLaunch will complete, in its order (empty when none awaits).
   std::span<const kvcache::SeqId> late_seqs() const { return late_seqs_; }
   // Whether a step launched with late_sampling awaits FinishLaunch.

@@ -176,11 +176,14 @@ std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) {
   return s.mask;
 }
 
-void EngineLoop::FillMasks(std::span<const std::pair<Live*, size_t>> samples) {
+void EngineLoop::FillMasks(std::span<const std::pair<Live*, size_t>> samples,
+                           std::span<uint64_t> staging, size_t words_per_mask) {
   MaskCounts counts;
   const bool classify_here = mask_fill_ != nullptr;
   auto fill = [&](size_t i) {
-    FillMask(*samples[i].first, samples[i].second, &counts, classify_here);
+    FillMask(*samples[i].first, samples[i].second, &counts, classify_here,
+             staging.empty() ? std::span<uint64_t>{}
+                             : staging.subspan(i * words_per_mask, words_per_mask));
   };
   if (mask_fill_ != nullptr) {
     mask_fill_->Run(samples.size(), fill);
@@ -196,7 +199,8 @@ void EngineLoop::AddMaskCounts(const MaskCounts& counts) {
   stats_.mask_walks_on_fill += counts.fill_walks.load();
 }
 
-void EngineLoop::FillMask(Live& live, size_t sample, MaskCounts* counts, bool classify_here) {
+void EngineLoop::FillMask(Live& live, size_t sample, MaskCounts* counts, bool classify_here,
+                          std::span<uint64_t> dst) {
   Live::Sample& s = live.samples[sample];
   if (!s.matcher.has_value()) return;
   text::grammar::TokenMasker& masker = *live.req.constraint->masker;
@@ -210,19 +214,24 @@ void EngineLoop::FillMask(Live& live, size_t sample, MaskCounts* counts, bool cl
       counts->walks.fetch_add(1);  // FillMask walks (the engine thread: no fill threads then)
     }
   }
-  masker.FillMask(*s.matcher, &s.mask);
   // Tokens past the tokenizer's vocabulary (a padded LM head) stay disallowed.
-  s.mask.resize((static_cast<size_t>(config_.vocab_size) + 63) / 64, 0);
+  const size_t words = (static_cast<size_t>(config_.vocab_size) + 63) / 64;
+  const bool own = dst.empty();
+  if (own) {
+    s.mask.resize(words);
+    dst = s.mask;
+  }
+  masker.FillMask(*s.matcher, dst.first(words));
   const bool can_end = s.matcher->CanEnd();
-  const bool stuck = std::all_of(s.mask.begin(), s.mask.end(), [](uint64_t w) { return w == 0; });
+  const bool stuck = std::all_of(dst.begin(), dst.end(), [](uint64_t w) { return w == 0; });
   if (can_end || stuck) {
     // End of sequence: allowed where the grammar may end, and the only way out of a dead end
     // (which a grammar with no token for its next byte can reach).
     for (int id : config_.StopIds()) {
-      if (id >= 0 && id < config_.vocab_size) text::grammar::SetBit(&s.mask, id);
+      if (id >= 0 && id < config_.vocab_size) text::grammar::SetBit(dst, id);
     }
   }
-  s.mask_fresh = true;
+  s.mask_fresh = own;
 }
 
 int EngineLoop::SamplesRun(const Request& r) {

@@ -203,6 +203,7 @@ struct LoopStats {
   double late_sampling_seconds = 0;
   double late_fill_seconds = 0;    // of it, filling the constrained rows' masks (FillMasks)
   double late_launch_seconds = 0;  // of it, completing the specs and the backend's launch
+  int64_t late_masks_staged = 0;   // masks filled straight into the backend's upload
   int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
   // Draft heads: wall time of drafting (Backend::DraftTrees, on the collect path of each step
   // that drafts), the steps that drafted, and the calls that failed (those samples decoded
@@ -314,19 +315,23 @@ class EngineLoop {
   // workers where a position is not classified (MaskReady said so and nothing else runs).
   std::span<const uint64_t> MaskFor(Live& live, size_t sample);
   // MaskFor's work, safe on any thread for distinct samples: fills s.mask and marks it fresh
-  // (MaskFor then returns it as it is), counting a wait for a worker or a walk of its own. A
-  // position not classified yet is waited for from the workers, or with `classify_here`
-  // classified on the calling thread (a fill thread: the engine thread waits for the fills
-  // anyway, and the fill threads outnumber the workers).
+  // (MaskFor then returns it as it is), or fills `dst` (a backend's staging slot of
+  // SampleMaskWords(vocab) words; s.mask untouched) when given, counting a wait for a worker or
+  // a walk of its own. A position not classified yet is waited for from the workers, or with
+  // `classify_here` classified on the calling thread (a fill thread: the engine thread waits for
+  // the fills anyway, and the fill threads outnumber the workers).
   struct MaskCounts {
     std::atomic<int64_t> waits{0};
     std::atomic<int64_t> walks{0};
     std::atomic<int64_t> fill_walks{0};
   };
-  void FillMask(Live& live, size_t sample, MaskCounts* counts, bool classify_here = false);
+  void FillMask(Live& live, size_t sample, MaskCounts* counts, bool classify_here = false,
+                std::span<uint64_t> dst = {});
   void AddMaskCounts(const MaskCounts& counts);
-  // FillMask for these samples on the fill threads and the engine thread (mask_fill_).
-  void FillMasks(std::span<const std::pair<Live*, size_t>> samples);
+  // FillMask for these samples on the fill threads and the engine thread (mask_fill_): sample i
+  // into slot i of `staging` (words_per_mask words each) when it is not empty, else into s.mask.
+  void FillMasks(std::span<const std::pair<Live*, size_t>> samples,
+                 std::span<uint64_t> staging = {}, size_t words_per_mask = 0);
   // Whether the sample's next mask is at hand without a vocabulary walk; if not, a worker is
   // asked for it and the sample sits out this step (counted).
   bool MaskReady(Live& live, size_t sample);

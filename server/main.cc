@@ -391,11 +391,13 @@ void LogEngineReport(scheduler::Scheduler& sched) {
                sched.loop().overlap() ? "on" : "off", st.fed_steps, st.fed_launch_seconds,
                st.fed_fallbacks, st.late_sampled_steps, st.late_sampling_seconds);
   if (st.late_sampled_steps > 0 || st.mask_sit_outs > 0) {
-    spdlog::info("engine: constrained rows: late sampling {:.3f} s = {:.3f} s filling masks + "
+    spdlog::info("engine: constrained rows: late sampling {:.3f} s = {:.3f} s filling masks ({} "
+                 "straight into the upload) + "
                  "{:.3f} s completing the specs and launching the sampling; {} waits for a mask "
                  "worker, {} sit-outs; vocabulary walks: {} by the mask workers ({} of them ahead of "
                  "need, for {} grammars), {} on the engine thread, {} on the fill threads",
-                 st.late_sampling_seconds, st.late_fill_seconds, st.late_launch_seconds,
+                 st.late_sampling_seconds, st.late_fill_seconds, st.late_masks_staged,
+                 st.late_launch_seconds,
                  st.mask_waits, st.mask_sit_outs, sched.loop().mask_worker_walks(),
                  sched.loop().mask_prefetch_walks(), sched.loop().mask_prefetches(),
                  st.mask_walks_on_loop, st.mask_walks_on_fill);

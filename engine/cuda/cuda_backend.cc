@@ -543,6 +543,16 @@ absl::Status CudaBackend::LaunchSampling(std::span<const SampleSpec> specs) {
   return EnqueueSampling(specs, {});
 }
 
+std::span<uint64_t> CudaBackend::MaskStaging(int32_t count, int64_t words) {
+  Impl& m = *impl_;
+  std::span<uint64_t> out;
+  if (!m.forward_only.has_value() ||
+      !m.sampler[m.forward_only->index].MaskStaging(count, words, &out).ok()) {
+    return {};
+  }
+  return out;
+}
+
 // The second half of a launch: the sampling of the step LaunchForward left in forward_only.
 absl::Status CudaBackend::EnqueueSampling(std::span<const SampleSpec> specs,
                                           std::span<const int32_t> feed) {
@@ -563,6 +573,8 @@ absl::Status CudaBackend::EnqueueSampling(std::span<const SampleSpec> specs,
   if (s.ok()) {
     s = sampler.Enqueue(m.logits.as<float>(), f.rows, cfg_.vocab_size, specs, m.stream, feed,
                         m.out_tokens.as<int32_t>());
+  } else {
+    sampler.DropStaging();
   }
   if (s.ok() && n > 0) {
     // The tokens, one per spec, where a fed step reads them: out of the results' {token,

@@ -185,6 +185,9 @@ class CudaBackend final : public Backend {
   absl::Status LaunchForward(const StepBatch& batch, int32_t num_specs,
                              std::span<const int32_t> feed) override;
   absl::Status LaunchSampling(std::span<const SampleSpec> specs) override;
+  // The awaiting step's sampler's upload (DeviceSampler::MaskStaging); empty without such a
+  // step or when the pinned memory cannot grow.
+  std::span<uint64_t> MaskStaging(int32_t count, int64_t words) override;
   bool launches_async() const override { return true; }
   // Token masks (SampleSpec::allowed) go to the device with the samples' parameters; the
   // sampling kernel applies them (kernels/cuda/sampling.h).

@@ -1,8 +1,8 @@
 // Owning handles for device and pinned host memory, and a staging area that packs the int32
 // arrays of one step into a single host-to-device copy.
 //
-// Growth reallocates and loses the contents; callers grow a buffer only when no work in flight
-// uses it (the backend synchronizes at the end of every step).
+// Growth reallocates and loses the contents (a pinned buffer can keep a prefix); callers grow a
+// buffer only when no work in flight uses it (the backend synchronizes at the end of every step).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -69,18 +69,22 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
-  absl::Status Reserve(int64_t bytes, const char* what) {
+  // At least `bytes`; a larger buffer, when one is needed, keeps the first `keep` bytes.
+  absl::Status Reserve(int64_t bytes, const char* what, int64_t keep = 0) {
     if (bytes <= capacity_) return absl::OkStatus();
-    Release();
     const int64_t want = std::max<int64_t>(bytes + bytes / 2, 4096);
-    const cudaError_t err = cudaMallocHost(&ptr_, static_cast<size_t>(want));
-    if (err != cudaSuccess) {
-      ptr_ = nullptr;
-      return kernels::cuda::CudaStatus(err, what);
+    void* grown = nullptr;
+    const cudaError_t err = cudaMallocHost(&grown, static_cast<size_t>(want));
+    if (err != cudaSuccess) return kernels::cuda::CudaStatus(err, what);
+    if (keep > 0 && ptr_ != nullptr) {
+      std::memcpy(grown, ptr_, static_cast<size_t>(std::min(keep, capacity_)));
     }
+    Release();
+    ptr_ = grown;
     capacity_ = want;
     return absl::OkStatus();
   }
+  int64_t capacity() const { return capacity_; }
   void Release() {
     if (ptr_ != nullptr) cudaFreeHost(ptr_);
     ptr_ = nullptr;

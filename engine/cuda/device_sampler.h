@@ -6,7 +6,8 @@
 // Host work per step: O(samples) plus one entry per penalised token of the samples whose
 // penalties are not the defaults (their SequenceSamplingState's generated tokens, and its prompt
 // tokens when repetition_penalty != 1), plus a copy of each masked sample's token mask (vocab / 8
-// bytes: 16 KiB at 128K), which also crosses to the device with the rest of the upload.
+// bytes: 16 KiB at 128K) unless the caller wrote it in the upload itself (MaskStaging); every
+// mask crosses to the device with the rest of the upload.
 //
 // Header-only so that it needs no build change beside the backend. Not thread-safe: the engine
 // thread owns it with the backend. Buffers are reused across steps: the backend keeps one
@@ -17,11 +18,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
-#include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,11 +39,19 @@ namespace banyan::engine::cuda {
 struct PackedSamples {
   std::vector<kernels::cuda::SampleSpecDev> specs;
   std::vector<kernels::cuda::SamplePenaltyEntry> entries;  // the specs' penalty entries
-  // The masked specs' token masks, SampleMaskWords(vocab) words each, in mask_index order: views
-  // of the specs' own masks (SampleSpec::allowed), copied once, straight into the upload.
+  // Token masks, SampleMaskWords(vocab) words each, by mask_index: first `staged_slots` masks
+  // written in place by the caller (DeviceSampler::MaskStaging), then `masks`, views of the other
+  // specs' own masks (SampleSpec::allowed), copied once, straight into the upload.
+  int64_t mask_words = 0;
+  int64_t staged_slots = 0;
   std::vector<std::span<const uint64_t>> masks;
-  int64_t MaskWords() const { return masks.empty() ? 0 : masks.size() * masks[0].size(); }
+  int64_t MaskWords() const {
+    return (staged_slots + static_cast<int64_t>(masks.size())) * mask_words;
+  }
+  // Copies `masks` to their slots of `dst`, an array of MaskWords() words whose staged slots
+  // are already in place.
   void CopyMasks(uint64_t* dst) const {
+    dst += staged_slots * mask_words;
     for (std::span<const uint64_t> m : masks) dst = std::copy(m.begin(), m.end(), dst);
   }
   int64_t num_top = 0;         // sum of the specs' num_top_logprobs
@@ -121,14 +130,20 @@ inline absl::Status AddPenaltyEntries(const SamplingParams& p, const SequenceSam
 // a spec with penalties on a fed row names its pending token, feed[row] of the fed tokens.
 // A spec's token mask (SampleSpec::allowed) is viewed, not copied: its first SampleMaskWords(vocab)
 // words, which must stay as they are until the packed samples are uploaded (Enqueue does both).
+// A mask that starts on a slot of `staged` (SampleMaskWords(vocab) words each) is taken where it
+// is: its spec's mask_index is that slot.
 // InternalError for a spec outside the rows, a penalised token outside the vocabulary or a mask
 // shorter than the vocabulary (the CPU sampler's invariants).
 inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows, int32_t vocab,
-                                PackedSamples* out, std::span<const int32_t> feed = {}) {
+                                PackedSamples* out, std::span<const int32_t> feed = {},
+                                std::span<const uint64_t> staged = {}) {
   namespace kc = kernels::cuda;
+  const int64_t words = kc::SampleMaskWords(vocab);
   out->specs.resize(specs.size());
   out->entries.clear();
   out->masks.clear();
+  out->mask_words = words;
+  out->staged_slots = static_cast<int64_t>(staged.size()) / words;
   out->num_top = 0;
   out->penalized_rows = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -161,14 +176,21 @@ inline absl::Status PackSamples(std::span<const SampleSpec> specs, int32_t rows,
       d.pending_index = feed[in.row];
     }
     if (!in.allowed.empty()) {
-      const int64_t words = kc::SampleMaskWords(vocab);
       if (static_cast<int64_t>(in.allowed.size()) < words) {
         return absl::InternalError(absl::StrCat("sample ", i, "'s token mask has ",
                                                 in.allowed.size() * 64, " bits for a vocabulary of ",
                                                 vocab));
       }
-      d.mask_index = static_cast<int32_t>(out->masks.size());
-      out->masks.push_back(in.allowed.first(static_cast<size_t>(words)));
+      // Pointer order within one array (std::less: a total order for any pointers).
+      const uint64_t* m = in.allowed.data();
+      const std::less<const uint64_t*> before;
+      if (!staged.empty() && !before(m, staged.data()) &&
+          before(m, staged.data() + out->staged_slots * words) && (m - staged.data()) % words == 0) {
+        d.mask_index = static_cast<int32_t>((m - staged.data()) / words);
+      } else {
+        d.mask_index = static_cast<int32_t>(out->staged_slots + std::ssize(out->masks));
+        out->masks.push_back(in.allowed.first(static_cast<size_t>(words)));
+      }
     }
     if (d.penalty_count > 0 || d.pending_index >= 0 || d.mask_index >= 0) {
       d.penalized_row = out->penalized_rows++;
@@ -197,6 +219,20 @@ inline void UnpackSamples(const PackedSamples& packed, const kernels::cuda::Samp
 
 class DeviceSampler {
  public:
+  // Pinned memory for `count` token masks of SampleMaskWords(vocab) words each, in the next
+  // Enqueue's upload: a spec whose `allowed` views one of these slots is uploaded from there,
+  // without a copy (the engine loop's fill threads write a late step's masks straight in). Valid
+  // until that Enqueue, which takes it; DropStaging forgets it unused.
+  absl::Status MaskStaging(int32_t count, int64_t words, std::span<uint64_t>* out) {
+    staged_ = {};
+    const int64_t n = int64_t{count} * words;
+    BANYAN_RETURN_IF_ERROR(host_in_.Reserve(std::max<int64_t>(n, 1) * 8, "sampling inputs (host)"));
+    *out = {host_in_.as<uint64_t>(), static_cast<size_t>(n)};
+    staged_ = *out;
+    return absl::OkStatus();
+  }
+  void DropStaging() { staged_ = {}; }
+
   // Enqueues on `stream` the upload, the sampling of every spec over `logits` (device,
   // [rows, vocab]) and the copy of the results to pinned memory. Synchronize the stream, then
   // call Collect(). The specs' params and states are read here only.
@@ -206,30 +242,31 @@ class DeviceSampler {
                        std::span<const SampleSpec> specs, cudaStream_t stream,
                        std::span<const int32_t> feed = {}, const int32_t* fed_tokens = nullptr) {
     namespace kc = kernels::cuda;
+    const std::span<const uint64_t> staged = std::exchange(staged_, {});
     packed_.specs.clear();
     if (specs.empty()) return absl::OkStatus();
     if (!feed.empty() && fed_tokens == nullptr) {
       return absl::InvalidArgumentError("a fed step's sampling needs the fed tokens");
     }
-    BANYAN_RETURN_IF_ERROR(PackSamples(specs, rows, vocab, &packed_, feed));
+    BANYAN_RETURN_IF_ERROR(PackSamples(specs, rows, vocab, &packed_, feed, staged));
 
-    // Inputs: [specs][penalty entries][token masks], one copy (each part 8-byte aligned).
+    // Inputs: [token masks][specs][penalty entries], one copy (each part 8-byte aligned); the
+    // staged masks are in place already.
     static_assert(sizeof(kc::SampleSpecDev) % 8 == 0 && sizeof(kc::SamplePenaltyEntry) % 8 == 0);
+    const int64_t mask_bytes = packed_.MaskWords() * static_cast<int64_t>(sizeof(uint64_t));
     const int64_t spec_bytes =
         static_cast<int64_t>(packed_.specs.size() * sizeof(kc::SampleSpecDev));
     const int64_t entry_bytes =
         static_cast<int64_t>(packed_.entries.size() * sizeof(kc::SamplePenaltyEntry));
-    const int64_t mask_bytes = packed_.MaskWords() * static_cast<int64_t>(sizeof(uint64_t));
-    const int64_t in_bytes = spec_bytes + entry_bytes + mask_bytes;
-    BANYAN_RETURN_IF_ERROR(host_in_.Reserve(in_bytes, "sampling inputs (host)"));
+    const int64_t in_bytes = mask_bytes + spec_bytes + entry_bytes;
+    const int64_t staged_bytes = packed_.staged_slots * packed_.mask_words * 8;
+    BANYAN_RETURN_IF_ERROR(host_in_.Reserve(in_bytes, "sampling inputs (host)", staged_bytes));
     BANYAN_RETURN_IF_ERROR(dev_in_.Reserve(in_bytes, "sampling inputs"));
-    std::memcpy(host_in_.get(), packed_.specs.data(), spec_bytes);
+    char* const host = host_in_.as<char>();
+    if (mask_bytes > 0) packed_.CopyMasks(reinterpret_cast<uint64_t*>(host));
+    std::memcpy(host + mask_bytes, packed_.specs.data(), spec_bytes);
     if (entry_bytes > 0) {
-      std::memcpy(host_in_.as<char>() + spec_bytes, packed_.entries.data(), entry_bytes);
-    }
-    if (mask_bytes > 0) {
-      packed_.CopyMasks(
-          reinterpret_cast<uint64_t*>(host_in_.as<char>() + spec_bytes + entry_bytes));
+      std::memcpy(host + mask_bytes + spec_bytes, packed_.entries.data(), entry_bytes);
     }
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_in_.get(), host_in_.get(), in_bytes,
                                                 cudaMemcpyHostToDevice, stream));
@@ -247,10 +284,10 @@ class DeviceSampler {
 
     kc::SampleParams sp;
     sp.logits = logits;
-    sp.specs = dev_in_.as<kc::SampleSpecDev>();
-    sp.penalties =
-        reinterpret_cast<const kc::SamplePenaltyEntry*>(dev_in_.as<char>() + spec_bytes);
-    sp.masks = reinterpret_cast<const uint64_t*>(dev_in_.as<char>() + spec_bytes + entry_bytes);
+    sp.masks = dev_in_.as<const uint64_t>();
+    sp.specs = reinterpret_cast<const kc::SampleSpecDev*>(dev_in_.as<char>() + mask_bytes);
+    sp.penalties = reinterpret_cast<const kc::SamplePenaltyEntry*>(dev_in_.as<char>() + mask_bytes +
+                                                                   spec_bytes);
     sp.penalized = penalized_.as<float>();
     sp.pending_tokens = fed_tokens;
     sp.out = dev_out_.as<kc::SampleTokenDev>();
@@ -280,6 +317,7 @@ class DeviceSampler {
 
  private:
   PackedSamples packed_;
+  std::span<const uint64_t> staged_;  // MaskStaging's slots, at the start of host_in_
   PinnedBuffer host_in_, host_out_;
   DeviceBuffer dev_in_, dev_out_, penalized_;
 };

@@ -67,16 +67,34 @@ bool EngineLoop::FinishLateSampling() {
       masked.emplace_back(l, k);
     }
   }
-  FillMasks(masked);
+  // Straight into the backend's upload where it has one (no copy of 16 KB per row at 128K
+  // tokens on this thread), else into each sample's own mask.
+  const size_t words = (static_cast<size_t>(config_.vocab_size) + 63) / 64;
+  const std::span<uint64_t> staging =
+      masked.empty() ? std::span<uint64_t>{}
+                     : runner_.MaskStaging(static_cast<int32_t>(masked.size()),
+                                           static_cast<int64_t>(words));
+  FillMasks(masked, staging, words);
   const auto t1 = std::chrono::steady_clock::now();
+  size_t next_slot = 0;
   const absl::Status s = runner_.FinishLaunch([&](kvcache::SeqId seq, engine::SampleSpec* spec) {
     auto [l, k] = f.owner.at(seq);
     spec->step_ahead = 0;
     spec->allowed = {};
-    if (l->state == RequestState::kDecoding && !l->samples[k].finished) {
+    if (l->state != RequestState::kDecoding || l->samples[k].finished) return;
+    if (!staging.empty() && l->samples[k].matcher.has_value()) {
+      // The same samples in the same order as `masked`.
+      BANYAN_CHECK(next_slot < masked.size() && masked[next_slot].first == l &&
+                   masked[next_slot].second == k);
+      spec->allowed = staging.subspan(next_slot++ * words, words);
+    } else {
       spec->allowed = MaskFor(*l, k);
     }
   });
+  if (!staging.empty()) {
+    BANYAN_CHECK(next_slot == masked.size());
+    stats_.late_masks_staged += static_cast<int64_t>(masked.size());
+  }
   const auto t2 = std::chrono::steady_clock::now();
   ++stats_.late_sampled_steps;
   stats_.late_sampling_seconds += Seconds(t0, t2);

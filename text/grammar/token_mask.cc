@@ -1,6 +1,7 @@
 #include "text/grammar/token_mask.h"
 
 #include "absl/container/flat_hash_set.h"
+#include "common/check.h"
 
 #include <algorithm>
 #include <cstring>
@@ -314,12 +315,27 @@ TokenMasker::Classified TokenMasker::Classify(int32_t rule, int32_t state, bool*
 }
 
 void TokenMasker::FillMask(const Matcher& matcher, TokenBits* mask) {
-  mask->assign((vocab_->size() + 63) / 64, 0);
+  mask->resize((vocab_->size() + 63) / 64);
+  FillMask(matcher, std::span<uint64_t>(*mask));
+}
+
+void TokenMasker::FillMask(const Matcher& matcher, std::span<uint64_t> mask) {
+  const size_t words = (vocab_->size() + 63) / 64;
+  BANYAN_CHECK(mask.size() >= words);
+  std::fill(mask.begin() + static_cast<ptrdiff_t>(words), mask.end(), 0);
+  mask = mask.first(words);
   const std::vector<int32_t>& long_ids = vocab_->long_tokens().ids;
+  bool first = true;
   for (const Top& top : matcher.tops()) {
     const Classified c = Classify(top.rule, top.state);
     const TokenBits& bits = c.short_mask->accepted;
-    for (size_t w = 0; w < mask->size(); ++w) (*mask)[w] |= bits[w];
+    // The first top's short tokens are copied (no zeroing pass first), the others ORed in.
+    if (first) {
+      std::copy(bits.begin(), bits.begin() + static_cast<ptrdiff_t>(words), mask.begin());
+    } else {
+      for (size_t w = 0; w < words; ++w) mask[w] |= bits[w];
+    }
+    first = false;
     const std::vector<uint64_t>& long_bits = c.long_mask->accepted;
     for (size_t w = 0; w < long_bits.size(); ++w) {
       for (uint64_t b = long_bits[w]; b != 0; b &= b - 1) {
@@ -332,10 +348,11 @@ void TokenMasker::FillMask(const Matcher& matcher, TokenBits* mask) {
     for (const std::vector<int32_t>* dependent :
          {&c.short_mask->dependent, &c.long_mask->dependent}) {
       for (int32_t id : *dependent) {
-        if (!TestBit(*mask, id) && matcher.AcceptsFrom(top, vocab_->bytes(id))) SetBit(mask, id);
+        if (!TestBit(mask, id) && matcher.AcceptsFrom(top, vocab_->bytes(id))) SetBit(mask, id);
       }
     }
   }
+  if (first) std::fill(mask.begin(), mask.end(), 0);  // no tops: nothing is allowed
 }
 
 void TokenMasker::FillMaskSlow(const Matcher& matcher, TokenBits* mask) const {

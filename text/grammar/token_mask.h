@@ -37,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -52,6 +53,8 @@ namespace banyan::text::grammar {
 using TokenBits = std::vector<uint64_t>;
 inline bool TestBit(const TokenBits& bits, int32_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
 inline void SetBit(TokenBits* bits, int32_t id) { (*bits)[id >> 6] |= uint64_t{1} << (id & 63); }
+inline bool TestBit(std::span<const uint64_t> bits, int32_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
+inline void SetBit(std::span<uint64_t> bits, int32_t id) { bits[id >> 6] |= uint64_t{1} << (id & 63); }
 
 class Vocabulary {
  public:
@@ -104,6 +107,9 @@ class TokenMasker {
   // The tokens `matcher` allows next, as vocab->size() bits. Classifies the positions of
   // matcher.tops() that are not yet (see Ready).
   void FillMask(const Matcher& matcher, TokenBits* mask);
+  // The same into `mask`, at least (vocab->size() + 63) / 64 words; words past those are zeroed
+  // (a padded LM head's ids stay disallowed).
+  void FillMask(const Matcher& matcher, std::span<uint64_t> mask);
   // Whether every position of matcher.tops() is classified: FillMask then costs a copy of the
   // cached bits and the per-step checks of the tokens that need the callers, no vocabulary walk.
   bool Ready(const Matcher& matcher) const;

@@ -198,6 +198,9 @@ TEST(FedStepsTest, ConstrainedRowsSampleLateWithTheSameTokens) {
   }
   EXPECT_EQ(stats[0].late_sampled_steps, 0);
   EXPECT_GT(stats[1].late_sampled_steps, 10);
+  // The late masks went straight into the sampler's upload (CudaBackend::MaskStaging).
+  EXPECT_EQ(stats[0].late_masks_staged, 0);
+  EXPECT_GT(stats[1].late_masks_staged, 10);
   int ended = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_EQ(out[0][i].samples.size(), out[1][i].samples.size());

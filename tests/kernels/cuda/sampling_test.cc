@@ -13,6 +13,7 @@
 //    probabilities of the filtered distribution (chi-square, and nothing outside the support).
 //  - fed rows (their previous token still on the device): the penalties count that token, as
 //    the CPU reference does with a state that has taken it.
+//  - masks written in the sampler's upload (MaskStaging) against the same masks copied.
 //  - CudaBackend::ForwardSample on the bundled stories260K against Forward + the CPU sampler.
 #include <cuda_runtime_api.h>
 
@@ -540,6 +541,77 @@ TEST(DeviceSampling, Distribution) {
     const double dof = std::max(1, support - 1);
     std::printf("support %d, chi2 %.1f (dof %.0f)\n", support, chi2, dof);
     EXPECT_LT(chi2, dof + 6.0 * std::sqrt(2.0 * dof) + 10.0);
+  }
+}
+
+// Masks written straight into the sampler's upload (DeviceSampler::MaskStaging, as the engine
+// loop's fill threads write a late step's) sample exactly as the same masks copied from the
+// specs' own vectors: one sampler takes every mask from its spec, a fresh one a third of them
+// from staged slots in a shuffled order (spare slots poisoned with all tokens allowed), the rest
+// copied after them, so that its upload grows past the staging and must keep it. Both against
+// the CPU reference too.
+TEST(DeviceSampling, StagedMasksSampleAsCopiedOnes) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const int vocab : {1000, 128256}) {
+    const int rows = 24;
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    for (int r = 0; r < rows; ++r) {
+      FillRow(rng, RowKind::kNormal,
+              std::span<float>(logits).subspan(static_cast<size_t>(r) * vocab, vocab));
+    }
+    Dev<float> d_logits(logits.size());
+    ASSERT_EQ(cudaMemcpy(d_logits.p, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    std::vector<SamplingParams> params;
+    std::vector<SequenceSamplingState> states;
+    std::vector<std::vector<uint64_t>> masks;
+    for (int r = 0; r < rows; ++r) {
+      params.push_back(RandomParams(rng, vocab));
+      states.push_back(RandomState(rng, vocab, 0));
+      std::vector<uint64_t> m;
+      while (m.empty()) m = RandomMask(rng, vocab);
+      masks.push_back(std::move(m));
+    }
+    const int64_t words = kernels::cuda::SampleMaskWords(vocab);
+    std::vector<int> staged_rows;
+    for (int r = 0; r < rows; r += 3) staged_rows.push_back(r);
+    const int spare = 2;
+    std::vector<int> slots(staged_rows.size() + spare);
+    for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int>(i);
+    std::shuffle(slots.begin(), slots.end(), rng);
+
+    std::vector<SampleSpec> copied(rows), staged(rows);
+    for (int r = 0; r < rows; ++r) copied[r] = staged[r] = {r, &params[r], &states[r], 0, masks[r]};
+    cuda::DeviceSampler a, b;
+    std::vector<SampleResult> out_a, out_b;
+    ASSERT_TRUE(a.Enqueue(d_logits.p, rows, vocab, copied, nullptr).ok());
+    ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+    a.Collect(&out_a);
+    std::span<uint64_t> staging;
+    ASSERT_TRUE(b.MaskStaging(static_cast<int32_t>(slots.size()), words, &staging).ok());
+    ASSERT_EQ(staging.size(), slots.size() * static_cast<size_t>(words));
+    std::fill(staging.begin(), staging.end(), ~uint64_t{0});
+    for (size_t i = 0; i < staged_rows.size(); ++i) {
+      const int r = staged_rows[i];
+      std::span<uint64_t> slot = staging.subspan(static_cast<size_t>(slots[i] * words), words);
+      std::copy(masks[r].begin(), masks[r].end(), slot.begin());
+      staged[r].allowed = slot;
+    }
+    ASSERT_TRUE(b.Enqueue(d_logits.p, rows, vocab, staged, nullptr).ok());
+    ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+    b.Collect(&out_b);
+    ASSERT_EQ(out_a.size(), static_cast<size_t>(rows));
+    ASSERT_EQ(out_b.size(), static_cast<size_t>(rows));
+    Stats stats;
+    for (int r = 0; r < rows; ++r) {
+      EXPECT_EQ(out_a[r].token, out_b[r].token) << "vocab " << vocab << " row " << r;
+      EXPECT_EQ(out_a[r].logprob, out_b[r].logprob) << "vocab " << vocab << " row " << r;
+      EXPECT_EQ(out_a[r].top_logprobs, out_b[r].top_logprobs) << "vocab " << vocab << " row " << r;
+      Compare(std::span<const float>(logits).subspan(static_cast<size_t>(r) * vocab, vocab),
+              params[r], states[r], out_b[r], absl::StrCat("staged, vocab ", vocab, " row ", r),
+              &stats, masks[r]);
+    }
+    EXPECT_LE(stats.margin_mismatches, 1);
   }
 }
 
