@@ -2,7 +2,11 @@
 // decoding at once, over a real tokenizer's vocabulary, with and without MaskWorkers.
 //
 //   mask_step_bench --tokenizer path/to/tokenizer.json [--samples 16] [--steps 150]
-//                   [--forward_ms 5] [--workers 2] [--seed 1]
+//                   [--forward_ms 5] [--workers 2] [--seed 1] [--schema FILE] [--prefetch N]
+//
+// --schema: this JSON Schema instead of the built-in weather tool's. --prefetch N: first, on a
+// fresh masker, the time the workers take to classify the schema's first N positions ahead of
+// need (MaskWorkers::Prefetch, as banyand asks once a schema is in steady use), with the walks.
 //
 // Each sample walks its schema (weather tool arguments), drawing uniformly among the allowed
 // tokens from a generator keyed by (seed, sample, its own token count), as the sampler's Philox
@@ -21,8 +25,10 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +62,8 @@ struct Options {
   double forward_ms = 5;
   int workers = 2;
   uint64_t seed = 1;
+  std::string schema_file;
+  int64_t prefetch = 0;
 };
 
 struct RunResult {
@@ -138,6 +146,26 @@ void Print(const char* name, RunResult r) {
               static_cast<long long>(r.sit_outs));
 }
 
+// Prefetch on a fresh masker: wall time until the workers are idle, and what they walked.
+void PrintPrefetch(const Options& o, std::shared_ptr<const CompiledGrammar> grammar,
+                   std::shared_ptr<const Vocabulary> vocab) {
+  auto masker = std::make_shared<TokenMasker>(grammar, vocab);
+  masker->PrepareStart();
+  banyan::scheduler::MaskWorkers pool(o.workers);
+  const Clock::time_point t0 = Clock::now();
+  pool.Prefetch(masker, static_cast<size_t>(o.prefetch));
+  pool.WaitIdle();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("| prefetch of %lld positions | classes | s | walks (ahead) | short walks | long walks "
+              "| classes cached | positions cached |\n|---|---|---|---|---|---|---|---|\n",
+              static_cast<long long>(o.prefetch));
+  std::printf("| %d workers | %zu | %.2f | %lld (%lld) | %lld | %lld | %zu | %zu |\n\n", o.workers,
+              masker->num_classes(), s, static_cast<long long>(pool.walks()),
+              static_cast<long long>(pool.prefetch_walks()),
+              static_cast<long long>(masker->walks()), static_cast<long long>(masker->long_walks()),
+              masker->classified(), masker->long_classified());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +186,10 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &o.workers);
     } else if (flag == "--seed") {
       ok = absl::SimpleAtoi(value, &o.seed);
+    } else if (flag == "--schema") {
+      o.schema_file = value;
+    } else if (flag == "--prefetch") {
+      ok = absl::SimpleAtoi(value, &o.prefetch);
     } else {
       ok = false;
     }
@@ -183,14 +215,29 @@ int main(int argc, char** argv) {
     if (id >= 0 && id < static_cast<int32_t>(bytes.size())) bytes[id].clear();
   }
   auto vocab = std::make_shared<const Vocabulary>(std::move(bytes));
-  auto grammar = banyan::text::grammar::JsonSchemaToGrammar(nlohmann::ordered_json::parse(kSchema));
-  if (!grammar.ok()) return 1;
+  std::string schema = kSchema;
+  if (!o.schema_file.empty()) {
+    std::ifstream in(o.schema_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      std::fprintf(stderr, "cannot read %s\n", o.schema_file.c_str());
+      return 1;
+    }
+    schema = text.str();
+  }
+  auto grammar = banyan::text::grammar::JsonSchemaToGrammar(nlohmann::ordered_json::parse(schema));
+  if (!grammar.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(grammar.status().message()).c_str());
+    return 1;
+  }
   auto compiled = CompiledGrammar::Compile(*grammar, {});
   if (!compiled.ok()) return 1;
   auto g = std::make_shared<const CompiledGrammar>(*std::move(compiled));
   std::printf("vocabulary: %d tokens; %d samples, up to %d tokens each, %.1f ms per forward, "
               "%d workers\n\n",
               vocab->size(), o.samples, o.steps, o.forward_ms, o.workers);
+  if (o.prefetch > 0) PrintPrefetch(o, g, vocab);
   std::printf("| masks | steps | median µs | p99 µs | max µs | max CPU µs | mean µs | total s |"
               " sit-outs |\n|---|---|---|---|---|---|---|---|---|\n");
   const RunResult before = Run(o, g, vocab, /*workers=*/false);

@@ -149,7 +149,9 @@ net::awaitable<HttpReply> SimpleRequest(const Target& t, std::string method, std
 
 std::string CompletionBody(const Target& t, const Options& o, const RequestSpec& spec,
                            bool stream) {
-  Json j;
+  // Ordered, as clients send them: a schema's properties keep the file's order (the grammar,
+  // and so the cost of its masks, depends on it).
+  nlohmann::ordered_json j;
   if (!t.model.empty()) j["model"] = t.model;
   j["prompt"] = spec.prompt;
   j["max_tokens"] = spec.output_tokens;
@@ -158,7 +160,7 @@ std::string CompletionBody(const Target& t, const Options& o, const RequestSpec&
   if (spec.penalised && o.frequency_penalty != 0.0) j["frequency_penalty"] = o.frequency_penalty;
   if (spec.penalised && o.logit_bias_tokens > 0) {
     // K ids spread evenly over [min_token, vocab): the same set for every request.
-    Json bias = Json::object();
+    nlohmann::ordered_json bias = nlohmann::ordered_json::object();
     const int64_t span = o.vocab - o.min_token;
     for (int k = 0; k < o.logit_bias_tokens; ++k) {
       bias[std::to_string(o.min_token + k * span / o.logit_bias_tokens)] = 1.0;
@@ -168,7 +170,9 @@ std::string CompletionBody(const Target& t, const Options& o, const RequestSpec&
   if (spec.penalised && o.min_tokens > 0) {
     j["min_tokens"] = std::min(o.min_tokens, spec.output_tokens);
   }
-  if (!o.json_schema.empty()) j["structured_outputs"] = {{"json", Json::parse(o.json_schema)}};
+  if (!o.json_schema.empty()) {
+    j["structured_outputs"] = {{"json", nlohmann::ordered_json::parse(o.json_schema)}};
+  }
   if (spec.n > 1) j["n"] = spec.n;
   if (!spec.user.empty()) j["user"] = spec.user;
   if (stream) {

@@ -209,9 +209,15 @@ TEST(WorkloadTest, JsonSchemaConstrainsEveryRequest) {
   ASSERT_EQ(w.requests.size(), 4u);
   Target t;
   for (const RequestSpec& r : w.requests) {
-    const Json body = Json::parse(CompletionBody(t, o, r, true));
+    const std::string raw = CompletionBody(t, o, r, true);
+    const Json body = Json::parse(raw);
     ASSERT_TRUE(body.contains("structured_outputs")) << body.dump();
     EXPECT_EQ(body["structured_outputs"]["json"]["required"][0], "city");
+    // The file's key order, not sorted ("type" before "properties"): the grammar, and so what a
+    // constrained load costs, depends on it.
+    const size_t at = raw.find("\"structured_outputs\"");
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_LT(raw.find("\"type\"", at), raw.find("\"properties\"", at)) << raw;
   }
   {
     std::ofstream f(path);

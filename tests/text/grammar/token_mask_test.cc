@@ -240,6 +240,38 @@ TEST(TokenMaskTest, ABoundedCacheEvictsAndStaysExact) {
   EXPECT_TRUE(masker.Ready(start)) << "the start is never evicted";
 }
 
+// The default budget takes a realistic tool schema whole: a flight search's arguments (long
+// strings, optional properties before required ones, as a client that sorts its keys sends
+// them) are over 40,000 automaton states, and their classes are a few thousand. With 2^25 this
+// schema kept a class per state, and a served constrained load paid a vocabulary walk per
+// position met.
+TEST(TokenMaskTest, DefaultBudgetClassesALargeToolSchema) {
+  auto c = CompileSchema(nlohmann::ordered_json::parse(R"({
+    "additionalProperties": false,
+    "properties": {
+      "airlines": {"items": {"maxLength": 40, "type": "string"}, "maxItems": 5, "type": "array"},
+      "cabin": {"enum": ["economy", "premium_economy", "business", "first"]},
+      "departure_date": {"pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "type": "string"},
+      "destination": {"maxLength": 64, "type": "string"},
+      "max_stops": {"maximum": 3, "minimum": 0, "type": "integer"},
+      "notes": {"maxLength": 400, "type": "string"},
+      "origin": {"maxLength": 64, "type": "string"},
+      "passengers": {"additionalProperties": false,
+                     "properties": {"adults": {"maximum": 9, "minimum": 1, "type": "integer"},
+                                    "children": {"maximum": 8, "minimum": 0, "type": "integer"}},
+                     "required": ["adults"], "type": "object"},
+      "return_date": {"pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "type": ["string", "null"]}
+    },
+    "required": ["origin", "destination", "departure_date", "passengers", "cabin"],
+    "type": "object"})"));
+  ASSERT_NE(c, nullptr);
+  size_t classes = 0;
+  BoundedClasses(*c, 16, &classes);
+  EXPECT_GT(c->total_states(), 40000);
+  EXPECT_LT(classes * 8, static_cast<size_t>(c->total_states()))
+      << classes << " classes of " << c->total_states() << " states";
+}
+
 // A string of maxLength 200 is hundreds of automaton states (a counter), but over the next 16
 // bytes only the states within 16 characters of either end differ: the classes collapse the
 // rest, and the short masks are classified once per class, the masks staying exact.
