@@ -459,6 +459,13 @@ void LogEngineReport(scheduler::Scheduler& sched) {
                    g.steps > 0 ? g.launch_call_us * 1e-3 / static_cast<double>(g.steps) : 0.0,
                    g.steps, g.kernel_nodes);
     }
+    if (a.late_steps > 0) {
+      spdlog::info("cuda backend: steps sampled late (masks after the step before): {}; the "
+                   "device waited for their sampling after the forward pass in {} of them, "
+                   "{:.3f} s in all ({:.3f} ms per late step)",
+                   a.late_steps, a.late_waits, a.late_wait_us * 1e-6,
+                   a.late_wait_us * 1e-3 / static_cast<double>(a.late_steps));
+    }
     if (g.patch_failures > 0) {
       spdlog::warn("cuda graphs: {} attention-node updates failed (captured instead): {}",
                    g.patch_failures, cuda->graph_update_error());

@@ -96,6 +96,8 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   for (Impl::FlightSlot& s : m.flights) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&s.begin));
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&s.end));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&s.forward_end));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&s.sampling_begin));
   }
 
   // Memory plan, checked before anything big is allocated.
@@ -509,6 +511,17 @@ absl::Status CudaBackend::FinishFlight(int* slot_index) {
     BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, slot.begin, slot.end));
     m.device_seconds += ms * 1e-3;
   }
+  if (slot.late) {
+    // Negative when the sampling was enqueued before the forward pass ended (no wait).
+    float ms = 0;
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, slot.forward_end, slot.sampling_begin));
+    ++stats_.late_steps;
+    if (ms > 0) {
+      stats_.late_wait_us += ms * 1e3;
+      stats_.late_waits += ms > 0.01f;  // over 10 us: the device sat waiting for the host
+    }
+    slot.late = false;
+  }
   return absl::OkStatus();
 }
 
@@ -535,11 +548,19 @@ absl::Status CudaBackend::LaunchForward(const StepBatch& batch, int32_t num_spec
     return s;
   }
   m.forward_only = Impl::ForwardOnly{index, rows, num_specs, !batch.decode.empty()};
+  m.flights[index].late = false;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.flights[index].forward_end, m.stream));
   ++m.flight_count;  // the slot is taken; CollectSample refuses it until its sampling is enqueued
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::LaunchSampling(std::span<const SampleSpec> specs) {
+  Impl& m = *impl_;
+  if (m.forward_only.has_value()) {
+    Impl::FlightSlot& slot = m.flights[m.forward_only->index];
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.sampling_begin, m.stream));
+    slot.late = true;
+  }
   return EnqueueSampling(specs, {});
 }
 
@@ -593,6 +614,7 @@ absl::Status CudaBackend::EnqueueSampling(std::span<const SampleSpec> specs,
   if (!s.ok()) {
     // The step is dropped (it is the newest in the ring); the steps before stay collectable.
     cudaStreamSynchronize(m.stream);  // leave no work of this step in flight
+    m.flights[f.index].late = false;
     --m.flight_count;
     return s;
   }

@@ -88,6 +88,12 @@ struct CudaAttentionStats {
   double launch_host_us = 0;     // the graph launch (node updates and captures included), or
                                  // the eager enqueue of every kernel (its attention work too)
   double sample_host_us = 0;     // LaunchSample: pack, upload and launch the sampling kernel
+  // Steps launched in two halves (LaunchForward, then LaunchSampling once the host knew the
+  // masks): how many, how many of them the device sat waiting for the sampling after the
+  // forward pass (over 10 us), and the summed wait (device time, CUDA events).
+  int64_t late_steps = 0;
+  int64_t late_waits = 0;
+  double late_wait_us = 0;
 };
 
 struct CudaBackendOptions {

@@ -119,7 +119,11 @@ struct CudaBackend::Impl {
   std::vector<int32_t> feed_rows;  // PrepareInputs' staging of a feed, kept across steps
   struct FlightSlot {  // a step's results are its sampler's (sampler[slot])
     cudaEvent_t begin = nullptr, end = nullptr;
+    // A step launched by LaunchForward: where its forward pass ended and where its sampling,
+    // enqueued later by LaunchSampling, began (the device's wait for the host between them).
+    cudaEvent_t forward_end = nullptr, sampling_begin = nullptr;
     bool begin_recorded = false;
+    bool late = false;  // both recorded
   };
   FlightSlot flights[kFlightDepth];
   int flight_head = 0, flight_count = 0;
@@ -154,6 +158,8 @@ struct CudaBackend::Impl {
     for (FlightSlot& s : flights) {
       if (s.begin != nullptr) cudaEventDestroy(s.begin);
       if (s.end != nullptr) cudaEventDestroy(s.end);
+      if (s.forward_end != nullptr) cudaEventDestroy(s.forward_end);
+      if (s.sampling_begin != nullptr) cudaEventDestroy(s.sampling_begin);
     }
     if (fork_event != nullptr) cudaEventDestroy(fork_event);
     if (join_event != nullptr) cudaEventDestroy(join_event);

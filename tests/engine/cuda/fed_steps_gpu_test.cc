@@ -140,11 +140,14 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
 // (LaunchSampling) while the step's layers run, written straight into the sampler's upload
 // (MaskStaging). The tokens are those of the loop without fed steps, constrained and free rows
 // alike, and every constrained output is text the schema accepts so far.
-// Every request runs to max_tokens (the schema's string cannot end sooner), so that both runs
-// step the same rows throughout: a fed step still holds the rows of requests that ended in the
-// step before, and the GPU's logits are not batch-invariant in their last bits, so a request
-// ending early made a sampled draw near a boundary flip in the other requests (seen on an H100:
-// request 4, adjacent token ids).
+// The logits must be the same bits in both runs, and the GPU's are not batch-invariant in their
+// last bits (a sampled draw near a boundary then flips to the adjacent id):
+//  - every request runs to max_tokens (the schema's string cannot end sooner), so that both
+//    runs step the same rows throughout (a fed step still holds the rows of requests that ended
+//    in the step before);
+//  - attention is paged (TPP's phase 2 alone): request 4's two samples share the grammar's
+//    forced first tokens, which the fed run keeps as pending forks, and TPP then splits the
+//    shared work differently (SameTokensAndLogprobsAsUnfed). Both flips were seen on an H100.
 TEST(FedStepsTest, ConstrainedRowsSampleLateWithTheSameTokens) {
   BANYAN_SEEDED_RNG(rng);
   const model::ModelConfig cfg = testing::SmallModelConfig(64, 4, 2, 2, 1000);
@@ -187,6 +190,7 @@ TEST(FedStepsTest, ConstrainedRowsSampleLateWithTheSameTokens) {
     CudaBackendOptions o;
     o.num_chunks = 512;
     o.chunk_size = 16;
+    o.attention = AttentionMode::kPaged;
     auto b = CudaBackend::Create(&w, o);
     ASSERT_TRUE(b.ok()) << b.status();
     // The engine thread classifies the grammar positions itself (no mask workers): with workers,
@@ -195,7 +199,8 @@ TEST(FedStepsTest, ConstrainedRowsSampleLateWithTheSameTokens) {
     // boundary then flips; seen once on an H100, request 4 of this test).
     scheduler::EngineLoop loop(w.config, tok->get(), *std::move(b),
                                {.max_running_sequences = 32, .prefill_token_budget = 256,
-                                .feed = feed, .mask_workers = 0});
+                                .attention = AttentionMode::kPaged, .feed = feed,
+                                .mask_workers = 0});
     auto res = scheduler::GenerateAll(loop, reqs);
     ASSERT_TRUE(res.ok()) << res.status();
     out[feed] = *res;
