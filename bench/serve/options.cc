@@ -87,6 +87,7 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"prefix-tokens", OptInt(&Options::prefix_tokens, 0, 1 << 24, "prefix-tokens")},
       {"suffix-tokens", OptInt(&Options::suffix_tokens, 0, 1 << 24, "suffix-tokens")},
       {"output-tokens", OptInt(&Options::output_tokens, 1, 1 << 24, "output-tokens")},
+      {"min-output-tokens", Int(&Options::min_output_tokens, 1, 1 << 24, "min-output-tokens")},
       {"num-groups", OptInt(&Options::num_groups, 1, 1 << 20, "num-groups")},
       {"prompts-per-group", OptInt(&Options::prompts_per_group, 1, 1 << 20, "prompts-per-group")},
       {"n", OptInt(&Options::n, 1, 1024, "n")},
@@ -229,6 +230,7 @@ Target:     --host 127.0.0.1  --port 8000  --api-key KEY  --model NAME (default:
 Workloads:  --workload generated-shared-prefix | prefix-repetition | multi-tenant |
                        long-document | n-way | no-sharing | shared-prefix
             --num-prompts K --prefix-tokens P --suffix-tokens S --output-tokens O
+            --min-output-tokens M: each request's max_tokens uniform in [M, O] (staggered ends)
             --num-groups G --prompts-per-group Q --n N
             --suffix-pool K: each private suffix is one of K drawn once, so prompts repeat
             --min-prefix-tokens/--max-prefix-tokens (multi-tenant system prompts, 1024..4096)

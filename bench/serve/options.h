@@ -25,6 +25,7 @@ struct Options {
   std::optional<int> prefix_tokens;  // system prompt / shared prefix / document length
   std::optional<int> suffix_tokens;  // question / private suffix length
   std::optional<int> output_tokens;  // max_tokens of each request
+  int min_output_tokens = 0;         // > 0: each request's max_tokens uniform in [this, output]
   std::optional<int> num_groups;     // groups (generated-shared-prefix), prefixes, tenants
   std::optional<int> prompts_per_group;
   std::optional<int> n;              // samples per request (n-way)

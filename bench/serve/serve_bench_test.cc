@@ -189,6 +189,43 @@ TEST(WorkloadTest, PenalisedShareIsSpreadEvenly) {
   EXPECT_NE(ParseOptions(3, const_cast<char**>(share), &o, &help), "");
 }
 
+// --min-output-tokens staggers the requests' ends: max_tokens uniform in [M, O], not all the
+// same, the same for one seed, and the prompts those of the seed without the flag.
+TEST(WorkloadTest, MinOutputTokensStaggersTheEnds) {
+  auto build = [](std::vector<const char*> extra, Workload* w) {
+    std::vector<const char*> argv = {"bench", "--workload", "shared-prefix", "--num-prompts",
+                                     "64", "--prefix-tokens", "8", "--output-tokens", "120"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Options o;
+    bool help = false;
+    ASSERT_EQ(ParseOptions(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), &o,
+                           &help),
+              "");
+    ASSERT_EQ(BuildWorkload(o, w), "");
+  };
+  Workload plain, a, b;
+  build({}, &plain);
+  build({"--min-output-tokens", "60"}, &a);
+  build({"--min-output-tokens", "60"}, &b);
+  ASSERT_EQ(a.requests.size(), 64u);
+  std::set<int> lengths;
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    EXPECT_GE(a.requests[i].output_tokens, 60);
+    EXPECT_LE(a.requests[i].output_tokens, 120);
+    EXPECT_EQ(a.requests[i].output_tokens, b.requests[i].output_tokens);
+    EXPECT_EQ(a.requests[i].prompt, plain.requests[i].prompt);
+    EXPECT_EQ(plain.requests[i].output_tokens, 120);
+    lengths.insert(a.requests[i].output_tokens);
+  }
+  EXPECT_GT(lengths.size(), 16u);
+  Workload bad;
+  Options o;
+  bool help = false;
+  const char* argv[] = {"bench", "--output-tokens", "50", "--min-output-tokens", "60"};
+  ASSERT_EQ(ParseOptions(5, const_cast<char**>(argv), &o, &help), "");
+  EXPECT_NE(BuildWorkload(o, &bad), "");
+}
+
 // --json-schema puts the file's schema into every request as structured_outputs.json; a file
 // that is not JSON, or not there, is refused at parse time.
 TEST(WorkloadTest, JsonSchemaConstrainsEveryRequest) {

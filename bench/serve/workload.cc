@@ -157,6 +157,16 @@ std::string BuildWorkload(const Options& o, Workload* out) {
   for (const RequestSpec& r : w.requests) {
     if (r.prompt.empty()) return "the workload's prompts are empty: give --prefix/--suffix-tokens";
   }
+  if (o.min_output_tokens > 0) {
+    // Staggered ends, as outputs of their own lengths have them; from a generator of their own,
+    // so the prompts are those of the same seed without the flag.
+    if (o.min_output_tokens > w.output_tokens) {
+      return "--min-output-tokens must not exceed --output-tokens";
+    }
+    std::mt19937_64 lengths(o.seed * 0x9E3779B97F4A7C15ull + 17);
+    std::uniform_int_distribution<int> pick(o.min_output_tokens, w.output_tokens);
+    for (RequestSpec& r : w.requests) r.output_tokens = pick(lengths);
+  }
   // Evenly spread: request i is penalised when i * share crosses an integer.
   if (o.frequency_penalty != 0.0 || o.logit_bias_tokens > 0 || o.min_tokens > 0) {
     for (size_t i = 0; i < w.requests.size(); ++i) {

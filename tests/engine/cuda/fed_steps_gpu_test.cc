@@ -145,9 +145,12 @@ TEST(FedStepsTest, SameTokensAndLogprobsAsUnfed) {
 //  - every request runs to max_tokens (the schema's string cannot end sooner), so that both
 //    runs step the same rows throughout (a fed step still holds the rows of requests that ended
 //    in the step before);
-//  - attention is paged (TPP's phase 2 alone): request 4's two samples share the grammar's
-//    forced first tokens, which the fed run keeps as pending forks, and TPP then splits the
-//    shared work differently (SameTokensAndLogprobsAsUnfed). Both flips were seen on an H100.
+//  - attention is paged (TPP's phase 2 alone), so that a row's logits depend on its own KV only.
+// Request 4 (n = 2) is still not compared token for token: its two samples share the grammar's
+// forced first tokens, which the fed run keeps as pending forks, so their KV sits in other
+// chunks than without fed steps and the attention's sums round differently (on TPP the shared
+// work splits differently too: SameTokensAndLogprobsAsUnfed). Both kinds of flip were seen on
+// an H100. Its outputs are checked against the schema like the others.
 TEST(FedStepsTest, ConstrainedRowsSampleLateWithTheSameTokens) {
   BANYAN_SEEDED_RNG(rng);
   const model::ModelConfig cfg = testing::SmallModelConfig(64, 4, 2, 2, 1000);
@@ -218,15 +221,17 @@ TEST(FedStepsTest, ConstrainedRowsSampleLateWithTheSameTokens) {
     for (size_t k = 0; k < out[0][i].samples.size(); ++k) {
       const scheduler::SampleOutput& a = out[0][i].samples[k];
       const scheduler::SampleOutput& f = out[1][i].samples[k];
-      EXPECT_EQ(a.tokens, f.tokens) << "request " << i << " sample " << k;
+      if (i != 4) EXPECT_EQ(a.tokens, f.tokens) << "request " << i << " sample " << k;
       EXPECT_EQ(a.finish, f.finish) << "request " << i << " sample " << k;
       EXPECT_EQ(f.finish, scheduler::FinishReason::kLength) << "request " << i << " sample " << k;
       if (i == 9) continue;
-      text::grammar::Matcher m((*schema)->grammar);
-      std::string text;
-      for (int32_t t : f.tokens) {
-        text += (*tok)->TokenBytes(t);
-        ASSERT_TRUE(m.Accept((*tok)->TokenBytes(t))) << "request " << i << ": " << text;
+      for (const scheduler::SampleOutput* o : {&a, &f}) {
+        text::grammar::Matcher m((*schema)->grammar);
+        std::string text;
+        for (int32_t t : o->tokens) {
+          text += (*tok)->TokenBytes(t);
+          ASSERT_TRUE(m.Accept((*tok)->TokenBytes(t))) << "request " << i << ": " << text;
+        }
       }
       ++checked;
     }
