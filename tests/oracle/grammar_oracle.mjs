@@ -100,7 +100,7 @@ function refusalKeyword(message) {
 const stats = {
   suiteGroups: 0, suiteCompiled: 0, edgeCompiled: 0, suiteRefused: 0, refusedBy: new Map(), ajvRefused: 0,
   suiteInstances: 0, canonicalChecked: 0, outsideSubset: 0, labelMismatch: 0,
-  samples: 0, stuck: 0, mutants: 0, mutantsRefusedByBoth: 0, mutantsFlagged: 0,
+  samples: 0, stuck: 0, mutants: 0, mutantsRefusedByBoth: 0, mutantsFlagged: 0, compileUs: [],
 };
 
 // Soundness and completeness of one schema over values: returns the CLI request and a function
@@ -193,6 +193,7 @@ function runSuite() {
   }
   stats.suiteGroups = groups.length;
   const probe = runCli(groups.map((g) => ({ schema: g.schema })));
+  for (const r of probe) if (r.compiled) stats.compileUs.push(r.compile_us);
   const jobs = [];
   const refusedNames = new Map();
   groups.forEach((g, i) => {
@@ -242,6 +243,7 @@ function runToolSchemas() {
   const entries = Object.entries(toolSchemas);
   const sampled = runCli(entries.map(([, schema], i) => ({
     schema, samples: 200, seed: seed + 100000 + i })));
+  for (const r of sampled) if (r.compiled) stats.compileUs.push(r.compile_us);
   const jobs = [];
   entries.forEach(([name, schema], i) => {
     if (!sampled[i].compiled) {
@@ -281,6 +283,10 @@ function runToolSchemas() {
 runSuite();
 runToolSchemas();
 
+// Compile time per schema (schema -> automaton -> classes of positions), this machine.
+const compileUs = [...stats.compileUs].sort((a, b) => a - b);
+const quantile = (q) => compileUs.length ? compileUs[Math.min(compileUs.length - 1,
+  Math.floor(q * compileUs.length))].toFixed(0) : "-";
 const refusals = [...stats.refusedBy.entries()].sort((a, b) => b[1] - a[1])
   .map(([k, n]) => `${k} ${n}`).join(", ");
 console.log(`
@@ -294,5 +300,6 @@ canonical forms checked     ${stats.canonicalChecked} (valid but outside the can
 tool schemas                ${Object.keys(toolSchemas).length}
 samples validated           ${stats.samples} (walks dropped at the step cap: ${stats.stuck})
 mutants                     ${stats.mutants}: refused by both ${stats.mutantsRefusedByBoth}, valid but outside the subset ${stats.mutantsFlagged}
+compile time, µs            median ${quantile(0.5)}, p99 ${quantile(0.99)}, max ${quantile(1)} over ${compileUs.length} schemas (to automaton and classes)
 disagreements               ${failures.length}`);
 process.exit(failures.length === 0 ? 0 : 1);

@@ -4,13 +4,15 @@
 // stdin: one JSON object a line,
 //   {"schema": <schema>, "instances": ["<raw text>", ...], "samples": N, "seed": S}
 // stdout: one JSON object a line, in the same order,
-//   {"compiled": true, "accepted": [bool, ...], "samples": ["<text>", ...], "stuck": K}
+//   {"compiled": true, "accepted": [bool, ...], "samples": ["<text>", ...], "stuck": K,
+//    "compile_us": T, "states": S}   (T: schema to automaton and its classes of positions)
 //   {"compiled": false, "error": "<the compiler's message>"}
 // An instance is accepted when the automaton takes all its bytes and may end there. A sample is
 // a random walk over a small vocabulary (single bytes and multi-byte JSON-ish tokens), each
 // step choosing among the tokens the token mask allows, until the matcher may end and a coin
 // says stop. A walk that reaches the step cap is dropped (counted in "stuck"); a walk that finds
 // no allowed token before it may end is a dead state of the automaton, reported as an error.
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -95,6 +97,7 @@ bool Sample(const std::shared_ptr<const CompiledGrammar>& grammar, TokenMasker* 
 
 ojson Handle(const ojson& request, const std::shared_ptr<const Vocabulary>& vocab) {
   ojson reply = ojson::object();
+  const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<Grammar> g = JsonSchemaToGrammar(request.at("schema"));
   if (!g.ok()) {
     reply["compiled"] = false;
@@ -109,6 +112,13 @@ ojson Handle(const ojson& request, const std::shared_ptr<const Vocabulary>& voca
   }
   auto grammar = std::make_shared<const CompiledGrammar>(*std::move(c));
   reply["compiled"] = true;
+  // What a request's first compile costs before its masks: schema -> grammar -> automaton, and
+  // the classes of positions a masker computes over a 16-byte horizon (a real vocabulary's).
+  size_t classes = 0;
+  BoundedClasses(*grammar, 16, &classes);
+  reply["compile_us"] =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  reply["states"] = grammar->total_states();
   ojson accepted = ojson::array();
   if (request.contains("instances")) {
     for (const ojson& instance : request.at("instances")) {
