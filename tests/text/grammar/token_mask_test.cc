@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <span>
 #include <utility>
 #include <string>
 #include <vector>
@@ -146,6 +147,32 @@ TEST(TokenMaskTest, MatchesTheReferenceOnASchema) {
     const nlohmann::json j = nlohmann::json::parse(t, nullptr, false);
     ASSERT_TRUE(j.is_object()) << t;
     EXPECT_TRUE(j.contains("a") && j["a"].is_number_integer()) << t;
+  }
+}
+
+// FillMask into a caller's span (the engine loop's fill threads write a late step's masks
+// straight into the sampler's upload): the same bits as into a vector, whatever the span held
+// before, and every word past the vocabulary's (a padded LM head) zeroed.
+TEST(TokenMaskTest, FillMaskIntoASpanOverwritesAndPads) {
+  BANYAN_SEEDED_RNG(rng);
+  auto c = CompileSchema(nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"a":{"enum":["x","yz"]},"b":{"type":"integer"}}})"));
+  ASSERT_NE(c, nullptr);
+  auto vocab = RandomVocabulary(rng, "{}\":, 0123abxyz", 400);
+  TokenMasker masker(c, vocab);
+  const size_t words = (static_cast<size_t>(vocab->size()) + 63) / 64;
+  Matcher m(c);
+  for (int step = 0; step < 60; ++step) {
+    TokenBits expected;
+    masker.FillMask(m, &expected);
+    ASSERT_EQ(expected.size(), words);
+    std::vector<uint64_t> slot(words + 3, ~uint64_t{0});  // poisoned, three padding words
+    masker.FillMask(m, std::span<uint64_t>(slot));
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), slot.begin())) << "step " << step;
+    for (size_t w = words; w < slot.size(); ++w) EXPECT_EQ(slot[w], 0u) << "padding word " << w;
+    const int32_t id = RandomAllowed(expected, vocab->size(), rng);
+    if (id < 0) break;
+    ASSERT_TRUE(m.Accept(vocab->bytes(id)));
   }
 }
 
