@@ -15,7 +15,9 @@
 # time per output token), the daemon's decode-step rows per second (rows over the decode steps'
 # wall time: a per-step rate, whatever the outputs' lengths), each with B / A, mean output tokens
 # per request, failed requests, and the device's idle share of a decode step; and the decode
-# steps' mean rows and device time (a slower step, or fewer rows in each). Exit 1 when a load
+# steps' mean rows and device time (a slower step, or fewer rows in each), and the clients' TTFT
+# p50 and mean time per output token (a load whose requests end one at a time pays its
+# admissions in both). Exit 1 when a load
 # failed a request or measured nothing.
 #
 #   bench/serve/served_ab.sh BIN_DIR        (BIN_DIR holds banyand and banyan_serve_bench)
@@ -80,8 +82,8 @@ start_daemon() {  # start_daemon NAME ARGS: (re)starts banyand unless it runs wi
   exit 1
 }
 
-echo "| clients | setting | decode tok/s (C / mean TPOT) | $B_NAME / $A_NAME | daemon decode-step rows/s | $B_NAME / $A_NAME | decode step: rows / device ms | mean output tokens | failed | device idle share |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| clients | setting | decode tok/s (C / mean TPOT) | $B_NAME / $A_NAME | daemon decode-step rows/s | $B_NAME / $A_NAME | decode step: rows / device ms | TTFT p50 / TPOT mean, ms | mean output tokens | failed | device idle share |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 status=0
 for C in $CLIENTS; do
   for side in A B; do
@@ -118,6 +120,7 @@ steps = d('banyan_decode_steps_total')
 per_step = f"{rows / steps:.0f} / {dev / steps * 1e3:.2f}" if steps > 0 else '-'
 
 tpot = res.get('tpot_ms', {}).get('mean', 0.0)
+ttft = res.get('ttft_ms', {}).get('p50', 0.0)
 decode = int(clients) / (tpot * 1e-3) if tpot > 0 else 0.0
 daemon = rows / wall if wall > 0 else 0.0
 mean_out = res.get('total_output_tokens', 0) / max(res.get('completed', 0), 1)
@@ -130,7 +133,7 @@ else:
     a = json.load(open(a_file))
     r1 = f"**{decode / a['decode']:.3f}**" if a['decode'] > 0 else 'n/a'
     r2 = f"**{daemon / a['daemon']:.3f}**" if a['daemon'] > 0 else 'n/a'
-print(f"| {clients} | {name} | {decode:,.0f} | {r1} | {daemon:,.0f} | {r2} | {per_step} | {mean_out:.1f} "
+print(f"| {clients} | {name} | {decode:,.0f} | {r1} | {daemon:,.0f} | {r2} | {per_step} | {ttft:.0f} / {tpot:.1f} | {mean_out:.1f} "
       f"| {fails} | {idle:.1%} |")
 sys.exit(1 if fails or decode <= 0 else 0)
 PY
