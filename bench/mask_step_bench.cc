@@ -160,8 +160,8 @@ void PrintPrefetch(const Options& o, std::shared_ptr<const CompiledGrammar> gram
               "| classes cached | positions cached |\n|---|---|---|---|---|---|---|---|\n",
               static_cast<long long>(o.prefetch));
   std::printf("| %d workers | %zu | %.2f | %lld (%lld) | %lld | %lld | %zu | %zu |\n\n", o.workers,
-              masker->num_classes(), s, static_cast<long long>(pool.walks()),
-              static_cast<long long>(pool.prefetch_walks()),
+              masker->num_classes(), s, static_cast<long long>(pool.stats().walks),
+              static_cast<long long>(pool.stats().prefetch_walks),
               static_cast<long long>(masker->walks()), static_cast<long long>(masker->long_walks()),
               masker->classified(), masker->long_classified());
 }

@@ -515,16 +515,8 @@ bool EngineLoop::FedReady() const {
   return true;
 }
 
-int64_t EngineLoop::mask_worker_walks() const {
-  return mask_workers_ == nullptr ? 0 : mask_workers_->walks();
-}
-
-int64_t EngineLoop::mask_prefetches() const {
-  return mask_workers_ == nullptr ? 0 : mask_workers_->prefetches();
-}
-
-int64_t EngineLoop::mask_prefetch_walks() const {
-  return mask_workers_ == nullptr ? 0 : mask_workers_->prefetch_walks();
+MaskWorkers::Stats EngineLoop::mask_worker_stats() const {
+  return mask_workers_ == nullptr ? MaskWorkers::Stats{} : mask_workers_->stats();
 }
 
 }  // namespace banyan::scheduler

@@ -61,6 +61,7 @@
 #include "scheduler/loop/in_flight.h"
 #include "scheduler/loop/output.h"
 #include "scheduler/loop/step_timing.h"
+#include "scheduler/mask_workers.h"
 #include "scheduler/metrics.h"
 #include "scheduler/policy.h"
 #include "scheduler/request.h"
@@ -79,7 +80,6 @@ struct PlacedStep;
 struct DraftWant;
 struct SpecCandidates;
 using LivePtr = std::unique_ptr<LiveRequest>;
-class MaskWorkers;  // scheduler/mask_workers.h
 class ForkJoin;     // scheduler/fork_join.h
 using ByHandle = absl::flat_hash_map<uint64_t, LiveRequest*>;
 
@@ -261,9 +261,7 @@ class EngineLoop {
   const LoopStats& stats() const { return stats_; }
   // Vocabulary walks the mask workers ran (off the engine thread), and of them those ahead of
   // need (LoopOptions::mask_prefetch_after).
-  int64_t mask_worker_walks() const;
-  int64_t mask_prefetch_walks() const;
-  int64_t mask_prefetches() const;  // grammars queued for classification ahead of need
+  MaskWorkers::Stats mask_worker_stats() const;  // zeros before the first constrained request
   const SpeculationGovernor& speculation_governor() const { return speculation_governor_; }
   const LoopOptions& options() const { return options_; }
   const model::ModelConfig& config() const { return config_; }

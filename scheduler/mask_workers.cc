@@ -55,9 +55,9 @@ void MaskWorkers::Prefetch(std::shared_ptr<text::grammar::TokenMasker> masker, s
   work_cv_.Signal();
 }
 
-int64_t MaskWorkers::prefetches() const {
+MaskWorkers::Stats MaskWorkers::stats() const {
   absl::MutexLock lock(&mu_);
-  return prefetches_;
+  return {.walks = walks_, .prefetch_walks = prefetch_walks_, .prefetches = prefetches_};
 }
 
 void MaskWorkers::WaitIdle() {
@@ -65,16 +65,6 @@ void MaskWorkers::WaitIdle() {
   while (!queue_.empty() || !prefetch_.empty() || !grammars_.empty() || busy_ > 0) {
     done_cv_.Wait(&mu_);
   }
-}
-
-int64_t MaskWorkers::walks() const {
-  absl::MutexLock lock(&mu_);
-  return walks_;
-}
-
-int64_t MaskWorkers::prefetch_walks() const {
-  absl::MutexLock lock(&mu_);
-  return prefetch_walks_;
 }
 
 bool MaskWorkers::NextJob(Job* job, bool* ahead) {

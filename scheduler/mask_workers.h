@@ -53,9 +53,12 @@ class MaskWorkers {
   // Blocks until nothing is queued, being classified or waiting to be prefetched.
   void WaitIdle();
 
-  int64_t walks() const;           // vocabulary walks the workers ran, asked for or ahead
-  int64_t prefetch_walks() const;  // of them, ahead of need
-  int64_t prefetches() const;      // Prefetch calls (grammars)
+  struct Stats {
+    int64_t walks = 0;           // vocabulary walks the workers ran, asked for or ahead
+    int64_t prefetch_walks = 0;  // of them, ahead of need
+    int64_t prefetches = 0;      // Prefetch calls (grammars)
+  };
+  Stats stats() const;
 
  private:
   struct Job {

@@ -391,6 +391,7 @@ void LogEngineReport(scheduler::Scheduler& sched) {
                sched.loop().overlap() ? "on" : "off", st.fed_steps, st.fed_launch_seconds,
                st.fed_fallbacks, st.late_sampled_steps, st.late_sampling_seconds);
   if (st.late_sampled_steps > 0 || st.mask_sit_outs > 0) {
+    const scheduler::MaskWorkers::Stats workers = sched.loop().mask_worker_stats();
     spdlog::info("engine: constrained rows: late sampling {:.3f} s = {:.3f} s filling masks ({} "
                  "straight into the upload) + "
                  "{:.3f} s completing the specs and launching the sampling; {} waits for a mask "
@@ -398,8 +399,8 @@ void LogEngineReport(scheduler::Scheduler& sched) {
                  "need, for {} grammars), {} on the engine thread, {} on the fill threads",
                  st.late_sampling_seconds, st.late_fill_seconds, st.late_masks_staged,
                  st.late_launch_seconds,
-                 st.mask_waits, st.mask_sit_outs, sched.loop().mask_worker_walks(),
-                 sched.loop().mask_prefetch_walks(), sched.loop().mask_prefetches(),
+                 st.mask_waits, st.mask_sit_outs, workers.walks, workers.prefetch_walks,
+                 workers.prefetches,
                  st.mask_walks_on_loop, st.mask_walks_on_fill);
   }
   if (st.decode_steps > 0) {

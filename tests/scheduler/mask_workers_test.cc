@@ -73,8 +73,8 @@ TEST(MaskWorkersTest, PrefetchClassifiesEveryPositionOnceAndTheMasksAgree) {
     EXPECT_EQ(ahead->classified(), classes.size()) << "a short mask per class";
     EXPECT_EQ(ahead->long_classified(), positions) << "a long mask per position";
     EXPECT_EQ(ahead->walks(), static_cast<int64_t>(classes.size()));
-    EXPECT_EQ(workers.walks(), static_cast<int64_t>(positions));
-    EXPECT_EQ(workers.prefetch_walks(), static_cast<int64_t>(positions));
+    EXPECT_EQ(workers.stats().walks, static_cast<int64_t>(positions));
+    EXPECT_EQ(workers.stats().prefetch_walks, static_cast<int64_t>(positions));
   }
   // Two workers on a fresh masker: the same caches (a class walked twice at most costs time).
   auto ahead2 = std::make_shared<TokenMasker>(g, vocab);
@@ -123,7 +123,7 @@ TEST(MaskWorkersTest, PrefetchStopsAtItsLimitAndYieldsToRequests) {
   workers.WaitIdle();
   EXPECT_EQ(masker->long_classified(), 5u) << "the start is the first of the five";
   EXPECT_LE(masker->classified(), 5u);
-  EXPECT_EQ(workers.walks(), 5);
+  EXPECT_EQ(workers.stats().walks, 5);
 }
 
 }  // namespace
