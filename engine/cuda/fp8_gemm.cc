@@ -24,15 +24,6 @@ absl::Status LtStatus(cublasStatus_t st, const char* what) {
 
 }  // namespace
 
-std::vector<float> DeviceBlockScales(const std::vector<float>& scales, int64_t N, int64_t K) {
-  const int64_t rb = (N + 127) / 128, cb = (K + 127) / 128, stride = Fp8BlockScaleStride(K);
-  std::vector<float> out(static_cast<size_t>(rb * stride), 0.0f);
-  for (int64_t i = 0; i < rb; ++i) {
-    for (int64_t j = 0; j < cb; ++j) out[i * stride + j] = scales[i * cb + j];
-  }
-  return out;
-}
-
 struct Fp8Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t w = nullptr, a = nullptr, out = nullptr;

@@ -50,9 +50,6 @@ enum class Fp8Scaling { kPerRow, kBlock128 };
 inline constexpr bool kFp8ActivationGroupsMajor = true;
 inline int64_t Fp8BlockScaleStride(int64_t K) { return ((K + 127) / 128 + 3) / 4 * 4; }
 
-// A checkpoint's [ceil(N / 128), ceil(K / 128)] block scales in the device layout above.
-std::vector<float> DeviceBlockScales(const std::vector<float>& scales, int64_t N, int64_t K);
-
 struct Fp8Operand {
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;

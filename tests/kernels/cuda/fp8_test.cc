@@ -156,6 +156,18 @@ model::QuantizedTensor QuantizeBlocks(const std::vector<float>& w, int64_t N, in
   return q;
 }
 
+// A checkpoint's [ceil(N / 128), ceil(K / 128)] block scales in the device layout of
+// fp8_gemm.h (block rows at Fp8BlockScaleStride(K)), as the backend's upload lays them out with
+// a strided copy.
+std::vector<float> DeviceBlockScales(const std::vector<float>& scales, int64_t N, int64_t K) {
+  const int64_t rb = (N + 127) / 128, cb = (K + 127) / 128, stride = Fp8BlockScaleStride(K);
+  std::vector<float> out(static_cast<size_t>(rb * stride), 0.0f);
+  for (int64_t i = 0; i < rb; ++i) {
+    for (int64_t j = 0; j < cb; ++j) out[i * stride + j] = scales[i * cb + j];
+  }
+  return out;
+}
+
 // out[m][n] = sum_k a(m, k) w(n, k) in float64 from the dequantized operands; the activation
 // scales as the backend lays them out (group-major for block scaling, ld rows).
 std::vector<float> Reference(const std::vector<uint8_t>& a_codes,
