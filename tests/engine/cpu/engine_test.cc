@@ -505,24 +505,34 @@ TEST(Fp8ForwardTest, QuantizationFlagComputesWithTheFp8RoundedWeights) {
 
 // CpuBackendOptions::fp8_activation_group rounds each projection's input as the W8A8 GEMMs do:
 // the logits move by what FP8's 3 mantissa bits make of a small random model (0.07 here), and
-// rounding per 128 elements moves them no more than per token (within noise).
+// rounding per 128 elements moves them no more than per token on average over 16 prompts (a
+// group's scale is at most its row's, so no element rounds coarser). One prompt's ratio is
+// noise: over 60 seeds it ranged 0.61-1.67 (median 0.96), and a bound of 1.5 on it failed a
+// loaded clean-clone run; the mean's ratio ranged 0.87-1.12 over 40 seeds.
 TEST(Fp8ForwardTest, ActivationRoundingMovesLogitsByFp8Steps) {
   BANYAN_SEEDED_RNG(rng);
   model::ModelWeights fp8 = model::MakeDummyWeights(Fp8ForwardConfig(), rng() | 1);
   ASSERT_TRUE(model::QuantizeWeightsFp8(&fp8).ok());
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 12; ++i) prompt.push_back(static_cast<int32_t>(rng() % 40));
   Engine plain(&fp8, 64, 16), per_token(&fp8, 64, 16, AttentionMode::kTpp, 1 << 30),
       per_128(&fp8, 64, 16, AttentionMode::kTpp, 128);
-  const std::vector<float> a = plain.PrefillLogits(prompt);
-  const std::vector<float> t = per_token.PrefillLogits(prompt);
-  const std::vector<float> g = per_128.PrefillLogits(prompt);
-  const double et = RelErr(t, a), eg = RelErr(g, a);
-  std::printf("[ fp8 activations ] logits moved by %.4f (per token), %.4f (per 128)\n", et, eg);
-  EXPECT_GT(et, 1e-3);
-  EXPECT_LT(et, 0.3);
-  EXPECT_GT(eg, 0.0);
-  EXPECT_LE(eg, et * 1.5) << "finer groups round no worse, within noise";
+  double sum_t = 0, sum_g = 0;
+  constexpr int kPrompts = 16;
+  for (int p = 0; p < kPrompts; ++p) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 12; ++i) prompt.push_back(static_cast<int32_t>(rng() % 40));
+    const std::vector<float> a = plain.PrefillLogits(prompt);
+    const double et = RelErr(per_token.PrefillLogits(prompt), a);
+    const double eg = RelErr(per_128.PrefillLogits(prompt), a);
+    EXPECT_GT(et, 1e-3) << "prompt " << p;
+    EXPECT_LT(et, 0.3) << "prompt " << p;
+    EXPECT_GT(eg, 0.0) << "prompt " << p;
+    EXPECT_LT(eg, 0.3) << "prompt " << p;
+    sum_t += et;
+    sum_g += eg;
+  }
+  std::printf("[ fp8 activations ] logits moved by %.4f (per token), %.4f (per 128), mean of %d "
+              "prompts\n", sum_t / kPrompts, sum_g / kPrompts, kPrompts);
+  EXPECT_LE(sum_g, sum_t * 1.3) << "finer groups round no worse on average";
 }
 
 }  // namespace
