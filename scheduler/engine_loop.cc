@@ -177,13 +177,13 @@ std::span<const uint64_t> EngineLoop::MaskFor(Live& live, size_t sample) {
 }
 
 void EngineLoop::FillMasks(std::span<const std::pair<Live*, size_t>> samples,
-                           std::span<uint64_t> staging, size_t words_per_mask) {
+                           std::span<uint64_t> staging) {
   MaskCounts counts;
   const bool classify_here = mask_fill_ != nullptr;
+  const size_t words = text::grammar::MaskWords(config_.vocab_size);
   auto fill = [&](size_t i) {
     FillMask(*samples[i].first, samples[i].second, &counts, classify_here,
-             staging.empty() ? std::span<uint64_t>{}
-                             : staging.subspan(i * words_per_mask, words_per_mask));
+             staging.empty() ? std::span<uint64_t>{} : staging.subspan(i * words, words));
   };
   if (mask_fill_ != nullptr) {
     mask_fill_->Run(samples.size(), fill);
@@ -215,7 +215,7 @@ void EngineLoop::FillMask(Live& live, size_t sample, MaskCounts* counts, bool cl
     }
   }
   // Tokens past the tokenizer's vocabulary (a padded LM head) stay disallowed.
-  const size_t words = (static_cast<size_t>(config_.vocab_size) + 63) / 64;
+  const size_t words = text::grammar::MaskWords(config_.vocab_size);
   const bool own = dst.empty();
   if (own) {
     s.mask.resize(words);

@@ -327,9 +327,9 @@ class EngineLoop {
                 std::span<uint64_t> dst = {});
   void AddMaskCounts(const MaskCounts& counts);
   // FillMask for these samples on the fill threads and the engine thread (mask_fill_): sample i
-  // into slot i of `staging` (words_per_mask words each) when it is not empty, else into s.mask.
+  // into slot i of `staging` (MaskWords(vocab) words each) when it is not empty, else s.mask.
   void FillMasks(std::span<const std::pair<Live*, size_t>> samples,
-                 std::span<uint64_t> staging = {}, size_t words_per_mask = 0);
+                 std::span<uint64_t> staging = {});
   // Whether the sample's next mask is at hand without a vocabulary walk; if not, a worker is
   // asked for it and the sample sits out this step (counted).
   bool MaskReady(Live& live, size_t sample);

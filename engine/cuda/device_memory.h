@@ -84,7 +84,6 @@ class PinnedBuffer {
     capacity_ = want;
     return absl::OkStatus();
   }
-  int64_t capacity() const { return capacity_; }
   void Release() {
     if (ptr_ != nullptr) cudaFreeHost(ptr_);
     ptr_ = nullptr;

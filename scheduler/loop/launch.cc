@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/loop/live_request.h"
+#include "text/grammar/token_mask.h"
 
 namespace banyan::scheduler {
 
@@ -69,12 +70,12 @@ bool EngineLoop::FinishLateSampling() {
   }
   // Straight into the backend's upload where it has one (no copy of 16 KB per row at 128K
   // tokens on this thread), else into each sample's own mask.
-  const size_t words = (static_cast<size_t>(config_.vocab_size) + 63) / 64;
+  const size_t words = text::grammar::MaskWords(config_.vocab_size);
   const std::span<uint64_t> staging =
       masked.empty() ? std::span<uint64_t>{}
                      : runner_.MaskStaging(static_cast<int32_t>(masked.size()),
                                            static_cast<int64_t>(words));
-  FillMasks(masked, staging, words);
+  FillMasks(masked, staging);
   const auto t1 = std::chrono::steady_clock::now();
   size_t next_slot = 0;
   const absl::Status s = runner_.FinishLaunch([&](kvcache::SeqId seq, engine::SampleSpec* spec) {

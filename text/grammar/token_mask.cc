@@ -121,7 +121,7 @@ TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> grammar,
     : grammar_(std::move(grammar)),
       vocab_(std::move(vocab)),
       max_cached_(std::max<size_t>(
-          16, max_cached_bytes / (((static_cast<size_t>(vocab_->size()) + 63) / 64) * 8))),
+          16, max_cached_bytes / (MaskWords(vocab_->size()) * 8))),
       max_long_cached_(max_long_cached > 0 ? max_long_cached : 16 * max_cached_) {
   class_of_ = BoundedClasses(*grammar_, vocab_->short_bytes(), &num_classes_);
 }
@@ -268,7 +268,7 @@ TokenMasker::Classified TokenMasker::Classify(int32_t rule, int32_t state, bool*
   if (walk_short) {
     walks_.fetch_add(1, std::memory_order_relaxed);
     auto m = std::make_shared<ShortMask>();
-    m->accepted.assign((vocab_->size() + 63) / 64, 0);
+    m->accepted.assign(MaskWords(vocab_->size()), 0);
     const Vocabulary::Sorted& tokens = vocab_->short_tokens();
     Walk(
         tokens, rule, state, [&](size_t k) { SetBit(&m->accepted, tokens.ids[k]); },
@@ -280,7 +280,7 @@ TokenMasker::Classified TokenMasker::Classify(int32_t rule, int32_t state, bool*
     long_walks_.fetch_add(1, std::memory_order_relaxed);
     auto m = std::make_shared<LongMask>();
     const Vocabulary::Sorted& tokens = vocab_->long_tokens();
-    m->accepted.assign((tokens.ids.size() + 63) / 64, 0);
+    m->accepted.assign(MaskWords(std::ssize(tokens.ids)), 0);
     Walk(
         tokens, rule, state, [&](size_t k) { m->accepted[k >> 6] |= uint64_t{1} << (k & 63); },
         [&](size_t k) { m->dependent.push_back(tokens.ids[k]); });
@@ -315,12 +315,12 @@ TokenMasker::Classified TokenMasker::Classify(int32_t rule, int32_t state, bool*
 }
 
 void TokenMasker::FillMask(const Matcher& matcher, TokenBits* mask) {
-  mask->resize((vocab_->size() + 63) / 64);
+  mask->resize(MaskWords(vocab_->size()));
   FillMask(matcher, std::span<uint64_t>(*mask));
 }
 
 void TokenMasker::FillMask(const Matcher& matcher, std::span<uint64_t> mask) {
-  const size_t words = (vocab_->size() + 63) / 64;
+  const size_t words = MaskWords(vocab_->size());
   BANYAN_CHECK(mask.size() >= words);
   std::fill(mask.begin() + static_cast<ptrdiff_t>(words), mask.end(), 0);
   mask = mask.first(words);
@@ -356,7 +356,7 @@ void TokenMasker::FillMask(const Matcher& matcher, std::span<uint64_t> mask) {
 }
 
 void TokenMasker::FillMaskSlow(const Matcher& matcher, TokenBits* mask) const {
-  mask->assign((vocab_->size() + 63) / 64, 0);
+  mask->assign(MaskWords(vocab_->size()), 0);
   for (int32_t id = 0; id < vocab_->size(); ++id) {
     const std::string_view bytes = vocab_->bytes(id);
     if (bytes.empty()) continue;

@@ -30,6 +30,7 @@
 #define BANYAN_TEXT_GRAMMAR_TOKEN_MASK_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <algorithm>
 #include <deque>
@@ -51,6 +52,8 @@ namespace banyan::text::grammar {
 
 // A bit per token id: bit i of word i / 64 is token i.
 using TokenBits = std::vector<uint64_t>;
+// The 64-bit words of a mask over `vocab` token ids (bit id % 64 of word id / 64).
+inline size_t MaskWords(int64_t vocab) { return static_cast<size_t>(vocab + 63) / 64; }
 inline bool TestBit(const TokenBits& bits, int32_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
 inline void SetBit(TokenBits* bits, int32_t id) { (*bits)[id >> 6] |= uint64_t{1} << (id & 63); }
 inline bool TestBit(std::span<const uint64_t> bits, int32_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
@@ -107,7 +110,7 @@ class TokenMasker {
   // The tokens `matcher` allows next, as vocab->size() bits. Classifies the positions of
   // matcher.tops() that are not yet (see Ready).
   void FillMask(const Matcher& matcher, TokenBits* mask);
-  // The same into `mask`, at least (vocab->size() + 63) / 64 words; words past those are zeroed
+  // The same into `mask`, at least MaskWords(vocab->size()) words; words past those are zeroed
   // (a padded LM head's ids stay disallowed).
   void FillMask(const Matcher& matcher, std::span<uint64_t> mask);
   // Whether every position of matcher.tops() is classified: FillMask then costs a copy of the
