@@ -3,7 +3,7 @@
 //
 //   gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] [--prefix 2048[,16384]]
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
-//                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--fp8]
+//                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--fp8] [--kv-fp8]
 //                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
 //                    [--fp32-activations] [--early-launch-rows 128] [--profile-step] [--pipeline]
 //
@@ -31,6 +31,7 @@
 // --fp8: the shapes' dummy projections quantized to FP8 per channel on the device and run as W8A8
 // GEMMs (CudaBackendOptions::fp8_dummy; a loaded FP8 model needs no flag); the projection-only
 // GEMM step of the limit is then the FP8 one (bench/gemm_ceiling.h: the backend's FP8 path).
+// --kv-fp8: an FP8 KV cache (CudaBackendOptions::kv_fp8; the limit counts its bytes).
 // --fp8-gemv-rows N: FP8 products of at most N tokens as the GEMV of kernels/cuda/fp8_gemv.h
 // (CudaBackendOptions::fp8_gemv_max_rows; default 0: cuBLASLt for all).
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
@@ -116,6 +117,7 @@ struct Options {
   bool stagger = false;  // row i's prompt gets i % chunk more tokens: rows start chunks apart
   bool fp32_activations = false;  // CudaBackendOptions::narrow_activations off
   bool fp8 = false;               // --fp8: dummy projections FP8 (CudaBackendOptions::fp8_dummy)
+  bool kv_fp8 = false;            // --kv-fp8: an FP8 KV cache (CudaBackendOptions::kv_fp8)
   int fp8_gemv_rows = 0;          // --fp8-gemv-rows (CudaBackendOptions::fp8_gemv_max_rows)
   int early_launch_rows = -1;     // CudaBackendOptions::graph_early_launch_rows (-1: default)
   std::vector<bool> graphs = {true};
@@ -137,6 +139,7 @@ double ExpectedPrivateTokens(int steps, int batch, int chunk, bool stagger) {
 
 bench::DecodeStepShape StepShape(const model::ModelConfig& cfg, int batch, int prefix,
                                  double private_tokens, int kv_elem_bytes) {
+  // kv_elem_bytes 1: an FP8 cache, with an exponent byte per K / V row (kernels/kv_fp8.h)
   bench::DecodeStepShape s;
   s.batch = batch;
   s.layers = cfg.n_layers;
@@ -144,6 +147,7 @@ bench::DecodeStepShape StepShape(const model::ModelConfig& cfg, int batch, int p
   s.kv_heads = cfg.n_kv_heads;
   s.head_dim = cfg.head_dim();
   s.kv_elem_bytes = kv_elem_bytes;
+  s.kv_row_extra_bytes = kv_elem_bytes == 1 ? 1 : 0;
   s.shared_tokens = prefix;
   s.private_tokens_per_row = private_tokens;
   return s;
@@ -626,6 +630,7 @@ int Main(const Options& o) {
         opt.narrow_activations = !o.fp32_activations;
         opt.fp8_dummy = o.fp8;
         opt.fp8_gemv_max_rows = o.fp8_gemv_rows;
+        opt.kv_fp8 = o.kv_fp8;
         if (o.early_launch_rows >= 0) opt.graph_early_launch_rows = o.early_launch_rows;
         if (!TppVariant(mode_name, &opt.tpp)) {
           std::fprintf(stderr, "unknown tpp variant in %s\n", mode_name.c_str());
@@ -634,7 +639,7 @@ int Main(const Options& o) {
         // Chunks the largest batch needs: the prefix once, then per row a leaf that starts in
         // (a copy of) the prefix's last chunk when the prefix ends inside one, and holds the
         // row's own token plus steps + 2 decoded tokens; plus a little slack.
-        const int64_t per_chunk = CudaBackend::ChunkBytes(cfg, o.chunk, opt.dtype);
+        const int64_t per_chunk = CudaBackend::ChunkBytes(cfg, o.chunk, opt.dtype, o.kv_fp8);
         const int64_t max_b = *std::max_element(batches.begin(), batches.end());
         const int64_t leaf_tokens = prefix % o.chunk + o.steps + 3 + (o.stagger ? o.chunk : 0);
         const int64_t needed = (int64_t{prefix} + o.chunk - 1) / o.chunk +
@@ -646,7 +651,8 @@ int Main(const Options& o) {
           chunks = std::min(chunks, static_cast<int64_t>(o.kv_gib * (1 << 30)) / per_chunk);
         }
         opt.num_chunks = static_cast<int32_t>(chunks);
-        const int kv_elem_bytes = static_cast<int>(kernels::cuda::DTypeBytes(opt.dtype));
+        const int kv_elem_bytes =
+            o.kv_fp8 ? 1 : static_cast<int>(kernels::cuda::DTypeBytes(opt.dtype));
         if (o.dry_run) {
           for (int B : batches) {
             const double priv = ExpectedPrivateTokens(o.steps, B, o.chunk, o.stagger);
@@ -852,6 +858,8 @@ int main(int argc, char** argv) {
       o.pipeline = true;
     } else if (a == "--fp32-activations") {
       o.fp32_activations = true;
+    } else if (a == "--kv-fp8") {
+      o.kv_fp8 = true;
     } else if (a == "--fp8") {
       o.fp8 = true;
     } else if (a == "--fp8-gemv-rows") {

@@ -45,7 +45,8 @@ struct DecodeStepShape {
   int q_heads = 0;
   int kv_heads = 0;
   int head_dim = 0;
-  int kv_elem_bytes = 2;    // bf16 / fp16 KV
+  int kv_elem_bytes = 2;    // bf16 / fp16 KV; 1: FP8
+  int kv_row_extra_bytes = 0;  // per K or V row of a kv head: 1 in an FP8 cache (its exponent)
   double shared_tokens = 0;        // the prefix all rows share (P), read once per step
   double private_tokens_per_row = 0;  // each row's own tokens after it (mean over the steps)
 };
@@ -57,7 +58,7 @@ inline double SharedAttentionFlops(const DecodeStepShape& s) {
 
 // Bytes of KV (K and V) per token over all layers.
 inline double KvBytesPerToken(const DecodeStepShape& s) {
-  return 2.0 * s.layers * s.kv_heads * s.head_dim * s.kv_elem_bytes;
+  return 2.0 * s.layers * s.kv_heads * (s.head_dim * s.kv_elem_bytes + s.kv_row_extra_bytes);
 }
 
 // The shared prefix's KV, read once for all rows.

@@ -19,6 +19,10 @@ namespace banyan::kernels {
 // accessors), void on the device, whose cache is bf16 or fp16 chosen at run time and whose kernels
 // cast base to their type (cuda::KvViewDev). On the device head_dim is a multiple of 8, so every
 // K/V row starts on a 16-byte boundary when base does.
+//
+// An FP8 cache (device only; kernels/kv_fp8.h has its number format and chunk layout) has one-byte
+// elements, so the offsets above are in bytes, and each chunk ends with the rows' exponents at
+// scale_offset; scale_offset == 0 means a cache of the model's dtype.
 template <typename Elem>
 struct PagedKvView {
   Elem* base = nullptr;      // this layer's chunk 0
@@ -27,6 +31,7 @@ struct PagedKvView {
   int32_t chunk_size = 0;    // token slots per chunk
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
+  int64_t scale_offset = 0;  // FP8 cache: bytes from a chunk's start to its K rows' exponents
 
   // Host accessors of a typed view (not instantiated for the device's void view).
   Elem* K(int32_t chunk, int32_t head, int32_t slot) const {
@@ -61,6 +66,7 @@ struct PlanView {
 
 namespace cuda {
 using KvViewDev = PagedKvView<void>;
+inline bool KvIsFp8Host(const KvViewDev& kv) { return kv.scale_offset != 0; }
 }  // namespace cuda
 
 }  // namespace banyan::kernels

@@ -73,7 +73,7 @@ constexpr char kUsage[] =
     "               [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N] [--max-n N]\n"
     "               [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]\n"
     "               [--log-level trace|debug|info|warn|error] [--max-model-len N]\n"
-    "               [--quantization none|fp8]\n"
+    "               [--quantization none|fp8] [--kv-cache-dtype auto|bf16|fp8]\n"
     "               [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]\n"
     "               [--draft-tree B1,B2,..] [--speculation-max-rows N]\n"
     "               [--speculation-min-accept X] [--speculation-adaptive on|off]\n"
@@ -90,7 +90,9 @@ constexpr char kUsage[] =
     "--quantization fp8: the projections of an unquantized model quantized to FP8 at load\n"
     "(per-output-channel scales); FP8 checkpoints (compressed-tensors, fine-grained fp8) load as\n"
     "FP8 without it. On a Hopper GPU FP8 projections run as W8A8 GEMMs on the FP8 tensor\n"
-    "cores (the start-up log says so, or why they were dequantized to bf16 instead).\n";
+    "cores (the start-up log says so, or why they were dequantized to bf16 instead).\n"
+    "--kv-cache-dtype fp8: K and V kept in FP8 (E4M3, a power-of-two scale per token and head),\n"
+    "about half the bytes of bf16, so --kv-memory holds about twice the tokens.\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->
@@ -215,9 +217,11 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
         !s.ok()) {
       return s;
     }
-    chunks = cfg.kv_memory_bytes /
-             engine::CudaBackend::ChunkBytes(mc, cfg.chunk_size, kernels::cuda::DType::kBf16);
+    const bool kv_fp8 = cfg.kv_cache_dtype == "fp8";
+    chunks = cfg.kv_memory_bytes / engine::CudaBackend::ChunkBytes(
+                                       mc, cfg.chunk_size, kernels::cuda::DType::kBf16, kv_fp8);
     engine::CudaBackendOptions co;
+    co.kv_fp8 = kv_fp8;
     co.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
     co.chunk_size = cfg.chunk_size;
     co.attention = attention;
@@ -253,6 +257,7 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
     bo.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
     bo.chunk_size = cfg.chunk_size;
     bo.attention = attention;
+    bo.kv_fp8 = cfg.kv_cache_dtype == "fp8";
     if (bo.num_chunks >= 1) {
       absl::StatusOr<std::unique_ptr<engine::CpuBackend>> cpu;
       try {  // the budget check above should make this unreachable; it stays a clean error
@@ -518,8 +523,10 @@ int Run(int argc, char** argv) {
       "model: dim {}, {} layers, {} heads ({} kv), vocab {}, context {}; backend {}, attention {}",
       mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.vocab_size, mc.max_seq_len,
       cfg->backend, cfg->attention);
-  spdlog::info("[kv] memory budget {} MiB: {} chunks of {} tokens ({} tokens)",
-               cfg->kv_memory_bytes >> 20, chunks, cfg->chunk_size, chunks * cfg->chunk_size);
+  spdlog::info("[kv] memory budget {} MiB: {} chunks of {} tokens ({} tokens), KV dtype {}",
+               cfg->kv_memory_bytes >> 20, chunks, cfg->chunk_size, chunks * cfg->chunk_size,
+               cfg->kv_cache_dtype == "fp8" ? "fp8 (E4M3, a power-of-two scale per token and head)"
+                                            : "the model's");
 
   scheduler::SchedulerOptions so;
   so.loop.max_running_sequences = cfg->max_batch;

@@ -142,9 +142,10 @@ std::vector<kvcache::SeqId> BuildTppTree(kvcache::PrefixTree& tree, const TppCas
   return tree.DfsOrder();
 }
 
-TppFloor TppCaseFloor(const TppCase& c, const kvcache::AttentionPlan& shared_plan) {
+TppFloor TppCaseFloor(const TppCase& c, const kvcache::AttentionPlan& shared_plan, bool kv_fp8) {
   TppFloor f;
-  const double kv_token_bytes = 4.0 * c.hkv * c.d;  // K and V, 2 bytes each
+  // K and V, 2 bytes each; FP8: a code each and one exponent per row
+  const double kv_token_bytes = kv_fp8 ? 2.0 * c.hkv * (c.d + 1) : 4.0 * c.hkv * c.d;
   f.bytes = static_cast<double>(shared_plan.shared_tokens() + shared_plan.private_tokens()) *
             kv_token_bytes;
   double context = 0;

@@ -61,6 +61,8 @@ int64_t TppPoolChunks(const TppCase& c);
 std::vector<kvcache::SeqId> BuildTppTree(kvcache::PrefixTree& tree, const TppCase& c,
                                          std::mt19937_64& rng);
 
-TppFloor TppCaseFloor(const TppCase& c, const kvcache::AttentionPlan& shared_plan);
+// kv_fp8: an FP8 cache's bytes (kernels/kv_fp8.h: head_dim + 1 bytes per K or V row).
+TppFloor TppCaseFloor(const TppCase& c, const kvcache::AttentionPlan& shared_plan,
+                      bool kv_fp8 = false);
 
 }  // namespace banyan::bench

@@ -20,6 +20,8 @@
 // first lines give the launch floor: the same timing of a graph of 1 and of 3 empty kernels
 // (PDL-chained like phase 1, phase 2 and the merge), what a call costs before any work.
 // Usage: tpp_bench [--reps N] [--only SUBSTRING of name_b<B>_p<shared>] [--sweep] [--dry-run]
+//                  [--kv-fp8]
+// --kv-fp8: an FP8 KV cache (kernels/kv_fp8.h), its floor counted in its bytes (JSON "kv").
 // --dry-run needs no GPU: it builds every selected case's tree and plan on the host and prints
 // its JSON line with the floor (mode "plan"), then the table without timings.
 // --sweep also times TppOptions variants (tpp_m64, tpp_nopdl, ...; TPP_VARIANTS, a comma
@@ -44,6 +46,7 @@
 #include "bench/tpp/launch_floor.h"
 #include "bench/tpp/cases.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
+#include "kernels/kv_fp8.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/prefix_tree.h"
@@ -207,7 +210,8 @@ bool RunVariant(const std::string& mode) {
   return std::find(only.begin(), only.end(), mode) != only.end();
 }
 
-void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>* table) {
+void RunCase(Runner& runner, const Case& c, bool sweep, bool kv_fp8,
+             std::vector<std::string>* table) {
   std::mt19937_64 rng(12345);
   auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(TppPoolChunks(c)), kChunk);
   if (!pool.ok()) std::exit(1);
@@ -219,19 +223,29 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
   // Device data: KV for the chunks actually used, q, out.
   int32_t max_chunk = 0;
   for (int32_t ch : paged_plan.span_chunk) max_chunk = std::max(max_chunk, ch);
-  const int64_t v_offset = static_cast<int64_t>(c.hkv) * kChunk * c.d;
-  const int64_t chunk_stride = 2 * v_offset;
+  int64_t v_offset = static_cast<int64_t>(c.hkv) * kChunk * c.d;
+  int64_t chunk_stride = 2 * v_offset, scale_offset = 0;
+  if (kv_fp8) {
+    const kernels::KvFp8Layout l = kernels::KvFp8LayoutOf(c.hkv, kChunk, c.d);
+    v_offset = l.v_offset;
+    chunk_stride = l.chunk_stride;
+    scale_offset = l.scale_offset;
+  }
   const size_t kv_elems = static_cast<size_t>(max_chunk + 1) * chunk_stride;
   const size_t q_elems = static_cast<size_t>(c.batch) * c.hq * c.d;
   void *kv = nullptr, *q = nullptr, *out_tpp = nullptr, *out_paged = nullptr;
-  CHECK_CUDA(cudaMalloc(&kv, kv_elems * 2));
+  CHECK_CUDA(cudaMalloc(&kv, kv_elems * (kv_fp8 ? 1 : 2)));
   CHECK_CUDA(cudaMalloc(&q, q_elems * 2));
   CHECK_CUDA(cudaMalloc(&out_tpp, q_elems * 2));
   CHECK_CUDA(cudaMalloc(&out_paged, q_elems * 2));
-  CHECK_CUDA(FillRandomBf16(kv, kv_elems, 1.0f, 7, runner.stream()));
+  if (kv_fp8) {
+    CHECK_CUDA(FillRandomKvFp8(kv, max_chunk + 1, chunk_stride, scale_offset, 7, runner.stream()));
+  } else {
+    CHECK_CUDA(FillRandomBf16(kv, kv_elems, 1.0f, 7, runner.stream()));
+  }
   CHECK_CUDA(FillRandomBf16(q, q_elems, 1.0f, 11, runner.stream()));
 
-  const TppFloor floor = TppCaseFloor(c, shared_plan);
+  const TppFloor floor = TppCaseFloor(c, shared_plan, kv_fp8);
   const double bytes = floor.bytes, flops = floor.flops, floor_us = floor.us;
 
   const TppProblem problem{c.hq, c.hkv, c.d, kChunk};
@@ -258,6 +272,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
     a.kv.chunk_size = kChunk;
     a.kv.num_kv_heads = c.hkv;
     a.kv.head_dim = c.d;
+    a.kv.scale_offset = scale_offset;
     a.dtype = DType::kBf16;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
     a.image = image;
@@ -372,13 +387,14 @@ void RunCase(Runner& runner, const Case& c, bool sweep, std::vector<std::string>
         "\"bytes\":%.0f,\"flops\":%.0f,\"achieved_TBps\":%.3f,\"achieved_TFLOPs\":%.1f,"
         "\"segments\":%d,\"p1_items\":%d,\"p1_block_m\":%d,\"p1_splits\":%d,\"p2_items\":%d,"
         "\"p2_splits\":%d,\"deferred\":%d,\"tpp_vs_paged_relnorm\":%.2e,"
-        "\"levels\":%d,\"tail_min\":%d,\"shared_desc\":\"%s\",\"private_desc\":\"%s\"}\n",
+        "\"levels\":%d,\"tail_min\":%d,\"shared_desc\":\"%s\",\"private_desc\":\"%s\","
+        "\"kv\":\"%s\"}\n",
         c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.shared, c.priv, c.share ? "true" : "false",
         c.levels.empty() ? 0 : c.levels[0].groups, r.mode.c_str(), r.t.median_us, r.t.p10_us, r.t.p90_us, floor_us, bytes, flops,
         bytes / (r.t.median_us * 1e-6) / 1e12, flops / (r.t.median_us * 1e-6) / 1e12,
         shared_plan.num_segments(), r.p1_items, r.warps, r.p1_splits, r.p2_items, r.p2_splits,
         r.deferred, diff, static_cast<int>(c.levels.size()), c.tail_min,
-        c.SharedDesc().c_str(), c.PrivateDesc().c_str());
+        c.SharedDesc().c_str(), c.PrivateDesc().c_str(), kv_fp8 ? "fp8" : "bf16");
   }
   std::fflush(stdout);
   char line[512];
@@ -437,6 +453,7 @@ int main(int argc, char** argv) {
   int reps = 30;
   bool sweep = false;
   bool dry_run = false;
+  bool kv_fp8 = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -447,8 +464,11 @@ int main(int argc, char** argv) {
       sweep = true;
     } else if (!std::strcmp(argv[i], "--dry-run")) {
       dry_run = true;
+    } else if (!std::strcmp(argv[i], "--kv-fp8")) {
+      kv_fp8 = true;
     } else {
-      std::fprintf(stderr, "usage: tpp_bench [--reps N] [--only SUBSTRING] [--sweep] [--dry-run]\n");
+      std::fprintf(stderr,
+                   "usage: tpp_bench [--reps N] [--only SUBSTRING] [--sweep] [--dry-run] [--kv-fp8]\n");
       return 2;
     }
   }
@@ -488,7 +508,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> table;
   for (const Case& c : TppCases()) {
     if (!only.empty() && c.Id().find(only) == std::string::npos) continue;
-    RunCase(runner, c, sweep, &table);
+    RunCase(runner, c, sweep, kv_fp8, &table);
   }
   std::printf("%s", kTableHead);
   for (const auto& l : table) std::printf("%s\n", l.c_str());

@@ -12,8 +12,16 @@
 #include "model/weights_layout.h"
 #include "engine/plan_view.h"
 #include "kernels/cpu/tpp_attention.h"
+#include "kernels/kv_fp8.h"
 
 namespace banyan::engine {
+
+void RoundKvRowFp8(float* row, int n) {
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  const float scale = kernels::KvFp8Scale(
+      kernels::QuantizeKvRowFp8(row, n, codes.data(), model::FloatToFp8E4M3));
+  for (int i = 0; i < n; ++i) row[i] = model::Fp8E4M3ToFloat(codes[i]) * scale;
+}
 namespace {
 
 // c[m, n] = a[m, k] * w[n, k]^T + beta * c. per_row: one matrix-vector product per row
@@ -296,6 +304,10 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
         float* vdst = kdst + static_cast<int64_t>(hkv) * c * d;
         std::memcpy(kdst, k_.data() + (static_cast<int64_t>(t) * hkv + h) * d, sizeof(float) * d);
         std::memcpy(vdst, v_.data() + (static_cast<int64_t>(t) * hkv + h) * d, sizeof(float) * d);
+        if (options_.kv_fp8) {
+          RoundKvRowFp8(kdst, d);
+          RoundKvRowFp8(vdst, d);
+        }
       }
     }
     Attention(batch, l, q_.data(), att_.data());

@@ -35,7 +35,13 @@ struct CpuBackendOptions {
   // scale -- before the product with the (dequantized) weights. 0: inputs as they are. The
   // reference the CUDA backend's FP8 path is checked against; the LM head is not rounded.
   int32_t fp8_activation_group = 0;
+  // The FP8 KV cache's rounding (CudaBackendOptions::kv_fp8): each K / V row written is replaced
+  // by its dequantized FP8 form (kernels/kv_fp8.h), exactly the values the CUDA kernels read.
+  bool kv_fp8 = false;
 };
+
+// A K or V row of `n` values replaced by what an FP8 KV cache holds of it (kernels/kv_fp8.h).
+void RoundKvRowFp8(float* row, int n);
 
 class CpuBackend final : public Backend {
  public:

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_backend_impl.h"
+#include "kernels/kv_fp8.h"
 #include "model/dtype.h"
 #include "model/rope.h"
 #include "model/weights_layout.h"
@@ -24,7 +25,11 @@ bool CudaBackend::DeviceAvailable() {
   return n > 0;
 }
 
-int64_t CudaBackend::ChunkBytes(const model::ModelConfig& c, int32_t chunk_size, kc::DType dtype) {
+int64_t CudaBackend::ChunkBytes(const model::ModelConfig& c, int32_t chunk_size, kc::DType dtype,
+                                bool kv_fp8) {
+  if (kv_fp8) {
+    return c.n_layers * kernels::KvFp8LayoutOf(c.n_kv_heads, chunk_size, c.head_dim()).chunk_stride;
+  }
   return int64_t{2} * c.n_layers * c.n_kv_heads * chunk_size * c.head_dim() * kc::DTypeBytes(dtype);
 }
 
@@ -58,6 +63,11 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   }
   if (options_.chunk_size < 1) {
     return absl::InvalidArgumentError("the CUDA backend needs a positive chunk size");
+  }
+  if (options_.kv_fp8 && (d > 256 || options_.chunk_size % 8 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an FP8 KV cache needs head_dim <= 256 and a chunk size that is a multiple of 8; this "
+        "model has head_dim ", d, " and the chunk size is ", options_.chunk_size));
   }
   if (!DeviceAvailable()) return absl::FailedPreconditionError("no CUDA device is available");
   Impl& m = *impl_;
@@ -125,7 +135,7 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
     m.fp8_gemm = std::move(*g);
   }
   weight_bytes_ = cuda::DeviceWeights::Bytes(c, options_.dtype, fp8.scaling);
-  const int64_t chunk_bytes = ChunkBytes(c, options_.chunk_size, options_.dtype);
+  const int64_t chunk_bytes = ChunkBytes(c, options_.chunk_size, options_.dtype, options_.kv_fp8);
   int64_t chunks = options_.num_chunks;
   if (chunks <= 0) {
     int64_t budget = options_.kv_memory_bytes;
@@ -138,12 +148,12 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   chunks = std::min<int64_t>(chunks, INT32_MAX);
   kv_bytes_ = chunks * chunk_bytes;
   const std::string plan = absl::StrFormat(
-      "model weights %.2f GiB (%s) + KV cache %.2f GiB (%d chunks of %d tokens, %.1f MiB each) "
-      "on a GPU with %.2f GiB free of %.2f GiB",
+      "model weights %.2f GiB (%s) + KV cache %.2f GiB (%s, %d chunks of %d tokens, %.1f MiB "
+      "each) on a GPU with %.2f GiB free of %.2f GiB",
       GiB(weight_bytes_),
       fp8.scaling ? absl::StrCat(kc::DTypeName(options_.dtype), ", projections FP8")
                   : std::string(kc::DTypeName(options_.dtype)),
-      GiB(kv_bytes_), chunks,
+      GiB(kv_bytes_), options_.kv_fp8 ? "fp8" : kc::DTypeName(options_.dtype), chunks,
       options_.chunk_size, static_cast<double>(chunk_bytes) / (1 << 20), GiB(free_bytes),
       GiB(static_cast<int64_t>(total_b)));
   if (chunks < 1) {
@@ -163,7 +173,22 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   }
   BANYAN_RETURN_IF_ERROR(m.kv.Reserve(kv_bytes_, "the KV cache"));
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kv.get(), 0, kv_bytes_, m.stream));
-  m.layer_stride = int64_t{num_chunks_} * 2 * c.n_kv_heads * options_.chunk_size * d;
+  m.kv0.base = m.kv.get();
+  m.kv0.chunk_size = options_.chunk_size;
+  m.kv0.num_kv_heads = c.n_kv_heads;
+  m.kv0.head_dim = d;
+  if (options_.kv_fp8) {
+    const kernels::KvFp8Layout l = kernels::KvFp8LayoutOf(c.n_kv_heads, options_.chunk_size, d);
+    m.kv0.chunk_stride = l.chunk_stride;
+    m.kv0.v_offset = l.v_offset;
+    m.kv0.scale_offset = l.scale_offset;
+    m.kv_elem_bytes = 1;
+  } else {
+    m.kv0.chunk_stride = 2 * int64_t{c.n_kv_heads} * options_.chunk_size * d;
+    m.kv0.v_offset = m.kv0.chunk_stride / 2;
+    m.kv_elem_bytes = static_cast<int>(kc::DTypeBytes(options_.dtype));
+  }
+  m.layer_stride = int64_t{num_chunks_} * m.kv0.chunk_stride;
 
   const std::vector<float> inv_freq = model::RopeInvFreq(c);  // what the CPU backend uses
   BANYAN_RETURN_IF_ERROR(m.inv_freq.Reserve(d / 2 * 4, "RoPE table"));
@@ -183,12 +208,7 @@ absl::Status CudaBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies)
           absl::StrCat("chunk copy ", cp.src, " -> ", cp.dst, " outside the KV pool"));
     }
     kc::CopyKvSlotsParams p;
-    p.kv.base = m.kv.get();
-    p.kv.chunk_stride = 2 * int64_t{cfg_.n_kv_heads} * options_.chunk_size * cfg_.head_dim();
-    p.kv.v_offset = p.kv.chunk_stride / 2;
-    p.kv.chunk_size = options_.chunk_size;
-    p.kv.num_kv_heads = cfg_.n_kv_heads;
-    p.kv.head_dim = cfg_.head_dim();
+    p.kv = m.kv0;
     p.layer_stride = m.layer_stride;
     p.num_layers = cfg_.n_layers;
     p.src = cp.src;
@@ -264,19 +284,13 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
         cudaMemsetAsync(m.att.get(), 0, static_cast<size_t>(T) * hq * d * es, m.stream));
   }
 
-  kc::KvViewDev kv0;
-  kv0.base = m.kv.get();
-  kv0.chunk_stride = 2 * int64_t{hkv} * options_.chunk_size * d;
-  kv0.v_offset = kv0.chunk_stride / 2;
-  kv0.chunk_size = options_.chunk_size;
-  kv0.num_kv_heads = hkv;
-  kv0.head_dim = d;
+  const kc::KvViewDev& kv0 = m.kv0;
   const AttentionArgs& a = m.attn;
 
   for (int l = 0; l < c.n_layers; ++l) {
     const cuda::DeviceLayer& lw = m.weights.layers[l];
     kc::KvViewDev kv = kv0;
-    kv.base = static_cast<char*>(m.kv.get()) + l * m.layer_stride * es;
+    kv.base = static_cast<char*>(m.kv.get()) + l * m.layer_stride * m.kv_elem_bytes;
 
     kc::RmsNormParams np;
     np.x = m.x.as<float>();

@@ -142,6 +142,11 @@ struct CudaBackendOptions {
   // through cuBLASLt. Off by default: on an H100 (2026-12-05) the 8B step of one row took 6.73 ms
   // with it against 6.68 ms without (the GEMV is correct, not yet fast; docs/benchmarks.md).
   int fp8_gemv_max_rows = 0;
+  // The KV cache in FP8 (E4M3 codes with one power-of-two scale per token, kv head and K or V:
+  // kernels/kv_fp8.h): about half the bytes per token of a bf16 / fp16 cache, so about twice the
+  // tokens fit. The attention kernels dequantize into the model dtype as they load (exactly);
+  // head_dim at most 256 and a chunk size that is a multiple of 8.
+  bool kv_fp8 = false;
 };
 
 // The row count a decode-only step of `rows` rows runs at with pad_decode_rows: multiples of 8
@@ -160,7 +165,7 @@ class CudaBackend final : public Backend {
                                                                   const CudaBackendOptions& options);
   // Bytes of KV memory one chunk takes (every layer, K and V).
   static int64_t ChunkBytes(const model::ModelConfig& config, int32_t chunk_size,
-                            kernels::cuda::DType dtype);
+                            kernels::cuda::DType dtype, bool kv_fp8 = false);
   // Whether a CUDA device is present (false on machines without a GPU or driver).
   static bool DeviceAvailable();
 

@@ -73,7 +73,9 @@ struct CudaBackend::Impl {
   cuda::DeviceWeights weights;
   DeviceBuffer inv_freq;  // [head_dim / 2] fp32
   DeviceBuffer kv;
-  int64_t layer_stride = 0;  // KV elements per layer
+  int64_t layer_stride = 0;  // KV elements per layer (bytes in an FP8 cache)
+  kernels::cuda::KvViewDev kv0;  // layer 0 of the KV cache; layer l is l * layer_stride further
+  int kv_elem_bytes = 2;         // 1 in an FP8 cache
   // Workspace, grown on demand.
   DeviceBuffer x, xb, q, att, scratch, h, xo, logits, out_tokens;
   // FP8 projections (DeviceWeights::fp8()): the GEMMs, and one projection input at a time

@@ -66,6 +66,20 @@ cudaError_t RopeKvDispatched(const RopeKvParams& p, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+// K and V of an FP8 cache: one warp per (token, kv head, K or V), 8 warps a block.
+template <typename T>
+cudaError_t WriteKvFp8Dispatched(const RopeKvParams& p, cudaStream_t s) {
+  const int64_t warps = static_cast<int64_t>(p.tokens) * 2 * p.kv.num_kv_heads;
+  if (warps == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((warps + 7) / 8, 1 << 20));
+  if (p.qkv_in_dtype) {
+    WriteKvFp8Kernel<T><<<blocks, 256, 0, s>>>(p);
+  } else {
+    WriteKvFp8Kernel<float><<<blocks, 256, 0, s>>>(p);
+  }
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t SwiGluDispatched(const SwiGluParams& p, cudaStream_t s) {
   if (p.rows == 0 || p.hidden == 0) return cudaSuccess;
@@ -115,6 +129,12 @@ struct RopeKvOp {
   static cudaError_t Run(const RopeKvParams& p, cudaStream_t s) { return RopeKvDispatched<T>(p, s); }
 };
 template <typename T>
+struct WriteKvFp8Op {
+  static cudaError_t Run(const RopeKvParams& p, cudaStream_t s) {
+    return WriteKvFp8Dispatched<T>(p, s);
+  }
+};
+template <typename T>
 struct SwiGluOp {
   static cudaError_t Run(const SwiGluParams& p, cudaStream_t s) { return SwiGluDispatched<T>(p, s); }
 };
@@ -134,7 +154,15 @@ absl::Status RopeWriteKv(DType dtype, const RopeKvParams& p, cudaStream_t stream
     return absl::InvalidArgumentError(
         absl::StrCat("RopeWriteKv: head_dim ", p.kv.head_dim, " is not a multiple of 8"));
   }
-  return ByDtype<RopeKvOp>(dtype, p, stream, "RopeWriteKv");
+  if (!KvIsFp8Host(p.kv)) return ByDtype<RopeKvOp>(dtype, p, stream, "RopeWriteKv");
+  if (p.kv.head_dim > 64 * kKvFp8MaxPairsPerLane) {
+    return absl::InvalidArgumentError(absl::StrCat("RopeWriteKv: an FP8 KV cache takes head_dim ",
+                                                   64 * kKvFp8MaxPairsPerLane, " at most, not ",
+                                                   p.kv.head_dim));
+  }
+  const absl::Status q = ByDtype<RopeKvOp>(dtype, p, stream, "RopeWriteKv");  // q only
+  if (!q.ok()) return q;
+  return ByDtype<WriteKvFp8Op>(dtype, p, stream, "RopeWriteKv (FP8 K/V)");
 }
 
 absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream) {
@@ -175,7 +203,11 @@ absl::Status CopyKvSlots(const CopyKvSlotsParams& p, cudaStream_t stream) {
                                                    " or head_dim ", p.kv.head_dim));
   }
   if (p.slot_begin == p.slot_end || p.num_layers == 0) return absl::OkStatus();
-  CopyKvSlotsKernel<<<p.num_layers * 2 * p.kv.num_kv_heads, 128, 0, stream>>>(p);
+  if (KvIsFp8Host(p.kv)) {
+    CopyKvSlotsFp8Kernel<<<p.num_layers * 2 * p.kv.num_kv_heads, 128, 0, stream>>>(p);
+  } else {
+    CopyKvSlotsKernel<<<p.num_layers * 2 * p.kv.num_kv_heads, 128, 0, stream>>>(p);
+  }
   return CudaStatus(cudaGetLastError(), "CopyKvSlots");
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/layer_kernels.h"
 
 namespace banyan::kernels::cuda {
@@ -98,6 +99,7 @@ __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
   const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads;
   const int heads = hq + 2 * hkv;
   const int pairs = heads * half;
+  const bool fp8 = KvIsFp8(p.kv);  // K and V are WriteKvFp8Kernel's
   for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
     const In* row = static_cast<const In*>(p.qkv) + t * static_cast<int64_t>(heads) * d;
     const bool write = p.write_kv[t] != 0;
@@ -108,7 +110,7 @@ __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
       const int h = u / half, i = u - h * half;
       const In* src = row + h * d;
       if (h >= hq + hkv) {  // V: copy the pair (2i, 2i + 1)
-        if (!write) continue;
+        if (!write || fp8) continue;
         const int hv = h - hq - hkv;
         T* dst = static_cast<T*>(p.kv.base) + chunk_base +
                  (static_cast<int64_t>(hv) * p.kv.chunk_size + slot) * d + p.kv.v_offset;
@@ -117,7 +119,7 @@ __global__ void RopeKvKernel(const __grid_constant__ RopeKvParams p) {
         continue;
       }
       const bool is_k = h >= hq;
-      if (is_k && !write) continue;
+      if (is_k && (!write || fp8)) continue;
       const int a = p.interleaved ? 2 * i : i;
       const int b = p.interleaved ? 2 * i + 1 : i + half;
       float sn, cs;
@@ -153,6 +155,7 @@ __global__ void RopeKvVecKernel(const __grid_constant__ RopeKvParams p) {
   const int heads = hq + 2 * hkv;
   const int per_head = p.interleaved ? d / 8 : half / 8;  // units per head
   const int units = heads * per_head;
+  const bool fp8 = KvIsFp8(p.kv);  // K and V are WriteKvFp8Kernel's
   for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
     const bool write = p.write_kv[t] != 0;
     const float pos = static_cast<float>(p.positions[t]);
@@ -167,7 +170,7 @@ __global__ void RopeKvVecKernel(const __grid_constant__ RopeKvParams p) {
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
       const int h = u / per_head, j = u - h * per_head;
       const bool is_q = h < hq, is_v = h >= hq + hkv;
-      if (!is_q && !write) continue;
+      if (!is_q && (!write || fp8)) continue;
       T* dst;
       if (is_q) {
         dst = static_cast<T*>(p.q_out) + (t * hq + h) * d;
@@ -206,6 +209,79 @@ __global__ void RopeKvVecKernel(const __grid_constant__ RopeKvParams p) {
         Store8<T>(dst + 8 * j, a);
         Store8<T>(dst + half + 8 * j, b);
       }
+    }
+  }
+}
+
+// K and V into an FP8 cache (kernels/kv_fp8.h), beside RopeKvKernel / RopeKvVecKernel, which
+// then write only q. One warp per (token, kv head, K or V) of a token with write_kv: lane l
+// holds rotation pairs l, l + 32, .. (kKvFp8MaxPairsPerLane at most: head_dim <= 256), K rotated
+// as RopeKvKernel does (sincosf of pos * inv_freq[i], products in fp32), V as projected; the
+// row's amax over its non-NaN values by shuffles, then its exponent and codes.
+inline constexpr int kKvFp8MaxPairsPerLane = 4;
+
+template <typename In>
+__global__ void WriteKvFp8Kernel(const __grid_constant__ RopeKvParams p) {
+  GridDependencyWait();
+  const int d = p.kv.head_dim, half = d / 2;
+  const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads;
+  const int heads = hq + 2 * hkv;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int64_t units = static_cast<int64_t>(p.tokens) * 2 * hkv;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+       u < units; u += warps) {
+    const int64_t t = u / (2 * hkv);
+    const int hh = static_cast<int>(u - t * 2 * hkv);  // k heads, then v heads
+    if (p.write_kv[t] == 0) continue;                  // warp-uniform
+    const bool is_v = hh >= hkv;
+    const int kh = is_v ? hh - hkv : hh;
+    const In* src = static_cast<const In*>(p.qkv) + t * static_cast<int64_t>(heads) * d +
+                    static_cast<int64_t>(hq + hh) * d;
+    const float pos = static_cast<float>(p.positions[t]);
+    float y0[kKvFp8MaxPairsPerLane], y1[kKvFp8MaxPairsPerLane];
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kKvFp8MaxPairsPerLane; ++j) {
+      const int i = lane + 32 * j;
+      y0[j] = y1[j] = 0.0f;
+      if (i >= half) continue;
+      const int a = p.interleaved ? 2 * i : i;
+      const int b = p.interleaved ? 2 * i + 1 : i + half;
+      const float x0 = ToFloat(src[a]), x1 = ToFloat(src[b]);
+      if (is_v) {
+        y0[j] = x0;
+        y1[j] = x1;
+      } else {
+        float sn, cs;
+        sincosf(pos * p.inv_freq[i], &sn, &cs);
+        y0[j] = x0 * cs - x1 * sn;
+        y1[j] = x0 * sn + x1 * cs;
+      }
+      amax = fmaxf(amax, fmaxf(fabsf(y0[j]), fabsf(y1[j])));  // fmaxf skips NaN
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    }
+    const int e = KvFp8Exponent(amax);
+    const float inv = KvFp8ScaleDev(-e);
+    const int slot = p.slot_index[t];
+    const int64_t chunk = p.slot_chunk[t];
+    uint8_t* row = static_cast<uint8_t*>(p.kv.base) + chunk * p.kv.chunk_stride +
+                   (static_cast<int64_t>(kh) * p.kv.chunk_size + slot) * d +
+                   (is_v ? p.kv.v_offset : 0);
+#pragma unroll
+    for (int j = 0; j < kKvFp8MaxPairsPerLane; ++j) {
+      const int i = lane + 32 * j;
+      if (i >= half) continue;
+      row[p.interleaved ? 2 * i : i] = QuantizeKvFp8(y0[j], inv);
+      row[p.interleaved ? 2 * i + 1 : i + half] = QuantizeKvFp8(y1[j], inv);
+    }
+    if (lane == 0) {
+      static_cast<int8_t*>(p.kv.base)[KvFp8ExpOffset(p.kv, chunk, kh, slot) +
+                                      (is_v ? KvFp8VExpStride(p.kv) : 0)] =
+          static_cast<int8_t>(e);
     }
   }
 }
@@ -292,6 +368,31 @@ __global__ void CopyKvSlotsKernel(const __grid_constant__ CopyKvSlotsParams p) {
                                        static_cast<int64_t>(p.dst_begin) * d);
   const int vecs = (p.slot_end - p.slot_begin) * d / 8;
   for (int i = threadIdx.x; i < vecs; i += blockDim.x) dst[i] = src[i];
+}
+
+// CopyKvSlotsKernel for an FP8 cache: block b copies one (layer, k|v, kv head) run of codes
+// (16-byte vectors when head_dim % 16 == 0, bytes otherwise), then its exponents.
+__global__ void CopyKvSlotsFp8Kernel(const __grid_constant__ CopyKvSlotsParams p) {
+  const int hkv = p.kv.num_kv_heads, d = p.kv.head_dim, c = p.kv.chunk_size;
+  const int layer = blockIdx.x / (2 * hkv);
+  const int run = blockIdx.x % (2 * hkv);
+  const auto* base = static_cast<const uint8_t*>(p.kv.base) + layer * p.layer_stride;
+  auto* dbase = static_cast<uint8_t*>(p.kv.base) + layer * p.layer_stride;
+  const int64_t off = static_cast<int64_t>(run) * c * d;
+  const uint8_t* src = base + off + p.src * p.kv.chunk_stride + static_cast<int64_t>(p.slot_begin) * d;
+  uint8_t* dst = dbase + off + p.dst * p.kv.chunk_stride + static_cast<int64_t>(p.dst_begin) * d;
+  const int bytes = (p.slot_end - p.slot_begin) * d;
+  if (d % 16 == 0) {
+    for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    }
+  } else {
+    for (int i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
+  }
+  const int64_t eoff = p.kv.scale_offset + static_cast<int64_t>(run) * c;
+  const uint8_t* esrc = base + p.src * p.kv.chunk_stride + eoff + p.slot_begin;
+  uint8_t* edst = dbase + p.dst * p.kv.chunk_stride + eoff + p.dst_begin;
+  for (int i = threadIdx.x; i < p.slot_end - p.slot_begin; i += blockDim.x) edst[i] = esrc[i];
 }
 
 // (value, index) pairs: larger value wins, then the lower index.

@@ -48,7 +48,9 @@ absl::Status RmsNorm(DType dtype, const RmsNormParams& p, cudaStream_t stream);
 
 // RoPE on q and k, then K and V written into their chunk slots (tokens with write_kv == 0 are
 // cached already and skipped), q written out rotated. One launch per layer for every token of the
-// step, so all new K/V of the layer exist before any attention of that layer runs.
+// step, so all new K/V of the layer exist before any attention of that layer runs. Into an FP8
+// cache (kv.scale_offset != 0; head_dim <= 256) K and V are rounded by kernels/kv_fp8.h's rule
+// from their fp32 values, by a second launch.
 struct RopeKvParams {
   // [tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: q | k | v; fp32, or the dtype when
   // qkv_in_dtype (the QKV GEMM wrote it narrowed: half the bytes to read)

@@ -273,6 +273,13 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("quantization", v, {"none", "fp8"}, &c.quantization);
        }},
+      {"kv-cache-dtype",
+       [](DaemonConfig& c, const std::string& v) {
+         absl::Status s =
+             OneOf("kv-cache-dtype", v, {"auto", "bf16", "fp8", "fp8_e4m3"}, &c.kv_cache_dtype);
+         if (s.ok() && c.kv_cache_dtype == "fp8_e4m3") c.kv_cache_dtype = "fp8";
+         return s;
+       }},
       {"enable-prefix-caching",  // vLLM switches banyand always obeys (server/common/option_aliases.h)
        [](DaemonConfig&, const std::string&) { return absl::OkStatus(); }},
       {"enable-chunked-prefill",

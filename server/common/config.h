@@ -8,6 +8,7 @@
 //           [--max-body-bytes N] [--max-prompt-bytes N] [--listen-backlog N]
 //           [--chat-template model|plain|llama2|chatml|FILE] [--drain-timeout-ms N]
 //           [--log-level LEVEL] [--max-model-len N] [--quantization none|fp8]
+//           [--kv-cache-dtype auto|bf16|fp8]
 //           [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]
 //           [--draft-tree B1,B2,..] [--speculation-max-rows N] [--speculation-min-accept X]
 //           [--speculation-adaptive on|off] [--draft-on device|host]
@@ -80,6 +81,11 @@ struct DaemonConfig {
   // (model::QuantizeWeightsFp8); "none" (the default) runs the weights as stored. FP8
   // checkpoints load as FP8 either way.
   std::string quantization = "none";
+  // vLLM's --kv-cache-dtype: "auto" and "bf16" keep K and V in the model's dtype; "fp8" (or
+  // "fp8_e4m3") in FP8 with a power-of-two scale per token and head (kernels/kv_fp8.h), about
+  // half the bytes, so --kv-memory holds about twice the tokens. The CPU backend keeps fp32 and
+  // rounds each K / V row as the FP8 cache would (the reference).
+  std::string kv_cache_dtype = "auto";
   // The CPU a step ahead (scheduler/engine_loop.h): "auto" (on where the backend launches
   // asynchronously: the GPU), "on", "off".
   std::string overlap = "auto";

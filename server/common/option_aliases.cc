@@ -33,7 +33,6 @@ constexpr Unmapped kUnmapped[] = {
      "counted)"},
     {"swap-space", false, "banyand preempts by recomputing, not by swapping to host memory"},
     {"cpu-offload-gb", false, ""},
-    {"kv-cache-dtype", false, "banyand picks the KV dtype from the backend and the checkpoint"},
     {"dtype", false, "banyand picks the dtype from the backend and the checkpoint"},
     {"tensor-parallel-size", false, "banyand runs one GPU per process"},
     {"pipeline-parallel-size", false, "banyand runs one GPU per process"},

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/prefill/attention.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_fp8.cuh"
 
 namespace banyan::kernels::cuda {
 
@@ -25,15 +26,17 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
   l = 0.0f;
 #pragma unroll
   for (int i = 0; i < NX; ++i) o[i] = 0.0f;
-  const T* base = static_cast<const T*>(kv.base);
   int64_t seen = 0;
   for (int s = s_lo; s < s_hi && seen < limit; ++s) {
     const int b = span_begin[s];
     const int64_t left = limit - seen;  // not b + left: limit may be INT64_MAX
     const int e = span_end[s] - b > left ? b + static_cast<int>(left) : span_end[s];
     seen += e - b;
-    const T* kp = base + span_chunk[s] * kv.chunk_stride + static_cast<int64_t>(kvh) * kv.chunk_size * d;
-    const T* vp = kp + kv.v_offset;
+    // Element offsets of the span's K rows and V rows, and of their exponents (an FP8 cache).
+    const int64_t kp = span_chunk[s] * kv.chunk_stride + static_cast<int64_t>(kvh) * kv.chunk_size * d;
+    const int64_t vp = kp + kv.v_offset;
+    const int64_t ke = KvFp8ExpOffset(kv, span_chunk[s], kvh, 0);
+    const int64_t ve = ke + KvFp8VExpStride(kv);
     for (int t0 = b; t0 < e; t0 += 32) {
       const int t = t0 + lane;
       float sc = -INFINITY;
@@ -41,7 +44,7 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
         float dot = 0.0f;
         for (int x = 0; x < d; x += 8) {
           float kf[8];
-          Load8(kp + static_cast<int64_t>(t) * d + x, kf);
+          Unpack8Kv<T>(LoadKv8<T>(kv, kp + static_cast<int64_t>(t) * d + x, ke + t), kf);
 #pragma unroll
           for (int i = 0; i < 8; ++i) dot += q_s[x + i] * kf[i];
         }
@@ -58,11 +61,11 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
       const int n = min(32, e - t0);
       for (int j = 0; j < n; ++j) {
         const float pj = __shfl_sync(0xffffffffu, pr, j);
-        const T* vrow = vp + static_cast<int64_t>(t0 + j) * d;
+        const int64_t vrow = vp + static_cast<int64_t>(t0 + j) * d;
 #pragma unroll
         for (int i = 0; i < NX; ++i) {
           const int x = lane + 32 * i;
-          if (x < d) o[i] += pj * ToFloat(vrow[x]);
+          if (x < d) o[i] += pj * LoadKv1<T>(kv, vrow + x, ve + t0 + j);
         }
       }
       m = new_m;

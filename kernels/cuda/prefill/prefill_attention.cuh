@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/prefill/attention.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace banyan::kernels::cuda {
@@ -24,7 +25,7 @@ __device__ __forceinline__ uint32_t PackPair(float a, float b) {
 
 template <int HEAD_DIM>
 constexpr int PrefillSmemBytes() {
-  return 3 * kPrefillBlockM * (HEAD_DIM + 8) * 2 + kPrefillBlockN * 8;
+  return 3 * kPrefillBlockM * (HEAD_DIM + 8) * 2 + kPrefillBlockN * 16;  // + koff, kexp
 }
 
 template <int HEAD_DIM, typename T>
@@ -41,7 +42,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
   T* qs = reinterpret_cast<T*>(smem_raw);
   T* ks = qs + BM * STRIDE;
   T* vs = ks + BN * STRIDE;
-  int64_t* koff = reinterpret_cast<int64_t*>(vs + BN * STRIDE);
+  int64_t* koff = reinterpret_cast<int64_t*>(vs + BN * STRIDE);  // key's element offset
+  int64_t* kexp = koff + BN;  // its exponent's offset (an FP8 cache)
 
   const int tile = blockIdx.x, kvh = blockIdx.y;
   const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
@@ -81,13 +83,12 @@ __global__ void __launch_bounds__(kPrefillThreads)
   for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int sb = p.seq_span_begin[seq], se = p.seq_span_end[seq];
-  const T* base = static_cast<const T*>(p.kv.base);
 
   for (int n0 = 0; n0 < kv_end; n0 += BN) {
     __syncthreads();  // the previous tile is consumed
     if (threadIdx.x < BN) {
       const int key = n0 + threadIdx.x;
-      int64_t off = -1;
+      int64_t off = -1, eoff = 0;
       if (key < kv_end) {  // the last span starting at or before key
         int lo = sb, hi = se - 1;
         while (lo < hi) {
@@ -98,11 +99,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
             hi = mid - 1;
           }
         }
+        const int slot = p.span_begin[lo] + key - p.span_pos[lo];
         off = p.span_chunk[lo] * p.kv.chunk_stride +
-              (static_cast<int64_t>(kvh) * p.kv.chunk_size + p.span_begin[lo] + key -
-               p.span_pos[lo]) * HEAD_DIM;
+              (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM;
+        eoff = KvFp8ExpOffset(p.kv, p.span_chunk[lo], kvh, slot);
       }
       koff[threadIdx.x] = off;
+      kexp[threadIdx.x] = eoff;
     }
     __syncthreads();
     for (int v = threadIdx.x; v < BN * VPR; v += kPrefillThreads) {
@@ -110,8 +113,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
       const int64_t off = koff[r];
       uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);  // zeros, never NaN
       if (off >= 0) {
-        kv4 = *reinterpret_cast<const uint4*>(base + off + c);
-        vv4 = *reinterpret_cast<const uint4*>(base + off + p.kv.v_offset + c);
+        kv4 = LoadKv8<T>(p.kv, off + c, kexp[r]);
+        vv4 = LoadKv8<T>(p.kv, off + p.kv.v_offset + c, kexp[r] + KvFp8VExpStride(p.kv));
       }
       *reinterpret_cast<uint4*>(ks + r * STRIDE + c) = kv4;
       *reinterpret_cast<uint4*>(vs + r * STRIDE + c) = vv4;

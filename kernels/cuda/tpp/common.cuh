@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/device_utils.cuh"  // GridDependencyWait, LaunchDependents
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/paged_views.h"
 
@@ -151,6 +152,44 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, const Ti
                        static_cast<int64_t>(t.span_chunk[it.span]) * p.kv.chunk_stride +
                        (static_cast<int64_t>(kvh) * p.kv.chunk_size + it.slot) * HEAD_DIM;
   const int64_t v_offset = p.kv.v_offset;
+  if (KvIsFp8(p.kv)) {
+    // FP8 cache: through registers, dequantized into the same tile layout (not asynchronous:
+    // the pipeline's waits and barriers cover these stores as they cover the copies).
+    const int64_t chunk = t.span_chunk[it.span];
+    const int64_t k0 = chunk * p.kv.chunk_stride +
+                       (static_cast<int64_t>(kvh) * p.kv.chunk_size + it.slot) * HEAD_DIM;
+    const int64_t e0 = KvFp8ExpOffset(p.kv, chunk, kvh, it.slot);
+    const int64_t ve = KvFp8VExpStride(p.kv);
+    // Every load of the tile first (one memory latency per tile, not one per vector), then the
+    // conversions and stores.
+    constexpr int N = TILE * VECS / THREADS;
+    uint2 kc[N], vc[N];
+    int8_t ke[N], ve8[N];
+    const auto* codes = static_cast<const uint8_t*>(p.kv.base);
+    const auto* exps = static_cast<const int8_t*>(p.kv.base);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int v = static_cast<int>(threadIdx.x) + i * THREADS;
+      const int r = v / VECS;
+      const int c = v % VECS;
+      kc[i] = vc[i] = make_uint2(0, 0);
+      ke[i] = ve8[i] = 0;
+      if (r < n) {
+        kc[i] = *reinterpret_cast<const uint2*>(codes + k0 + r * HEAD_DIM + c * 8);
+        vc[i] = *reinterpret_cast<const uint2*>(codes + k0 + v_offset + r * HEAD_DIM + c * 8);
+        ke[i] = exps[e0 + r];
+        ve8[i] = exps[e0 + ve + r];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int v = static_cast<int>(threadIdx.x) + i * THREADS;
+      const int off = layout(v / VECS, v % VECS);
+      *reinterpret_cast<uint4*>(s_k + off) = DequantKv8<DType>(kc[i], KvFp8ScaleDev(ke[i]));
+      *reinterpret_cast<uint4*>(s_v + off) = DequantKv8<DType>(vc[i], KvFp8ScaleDev(ve8[i]));
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < TILE * VECS / THREADS; ++i) {
     const int v = static_cast<int>(threadIdx.x) + i * THREADS;

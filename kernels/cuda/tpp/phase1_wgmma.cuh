@@ -126,6 +126,44 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chun
   const uint32_t off0 = T::Off(row0, c);
   const DType* src0 = k_src + row0 * HEAD_DIM + c * 8;
   uint8_t* s_v = s_k + T::kTileBytes;
+  if (KvIsFp8(p.kv)) {
+    // FP8 cache: through registers, dequantized into the same swizzled tiles (not asynchronous;
+    // the writers' proxy fence and the barrier or mbarrier arrival that follow publish them).
+    const int64_t k0 = static_cast<int64_t>(chunk) * p.kv.chunk_stride +
+                       (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM + c * 8;
+    const int64_t e0 = KvFp8ExpOffset(p.kv, chunk, kvh, slot);
+    const int64_t ve = KvFp8VExpStride(p.kv);
+    // The loads of a batch of rows first (one memory latency per batch), then the conversions
+    // and stores; batches of 4 rows keep the producer warpgroup within its register budget.
+    constexpr int N = T::kBlockN / kRowStep;
+    constexpr int B = N < 4 ? N : 4;
+    const auto* codes = static_cast<const uint8_t*>(p.kv.base);
+    const auto* exps = static_cast<const int8_t*>(p.kv.base);
+#pragma unroll
+    for (int i0 = 0; i0 < N; i0 += B) {
+      uint2 kc[B], vc[B];
+      int8_t ke[B], ve8[B];
+#pragma unroll
+      for (int j = 0; j < B; ++j) {
+        const int r = row0 + (i0 + j) * kRowStep;
+        kc[j] = vc[j] = make_uint2(0, 0);
+        ke[j] = ve8[j] = 0;
+        if (r < n) {
+          kc[j] = *reinterpret_cast<const uint2*>(codes + k0 + r * HEAD_DIM);
+          vc[j] = *reinterpret_cast<const uint2*>(codes + k0 + p.kv.v_offset + r * HEAD_DIM);
+          ke[j] = exps[e0 + r];
+          ve8[j] = exps[e0 + ve + r];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < B; ++j) {
+        const uint32_t off = off0 + (i0 + j) * kRowStep * 128;
+        *reinterpret_cast<uint4*>(s_k + off) = DequantKv8<DType>(kc[j], KvFp8ScaleDev(ke[j]));
+        *reinterpret_cast<uint4*>(s_v + off) = DequantKv8<DType>(vc[j], KvFp8ScaleDev(ve8[j]));
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < T::kBlockN / kRowStep; ++i) {
     const bool valid = row0 + i * kRowStep < n;
@@ -481,7 +519,12 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
       if (ptid == 0) stage_n[stage] = n;
       LoadKvTile<HEAD_DIM, DType, 128>(p, kvh, t.span_chunk[load_it.span], load_it.slot, n,
                                        k_tile(stage), ptid);
-      CpAsyncMbarArrive(&full[stage]);
+      if (KvIsFp8(p.kv)) {  // stored, not copied: published by a fence and a plain arrival
+        FenceProxyAsync();
+        MbarArrive(&full[stage]);
+      } else {
+        CpAsyncMbarArrive(&full[stage]);
+      }
       if (ptid == 0) MbarArrive(&full[stage]);  // publishes stage_n[stage]
       load_it.Next(t, span_hi);
     }

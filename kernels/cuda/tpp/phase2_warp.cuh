@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(128) TppPhase2WarpKernel(const __grid_constant
     }
   }
 
-  const DType* kv_base = static_cast<const DType*>(p.kv.base);
   const int64_t v_offset = p.kv.v_offset;
+  const int64_t v_exp = KvFp8VExpStride(p.kv);
   float m[HW], l[HW], o[HW][8];
 #pragma unroll
   for (int h = 0; h < HW; ++h) {
@@ -86,17 +86,20 @@ __global__ void __launch_bounds__(128) TppPhase2WarpKernel(const __grid_constant
   }
   for (int sp = span_lo; sp < span_hi; ++sp) {
     const int end = t.span_end[sp];
-    const DType* base = kv_base + static_cast<int64_t>(t.span_chunk[sp]) * p.kv.chunk_stride +
-                        static_cast<int64_t>(kvh) * p.kv.chunk_size * HEAD_DIM + c * 8;
+    // Element offset of this thread's vector of the span's slot 0 (bytes in an FP8 cache), and
+    // the slot's exponent (an FP8 cache).
+    const int64_t base = static_cast<int64_t>(t.span_chunk[sp]) * p.kv.chunk_stride +
+                         static_cast<int64_t>(kvh) * p.kv.chunk_size * HEAD_DIM + c * 8;
+    const int64_t exp0 = KvFp8ExpOffset(p.kv, t.span_chunk[sp], kvh, 0);
     for (int s0 = t.span_begin[sp]; s0 < end; s0 += TL * U) {
       uint4 kr[U], vr[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int slot = s0 + u * TL + tl;
         if (slot < end) {
-          const DType* src = base + static_cast<int64_t>(slot) * HEAD_DIM;
-          kr[u] = *reinterpret_cast<const uint4*>(src);
-          vr[u] = *reinterpret_cast<const uint4*>(src + v_offset);
+          const int64_t src = base + static_cast<int64_t>(slot) * HEAD_DIM;
+          kr[u] = LoadKv8<DType>(p.kv, src, exp0 + slot);
+          vr[u] = LoadKv8<DType>(p.kv, src + v_offset, exp0 + slot + v_exp);
         } else {
           kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
         }

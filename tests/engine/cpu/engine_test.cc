@@ -33,12 +33,14 @@ const std::string kModelDir = std::string(BANYAN_SOURCE_DIR) + "/models/stories2
 // settings of `banyan generate` (every request admitted at once, whole prompts prefilled).
 struct Engine {
   explicit Engine(const model::ModelWeights* w, int chunks = 512, int chunk_size = 16,
-                  AttentionMode mode = AttentionMode::kTpp, int32_t fp8_activation_group = 0)
+                  AttentionMode mode = AttentionMode::kTpp, int32_t fp8_activation_group = 0,
+                  bool kv_fp8 = false)
       : loop(w->config, nullptr,
              *CpuBackend::Create(w, {.num_chunks = chunks,
                                      .chunk_size = chunk_size,
                                      .attention = mode,
-                                     .fp8_activation_group = fp8_activation_group}),
+                                     .fp8_activation_group = fp8_activation_group,
+                                     .kv_fp8 = kv_fp8}),
              {.max_running_sequences = 1024, .prefill_token_budget = 1 << 20, .attention = mode}),
         tree(loop.tree()), backend(&loop.backend()) {}
   absl::StatusOr<std::vector<scheduler::GenerationResult>> Run(
@@ -533,6 +535,57 @@ TEST(Fp8ForwardTest, ActivationRoundingMovesLogitsByFp8Steps) {
   std::printf("[ fp8 activations ] logits moved by %.4f (per token), %.4f (per 128), mean of %d "
               "prompts\n", sum_t / kPrompts, sum_g / kPrompts, kPrompts);
   EXPECT_LE(sum_g, sum_t * 1.3) << "finer groups round no worse on average";
+}
+
+// CpuBackendOptions::kv_fp8 against the double-precision forward with every K / V row rounded by
+// the FP8 KV cache's rule (kernels/kv_fp8.h, applied to the row rounded to fp32). The backend
+// computes its rows in fp32, so now and then an element sits on an E4M3 rounding boundary and
+// rounds the other way than in the oracle: most prompts agree at fp32 precision, none by more
+// than a few such flips allow; and the rounding itself moves the logits by FP8's 3 mantissa bits
+// (far more than fp32 noise), so a backend that skipped it could not pass.
+TEST_F(EngineTest, Fp8KvCacheMatchesTheRoundedForward) {
+  BANYAN_SEEDED_RNG(rng);
+  Engine e(&bundle_->weights, 512, 16, AttentionMode::kTpp, 0, /*kv_fp8=*/true);
+  auto round_row = [](double* row, int n) {
+    std::vector<float> f(row, row + n);
+    RoundKvRowFp8(f.data(), n);
+    std::copy(f.begin(), f.end(), row);
+  };
+  int close = 0;
+  constexpr int kPrompts = 8;
+  for (int p = 0; p < kPrompts; ++p) {
+    std::vector<int32_t> prompt = {1};
+    for (int i = 0; i < 30; ++i) prompt.push_back(3 + static_cast<int32_t>(rng() % 500));
+    const std::vector<float> got = e.PrefillLogits(prompt);
+    const double err = RelErr(got, NaiveLogits(bundle_->weights, prompt, round_row));
+    const double moved = RelErr(got, NaiveLogits(bundle_->weights, prompt));
+    std::printf("[ kv fp8 ] prompt %d: %.2e from the rounded forward, %.2e from the exact one\n",
+                p, err, moved);
+    EXPECT_LT(err, 5e-3) << "prompt " << p;
+    EXPECT_GT(moved, 1e-3) << "prompt " << p;
+    close += err < 1e-5;
+  }
+  // 192 prompts over 24 seeds: 4 with such a flip (1.8e-5 to 7.6e-5), the rest below 8e-7.
+  EXPECT_GE(close, kPrompts - 3);
+}
+
+// The rule's own corners: zeros stay zeros, a NaN stays NaN without spoiling its row's scale,
+// and values already on the FP8 grid of their row come back unchanged.
+TEST(KvFp8Rounding, CornersAndIdempotence) {
+  std::vector<float> zeros(8, 0.0f);
+  RoundKvRowFp8(zeros.data(), 8);
+  for (float x : zeros) EXPECT_EQ(x, 0.0f);
+  std::vector<float> row = {1.0f, NAN, -3.3f, 0.01f, 448.0f * 4.0f, 7.0f, -0.5f, 2.0f};
+  RoundKvRowFp8(row.data(), 8);
+  EXPECT_TRUE(std::isnan(row[1]));
+  EXPECT_EQ(row[4], 1792.0f);  // amax 1792 = 448 * 2^2: e = 2, code 448
+  EXPECT_EQ(row[0], 1.0f);
+  EXPECT_EQ(row[2], -3.25f);  // 3.3 / 4 = 0.825 -> 0.8125 (E4M3 step 1/16 in [0.5, 1))
+  std::vector<float> again = row;
+  RoundKvRowFp8(again.data(), 8);
+  for (int i = 0; i < 8; ++i) {
+    if (!std::isnan(row[i])) EXPECT_EQ(again[i], row[i]) << i;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "model/model.h"
@@ -12,7 +13,11 @@
 namespace banyan::engine {
 
 // Independent single-sequence LLaMA forward (llama2.c style, plain arrays, no tree, no plan).
-inline std::vector<float> NaiveLogits(const model::ModelWeights& w, const std::vector<int32_t>& tokens) {
+// round_kv_row, when given, replaces each (token, kv head) row of K (after RoPE) and of V before
+// it is kept (the FP8 KV cache's rounding, say).
+inline std::vector<float> NaiveLogits(
+    const model::ModelWeights& w, const std::vector<int32_t>& tokens,
+    const std::function<void(double* row, int n)>& round_kv_row = nullptr) {
   const model::ModelConfig& c = w.config;
   const int dim = c.dim, d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads;
   const int T = static_cast<int>(tokens.size());
@@ -93,6 +98,12 @@ inline std::vector<float> NaiveLogits(const model::ModelWeights& w, const std::v
       }
       rope(q, hq, t);
       rope(k, hkv, t);
+      if (round_kv_row) {
+        for (int h = 0; h < hkv; ++h) {
+          round_kv_row(k.data() + h * d, d);
+          round_kv_row(v.data() + h * d, d);
+        }
+      }
       K[l].push_back(k);
       V[l].push_back(v);
       std::vector<double> att(hq * d, 0.0);

@@ -90,22 +90,24 @@ constexpr int kChunks = 512;
 constexpr int kChunkSize = 16;
 
 std::unique_ptr<Side> MakeCpu(const model::ModelWeights* w, AttentionMode mode, int chunks = kChunks,
-                              int32_t fp8_activation_group = 0) {
+                              int32_t fp8_activation_group = 0, bool kv_fp8 = false) {
   auto b = CpuBackend::Create(w, {.num_chunks = chunks,
                                   .chunk_size = kChunkSize,
                                   .attention = mode,
-                                  .fp8_activation_group = fp8_activation_group});
+                                  .fp8_activation_group = fp8_activation_group,
+                                  .kv_fp8 = kv_fp8});
   EXPECT_TRUE(b.ok()) << b.status();
   return std::make_unique<Side>(std::move(*b), chunks, kChunkSize, mode);
 }
 
 std::unique_ptr<Side> MakeCuda(const model::ModelWeights* w, AttentionMode mode, DType dt,
-                               int chunks = kChunks) {
+                               int chunks = kChunks, bool kv_fp8 = false) {
   CudaBackendOptions o;
   o.num_chunks = chunks;
   o.chunk_size = kChunkSize;
   o.attention = mode;
   o.dtype = dt;
+  o.kv_fp8 = kv_fp8;
   auto b = CudaBackend::Create(w, o);
   EXPECT_TRUE(b.ok()) << b.status();
   if (!b.ok()) return nullptr;
@@ -547,6 +549,117 @@ TEST_F(CudaBackendTest, Fp8BlockScaledCheckpointMatchesCpu) {
   EXPECT_LT(err, kFp8Tol);
 }
 
+// The FP8 KV cache (CudaBackendOptions::kv_fp8) against the CPU backend rounding its KV rows
+// the same way (CpuBackendOptions::kv_fp8), over every attention kernel family (head dims 64
+// and 128 on the compiled ones, 96 on the generic phase 2; MHA and GQA; tpp and paged). The two
+// sides quantize K / V values that already differ by bf16 roundings, and a value that crosses an
+// E4M3 rounding boundary moves by a code step (1/16 to 1/8 of itself) where bf16 moves it by
+// 1/256: kFp8KvTol allows for that. Then the cost of the FP8 cache itself: the same GPU run
+// against the CPU keeping K / V in fp32 (printed, bounded by kFp8KvVsExactTol).
+constexpr double kFp8KvTol = 0.05;
+constexpr double kFp8KvVsExactTol = 0.15;
+
+TEST_F(CudaBackendTest, Fp8KvCacheMatchesCpu) {
+  BANYAN_SEEDED_RNG(rng);
+  struct Shape {
+    int head_dim, heads, kv_heads;
+    model::RopeStyle rope;
+  };
+  for (const Shape& s : {Shape{64, 4, 4, model::RopeStyle::kHalf},
+                         Shape{128, 8, 2, model::RopeStyle::kInterleaved},
+                         Shape{96, 4, 2, model::RopeStyle::kHalf}}) {
+    model::ModelConfig cfg = SmallConfig(s.head_dim, s.heads, s.kv_heads);
+    cfg.rope_style = s.rope;
+    const model::ModelWeights w = model::MakeDummyWeights(cfg, rng());
+    const model::ModelWeights rounded = Rounded(w, DType::kBf16);
+    for (AttentionMode mode : {AttentionMode::kTpp, AttentionMode::kPaged}) {
+      const std::string label = absl::StrCat("kv fp8 d", s.head_dim, " gqa", s.heads / s.kv_heads,
+                                             mode == AttentionMode::kTpp ? " tpp" : " paged");
+      const auto prompts = SharedPrefixPrompts(cfg.vocab_size, rng);
+      auto cpu8 = MakeCpu(&rounded, mode, kChunks, 0, /*kv_fp8=*/true);
+      auto gpu8 = MakeCuda(&w, mode, DType::kBf16, kChunks, /*kv_fp8=*/true);
+      ASSERT_NE(gpu8, nullptr);
+      const double err = CompareSteps(*cpu8, *gpu8, cfg.vocab_size, prompts, 6, label);
+      std::printf("[ %s ] against the CPU's FP8 rounding: worst logits rel err %.4f (bound %.2f)\n",
+                  label.c_str(), err, kFp8KvTol);
+      EXPECT_LT(err, kFp8KvTol) << label;
+      auto cpu = MakeCpu(&rounded, mode);
+      auto gpu8b = MakeCuda(&w, mode, DType::kBf16, kChunks, /*kv_fp8=*/true);
+      ASSERT_NE(gpu8b, nullptr);
+      const double cost = CompareSteps(*cpu, *gpu8b, cfg.vocab_size, prompts, 6, label + " vs fp32 KV");
+      std::printf("[ %s ] against fp32 KV: worst logits rel err %.4f (bound %.2f)\n", label.c_str(),
+                  cost, kFp8KvVsExactTol);
+      EXPECT_LT(cost, kFp8KvVsExactTol) << label;
+    }
+  }
+  // Twice the tokens in the same bytes, near enough: (head_dim + 1) bytes per value row.
+  const model::ModelConfig cfg = SmallConfig(128, 8, 2);
+  EXPECT_EQ(CudaBackend::ChunkBytes(cfg, 64, DType::kBf16, true) * 2 * 128,
+            CudaBackend::ChunkBytes(cfg, 64, DType::kBf16) * 129);
+}
+
+// `requests` through the engine loop on a CUDA backend of 1,024 chunks (all admitted at once).
+std::vector<scheduler::GenerationResult> GenerateOnCuda(const model::ModelWeights& w,
+                                                        std::span<const scheduler::Request> requests,
+                                                        AttentionMode mode, bool kv_fp8 = false) {
+  CudaBackendOptions o;
+  o.num_chunks = 1024;
+  o.chunk_size = kChunkSize;
+  o.attention = mode;
+  o.kv_fp8 = kv_fp8;
+  auto b = CudaBackend::Create(&w, o);
+  EXPECT_TRUE(b.ok()) << b.status();
+  if (!b.ok()) return {};
+  scheduler::EngineLoop loop(w.config, nullptr, *std::move(b), BatchLoopOptions(mode));
+  auto out = scheduler::GenerateAll(loop, requests);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : std::vector<scheduler::GenerationResult>{};
+}
+
+// The FP8 KV cache's effect on what users see, on the bundled model: 16 story prompts decoded
+// greedily for 48 tokens with a bf16 cache and with an FP8 one (tpp, one batch each). Reported:
+// sequences identical, and the mean length of the common start. Asserted: the FP8 run completes
+// every request and the first tokens agree for most prompts (a broken cache diverges at once;
+// FP8's rounding flips a near-tie now and then, later in a sequence).
+TEST_F(CudaBackendTest, Fp8KvCacheGreedyAgreementOnStories) {
+  auto bundle = model::LoadModelBundle(::banyan::testing::BundledModelPath());
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  const model::ModelWeights& w = bundle->weights;
+  const text::Tokenizer& tok = *bundle->tokenizer;
+  std::vector<scheduler::Request> reqs;
+  for (const char* q : {"Once upon a time", "One day, a little girl", "The cat and the dog",
+                        "Tom had a big red ball", "In the park there was", "Lily wanted to",
+                        "The sun was hot and", "A small bird sat on", "Mom said to Ben",
+                        "There was a tree that", "The boy found a box", "Sara and her friend",
+                        "It was a rainy day", "The old man had a", "Max ran to the", "Once there"}) {
+    scheduler::Request r;
+    r.prompt = tok.Encode(q, true);
+    r.params.temperature = 0;
+    r.params.max_tokens = 48;
+    r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  const auto bf16 = GenerateOnCuda(w, reqs, AttentionMode::kTpp);
+  const auto fp8 = GenerateOnCuda(w, reqs, AttentionMode::kTpp, /*kv_fp8=*/true);
+  ASSERT_EQ(bf16.size(), reqs.size());
+  ASSERT_EQ(fp8.size(), reqs.size());
+  int identical = 0, first_agree = 0;
+  double common = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const std::vector<int32_t>& a = bf16[i].samples[0].tokens;
+    const std::vector<int32_t>& b = fp8[i].samples[0].tokens;
+    ASSERT_EQ(b.size(), 48u) << "request " << i;
+    const size_t j = std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin();
+    identical += j == a.size();
+    first_agree += j > 0;
+    common += static_cast<double>(j);
+  }
+  std::printf("[ kv fp8 vs bf16, stories260K greedy ] %d of %zu sequences identical over 48 "
+              "tokens; common start %.1f tokens on average; first token equal in %d\n",
+              identical, reqs.size(), common / reqs.size(), first_agree);
+  EXPECT_GE(first_agree, 12);
+}
+
 // Greedy decoding of a shared-prefix batch equals each request run alone, on the GPU.
 //
 // GPU caveat (measured on the H200): cuBLAS picks its GEMM kernel by the number of rows, so a
@@ -577,16 +690,7 @@ TEST_F(CudaBackendTest, SharedPrefixBatchEqualsSoloRuns) {
     reqs.push_back(r);
   }
   auto run = [&](std::span<const scheduler::Request> rs, AttentionMode mode) {
-    CudaBackendOptions o;
-    o.num_chunks = 1024;
-    o.chunk_size = kChunkSize;
-    o.attention = mode;
-    auto b = CudaBackend::Create(&w, o);
-    EXPECT_TRUE(b.ok()) << b.status();
-    scheduler::EngineLoop loop(w.config, nullptr, *std::move(b), BatchLoopOptions(mode));
-    auto out = scheduler::GenerateAll(loop, rs);
-    EXPECT_TRUE(out.ok()) << out.status();
-    return out.ok() ? *out : std::vector<scheduler::GenerationResult>{};
+    return GenerateOnCuda(w, rs, mode);
   };
   // Logits after `context`, from a solo prefill.
   auto solo_logits = [&](const std::vector<int32_t>& context) {

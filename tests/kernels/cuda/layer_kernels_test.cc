@@ -2,6 +2,7 @@
 // dummy weights) against plain CPU formulas. Random data fresh each run; outputs poisoned.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/layer_kernels.h"
 #include "kernels/cuda/weight_kernels.h"
+#include "kernels/kv_fp8.h"
+#include "model/dtype.h"
 #include "tests/testing/gpu_test_util.h"
 #include "tests/testing/random.h"
 
@@ -97,6 +100,84 @@ TEST(CudaLayerKernels, EmbeddingAndRmsNorm) {
   }
 }
 
+// One RoPE + KV-write launch's inputs: T tokens of q | k | v (fp32, or rounded to the dtype when
+// narrow), random positions, distinct random (chunk, slot) targets, a quarter of the tokens not
+// written; on the host and on the device.
+struct RopeInputs {
+  RopeInputs(std::mt19937_64& rng, DType dt, int d, bool narrow, bool interleaved, int hq, int hkv,
+             int c, int chunks, int T, std::vector<float> values)
+      : d(d), hq(hq), hkv(hkv), T(T), interleaved(interleaved), cols((hq + 2 * hkv) * d),
+        qkv(std::move(values)), pos(T), chunk(T), slot(T), write(T), inv_freq(d / 2) {
+    if (narrow) {
+      for (float& x : qkv) x = RoundTo(dt, x);
+    }
+    std::vector<int> perm(chunks * c);
+    for (int i = 0; i < chunks * c; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int t = 0; t < T; ++t) {
+      pos[t] = static_cast<int32_t>(rng() % 5000);
+      chunk[t] = perm[t] / c;
+      slot[t] = perm[t] % c;
+      write[t] = rng() % 4 != 0;
+    }
+    for (int i = 0; i < d / 2; ++i) inv_freq[i] = float(std::pow(10000.0, -2.0 * i / d));
+    qkv_d = std::make_unique<DeviceArray<float>>(qkv);
+    qkv_narrow_d = std::make_unique<DeviceArray<uint16_t>>(ToDtype(dt, qkv));
+    inv_d = std::make_unique<DeviceArray<float>>(inv_freq);
+    pos_d = std::make_unique<DeviceArray<int32_t>>(pos);
+    chunk_d = std::make_unique<DeviceArray<int32_t>>(chunk);
+    slot_d = std::make_unique<DeviceArray<int32_t>>(slot);
+    write_d = std::make_unique<DeviceArray<int32_t>>(write);
+    q_d = std::make_unique<DeviceArray<uint16_t>>(size_t(T) * hq * d);
+    p.qkv = narrow ? static_cast<const void*>(qkv_narrow_d->get()) : qkv_d->get();
+    p.qkv_in_dtype = narrow;
+    p.q_out = q_d->get();
+    p.positions = pos_d->get();
+    p.slot_chunk = chunk_d->get();
+    p.slot_index = slot_d->get();
+    p.write_kv = write_d->get();
+    p.inv_freq = inv_d->get();
+    p.tokens = T;
+    p.num_q_heads = hq;
+    p.interleaved = interleaved;
+  }
+  // Head h (q heads, then k heads, then v heads) of token t as it reached the kernel.
+  const float* Head(int t, int h) const { return &qkv[size_t(t) * cols + size_t(h) * d]; }
+  // Head h of token t rotated on the CPU, in double.
+  std::vector<float> Rotated(int t, int h) const {
+    const float* src = Head(t, h);
+    std::vector<float> dst(src, src + d);
+    for (int i = 0; i < d / 2; ++i) {
+      const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + d / 2;
+      const double ang = double(float(pos[t]) * inv_freq[i]);
+      dst[a] = float(src[a] * std::cos(ang) - src[b] * std::sin(ang));
+      dst[b] = float(src[a] * std::sin(ang) + src[b] * std::cos(ang));
+    }
+    return dst;
+  }
+  // Every q head rotated on the CPU, [T, hq, d].
+  std::vector<float> WantQ() const {
+    std::vector<float> want(size_t(T) * hq * d);
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < hq; ++h) {
+        const std::vector<float> r = Rotated(t, h);
+        std::copy(r.begin(), r.end(), want.begin() + (size_t(t) * hq + h) * d);
+      }
+    }
+    return want;
+  }
+  int d, hq, hkv, T;
+  bool interleaved;
+  int cols;
+  std::vector<float> qkv;
+  std::vector<int32_t> pos, chunk, slot, write;
+  std::vector<float> inv_freq;
+  std::unique_ptr<DeviceArray<float>> qkv_d, inv_d;
+  std::unique_ptr<DeviceArray<uint16_t>> qkv_narrow_d, q_d;
+  std::unique_ptr<DeviceArray<int32_t>> pos_d, chunk_d, slot_d, write_d;
+  RopeKvParams p;  // everything but kv
+};
+
 TEST(CudaLayerKernels, RopeWritesQAndKvSlots) {
   BANYAN_SEEDED_RNG(rng);
   for (DType dt : {DType::kBf16, DType::kFp16}) {
@@ -106,79 +187,34 @@ TEST(CudaLayerKernels, RopeWritesQAndKvSlots) {
         SCOPED_TRACE(std::string(DTypeName(dt)) + " d" + std::to_string(d) +
                      (interleaved ? " interleaved" : " half") + (narrow ? " narrow" : ""));
         const int hq = 8, hkv = 2, c = 16, chunks = 9, T = 29;
-        const int cols = (hq + 2 * hkv) * d;
-        std::vector<float> qkv = Normal(size_t(T) * cols, rng);
-        if (narrow) {
-          for (float& x : qkv) x = RoundTo(dt, x);
-        }
-        std::vector<int32_t> pos(T), chunk(T), slot(T), write(T);
-        std::vector<int> perm(chunks * c);
-        for (int i = 0; i < chunks * c; ++i) perm[i] = i;
-        std::shuffle(perm.begin(), perm.end(), rng);
-        for (int t = 0; t < T; ++t) {
-          pos[t] = static_cast<int32_t>(rng() % 5000);
-          chunk[t] = perm[t] / c;
-          slot[t] = perm[t] % c;
-          write[t] = rng() % 4 != 0;
-        }
-        std::vector<float> inv_freq(d / 2);
-        for (int i = 0; i < d / 2; ++i) inv_freq[i] = float(std::pow(10000.0, -2.0 * i / d));
-        DeviceArray<float> qkv_d(qkv), inv_d(inv_freq);
-        DeviceArray<uint16_t> qkv_narrow_d(ToDtype(dt, qkv));
-        DeviceArray<int32_t> pos_d(pos), chunk_d(chunk), slot_d(slot), write_d(write);
-        DeviceArray<uint16_t> q_d(size_t(T) * hq * d);
+        RopeInputs in(rng, dt, d, narrow, interleaved, hq, hkv, c, chunks, T,
+                      Normal(size_t(T) * (hq + 2 * hkv) * d, rng));
         const int64_t v_off = int64_t{hkv} * c * d;
         DeviceArray<uint16_t> kv_d(size_t(chunks) * 2 * v_off);  // poisoned: unwritten stays NaN
-        RopeKvParams p;
-        p.qkv = narrow ? static_cast<const void*>(qkv_narrow_d.get()) : qkv_d.get();
-        p.qkv_in_dtype = narrow;
-        p.q_out = q_d.get();
+        RopeKvParams p = in.p;
         p.kv = KvViewDev{kv_d.get(), 2 * v_off, v_off, c, hkv, d};
-        p.positions = pos_d.get();
-        p.slot_chunk = chunk_d.get();
-        p.slot_index = slot_d.get();
-        p.write_kv = write_d.get();
-        p.inv_freq = inv_d.get();
-        p.tokens = T;
-        p.num_q_heads = hq;
-        p.interleaved = interleaved;
         ASSERT_TRUE(RopeWriteKv(dt, p, nullptr).ok());
-        // CPU: rotate every head of q and k, in double.
-        auto rot = [&](const float* src, int t, std::vector<float>& dst) {
-          dst.assign(src, src + d);
-          for (int i = 0; i < d / 2; ++i) {
-            const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + d / 2;
-            const double ang = double(float(pos[t]) * inv_freq[i]);
-            dst[a] = float(src[a] * std::cos(ang) - src[b] * std::sin(ang));
-            dst[b] = float(src[a] * std::sin(ang) + src[b] * std::cos(ang));
-          }
-        };
-        std::vector<float> want_q(size_t(T) * hq * d), tmp;
         std::vector<float> want_kv, got_kv_all = FromDtype(dt, kv_d.Download()), got_kv;
         for (int t = 0; t < T; ++t) {
-          for (int h = 0; h < hq; ++h) {
-            rot(&qkv[size_t(t) * cols + h * d], t, tmp);
-            std::copy(tmp.begin(), tmp.end(), want_q.begin() + (size_t(t) * hq + h) * d);
-          }
           for (int h = 0; h < hkv; ++h) {
-            const int64_t koff = chunk[t] * 2 * v_off + (int64_t{h} * c + slot[t]) * d;
-            if (!write[t]) {
+            const int64_t koff = in.chunk[t] * 2 * v_off + (int64_t{h} * c + in.slot[t]) * d;
+            if (!in.write[t]) {
               for (int x = 0; x < d; ++x) {
                 ASSERT_TRUE(std::isnan(got_kv_all[koff + x])) << "skipped slot was written";
                 ASSERT_TRUE(std::isnan(got_kv_all[koff + v_off + x]));
               }
               continue;
             }
-            rot(&qkv[size_t(t) * cols + (hq + h) * d], t, tmp);
-            want_kv.insert(want_kv.end(), tmp.begin(), tmp.end());
-            const float* v = &qkv[size_t(t) * cols + (hq + hkv + h) * d];
+            const std::vector<float> k = in.Rotated(t, hq + h);
+            want_kv.insert(want_kv.end(), k.begin(), k.end());
+            const float* v = in.Head(t, hq + hkv + h);
             want_kv.insert(want_kv.end(), v, v + d);
             got_kv.insert(got_kv.end(), got_kv_all.begin() + koff, got_kv_all.begin() + koff + d);
             got_kv.insert(got_kv.end(), got_kv_all.begin() + koff + v_off,
                           got_kv_all.begin() + koff + v_off + d);
           }
         }
-        EXPECT_LT(RelErr(FromDtype(dt, q_d.Download()), want_q), Tol(dt));
+        EXPECT_LT(RelErr(FromDtype(dt, in.q_d->Download()), in.WantQ()), Tol(dt));
         EXPECT_LT(RelErr(got_kv, want_kv), Tol(dt));
       }
     }
@@ -276,6 +312,114 @@ TEST(CudaLayerKernels, QkvBiasNormMatchesFormula) {
   QkvBiasNormParams bad;
   bad.head_dim = 512;
   EXPECT_EQ(QkvBiasNorm(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// RoPE + KV write into an FP8 cache (kernels/kv_fp8.h): q as for a 16-bit cache; every V row's
+// codes and exponent bit for bit what the host rule (with the model library's E4M3 rounding)
+// makes of the same input; every K row's exponent the host rule's of the CPU rotation (in
+// double, give or take one at a boundary) and its dequantized values within a few code steps of it (the device's sincosf and
+// the CPU's rotation differ in the last bits, which can move a value across a rounding
+// boundary); slots not written keep their poison.
+TEST(CudaLayerKernels, RopeWritesFp8Kv) {
+  BANYAN_SEEDED_RNG(rng);
+  for (DType dt : {DType::kBf16, DType::kFp16}) {
+    for (bool interleaved : {false, true}) {
+      for (int d : {8, 64, 128, 256}) for (bool narrow : {false, true}) {
+        SCOPED_TRACE(std::string(DTypeName(dt)) + " d" + std::to_string(d) +
+                     (interleaved ? " interleaved" : " half") + (narrow ? " narrow" : ""));
+        const int hq = 4, hkv = 2, c = 16, chunks = 7, T = 23;
+        // Rows of very different magnitudes, so that exponents span a wide range.
+        std::vector<float> values = Normal(size_t(T) * (hq + 2 * hkv) * d, rng);
+        for (int r = 0; r < T * (hq + 2 * hkv); ++r) {
+          const float f = std::ldexp(1.0f, static_cast<int>(rng() % 41) - 20);
+          for (int x = 0; x < d; ++x) values[size_t(r) * d + x] *= f;
+        }
+        RopeInputs in(rng, dt, d, narrow, interleaved, hq, hkv, c, chunks, T, std::move(values));
+        const KvFp8Layout l = KvFp8LayoutOf(hkv, c, d);
+        DeviceArray<uint8_t> kv_d(size_t(chunks) * l.chunk_stride);  // poisoned: 0xff bytes
+        RopeKvParams p = in.p;
+        p.kv = KvViewDev{kv_d.get(), l.chunk_stride, l.v_offset, c, hkv, d, l.scale_offset};
+        ASSERT_TRUE(RopeWriteKv(dt, p, nullptr).ok());
+        const std::vector<uint8_t> got = kv_d.Download();
+        std::vector<float> got_k, want_k;
+        std::vector<uint8_t> codes(d);
+        int rows_checked = 0;
+        for (int t = 0; t < T; ++t) {
+          for (int h = 0; h < hkv; ++h) {
+            const int64_t row = int64_t{h} * c + in.slot[t];
+            const int64_t koff = in.chunk[t] * l.chunk_stride + row * d;
+            const int64_t eoff = in.chunk[t] * l.chunk_stride + l.scale_offset + row;
+            if (!in.write[t]) {
+              for (int x = 0; x < d; ++x) {
+                ASSERT_EQ(got[koff + x], 0xff) << "skipped slot was written";
+                ASSERT_EQ(got[koff + l.v_offset + x], 0xff);
+              }
+              ASSERT_EQ(got[eoff], 0xff);
+              continue;
+            }
+            ++rows_checked;
+            // V: the input as it reached the kernel, bit for bit.
+            const int ev = QuantizeKvRowFp8(in.Head(t, hq + hkv + h), d, codes.data(),
+                                            model::FloatToFp8E4M3);
+            EXPECT_EQ(static_cast<int8_t>(got[eoff + int64_t{hkv} * c]), ev) << "V exponent, t " << t;
+            for (int x = 0; x < d; ++x) {
+              ASSERT_EQ(got[koff + l.v_offset + x], codes[x]) << "V code " << x << ", t " << t;
+            }
+            // K: against the CPU rotation (one exponent apart only where the row's amax sits at
+            // a power-of-two boundary).
+            const std::vector<float> k = in.Rotated(t, hq + h);
+            const int ek = QuantizeKvRowFp8(k.data(), d, codes.data(), model::FloatToFp8E4M3);
+            EXPECT_LE(std::abs(static_cast<int8_t>(got[eoff]) - ek), 1) << "K exponent, t " << t;
+            for (int x = 0; x < d; ++x) {
+              want_k.push_back(std::ldexp(model::Fp8E4M3ToFloat(codes[x]), ek));
+              got_k.push_back(std::ldexp(model::Fp8E4M3ToFloat(got[koff + x]),
+                                         static_cast<int8_t>(got[eoff])));
+            }
+          }
+        }
+        EXPECT_GT(rows_checked, 0);
+        EXPECT_LT(RelErr(FromDtype(dt, in.q_d->Download()), in.WantQ()), Tol(dt));
+        // Same codes up to rounding-boundary flips (one code step, 2^-3 relative, at most).
+        EXPECT_LT(RelErr(got_k, want_k), 0.02);
+      }
+    }
+  }
+}
+
+TEST(CudaLayerKernels, CopyKvSlotsFp8) {
+  BANYAN_SEEDED_RNG(rng);
+  const int layers = 3, chunks = 5, hkv = 2, c = 16;
+  for (const int d : {24, 64}) {  // byte copies, 16-byte copies
+    const KvFp8Layout l = KvFp8LayoutOf(hkv, c, d);
+    const int64_t layer_stride = chunks * l.chunk_stride;
+    std::vector<uint8_t> kv(size_t(layers) * layer_stride);
+    for (auto& x : kv) x = static_cast<uint8_t>(rng());
+    DeviceArray<uint8_t> kv_d(kv);
+    CopyKvSlotsParams p;
+    p.kv = KvViewDev{kv_d.get(), l.chunk_stride, l.v_offset, c, hkv, d, l.scale_offset};
+    p.layer_stride = layer_stride;
+    p.num_layers = layers;
+    p.src = 3;
+    p.dst = 1;
+    p.slot_begin = 2;
+    p.slot_end = 13;
+    p.dst_begin = 4;
+    ASSERT_TRUE(CopyKvSlots(p, nullptr).ok());
+    std::vector<uint8_t> want = kv;
+    for (int lay = 0; lay < layers; ++lay) {
+      for (int run = 0; run < 2 * hkv; ++run) {
+        for (int s = 2; s < 13; ++s) {
+          const int64_t base = lay * layer_stride + int64_t{run} * c * d;
+          for (int x = 0; x < d; ++x) {
+            want[base + (4 + s - 2) * d + x + l.chunk_stride] = kv[base + s * d + x + 3 * l.chunk_stride];
+          }
+          const int64_t e = lay * layer_stride + l.scale_offset + int64_t{run} * c;
+          want[e + l.chunk_stride + 4 + s - 2] = kv[e + 3 * l.chunk_stride + s];
+        }
+      }
+    }
+    EXPECT_EQ(kv_d.Download(), want) << "d " << d;
+  }
 }
 
 TEST(CudaLayerKernels, CopyKvSlots) {

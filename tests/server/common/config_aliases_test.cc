@@ -64,6 +64,27 @@ TEST_F(ConfigAliasesTest, QuantizationTakesFp8) {
   }
 }
 
+// vLLM's --kv-cache-dtype: auto / bf16 keep the model's dtype, fp8 (and vLLM's fp8_e4m3) the FP8
+// cache; what banyand does not have (fp8_e5m2, fp16 beside a bf16 model) is refused naming it.
+TEST_F(ConfigAliasesTest, KvCacheDtypeTakesFp8) {
+  auto c = Load({});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(c->kv_cache_dtype, "auto");
+  for (const char* v : {"fp8", "fp8_e4m3"}) {
+    c = Load({"--kv-cache-dtype", v});
+    ASSERT_TRUE(c.ok()) << Error(c);
+    EXPECT_EQ(c->kv_cache_dtype, "fp8");
+  }
+  c = Load({"--config", Write("kv.json", R"({"kv_cache_dtype": "fp8"})").string()});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(c->kv_cache_dtype, "fp8");
+  for (const char* v : {"fp8_e5m2", "fp16", "int8", ""}) {
+    c = Load({"--kv-cache-dtype", v});
+    ASSERT_FALSE(c.ok()) << v;
+    EXPECT_TRUE(Has(Error(c), "kv-cache-dtype: expected auto|bf16|fp8|fp8_e4m3")) << Error(c);
+  }
+}
+
 TEST_F(ConfigAliasesTest, SwitchesTakeNoValue) {
   // An accepted switch does not swallow the option after it.
   auto c = Load({"--enable-prefix-caching", "--port", "9125", "--enable-chunked-prefill"});

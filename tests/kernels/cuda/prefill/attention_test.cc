@@ -2,7 +2,10 @@
 // rounded to the kernel's dtype first so that both sides read identical values: decode (TPP,
 // every head dim from 8 to 256) over plans with and without sharing (random prefix trees,
 // context lengths not multiples of the chunk size, long contexts split into pieces, batch up to
-// 1024), and causal prefill over a cached path plus new tokens. Random data fresh each run, outputs poisoned, NaN never passes.
+// 1024), and causal prefill over a cached path plus new tokens; with a 16-bit cache and with an
+// FP8 one (kernels/kv_fp8.h: rows quantized here, the reference reading their dequantized
+// values, which the kernels must reproduce exactly before their own roundings). Random data
+// fresh each run, outputs poisoned, NaN never passes.
 //
 // Tolerance: the GPU rounds its output to the dtype (relative error about 2^-9 / sqrt(3) for bf16,
 // 2^-12 for fp16) and the prefill kernel rounds softmax probabilities to the dtype before the P.V
@@ -16,10 +19,12 @@
 #include "kernels/cuda/prefill/attention.h"
 #include "kernels/cuda/prefill/attention_work.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
+#include "kernels/kv_fp8.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
+#include "model/dtype.h"
 #include "tests/testing/gpu_test_util.h"
 #include "tests/testing/random.h"
 #include "tests/testing/random_tree.h"
@@ -39,6 +44,7 @@ struct Case {
   int gqa;
   int chunk_size;
   DType dtype;
+  bool kv8 = false;  // an FP8 KV cache (kernels/kv_fp8.h)
 };
 
 double Tolerance(DType dt) { return dt == DType::kBf16 ? 1e-2 : 2e-3; }
@@ -55,10 +61,35 @@ struct TestKv {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (float& x : host) x = RoundTo(c.dtype, nd(rng));
     cpu.base = host.data();
-    dev = std::make_unique<DeviceArray<uint16_t>>(ToDtype(c.dtype, host));
-    gpu.base = dev->get();
     gpu.chunk_stride = cpu.chunk_stride;
     gpu.v_offset = cpu.v_offset;
+    if (c.kv8) {
+      // Every row quantized by the rule (with the model library's E4M3 rounding); the host copy
+      // becomes the dequantized values the kernels must read.
+      const KvFp8Layout l = KvFp8LayoutOf(c.kv_heads, c.chunk_size, c.head_dim);
+      gpu.chunk_stride = l.chunk_stride;
+      gpu.v_offset = l.v_offset;
+      gpu.scale_offset = l.scale_offset;
+      std::vector<uint8_t> bytes(static_cast<size_t>(chunks) * l.chunk_stride, 0);
+      const int64_t rows = int64_t{c.kv_heads} * c.chunk_size, d = c.head_dim;
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        for (int64_t kv = 0; kv < 2; ++kv) {
+          for (int64_t r = 0; r < rows; ++r) {
+            float* x = host.data() + ch * cpu.chunk_stride + kv * cpu.v_offset + r * d;
+            uint8_t* codes = bytes.data() + ch * l.chunk_stride + kv * l.v_offset + r * d;
+            const int e = QuantizeKvRowFp8(x, static_cast<int>(d), codes, model::FloatToFp8E4M3);
+            for (int i = 0; i < d; ++i) x[i] = std::ldexp(model::Fp8E4M3ToFloat(codes[i]), e);
+            bytes[ch * l.chunk_stride + l.scale_offset + kv * rows + r] =
+                static_cast<uint8_t>(static_cast<int8_t>(e));
+          }
+        }
+      }
+      dev8 = std::make_unique<DeviceArray<uint8_t>>(bytes);
+      gpu.base = dev8->get();
+    } else {
+      dev = std::make_unique<DeviceArray<uint16_t>>(ToDtype(c.dtype, host));
+      gpu.base = dev->get();
+    }
     gpu.chunk_size = c.chunk_size;
     gpu.num_kv_heads = c.kv_heads;
     gpu.head_dim = c.head_dim;
@@ -66,6 +97,7 @@ struct TestKv {
   std::vector<float> host;
   KvView cpu;
   std::unique_ptr<DeviceArray<uint16_t>> dev;
+  std::unique_ptr<DeviceArray<uint8_t>> dev8;
   KvViewDev gpu;
 };
 
@@ -127,7 +159,7 @@ std::vector<float> RunCpuDecode(const Case& c, const TestKv& kv, const kvcache::
 
 std::string Name(const Case& c) {
   return absl::StrCat("d", c.head_dim, " kvh", c.kv_heads, " g", c.gqa, " c", c.chunk_size, " ",
-                      DTypeName(c.dtype));
+                      DTypeName(c.dtype), c.kv8 ? " kv fp8" : "");
 }
 
 TEST(CudaDecodeAttention, MatchesCpuOnRandomTrees) {
@@ -137,6 +169,10 @@ TEST(CudaDecodeAttention, MatchesCpuOnRandomTrees) {
       {128, 1, 4, 16, DType::kBf16}, {128, 2, 4, 32, DType::kFp16}, {64, 3, 1, 16, DType::kFp16},
       {8, 2, 4, 16, DType::kBf16},   {32, 2, 2, 16, DType::kFp16}, {256, 1, 8, 64, DType::kBf16},
       {128, 1, 8, 16, DType::kBf16}, {64, 1, 2, 16, DType::kBf16}, {40, 2, 3, 16, DType::kBf16},
+      // An FP8 KV cache.
+      {64, 2, 4, 64, DType::kBf16, true}, {128, 1, 8, 16, DType::kBf16, true},
+      {128, 2, 4, 32, DType::kFp16, true}, {8, 2, 4, 16, DType::kBf16, true},
+      {256, 1, 8, 64, DType::kBf16, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(Name(c));
@@ -220,6 +256,9 @@ TEST(CudaPrefillAttention, MatchesCpu) {
       {64, 2, 1, 16, DType::kBf16},  {64, 1, 4, 64, DType::kBf16},  {128, 2, 1, 64, DType::kBf16},
       {128, 1, 4, 16, DType::kBf16}, {128, 2, 2, 32, DType::kFp16}, {64, 2, 8, 16, DType::kFp16},
       {8, 2, 4, 16, DType::kBf16},   {32, 1, 2, 16, DType::kFp16},  {256, 1, 2, 64, DType::kBf16},
+      // An FP8 KV cache: the fast path (64, 128) and the generic one.
+      {64, 1, 4, 64, DType::kBf16, true}, {128, 2, 2, 32, DType::kFp16, true},
+      {128, 1, 4, 16, DType::kBf16, true}, {8, 2, 4, 16, DType::kBf16, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(Name(c));

@@ -4,7 +4,9 @@
 // generic phase 2, with small pieces so that rows are split and merged.
 //
 // - Inputs (q, K, V) are drawn fresh every run (seed printed; BANYAN_TEST_SEED pins it), rounded
-//   to the kernel dtype, and the CPU reference runs in fp32 on the same rounded values.
+//   to the kernel dtype, and the CPU reference runs in fp32 on the same rounded values. Shapes
+//   marked _kv8 keep K / V in an FP8 cache (kernels/kv_fp8.h): every row quantized on the host,
+//   the reference reading the dequantized values, which the kernels reproduce exactly.
 // - The output and the workspace are poisoned with NaN first; NaN never passes.
 // - Tolerance, as a relative Frobenius norm ||gpu - cpu|| / ||cpu|| over the whole output:
 //     bf16: 1e-2  (output rounding alone is ~1.5e-3; P is rounded to bf16 for the P.V MMA)
@@ -28,9 +30,11 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/tpp_attention.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
+#include "kernels/kv_fp8.h"
 #include "engine/plan_view.h"
 #include "kvcache/attention_plan.h"
 #include "kvcache/prefix_tree.h"
+#include "model/dtype.h"
 #include "tests/testing/random.h"
 #include "tests/testing/random_tree.h"
 
@@ -97,11 +101,12 @@ struct Shape {
   int gqa;
   int chunk;
   DType dtype;
+  bool kv8 = false;  // an FP8 KV cache (kernels/kv_fp8.h)
 };
 
 std::string Name(const Shape& s) {
   return absl::StrCat("d", s.head_dim, "_kv", s.kv_heads, "_g", s.gqa, "_c", s.chunk,
-                      s.dtype == DType::kBf16 ? "_bf16" : "_fp16");
+                      s.dtype == DType::kBf16 ? "_bf16" : "_fp16", s.kv8 ? "_kv8" : "");
 }
 
 double Tolerance(DType dt) { return dt == DType::kBf16 ? 1e-2 : 2e-3; }
@@ -116,6 +121,14 @@ class Fixture {
     kv_.head_dim = s.head_dim;
     kv_.v_offset = static_cast<int64_t>(s.kv_heads) * s.chunk * s.head_dim;
     kv_.chunk_stride = 2 * kv_.v_offset;
+    host_v_offset_ = kv_.v_offset;  // the reference's fp32 copy keeps the 16-bit layout
+    host_chunk_stride_ = kv_.chunk_stride;
+    if (s.kv8) {
+      const KvFp8Layout l = KvFp8LayoutOf(s.kv_heads, s.chunk, s.head_dim);
+      kv_.v_offset = l.v_offset;
+      kv_.chunk_stride = l.chunk_stride;
+      kv_.scale_offset = l.scale_offset;
+    }
     num_chunks_ = num_chunks;
   }
   PrefixTree& tree() { return *tree_; }
@@ -125,11 +138,20 @@ class Fixture {
   void FillData(std::mt19937_64& rng, const std::vector<SeqId>& rows) {
     rows_ = rows;
     std::vector<uint16_t> bits;
-    FillRounded(rng, static_cast<size_t>(num_chunks_) * kv_.chunk_stride, 1.0f, s_.dtype, &bits,
-                &kv_host_);
-    kv_dev_ = std::make_unique<DevBuf<uint16_t>>(bits.size());
-    ASSERT_NE(kv_dev_->p, nullptr);
-    CUDA_OK(cudaMemcpy(kv_dev_->p, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+    if (s_.kv8) {
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      kv_host_.resize(static_cast<size_t>(num_chunks_) * host_chunk_stride_);
+      for (float& x : kv_host_) x = nd(rng);
+      kv_dev_ = std::make_unique<DevBuf<uint16_t>>((num_chunks_ * kv_.chunk_stride + 1) / 2);
+      ASSERT_NE(kv_dev_->p, nullptr);
+      UploadKv8();
+    } else {
+      FillRounded(rng, static_cast<size_t>(num_chunks_) * kv_.chunk_stride, 1.0f, s_.dtype, &bits,
+                  &kv_host_);
+      kv_dev_ = std::make_unique<DevBuf<uint16_t>>(bits.size());
+      ASSERT_NE(kv_dev_->p, nullptr);
+      CUDA_OK(cudaMemcpy(kv_dev_->p, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+    }
     const size_t qn = rows.size() * hq() * s_.head_dim;
     FillRounded(rng, qn, 1.5f, s_.dtype, &bits, &q_host_);
     q_dev_ = std::make_unique<DevBuf<uint16_t>>(qn);
@@ -152,10 +174,16 @@ class Fixture {
         for (int j = 0; j < s_.chunk; ++j) {
           if (!pick(rng)) continue;
           const float f = scale(rng);
-          float* k = kv_host_.data() + c * kv_.chunk_stride + (int64_t{h} * s_.chunk + j) * d;
-          for (int i = 0; i < d; ++i) k[i] = FromBits(ToBits(k[i] * f, s_.dtype), s_.dtype);
+          float* k = kv_host_.data() + c * host_chunk_stride_ + (int64_t{h} * s_.chunk + j) * d;
+          for (int i = 0; i < d; ++i) {
+            k[i] = s_.kv8 ? k[i] * f : FromBits(ToBits(k[i] * f, s_.dtype), s_.dtype);
+          }
         }
       }
+    }
+    if (s_.kv8) {
+      UploadKv8();
+      return;
     }
     std::vector<uint16_t> bits(kv_host_.size());
     for (size_t i = 0; i < bits.size(); ++i) bits[i] = ToBits(kv_host_[i], s_.dtype);
@@ -166,8 +194,8 @@ class Fixture {
   std::vector<float> Reference(const AttentionPlan& plan) {
     KvView kv;
     kv.base = kv_host_.data();
-    kv.chunk_stride = kv_.chunk_stride;
-    kv.v_offset = kv_.v_offset;
+    kv.chunk_stride = host_chunk_stride_;
+    kv.v_offset = host_v_offset_;
     kv.chunk_size = kv_.chunk_size;
     kv.num_kv_heads = kv_.num_kv_heads;
     kv.head_dim = kv_.head_dim;
@@ -215,12 +243,8 @@ class Fixture {
     TppRunArgs a;
     a.q = q_dev_->p;
     a.out = out_dev_->p;
+    a.kv = kv_;
     a.kv.base = kv_dev_->p;
-    a.kv.chunk_stride = kv_.chunk_stride;
-    a.kv.v_offset = kv_.v_offset;
-    a.kv.chunk_size = kv_.chunk_size;
-    a.kv.num_kv_heads = kv_.num_kv_heads;
-    a.kv.head_dim = kv_.head_dim;
     a.dtype = s_.dtype;
     a.scale = 1.0f / std::sqrt(static_cast<float>(s_.head_dim));
     a.image = image;
@@ -240,10 +264,35 @@ class Fixture {
   uint16_t* out_dev() { return out_dev_->p; }
 
  private:
+  // FP8 cache: every K / V row of kv_host_ quantized by the rule of kernels/kv_fp8.h (with the
+  // model library's E4M3 rounding, not the device's), its codes and exponent uploaded, and the
+  // row replaced by its dequantized values, which the CPU reference then reads.
+  void UploadKv8() {
+    const int d = s_.head_dim, hkv = s_.kv_heads, c = s_.chunk;
+    std::vector<uint8_t> bytes(static_cast<size_t>(num_chunks_) * kv_.chunk_stride, 0);
+    for (int ch = 0; ch < num_chunks_; ++ch) {
+      for (int kv = 0; kv < 2; ++kv) {
+        for (int h = 0; h < hkv; ++h) {
+          for (int j = 0; j < c; ++j) {
+            const int64_t row = int64_t{h} * c + j;
+            float* x = kv_host_.data() + ch * host_chunk_stride_ + kv * host_v_offset_ + row * d;
+            uint8_t* codes = bytes.data() + ch * kv_.chunk_stride + kv * kv_.v_offset + row * d;
+            const int e = QuantizeKvRowFp8(x, d, codes, model::FloatToFp8E4M3);
+            for (int i = 0; i < d; ++i) x[i] = std::ldexp(model::Fp8E4M3ToFloat(codes[i]), e);
+            bytes[ch * kv_.chunk_stride + kv_.scale_offset + int64_t{kv} * hkv * c + row] =
+                static_cast<uint8_t>(static_cast<int8_t>(e));
+          }
+        }
+      }
+    }
+    CUDA_OK(cudaMemcpy(kv_dev_->p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  }
+
   Shape s_;
   kvcache::ChunkPool pool_;
   std::unique_ptr<PrefixTree> tree_;
   KvViewDev kv_;
+  int64_t host_chunk_stride_ = 0, host_v_offset_ = 0;
   int num_chunks_ = 0;
   std::vector<SeqId> rows_;
   std::vector<float> kv_host_, q_host_;
@@ -411,7 +460,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{64, 1, 8, 32, DType::kBf16}, Shape{128, 2, 1, 64, DType::kFp16},
                       Shape{128, 2, 4, 16, DType::kBf16}, Shape{128, 1, 8, 64, DType::kBf16},
                       Shape{128, 2, 8, 32, DType::kFp16}, Shape{64, 2, 1, 128, DType::kFp16},
-                      Shape{8, 2, 1, 16, DType::kBf16}, Shape{96, 2, 4, 32, DType::kFp16}),
+                      Shape{8, 2, 1, 16, DType::kBf16}, Shape{96, 2, 4, 32, DType::kFp16},
+                      // An FP8 KV cache on every kernel family: MHA and GQA 4 / 8 at 64 and 128,
+                      // and the generic head dims.
+                      Shape{64, 2, 1, 16, DType::kBf16, true}, Shape{64, 2, 4, 64, DType::kFp16, true},
+                      Shape{128, 1, 8, 64, DType::kBf16, true}, Shape{128, 2, 4, 32, DType::kBf16, true},
+                      Shape{8, 2, 1, 16, DType::kBf16, true}, Shape{96, 2, 4, 32, DType::kFp16, true}),
     [](const auto& info) { return Name(info.param); });
 
 // The per-row decode kernel (TPP's phase 2; GQA: one CTA loads each K/V tile once for the whole
