@@ -6,6 +6,7 @@
 //                   [--prompts-file FILE] [--speculative off|hydra] [--draft-heads FILE]
 //                   [--draft-tokens K] [--draft-tree B1,B2,..] [--speculation-adaptive on|off]
 //                   [--draft-on device|host] [--quantization none|fp8]
+//                   [--kv-cache-dtype auto|bf16|fp8]
 //       Prints the completion (generated text only). With --n > 1 the samples share the
 //       prompt's KV and are printed one after another under "--- sample i ---" headers.
 //       --prompts-file: one prompt per line, all run as one batch on the engine loop (the loop
@@ -13,6 +14,8 @@
 //       --speculative hydra: requests verify candidate chains (or, with --draft-tree, trees)
 //       from the draft heads (--draft-heads, a head set's config.json); the output is the same
 //       as without.
+//       --kv-cache-dtype fp8: K and V in FP8 as banyand's (kernels/kv_fp8.h; the CPU backend
+//       rounds its fp32 rows the same way).
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
 //                  [--quantization none|fp8]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,
@@ -128,6 +131,11 @@ absl::Status Generate(const Args& a, const char* argv0) {
   }
   const engine::AttentionMode mode =
       attention == "tpp" ? engine::AttentionMode::kTpp : engine::AttentionMode::kPaged;
+  const std::string kv_dtype = a.Get("kv-cache-dtype", "auto");
+  if (kv_dtype != "auto" && kv_dtype != "bf16" && kv_dtype != "fp8" && kv_dtype != "fp8_e4m3") {
+    return absl::InvalidArgumentError("--kv-cache-dtype must be auto, bf16 or fp8, got " + kv_dtype);
+  }
+  const bool kv_fp8 = kv_dtype.starts_with("fp8");
   std::unique_ptr<engine::Backend> backend;
   const std::string backend_name = a.Get("backend", "cpu");
   if (backend_name == "cpu") {
@@ -136,6 +144,7 @@ absl::Status Generate(const Args& a, const char* argv0) {
     opts.num_chunks = static_cast<int32_t>(
         engine::CpuBackend::ChunksForBudget(cfg, chunk_size, int64_t{kv_mb} << 20));
     opts.attention = mode;
+    opts.kv_fp8 = kv_fp8;
     auto cpu = engine::CpuBackend::Create(&bundle->weights, opts);
     if (!cpu.ok()) return cpu.status();
     backend = std::move(*cpu);
@@ -145,6 +154,7 @@ absl::Status Generate(const Args& a, const char* argv0) {
     opts.chunk_size = chunk_size;
     opts.kv_memory_bytes = int64_t{kv_mb} << 20;
     opts.attention = mode;
+    opts.kv_fp8 = kv_fp8;
     auto cuda = engine::CudaBackend::Create(&bundle->weights, opts);
     if (!cuda.ok()) return cuda.status();
     backend = std::move(*cuda);

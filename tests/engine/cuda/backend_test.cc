@@ -619,8 +619,10 @@ std::vector<scheduler::GenerationResult> GenerateOnCuda(const model::ModelWeight
 // The FP8 KV cache's effect on what users see, on the bundled model: 16 story prompts decoded
 // greedily for 48 tokens with a bf16 cache and with an FP8 one (tpp, one batch each). Reported:
 // sequences identical, and the mean length of the common start. Asserted: the FP8 run completes
-// every request and the first tokens agree for most prompts (a broken cache diverges at once;
-// FP8's rounding flips a near-tie now and then, later in a sequence).
+// every request and the common start averages at least 5 tokens (a broken cache diverges at
+// once). The tiny model meets near-ties often: on the CPU (fp32, the same prompts through
+// `banyan generate --kv-cache-dtype fp8`) 3 of 16 outputs stayed identical over 48 tokens and
+// 4 of 16 changed at their first token.
 TEST_F(CudaBackendTest, Fp8KvCacheGreedyAgreementOnStories) {
   auto bundle = model::LoadModelBundle(::banyan::testing::BundledModelPath());
   ASSERT_TRUE(bundle.ok()) << bundle.status();
@@ -657,7 +659,7 @@ TEST_F(CudaBackendTest, Fp8KvCacheGreedyAgreementOnStories) {
   std::printf("[ kv fp8 vs bf16, stories260K greedy ] %d of %zu sequences identical over 48 "
               "tokens; common start %.1f tokens on average; first token equal in %d\n",
               identical, reqs.size(), common / reqs.size(), first_agree);
-  EXPECT_GE(first_agree, 12);
+  EXPECT_GE(common / reqs.size(), 5.0);
 }
 
 // Greedy decoding of a shared-prefix batch equals each request run alone, on the GPU.
