@@ -11,7 +11,8 @@
 //          a NaN keeps the NaN code);
 // and read back as value = E4M3ToFloat(code) * 2^e, which is exact in fp32 and in bf16 (a code
 // has 4 significant bits and 2^e is within both formats' exponent range), and in fp16 unless it
-// falls below fp16's subnormals. So a kernel that dequantizes into the model's dtype before its
+// falls below fp16's subnormals or, for a row whose amax is within 1/16 of fp16's largest value,
+// rounds up past it. So a kernel that dequantizes into the model's dtype before its
 // matrix products computes on exactly the values the CPU reference dequantizes, and the scale of
 // a K vector could equally be applied to a score (q . k) and that of a V vector to a probability.
 //
@@ -55,11 +56,14 @@ BANYAN_HD inline float KvFp8Scale(int e) { return ldexpf(1.0f, e); }
 // The rule on the host, for one row of n values: writes the codes, returns e. `encode` is the
 // E4M3 rounding of a float (round to nearest even, saturating: model::FloatToFp8E4M3), which
 // kernels/ cannot include; the device uses the toolkit's conversion (kernels/cuda/kv_fp8.cuh).
-template <typename Encode>
-int QuantizeKvRowFp8(const float* x, int n, uint8_t* codes, const Encode& encode) {
+inline int KvFp8RowExponent(const float* x, int n) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));  // fmax skips NaN
-  const int e = KvFp8Exponent(amax);
+  return KvFp8Exponent(amax);
+}
+template <typename Encode>
+int QuantizeKvRowFp8(const float* x, int n, uint8_t* codes, const Encode& encode) {
+  const int e = KvFp8RowExponent(x, n);
   const float inv = KvFp8Scale(-e);
   for (int i = 0; i < n; ++i) codes[i] = encode(x[i] * inv);
   return e;

@@ -17,10 +17,11 @@
 namespace banyan::engine {
 
 void RoundKvRowFp8(float* row, int n) {
-  std::vector<uint8_t> codes(static_cast<size_t>(n));
-  const float scale = kernels::KvFp8Scale(
-      kernels::QuantizeKvRowFp8(row, n, codes.data(), model::FloatToFp8E4M3));
-  for (int i = 0; i < n; ++i) row[i] = model::Fp8E4M3ToFloat(codes[i]) * scale;
+  const int e = kernels::KvFp8RowExponent(row, n);
+  const float inv = kernels::KvFp8Scale(-e), scale = kernels::KvFp8Scale(e);
+  for (int i = 0; i < n; ++i) {
+    row[i] = model::Fp8E4M3ToFloat(model::FloatToFp8E4M3(row[i] * inv)) * scale;
+  }
 }
 namespace {
 

@@ -65,10 +65,12 @@ __device__ __forceinline__ uint4 DequantKv8(uint2 codes, float scale) {
 }
 
 // Eight values of a K/V row as DType: `elem` is the element offset of the eight (computed as for
-// a 16-bit cache), `exp_offset` the row's exponent (unused for a 16-bit cache).
-template <typename DType>
+// a 16-bit cache), `exp_offset` the row's exponent (unused for a 16-bit cache). KV8: the kernel's
+// instantiation for an FP8 cache (a template parameter, so that the 16-bit instantiations keep
+// their registers and occupancy).
+template <typename DType, bool KV8>
 __device__ __forceinline__ uint4 LoadKv8(const KvViewDev& kv, int64_t elem, int64_t exp_offset) {
-  if (KvIsFp8(kv)) {
+  if constexpr (KV8) {
     const uint2 codes = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(kv.base) + elem);
     return DequantKv8<DType>(codes, KvFp8ScaleAt(kv, exp_offset));
   }
@@ -87,13 +89,14 @@ __device__ __forceinline__ void Unpack8Kv(const uint4& raw, float (&v)[8]) {
   }
 }
 
-// One element as float (the generic kernels' scalar path).
-template <typename DType>
-__device__ __forceinline__ float LoadKv1(const KvViewDev& kv, int64_t elem, int64_t exp_offset) {
-  if (KvIsFp8(kv)) {
+// One element as float (the generic kernels' scalar path); `scale` is its row's 2^e (unused for
+// a 16-bit cache).
+template <typename DType, bool KV8>
+__device__ __forceinline__ float LoadKv1(const KvViewDev& kv, int64_t elem, float scale) {
+  if constexpr (KV8) {
     const auto code = static_cast<__nv_fp8_storage_t>(static_cast<const uint8_t*>(kv.base)[elem]);
     const __half_raw h = __nv_cvt_fp8_to_halfraw(code, __NV_E4M3);
-    return __half2float(__half(h)) * KvFp8ScaleAt(kv, exp_offset);
+    return __half2float(__half(h)) * scale;
   }
   return static_cast<float>(static_cast<const DType*>(kv.base)[elem]);
 }

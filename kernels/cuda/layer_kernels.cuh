@@ -371,7 +371,8 @@ __global__ void CopyKvSlotsKernel(const __grid_constant__ CopyKvSlotsParams p) {
 }
 
 // CopyKvSlotsKernel for an FP8 cache: block b copies one (layer, k|v, kv head) run of codes
-// (16-byte vectors when head_dim % 16 == 0, bytes otherwise), then its exponents.
+// (16-byte vectors where head_dim, the strides and the base allow, bytes otherwise), then its
+// exponents.
 __global__ void CopyKvSlotsFp8Kernel(const __grid_constant__ CopyKvSlotsParams p) {
   const int hkv = p.kv.num_kv_heads, d = p.kv.head_dim, c = p.kv.chunk_size;
   const int layer = blockIdx.x / (2 * hkv);
@@ -382,7 +383,9 @@ __global__ void CopyKvSlotsFp8Kernel(const __grid_constant__ CopyKvSlotsParams p
   const uint8_t* src = base + off + p.src * p.kv.chunk_stride + static_cast<int64_t>(p.slot_begin) * d;
   uint8_t* dst = dbase + off + p.dst * p.kv.chunk_stride + static_cast<int64_t>(p.dst_begin) * d;
   const int bytes = (p.slot_end - p.slot_begin) * d;
-  if (d % 16 == 0) {
+  const bool vec = d % 16 == 0 && p.kv.chunk_stride % 16 == 0 && p.layer_stride % 16 == 0 &&
+                   (reinterpret_cast<uintptr_t>(p.kv.base) & 15) == 0;  // uniform
+  if (vec) {
     for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
       reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
     }

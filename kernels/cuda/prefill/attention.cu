@@ -31,7 +31,11 @@ cudaError_t PrefillByHeadDim(const PrefillParams& p, cudaStream_t s) {
       return PrefillMmaDispatched<128, T>(p, s);
     default: {
       const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.num_q_heads + 3) / 4));
-      GenericPrefillKernel<T><<<grid, 128, 0, s>>>(p);
+      if (KvIsFp8Host(p.kv)) {
+        GenericPrefillKernel<T, true><<<grid, 128, 0, s>>>(p);
+      } else {
+        GenericPrefillKernel<T, false><<<grid, 128, 0, s>>>(p);
+      }
       return cudaGetLastError();
     }
   }

@@ -7,18 +7,24 @@
 
 namespace banyan::kernels::cuda {
 
-template <int HEAD_DIM, typename T>
-cudaError_t PrefillMmaDispatched(const PrefillParams& p, cudaStream_t stream) {
-  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "tensor-core prefill: head_dim 64 or 128");
-  constexpr int kSmem = PrefillSmemBytes<HEAD_DIM>();
+template <int HEAD_DIM, typename T, bool KV8>
+cudaError_t PrefillMmaLaunch(const PrefillParams& p, cudaStream_t stream) {
+  constexpr int kSmem = PrefillSmemBytes<HEAD_DIM, KV8>();
   static_assert(kSmem <= 227 * 1024, "shared memory per CTA");
   // Above 48 KB a kernel needs the opt-in; cheap enough to set on every launch.
-  cudaError_t err = cudaFuncSetAttribute(PrefillMmaKernel<HEAD_DIM, T>,
+  cudaError_t err = cudaFuncSetAttribute(PrefillMmaKernel<HEAD_DIM, T, KV8>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(p.num_tiles), static_cast<unsigned>(p.kv.num_kv_heads));
-  PrefillMmaKernel<HEAD_DIM, T><<<grid, kPrefillThreads, kSmem, stream>>>(p);
+  PrefillMmaKernel<HEAD_DIM, T, KV8><<<grid, kPrefillThreads, kSmem, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <int HEAD_DIM, typename T>
+cudaError_t PrefillMmaDispatched(const PrefillParams& p, cudaStream_t stream) {
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "tensor-core prefill: head_dim 64 or 128");
+  return KvIsFp8Host(p.kv) ? PrefillMmaLaunch<HEAD_DIM, T, true>(p, stream)
+                           : PrefillMmaLaunch<HEAD_DIM, T, false>(p, stream);
 }
 
 }  // namespace banyan::kernels::cuda

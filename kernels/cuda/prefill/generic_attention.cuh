@@ -15,7 +15,7 @@ namespace banyan::kernels::cuda {
 // kMaxGenericHeadDim. Lane j scores key j of each block of 32; the output element x lives in
 // lane x % 32, slot x / 32. Reads at most `limit` tokens of spans [s_lo, s_hi).
 // q_s: the query, pre-scaled to log2 units, in shared memory. State in log2 units.
-template <typename T>
+template <typename T, bool KV8 = false>
 __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh,
                                   const int32_t* span_chunk, const int32_t* span_begin,
                                   const int32_t* span_end, int s_lo, int s_hi, int64_t limit,
@@ -44,7 +44,11 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
         float dot = 0.0f;
         for (int x = 0; x < d; x += 8) {
           float kf[8];
-          Unpack8Kv<T>(LoadKv8<T>(kv, kp + static_cast<int64_t>(t) * d + x, ke + t), kf);
+          if constexpr (KV8) {
+            Unpack8Kv<T>(LoadKv8<T, true>(kv, kp + static_cast<int64_t>(t) * d + x, ke + t), kf);
+          } else {
+            Load8(static_cast<const T*>(kv.base) + kp + static_cast<int64_t>(t) * d + x, kf);
+          }
 #pragma unroll
           for (int i = 0; i < 8; ++i) dot += q_s[x + i] * kf[i];
         }
@@ -62,10 +66,20 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
       for (int j = 0; j < n; ++j) {
         const float pj = __shfl_sync(0xffffffffu, pr, j);
         const int64_t vrow = vp + static_cast<int64_t>(t0 + j) * d;
+        if constexpr (KV8) {
+          const float vscale = KvFp8ScaleAt(kv, ve + t0 + j);  // once per row
 #pragma unroll
-        for (int i = 0; i < NX; ++i) {
-          const int x = lane + 32 * i;
-          if (x < d) o[i] += pj * LoadKv1<T>(kv, vrow + x, ve + t0 + j);
+          for (int i = 0; i < NX; ++i) {
+            const int x = lane + 32 * i;
+            if (x < d) o[i] += pj * LoadKv1<T, true>(kv, vrow + x, vscale);
+          }
+        } else {
+          const T* vr = static_cast<const T*>(kv.base) + vrow;
+#pragma unroll
+          for (int i = 0; i < NX; ++i) {
+            const int x = lane + 32 * i;
+            if (x < d) o[i] += pj * ToFloat(vr[x]);
+          }
         }
       }
       m = new_m;
@@ -81,7 +95,7 @@ __device__ __forceinline__ void LoadQueryWarp(const T* qrow, int d, float scale_
 }
 
 // Prefill, generic head_dim: one warp per (new token, q head).
-template <typename T>
+template <typename T, bool KV8 = false>
 __global__ void __launch_bounds__(128) GenericPrefillKernel(const __grid_constant__ PrefillParams p) {
   __shared__ float q_s[4][kMaxGenericHeadDim];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -94,7 +108,7 @@ __global__ void __launch_bounds__(128) GenericPrefillKernel(const __grid_constan
   const int64_t limit = p.seq_pos0[seq] + (row - p.seq_q_row[seq]) + 1;
   LoadQueryWarp(static_cast<const T*>(p.q) + (row * hq + qh) * d, d, p.scale * kLog2e, q_s[warp]);
   float o[kMaxGenericHeadDim / 32], m, l;
-  GenericAttendWarp<T>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin, p.span_end,
+  GenericAttendWarp<T, KV8>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin, p.span_end,
                        p.seq_span_begin[seq], p.seq_span_end[seq], limit, o, m, l);
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll

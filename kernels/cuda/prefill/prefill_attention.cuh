@@ -23,12 +23,13 @@ __device__ __forceinline__ uint32_t PackPair(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, bool KV8 = false>
 constexpr int PrefillSmemBytes() {
-  return 3 * kPrefillBlockM * (HEAD_DIM + 8) * 2 + kPrefillBlockN * 16;  // + koff, kexp
+  // + the keys' offsets (int64), and with an FP8 cache their exponents' offsets
+  return 3 * kPrefillBlockM * (HEAD_DIM + 8) * 2 + kPrefillBlockN * (KV8 ? 16 : 8);
 }
 
-template <int HEAD_DIM, typename T>
+template <int HEAD_DIM, typename T, bool KV8 = false>
 __global__ void __launch_bounds__(kPrefillThreads)
     PrefillMmaKernel(const __grid_constant__ PrefillParams p) {
   constexpr int BM = kPrefillBlockM, BN = kPrefillBlockN;
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   T* ks = qs + BM * STRIDE;
   T* vs = ks + BN * STRIDE;
   int64_t* koff = reinterpret_cast<int64_t*>(vs + BN * STRIDE);  // key's element offset
-  int64_t* kexp = koff + BN;  // its exponent's offset (an FP8 cache)
+  int64_t* kexp = koff + BN;  // its exponent's offset (KV8 only)
 
   const int tile = blockIdx.x, kvh = blockIdx.y;
   const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
@@ -102,10 +103,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
         const int slot = p.span_begin[lo] + key - p.span_pos[lo];
         off = p.span_chunk[lo] * p.kv.chunk_stride +
               (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM;
-        eoff = KvFp8ExpOffset(p.kv, p.span_chunk[lo], kvh, slot);
+        if constexpr (KV8) eoff = KvFp8ExpOffset(p.kv, p.span_chunk[lo], kvh, slot);
       }
       koff[threadIdx.x] = off;
-      kexp[threadIdx.x] = eoff;
+      if constexpr (KV8) kexp[threadIdx.x] = eoff;
     }
     __syncthreads();
     for (int v = threadIdx.x; v < BN * VPR; v += kPrefillThreads) {
@@ -113,8 +114,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
       const int64_t off = koff[r];
       uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);  // zeros, never NaN
       if (off >= 0) {
-        kv4 = LoadKv8<T>(p.kv, off + c, kexp[r]);
-        vv4 = LoadKv8<T>(p.kv, off + p.kv.v_offset + c, kexp[r] + KvFp8VExpStride(p.kv));
+        if constexpr (KV8) {
+          kv4 = LoadKv8<T, true>(p.kv, off + c, kexp[r]);
+          vv4 = LoadKv8<T, true>(p.kv, off + p.kv.v_offset + c, kexp[r] + KvFp8VExpStride(p.kv));
+        } else {
+          kv4 = LoadKv8<T, false>(p.kv, off + c, 0);
+          vv4 = LoadKv8<T, false>(p.kv, off + p.kv.v_offset + c, 0);
+        }
       }
       *reinterpret_cast<uint4*>(ks + r * STRIDE + c) = kv4;
       *reinterpret_cast<uint4*>(vs + r * STRIDE + c) = vv4;

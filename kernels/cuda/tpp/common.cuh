@@ -142,7 +142,7 @@ struct TileIter {
 // Issues one K/V tile's cp.async copies: TILE slots of span it.span from slot it.slot, kv head
 // kvh, into s_k / s_v, vector c of row r at element offset layout(r, c); slots past the span's
 // end are zero-filled. Called by all THREADS threads of the CTA.
-template <int TILE, int HEAD_DIM, int THREADS, typename DType, typename Layout>
+template <int TILE, int HEAD_DIM, int THREADS, bool KV8, typename DType, typename Layout>
 __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, const TileIter<TILE>& it,
                                            DType* s_k, DType* s_v, const Layout& layout) {
   constexpr int VECS = HEAD_DIM / 8;
@@ -152,7 +152,7 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, const Ti
                        static_cast<int64_t>(t.span_chunk[it.span]) * p.kv.chunk_stride +
                        (static_cast<int64_t>(kvh) * p.kv.chunk_size + it.slot) * HEAD_DIM;
   const int64_t v_offset = p.kv.v_offset;
-  if (KvIsFp8(p.kv)) {
+  if constexpr (KV8) {
     // FP8 cache: through registers, dequantized into the same tile layout (not asynchronous:
     // the pipeline's waits and barriers cover these stores as they cover the copies).
     const int64_t chunk = t.span_chunk[it.span];
@@ -188,18 +188,18 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, const Ti
       *reinterpret_cast<uint4*>(s_k + off) = DequantKv8<DType>(kc[i], KvFp8ScaleDev(ke[i]));
       *reinterpret_cast<uint4*>(s_v + off) = DequantKv8<DType>(vc[i], KvFp8ScaleDev(ve8[i]));
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int i = 0; i < TILE * VECS / THREADS; ++i) {
-    const int v = static_cast<int>(threadIdx.x) + i * THREADS;
-    const int r = v / VECS;
-    const int c = v % VECS;
-    const bool valid = r < n;
-    const DType* src = valid ? k_src + r * HEAD_DIM + c * 8 : k_src;
-    const int off = layout(r, c);
-    CpAsync16(s_k + off, src, valid);
-    CpAsync16(s_v + off, src + v_offset, valid);
+    for (int i = 0; i < TILE * VECS / THREADS; ++i) {
+      const int v = static_cast<int>(threadIdx.x) + i * THREADS;
+      const int r = v / VECS;
+      const int c = v % VECS;
+      const bool valid = r < n;
+      const DType* src = valid ? k_src + r * HEAD_DIM + c * 8 : k_src;
+      const int off = layout(r, c);
+      CpAsync16(s_k + off, src, valid);
+      CpAsync16(s_v + off, src + v_offset, valid);
+    }
   }
 }
 

@@ -41,11 +41,11 @@ inline TppParams MakeTppParams(const TppWorkPlan& plan, const TppRunArgs& a) {
   return p;
 }
 
-template <int HEAD_DIM, typename DType, int M_TILES>
+template <int HEAD_DIM, typename DType, int M_TILES, bool KV8>
 cudaError_t LaunchPhase1(const TppWorkPlan& plan, const TppParams& p, cudaStream_t stream) {
   using Cfg = Phase1Config<HEAD_DIM, DType, M_TILES>;
   static_assert(Cfg::kBlockM == 64 || Cfg::kBlockM == 128, "TppWorkPlan tiles M by 64 or 128");
-  auto kernel = TppPhase1Kernel<HEAD_DIM, DType, M_TILES>;
+  auto kernel = TppPhase1Kernel<HEAD_DIM, DType, M_TILES, KV8>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -55,15 +55,16 @@ cudaError_t LaunchPhase1(const TppWorkPlan& plan, const TppParams& p, cudaStream
 }
 
 // The phase-2 kernels: PATH picks the kernel, GROUP its q heads per CTA (CUDA cores: 1-8) or per
-// warp (a warp per head: 1, 2, 4; tensor cores: 16), STAGES its pipeline depth (CTA kernels).
-template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES>
+// warp (a warp per head: 1, 2, 4; tensor cores: 16), STAGES its pipeline depth (CTA kernels),
+// KV8 its instantiation for an FP8 KV cache.
+template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES, bool KV8>
 constexpr auto Phase2KernelFn() {
   if constexpr (PATH == Phase2Path::kTensorCores) {
-    return TppPhase2MmaKernel<HEAD_DIM, DType, STAGES>;
+    return TppPhase2MmaKernel<HEAD_DIM, DType, STAGES, KV8>;
   } else if constexpr (PATH == Phase2Path::kWarpPerHead) {
-    return TppPhase2WarpKernel<HEAD_DIM, DType, GROUP>;
+    return TppPhase2WarpKernel<HEAD_DIM, DType, GROUP, KV8>;
   } else {
-    return TppPhase2Kernel<HEAD_DIM, DType, GROUP, STAGES>;
+    return TppPhase2Kernel<HEAD_DIM, DType, GROUP, STAGES, KV8>;
   }
 }
 template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES>
@@ -96,11 +97,11 @@ cudaError_t LaunchTppKernel(Kernel kernel, const TppParams& p, dim3 grid, dim3 b
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES>
+template <int HEAD_DIM, typename DType, Phase2Path PATH, int GROUP, int STAGES, bool KV8>
 cudaError_t LaunchPhase2(const TppWorkPlan& plan, const TppParams& p, bool pdl,
                          cudaStream_t stream) {
   constexpr int kSmemBytes = Phase2SmemBytes<HEAD_DIM, DType, PATH, GROUP, STAGES>();
-  auto kernel = Phase2KernelFn<HEAD_DIM, DType, PATH, GROUP, STAGES>();
+  auto kernel = Phase2KernelFn<HEAD_DIM, DType, PATH, GROUP, STAGES, KV8>();
   cudaError_t e = cudaSuccess;
   if constexpr (kSmemBytes > 0) {
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
@@ -137,7 +138,7 @@ auto WithPhase2Variant(const TppWorkPlan& plan, const F& f) {
   }
 }
 
-template <int HEAD_DIM, typename DType>
+template <int HEAD_DIM, typename DType, bool KV8>
 struct Phase2Launch {
   const TppWorkPlan& plan;
   const TppParams& p;
@@ -145,22 +146,23 @@ struct Phase2Launch {
   cudaStream_t stream;
   template <Phase2Path PATH, int GROUP, int STAGES>
   cudaError_t operator()() const {
-    return LaunchPhase2<HEAD_DIM, DType, PATH, GROUP, STAGES>(plan, p, pdl, stream);
+    return LaunchPhase2<HEAD_DIM, DType, PATH, GROUP, STAGES, KV8>(plan, p, pdl, stream);
   }
 };
 
-template <int HEAD_DIM, typename DType>
+template <int HEAD_DIM, typename DType, bool KV8>
 struct Phase2KernelOf {
   template <Phase2Path PATH, int GROUP, int STAGES>
   const void* operator()() const {
-    return reinterpret_cast<const void*>(Phase2KernelFn<HEAD_DIM, DType, PATH, GROUP, STAGES>());
+    return reinterpret_cast<const void*>(
+        Phase2KernelFn<HEAD_DIM, DType, PATH, GROUP, STAGES, KV8>());
   }
 };
 
-template <int HEAD_DIM, typename DType>
+template <int HEAD_DIM, typename DType, bool KV8>
 cudaError_t LaunchPhase2Group(const TppWorkPlan& plan, const TppParams& p, bool pdl,
                               cudaStream_t stream) {
-  return WithPhase2Variant(plan, Phase2Launch<HEAD_DIM, DType>{plan, p, pdl, stream});
+  return WithPhase2Variant(plan, Phase2Launch<HEAD_DIM, DType, KV8>{plan, p, pdl, stream});
 }
 
 // The merge kernel's grid: merge rows x blocks of kTppMergeThreads (head, 8 head dims) pairs.
@@ -169,9 +171,8 @@ inline dim3 TppMergeGrid(const TppWorkPlan& plan) {
   return dim3(plan.num_merge_rows(), (pairs + kTppMergeThreads - 1) / kTppMergeThreads);
 }
 
-template <int HEAD_DIM, DType DTYPE>
-cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
-                                cudaStream_t stream) {
+template <int HEAD_DIM, DType DTYPE, bool KV8>
+cudaError_t LaunchTppFor(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t stream) {
   using Elem = typename ElementOf<DTYPE>::Type;
   TppParams p = MakeTppParams(plan, args);
   cudaError_t e = cudaSuccess;
@@ -183,8 +184,8 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                                plan.p1_path() == Phase1Path::kWgmma, p,
                                dim3(plan.num_p1_items(), plan.problem().num_kv_heads), s);
     }
-    return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, Elem, 2>(plan, p, s)
-                                    : LaunchPhase1<HEAD_DIM, Elem, 1>(plan, p, s);
+    return plan.p1_block_m() == 128 ? LaunchPhase1<HEAD_DIM, Elem, 2, KV8>(plan, p, s)
+                                    : LaunchPhase1<HEAD_DIM, Elem, 1, KV8>(plan, p, s);
   };
   if (plan.deferred_merge()) {
     // Phase 2 does not read phase-1 output: run it beside phase 1, merge after both.
@@ -196,7 +197,8 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     }
     if (phase1 && (e = launch_phase1(stream)) != cudaSuccess) return e;
     if (phase2 &&
-        (e = LaunchPhase2Group<HEAD_DIM, Elem>(plan, p, false, fork ? args.side_stream : stream)) !=
+        (e = LaunchPhase2Group<HEAD_DIM, Elem, KV8>(plan, p, false,
+                                                    fork ? args.side_stream : stream)) !=
             cudaSuccess) {
       return e;
     }
@@ -209,7 +211,9 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
     if (phase2) {
       const bool pdl = phase1 && plan.options().pdl;
       p.wait_phase1 = pdl ? 1 : 0;
-      if ((e = LaunchPhase2Group<HEAD_DIM, Elem>(plan, p, pdl, stream)) != cudaSuccess) return e;
+      if ((e = LaunchPhase2Group<HEAD_DIM, Elem, KV8>(plan, p, pdl, stream)) != cudaSuccess) {
+        return e;
+      }
     }
   }
   if (plan.num_merge_rows() > 0) {
@@ -223,6 +227,14 @@ cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
                         dim3(kTppMergeThreads), 0, pdl, stream);
   }
   return e;
+}
+
+// The launch for the KV view's format: the 16-bit instantiations, or the FP8 cache's.
+template <int HEAD_DIM, DType DTYPE>
+cudaError_t LaunchTppDispatched(const TppWorkPlan& plan, const TppRunArgs& args,
+                                cudaStream_t stream) {
+  return KvIsFp8Host(args.kv) ? LaunchTppFor<HEAD_DIM, DTYPE, true>(plan, args, stream)
+                              : LaunchTppFor<HEAD_DIM, DTYPE, false>(plan, args, stream);
 }
 
 // What a graph node update writes into a captured launch's TppParams: the plan's tables and
@@ -245,11 +257,16 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
   updates->clear();
   const auto patch = TppParamsPatch(plan, args);
   const int kvh = plan.problem().num_kv_heads;
+  const bool kv8 = KvIsFp8Host(args.kv);
   if (plan.num_p1_items() > 0) {
     const void* f = nullptr;
     if (plan.p1_path() != Phase1Path::kMmaSync) {
       f = Phase1WgmmaKernel(HEAD_DIM, DTYPE, plan.p1_block_m(),
-                            plan.p1_path() == Phase1Path::kWgmma);
+                            plan.p1_path() == Phase1Path::kWgmma, kv8);
+    } else if (kv8) {
+      f = plan.p1_block_m() == 128
+              ? reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, Elem, 2, true>)
+              : reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, Elem, 1, true>);
     } else {
       f = plan.p1_block_m() == 128
               ? reinterpret_cast<const void*>(TppPhase1Kernel<HEAD_DIM, Elem, 2>)
@@ -259,7 +276,8 @@ cudaError_t TppNodeUpdatesDispatched(const TppWorkPlan& plan, const TppRunArgs& 
     updates->push_back({f, dim3(plan.num_p1_items(), kvh), sizeof(TppParams), patch});
   }
   if (plan.num_p2_items() > 0) {
-    const void* f = WithPhase2Variant(plan, Phase2KernelOf<HEAD_DIM, Elem>{});
+    const void* f = kv8 ? WithPhase2Variant(plan, Phase2KernelOf<HEAD_DIM, Elem, true>{})
+                        : WithPhase2Variant(plan, Phase2KernelOf<HEAD_DIM, Elem, false>{});
     updates->push_back({f, dim3(plan.num_p2_items(), plan.p2_grid_y()),
                         sizeof(TppParams), patch});
   }

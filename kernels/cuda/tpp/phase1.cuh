@@ -39,7 +39,7 @@ struct Phase1Config {
   static_assert(kBlockN % 16 == 0, "tile: whole k16 steps");
 };
 
-template <int HEAD_DIM, typename DType, int M_TILES>
+template <int HEAD_DIM, typename DType, int M_TILES, bool KV8 = false>
 __global__ void __launch_bounds__(128)
     TppPhase1Kernel(const __grid_constant__ TppParams p) {
   using Cfg = Phase1Config<HEAD_DIM, DType, M_TILES>;
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(128)
 
   auto load_tile = [&](int stage, const TileIter<BN>& it) {
     DType* s_k = s_kv + stage * 2 * BN * ROW;
-    LoadKvTile<BN, HEAD_DIM, Cfg::kThreads>(
+    LoadKvTile<BN, HEAD_DIM, Cfg::kThreads, KV8>(
         p, kvh, it, s_k, s_k + BN * ROW,
         [](int r, int c) { return Swizzle<HEAD_DIM, Cfg::kPadded>(r, c); });
   };

@@ -110,7 +110,7 @@ __device__ __forceinline__ void LoadQTiles(const TppParams& p, const Phase1Item&
 
 // Issues the cp.async copies of one K/V tile (slots [slot, slot + n) of a chunk; rows past n
 // zero-filled) into swizzled K and V tiles, threads tid = 0..threads-1.
-template <int HEAD_DIM, typename DType, int THREADS>
+template <int HEAD_DIM, typename DType, int THREADS, bool KV8>
 __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chunk, int slot, int n,
                                            uint8_t* s_k, int tid) {
   using T = WgmmaTile<HEAD_DIM>;
@@ -126,7 +126,7 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chun
   const uint32_t off0 = T::Off(row0, c);
   const DType* src0 = k_src + row0 * HEAD_DIM + c * 8;
   uint8_t* s_v = s_k + T::kTileBytes;
-  if (KvIsFp8(p.kv)) {
+  if constexpr (KV8) {
     // FP8 cache: through registers, dequantized into the same swizzled tiles (not asynchronous;
     // the writers' proxy fence and the barrier or mbarrier arrival that follow publish them).
     const int64_t k0 = static_cast<int64_t>(chunk) * p.kv.chunk_stride +
@@ -134,9 +134,11 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chun
     const int64_t e0 = KvFp8ExpOffset(p.kv, chunk, kvh, slot);
     const int64_t ve = KvFp8VExpStride(p.kv);
     // The loads of a batch of rows first (one memory latency per batch), then the conversions
-    // and stores; batches of 4 rows keep the producer warpgroup within its register budget.
+    // and stores; batches of 2 rows keep the warp-specialised kernel's producer warpgroup (128
+    // threads, 40 registers) from spilling, 4 the other kernel's threads.
     constexpr int N = T::kBlockN / kRowStep;
-    constexpr int B = N < 4 ? N : 4;
+    constexpr int kBatch = THREADS == 128 ? 2 : 4;
+    constexpr int B = N < kBatch ? N : kBatch;
     const auto* codes = static_cast<const uint8_t*>(p.kv.base);
     const auto* exps = static_cast<const int8_t*>(p.kv.base);
 #pragma unroll
@@ -162,15 +164,15 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chun
         *reinterpret_cast<uint4*>(s_v + off) = DequantKv8<DType>(vc[j], KvFp8ScaleDev(ve8[j]));
       }
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int i = 0; i < T::kBlockN / kRowStep; ++i) {
-    const bool valid = row0 + i * kRowStep < n;
-    const DType* src = valid ? src0 + i * kRowStep * HEAD_DIM : k_src;
-    const uint32_t off = off0 + i * kRowStep * 128;
-    CpAsync16(s_k + off, src, valid);
-    CpAsync16(s_v + off, src + p.kv.v_offset, valid);
+    for (int i = 0; i < T::kBlockN / kRowStep; ++i) {
+      const bool valid = row0 + i * kRowStep < n;
+      const DType* src = valid ? src0 + i * kRowStep * HEAD_DIM : k_src;
+      const uint32_t off = off0 + i * kRowStep * 128;
+      CpAsync16(s_k + off, src, valid);
+      CpAsync16(s_v + off, src + p.kv.v_offset, valid);
+    }
   }
 }
 
@@ -373,7 +375,7 @@ __device__ __forceinline__ void StorePartials(const TppParams& p, const Phase1It
 // output not written), and the S of a next tile is issued even after the last one (on a stale
 // stage, result unused): a wgmma under a branch, or left in flight across the CTA barrier, made
 // ptxas serialize them (C7514 / C7515 / C7518 in its resource report).
-template <int HEAD_DIM, typename DType, int WGS>
+template <int HEAD_DIM, typename DType, int WGS, bool KV8 = false>
 __global__ void __launch_bounds__(WGS * 128)
     TppPhase1WgmmaKernel(const __grid_constant__ TppParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -405,7 +407,7 @@ __global__ void __launch_bounds__(WGS * 128)
   comp_it = load_it;
   auto load_next = [&](int stage) {
     if (load_it.span < span_hi) {
-      LoadKvTile<HEAD_DIM, DType, Cfg::kThreads>(p, kvh, t.span_chunk[load_it.span], load_it.slot,
+      LoadKvTile<HEAD_DIM, DType, Cfg::kThreads, KV8>(p, kvh, t.span_chunk[load_it.span], load_it.slot,
                                                  min(BN, t.span_end[load_it.span] - load_it.slot),
                                                  k_tile(stage), tid);
       load_it.Next(t, span_hi);
@@ -466,7 +468,7 @@ __global__ void __launch_bounds__(WGS * 128)
 // barrier once more after that store (release), so the consumers read the tile sizes from shared
 // memory; they count the split's tiles once up front instead of walking the span tables in
 // global memory between tiles (which ncu showed as long-scoreboard stalls).
-template <int HEAD_DIM, typename DType>
+template <int HEAD_DIM, typename DType, bool KV8 = false>
 __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
     TppPhase1WgmmaWsKernel(const __grid_constant__ TppParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -517,9 +519,9 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
       if (i >= STAGES) MbarWait(&empty[stage], ((i / STAGES) + 1) & 1);
       const int n = min(BN, t.span_end[load_it.span] - load_it.slot);
       if (ptid == 0) stage_n[stage] = n;
-      LoadKvTile<HEAD_DIM, DType, 128>(p, kvh, t.span_chunk[load_it.span], load_it.slot, n,
+      LoadKvTile<HEAD_DIM, DType, 128, KV8>(p, kvh, t.span_chunk[load_it.span], load_it.slot, n,
                                        k_tile(stage), ptid);
-      if (KvIsFp8(p.kv)) {  // stored, not copied: published by a fence and a plain arrival
+      if constexpr (KV8) {  // stored, not copied: published by a fence and a plain arrival
         FenceProxyAsync();
         MbarArrive(&full[stage]);
       } else {

@@ -15,8 +15,10 @@ struct TppParams;
 // tiles run TppPhase1WgmmaWsKernel when `warp_specialized`, else TppPhase1WgmmaKernel<.., 2>;
 // 64-query tiles always TppPhase1WgmmaKernel<.., 1>. cudaErrorNotSupported when head_dim /
 // block_m has no kernel. (TppPhase1WgmmaAvailable, tpp_attention.h, is defined beside it.)
-// The kernel LaunchPhase1Wgmma launches for these arguments (null when there is none).
-const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, bool warp_specialized);
+// The kernel LaunchPhase1Wgmma launches for these arguments (null when there is none); kv8: the
+// instantiation for an FP8 KV cache (LaunchPhase1Wgmma picks it from p.kv).
+const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, bool warp_specialized,
+                              bool kv8);
 
 cudaError_t LaunchPhase1Wgmma(int head_dim, DType dtype, int block_m, bool warp_specialized,
                               const TppParams& p, dim3 grid, cudaStream_t stream);

@@ -234,7 +234,7 @@ __device__ __forceinline__ void Phase2Finish(const TppParams& p, const float* s_
   }
 }
 
-template <int HEAD_DIM, typename DType, int GROUP, int STAGES>
+template <int HEAD_DIM, typename DType, int GROUP, int STAGES, bool KV8 = false>
 __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ TppParams p) {
   LaunchDependents();  // the merge kernel, where it follows with PDL
   using Cfg = Phase2Config<HEAD_DIM, DType, GROUP, STAGES>;
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(128) TppPhase2Kernel(const __grid_constant__ T
 
   auto load_tile = [&](int stage, const TileIter<TILE>& it) {
     DType* s_k = s_kv + stage * 2 * TILE * HEAD_DIM;
-    LoadKvTile<TILE, HEAD_DIM, Cfg::kThreads>(p, kvh, it, s_k, s_k + TILE * HEAD_DIM,
+    LoadKvTile<TILE, HEAD_DIM, Cfg::kThreads, KV8>(p, kvh, it, s_k, s_k + TILE * HEAD_DIM,
                                               [](int r, int c) { return r * HEAD_DIM + c * 8; });
   };
 

@@ -15,7 +15,7 @@ namespace banyan::kernels::cuda::tpp {
 
 inline constexpr int kTppGenericWarps = 4;  // q heads per CTA
 
-template <typename DType>
+template <typename DType, bool KV8 = false>
 __global__ void __launch_bounds__(kTppGenericWarps * 32)
     TppPhase2GenericKernel(const __grid_constant__ TppParams p) {
   LaunchDependents();  // the merge kernel, where it follows with PDL
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kTppGenericWarps * 32)
   LoadQueryWarp(static_cast<const DType*>(p.q) + (static_cast<int64_t>(row) * hq + qh) * d, d,
                 p.scale_log2, q_s[warp]);
   float o[kMaxGenericHeadDim / 32], m, l;
-  GenericAttendWarp<DType>(q_s[warp], p.kv, qh / p.group, t.span_chunk, t.span_begin, t.span_end,
+  GenericAttendWarp<DType, KV8>(q_s[warp], p.kv, qh / p.group, t.span_chunk, t.span_begin, t.span_end,
                            t.p2_span_lo[item], t.p2_span_hi[item], INT64_MAX, o, m, l);
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no context: zeros, an empty state
 #pragma unroll

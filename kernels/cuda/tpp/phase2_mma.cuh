@@ -35,7 +35,7 @@ struct Phase2MmaConfig {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 64, "head_dim: multiple of 16, >= 64");
 };
 
-template <int HEAD_DIM, typename DType, int STAGES>
+template <int HEAD_DIM, typename DType, int STAGES, bool KV8 = false>
 __global__ void __launch_bounds__(128) TppPhase2MmaKernel(const __grid_constant__ TppParams p) {
   LaunchDependents();  // the merge kernel, where it follows with PDL
   using Cfg = Phase2MmaConfig<HEAD_DIM, DType, STAGES>;
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(128) TppPhase2MmaKernel(const __grid_constant_
 
   auto load_tile = [&](int stage, const TileIter<BN>& it) {
     DType* s_k = s_kv + stage * 2 * BN * HEAD_DIM;
-    LoadKvTile<BN, HEAD_DIM, Cfg::kThreads>(
+    LoadKvTile<BN, HEAD_DIM, Cfg::kThreads, KV8>(
         p, kvh, it, s_k, s_k + BN * HEAD_DIM,
         [](int r, int c) { return Swizzle<HEAD_DIM, false>(r, c); });
   };

@@ -32,7 +32,7 @@ struct Phase2WarpConfig {
   static_assert(HW == 1 || HW == 2 || HW == 4, "heads per warp");
 };
 
-template <int HEAD_DIM, typename DType, int HW>
+template <int HEAD_DIM, typename DType, int HW, bool KV8 = false>
 __global__ void __launch_bounds__(128) TppPhase2WarpKernel(const __grid_constant__ TppParams p) {
   LaunchDependents();  // the merge kernel, where it follows with PDL
   using Cfg = Phase2WarpConfig<HEAD_DIM, HW>;
@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(128) TppPhase2WarpKernel(const __grid_constant
         const int slot = s0 + u * TL + tl;
         if (slot < end) {
           const int64_t src = base + static_cast<int64_t>(slot) * HEAD_DIM;
-          kr[u] = LoadKv8<DType>(p.kv, src, exp0 + slot);
-          vr[u] = LoadKv8<DType>(p.kv, src + v_offset, exp0 + slot + v_exp);
+          kr[u] = LoadKv8<DType, KV8>(p.kv, src, exp0 + slot);
+          vr[u] = LoadKv8<DType, KV8>(p.kv, src + v_offset, exp0 + slot + v_exp);
         } else {
           kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
         }

@@ -15,7 +15,9 @@ cudaError_t LaunchTppGeneric(const TppWorkPlan& plan, const TppRunArgs& args,
   cudaError_t e = cudaSuccess;
   const bool phase2 = plan.num_p2_items() > 0;
   if (phase2) {
-    e = LaunchTppKernel(TppPhase2GenericKernel<Elem>, p,
+    e = LaunchTppKernel(KvIsFp8Host(args.kv) ? TppPhase2GenericKernel<Elem, true>
+                                             : TppPhase2GenericKernel<Elem, false>,
+                        p,
                         dim3(plan.num_p2_items(), plan.p2_grid_y()),
                         dim3(kTppGenericWarps * 32), 0, false, stream);
     if (e != cudaSuccess) return e;
@@ -39,7 +41,9 @@ cudaError_t TppNodeUpdatesGeneric(const TppWorkPlan& plan, const TppRunArgs& arg
   }
   const auto patch = TppParamsPatch(plan, args);
   if (plan.num_p2_items() > 0) {
-    updates->push_back({reinterpret_cast<const void*>(TppPhase2GenericKernel<Elem>),
+    updates->push_back({KvIsFp8Host(args.kv)
+                            ? reinterpret_cast<const void*>(TppPhase2GenericKernel<Elem, true>)
+                            : reinterpret_cast<const void*>(TppPhase2GenericKernel<Elem, false>),
                         dim3(plan.num_p2_items(), plan.p2_grid_y()), sizeof(TppParams), patch});
   }
   if (plan.num_merge_rows() > 0) {

@@ -19,66 +19,81 @@ cudaError_t LaunchWith(Kernel kernel, int threads, int smem_bytes, const TppPara
   return cudaGetLastError();
 }
 
-template <int HEAD_DIM, typename DType, int WGS>
+template <int HEAD_DIM, typename DType, int WGS, bool KV8>
 cudaError_t Launch(const TppParams& p, dim3 grid, cudaStream_t stream) {
   using Cfg = Phase1WgmmaConfig<HEAD_DIM, WGS>;
-  return LaunchWith(TppPhase1WgmmaKernel<HEAD_DIM, DType, WGS>, Cfg::kThreads, Cfg::kSmemBytes, p,
-                    grid, stream);
+  return LaunchWith(TppPhase1WgmmaKernel<HEAD_DIM, DType, WGS, KV8>, Cfg::kThreads,
+                    Cfg::kSmemBytes, p, grid, stream);
 }
 
-template <int HEAD_DIM, typename DType>
+template <int HEAD_DIM, typename DType, bool KV8>
 cudaError_t LaunchWs(const TppParams& p, dim3 grid, cudaStream_t stream) {
   using Cfg = Phase1WgmmaWsConfig<HEAD_DIM>;
-  return LaunchWith(TppPhase1WgmmaWsKernel<HEAD_DIM, DType>, Cfg::kThreads, Cfg::kSmemBytes, p,
-                    grid, stream);
+  return LaunchWith(TppPhase1WgmmaWsKernel<HEAD_DIM, DType, KV8>, Cfg::kThreads, Cfg::kSmemBytes,
+                    p, grid, stream);
 }
 
-template <int HEAD_DIM, typename DType>
+template <int HEAD_DIM, typename DType, bool KV8>
 cudaError_t ForBlockM(int block_m, bool ws, const TppParams& p, dim3 grid, cudaStream_t stream) {
   switch (block_m) {
     case 64:
-      return Launch<HEAD_DIM, DType, 1>(p, grid, stream);
+      return Launch<HEAD_DIM, DType, 1, KV8>(p, grid, stream);
     case 128:
-      return ws ? LaunchWs<HEAD_DIM, DType>(p, grid, stream)
-                : Launch<HEAD_DIM, DType, 2>(p, grid, stream);
+      return ws ? LaunchWs<HEAD_DIM, DType, KV8>(p, grid, stream)
+                : Launch<HEAD_DIM, DType, 2, KV8>(p, grid, stream);
     default:
       return cudaErrorNotSupported;
   }
 }
 
+template <int HEAD_DIM, typename DType>
+cudaError_t ForKv(int block_m, bool ws, const TppParams& p, dim3 grid, cudaStream_t stream) {
+  return KvIsFp8Host(p.kv) ? ForBlockM<HEAD_DIM, DType, true>(block_m, ws, p, grid, stream)
+                           : ForBlockM<HEAD_DIM, DType, false>(block_m, ws, p, grid, stream);
+}
+
 template <int HEAD_DIM>
 cudaError_t ForDType(DType dtype, int block_m, bool ws, const TppParams& p, dim3 grid,
                      cudaStream_t stream) {
-  return dtype == DType::kBf16 ? ForBlockM<HEAD_DIM, __nv_bfloat16>(block_m, ws, p, grid, stream)
-                                 : ForBlockM<HEAD_DIM, __half>(block_m, ws, p, grid, stream);
+  return dtype == DType::kBf16 ? ForKv<HEAD_DIM, __nv_bfloat16>(block_m, ws, p, grid, stream)
+                                 : ForKv<HEAD_DIM, __half>(block_m, ws, p, grid, stream);
 }
 
-template <int HEAD_DIM, typename DType>
+template <int HEAD_DIM, typename DType, bool KV8>
 const void* KernelFor(int block_m, bool ws) {
   switch (block_m) {
     case 64:
-      return reinterpret_cast<const void*>(TppPhase1WgmmaKernel<HEAD_DIM, DType, 1>);
+      return reinterpret_cast<const void*>(TppPhase1WgmmaKernel<HEAD_DIM, DType, 1, KV8>);
     case 128:
-      return ws ? reinterpret_cast<const void*>(TppPhase1WgmmaWsKernel<HEAD_DIM, DType>)
-                : reinterpret_cast<const void*>(TppPhase1WgmmaKernel<HEAD_DIM, DType, 2>);
+      return ws ? reinterpret_cast<const void*>(TppPhase1WgmmaWsKernel<HEAD_DIM, DType, KV8>)
+                : reinterpret_cast<const void*>(TppPhase1WgmmaKernel<HEAD_DIM, DType, 2, KV8>);
     default:
       return nullptr;
   }
 }
 
+template <int HEAD_DIM>
+const void* KernelForDType(DType dtype, int block_m, bool ws, bool kv8) {
+  if (dtype == DType::kBf16) {
+    return kv8 ? KernelFor<HEAD_DIM, __nv_bfloat16, true>(block_m, ws)
+               : KernelFor<HEAD_DIM, __nv_bfloat16, false>(block_m, ws);
+  }
+  return kv8 ? KernelFor<HEAD_DIM, __half, true>(block_m, ws)
+             : KernelFor<HEAD_DIM, __half, false>(block_m, ws);
+}
+
 }  // namespace
 
-const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, bool warp_specialized) {
+const void* Phase1WgmmaKernel(int head_dim, DType dtype, int block_m, bool warp_specialized,
+                              bool kv8) {
   switch (head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
     case 64:
-      return dtype == DType::kBf16 ? KernelFor<64, __nv_bfloat16>(block_m, warp_specialized)
-                                     : KernelFor<64, __half>(block_m, warp_specialized);
+      return KernelForDType<64>(dtype, block_m, warp_specialized, kv8);
 #endif
 #ifdef BANYAN_TPP_HAS_D128
     case 128:
-      return dtype == DType::kBf16 ? KernelFor<128, __nv_bfloat16>(block_m, warp_specialized)
-                                     : KernelFor<128, __half>(block_m, warp_specialized);
+      return KernelForDType<128>(dtype, block_m, warp_specialized, kv8);
 #endif
     default:
       return nullptr;
