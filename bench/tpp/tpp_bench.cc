@@ -20,8 +20,10 @@
 // first lines give the launch floor: the same timing of a graph of 1 and of 3 empty kernels
 // (PDL-chained like phase 1, phase 2 and the merge), what a call costs before any work.
 // Usage: tpp_bench [--reps N] [--only SUBSTRING of name_b<B>_p<shared>] [--sweep] [--dry-run]
-//                  [--kv-fp8]
-// --kv-fp8: an FP8 KV cache (kernels/kv_fp8.h), its floor counted in its bytes (JSON "kv").
+//                  [--kv bf16|fp8|both]
+// --kv fp8: an FP8 KV cache (kernels/kv_fp8.h), its floor counted in its bytes (JSON "kv");
+// --kv both: each case with bf16 and with FP8 KV, then a table of the two side by side
+// (--kv-fp8 is --kv fp8).
 // --dry-run needs no GPU: it builds every selected case's tree and plan on the host and prints
 // its JSON line with the floor (mode "plan"), then the table without timings.
 // --sweep also times TppOptions variants (tpp_m64, tpp_nopdl, ...; TPP_VARIANTS, a comma
@@ -210,8 +212,13 @@ bool RunVariant(const std::string& mode) {
   return std::find(only.begin(), only.end(), mode) != only.end();
 }
 
-void RunCase(Runner& runner, const Case& c, bool sweep, bool kv_fp8,
-             std::vector<std::string>* table) {
+// The default modes' times of one case (for the bf16 / FP8 comparison table).
+struct CaseTimes {
+  double floor_us = 0, tpp_us = 0, paged_us = 0;
+};
+
+CaseTimes RunCase(Runner& runner, const Case& c, bool sweep, bool kv_fp8,
+                  std::vector<std::string>* table) {
   std::mt19937_64 rng(12345);
   auto pool = kvcache::ChunkPool::Create(static_cast<int32_t>(TppPoolChunks(c)), kChunk);
   if (!pool.ok()) std::exit(1);
@@ -399,9 +406,9 @@ void RunCase(Runner& runner, const Case& c, bool sweep, bool kv_fp8,
   std::fflush(stdout);
   char line[512];
   std::snprintf(line, sizeof(line),
-                "| %s | %d | %d | %d | %d | %s | %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |",
+                "| %s | %d | %d | %d | %d | %s | %s | %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |",
                 c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.SharedDesc().c_str(),
-                c.PrivateDesc().c_str(), floor_us, tpp_us,
+                c.PrivateDesc().c_str(), kv_fp8 ? "fp8" : "bf16", floor_us, tpp_us,
                 paged_us, bytes / (tpp_us * 1e-6) / 1e12, tpp_us / floor_us, tpp_us / paged_us);
   table->push_back(line);
 
@@ -409,6 +416,7 @@ void RunCase(Runner& runner, const Case& c, bool sweep, bool kv_fp8,
   CHECK_CUDA(cudaFree(q));
   CHECK_CUDA(cudaFree(out_tpp));
   CHECK_CUDA(cudaFree(out_paged));
+  return CaseTimes{floor_us, tpp_us, paged_us};
 }
 
 // The case's tree and plans on the host only: its JSON line (mode "plan", no timings; the work
@@ -439,7 +447,7 @@ void PlanCase(const Case& c, std::vector<std::string>* table) {
       c.tail_min, c.SharedDesc().c_str(), c.PrivateDesc().c_str(), p1_block_m, p1_splits,
       deferred);
   char line[512];
-  std::snprintf(line, sizeof(line), "| %s | %d | %d | %d | %d | %s | %s | %.1f | - | - | - | - | - |",
+  std::snprintf(line, sizeof(line), "| %s | %d | %d | %d | %d | %s | %s | bf16 | %.1f | - | - | - | - | - |",
                 c.name.c_str(), c.batch, c.hq, c.hkv, c.d, c.SharedDesc().c_str(),
                 c.PrivateDesc().c_str(), f.us);
   table->push_back(line);
@@ -453,7 +461,7 @@ int main(int argc, char** argv) {
   int reps = 30;
   bool sweep = false;
   bool dry_run = false;
-  bool kv_fp8 = false;
+  std::vector<bool> kvs = {false};  // FP8 cache or not, each case in this order
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -465,10 +473,17 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--dry-run")) {
       dry_run = true;
     } else if (!std::strcmp(argv[i], "--kv-fp8")) {
-      kv_fp8 = true;
+      kvs = {true};
+    } else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc) {
+      const std::string kv = argv[++i];
+      if (kv != "bf16" && kv != "fp8" && kv != "both") {
+        std::fprintf(stderr, "--kv takes bf16, fp8 or both\n");
+        return 2;
+      }
+      kvs = kv == "both" ? std::vector<bool>{false, true} : std::vector<bool>{kv == "fp8"};
     } else {
-      std::fprintf(stderr,
-                   "usage: tpp_bench [--reps N] [--only SUBSTRING] [--sweep] [--dry-run] [--kv-fp8]\n");
+      std::fprintf(stderr, "usage: tpp_bench [--reps N] [--only SUBSTRING] [--sweep] [--dry-run] "
+                           "[--kv bf16|fp8|both]\n");
       return 2;
     }
   }
@@ -477,8 +492,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* kTableHead =
-      "\n| case | B | q heads | kv heads | d | shared | private | floor us | tpp us | "
-      "paged us | tpp TB/s | tpp/floor | tpp/paged |\n|---|---|---|---|---|---|---|---|---|"
+      "\n| case | B | q heads | kv heads | d | shared | private | kv | floor us | tpp us | "
+      "paged us | tpp TB/s | tpp/floor | tpp/paged |\n|---|---|---|---|---|---|---|---|---|---|"
       "---|---|---|---|\n";
   if (dry_run) {
     std::vector<std::string> table;
@@ -505,12 +520,30 @@ int main(int argc, char** argv) {
                 "\"p10_us\":%.2f,\"p90_us\":%.2f}\n",
                 kernels, t.median_us, t.p10_us, t.p90_us);
   }
-  std::vector<std::string> table;
+  std::vector<std::string> table, both;
   for (const Case& c : TppCases()) {
     if (!only.empty() && c.Id().find(only) == std::string::npos) continue;
-    RunCase(runner, c, sweep, kv_fp8, &table);
+    std::vector<CaseTimes> t;
+    for (bool kv8 : kvs) t.push_back(RunCase(runner, c, sweep, kv8, &table));
+    if (t.size() == 2) {
+      char line[512];
+      std::snprintf(line, sizeof(line),
+                    "| %s | %d | %d | %s | %s | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f | %.2f |",
+                    c.name.c_str(), c.batch, c.hkv, c.SharedDesc().c_str(), c.PrivateDesc().c_str(),
+                    t[0].tpp_us, t[1].tpp_us, t[1].tpp_us / t[0].tpp_us, t[1].floor_us,
+                    t[1].tpp_us / t[1].floor_us, t[0].paged_us, t[1].paged_us,
+                    t[1].paged_us / t[0].paged_us);
+      both.push_back(line);
+    }
   }
   std::printf("%s", kTableHead);
   for (const auto& l : table) std::printf("%s\n", l.c_str());
+  if (!both.empty()) {
+    // --kv both: the FP8 cache against bf16, same cases, same run.
+    std::printf("\n| case | B | kv heads | shared | private | tpp us bf16 | tpp us fp8 | fp8 / bf16 | "
+                "fp8 floor us | fp8 tpp/floor | paged us bf16 | paged us fp8 | fp8 / bf16 |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& l : both) std::printf("%s\n", l.c_str());
+  }
   return 0;
 }
