@@ -75,6 +75,8 @@ class Backend {
   // its ChunkPool and prefix tree from these, so the two always agree.
   virtual int32_t num_chunks() const = 0;
   virtual int32_t chunk_size() const = 0;
+  // Whether K and V are kept in FP8 (kernels/kv_fp8.h; on the CPU: rounded as FP8 would).
+  virtual bool kv_fp8() const { return false; }
   // Device time of the sampled steps so far (ForwardSample, LaunchSample), from each step's
   // launch to its sampled tokens (CUDA events); 0 where the backend does not measure it (the
   // CPU). The engine loop reports step wall time minus this as the device's idle time between

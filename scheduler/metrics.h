@@ -33,6 +33,7 @@ struct MetricsSnapshot {
   int32_t kv_chunks_live_peak = 0;
   int64_t kv_chunks_saved_by_sharing_peak = 0;
   int32_t chunk_size = 0;
+  bool kv_fp8 = false;  // K and V kept in FP8 (engine::Backend::kv_fp8)
   int64_t prompt_tokens_total = 0;
   int64_t prefix_cache_hit_tokens_total = 0;
   int64_t generation_tokens_total = 0;

@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   int32_t num_chunks() const override { return options_.num_chunks; }
   int32_t chunk_size() const override { return options_.chunk_size; }
+  bool kv_fp8() const override { return options_.kv_fp8; }
   absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) override;
   absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) override;
   // The final-norm hidden states of the last Forward's logit rows, [rows][dim]: what the LM head

@@ -234,6 +234,7 @@ class CudaBackend final : public Backend {
   const model::ModelConfig& config() const { return cfg_; }
   int32_t num_chunks() const override { return num_chunks_; }
   int32_t chunk_size() const override { return options_.chunk_size; }
+  bool kv_fp8() const override { return options_.kv_fp8; }
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t kv_bytes() const { return kv_bytes_; }
   // "" when the projections run in the model dtype, else how they run as FP8 ("FP8 W8A8,

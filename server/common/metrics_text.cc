@@ -228,8 +228,8 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
   // block alignment, num_gpu_blocks and kv_cache_size_tokens for capacity), values spelled as
   // vLLM spells them (Python's True / None).
   w.Info("vllm:cache_config_info", "KV cache configuration (vLLM name): chunks are the blocks.",
-         absl::StrCat("block_size=\"", m.chunk_size, "\",cache_dtype=\"auto\","
-                      "enable_prefix_caching=\"True\",kv_cache_size_tokens=\"",
+         absl::StrCat("block_size=\"", m.chunk_size, "\",cache_dtype=\"",
+                      m.kv_fp8 ? "fp8" : "auto", "\",enable_prefix_caching=\"True\",kv_cache_size_tokens=\"",
                       int64_t{m.kv_chunks_total} * m.chunk_size, "\",num_gpu_blocks=\"",
                       m.kv_chunks_total, "\",prefix_caching_hash_algo=\"banyan_chain64\","
                       "sliding_window=\"None\""));

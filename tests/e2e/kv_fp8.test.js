@@ -1,5 +1,5 @@
 // The FP8 KV cache (--kv-cache-dtype fp8, here in vLLM's spelling fp8_e4m3) through the official
-// client: banyand says at start-up which KV dtype runs, and a burst of chat requests sharing one
+// client: banyand says at start-up and in vllm:cache_config_info which KV dtype runs, and a burst of chat requests sharing one
 // system prompt gives each request exactly what it gives alone (the CPU backend rounds each K /
 // V row by the FP8 rule, which depends on the row only, whatever else the step holds).
 'use strict';
@@ -27,8 +27,10 @@ describe('FP8 KV cache', () => {
     if (d) await d.stop();
   });
 
-  test('the start-up log names the KV dtype', async () => {
+  test('the start-up log and /metrics name the KV dtype', async () => {
     await d.waitForLog(/\[kv\] memory budget .* KV dtype fp8 \(E4M3/);
+    const body = await (await fetch(`${d.http}/metrics`)).text();
+    assert.match(body, /^vllm:cache_config_info\{[^}]*cache_dtype="fp8"[^}]*\} 1$/m);
   });
 
   test('a concurrent shared-prefix burst equals the solo runs', async () => {

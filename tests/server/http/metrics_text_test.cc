@@ -99,6 +99,15 @@ TEST(MetricsTextTest, AllNamesAndValues) {
               "kv_cache_size_tokens=\"1600\",num_gpu_blocks=\"100\","
               "prefix_caching_hash_algo=\"banyan_chain64\",sliding_window=\"None\"}"],
             "1");
+  // An FP8 KV cache is vLLM's cache_dtype "fp8".
+  scheduler::MetricsSnapshot fp8 = Sample();
+  fp8.kv_fp8 = true;
+  EXPECT_EQ(Samples(RenderPrometheus(fp8, "stories260K"))
+                ["vllm:cache_config_info{model_name=\"stories260K\",block_size=\"16\","
+                 "cache_dtype=\"fp8\",enable_prefix_caching=\"True\","
+                 "kv_cache_size_tokens=\"1600\",num_gpu_blocks=\"100\","
+                 "prefix_caching_hash_algo=\"banyan_chain64\",sliding_window=\"None\"}"],
+            "1");
   for (const char* h : {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
                         "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds"}) {
     EXPECT_TRUE(s.count(std::string(h) + "_count" + l)) << h;
