@@ -86,6 +86,13 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
                "l"(gmem), "r"(src_bytes)
                : "memory");
 }
+// 4-byte global -> shared copy of src_bytes (0..4) bytes, the rest zero-filled; both addresses
+// 4-byte aligned.
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SmemAddr(smem)),
+               "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

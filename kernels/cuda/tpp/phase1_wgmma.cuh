@@ -19,6 +19,9 @@
 //    load and signals each stage's "full" mbarrier; the two consumer warpgroups wait only for
 //    their stage and release it through its "empty" mbarrier, so they never wait for each other;
 //    they take tiles in pairs, the even tile's P V in flight under the odd tile's softmax.
+//    With an FP8 KV cache (KV8) the producer copies raw FP8 tiles into a ring two tiles ahead and
+//    dequantizes each into a stage (Fp8RawTile); the other kernels' KV8 loads go through
+//    registers (LoadKvTile).
 // The output is a normalised partial state per (query, split): o fp32 and lse (log2 domain).
 #pragma once
 
@@ -55,7 +58,7 @@ struct Phase1WgmmaConfig : WgmmaTile<HEAD_DIM> {
   static constexpr int kSmemBytes = (WGS + kStages * 2) * WgmmaTile<HEAD_DIM>::kTileBytes + 1024;
 };
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, bool KV8 = false>
 struct Phase1WgmmaWsConfig : WgmmaTile<HEAD_DIM> {
   static constexpr int kConsumers = 2;                     // warpgroups, 64 queries each
   static constexpr int kThreads = kConsumers * 128 + 128;  // + the producer warpgroup
@@ -64,10 +67,16 @@ struct Phase1WgmmaWsConfig : WgmmaTile<HEAD_DIM> {
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
   static constexpr int kBlockM = kConsumers * 64;
-  static constexpr int kStages = HEAD_DIM == 128 ? 5 : 8;
+  // An FP8 cache (KV8) gives two bf16 stages to a ring of raw FP8 tiles (Fp8RawTile): the
+  // producer copies codes there asynchronously, kRing - 1 tiles ahead, and dequantizes the
+  // oldest into a stage.
+  static constexpr int kStages = KV8 ? (HEAD_DIM == 128 ? 3 : 6) : (HEAD_DIM == 128 ? 5 : 8);
+  static constexpr int kRing = KV8 ? 3 : 0;
+  static constexpr int kExpBytes = 80;  // a tile's 64 exponents from their 4-byte aligned word
+  static constexpr int kRawBytes = 2 * 64 * HEAD_DIM + 2 * kExpBytes;  // K, V codes; K, V exps
   static constexpr int kBarrierBytes = 1024;  // full[kStages], empty[kStages], q_full, stage_n
-  static constexpr int kSmemBytes =
-      (kConsumers + kStages * 2) * WgmmaTile<HEAD_DIM>::kTileBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = (kConsumers + kStages * 2) * WgmmaTile<HEAD_DIM>::kTileBytes +
+                                    kRing * kRawBytes + kBarrierBytes + 1024;
 };
 
 // The per-item values every phase-1 kernel reads first.
@@ -173,6 +182,89 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chun
       CpAsync16(s_k + off, src, valid);
       CpAsync16(s_v + off, src + p.kv.v_offset, valid);
     }
+  }
+}
+
+// The warp-specialised kernel's FP8 producer (KV8): a ring of raw tiles, each the 64 rows of K
+// codes, of V codes, and the 4-byte aligned words holding the rows' K and V exponents. Each
+// producer thread copies the same 16-byte code vectors of every tile (row v / (HEAD_DIM / 16),
+// column v % (HEAD_DIM / 16), v = ptid + 128 j) and dequantizes exactly those, so its codes
+// need no barrier (cp.async.wait_group suffices); the exponent words, copied by a few threads,
+// are read by all after a named barrier of the producer warpgroup.
+template <int HEAD_DIM>
+struct Fp8RawTile {
+  static constexpr int kVecs = HEAD_DIM / 16;  // 16-code vectors per row
+  static constexpr int kPerThread = 64 * kVecs / 128;
+  static constexpr int kExpBytes = Phase1WgmmaWsConfig<HEAD_DIM, true>::kExpBytes;
+  uint8_t* base;
+  __device__ uint8_t* k() const { return base; }
+  __device__ uint8_t* v() const { return base + 64 * HEAD_DIM; }
+  __device__ uint8_t* k_exp() const { return base + 2 * 64 * HEAD_DIM; }
+  __device__ uint8_t* v_exp() const { return k_exp() + kExpBytes; }
+};
+
+// Issues the copies of one tile (slots [slot, slot + n) of chunk `chunk`, rows past n
+// zero-filled) into `raw`; producer thread ptid of 128. The caller commits.
+template <int HEAD_DIM>
+__device__ __forceinline__ void IssueFp8RawTile(const TppParams& p, int kvh, int chunk, int slot,
+                                                int n, const Fp8RawTile<HEAD_DIM>& raw, int ptid) {
+  using R = Fp8RawTile<HEAD_DIM>;
+  const auto* codes = static_cast<const uint8_t*>(p.kv.base);
+  const int64_t k0 = static_cast<int64_t>(chunk) * p.kv.chunk_stride +
+                     (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM;
+#pragma unroll
+  for (int j = 0; j < R::kPerThread; ++j) {
+    const int v = ptid + 128 * j;
+    const int r = v / R::kVecs, c = v % R::kVecs;
+    const bool valid = r < n;
+    const uint8_t* src = codes + k0 + (valid ? r * HEAD_DIM + c * 16 : 0);
+    CpAsync16(raw.k() + r * HEAD_DIM + c * 16, src, valid);
+    CpAsync16(raw.v() + r * HEAD_DIM + c * 16, src + p.kv.v_offset, valid);
+  }
+  // Exponents: K rows' from e0, V rows' num_kv_heads * chunk_size later (a multiple of 8, so
+  // the same alignment); words from e0 rounded down, none read past the tile's last row.
+  const int64_t e0 = KvFp8ExpOffset(p.kv, chunk, kvh, slot);
+  const int64_t a0 = e0 & ~int64_t{3};
+  const int words = static_cast<int>((e0 + n - a0 + 3) / 4);  // at most 17
+  const int w = ptid & 31;
+  if (w < words && ptid < 64) {
+    const bool is_v = ptid >= 32;
+    const int64_t at = a0 + 4 * w + (is_v ? KvFp8VExpStride(p.kv) : 0);
+    const int64_t end = e0 + n + (is_v ? KvFp8VExpStride(p.kv) : 0);
+    const int bytes = end - at < 4 ? static_cast<int>(end - at) : 4;
+    CpAsync4((is_v ? raw.v_exp() : raw.k_exp()) + 4 * w, codes + at, bytes);
+  }
+}
+
+// Dequantizes this thread's vectors of a landed raw tile (n valid rows; exponents readable)
+// into the swizzled bf16 / fp16 K and V tiles at s_k (V a tile later).
+template <int HEAD_DIM, typename DType>
+__device__ __forceinline__ void ConvertFp8RawTile(const TppParams& p, int kvh, int chunk,
+                                                  int slot, int n,
+                                                  const Fp8RawTile<HEAD_DIM>& raw, uint8_t* s_k,
+                                                  int ptid) {
+  using R = Fp8RawTile<HEAD_DIM>;
+  using T = WgmmaTile<HEAD_DIM>;
+  const int lead = static_cast<int>(KvFp8ExpOffset(p.kv, chunk, kvh, slot) & 3);
+  const auto* ke = reinterpret_cast<const int8_t*>(raw.k_exp()) + lead;
+  const auto* ve = reinterpret_cast<const int8_t*>(raw.v_exp()) + lead;
+#pragma unroll 1
+  for (int j = 0; j < R::kPerThread; ++j) {
+    const int v = ptid + 128 * j;
+    const int r = v / R::kVecs, c = v % R::kVecs;
+    // Rows past n hold zero codes; their exponent words are not copied, so scale 1 (0 * 1 = 0).
+    const float sk = r < n ? KvFp8ScaleDev(ke[r]) : 1.0f;
+    const float sv = r < n ? KvFp8ScaleDev(ve[r]) : 1.0f;
+    const uint4 kc = *reinterpret_cast<const uint4*>(raw.k() + r * HEAD_DIM + c * 16);
+    const uint4 vc = *reinterpret_cast<const uint4*>(raw.v() + r * HEAD_DIM + c * 16);
+    // 16 codes -> two 8-element vectors of the tile: columns 2c and 2c + 1 (of 8 elements).
+    *reinterpret_cast<uint4*>(s_k + T::Off(r, 2 * c)) = DequantKv8<DType>(make_uint2(kc.x, kc.y), sk);
+    *reinterpret_cast<uint4*>(s_k + T::Off(r, 2 * c + 1)) =
+        DequantKv8<DType>(make_uint2(kc.z, kc.w), sk);
+    uint8_t* s_v = s_k + T::kTileBytes;
+    *reinterpret_cast<uint4*>(s_v + T::Off(r, 2 * c)) = DequantKv8<DType>(make_uint2(vc.x, vc.y), sv);
+    *reinterpret_cast<uint4*>(s_v + T::Off(r, 2 * c + 1)) =
+        DequantKv8<DType>(make_uint2(vc.z, vc.w), sv);
   }
 }
 
@@ -472,7 +564,7 @@ template <int HEAD_DIM, typename DType, bool KV8 = false>
 __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
     TppPhase1WgmmaWsKernel(const __grid_constant__ TppParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Phase1WgmmaWsConfig<HEAD_DIM>;
+  using Cfg = Phase1WgmmaWsConfig<HEAD_DIM, KV8>;
   constexpr int BN = Cfg::kBlockN;
   constexpr int TILE = Cfg::kTileBytes;
   constexpr int STAGES = Cfg::kStages;
@@ -480,9 +572,11 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem_base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (smem_base - SmemAddr(smem_raw));
-  // [Q of consumer 0, 1][stage][K | V], each TILE bytes; then the barriers.
+  // [Q of consumer 0, 1][stage][K | V], each TILE bytes; with KV8 the raw FP8 ring
+  // (Fp8RawTile, kRawBytes each); then the barriers.
   auto k_tile = [&](int stage) { return smem + (Cfg::kConsumers + 2 * stage) * TILE; };
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + (Cfg::kConsumers + 2 * STAGES) * TILE);
+  uint8_t* ring = smem + (Cfg::kConsumers + 2 * STAGES) * TILE;
+  uint64_t* full = reinterpret_cast<uint64_t*>(ring + Cfg::kRing * Cfg::kRawBytes);
   uint64_t* empty = full + STAGES;
   uint64_t* q_full = empty + STAGES;
   int32_t* stage_n = reinterpret_cast<int32_t*>(q_full + 1);  // valid slots of each stage's tile
@@ -514,24 +608,60 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
     CpAsyncMbarArrive(q_full);
     TileIter<BN> load_it;
     load_it.Start(t, it.span_lo, span_hi);
-    for (int i = 0; load_it.span < span_hi; ++i) {
-      const int stage = i % STAGES;
-      if (i >= STAGES) MbarWait(&empty[stage], ((i / STAGES) + 1) & 1);
-      const int n = min(BN, t.span_end[load_it.span] - load_it.slot);
-      if (ptid == 0) stage_n[stage] = n;
-      LoadKvTile<HEAD_DIM, DType, 128, KV8>(p, kvh, t.span_chunk[load_it.span], load_it.slot, n,
-                                       k_tile(stage), ptid);
-      if constexpr (KV8) {  // stored, not copied: published by a fence and a plain arrival
-        FenceProxyAsync();
+    if constexpr (KV8) {
+      // Raw tiles copied kRing - 1 ahead; tile i dequantized into stage i % STAGES once its
+      // copies (this thread's codes: the wait; the exponent words: the barrier) have landed.
+      // The barrier also orders every thread's conversion of tile i - 1 before the copies into
+      // its ring slot, which the issue after it refills.
+      static_assert(Cfg::kRing == 3, "two tiles in flight");
+      auto raw = [&](int j) { return Fp8RawTile<HEAD_DIM>{ring + (j % Cfg::kRing) * Cfg::kRawBytes}; };
+      TileIter<BN> issue_it = load_it;
+      int issued = 0;
+      auto issue = [&]() {
+        IssueFp8RawTile<HEAD_DIM>(p, kvh, t.span_chunk[issue_it.span], issue_it.slot,
+                                  min(BN, t.span_end[issue_it.span] - issue_it.slot), raw(issued),
+                                  ptid);
+        CpAsyncCommit();
+        issue_it.Next(t, span_hi);
+        ++issued;
+      };
+      if (issue_it.span < span_hi) issue();
+      if (issue_it.span < span_hi) issue();
+      for (int i = 0; load_it.span < span_hi; ++i) {
+        if (issued - i >= 2) {
+          CpAsyncWait<1>();  // tile i landed, tile i + 1 may still be in flight
+        } else {
+          CpAsyncWait<0>();
+        }
+        NamedBarrierSync(1, 128);
+        if (issue_it.span < span_hi) issue();
+        const int stage = i % STAGES;
+        if (i >= STAGES) MbarWait(&empty[stage], ((i / STAGES) + 1) & 1);
+        const int n = min(BN, t.span_end[load_it.span] - load_it.slot);
+        if (ptid == 0) stage_n[stage] = n;
+        ConvertFp8RawTile<HEAD_DIM, DType>(p, kvh, t.span_chunk[load_it.span], load_it.slot, n,
+                                           raw(i), k_tile(stage), ptid);
+        FenceProxyAsync();  // stored, not copied: published by a fence and a plain arrival
         MbarArrive(&full[stage]);
-      } else {
-        CpAsyncMbarArrive(&full[stage]);
+        if (ptid == 0) MbarArrive(&full[stage]);  // publishes stage_n[stage]
+        load_it.Next(t, span_hi);
       }
-      if (ptid == 0) MbarArrive(&full[stage]);  // publishes stage_n[stage]
-      load_it.Next(t, span_hi);
+      CpAsyncWait<0>();
+    } else {
+      for (int i = 0; load_it.span < span_hi; ++i) {
+        const int stage = i % STAGES;
+        if (i >= STAGES) MbarWait(&empty[stage], ((i / STAGES) + 1) & 1);
+        const int n = min(BN, t.span_end[load_it.span] - load_it.slot);
+        if (ptid == 0) stage_n[stage] = n;
+        LoadKvTile<HEAD_DIM, DType, 128, false>(p, kvh, t.span_chunk[load_it.span], load_it.slot,
+                                                n, k_tile(stage), ptid);
+        CpAsyncMbarArrive(&full[stage]);
+        if (ptid == 0) MbarArrive(&full[stage]);  // publishes stage_n[stage]
+        load_it.Next(t, span_hi);
+      }
+      CpAsyncCommit();
+      CpAsyncWait<0>();
     }
-    CpAsyncCommit();
-    CpAsyncWait<0>();
     return;
   }
 

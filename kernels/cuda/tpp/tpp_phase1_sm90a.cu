@@ -28,7 +28,7 @@ cudaError_t Launch(const TppParams& p, dim3 grid, cudaStream_t stream) {
 
 template <int HEAD_DIM, typename DType, bool KV8>
 cudaError_t LaunchWs(const TppParams& p, dim3 grid, cudaStream_t stream) {
-  using Cfg = Phase1WgmmaWsConfig<HEAD_DIM>;
+  using Cfg = Phase1WgmmaWsConfig<HEAD_DIM, KV8>;
   return LaunchWith(TppPhase1WgmmaWsKernel<HEAD_DIM, DType, KV8>, Cfg::kThreads, Cfg::kSmemBytes,
                     p, grid, stream);
 }

@@ -141,6 +141,12 @@ __device__ __forceinline__ void SetMaxRegs() {
   }
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads') among `threads` threads (a multiple of 32): one
+// warpgroup syncing without the others.
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Shared-memory mbarriers (sm_90), for the warp-specialised kernel: a producer warp fills
 // pipeline stages, the consumer warpgroups wait on a stage's "full" barrier and release it
 // through its "empty" barrier. Phases alternate; waits name the parity of the phase awaited.
