@@ -142,12 +142,10 @@ __device__ __forceinline__ void LoadKvTile(const TppParams& p, int kvh, int chun
                        (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM + c * 8;
     const int64_t e0 = KvFp8ExpOffset(p.kv, chunk, kvh, slot);
     const int64_t ve = KvFp8VExpStride(p.kv);
-    // The loads of a batch of rows first (one memory latency per batch), then the conversions
-    // and stores; batches of 2 rows keep the warp-specialised kernel's producer warpgroup (128
-    // threads, 40 registers) from spilling, 4 the other kernel's threads.
+    // The loads of a batch of 4 rows first (one memory latency per batch), then the conversions
+    // and stores. (The warp-specialised kernel's producer does not come here: Fp8RawTile.)
     constexpr int N = T::kBlockN / kRowStep;
-    constexpr int kBatch = THREADS == 128 ? 2 : 4;
-    constexpr int B = N < kBatch ? N : kBatch;
+    constexpr int B = N < 4 ? N : 4;
     const auto* codes = static_cast<const uint8_t*>(p.kv.base);
     const auto* exps = static_cast<const int8_t*>(p.kv.base);
 #pragma unroll
