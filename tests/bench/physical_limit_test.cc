@@ -35,6 +35,16 @@ TEST(PhysicalLimit, SharedAttentionFlopsOf7bAt16k) {
   EXPECT_EQ(KvBytesPerToken(s), 512.0 * 1024);  // 0.5 MiB per token over 32 layers
 }
 
+// An FP8 KV cache (kernels/kv_fp8.h): a code per element and an exponent byte per K or V row,
+// 129 bytes where bf16 takes 256 at head_dim 128.
+TEST(PhysicalLimit, Fp8KvCountsCodesAndExponents) {
+  DecodeStepShape s = Llama7b(1024, 16384, 0);
+  s.kv_elem_bytes = 1;
+  s.kv_row_extra_bytes = 1;
+  EXPECT_EQ(KvBytesPerToken(s), 2.0 * 32 * 32 * 129);
+  EXPECT_EQ(SharedKvBytes(s) * 256, SharedKvBytes(Llama7b(1024, 16384, 0)) * 129);
+}
+
 TEST(PhysicalLimit, SevenBAt16kIsAbout31Ms) {
   // "about 31 ms per step at P = 16K (~ 33K tok/s)": GEMMs + the shared attention; the quote
   // leaves the private tails out (as its P = 2K twin, "about 21 ms plus the private tails", does).

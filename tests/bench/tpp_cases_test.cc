@@ -70,6 +70,18 @@ TEST(TppCases, RecordedFloorsAreUnchanged) {
   }
 }
 
+// With an FP8 cache the floor's bytes are (head_dim + 1) / (2 head_dim) of bf16's and its FLOPs
+// the same (the products stay bf16).
+TEST(TppCases, Fp8FloorCountsFp8Bytes) {
+  const auto cases = ById();
+  const TppCase& c = cases.at("chunkattn_table_b32_p4096_s1");
+  const Planned p = Plan(c);
+  const TppFloor f8 = TppCaseFloor(c, p.plan, /*kv_fp8=*/true);
+  EXPECT_EQ(f8.bytes * 256, p.floor.bytes * 129);
+  EXPECT_EQ(f8.flops, p.floor.flops);
+  EXPECT_LE(f8.us, p.floor.us);
+}
+
 TEST(TppCases, Mha7bAtB1024HasFixedAndSpreadTails) {
   const auto cases = ById();
   for (int p : {2048, 16384}) {
