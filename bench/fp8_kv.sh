@@ -16,14 +16,16 @@
 #                                banyand and banyan_serve_bench; any folder layout below it)
 #   Environment: WORK (/tmp/banyan-fp8-kv), SKIP ("tests tpp decode served": parts to leave
 #   out), KV_BYTES (40000000000, the served part's --kv-memory), CLIENTS ("64 256 1024"),
-#   TOKENIZER (optional, for served_ab.sh).
+#   TOKENIZER (optional, for served_ab.sh), SHAPE (served_ab.sh's, llama-3-8b-shape),
+#   EXTRA_DAEMON_ARGS (both daemons' further flags: for the 70B shape in FP8 on one GPU,
+#   SHAPE=llama-3-70b-shape EXTRA_DAEMON_ARGS="--quantization fp8" and a KV_BYTES that fits).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${1:?usage: bench/fp8_kv.sh BIN_DIR}
 WORK=${WORK:-/tmp/banyan-fp8-kv}
 SKIP=" ${SKIP:-} "
 mkdir -p "$WORK"
-find_bin() { find "$BIN" -type f -name "$1" -perm -u+x 2>/dev/null | head -1; }
+find_bin() { find -L "$BIN" -type f -name "$1" -perm -u+x 2>/dev/null | head -1; }
 skipped() { [[ $SKIP == *" $1 "* ]]; }
 export BANYAN_SOURCE_DIR=${BANYAN_SOURCE_DIR:-$(cd "$HERE/.." && pwd)}
 
@@ -71,7 +73,8 @@ if ! skipped served; then
   mkdir -p "$WORK/bin"
   ln -sf "$(find_bin banyand)" "$WORK/bin/banyand"
   ln -sf "$(find_bin banyan_serve_bench)" "$WORK/bin/banyan_serve_bench"
-  A_NAME=bf16kv B_NAME=fp8kv B_DAEMON_ARGS="--kv-cache-dtype fp8" \
+  A_NAME=bf16kv B_NAME=fp8kv A_DAEMON_ARGS="${EXTRA_DAEMON_ARGS:-}" \
+    B_DAEMON_ARGS="${EXTRA_DAEMON_ARGS:-} --kv-cache-dtype fp8" \
     CLIENTS=${CLIENTS:-"64 256 1024"} KV_BYTES=${KV_BYTES:-40000000000} WORK="$WORK/served" \
     "$HERE/serve/served_ab.sh" "$WORK/bin" | tee "$WORK/served.log"
   exit "${PIPESTATUS[0]}"
