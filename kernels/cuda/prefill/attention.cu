@@ -19,6 +19,10 @@ absl::Status CheckShape(const KvViewDev& kv, int32_t num_q_heads, const char* wh
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", num_q_heads, " q heads over ",
                                                    kv.num_kv_heads, " kv heads"));
   }
+  if (KvIsFp8Host(kv) && kv.chunk_size % 8 != 0) {  // 8-byte aligned code rows
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": an FP8 KV cache needs a chunk size that is a multiple of 8, not ", kv.chunk_size));
+  }
   return absl::OkStatus();
 }
 

@@ -47,6 +47,12 @@ absl::Status Run(const TppWorkPlan& plan, const TppRunArgs& args, cudaStream_t s
         "tpp: q, out, kv base and image need 16-byte alignment (strides multiples of 8 "
         "elements), the workspace 256-byte alignment");
   }
+  if (KvIsFp8Host(kv) && (kv.chunk_size % 8 != 0 || kv.chunk_stride % 16 != 0)) {
+    // 16-byte code vectors and the 4-byte exponent words the warp-specialised phase 1 copies
+    // (the V exponents num_kv_heads * chunk_size after the K ones, in the same alignment).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tpp: an FP8 KV cache needs a chunk size that is a multiple of 8, not ", kv.chunk_size));
+  }
   cudaError_t e = cudaErrorInvalidValue;
   switch (pr.head_dim) {
 #ifdef BANYAN_TPP_HAS_D64
