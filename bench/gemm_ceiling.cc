@@ -42,7 +42,7 @@ struct Handles {
 }  // namespace
 
 absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cfg, int batch,
-                                                    int reps, bool fp8) {
+                                                    int reps, bool fp8, int fp8_gemv_rows) {
   if (batch < 1 || reps < 1) return absl::InvalidArgumentError("batch and reps must be >= 1");
   const int64_t dim = cfg.dim, d = cfg.head_dim(), hq = cfg.n_heads, hkv = cfg.n_kv_heads;
   const int64_t hidden = cfg.hidden_dim, vocab = cfg.vocab_size, B = batch;
@@ -95,7 +95,7 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cf
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scales.get(), ones.data(), ones.size() * 4,
                                                 cudaMemcpyHostToDevice, h.stream));
     BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(h.stream));
-    absl::StatusOr<std::unique_ptr<engine::cuda::Fp8Gemm>> g = engine::cuda::Fp8Gemm::Create();
+    absl::StatusOr<std::unique_ptr<engine::cuda::Fp8Gemm>> g = engine::cuda::Fp8Gemm::Create(32u << 20, fp8_gemv_rows);
     if (!g.ok()) return g.status();
     fp8_gemm = std::move(*g);
   }

@@ -21,8 +21,10 @@ namespace banyan::bench {
 // graph replays (after three warm-up replays). `fp8`: the four projections of each layer as the
 // backend runs FP8 weights (engine/cuda/fp8_gemm.h, cuBLASLt, per-channel
 // weight and per-token activation scales, bf16 out; the activations' quantization not included),
-// the LM head in bf16 as before: the FP8 step's GEMM ceiling.
+// the LM head in bf16 as before: the FP8 step's GEMM ceiling. `fp8_gemv_rows`: Fp8Gemm::Create's
+// (products of at most that many rows through kernels/cuda/fp8_gemv.h; 0: all through cuBLASLt).
 absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cfg, int batch,
-                                                    int reps = 20, bool fp8 = false);
+                                                    int reps = 20, bool fp8 = false,
+                                                    int fp8_gemv_rows = 0);
 
 }  // namespace banyan::bench

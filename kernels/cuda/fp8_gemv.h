@@ -1,8 +1,10 @@
-// The W8A8 FP8 product of a few tokens (decode at small batch) as a weight-streaming GEMV: one
-// warp per output channel reads the channel's FP8 codes once, 16 bytes per lane, and multiplies
-// them with every token's FP8 activation codes; fp32 sums, scales applied as the GEMM applies
-// them. The same inputs and result as engine/cuda/fp8_gemm.h's cuBLASLt GEMM (which runs a
-// product of one token at about half the memory bandwidth on an H100), for M <= kFp8GemvMaxRows.
+// The W8A8 FP8 product of a few tokens (decode at small batch) as a weight-streaming kernel:
+// each block reads 16 output channels' FP8 codes once, 16 bytes per lane with several loads in
+// flight, and multiplies them with every token's FP8 activation codes on the FP8 tensor cores
+// (mma.sync m16n8k32, sm_89 and later), the block's warps splitting K; fp32 sums, scales applied
+// as the GEMM applies them. The same inputs and result as engine/cuda/fp8_gemm.h's cuBLASLt GEMM
+// (which runs a product of one token at about half the memory bandwidth on an H100), for
+// M <= kFp8GemvMaxRows (the 8 columns of one mma).
 //
 //   out[m, n] = sum_k code_a(m, k) * sa(m, k) * code_w(n, k) * sw(n, k)  (+ beta * out[m, n])
 // with, per row (w_scale_stride == 0): sw(n, k) = w_scales[n], sa(m, k) = a_scales[m]; with
@@ -19,7 +21,7 @@
 
 namespace banyan::kernels::cuda {
 
-constexpr int64_t kFp8GemvMaxRows = 4;
+constexpr int64_t kFp8GemvMaxRows = 8;
 
 enum class Fp8GemvOut { kF32, kBf16, kF16 };
 

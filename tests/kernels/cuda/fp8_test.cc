@@ -198,7 +198,7 @@ std::vector<float> Reference(const std::vector<uint8_t>& a_codes,
 // `residual`: the product added into an fp32 output (beta 1), as the backend's O and down
 // projections add into the residual stream; else written as bf16 (beta 0).
 void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937_64& rng,
-               int gemv_rows = 4, bool residual = false) {
+               int gemv_rows = 8, bool residual = false) {
   SCOPED_TRACE(::testing::Message() << (scaling == Fp8Scaling::kPerRow ? "per row " : "blocks ")
                                     << M << " x " << N << " x " << K << ", GEMV up to "
                                     << gemv_rows << " rows");
@@ -269,21 +269,26 @@ void CheckGemm(Fp8Scaling scaling, int64_t M, int64_t N, int64_t K, std::mt19937
 
 TEST(Fp8Gemm, PerRowScalesMatchTheFloat64Product) {
   BANYAN_SEEDED_RNG(rng);
-  for (int64_t M : {1, 2, 3, 4, 7, 64, 300}) CheckGemm(Fp8Scaling::kPerRow, M, 1024, 4096, rng);
+  for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 9, 64, 300}) {
+    CheckGemm(Fp8Scaling::kPerRow, M, 1024, 4096, rng);
+  }
   CheckGemm(Fp8Scaling::kPerRow, 1, 1024, 4096, rng, /*gemv_rows=*/0);  // cuBLASLt at one row
   CheckGemm(Fp8Scaling::kPerRow, 33, 1000, 1040, rng);  // widths not multiples of 128
-  CheckGemm(Fp8Scaling::kPerRow, 3, 1000, 1040, rng);
+  CheckGemm(Fp8Scaling::kPerRow, 3, 1000, 1040, rng);  // GEMV: a 16-row block half outside N
+  CheckGemm(Fp8Scaling::kPerRow, 8, 1000, 14336, rng);  // K of the 8B shape's down projection
   // Added into an fp32 residual (beta 1), through the GEMV and through cuBLASLt.
-  for (int64_t M : {2, 64}) CheckGemm(Fp8Scaling::kPerRow, M, 1024, 4096, rng, 4, true);
+  for (int64_t M : {2, 6, 64}) CheckGemm(Fp8Scaling::kPerRow, M, 1024, 4096, rng, 8, true);
 }
 
 TEST(Fp8Gemm, BlockScalesMatchTheFloat64Product) {
   BANYAN_SEEDED_RNG(rng);
-  for (int64_t M : {1, 4, 7, 64, 300}) CheckGemm(Fp8Scaling::kBlock128, M, 1024, 4096, rng);
+  for (int64_t M : {1, 4, 5, 8, 9, 64, 300}) {
+    CheckGemm(Fp8Scaling::kBlock128, M, 1024, 4096, rng);
+  }
   CheckGemm(Fp8Scaling::kBlock128, 1, 1024, 4096, rng, /*gemv_rows=*/0);  // cuBLASLt, 4 rows
   CheckGemm(Fp8Scaling::kBlock128, 33, 1152, 1408, rng);  // 9 x 11 blocks
   CheckGemm(Fp8Scaling::kBlock128, 2, 1152, 1408, rng);
-  for (int64_t M : {2, 64}) CheckGemm(Fp8Scaling::kBlock128, M, 1024, 4096, rng, 4, true);
+  for (int64_t M : {2, 6, 64}) CheckGemm(Fp8Scaling::kBlock128, M, 1024, 4096, rng, 8, true);
 }
 
 TEST(Fp8Gemm, RefusesShapesTheTensorCoresCannotTake) {
