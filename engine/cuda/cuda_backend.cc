@@ -244,11 +244,18 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
   // A projection: in the model dtype, or FP8 (DeviceWeights::fp8()): the activations a[M, K]
   // quantized per token (or per 128 of a token with block-scaled weights), then the W8A8 GEMM.
   const std::optional<cuda::Fp8Scaling> fp8 = m.weights.fp8();
+  // `quantized`: the RmsNorm before it wrote a's FP8 codes and scales into act8 already
+  // (fp8_norm below).
   auto project = [&](const cuda::DeviceFp8Matrix& w8, const void* w, const void* a, void* out,
-                     cudaDataType_t out_type, int M, int N, int K,
-                     const float* beta) -> absl::Status {
+                     cudaDataType_t out_type, int M, int N, int K, const float* beta,
+                     bool quantized = false) -> absl::Status {
     if (!fp8) return gemm_to(w, a, out, out_type, M, N, K, beta);
     const bool blocks = *fp8 == cuda::Fp8Scaling::kBlock128;
+    if (quantized) {
+      return m.fp8_gemm->Run(*fp8, w8.operand(), {m.act8.as<uint8_t>(), m.act8_scales.as<float>()},
+                             out, out_type, cuda::Fp8Gemm::RowsFor(*fp8, M), N, K, *beta,
+                             m.stream);
+    }
     kc::QuantizeFp8Params qp;
     qp.in = a;
     qp.rows = M;
@@ -261,6 +268,16 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     BANYAN_RETURN_IF_ERROR(kc::QuantizeRowsFp8(dt, qp, m.stream));
     return m.fp8_gemm->Run(*fp8, w8.operand(), {qp.codes, qp.scales}, out, out_type,
                            qp.pad_rows, N, K, *beta, m.stream);
+  };
+  // An RmsNorm whose output feeds an FP8 projection writes that projection's FP8 input too, in
+  // the same launch (kernels/cuda/layer_kernels.h), as QuantizeRowsFp8 would lay it out.
+  static_assert(cuda::kFp8ActivationGroupsMajor, "the fused norm writes group-major scales");
+  auto fp8_norm = [&](kc::RmsNormParams& np) {
+    if (!fp8) return;
+    np.fp8_codes = m.act8.as<uint8_t>();
+    np.fp8_scales = m.act8_scales.as<float>();
+    np.fp8_group = *fp8 == cuda::Fp8Scaling::kBlock128 ? kc::kFp8Group : np.dim;
+    np.fp8_pad_rows = static_cast<int32_t>(cuda::Fp8Gemm::RowsFor(*fp8, np.rows));
   };
   // GEMM outputs that only an elementwise kernel reads are written in the model dtype
   // (CudaBackendOptions::narrow_activations); the QKV output stays fp32 where QkvBiasNorm
@@ -299,9 +316,11 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     np.rows = T;
     np.dim = dim;
     np.eps = c.norm_eps;
+    fp8_norm(np);
     BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
     BANYAN_RETURN_IF_ERROR(project(lw.wqkv8, lw.wqkv, m.xb.get(), m.scratch.get(),
-                                   narrow_qkv ? ctype : CUDA_R_32F, T, qkv_cols, dim, &zero));
+                                   narrow_qkv ? ctype : CUDA_R_32F, T, qkv_cols, dim, &zero,
+                                   /*quantized=*/true));
     if (c.qkv_bias || c.qk_norm) {
       kc::QkvBiasNormParams bn;
       bn.qkv = m.scratch.as<float>();
@@ -352,7 +371,8 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     np.weight = lw.ffn_norm;
     BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
     BANYAN_RETURN_IF_ERROR(project(lw.w13_8, lw.w13, m.xb.get(), m.scratch.get(),
-                                   narrow_ffn ? ctype : CUDA_R_32F, T, 2 * hidden, dim, &zero));
+                                   narrow_ffn ? ctype : CUDA_R_32F, T, 2 * hidden, dim, &zero,
+                                   /*quantized=*/true));
     kc::SwiGluParams sp;
     sp.gate_up = m.scratch.get();
     sp.gate_up_in_dtype = narrow_ffn;

@@ -24,15 +24,27 @@ bool Aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
+bool RmsNormVectorizes(const RmsNormParams& p) {
+  return p.dim % 4 == 0 && p.dim / 4 <= kRmsVecs * 1024 && Aligned(p.x, 16) &&
+         Aligned(p.weight, 16) && Aligned(p.out, 8);
+}
+
+// Whether the vectorized kernel can also write the FP8 codes: 4-byte code stores, and groups of
+// 128 that are whole warps' vectors.
+bool RmsNormFusesFp8(const RmsNormParams& p) {
+  return RmsNormVectorizes(p) && Aligned(p.fp8_codes, 4) &&
+         (p.fp8_group == p.dim || (p.fp8_group == kFp8Group && p.dim % kFp8Group == 0));
+}
+
 template <typename T>
 cudaError_t RmsNormDispatched(const RmsNormParams& p, cudaStream_t s) {
   if (p.rows == 0) return cudaSuccess;
   const int vecs = p.dim / 4;
-  if (p.dim % 4 == 0 && vecs <= kRmsVecs * 1024 && Aligned(p.x, 16) && Aligned(p.weight, 16) &&
-      Aligned(p.out, 8)) {
+  if (RmsNormVectorizes(p)) {
     // The fewest threads that hold the row in kRmsVecs vectors each (128 for dim 4,096).
     const int threads = std::max(32, (vecs + kRmsVecs - 1) / kRmsVecs + 31) / 32 * 32;
-    RmsNormVecKernel<T><<<p.rows, threads, 0, s>>>(p);
+    const int blocks = p.fp8_codes != nullptr ? std::max(p.rows, p.fp8_pad_rows) : p.rows;
+    RmsNormVecKernel<T><<<blocks, threads, 0, s>>>(p);
   } else {
     RmsNormKernel<T><<<p.rows, RowThreads(p.dim), 0, s>>>(p);
   }
@@ -146,7 +158,25 @@ absl::Status EmbeddingGather(DType dtype, const EmbeddingParams& p, cudaStream_t
 }
 
 absl::Status RmsNorm(DType dtype, const RmsNormParams& p, cudaStream_t stream) {
-  return ByDtype<RmsNormOp>(dtype, p, stream, "RmsNorm");
+  if (p.fp8_codes == nullptr) return ByDtype<RmsNormOp>(dtype, p, stream, "RmsNorm");
+  if (p.fp8_scales == nullptr || (p.fp8_group != p.dim && p.fp8_group != kFp8Group)) {
+    return absl::InvalidArgumentError(
+        "RmsNorm: an FP8 output needs scales and a group of dim or kFp8Group");
+  }
+  if (RmsNormFusesFp8(p)) return ByDtype<RmsNormOp>(dtype, p, stream, "RmsNorm (FP8 out)");
+  RmsNormParams plain = p;
+  plain.fp8_codes = nullptr;
+  BANYAN_RETURN_IF_ERROR(ByDtype<RmsNormOp>(dtype, plain, stream, "RmsNorm"));
+  QuantizeFp8Params q;
+  q.in = p.out;
+  q.rows = p.rows;
+  q.cols = p.dim;
+  q.group = p.fp8_group;
+  q.codes = p.fp8_codes;
+  q.scales = p.fp8_scales;
+  q.pad_rows = p.fp8_pad_rows;
+  q.group_major = true;  // per token the two layouts are one
+  return QuantizeRowsFp8(dtype, q, stream);
 }
 
 absl::Status RopeWriteKv(DType dtype, const RopeKvParams& p, cudaStream_t stream) {

@@ -6,7 +6,10 @@
 #include <climits>
 #include <cstdint>
 
+#include <cuda_fp8.h>
+
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/layer_kernels.h"
 
@@ -57,14 +60,48 @@ __global__ void RmsNormKernel(const __grid_constant__ RmsNormParams p) {
 // (8 bytes) at a time. Needs dim % 4 == 0, dim <= 4 * kRmsVecs * 1024 and 16-byte aligned x and
 // weight (the dispatcher checks; otherwise RmsNormKernel above).
 inline constexpr int kRmsVecs = 8;
+
+// Four values (already rounded to the model dtype) to E4M3 by fp8_quant.h's rule, packed.
+__device__ __forceinline__ uint32_t Fp8CodesOf4(float a, float b, float c, float d, float scale) {
+  const float v[4] = {a, b, c, d};
+  uint32_t packed = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    packed |= uint32_t{__nv_cvt_float_to_fp8(__fdiv_rn(v[j], scale), __NV_SATFINITE, __NV_E4M3)}
+              << (8 * j);
+  }
+  return packed;
+}
+
+// fp8_quant.h's scale of a group whose amax is `amax` (NaN elements already skipped).
+__device__ __forceinline__ float Fp8ScaleOf(float amax) {
+  const float scale = __fdiv_rn(amax, kFp8E4M3Max);
+  return scale > 0.0f ? scale : 1.0f;
+}
+
 template <typename T>
 __global__ void RmsNormVecKernel(const __grid_constant__ RmsNormParams p) {
   GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
+  const int nv = p.dim / 4;
+  const bool fp8 = p.fp8_codes != nullptr;
+  const bool per_token = p.fp8_group == p.dim;
+  const int64_t scale_ld = max(p.rows, p.fp8_pad_rows);
+  if (r >= p.rows) {  // an FP8 padding row: zero codes, scale 1
+    auto* codes = reinterpret_cast<uint32_t*>(p.fp8_codes + r * p.dim);
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) codes[i] = 0;
+    if (per_token) {
+      if (threadIdx.x == 0) p.fp8_scales[r] = 1.0f;
+    } else {
+      for (int g = threadIdx.x; g < p.dim / kFp8Group; g += blockDim.x) {
+        p.fp8_scales[g * scale_ld + r] = 1.0f;
+      }
+    }
+    return;
+  }
   const int64_t src = p.row_index != nullptr ? p.row_index[r] : r;
   const auto* x = reinterpret_cast<const float4*>(p.x + src * p.dim);
-  const int nv = p.dim / 4;
   float4 v[kRmsVecs];
   float ss = 0.0f;
 #pragma unroll
@@ -78,6 +115,7 @@ __global__ void RmsNormVecKernel(const __grid_constant__ RmsNormParams p) {
   const auto* w = reinterpret_cast<const float4*>(p.weight);
   using Pair = typename PairOf<T>::Type;
   Pair* out = reinterpret_cast<Pair*>(static_cast<T*>(p.out) + r * p.dim);
+  float amax = 0.0f;  // fmaxf skips NaN, as QuantizeRowsFp8 does
 #pragma unroll
   for (int k = 0; k < kRmsVecs; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
@@ -86,6 +124,43 @@ __global__ void RmsNormVecKernel(const __grid_constant__ RmsNormParams p) {
     Pair o[2] = {FromFloat2<T>(v[k].x * inv * wv.x, v[k].y * inv * wv.y),
                  FromFloat2<T>(v[k].z * inv * wv.z, v[k].w * inv * wv.w)};
     *reinterpret_cast<uint2*>(out + 2 * i) = *reinterpret_cast<const uint2*>(o);
+    if (fp8) {  // keep the rounded values: the codes are of what `out` holds
+      const float2 lo = ToFloat2(o[0]), hi = ToFloat2(o[1]);
+      v[k] = make_float4(lo.x, lo.y, hi.x, hi.y);
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(lo.x), fabsf(lo.y)), fmaxf(fabsf(hi.x), fabsf(hi.y))));
+    }
+  }
+  if (!fp8) return;
+  auto* codes = reinterpret_cast<uint32_t*>(p.fp8_codes + r * p.dim);
+  if (per_token) {
+    __syncthreads();  // scratch is BlockSum's until every thread has read its result
+    amax = WarpMax(amax);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    float m = 0.0f;
+    for (int j = 0; j < static_cast<int>(blockDim.x >> 5); ++j) m = fmaxf(m, scratch[j]);
+    const float scale = Fp8ScaleOf(m);
+    if (threadIdx.x == 0) p.fp8_scales[r] = scale;
+#pragma unroll
+    for (int k = 0; k < kRmsVecs; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      if (i >= nv) break;
+      codes[i] = Fp8CodesOf4(v[k].x, v[k].y, v[k].z, v[k].w, scale);
+    }
+    return;
+  }
+  // Per 128 elements: a warp's 32 vectors of step k are one aligned group (blockDim.x is a
+  // multiple of 32, dim of 128: the dispatcher checks).
+#pragma unroll
+  for (int k = 0; k < kRmsVecs; ++k) {
+    const int i0 = (threadIdx.x & ~31) + k * blockDim.x;  // the warp's first vector
+    if (i0 >= nv) break;
+    const int i = threadIdx.x + k * blockDim.x;
+    const float a = WarpMax(fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)),
+                                  fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
+    const float scale = Fp8ScaleOf(a);
+    if ((threadIdx.x & 31) == 0) p.fp8_scales[(i0 / 32) * scale_ld + r] = scale;
+    codes[i] = Fp8CodesOf4(v[k].x, v[k].y, v[k].z, v[k].w, scale);
   }
 }
 

@@ -43,6 +43,16 @@ struct RmsNormParams {
   int32_t rows = 0;
   int32_t dim = 0;
   float eps = 1e-5f;
+  // Optionally, the output also quantized to FP8 for a W8A8 GEMM in the same launch: exactly
+  // what QuantizeRowsFp8 (kernels/cuda/fp8_quant.h) makes of `out`, with its scale rule, its
+  // padding rows [rows, fp8_pad_rows) (zero codes, scale 1), per token (fp8_group == dim,
+  // scales [rows]) or per 128 elements (fp8_group == kFp8Group, scales group-major
+  // [dim / 128, max(rows, fp8_pad_rows)]). Only the vectorized path fuses it; otherwise the
+  // quantization runs as QuantizeRowsFp8 on `out` after the norm (RmsNorm does that itself).
+  uint8_t* fp8_codes = nullptr;  // [max(rows, fp8_pad_rows), dim], or nullptr: no FP8 output
+  float* fp8_scales = nullptr;
+  int32_t fp8_group = 0;
+  int32_t fp8_pad_rows = 0;
 };
 absl::Status RmsNorm(DType dtype, const RmsNormParams& p, cudaStream_t stream);
 

@@ -3,6 +3,7 @@
 // (engine/cuda/fp8_gemm.h) against a float64 product of the dequantized operands, for per-row
 // (per-channel weights, per-token activations) and 128 x 128 block scales. Random data fresh each
 // run; device outputs poisoned (NaN) first.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "engine/cuda/fp8_gemm.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/fp8_quant.h"
+#include "kernels/cuda/layer_kernels.h"
 #include "model/dtype.h"
 #include "model/model.h"
 #include "model/quantized.h"
@@ -124,6 +126,60 @@ TEST(Fp8Quant, CodesAndScalesFollowTheRuleBitForBit) {
           EXPECT_EQ(ScaleAt(scales, 1, 0, groups, all, group_major), 1.0f)
               << "a zero row's scale is 1";
         }
+}
+
+// An RmsNorm that also writes its output's FP8 codes (the engine's QKV and gate/up inputs) gives,
+// bit for bit, the host rule applied to the norm's own output: fused in the vectorized kernel
+// (per token and per 128 at 4,096 wide, per token at 1,000) and through the fallback (per 128 at
+// 1,000, any group at 130: the plain kernel, then QuantizeRowsFp8). Padding rows written.
+TEST(Fp8Quant, RmsNormWritesTheCodesOfItsOwnOutput) {
+  BANYAN_SEEDED_RNG(rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t dim : {4096, 1000, 130})
+    for (bool per_token : {true, false})
+      for (DType dtype : {DType::kBf16, DType::kFp16}) {
+        SCOPED_TRACE(::testing::Message() << "dim " << dim << (per_token ? " per token" : " per 128")
+                                          << " " << kernels::cuda::DTypeName(dtype));
+        const int32_t rows = 13, pad_rows = 16;
+        const int64_t group = per_token ? dim : kFp8Group;
+        const int64_t groups = (dim + group - 1) / group;
+        std::vector<float> x = Activations(rows, dim, rng), weight(dim);
+        for (float& w : weight) w = 1.0f + 0.25f * nd(rng);
+        DeviceArray<float> x_d(x), w_d(weight);
+        DeviceArray<uint16_t> out_d(int64_t{rows} * dim);
+        DeviceArray<uint8_t> codes_d(int64_t{pad_rows} * dim);
+        DeviceArray<float> scales_d(pad_rows * groups);
+        kernels::cuda::RmsNormParams np;
+        np.x = x_d.get();
+        np.weight = w_d.get();
+        np.out = out_d.get();
+        np.rows = rows;
+        np.dim = static_cast<int32_t>(dim);
+        np.fp8_codes = codes_d.get();
+        np.fp8_scales = scales_d.get();
+        np.fp8_group = static_cast<int32_t>(group);
+        np.fp8_pad_rows = pad_rows;
+        const absl::Status st = kernels::cuda::RmsNorm(dtype, np, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        const std::vector<float> out = FromDtype(dtype, out_d.Download());
+        ASSERT_EQ(std::count_if(out.begin(), out.end(), [](float v) { return std::isnan(v); }), 0);
+        std::vector<uint8_t> want_codes;
+        std::vector<float> want_scales;
+        QuantizeOnHost(out, rows, dim, group, &want_codes, &want_scales);
+        const std::vector<float> scales = scales_d.Download();
+        const std::vector<uint8_t> codes = codes_d.Download();
+        int64_t scales_differ = 0, codes_differ = 0;
+        for (int64_t r = 0; r < pad_rows; ++r) {
+          for (int64_t g = 0; g < groups; ++g) {  // group-major, as the engine lays them out
+            scales_differ += scales[g * pad_rows + r] != (r < rows ? want_scales[r * groups + g] : 1.0f);
+          }
+          for (int64_t c = 0; c < dim; ++c) {
+            codes_differ += codes[r * dim + c] != (r < rows ? want_codes[r * dim + c] : 0);
+          }
+        }
+        EXPECT_EQ(scales_differ, 0) << "scales differing from the host rule (padding: 1)";
+        EXPECT_EQ(codes_differ, 0) << "codes differing from the host rule (padding: 0)";
+      }
 }
 
 // w [N, K] with 128 x 128 block scales (the fine-grained checkpoints' form), by the same rule per
