@@ -244,8 +244,8 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
   // A projection: in the model dtype, or FP8 (DeviceWeights::fp8()): the activations a[M, K]
   // quantized per token (or per 128 of a token with block-scaled weights), then the W8A8 GEMM.
   const std::optional<cuda::Fp8Scaling> fp8 = m.weights.fp8();
-  // `quantized`: the RmsNorm before it wrote a's FP8 codes and scales into act8 already
-  // (fp8_norm below).
+  // `quantized`: the kernel before it (an RmsNorm through fp8_norm below, or SwiGlu) wrote a's
+  // FP8 codes and scales into act8 already.
   auto project = [&](const cuda::DeviceFp8Matrix& w8, const void* w, const void* a, void* out,
                      cudaDataType_t out_type, int M, int N, int K, const float* beta,
                      bool quantized = false) -> absl::Status {
@@ -379,9 +379,15 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     sp.out = m.h.get();
     sp.rows = T;
     sp.hidden = hidden;
+    if (fp8) {  // the down projection's FP8 input, written by SwiGlu (as fp8_norm does)
+      sp.fp8_codes = m.act8.as<uint8_t>();
+      sp.fp8_scales = m.act8_scales.as<float>();
+      sp.fp8_group = *fp8 == cuda::Fp8Scaling::kBlock128 ? kc::kFp8Group : hidden;
+      sp.fp8_pad_rows = static_cast<int32_t>(cuda::Fp8Gemm::RowsFor(*fp8, T));
+    }
     BANYAN_RETURN_IF_ERROR(kc::SwiGlu(dt, sp, m.stream));
-    BANYAN_RETURN_IF_ERROR(
-        project(lw.w2_8, lw.w2, m.h.get(), m.x.get(), CUDA_R_32F, T, dim, hidden, &one));
+    BANYAN_RETURN_IF_ERROR(project(lw.w2_8, lw.w2, m.h.get(), m.x.get(), CUDA_R_32F, T, dim,
+                                   hidden, &one, /*quantized=*/true));
   }
   if (n_out == 0) return absl::OkStatus();
   kc::RmsNormParams fp;

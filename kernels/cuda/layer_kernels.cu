@@ -98,12 +98,28 @@ cudaError_t SwiGluDispatched(const SwiGluParams& p, cudaStream_t s) {
   const int per_row = p.hidden % 8 == 0 ? p.hidden / 8 : p.hidden;
   const dim3 grid(static_cast<unsigned>(std::min((per_row + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(std::min(p.rows, 65535)));
+  if (p.fp8_codes != nullptr) {  // SwiGluFusesFp8 holds (SwiGlu checks)
+    const int vecs = p.hidden / 8;
+    const int threads = std::max(32, (vecs + kSwiGluVecs - 1) / kSwiGluVecs + 31) / 32 * 32;
+    const unsigned blocks = static_cast<unsigned>(std::max(p.rows, p.fp8_pad_rows));
+    if (p.gate_up_in_dtype) {
+      SwiGluFp8Kernel<T, T><<<blocks, threads, 0, s>>>(p);
+    } else {
+      SwiGluFp8Kernel<T, float><<<blocks, threads, 0, s>>>(p);
+    }
+    return cudaGetLastError();
+  }
   if (p.gate_up_in_dtype) {
     SwiGluKernel<T, T><<<grid, kThreads, 0, s>>>(p);
   } else {
     SwiGluKernel<T, float><<<grid, kThreads, 0, s>>>(p);
   }
   return cudaGetLastError();
+}
+
+bool SwiGluFusesFp8(const SwiGluParams& p) {
+  return p.hidden % 8 == 0 && p.hidden / 8 <= kSwiGluVecs * 1024 && Aligned(p.fp8_codes, 8) &&
+         (p.fp8_group == p.hidden || (p.fp8_group == kFp8Group && p.hidden % kFp8Group == 0));
 }
 
 // The one runtime dispatch point over dtypes for the layer kernels.
@@ -201,7 +217,25 @@ absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream) {
   if (p.hidden % 8 == 0 && (!Aligned(p.gate_up, in_align) || !Aligned(p.out, 16))) {
     return absl::InvalidArgumentError("SwiGlu: gate_up or out is not aligned for vector access");
   }
-  return ByDtype<SwiGluOp>(dtype, p, stream, "SwiGlu");
+  if (p.fp8_codes == nullptr) return ByDtype<SwiGluOp>(dtype, p, stream, "SwiGlu");
+  if (p.fp8_scales == nullptr || (p.fp8_group != p.hidden && p.fp8_group != kFp8Group)) {
+    return absl::InvalidArgumentError(
+        "SwiGlu: an FP8 output needs scales and a group of hidden or kFp8Group");
+  }
+  if (SwiGluFusesFp8(p)) return ByDtype<SwiGluOp>(dtype, p, stream, "SwiGlu (FP8 out)");
+  SwiGluParams plain = p;
+  plain.fp8_codes = nullptr;
+  BANYAN_RETURN_IF_ERROR(ByDtype<SwiGluOp>(dtype, plain, stream, "SwiGlu"));
+  QuantizeFp8Params q;
+  q.in = p.out;
+  q.rows = p.rows;
+  q.cols = p.hidden;
+  q.group = p.fp8_group;
+  q.codes = p.fp8_codes;
+  q.scales = p.fp8_scales;
+  q.pad_rows = p.fp8_pad_rows;
+  q.group_major = true;  // per token the two layouts are one
+  return QuantizeRowsFp8(dtype, q, stream);
 }
 
 absl::Status QkvBiasNorm(const QkvBiasNormParams& p, cudaStream_t stream) {
@@ -279,6 +313,10 @@ std::vector<const void*> EarlyLaunchKernels() {
       reinterpret_cast<const void*>(SwiGluKernel<bf16, float>),
       reinterpret_cast<const void*>(SwiGluKernel<__half, __half>),
       reinterpret_cast<const void*>(SwiGluKernel<__half, float>),
+      reinterpret_cast<const void*>(SwiGluFp8Kernel<bf16, bf16>),
+      reinterpret_cast<const void*>(SwiGluFp8Kernel<bf16, float>),
+      reinterpret_cast<const void*>(SwiGluFp8Kernel<__half, __half>),
+      reinterpret_cast<const void*>(SwiGluFp8Kernel<__half, float>),
       reinterpret_cast<const void*>(ArgmaxKernel),
   };
 }

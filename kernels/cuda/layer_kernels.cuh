@@ -429,6 +429,93 @@ __global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
   }
 }
 
+// SwiGLU with its output also quantized to FP8 (SwiGluParams::fp8_codes): one block per row
+// (rows past p.rows are padding: zero codes, scale 1), each thread holding up to kSwiGluVecs
+// vectors of 8 outputs, rounded to the dtype as SwiGluKernel rounds them, between the amax and
+// the codes. Per 128 elements, a group is 16 vectors: a half warp's at one step (the block's
+// threads are a multiple of 32). Needs hidden % 8 == 0 and hidden / 8 <= kSwiGluVecs * 1024.
+inline constexpr int kSwiGluVecs = 8;
+template <typename T, typename In>
+__global__ void SwiGluFp8Kernel(const __grid_constant__ SwiGluParams p) {
+  GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
+  __shared__ float warp_max[32];
+  const int64_t r = blockIdx.x;
+  const int n = p.hidden, nv = n / 8;
+  const bool per_token = p.fp8_group == n;
+  const int64_t scale_ld = max(p.rows, p.fp8_pad_rows);
+  auto* codes = reinterpret_cast<uint2*>(p.fp8_codes + r * n);
+  if (r >= p.rows) {
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) codes[i] = make_uint2(0, 0);
+    if (per_token) {
+      if (threadIdx.x == 0) p.fp8_scales[r] = 1.0f;
+    } else {
+      for (int g = threadIdx.x; g < n / kFp8Group; g += blockDim.x) p.fp8_scales[g * scale_ld + r] = 1.0f;
+    }
+    return;
+  }
+  const In* g = static_cast<const In*>(p.gate_up) + r * 2 * n;
+  const In* u = g + n;
+  T* out = static_cast<T*>(p.out) + r * n;
+  using Pair = typename PairOf<T>::Type;
+  float y[kSwiGluVecs][8];
+  float amax = 0.0f;  // fmaxf skips NaN, as QuantizeRowsFp8 does
+#pragma unroll
+  for (int k = 0; k < kSwiGluVecs; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) y[k][m] = 0.0f;
+    if (i >= nv) continue;
+    float a[8], b[8];
+    Load8(g + 8 * i, a);
+    Load8(u + 8 * i, b);
+    uint4 raw;
+    auto* h = reinterpret_cast<Pair*>(&raw);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      h[m] = FromFloat2<T>(Silu(a[2 * m]) * b[2 * m], Silu(a[2 * m + 1]) * b[2 * m + 1]);
+      const float2 f = ToFloat2(h[m]);
+      y[k][2 * m] = f.x;
+      y[k][2 * m + 1] = f.y;
+      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+    *reinterpret_cast<uint4*>(out + 8 * i) = raw;
+  }
+  auto codes_of = [&](int k, float scale) {
+    return make_uint2(Fp8CodesOf4(y[k][0], y[k][1], y[k][2], y[k][3], scale),
+                      Fp8CodesOf4(y[k][4], y[k][5], y[k][6], y[k][7], scale));
+  };
+  if (per_token) {
+    amax = WarpMax(amax);
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    float m = 0.0f;
+    for (int j = 0; j < static_cast<int>(blockDim.x >> 5); ++j) m = fmaxf(m, warp_max[j]);
+    const float scale = Fp8ScaleOf(m);
+    if (threadIdx.x == 0) p.fp8_scales[r] = scale;
+#pragma unroll
+    for (int k = 0; k < kSwiGluVecs; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      if (i >= nv) break;
+      codes[i] = codes_of(k, scale);
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kSwiGluVecs; ++k) {
+    if (k * static_cast<int>(blockDim.x) >= nv) break;  // the same for the whole block
+    const int i = threadIdx.x + k * blockDim.x;
+    float a = 0.0f;  // the shuffles below run on every lane: y is 0 past the row
+#pragma unroll
+    for (int m = 0; m < 8; ++m) a = fmaxf(a, fabsf(y[k][m]));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    if (i >= nv) continue;  // a whole half warp (nv is a multiple of 16)
+    const float scale = Fp8ScaleOf(a);
+    if ((threadIdx.x & 15) == 0) p.fp8_scales[(i / 16) * scale_ld + r] = scale;
+    codes[i] = codes_of(k, scale);
+  }
+}
+
 // Block b copies one (layer, k|v, kv head) run of slots with 16-byte vectors.
 __global__ void CopyKvSlotsKernel(const __grid_constant__ CopyKvSlotsParams p) {
   const int hkv = p.kv.num_kv_heads, d = p.kv.head_dim, c = p.kv.chunk_size;

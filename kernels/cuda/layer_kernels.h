@@ -103,6 +103,13 @@ struct SwiGluParams {
   int32_t rows = 0;
   int32_t hidden = 0;
   bool gate_up_in_dtype = false;  // gate_up is fp32, or the dtype (the GEMM wrote it narrowed)
+  // Optionally, `out` also quantized to FP8 for the down projection in the same launch, as
+  // RmsNormParams' fp8_* say (there over dim, here over hidden). Fused for hidden % 8 == 0;
+  // otherwise SwiGlu runs QuantizeRowsFp8 on `out` after the plain kernel.
+  uint8_t* fp8_codes = nullptr;
+  float* fp8_scales = nullptr;
+  int32_t fp8_group = 0;
+  int32_t fp8_pad_rows = 0;
 };
 absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream);
 

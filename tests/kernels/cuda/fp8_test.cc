@@ -182,6 +182,59 @@ TEST(Fp8Quant, RmsNormWritesTheCodesOfItsOwnOutput) {
       }
 }
 
+// The same for SwiGLU, whose output feeds the down projection: fused at 14,336 (per token and per
+// 128, fp32 and dtype inputs) and at 1,000 per token; the fallback at 1,000 per 128 and at 100.
+TEST(Fp8Quant, SwiGluWritesTheCodesOfItsOwnOutput) {
+  BANYAN_SEEDED_RNG(rng);
+  for (int64_t hidden : {14336, 1000, 100})
+    for (bool per_token : {true, false})
+      for (bool in_dtype : {false, true}) {
+        const DType dtype = in_dtype ? DType::kFp16 : DType::kBf16;
+        SCOPED_TRACE(::testing::Message() << "hidden " << hidden
+                                          << (per_token ? " per token" : " per 128")
+                                          << (in_dtype ? " fp16 in" : " fp32 in"));
+        const int32_t rows = 6, pad_rows = 8;
+        const int64_t group = per_token ? hidden : kFp8Group;
+        const int64_t groups = (hidden + group - 1) / group;
+        std::vector<float> gate_up = Activations(rows, 2 * hidden, rng);
+        DeviceArray<float> gu_f32(gate_up);
+        DeviceArray<uint16_t> gu_narrow(ToDtype(dtype, gate_up));
+        DeviceArray<uint16_t> out_d(int64_t{rows} * hidden);
+        DeviceArray<uint8_t> codes_d(int64_t{pad_rows} * hidden);
+        DeviceArray<float> scales_d(pad_rows * groups);
+        kernels::cuda::SwiGluParams sp;
+        sp.gate_up = in_dtype ? static_cast<const void*>(gu_narrow.get()) : gu_f32.get();
+        sp.gate_up_in_dtype = in_dtype;
+        sp.out = out_d.get();
+        sp.rows = rows;
+        sp.hidden = static_cast<int32_t>(hidden);
+        sp.fp8_codes = codes_d.get();
+        sp.fp8_scales = scales_d.get();
+        sp.fp8_group = static_cast<int32_t>(group);
+        sp.fp8_pad_rows = pad_rows;
+        const absl::Status st = kernels::cuda::SwiGlu(dtype, sp, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        const std::vector<float> out = FromDtype(dtype, out_d.Download());
+        ASSERT_EQ(std::count_if(out.begin(), out.end(), [](float v) { return std::isnan(v); }), 0);
+        std::vector<uint8_t> want_codes;
+        std::vector<float> want_scales;
+        QuantizeOnHost(out, rows, hidden, group, &want_codes, &want_scales);
+        const std::vector<float> scales = scales_d.Download();
+        const std::vector<uint8_t> codes = codes_d.Download();
+        int64_t scales_differ = 0, codes_differ = 0;
+        for (int64_t r = 0; r < pad_rows; ++r) {
+          for (int64_t g = 0; g < groups; ++g) {
+            scales_differ += scales[g * pad_rows + r] != (r < rows ? want_scales[r * groups + g] : 1.0f);
+          }
+          for (int64_t c = 0; c < hidden; ++c) {
+            codes_differ += codes[r * hidden + c] != (r < rows ? want_codes[r * hidden + c] : 0);
+          }
+        }
+        EXPECT_EQ(scales_differ, 0) << "scales differing from the host rule (padding: 1)";
+        EXPECT_EQ(codes_differ, 0) << "codes differing from the host rule (padding: 0)";
+      }
+}
+
 // w [N, K] with 128 x 128 block scales (the fine-grained checkpoints' form), by the same rule per
 // block as the per-channel one per row.
 model::QuantizedTensor QuantizeBlocks(const std::vector<float>& w, int64_t N, int64_t K) {
