@@ -33,7 +33,7 @@
 // GEMM step of the limit is then the FP8 one (bench/gemm_ceiling.h: the backend's FP8 path).
 // --kv-fp8: an FP8 KV cache (CudaBackendOptions::kv_fp8; the limit counts its bytes).
 // --fp8-gemv-rows N: FP8 products of at most N tokens as the GEMV of kernels/cuda/fp8_gemv.h
-// (CudaBackendOptions::fp8_gemv_max_rows; default 0: cuBLASLt for all).
+// (CudaBackendOptions::fp8_gemv_max_rows; 0: cuBLASLt for all; default: the backend's).
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
 // eagerly (off), or both on the same backend (off first). With graphs the table gives the
 // captures in the timed steps and in the whole run (warm-up included; a TPP plan rebuild or a
@@ -118,7 +118,7 @@ struct Options {
   bool fp32_activations = false;  // CudaBackendOptions::narrow_activations off
   bool fp8 = false;               // --fp8: dummy projections FP8 (CudaBackendOptions::fp8_dummy)
   bool kv_fp8 = false;            // --kv-fp8: an FP8 KV cache (CudaBackendOptions::kv_fp8)
-  int fp8_gemv_rows = 0;          // --fp8-gemv-rows (CudaBackendOptions::fp8_gemv_max_rows)
+  int fp8_gemv_rows = -1;         // --fp8-gemv-rows (CudaBackendOptions::fp8_gemv_max_rows; -1: its default)
   int early_launch_rows = -1;     // CudaBackendOptions::graph_early_launch_rows (-1: default)
   std::vector<bool> graphs = {true};
   bool limit = true;  // measure the projection-only GEMM step and print the physical limit
@@ -643,7 +643,7 @@ int Main(const Options& o) {
         opt.attention = mode;
         opt.narrow_activations = !o.fp32_activations;
         opt.fp8_dummy = o.fp8;
-        opt.fp8_gemv_max_rows = o.fp8_gemv_rows;
+        if (o.fp8_gemv_rows >= 0) opt.fp8_gemv_max_rows = o.fp8_gemv_rows;
         opt.kv_fp8 = o.kv_fp8;
         if (o.early_launch_rows >= 0) opt.graph_early_launch_rows = o.early_launch_rows;
         if (!TppVariant(mode_name, &opt.tpp)) {

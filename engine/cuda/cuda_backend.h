@@ -137,11 +137,12 @@ struct CudaBackendOptions {
   // FP8 on the device whenever cuda::Fp8PlanFor allows and the GPU is Hopper or newer, and are
   // dequantized to `dtype` at upload otherwise (fp8_fallback() says why).
   bool fp8_dummy = false;
-  // FP8 products of at most this many tokens run as the weight-streaming GEMV
-  // (kernels/cuda/fp8_gemv.h; at most kFp8GemvMaxRows), larger ones through cuBLASLt; 0: all
-  // through cuBLASLt. Off by default: on an H100 (2026-12-05) the 8B step of one row took 6.73 ms
-  // with it against 6.68 ms without (the GEMV is correct, not yet fast; docs/benchmarks.md).
-  int fp8_gemv_max_rows = 0;
+  // FP8 products of at most this many tokens run as the weight-streaming GEMV on the FP8 tensor
+  // cores (kernels/cuda/fp8_gemv.h; at most kFp8GemvMaxRows), larger ones through cuBLASLt; 0:
+  // all through cuBLASLt. On an H100 (2026-12-06) the 8B shape's FP8 projections of 1 and 8 rows
+  // took 3.38 and 3.43 ms a step through it against 4.57 and 4.41 ms through cuBLASLt
+  // (docs/benchmarks.md section 11).
+  int fp8_gemv_max_rows = 8;
   // The KV cache in FP8 (E4M3 codes with one power-of-two scale per token, kv head and K or V:
   // kernels/kv_fp8.h): about half the bytes per token of a bf16 / fp16 cache, so about twice the
   // tokens fit. The attention kernels dequantize into the model dtype as they load (exactly);

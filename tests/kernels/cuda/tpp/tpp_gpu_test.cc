@@ -714,12 +714,12 @@ TEST(TppGpuTest, RejectsMismatchedArguments) {
   EXPECT_EQ(TppDecodeAttention(*wp, a, nullptr).code(), absl::StatusCode::kInvalidArgument);
   // An FP8 view of a chunk size that is not a multiple of 8 (its code rows and exponent words
   // would be misaligned).
-  const Shape s8{128, 2, 4, 12, DType::kBf16, true};
+  const Shape s8{128, 2, 4, 20, DType::kBf16, true};
   Fixture f8(s8, 64);
   auto rows8 = BuildHierarchical(f8.tree(), rng, 4, 30, 1, 10, 10);
   f8.FillData(rng, rows8);
   AttentionPlan plan8 = kvcache::BuildAttentionPlan(f8.tree(), rows8, {.share = true});
-  auto wp8 = TppWorkPlan::Build(engine::ViewOf(plan8), TppProblem{8, 2, 128, 12}, TppOptions{});
+  auto wp8 = TppWorkPlan::Build(engine::ViewOf(plan8), TppProblem{8, 2, 128, 20}, TppOptions{});
   ASSERT_TRUE(wp8.ok());
   DevBuf<int32_t> image8(wp8->image().size());
   DevBuf<uint8_t> ws8(wp8->workspace_bytes());
