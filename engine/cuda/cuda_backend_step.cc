@@ -330,7 +330,12 @@ absl::Status CudaBackend::UpdateAttentionNodes(const std::vector<kc::KernelNode>
   const AttentionArgs& a = m.attn;
   std::vector<kc::KernelNodeUpdate> updates;
   if (a.use_tpp) {
-    BANYAN_RETURN_IF_ERROR(kc::tpp::TppNodeUpdates(*m.tpp_plan, a.ta, &updates));
+    // The run arguments as a layer's launch has them: the KV view's format (16-bit or FP8, the
+    // same in every layer) picks the kernels whose nodes are updated; the patch itself moves
+    // no per-layer pointer.
+    kc::tpp::TppRunArgs ta = a.ta;
+    ta.kv = m.kv0;
+    BANYAN_RETURN_IF_ERROR(kc::tpp::TppNodeUpdates(*m.tpp_plan, ta, &updates));
   }
   BANYAN_RETURN_IF_ERROR(kc::ApplyKernelNodeUpdates(kernels, exec, updates, nodes));
   // Every layer launches each listed kernel once: anything else means the graph holds

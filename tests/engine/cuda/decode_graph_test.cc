@@ -23,7 +23,9 @@
 // kernels early (CudaBackendOptions::graph_early_launch_rows, 0 in one case; these steps
 // have fewer rows than graph_early_launch_rows): the executables must have such edges, and the
 // logits stay bitwise equal. One case has q/k/v biases and q/k norms: QkvBiasNorm runs between
-// the QKV GEMM and RoPE (two early-launched kernels in a row; fp32 GEMM outputs).
+// the QKV GEMM and RoPE (two early-launched kernels in a row; fp32 GEMM outputs). Two cases keep
+// K and V in FP8 (CudaBackendOptions::kv_fp8): their attention nodes are the kernels' FP8
+// instantiations, which the node updates must name (a served run once recaptured instead).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -155,6 +157,7 @@ struct Case {
   int32_t min_stable;   // CudaBackendOptions::graph_min_stable_steps
   bool late_launch = false;  // CudaBackendOptions::graph_early_launch_rows = 0
   bool qkv_extras = false;   // q/k/v biases and per-head q/k norms (QkvBiasNorm before RoPE)
+  bool kv_fp8 = false;       // CudaBackendOptions::kv_fp8: the attention nodes are the KV8 kernels
 };
 
 // Runs the scenario of the file comment for one case.
@@ -173,6 +176,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
     o.cuda_graphs = g == 1;
     o.graph_min_stable_steps = c.min_stable;
     if (c.late_launch) o.graph_early_launch_rows = 0;
+    o.kv_fp8 = c.kv_fp8;
     auto b = CudaBackend::Create(&w, o);
     ASSERT_TRUE(b.ok()) << b.status();
     lanes[g] = std::make_unique<Lane>(std::move(*b), c.mode);
@@ -359,6 +363,9 @@ TEST_F(DecodeGraphTest, GraphsOnEqualGraphsOffAcrossShapeChanges) {
         Case{"paged d128 gqa4 stable 2", 128, 4, 1, AttentionMode::kPaged, -1, 2},
         Case{"tpp d64 mha late launch", 64, 4, 4, AttentionMode::kTpp, -1, 1, true},
         Case{"tpp d128 gqa4 biases + qk norms", 128, 4, 1, AttentionMode::kTpp, -1, 1, false,
+             true},
+        Case{"tpp d128 gqa4 FP8 KV", 128, 4, 1, AttentionMode::kTpp, -1, 1, false, false, true},
+        Case{"paged d64 mha FP8 KV", 64, 4, 4, AttentionMode::kPaged, -1, 1, false, false,
              true}}) {
     SCOPED_TRACE(c.label);
     RunCase(c, rng);
