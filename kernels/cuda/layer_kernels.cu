@@ -167,6 +167,23 @@ struct SwiGluOp {
   static cudaError_t Run(const SwiGluParams& p, cudaStream_t s) { return SwiGluDispatched<T>(p, s); }
 };
 
+// The fallback of a kernel that cannot write its FP8 output itself (RmsNormParams' and
+// SwiGluParams' fp8_* fields): QuantizeRowsFp8 over what it wrote, in the same layout.
+template <typename Params>
+absl::Status QuantizeOutputFp8(DType dtype, const void* out, int32_t rows, int32_t cols,
+                               const Params& p, cudaStream_t stream) {
+  QuantizeFp8Params q;
+  q.in = out;
+  q.rows = rows;
+  q.cols = cols;
+  q.group = p.fp8_group;
+  q.codes = p.fp8_codes;
+  q.scales = p.fp8_scales;
+  q.pad_rows = p.fp8_pad_rows;
+  q.group_major = true;  // per token the two layouts are one
+  return QuantizeRowsFp8(dtype, q, stream);
+}
+
 }  // namespace
 
 absl::Status EmbeddingGather(DType dtype, const EmbeddingParams& p, cudaStream_t stream) {
@@ -183,16 +200,7 @@ absl::Status RmsNorm(DType dtype, const RmsNormParams& p, cudaStream_t stream) {
   RmsNormParams plain = p;
   plain.fp8_codes = nullptr;
   BANYAN_RETURN_IF_ERROR(ByDtype<RmsNormOp>(dtype, plain, stream, "RmsNorm"));
-  QuantizeFp8Params q;
-  q.in = p.out;
-  q.rows = p.rows;
-  q.cols = p.dim;
-  q.group = p.fp8_group;
-  q.codes = p.fp8_codes;
-  q.scales = p.fp8_scales;
-  q.pad_rows = p.fp8_pad_rows;
-  q.group_major = true;  // per token the two layouts are one
-  return QuantizeRowsFp8(dtype, q, stream);
+  return QuantizeOutputFp8(dtype, p.out, p.rows, p.dim, p, stream);
 }
 
 absl::Status RopeWriteKv(DType dtype, const RopeKvParams& p, cudaStream_t stream) {
@@ -226,16 +234,7 @@ absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream) {
   SwiGluParams plain = p;
   plain.fp8_codes = nullptr;
   BANYAN_RETURN_IF_ERROR(ByDtype<SwiGluOp>(dtype, plain, stream, "SwiGlu"));
-  QuantizeFp8Params q;
-  q.in = p.out;
-  q.rows = p.rows;
-  q.cols = p.hidden;
-  q.group = p.fp8_group;
-  q.codes = p.fp8_codes;
-  q.scales = p.fp8_scales;
-  q.pad_rows = p.fp8_pad_rows;
-  q.group_major = true;  // per token the two layouts are one
-  return QuantizeRowsFp8(dtype, q, stream);
+  return QuantizeOutputFp8(dtype, p.out, p.rows, p.hidden, p, stream);
 }
 
 absl::Status QkvBiasNorm(const QkvBiasNormParams& p, cudaStream_t stream) {

@@ -128,6 +128,30 @@ TEST(Fp8Quant, CodesAndScalesFollowTheRuleBitForBit) {
         }
 }
 
+// A kernel's FP8 output (codes [pad_rows, cols], scales group-major [groups, pad_rows], as the
+// engine lays them out) against the host rule applied to its own bf16 / fp16 output `out`
+// [rows, cols]: bit for bit; padding rows zero codes and scale 1.
+void ExpectHostRuleOfOutput(const std::vector<float>& out, int64_t rows, int64_t pad_rows,
+                            int64_t cols, int64_t group, const std::vector<uint8_t>& codes,
+                            const std::vector<float>& scales) {
+  ASSERT_EQ(std::count_if(out.begin(), out.end(), [](float v) { return std::isnan(v); }), 0);
+  const int64_t groups = (cols + group - 1) / group;
+  std::vector<uint8_t> want_codes;
+  std::vector<float> want_scales;
+  QuantizeOnHost(out, rows, cols, group, &want_codes, &want_scales);
+  int64_t scales_differ = 0, codes_differ = 0;
+  for (int64_t r = 0; r < pad_rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      scales_differ += scales[g * pad_rows + r] != (r < rows ? want_scales[r * groups + g] : 1.0f);
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      codes_differ += codes[r * cols + c] != (r < rows ? want_codes[r * cols + c] : 0);
+    }
+  }
+  EXPECT_EQ(scales_differ, 0) << "scales differing from the host rule (padding: 1)";
+  EXPECT_EQ(codes_differ, 0) << "codes differing from the host rule (padding: 0)";
+}
+
 // An RmsNorm that also writes its output's FP8 codes (the engine's QKV and gate/up inputs) gives,
 // bit for bit, the host rule applied to the norm's own output: fused in the vectorized kernel
 // (per token and per 128 at 4,096 wide, per token at 1,000) and through the fallback (per 128 at
@@ -161,24 +185,8 @@ TEST(Fp8Quant, RmsNormWritesTheCodesOfItsOwnOutput) {
         np.fp8_pad_rows = pad_rows;
         const absl::Status st = kernels::cuda::RmsNorm(dtype, np, nullptr);
         ASSERT_TRUE(st.ok()) << st;
-        const std::vector<float> out = FromDtype(dtype, out_d.Download());
-        ASSERT_EQ(std::count_if(out.begin(), out.end(), [](float v) { return std::isnan(v); }), 0);
-        std::vector<uint8_t> want_codes;
-        std::vector<float> want_scales;
-        QuantizeOnHost(out, rows, dim, group, &want_codes, &want_scales);
-        const std::vector<float> scales = scales_d.Download();
-        const std::vector<uint8_t> codes = codes_d.Download();
-        int64_t scales_differ = 0, codes_differ = 0;
-        for (int64_t r = 0; r < pad_rows; ++r) {
-          for (int64_t g = 0; g < groups; ++g) {  // group-major, as the engine lays them out
-            scales_differ += scales[g * pad_rows + r] != (r < rows ? want_scales[r * groups + g] : 1.0f);
-          }
-          for (int64_t c = 0; c < dim; ++c) {
-            codes_differ += codes[r * dim + c] != (r < rows ? want_codes[r * dim + c] : 0);
-          }
-        }
-        EXPECT_EQ(scales_differ, 0) << "scales differing from the host rule (padding: 1)";
-        EXPECT_EQ(codes_differ, 0) << "codes differing from the host rule (padding: 0)";
+        ExpectHostRuleOfOutput(FromDtype(dtype, out_d.Download()), rows, pad_rows, dim, group,
+                               codes_d.Download(), scales_d.Download());
       }
 }
 
@@ -214,24 +222,8 @@ TEST(Fp8Quant, SwiGluWritesTheCodesOfItsOwnOutput) {
         sp.fp8_pad_rows = pad_rows;
         const absl::Status st = kernels::cuda::SwiGlu(dtype, sp, nullptr);
         ASSERT_TRUE(st.ok()) << st;
-        const std::vector<float> out = FromDtype(dtype, out_d.Download());
-        ASSERT_EQ(std::count_if(out.begin(), out.end(), [](float v) { return std::isnan(v); }), 0);
-        std::vector<uint8_t> want_codes;
-        std::vector<float> want_scales;
-        QuantizeOnHost(out, rows, hidden, group, &want_codes, &want_scales);
-        const std::vector<float> scales = scales_d.Download();
-        const std::vector<uint8_t> codes = codes_d.Download();
-        int64_t scales_differ = 0, codes_differ = 0;
-        for (int64_t r = 0; r < pad_rows; ++r) {
-          for (int64_t g = 0; g < groups; ++g) {
-            scales_differ += scales[g * pad_rows + r] != (r < rows ? want_scales[r * groups + g] : 1.0f);
-          }
-          for (int64_t c = 0; c < hidden; ++c) {
-            codes_differ += codes[r * hidden + c] != (r < rows ? want_codes[r * hidden + c] : 0);
-          }
-        }
-        EXPECT_EQ(scales_differ, 0) << "scales differing from the host rule (padding: 1)";
-        EXPECT_EQ(codes_differ, 0) << "codes differing from the host rule (padding: 0)";
+        ExpectHostRuleOfOutput(FromDtype(dtype, out_d.Download()), rows, pad_rows, hidden, group,
+                               codes_d.Download(), scales_d.Download());
       }
 }
 
