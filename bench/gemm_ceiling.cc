@@ -95,7 +95,8 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cf
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scales.get(), ones.data(), ones.size() * 4,
                                                 cudaMemcpyHostToDevice, h.stream));
     BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(h.stream));
-    absl::StatusOr<std::unique_ptr<engine::cuda::Fp8Gemm>> g = engine::cuda::Fp8Gemm::Create(32u << 20, fp8_gemv_rows);
+    absl::StatusOr<std::unique_ptr<engine::cuda::Fp8Gemm>> g =
+        engine::cuda::Fp8Gemm::Create(32u << 20, fp8_gemv_rows);
     if (!g.ok()) return g.status();
     fp8_gemm = std::move(*g);
   }

@@ -244,7 +244,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
   // A projection: in the model dtype, or FP8 (DeviceWeights::fp8()): the activations a[M, K]
   // quantized per token (or per 128 of a token with block-scaled weights), then the W8A8 GEMM.
   const std::optional<cuda::Fp8Scaling> fp8 = m.weights.fp8();
-  // `quantized`: the kernel before it (an RmsNorm through fp8_norm below, or SwiGlu) wrote a's
+  // `quantized`: the kernel before it (an RmsNorm or SwiGlu, through fp8_out below) wrote a's
   // FP8 codes and scales into act8 already.
   auto project = [&](const cuda::DeviceFp8Matrix& w8, const void* w, const void* a, void* out,
                      cudaDataType_t out_type, int M, int N, int K, const float* beta,
@@ -269,15 +269,16 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     return m.fp8_gemm->Run(*fp8, w8.operand(), {qp.codes, qp.scales}, out, out_type,
                            qp.pad_rows, N, K, *beta, m.stream);
   };
-  // An RmsNorm whose output feeds an FP8 projection writes that projection's FP8 input too, in
-  // the same launch (kernels/cuda/layer_kernels.h), as QuantizeRowsFp8 would lay it out.
-  static_assert(cuda::kFp8ActivationGroupsMajor, "the fused norm writes group-major scales");
-  auto fp8_norm = [&](kc::RmsNormParams& np) {
+  // An RmsNorm or SwiGlu whose output (`cols` wide) feeds an FP8 projection writes that
+  // projection's FP8 input too, in the same launch (kernels/cuda/layer_kernels.h), as
+  // QuantizeRowsFp8 would lay it out in act8.
+  static_assert(cuda::kFp8ActivationGroupsMajor, "the fused kernels write group-major scales");
+  auto fp8_out = [&](auto& params, int cols) {
     if (!fp8) return;
-    np.fp8_codes = m.act8.as<uint8_t>();
-    np.fp8_scales = m.act8_scales.as<float>();
-    np.fp8_group = *fp8 == cuda::Fp8Scaling::kBlock128 ? kc::kFp8Group : np.dim;
-    np.fp8_pad_rows = static_cast<int32_t>(cuda::Fp8Gemm::RowsFor(*fp8, np.rows));
+    params.fp8_codes = m.act8.as<uint8_t>();
+    params.fp8_scales = m.act8_scales.as<float>();
+    params.fp8_group = *fp8 == cuda::Fp8Scaling::kBlock128 ? kc::kFp8Group : cols;
+    params.fp8_pad_rows = static_cast<int32_t>(cuda::Fp8Gemm::RowsFor(*fp8, params.rows));
   };
   // GEMM outputs that only an elementwise kernel reads are written in the model dtype
   // (CudaBackendOptions::narrow_activations); the QKV output stays fp32 where QkvBiasNorm
@@ -316,7 +317,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     np.rows = T;
     np.dim = dim;
     np.eps = c.norm_eps;
-    fp8_norm(np);
+    fp8_out(np, dim);
     BANYAN_RETURN_IF_ERROR(kc::RmsNorm(dt, np, m.stream));
     BANYAN_RETURN_IF_ERROR(project(lw.wqkv8, lw.wqkv, m.xb.get(), m.scratch.get(),
                                    narrow_qkv ? ctype : CUDA_R_32F, T, qkv_cols, dim, &zero,
@@ -379,12 +380,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     sp.out = m.h.get();
     sp.rows = T;
     sp.hidden = hidden;
-    if (fp8) {  // the down projection's FP8 input, written by SwiGlu (as fp8_norm does)
-      sp.fp8_codes = m.act8.as<uint8_t>();
-      sp.fp8_scales = m.act8_scales.as<float>();
-      sp.fp8_group = *fp8 == cuda::Fp8Scaling::kBlock128 ? kc::kFp8Group : hidden;
-      sp.fp8_pad_rows = static_cast<int32_t>(cuda::Fp8Gemm::RowsFor(*fp8, T));
-    }
+    fp8_out(sp, hidden);  // the down projection's FP8 input
     BANYAN_RETURN_IF_ERROR(kc::SwiGlu(dt, sp, m.stream));
     BANYAN_RETURN_IF_ERROR(project(lw.w2_8, lw.w2, m.h.get(), m.x.get(), CUDA_R_32F, T, dim,
                                    hidden, &one, /*quantized=*/true));

@@ -169,6 +169,16 @@ struct SwiGluOp {
 
 // The fallback of a kernel that cannot write its FP8 output itself (RmsNormParams' and
 // SwiGluParams' fp8_* fields): QuantizeRowsFp8 over what it wrote, in the same layout.
+// Whether `p` asks for an FP8 output the kernels can give (over `cols` elements a row).
+template <typename Params>
+absl::Status CheckFp8Output(const Params& p, int32_t cols, const char* kernel) {
+  if (p.fp8_scales != nullptr && (p.fp8_group == cols || p.fp8_group == kFp8Group)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(kernel, ": an FP8 output needs scales and a group of its width or kFp8Group"));
+}
+
 template <typename Params>
 absl::Status QuantizeOutputFp8(DType dtype, const void* out, int32_t rows, int32_t cols,
                                const Params& p, cudaStream_t stream) {
@@ -192,10 +202,7 @@ absl::Status EmbeddingGather(DType dtype, const EmbeddingParams& p, cudaStream_t
 
 absl::Status RmsNorm(DType dtype, const RmsNormParams& p, cudaStream_t stream) {
   if (p.fp8_codes == nullptr) return ByDtype<RmsNormOp>(dtype, p, stream, "RmsNorm");
-  if (p.fp8_scales == nullptr || (p.fp8_group != p.dim && p.fp8_group != kFp8Group)) {
-    return absl::InvalidArgumentError(
-        "RmsNorm: an FP8 output needs scales and a group of dim or kFp8Group");
-  }
+  BANYAN_RETURN_IF_ERROR(CheckFp8Output(p, p.dim, "RmsNorm"));
   if (RmsNormFusesFp8(p)) return ByDtype<RmsNormOp>(dtype, p, stream, "RmsNorm (FP8 out)");
   RmsNormParams plain = p;
   plain.fp8_codes = nullptr;
@@ -226,10 +233,7 @@ absl::Status SwiGlu(DType dtype, const SwiGluParams& p, cudaStream_t stream) {
     return absl::InvalidArgumentError("SwiGlu: gate_up or out is not aligned for vector access");
   }
   if (p.fp8_codes == nullptr) return ByDtype<SwiGluOp>(dtype, p, stream, "SwiGlu");
-  if (p.fp8_scales == nullptr || (p.fp8_group != p.hidden && p.fp8_group != kFp8Group)) {
-    return absl::InvalidArgumentError(
-        "SwiGlu: an FP8 output needs scales and a group of hidden or kFp8Group");
-  }
+  BANYAN_RETURN_IF_ERROR(CheckFp8Output(p, p.hidden, "SwiGlu"));
   if (SwiGluFusesFp8(p)) return ByDtype<SwiGluOp>(dtype, p, stream, "SwiGlu (FP8 out)");
   SwiGluParams plain = p;
   plain.fp8_codes = nullptr;

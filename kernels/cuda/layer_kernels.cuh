@@ -39,6 +39,31 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return total;
 }
 
+// The largest of the block's values of `v`, all >= 0 (an amax: fmaxf skips NaN); every thread
+// gets it. `scratch` holds one float per warp, as for BlockSum.
+__device__ __forceinline__ float BlockAmax(float v, float* scratch) {
+  v = WarpMax(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float m = 0.0f;
+  for (int w = 0; w < static_cast<int>((blockDim.x + 31) / 32); ++w) m = fmaxf(m, scratch[w]);
+  __syncthreads();  // scratch may be reused by the caller
+  return m;
+}
+
+// Row r of an FP8 output past the real rows (the padding a GEMM runs on): zero codes and scale 1,
+// per token (scales[r]) or per 128 elements (scales[g * scale_ld + r]). cols % 4 == 0.
+__device__ __forceinline__ void WriteFp8PaddingRow(uint8_t* codes, float* scales, int cols,
+                                                   bool per_token, int64_t scale_ld, int64_t r) {
+  auto* row = reinterpret_cast<uint32_t*>(codes + r * cols);
+  for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) row[i] = 0;
+  if (per_token) {
+    if (threadIdx.x == 0) scales[r] = 1.0f;
+    return;
+  }
+  for (int g = threadIdx.x; g < cols / kFp8Group; g += blockDim.x) scales[g * scale_ld + r] = 1.0f;
+}
+
 // One block per row.
 template <typename T>
 __global__ void RmsNormKernel(const __grid_constant__ RmsNormParams p) {
@@ -88,16 +113,8 @@ __global__ void RmsNormVecKernel(const __grid_constant__ RmsNormParams p) {
   const bool fp8 = p.fp8_codes != nullptr;
   const bool per_token = p.fp8_group == p.dim;
   const int64_t scale_ld = max(p.rows, p.fp8_pad_rows);
-  if (r >= p.rows) {  // an FP8 padding row: zero codes, scale 1
-    auto* codes = reinterpret_cast<uint32_t*>(p.fp8_codes + r * p.dim);
-    for (int i = threadIdx.x; i < nv; i += blockDim.x) codes[i] = 0;
-    if (per_token) {
-      if (threadIdx.x == 0) p.fp8_scales[r] = 1.0f;
-    } else {
-      for (int g = threadIdx.x; g < p.dim / kFp8Group; g += blockDim.x) {
-        p.fp8_scales[g * scale_ld + r] = 1.0f;
-      }
-    }
+  if (r >= p.rows) {  // an FP8 padding row
+    WriteFp8PaddingRow(p.fp8_codes, p.fp8_scales, p.dim, per_token, scale_ld, r);
     return;
   }
   const int64_t src = p.row_index != nullptr ? p.row_index[r] : r;
@@ -133,13 +150,7 @@ __global__ void RmsNormVecKernel(const __grid_constant__ RmsNormParams p) {
   if (!fp8) return;
   auto* codes = reinterpret_cast<uint32_t*>(p.fp8_codes + r * p.dim);
   if (per_token) {
-    __syncthreads();  // scratch is BlockSum's until every thread has read its result
-    amax = WarpMax(amax);
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    float m = 0.0f;
-    for (int j = 0; j < static_cast<int>(blockDim.x >> 5); ++j) m = fmaxf(m, scratch[j]);
-    const float scale = Fp8ScaleOf(m);
+    const float scale = Fp8ScaleOf(BlockAmax(amax, scratch));
     if (threadIdx.x == 0) p.fp8_scales[r] = scale;
 #pragma unroll
     for (int k = 0; k < kRmsVecs; ++k) {
@@ -444,13 +455,8 @@ __global__ void SwiGluFp8Kernel(const __grid_constant__ SwiGluParams p) {
   const bool per_token = p.fp8_group == n;
   const int64_t scale_ld = max(p.rows, p.fp8_pad_rows);
   auto* codes = reinterpret_cast<uint2*>(p.fp8_codes + r * n);
-  if (r >= p.rows) {
-    for (int i = threadIdx.x; i < nv; i += blockDim.x) codes[i] = make_uint2(0, 0);
-    if (per_token) {
-      if (threadIdx.x == 0) p.fp8_scales[r] = 1.0f;
-    } else {
-      for (int g = threadIdx.x; g < n / kFp8Group; g += blockDim.x) p.fp8_scales[g * scale_ld + r] = 1.0f;
-    }
+  if (r >= p.rows) {  // an FP8 padding row
+    WriteFp8PaddingRow(p.fp8_codes, p.fp8_scales, n, per_token, scale_ld, r);
     return;
   }
   const In* g = static_cast<const In*>(p.gate_up) + r * 2 * n;
@@ -485,12 +491,7 @@ __global__ void SwiGluFp8Kernel(const __grid_constant__ SwiGluParams p) {
                       Fp8CodesOf4(y[k][4], y[k][5], y[k][6], y[k][7], scale));
   };
   if (per_token) {
-    amax = WarpMax(amax);
-    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    float m = 0.0f;
-    for (int j = 0; j < static_cast<int>(blockDim.x >> 5); ++j) m = fmaxf(m, warp_max[j]);
-    const float scale = Fp8ScaleOf(m);
+    const float scale = Fp8ScaleOf(BlockAmax(amax, warp_max));
     if (threadIdx.x == 0) p.fp8_scales[r] = scale;
 #pragma unroll
     for (int k = 0; k < kSwiGluVecs; ++k) {
