@@ -556,8 +556,8 @@ TEST_F(CudaBackendTest, Fp8BlockScaledCheckpointMatchesCpu) {
 // rounded to bf16 before they are quantized), and a value that crosses an E4M3 rounding boundary
 // moves by a code step (1/16 to 1/8 of itself): about 6 % of the elements, worth about 60 % of
 // FP8's own error, which on these models moves prefill logits by 0.05-0.065 against exact KV
-// (engine_cpu_test's Fp8ForwardTest.KvCacheCostOnSmallRandomModels). kFp8KvTol allows for both; a wrong index or scale gives
-// O(1). Then the cost of the FP8 cache itself: the same GPU run against the CPU keeping K / V in
+// (engine_cpu_test's Fp8ForwardTest.KvCacheCostOnSmallRandomModels). kFp8KvTol allows for
+// both; a wrong index or scale gives O(1). Then the cost of the FP8 cache itself: the same GPU run against the CPU keeping K / V in
 // fp32 (printed, bounded by kFp8KvVsExactTol).
 constexpr double kFp8KvTol = 0.1;
 constexpr double kFp8KvVsExactTol = 0.15;
