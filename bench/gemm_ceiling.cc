@@ -39,11 +39,46 @@ struct Handles {
   }
 };
 
+// The median seconds of `reps` replays of `step` captured in a CUDA graph on h->stream, after
+// one eager run (cuBLAS picks and loads its kernels outside the capture) and three warm-ups.
+template <typename Step>
+absl::StatusOr<double> MedianGraphSeconds(Step& step, int reps, Handles* hp) {
+  Handles& h = *hp;
+  BANYAN_RETURN_IF_ERROR(step());
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(h.stream));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(h.stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status captured = step();
+  const cudaError_t ended = cudaStreamEndCapture(h.stream, &h.graph);
+  BANYAN_RETURN_IF_ERROR(captured);
+  BANYAN_CUDA_RETURN_IF_ERROR(ended);
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&h.exec, h.graph, 0));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&h.start));
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&h.stop));
+  for (int i = 0; i < 3; ++i) BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(h.exec, h.stream));
+  std::vector<double> seconds;
+  for (int i = 0; i < reps; ++i) {
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(h.start, h.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(h.exec, h.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(h.stop, h.stream));
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(h.stop));
+    float ms = 0;
+    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, h.start, h.stop));
+    seconds.push_back(ms * 1e-3);
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
 }  // namespace
 
 absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cfg, int batch,
-                                                    int reps, bool fp8, int fp8_gemv_rows) {
+                                                    int reps, bool fp8, int fp8_gemv_rows,
+                                                    int lm_head_rows) {
   if (batch < 1 || reps < 1) return absl::InvalidArgumentError("batch and reps must be >= 1");
+  if (lm_head_rows < 0) lm_head_rows = batch;
+  if (lm_head_rows > batch) {
+    return absl::InvalidArgumentError("lm_head_rows must be at most batch");
+  }
   const int64_t dim = cfg.dim, d = cfg.head_dim(), hq = cfg.n_heads, hkv = cfg.n_kv_heads;
   const int64_t hidden = cfg.hidden_dim, vocab = cfg.vocab_size, B = batch;
   const int64_t qkv_cols = (hq + 2 * hkv) * d;
@@ -112,9 +147,14 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cf
   const float alpha = 1.0f, beta = 0.0f;
   // out[M, N] = in[M, K] * weight[N, K]^T: the backend's GEMM (cublas_gemm.h), bf16 out.
   auto gemm = [&](const uint16_t* weight, const uint16_t* in, uint16_t* out, int64_t N,
-                  int64_t K) {
-    return engine::cuda::RowMajorGemm(h.cublas, CUDA_R_16BF, weight, in, out, CUDA_R_16BF, B, N,
+                  int64_t K, int64_t M) {
+    return engine::cuda::RowMajorGemm(h.cublas, CUDA_R_16BF, weight, in, out, CUDA_R_16BF, M, N,
                                       K, &alpha, &beta);
+  };
+  // The LM head over the last `lm_head_rows` rows of x.
+  auto lm_head = [&](const uint16_t* weight) -> absl::Status {
+    if (lm_head_rows == 0) return absl::OkStatus();
+    return gemm(weight, x + (B - lm_head_rows) * dim, logits, vocab, dim, lm_head_rows);
   };
   const auto* w8 = static_cast<const uint8_t*>(codes.get());
   const auto* s8 = static_cast<const float*>(scales.get());
@@ -134,40 +174,44 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cf
       BANYAN_RETURN_IF_ERROR(
           gemm8(l, w_qkv + w_o + w_13, qkv_cols + dim + 2 * hidden, x, dim, hidden));
     }
-    if (fp8) return gemm(w, x, logits, vocab, dim);
+    if (fp8) return lm_head(w);
     for (int l = 0; l < cfg.n_layers; ++l) {
       const uint16_t* lw = w + l * layer_elems;
-      BANYAN_RETURN_IF_ERROR(gemm(lw, x, qkv, qkv_cols, dim));
-      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv, att, x2, dim, hq * d));
-      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv + w_o, x2, h13, 2 * hidden, dim));
-      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv + w_o + w_13, hm, x, dim, hidden));
+      BANYAN_RETURN_IF_ERROR(gemm(lw, x, qkv, qkv_cols, dim, B));
+      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv, att, x2, dim, hq * d, B));
+      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv + w_o, x2, h13, 2 * hidden, dim, B));
+      BANYAN_RETURN_IF_ERROR(gemm(lw + w_qkv + w_o + w_13, hm, x, dim, hidden, B));
     }
-    return gemm(w + cfg.n_layers * layer_elems, x, logits, vocab, dim);
+    return lm_head(w + cfg.n_layers * layer_elems);
   };
-  // One eager step first: cuBLAS picks and loads its kernels outside the capture.
-  BANYAN_RETURN_IF_ERROR(step());
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(h.stream));
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(h.stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status captured = step();
-  const cudaError_t ended = cudaStreamEndCapture(h.stream, &h.graph);
-  BANYAN_RETURN_IF_ERROR(captured);
-  BANYAN_CUDA_RETURN_IF_ERROR(ended);
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&h.exec, h.graph, 0));
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&h.start));
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&h.stop));
-  for (int i = 0; i < 3; ++i) BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(h.exec, h.stream));
-  std::vector<double> seconds;
-  for (int i = 0; i < reps; ++i) {
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(h.start, h.stream));
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(h.exec, h.stream));
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventRecord(h.stop, h.stream));
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(h.stop));
-    float ms = 0;
-    BANYAN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, h.start, h.stop));
-    seconds.push_back(ms * 1e-3);
-  }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  return MedianGraphSeconds(step, reps, &h);
+}
+
+absl::StatusOr<double> MeasureDenseGemmFlops(int n, int reps) {
+  if (n < 64 || reps < 1) return absl::InvalidArgumentError("n must be >= 64 and reps >= 1");
+  const int64_t N = n;
+  Handles h;
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&h.stream, cudaStreamNonBlocking));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h.cublas), "cublasCreate"));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasSetStream(h.cublas, h.stream), "cublasSetStream"));
+  DeviceBuffer mats, workspace;
+  BANYAN_RETURN_IF_ERROR(mats.Reserve(3 * N * N * 2, "dense-GEMM operands"));
+  constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+  BANYAN_RETURN_IF_ERROR(workspace.Reserve(kWorkspaceBytes, "cuBLAS workspace"));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(
+      cublasSetWorkspace(h.cublas, workspace.get(), static_cast<size_t>(kWorkspaceBytes)),
+      "cublasSetWorkspace"));
+  BANYAN_CUDA_RETURN_IF_ERROR(
+      FillRandomBf16(mats.get(), static_cast<size_t>(3 * N * N), 1.0f, 3, h.stream));
+  auto* m = static_cast<uint16_t*>(mats.get());
+  const float alpha = 1.0f, beta = 0.0f;
+  auto step = [&]() -> absl::Status {
+    return engine::cuda::RowMajorGemm(h.cublas, CUDA_R_16BF, m, m + N * N, m + 2 * N * N,
+                                      CUDA_R_16BF, N, N, N, &alpha, &beta);
+  };
+  absl::StatusOr<double> seconds = MedianGraphSeconds(step, reps, &h);
+  if (!seconds.ok()) return seconds.status();
+  return 2.0 * static_cast<double>(N * N * N) / *seconds;
 }
 
 }  // namespace banyan::bench

@@ -23,8 +23,16 @@ namespace banyan::bench {
 // weight and per-token activation scales, bf16 out; the activations' quantization not included),
 // the LM head in bf16 as before: the FP8 step's GEMM ceiling. `fp8_gemv_rows`: Fp8Gemm::Create's
 // (products of at most that many rows through kernels/cuda/fp8_gemv.h; 0: all through cuBLASLt).
+// `lm_head_rows`: the rows of the LM head's GEMM (-1: `batch`, as in a decode step; a prefill
+// step computes logits only for the prompts whose last token it holds; 0: none), at most `batch`.
 absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cfg, int batch,
                                                     int reps = 20, bool fp8 = false,
-                                                    int fp8_gemv_rows = 0);
+                                                    int fp8_gemv_rows = 0,
+                                                    int lm_head_rows = -1);
+
+// The dense bf16 tensor-core rate of this GPU as cuBLAS reaches it: the median of `reps` square
+// GEMMs of side `n` (bf16 in and out, fp32 accumulation), in FLOP/s. The ceiling of work that
+// runs at the matrix units' rate without streaming weights, such as prefill attention's products.
+absl::StatusOr<double> MeasureDenseGemmFlops(int n = 8192, int reps = 20);
 
 }  // namespace banyan::bench

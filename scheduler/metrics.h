@@ -63,6 +63,12 @@ struct MetricsSnapshot {
   // Of those steps, the fed ones: launched before the step before was collected, their decode
   // rows reading their tokens on the device (LoopOptions::feed); their launch seconds are 0.
   int64_t decode_fed_steps_total = 0;
+  // Engine steps that computed prompt tokens (decode rows may ride along): their number, the
+  // prompt tokens they computed (prefix-cache hits excluded), and their wall time, host work
+  // included. With only prompts in flight, tokens / seconds is the prefill rate.
+  int64_t prefill_steps_total = 0;
+  int64_t prefill_tokens_total = 0;
+  double prefill_step_seconds_total = 0;
   Histogram time_to_first_token_seconds;
   Histogram inter_token_latency_seconds;
   Histogram e2e_request_latency_seconds;

@@ -38,6 +38,9 @@ void RecordStep(const InFlightStep& f, const CollectedStep& step, LoopStats* sta
     RecordDecodeStep(f, step, stats, metrics);
   } else {
     stats->prefill_seconds += step.step_seconds;
+    ++metrics->prefill_steps_total;
+    metrics->prefill_tokens_total += f.prefill_tokens;
+    metrics->prefill_step_seconds_total += step.step_seconds;
   }
   stats->decode_tokens += f.decode_rows;
   stats->prefill_tokens += f.prefill_tokens;

@@ -203,6 +203,15 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
            "Of those steps, the ones launched before the step before was collected (their rows' "
            "tokens read on the device; no launch seconds).",
            static_cast<double>(m.decode_fed_steps_total));
+  w.Scalar("banyan_prefill_steps_total", "counter",
+           "Engine steps that computed prompt tokens (decode rows may ride along).",
+           static_cast<double>(m.prefill_steps_total));
+  w.Scalar("banyan_prefill_tokens_total", "counter",
+           "Prompt tokens computed in those steps (prefix-cache hits excluded).",
+           static_cast<double>(m.prefill_tokens_total));
+  w.Scalar("banyan_prefill_step_seconds_total", "counter",
+           "Wall time of those steps, host work included, seconds.",
+           m.prefill_step_seconds_total);
 
   // --- banyan_* histograms
   w.Hist("banyan_time_to_first_token_seconds", "Arrival to first generated token, seconds.",

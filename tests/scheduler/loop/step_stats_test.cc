@@ -46,6 +46,8 @@ TEST(StepStatsTest, DecodeOnlyStepCountsItsPhases) {
   EXPECT_DOUBLE_EQ(metrics.decode_step_seconds_total, 2);
   EXPECT_DOUBLE_EQ(metrics.decode_forward_seconds_total, 1.5);
   EXPECT_DOUBLE_EQ(metrics.decode_device_seconds_total, 1.25);
+  EXPECT_EQ(metrics.prefill_steps_total, 0);
+  EXPECT_EQ(metrics.prefill_tokens_total, 0);
 }
 
 TEST(StepStatsTest, StepWithPrefillCountsAsPrefill) {
@@ -61,6 +63,9 @@ TEST(StepStatsTest, StepWithPrefillCountsAsPrefill) {
   EXPECT_EQ(stats.prefill_tokens, 40);
   EXPECT_EQ(stats.decode_tokens, 3);
   EXPECT_EQ(metrics.decode_steps_total, 0);
+  EXPECT_EQ(metrics.prefill_steps_total, 1);
+  EXPECT_EQ(metrics.prefill_tokens_total, 40);
+  EXPECT_DOUBLE_EQ(metrics.prefill_step_seconds_total, 3);
 }
 
 TEST(StepStatsTest, GaugesKeepThePeakOfLiveChunks) {

@@ -32,6 +32,9 @@ scheduler::MetricsSnapshot Sample() {
   m.generation_tokens_total = 5000;
   m.preemptions_total = 1;
   m.requests_finished_total = 10;
+  m.prefill_steps_total = 4;
+  m.prefill_tokens_total = 600;
+  m.prefill_step_seconds_total = 0.5;
   m.time_to_first_token_seconds = scheduler::Histogram({0.1, 1.0});
   m.time_to_first_token_seconds.counts = {2, 3, 1};
   m.time_to_first_token_seconds.count = 6;
@@ -79,6 +82,9 @@ TEST(MetricsTextTest, AllNamesAndValues) {
   EXPECT_EQ(s["banyan_generation_tokens_total"], "5000");
   EXPECT_EQ(s["banyan_preemptions_total"], "1");
   EXPECT_EQ(s["banyan_requests_finished_total"], "10");
+  EXPECT_EQ(s["banyan_prefill_steps_total"], "4");
+  EXPECT_EQ(s["banyan_prefill_tokens_total"], "600");
+  EXPECT_EQ(s["banyan_prefill_step_seconds_total"], "0.5");
   for (const char* name : {"banyan_requests_cancelled_total", "banyan_requests_failed_total",
                            "banyan_iterations_total"}) {
     EXPECT_EQ(s[name], "0") << name;
