@@ -1,5 +1,6 @@
 // Tensor-core and shared-memory primitives shared by the prefill attention and the TPP kernels:
-// shared-memory addresses, ldmatrix, and mma.sync m16n8k16 with fp32 accumulation (sm_80+).
+// shared-memory addresses, cp.async, ldmatrix, and mma.sync m16n8k16 with fp32 accumulation
+// (sm_80+).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +12,29 @@ namespace banyan::kernels::cuda {
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; when !valid nothing is read and the destination is zeroed
+// (masked K/V rows must be finite: P = 0 times a NaN left in shared memory would be NaN).
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)),
+               "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+// 4-byte global -> shared copy of src_bytes (0..4) bytes, the rest zero-filled; both addresses
+// 4-byte aligned.
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SmemAddr(smem)),
+               "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {

@@ -1,10 +1,13 @@
 // Prefill attention on tensor cores (see attention.h): flash-attention-2 style, one CTA per
 // (tile of 64 packed rows, kv head), four warps of 16 rows each. A packed row is (new token j,
 // q head k of this kv head) = j * group + k, so GQA heads share every K/V tile. Per 64-key tile:
-// the keys' addresses are resolved once through the sequence's spans, K and V are staged in
-// shared memory (rows padded by 16 bytes against bank conflicts), S = Q K^T and O += P V run as
-// mma.sync m16n8k16 (bf16 or fp16 operands, fp32 accumulators), with the online softmax on the
-// accumulators in registers (P never touches shared memory).
+// the keys' addresses are resolved once through the sequence's spans (a cursor walking forward,
+// not a search per key), K and V are staged in shared memory (rows padded by 16 bytes against
+// bank conflicts), S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 or fp16 operands, fp32
+// accumulators), with the online softmax on the accumulators in registers (P never touches
+// shared memory). With a 16-bit cache the K/V tiles are double-buffered: tile t + 1's cp.async
+// copies are in flight while tile t is used. An FP8 cache's codes are scaled and converted on
+// the way into shared memory, through registers, one tile at a time.
 #pragma once
 
 #include "kernels/cuda/prefill/attention.h"
@@ -25,8 +28,128 @@ __device__ __forceinline__ uint32_t PackPair(float a, float b) {
 
 template <int HEAD_DIM, bool KV8 = false>
 constexpr int PrefillSmemBytes() {
-  // + the keys' offsets (int64), and with an FP8 cache their exponents' offsets
-  return 3 * kPrefillBlockM * (HEAD_DIM + 8) * 2 + kPrefillBlockN * (KV8 ? 16 : 8);
+  constexpr int tile = kPrefillBlockN * (HEAD_DIM + 8) * 2;  // one K or V tile, padded rows
+  static_assert(kPrefillBlockM == kPrefillBlockN, "Q tiles are sized as K/V tiles");
+  // FP8 cache: the Q, K and V tiles + per key its element offset and its exponents' offset.
+  // 16-bit cache: the Q tile, two K and two V tiles (the next tile's copies in flight while this
+  // one is used) and the two tiles' key offsets.
+  return KV8 ? 3 * tile + kPrefillBlockN * 16 : 5 * tile + 2 * kPrefillBlockN * 8;
+}
+
+// The span holding `key`: the last of the sequence's spans [lo, se) that starts at or before it,
+// walking forward from `lo` (a span starting at or before key). Keys advance through a sequence
+// in order, so each walk starts where the last one ended and takes a step or two.
+__device__ __forceinline__ int PrefillSpanOf(const PrefillParams& p, int lo, int se, int key) {
+  while (lo + 1 < se && p.span_pos[lo + 1] <= key) ++lo;
+  return lo;
+}
+
+// The element offsets of the kPrefillBlockN keys from n0 into koff (threads below
+// kPrefillBlockN, a key each; -1 from kv_end on), and with an FP8 cache their exponents'
+// offsets into kexp. `cur`: a span starting at or before n0.
+template <int HEAD_DIM, bool KV8>
+__device__ __forceinline__ void PrefillKeyOffsets(const PrefillParams& p, int kvh, int cur, int se,
+                                                  int n0, int kv_end, int64_t* koff,
+                                                  int64_t* kexp) {
+  if (threadIdx.x >= kPrefillBlockN) return;
+  const int key = n0 + threadIdx.x;
+  int64_t off = -1, eoff = 0;
+  if (key < kv_end) {
+    const int lo = PrefillSpanOf(p, cur, se, key);
+    const int slot = p.span_begin[lo] + key - p.span_pos[lo];
+    off = p.span_chunk[lo] * p.kv.chunk_stride +
+          (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM;
+    if constexpr (KV8) eoff = KvFp8ExpOffset(p.kv, p.span_chunk[lo], kvh, slot);
+  }
+  koff[threadIdx.x] = off;
+  if constexpr (KV8) kexp[threadIdx.x] = eoff;
+}
+
+// One warp's 16 rows against one K/V tile in shared memory (keys n0...): S = Q K^T, the causal
+// mask (limit: keys visible to this thread's two rows), the online softmax on the accumulators
+// in registers, O += P V.
+template <int HEAD_DIM, typename T>
+__device__ __forceinline__ void PrefillAttendTile(const uint32_t (&qf)[HEAD_DIM / 16][4],
+                                                  const T* ks, const T* vs, int n0,
+                                                  const int (&limit)[2], float scale_log2,
+                                                  float (&o)[HEAD_DIM / 8][4], float (&m)[2],
+                                                  float (&l)[2]) {
+  constexpr int BN = kPrefillBlockN;
+  constexpr int STRIDE = HEAD_DIM + 8;
+  constexpr int KSTEPS = HEAD_DIM / 16;
+  constexpr int NT = BN / 8;        // n8 tiles of S per warp
+  constexpr int DT = HEAD_DIM / 8;  // n8 tiles of O per warp
+  const int lane = threadIdx.x % 32;
+  float s[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      LdMatrixX4(b, ks + (np * 16 + lane % 8 + (lane / 16) * 8) * STRIDE + kk * 16 +
+                        ((lane / 8) % 2) * 8);
+      Mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
+      Mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+    }
+  }
+  // Scale, causal mask, online softmax. Accumulator element e of tile nt is row
+  // lane / 4 + 8 * (e / 2), key n0 + nt * 8 + (lane % 4) * 2 + e % 2.
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int key = n0 + nt * 8 + (lane % 4) * 2 + c;
+        float v = s[nt][2 * ri + c] * scale_log2;
+        if (key >= limit[ri]) v = -INFINITY;
+        s[nt][2 * ri + c] = v;
+        mx = fmaxf(mx, v);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float new_m = fmaxf(m[ri], mx);
+    const float mu = new_m == -INFINITY ? 0.0f : new_m;  // all masked so far: p = 0, no NaN
+    const float corr = exp2f(m[ri] - mu);
+    float rs = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float pr = exp2f(s[nt][2 * ri + c] - mu);
+        s[nt][2 * ri + c] = pr;
+        rs += pr;
+      }
+    }
+    l[ri] = l[ri] * corr + rs;  // per-thread partial sum; reduced over the quad at the end
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      o[dt][2 * ri] *= corr;
+      o[dt][2 * ri + 1] *= corr;
+    }
+    m[ri] = new_m;
+  }
+  // O += P V: the S accumulators of two n8 tiles are the A fragment of one k16 step.
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int dp = 0; dp < DT / 2; ++dp) {
+      uint32_t b[4];
+      LdMatrixX4Trans(b, vs + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * STRIDE + dp * 16 +
+                             (lane / 16) * 8);
+      Mma16816<T>(o[2 * dp], a, b[0], b[1]);
+      Mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
 }
 
 template <int HEAD_DIM, typename T, bool KV8 = false>
@@ -35,16 +158,17 @@ __global__ void __launch_bounds__(kPrefillThreads)
   constexpr int BM = kPrefillBlockM, BN = kPrefillBlockN;
   constexpr int STRIDE = HEAD_DIM + 8;  // shared row stride in elements (16-byte pad)
   constexpr int KSTEPS = HEAD_DIM / 16;
-  constexpr int NT = BN / 8;        // n8 tiles of S per warp
-  constexpr int DT = HEAD_DIM / 8;  // n8 tiles of O per warp
+  constexpr int DT = HEAD_DIM / 8;   // n8 tiles of O per warp
   constexpr int VPR = HEAD_DIM / 8;  // 16-byte vectors per row
   static_assert(HEAD_DIM % 16 == 0 && BM == 4 * 16, "tile shape");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* qs = reinterpret_cast<T*>(smem_raw);
+  // K tiles, then V tiles: one of each with an FP8 cache, two of each (buffers t & 1) without.
+  constexpr int kBuffers = KV8 ? 1 : 2;
   T* ks = qs + BM * STRIDE;
-  T* vs = ks + BN * STRIDE;
-  int64_t* koff = reinterpret_cast<int64_t*>(vs + BN * STRIDE);  // key's element offset
-  int64_t* kexp = koff + BN;  // its exponent's offset (KV8 only)
+  T* vs = ks + kBuffers * BN * STRIDE;
+  int64_t* koff = reinterpret_cast<int64_t*>(vs + kBuffers * BN * STRIDE);  // keys' offsets
+  int64_t* kexp = koff + BN;  // their exponents' offsets (KV8 only)
 
   const int tile = blockIdx.x, kvh = blockIdx.y;
   const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
@@ -53,6 +177,30 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int packed_total = p.seq_num_q[seq] * g;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale_log2 = p.scale * kLog2e;
+  const int last_pr = min(packed_total, m0 + BM) - 1;
+  const int kv_end = pos0 + last_pr / g + 1;  // keys any row of this tile may see
+  const int sb = p.seq_span_begin[seq], se = p.seq_span_end[seq];
+  int cur = sb;  // a span starting at or before the next tile's first key
+
+  // 16-bit cache: tile 0's copies start before Q is read (cp.async, zero-filled past kv_end).
+  [[maybe_unused]] auto issue = [&](int t) {
+    T* kd = ks + (t & 1) * BN * STRIDE;
+    T* vd = vs + (t & 1) * BN * STRIDE;
+    const int64_t* ko = koff + (t & 1) * BN;
+    for (int v = threadIdx.x; v < BN * VPR; v += kPrefillThreads) {
+      const int r = v / VPR, c = (v % VPR) * 8;
+      const int64_t off = ko[r];
+      const T* src = static_cast<const T*>(p.kv.base) + (off >= 0 ? off : 0) + c;
+      CpAsync16(kd + r * STRIDE + c, src, off >= 0);
+      CpAsync16(vd + r * STRIDE + c, src + p.kv.v_offset, off >= 0);
+    }
+    CpAsyncCommit();
+  };
+  if constexpr (!KV8) {
+    PrefillKeyOffsets<HEAD_DIM, false>(p, kvh, cur, se, 0, kv_end, koff, nullptr);
+    __syncthreads();
+    issue(0);
+  }
 
   for (int v = threadIdx.x; v < BM * VPR; v += kPrefillThreads) {
     const int r = v / VPR, c = (v % VPR) * 8;
@@ -64,9 +212,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     }
     *reinterpret_cast<uint4*>(qs + r * STRIDE + c) = val;
   }
-  const int last_pr = min(packed_total, m0 + BM) - 1;
-  const int kv_end = pos0 + last_pr / g + 1;  // keys any row of this tile may see
-  int limit[2];                               // keys visible to this thread's two rows
+  int limit[2];  // keys visible to this thread's two rows
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int pr = m0 + warp * 16 + lane / 4 + 8 * i;
@@ -83,119 +229,48 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int sb = p.seq_span_begin[seq], se = p.seq_span_end[seq];
+  const int tiles = (kv_end + BN - 1) / BN;
 
-  for (int n0 = 0; n0 < kv_end; n0 += BN) {
-    __syncthreads();  // the previous tile is consumed
-    if (threadIdx.x < BN) {
-      const int key = n0 + threadIdx.x;
-      int64_t off = -1, eoff = 0;
-      if (key < kv_end) {  // the last span starting at or before key
-        int lo = sb, hi = se - 1;
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) / 2;
-          if (p.span_pos[mid] <= key) {
-            lo = mid;
-          } else {
-            hi = mid - 1;
-          }
-        }
-        const int slot = p.span_begin[lo] + key - p.span_pos[lo];
-        off = p.span_chunk[lo] * p.kv.chunk_stride +
-              (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM;
-        if constexpr (KV8) eoff = KvFp8ExpOffset(p.kv, p.span_chunk[lo], kvh, slot);
-      }
-      koff[threadIdx.x] = off;
-      if constexpr (KV8) kexp[threadIdx.x] = eoff;
-    }
-    __syncthreads();
-    for (int v = threadIdx.x; v < BN * VPR; v += kPrefillThreads) {
-      const int r = v / VPR, c = (v % VPR) * 8;
-      const int64_t off = koff[r];
-      uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);  // zeros, never NaN
-      if (off >= 0) {
-        if constexpr (KV8) {
+  for (int t = 0; t < tiles; ++t) {
+    const int n0 = t * BN;
+    if constexpr (KV8) {
+      // FP8 codes are scaled and converted on the way in, through registers.
+      cur = PrefillSpanOf(p, cur, se, n0);
+      __syncthreads();  // the previous tile is consumed
+      PrefillKeyOffsets<HEAD_DIM, true>(p, kvh, cur, se, n0, kv_end, koff, kexp);
+      __syncthreads();
+      for (int v = threadIdx.x; v < BN * VPR; v += kPrefillThreads) {
+        const int r = v / VPR, c = (v % VPR) * 8;
+        const int64_t off = koff[r];
+        uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);  // zeros, never NaN
+        if (off >= 0) {
           kv4 = LoadKv8<T, true>(p.kv, off + c, kexp[r]);
           vv4 = LoadKv8<T, true>(p.kv, off + p.kv.v_offset + c, kexp[r] + KvFp8VExpStride(p.kv));
-        } else {
-          kv4 = LoadKv8<T, false>(p.kv, off + c, 0);
-          vv4 = LoadKv8<T, false>(p.kv, off + p.kv.v_offset + c, 0);
         }
+        *reinterpret_cast<uint4*>(ks + r * STRIDE + c) = kv4;
+        *reinterpret_cast<uint4*>(vs + r * STRIDE + c) = vv4;
       }
-      *reinterpret_cast<uint4*>(ks + r * STRIDE + c) = kv4;
-      *reinterpret_cast<uint4*>(vs + r * STRIDE + c) = vv4;
-    }
-    __syncthreads();
-
-    float s[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; ++kk) {
-#pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        uint32_t b[4];
-        LdMatrixX4(b, ks + (np * 16 + lane % 8 + (lane / 16) * 8) * STRIDE + kk * 16 +
-                          ((lane / 8) % 2) * 8);
-        Mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
-        Mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+      __syncthreads();
+      PrefillAttendTile<HEAD_DIM, T>(qf, ks, vs, n0, limit, scale_log2, o, m, l);
+    } else {
+      // Tile t + 1's copies go out while tile t is used: its offsets first (into the buffer of
+      // tile t - 1, whose copies were issued an iteration ago), then, once every warp is done
+      // with tile t - 1's K/V, its cp.async into that buffer.
+      if (t + 1 < tiles) {
+        cur = PrefillSpanOf(p, cur, se, n0 + BN);
+        PrefillKeyOffsets<HEAD_DIM, false>(p, kvh, cur, se, n0 + BN, kv_end,
+                                           koff + ((t + 1) & 1) * BN, nullptr);
       }
-    }
-    // Scale, causal mask, online softmax. Accumulator element e of tile nt is row
-    // lane / 4 + 8 * (e / 2), key n0 + nt * 8 + (lane % 4) * 2 + e % 2.
-#pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int key = n0 + nt * 8 + (lane % 4) * 2 + c;
-          float v = s[nt][2 * ri + c] * scale_log2;
-          if (key >= limit[ri]) v = -INFINITY;
-          s[nt][2 * ri + c] = v;
-          mx = fmaxf(mx, v);
-        }
+      __syncthreads();
+      if (t + 1 < tiles) {
+        issue(t + 1);
+        CpAsyncWait<1>();  // this thread's copies of tile t have landed
+      } else {
+        CpAsyncWait<0>();
       }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float new_m = fmaxf(m[ri], mx);
-      const float mu = new_m == -INFINITY ? 0.0f : new_m;  // all masked so far: p = 0, no NaN
-      const float corr = exp2f(m[ri] - mu);
-      float rs = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float pr = exp2f(s[nt][2 * ri + c] - mu);
-          s[nt][2 * ri + c] = pr;
-          rs += pr;
-        }
-      }
-      l[ri] = l[ri] * corr + rs;  // per-thread partial sum; reduced over the quad at the end
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        o[dt][2 * ri] *= corr;
-        o[dt][2 * ri + 1] *= corr;
-      }
-      m[ri] = new_m;
-    }
-    // O += P V: the S accumulators of two n8 tiles are the A fragment of one k16 step.
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-      for (int dp = 0; dp < DT / 2; ++dp) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, vs + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * STRIDE + dp * 16 +
-                               (lane / 16) * 8);
-        Mma16816<T>(o[2 * dp], a, b[0], b[1]);
-        Mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
-      }
+      __syncthreads();  // and everyone's
+      PrefillAttendTile<HEAD_DIM, T>(qf, ks + (t & 1) * BN * STRIDE, vs + (t & 1) * BN * STRIDE,
+                                     n0, limit, scale_log2, o, m, l);
     }
   }
 

@@ -1,6 +1,6 @@
-// PTX wrappers and small helpers shared by the TPP kernels (sm_80+ instructions, built for
-// sm_90): cp.async with zero fill, ldmatrix, mma.sync m16n8k16 with fp32 accumulation. (The
-// programmatic-dependent-launch controls are device_utils.cuh's.)
+// Small helpers shared by the TPP kernels (sm_80+ instructions, built for sm_90). The PTX
+// wrappers (cp.async with zero fill, ldmatrix, mma.sync m16n8k16) are mma.cuh's; the
+// programmatic-dependent-launch controls device_utils.cuh's.
 #pragma once
 
 #include <cstdint>
@@ -77,29 +77,6 @@ struct DTypeTraits<__half> {
   }
 };
 
-
-// 16-byte global -> shared copy; when !valid nothing is read and the destination is zeroed
-// (masked K/V rows must be finite: P = 0 times a NaN left in shared memory would be NaN).
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)),
-               "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
-// 4-byte global -> shared copy of src_bytes (0..4) bytes, the rest zero-filled; both addresses
-// 4-byte aligned.
-__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SmemAddr(smem)),
-               "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 constexpr float kNegInf = -__builtin_huge_valf();
 
