@@ -606,7 +606,9 @@ TEST(KvFp8Rounding, CornersAndIdempotence) {
   std::vector<float> again = row;
   RoundKvRowFp8(again.data(), 8);
   for (int i = 0; i < 8; ++i) {
-    if (!std::isnan(row[i])) EXPECT_EQ(again[i], row[i]) << i;
+    if (!std::isnan(row[i])) {
+      EXPECT_EQ(again[i], row[i]) << i;
+    }
   }
 }
 
