@@ -92,12 +92,46 @@ cudaError_t WriteKvFp8Dispatched(const RopeKvParams& p, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+// The cluster kernel: per-token scales, at most kSwiGluClusterRows rows (with padding), a row
+// whose slices fit 256 threads x kSwiGluVecs vectors, and a device of compute capability 9.0+
+// (asked once; the kernel is empty below it).
+constexpr int kSwiGluClusterRows = 16;
+bool SwiGluFp8UsesCluster(const SwiGluParams& p) {
+  static const bool clusters = [] {
+    int device = 0, major = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+               cudaSuccess &&
+           major >= 9;
+  }();
+  const int per_block = (p.hidden / 8 + kSwiGluCluster - 1) / kSwiGluCluster;
+  return clusters && p.fp8_group == p.hidden &&
+         std::max(p.rows, p.fp8_pad_rows) <= kSwiGluClusterRows && per_block <= 256 * kSwiGluVecs;
+}
+
 template <typename T>
 cudaError_t SwiGluDispatched(const SwiGluParams& p, cudaStream_t s) {
   if (p.rows == 0 || p.hidden == 0) return cudaSuccess;
   const int per_row = p.hidden % 8 == 0 ? p.hidden / 8 : p.hidden;
   const dim3 grid(static_cast<unsigned>(std::min((per_row + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(std::min(p.rows, 65535)));
+  if (p.fp8_codes != nullptr && SwiGluFp8UsesCluster(p)) {
+    const int vecs = (p.hidden / 8 + kSwiGluCluster - 1) / kSwiGluCluster;  // per block
+    const int threads = std::max(32, (std::min(vecs, 256) + 31) / 32 * 32);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kSwiGluCluster, static_cast<unsigned>(std::max(p.rows, p.fp8_pad_rows)));
+    cfg.blockDim = dim3(static_cast<unsigned>(threads));
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kSwiGluCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return p.gate_up_in_dtype ? cudaLaunchKernelEx(&cfg, SwiGluFp8ClusterKernel<T, T>, p)
+                              : cudaLaunchKernelEx(&cfg, SwiGluFp8ClusterKernel<T, float>, p);
+  }
   if (p.fp8_codes != nullptr) {  // SwiGluFusesFp8 holds (SwiGlu checks)
     const int vecs = p.hidden / 8;
     const int threads = std::max(32, (vecs + kSwiGluVecs - 1) / kSwiGluVecs + 31) / 32 * 32;

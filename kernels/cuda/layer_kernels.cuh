@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 
+#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/device_utils.cuh"
@@ -515,6 +516,78 @@ __global__ void SwiGluFp8Kernel(const __grid_constant__ SwiGluParams p) {
     if ((threadIdx.x & 15) == 0) p.fp8_scales[(i / 16) * scale_ld + r] = scale;
     codes[i] = codes_of(k, scale);
   }
+}
+
+// The same outputs as SwiGluFp8Kernel's with per-token scales, for a few rows: a thread block
+// cluster of kSwiGluCluster blocks per row (grid kSwiGluCluster x rows), each a slice of the row
+// with one vector of 8 outputs per thread at a time, up to kSwiGluVecs. The row's amax is the
+// fmaxf of the blocks' amaxes, read across the cluster from each block's shared memory (sm_90),
+// so codes and scale are bit for bit those of the one-block kernel. One block per row leaves all
+// but a few SMs idle at decode batch 1-8; a cluster spreads a row over eight.
+inline constexpr int kSwiGluCluster = 8;
+template <typename T, typename In>
+__global__ void SwiGluFp8ClusterKernel(const __grid_constant__ SwiGluParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  GridDependencyWait();
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float warp_max[32];
+  __shared__ float block_max;
+  const int64_t r = blockIdx.y;
+  const int part = static_cast<int>(cluster.block_rank());
+  const int n = p.hidden, nv = n / 8;
+  if (r >= p.rows) {  // an FP8 padding row: the whole cluster leaves together
+    if (part == 0) WriteFp8PaddingRow(p.fp8_codes, p.fp8_scales, n, true, 0, r);
+    return;
+  }
+  const int per = (nv + kSwiGluCluster - 1) / kSwiGluCluster;
+  const int v0 = part * per, v1 = min(nv, v0 + per);
+  const In* g = static_cast<const In*>(p.gate_up) + r * 2 * n;
+  const In* u = g + n;
+  T* out = static_cast<T*>(p.out) + r * n;
+  auto* codes = reinterpret_cast<uint2*>(p.fp8_codes + r * n);
+  using Pair = typename PairOf<T>::Type;
+  float y[kSwiGluVecs][8];
+  float amax = 0.0f;  // fmaxf skips NaN, as QuantizeRowsFp8 does
+#pragma unroll
+  for (int k = 0; k < kSwiGluVecs; ++k) {
+    const int i = v0 + threadIdx.x + k * blockDim.x;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) y[k][m] = 0.0f;
+    if (i >= v1) continue;
+    float a[8], b[8];
+    Load8(g + 8 * i, a);
+    Load8(u + 8 * i, b);
+    uint4 raw;
+    auto* h = reinterpret_cast<Pair*>(&raw);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      h[m] = FromFloat2<T>(Silu(a[2 * m]) * b[2 * m], Silu(a[2 * m + 1]) * b[2 * m + 1]);
+      const float2 f = ToFloat2(h[m]);
+      y[k][2 * m] = f.x;
+      y[k][2 * m + 1] = f.y;
+      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+    *reinterpret_cast<uint4*>(out + 8 * i) = raw;
+  }
+  amax = BlockAmax(amax, warp_max);
+  if (threadIdx.x == 0) block_max = amax;
+  cluster.sync();  // every block's amax is in its shared memory
+  float row_max = 0.0f;
+  for (int b = 0; b < kSwiGluCluster; ++b) {
+    row_max = fmaxf(row_max, *cluster.map_shared_rank(&block_max, b));
+  }
+  cluster.sync();  // no block leaves while another may still read its amax
+  const float scale = Fp8ScaleOf(row_max);
+  if (part == 0 && threadIdx.x == 0) p.fp8_scales[r] = scale;
+#pragma unroll
+  for (int k = 0; k < kSwiGluVecs; ++k) {
+    const int i = v0 + threadIdx.x + k * blockDim.x;
+    if (i >= v1) break;
+    codes[i] = make_uint2(Fp8CodesOf4(y[k][0], y[k][1], y[k][2], y[k][3], scale),
+                          Fp8CodesOf4(y[k][4], y[k][5], y[k][6], y[k][7], scale));
+  }
+#endif
 }
 
 // Block b copies one (layer, k|v, kv head) run of slots with 16-byte vectors.

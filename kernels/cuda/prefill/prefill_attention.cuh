@@ -31,9 +31,10 @@ constexpr int PrefillSmemBytes() {
   constexpr int tile = kPrefillBlockN * (HEAD_DIM + 8) * 2;  // one K or V tile, padded rows
   static_assert(kPrefillBlockM == kPrefillBlockN, "Q tiles are sized as K/V tiles");
   // FP8 cache: the Q, K and V tiles + per key its element offset and its exponents' offset.
-  // 16-bit cache: the Q tile, two K and two V tiles (the next tile's copies in flight while this
-  // one is used) and the two tiles' key offsets.
-  return KV8 ? 3 * tile + kPrefillBlockN * 16 : 5 * tile + 2 * kPrefillBlockN * 8;
+  // 16-bit cache: two K and two V tiles (the next tile's copies in flight while this one is
+  // used), the first K tile holding Q until Q is in registers, and the two tiles' key offsets:
+  // 70 KB at head_dim 128, three CTAs an SM.
+  return KV8 ? 3 * tile + kPrefillBlockN * 16 : 4 * tile + 2 * kPrefillBlockN * 8;
 }
 
 // The span holding `key`: the last of the sequence's spans [lo, se) that starts at or before it,
@@ -163,9 +164,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
   static_assert(HEAD_DIM % 16 == 0 && BM == 4 * 16, "tile shape");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* qs = reinterpret_cast<T*>(smem_raw);
-  // K tiles, then V tiles: one of each with an FP8 cache, two of each (buffers t & 1) without.
+  // K tiles, then V tiles: one of each after Q with an FP8 cache; two of each (buffers t & 1)
+  // without, the first K buffer over Q (its copies start once Q is in registers).
   constexpr int kBuffers = KV8 ? 1 : 2;
-  T* ks = qs + BM * STRIDE;
+  T* ks = KV8 ? qs + BM * STRIDE : qs;
   T* vs = ks + kBuffers * BN * STRIDE;
   int64_t* koff = reinterpret_cast<int64_t*>(vs + kBuffers * BN * STRIDE);  // keys' offsets
   int64_t* kexp = koff + BN;  // their exponents' offsets (KV8 only)
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int sb = p.seq_span_begin[seq], se = p.seq_span_end[seq];
   int cur = sb;  // a span starting at or before the next tile's first key
 
-  // 16-bit cache: tile 0's copies start before Q is read (cp.async, zero-filled past kv_end).
+  // 16-bit cache: cp.async copies, zero-filled past kv_end.
   [[maybe_unused]] auto issue = [&](int t) {
     T* kd = ks + (t & 1) * BN * STRIDE;
     T* vd = vs + (t & 1) * BN * STRIDE;
@@ -196,12 +198,6 @@ __global__ void __launch_bounds__(kPrefillThreads)
     }
     CpAsyncCommit();
   };
-  if constexpr (!KV8) {
-    PrefillKeyOffsets<HEAD_DIM, false>(p, kvh, cur, se, 0, kv_end, koff, nullptr);
-    __syncthreads();
-    issue(0);
-  }
-
   for (int v = threadIdx.x; v < BM * VPR; v += kPrefillThreads) {
     const int r = v / VPR, c = (v % VPR) * 8;
     const int pr = m0 + r;
@@ -223,6 +219,11 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; ++kk) {
     LdMatrixX4(qf[kk], qs + (warp * 16 + lane % 16) * STRIDE + kk * 16 + (lane / 16) * 8);
+  }
+  if constexpr (!KV8) {
+    PrefillKeyOffsets<HEAD_DIM, false>(p, kvh, cur, se, 0, kv_end, koff, nullptr);
+    __syncthreads();  // koff is written, and every warp holds its Q (tile 0's K lands over it)
+    issue(0);
   }
 
   float o[DT][4];

@@ -192,39 +192,42 @@ TEST(Fp8Quant, RmsNormWritesTheCodesOfItsOwnOutput) {
 
 // The same for SwiGLU, whose output feeds the down projection: fused at 14,336 (per token and per
 // 128, fp32 and dtype inputs) and at 1,000 per token; the fallback at 1,000 per 128 and at 100.
+// 6 rows padded to 8 take the cluster kernel (per token, compute capability 9.0+), 37 padded
+// to 40 the one-block kernel: both by the host rule, bit for bit.
 TEST(Fp8Quant, SwiGluWritesTheCodesOfItsOwnOutput) {
   BANYAN_SEEDED_RNG(rng);
-  for (int64_t hidden : {14336, 1000, 100})
-    for (bool per_token : {true, false})
-      for (bool in_dtype : {false, true}) {
-        const DType dtype = in_dtype ? DType::kFp16 : DType::kBf16;
-        SCOPED_TRACE(::testing::Message() << "hidden " << hidden
-                                          << (per_token ? " per token" : " per 128")
-                                          << (in_dtype ? " fp16 in" : " fp32 in"));
-        const int32_t rows = 6, pad_rows = 8;
-        const int64_t group = per_token ? hidden : kFp8Group;
-        const int64_t groups = (hidden + group - 1) / group;
-        std::vector<float> gate_up = Activations(rows, 2 * hidden, rng);
-        DeviceArray<float> gu_f32(gate_up);
-        DeviceArray<uint16_t> gu_narrow(ToDtype(dtype, gate_up));
-        DeviceArray<uint16_t> out_d(int64_t{rows} * hidden);
-        DeviceArray<uint8_t> codes_d(int64_t{pad_rows} * hidden);
-        DeviceArray<float> scales_d(pad_rows * groups);
-        kernels::cuda::SwiGluParams sp;
-        sp.gate_up = in_dtype ? static_cast<const void*>(gu_narrow.get()) : gu_f32.get();
-        sp.gate_up_in_dtype = in_dtype;
-        sp.out = out_d.get();
-        sp.rows = rows;
-        sp.hidden = static_cast<int32_t>(hidden);
-        sp.fp8_codes = codes_d.get();
-        sp.fp8_scales = scales_d.get();
-        sp.fp8_group = static_cast<int32_t>(group);
-        sp.fp8_pad_rows = pad_rows;
-        const absl::Status st = kernels::cuda::SwiGlu(dtype, sp, nullptr);
-        ASSERT_TRUE(st.ok()) << st;
-        ExpectHostRuleOfOutput(FromDtype(dtype, out_d.Download()), rows, pad_rows, hidden, group,
-                               codes_d.Download(), scales_d.Download());
-      }
+  for (auto [rows, pad_rows] : {std::pair<int32_t, int32_t>{6, 8}, {37, 40}}) {
+    for (int64_t hidden : {14336, 1000, 100})
+      for (bool per_token : {true, false})
+        for (bool in_dtype : {false, true}) {
+          const DType dtype = in_dtype ? DType::kFp16 : DType::kBf16;
+          SCOPED_TRACE(::testing::Message() << rows << " rows, hidden " << hidden
+                                            << (per_token ? " per token" : " per 128")
+                                            << (in_dtype ? " fp16 in" : " fp32 in"));
+          const int64_t group = per_token ? hidden : kFp8Group;
+          const int64_t groups = (hidden + group - 1) / group;
+          std::vector<float> gate_up = Activations(rows, 2 * hidden, rng);
+          DeviceArray<float> gu_f32(gate_up);
+          DeviceArray<uint16_t> gu_narrow(ToDtype(dtype, gate_up));
+          DeviceArray<uint16_t> out_d(int64_t{rows} * hidden);
+          DeviceArray<uint8_t> codes_d(int64_t{pad_rows} * hidden);
+          DeviceArray<float> scales_d(pad_rows * groups);
+          kernels::cuda::SwiGluParams sp;
+          sp.gate_up = in_dtype ? static_cast<const void*>(gu_narrow.get()) : gu_f32.get();
+          sp.gate_up_in_dtype = in_dtype;
+          sp.out = out_d.get();
+          sp.rows = rows;
+          sp.hidden = static_cast<int32_t>(hidden);
+          sp.fp8_codes = codes_d.get();
+          sp.fp8_scales = scales_d.get();
+          sp.fp8_group = static_cast<int32_t>(group);
+          sp.fp8_pad_rows = pad_rows;
+          const absl::Status st = kernels::cuda::SwiGlu(dtype, sp, nullptr);
+          ASSERT_TRUE(st.ok()) << st;
+          ExpectHostRuleOfOutput(FromDtype(dtype, out_d.Download()), rows, pad_rows, hidden, group,
+                                 codes_d.Download(), scales_d.Download());
+        }
+  }
 }
 
 // w [N, K] with 128 x 128 block scales (the fine-grained checkpoints' form), by the same rule per
