@@ -66,7 +66,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]\n"
     "               [--backend auto|cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]\n"
-    "               [--grpc-port N] [--kv-memory BYTES] [--chunk-size N] [--max-batch N]\n"
+    "               [--grpc-port N] [--kv-memory BYTES | --gpu-memory-utilization F]\n"
+    "               [--chunk-size N] [--max-batch N]\n"
     "               [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off]\n"
     "               [--feed auto|on|off]\n"
     "               [--api-key KEY]... [--tenants FILE]\n"
@@ -92,7 +93,10 @@ constexpr char kUsage[] =
     "FP8 without it. On a Hopper GPU FP8 projections run as W8A8 GEMMs on the FP8 tensor\n"
     "cores (the start-up log says so, or why they were dequantized to bf16 instead).\n"
     "--kv-cache-dtype fp8: K and V kept in FP8 (E4M3, a power-of-two scale per token and head),\n"
-    "about half the bytes of bf16, so --kv-memory holds about twice the tokens.\n";
+    "about half the bytes of bf16, so --kv-memory holds about twice the tokens.\n"
+    "--kv-memory BYTES (default 256MiB) sizes the KV cache; on a GPU, --gpu-memory-utilization F\n"
+    "instead lets this process hold F of the GPU's memory, the KV cache taking what the weights\n"
+    "and a 2 GiB workspace leave (vLLM's option).\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->
@@ -211,18 +215,24 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
       return absl::UnavailableError("--backend cuda: no usable CUDA device");
     }
-    if (absl::Status s = CheckMemoryBudget("--kv-memory", cfg.kv_memory_bytes,
+    const bool by_fraction = cfg.gpu_memory_utilization > 0;
+    if (absl::Status s = CheckMemoryBudget("--kv-memory", by_fraction ? 0 : cfg.kv_memory_bytes,
                                            static_cast<int64_t>(free_bytes),
                                            "GPU (free memory, before the weights are loaded)");
         !s.ok()) {
       return s;
     }
     const bool kv_fp8 = cfg.kv_cache_dtype == "fp8";
-    chunks = cfg.kv_memory_bytes / engine::CudaBackend::ChunkBytes(
-                                       mc, cfg.chunk_size, kernels::cuda::DType::kBf16, kv_fp8);
     engine::CudaBackendOptions co;
     co.kv_fp8 = kv_fp8;
-    co.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
+    if (by_fraction) {  // the backend sizes the pool once it knows the weights' bytes
+      co.memory_fraction = cfg.gpu_memory_utilization;
+      chunks = 1;
+    } else {
+      chunks = cfg.kv_memory_bytes / engine::CudaBackend::ChunkBytes(
+                                         mc, cfg.chunk_size, kernels::cuda::DType::kBf16, kv_fp8);
+      co.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
+    }
     co.chunk_size = cfg.chunk_size;
     co.attention = attention;
     co.fp8_dummy = m->dummy && m->fp8;
@@ -231,6 +241,12 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
                                  mc, model::ParseDummyModel(m->path)->seed, co)
                            : engine::CudaBackend::Create(&m->bundle.weights, co);
       if (!cuda.ok()) return cuda.status();
+      if (by_fraction) {
+        chunks = (*cuda)->num_chunks();
+        spdlog::info("[kv] --gpu-memory-utilization {}: {} MiB of KV cache beside {} MiB of weights",
+                     cfg.gpu_memory_utilization, (*cuda)->kv_bytes() >> 20,
+                     (*cuda)->weight_bytes() >> 20);
+      }
       if (!(*cuda)->fp8_projections().empty()) {
         spdlog::info("weights: projections run as {}", (*cuda)->fp8_projections());
       } else if (!(*cuda)->fp8_fallback().empty()) {
@@ -244,6 +260,11 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
         "this banyand was built without CUDA (configure with nvcc available); use --backend cpu");
 #endif
   } else {
+    if (cfg.gpu_memory_utilization > 0) {
+      return absl::InvalidArgumentError(
+          "--gpu-memory-utilization sizes a GPU's KV cache; the CPU backend's is --kv-memory "
+          "BYTES");
+    }
     // The weights are loaded already, so MemAvailable is what the KV pool may take.
     absl::StatusOr<int64_t> avail = AvailableHostMemoryBytes();
     if (!avail.ok()) return avail.status();
@@ -523,8 +544,12 @@ int Run(int argc, char** argv) {
       "model: dim {}, {} layers, {} heads ({} kv), vocab {}, context {}; backend {}, attention {}",
       mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.vocab_size, mc.max_seq_len,
       cfg->backend, cfg->attention);
-  spdlog::info("[kv] memory budget {} MiB: {} chunks of {} tokens ({} tokens), KV dtype {}",
-               cfg->kv_memory_bytes >> 20, chunks, cfg->chunk_size, chunks * cfg->chunk_size,
+  spdlog::info("[kv] memory budget {}: {} chunks of {} tokens ({} tokens), KV dtype {}",
+               cfg->gpu_memory_utilization > 0
+                   ? absl::StrCat("what --gpu-memory-utilization ", cfg->gpu_memory_utilization,
+                                  " leaves")
+                   : absl::StrCat(cfg->kv_memory_bytes >> 20, " MiB"),
+               chunks, cfg->chunk_size, chunks * cfg->chunk_size,
                cfg->kv_cache_dtype == "fp8" ? "fp8 (E4M3, a power-of-two scale per token and head)"
                                             : "the model's");
 

@@ -139,7 +139,11 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   int64_t chunks = options_.num_chunks;
   if (chunks <= 0) {
     int64_t budget = options_.kv_memory_bytes;
-    if (budget <= 0) {
+    if (budget <= 0 && options_.memory_fraction > 0) {
+      const auto total = static_cast<int64_t>(total_b);
+      budget = static_cast<int64_t>(options_.memory_fraction * static_cast<double>(total)) -
+               (total - free_bytes) - weight_bytes_ - options_.workspace_reserve_bytes;
+    } else if (budget <= 0) {
       budget = static_cast<int64_t>(
           0.9 * static_cast<double>(free_bytes - weight_bytes_ - options_.workspace_reserve_bytes));
     }

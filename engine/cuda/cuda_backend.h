@@ -98,9 +98,13 @@ struct CudaAttentionStats {
 
 struct CudaBackendOptions {
   // KV pool size: num_chunks when > 0; otherwise as many chunks as fit in kv_memory_bytes; when
-  // both are 0, 90% of the device memory left free after the weights and a workspace reserve.
+  // both are 0, what memory_fraction leaves (vLLM's --gpu-memory-utilization: this process may
+  // hold that share of the device's memory, so the pool gets fraction x total, less what is in
+  // use before the weights load, the weights and the workspace reserve); when that is 0 too,
+  // 90% of the device memory left free after the weights and the workspace reserve.
   int32_t num_chunks = 0;
   int64_t kv_memory_bytes = 0;
+  double memory_fraction = 0;
   int32_t chunk_size = 64;
   AttentionMode attention = AttentionMode::kTpp;
   kernels::cuda::DType dtype = kernels::cuda::DType::kBf16;

@@ -212,7 +212,19 @@ const std::map<std::string, Setter>& Setters() {
        }},
       {"kv-memory",
        [](DaemonConfig& c, const std::string& v) {
+         c.kv_memory_given = true;
          return Bytes("kv-memory", v, 1, std::numeric_limits<int64_t>::max(), &c.kv_memory_bytes);
+       }},
+      {"gpu-memory-utilization",
+       [](DaemonConfig& c, const std::string& v) {
+         double f = 0;
+         if (!absl::SimpleAtod(v, &f) || !(f > 0.0 && f <= 1.0)) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "gpu-memory-utilization: expected a fraction in (0, 1], got '", v.substr(0, 64),
+               "'"));
+         }
+         c.gpu_memory_utilization = f;
+         return absl::OkStatus();
        }},
       {"chunk-size",
        [](DaemonConfig& c, const std::string& v) { return Int("chunk-size", v, 16, 256, &c.chunk_size); }},
@@ -484,6 +496,14 @@ absl::Status Finish(DaemonConfig& c) {
     o.max_prompt_bytes = std::min(kDefaultMaxPromptBytes, o.max_body_bytes);
   }
 
+  if (c.gpu_memory_utilization > 0 && c.kv_memory_given) {
+    return absl::InvalidArgumentError(
+        "--gpu-memory-utilization and --kv-memory both size the KV cache: give one");
+  }
+  if (c.gpu_memory_utilization > 0 && c.backend == "cpu") {
+    return absl::InvalidArgumentError(
+        "--gpu-memory-utilization sizes a GPU's KV cache; the CPU backend's is --kv-memory BYTES");
+  }
   if (!c.model.empty() && c.model.starts_with("dummy:")) {
     // A synthetic model (model/model_bundle.h): its spelling is checked when it is loaded.
   } else if (!c.model.empty()) {

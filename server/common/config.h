@@ -72,6 +72,11 @@ struct DaemonConfig {
   std::string backend = "auto";  // "auto" is resolved by banyand (server/common/backend_choice.h)
   std::string attention = "tpp";
   int64_t kv_memory_bytes = int64_t{256} << 20;
+  bool kv_memory_given = false;  // --kv-memory was set (command line or config file)
+  // vLLM's --gpu-memory-utilization F, 0 < F <= 1: the share of the GPU's memory this process
+  // may hold, weights and workspace included; the KV cache gets what remains of it after the
+  // weights (--backend cuda only; exclusive with --kv-memory). 0: unset.
+  double gpu_memory_utilization = 0;
   int chunk_size = 64;
   int max_batch = 256;        // sequences decoded per iteration
   int prefill_budget = 2048;  // prompt tokens per iteration

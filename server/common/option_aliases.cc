@@ -25,9 +25,6 @@ struct Unmapped {
   std::string_view instead;
 };
 constexpr Unmapped kUnmapped[] = {
-    {"gpu-memory-utilization", false,
-     "banyand sizes the KV cache in bytes: --kv-memory BYTES (e.g. 40GiB; the weights come on "
-     "top, and start-up refuses a budget above the GPU's free memory)"},
     {"max-num-batched-tokens", false,
      "--prefill-budget N limits the prompt tokens prefilled per step (decode rows are not "
      "counted)"},

@@ -12,7 +12,7 @@
 // --host, --model, --tokenizer, --served-model-name, --api-key and --max-model-len are
 // banyand's own names too. Every other vLLM option is refused with a message that says it has
 // no banyand counterpart and, where there is a near one, which to use instead (for example
-// --gpu-memory-utilization: banyand sizes its KV cache in bytes, --kv-memory). vLLM options that
+// --max-num-batched-tokens: --prefill-budget). vLLM options that
 // take no value (--trust-remote-code, --enforce-eager, ...) are recognised as such, so the
 // message names them and not the option that follows.
 #pragma once

@@ -75,11 +75,13 @@ test("vLLM's option names are accepted where they map, refused where they do not
   } finally {
     await stop(d);
   }
-  const refused = run(['--model', MODEL, '--gpu-memory-utilization', '0.9']);
+  const refused = run(['--model', MODEL, '--backend', 'cpu', '--gpu-memory-utilization', '0.9']);
   const info = await refused.exit;
   assert.equal(info.code, 2, refused.log);
-  assert.match(refused.log, /gpu-memory-utilization: vLLM's option has no banyand counterpart/);
-  assert.match(refused.log, /--kv-memory/);
+  assert.match(refused.log, /--gpu-memory-utilization sizes a GPU's KV cache; the CPU backend's is --kv-memory/);
+  const unmapped = run(['--model', MODEL, '--swap-space', '4']);
+  assert.equal((await unmapped.exit).code, 2, unmapped.log);
+  assert.match(unmapped.log, /swap-space: vLLM's option has no banyand counterpart/);
   const tooLong = run(['--model', MODEL, '--http-port', '0', '--grpc-port', '0',
     '--max-model-len', '100000']);
   assert.equal((await tooLong.exit).code, 1, tooLong.log);

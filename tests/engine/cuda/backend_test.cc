@@ -529,6 +529,34 @@ TEST_F(CudaBackendTest, Fp8PerChannelProjectionsMatchCpu) {
   ExpectSamePrefillLogits(std::move(*from_host), std::move(*on_device), cfg.vocab_size, rng);
 }
 
+// --gpu-memory-utilization: the pool gets fraction x total less what was in use before, the
+// weights and the workspace reserve, to within one chunk; a fraction that leaves nothing is
+// refused, saying so.
+TEST_F(CudaBackendTest, MemoryFractionSizesThePoolFromWhatRemains) {
+  const model::ModelConfig cfg = SmallConfig(128, 4, 2);
+  CudaBackendOptions o;
+  o.chunk_size = kChunkSize;
+  o.memory_fraction = 0.5;
+  o.workspace_reserve_bytes = int64_t{256} << 20;
+  size_t free_b = 0, total_b = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  auto b = CudaBackend::CreateDummy(cfg, 7, o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const auto total = static_cast<int64_t>(total_b), in_use = total - static_cast<int64_t>(free_b);
+  const int64_t want = total / 2 - in_use - (*b)->weight_bytes() - o.workspace_reserve_bytes;
+  const int64_t chunk = CudaBackend::ChunkBytes(cfg, kChunkSize, DType::kBf16, false);
+  if (want < chunk) GTEST_FAIL() << "this GPU has less than half its memory free: " << in_use;
+  EXPECT_LE((*b)->kv_bytes(), want);
+  EXPECT_GT((*b)->kv_bytes(), want - chunk);
+  EXPECT_EQ((*b)->kv_bytes(), int64_t{(*b)->num_chunks()} * chunk);
+  b->reset();
+  o.memory_fraction = 1e-6;  // below what is in use already
+  auto none = CudaBackend::CreateDummy(cfg, 7, o);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("not enough GPU memory"), std::string::npos)
+      << none.status();
+}
+
 TEST_F(CudaBackendTest, Fp8BlockScaledCheckpointMatchesCpu) {
   BANYAN_SEEDED_RNG(rng);
   const model::ModelConfig cfg = SmallConfig(128, 4, 2);  // fused parts of 512, 256, 1536 rows

@@ -98,15 +98,14 @@ TEST_F(ConfigAliasesTest, SwitchesTakeNoValue) {
 }
 
 TEST_F(ConfigAliasesTest, UnmappedVllmOptionsAreRefusedSayingSo) {
-  for (const char* opt : {"--gpu-memory-utilization", "--tensor-parallel-size", "--dtype",
-                          "--max-num-batched-tokens", "--swap-space"}) {
+  for (const char* opt : {"--tensor-parallel-size", "--dtype", "--max-num-batched-tokens",
+                          "--swap-space"}) {
     auto c = Load({opt, "1"});
     ASSERT_FALSE(c.ok()) << opt;
     EXPECT_TRUE(Has(Error(c), std::string(opt).substr(2))) << Error(c);
     EXPECT_TRUE(Has(Error(c), "no banyand counterpart")) << Error(c);
   }
   // With what to use instead where there is something.
-  EXPECT_TRUE(Has(Error(Load({"--gpu-memory-utilization", "0.9"})), "--kv-memory"));
   EXPECT_TRUE(Has(Error(Load({"--max-num-batched-tokens", "4096"})), "--prefill-budget"));
   // A plain typo stays "unknown option".
   EXPECT_TRUE(Has(Error(Load({"--prot", "1"})), "unknown option")) << Error(Load({"--prot", "1"}));
@@ -114,6 +113,34 @@ TEST_F(ConfigAliasesTest, UnmappedVllmOptionsAreRefusedSayingSo) {
   EXPECT_EQ(*CanonicalOptionName("port"), "http-port");
   EXPECT_TRUE(IsVllmSwitch("enforce-eager"));
   EXPECT_FALSE(IsVllmSwitch("port"));
+}
+
+// vLLM's --gpu-memory-utilization: a fraction in (0, 1] that sizes a GPU's KV cache from what
+// the weights leave; exclusive with --kv-memory, refused for the CPU backend.
+TEST_F(ConfigAliasesTest, GpuMemoryUtilizationIsAFractionOfTheGpu) {
+  auto c = Load({"--gpu-memory-utilization", "0.85"});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_DOUBLE_EQ(c->gpu_memory_utilization, 0.85);
+  EXPECT_FALSE(c->kv_memory_given);
+  c = Load({"--gpu-memory-utilization=1"});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_DOUBLE_EQ(c->gpu_memory_utilization, 1.0);
+  for (const char* bad : {"0", "1.5", "-0.5", "abc", "nan", "", "0.9x"}) {
+    auto e = Load({"--gpu-memory-utilization", bad});
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_TRUE(Has(Error(e), "fraction in (0, 1]")) << Error(e);
+  }
+  auto both = Load({"--gpu-memory-utilization", "0.9", "--kv-memory", "1GiB"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_TRUE(Has(Error(both), "give one")) << Error(both);
+  auto cpu = Load({"--gpu-memory-utilization", "0.9", "--backend", "cpu"});
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_TRUE(Has(Error(cpu), "CPU backend")) << Error(cpu);
+  // In a config file, with vLLM's underscore spelling.
+  const fs::path file = Write("gmu/banyand.json", R"({"gpu_memory_utilization": 0.75})");
+  c = Load({"--config", file.string()});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_DOUBLE_EQ(c->gpu_memory_utilization, 0.75);
 }
 
 TEST_F(ConfigAliasesTest, PathsInAConfigFileAreRelativeToTheFile) {
