@@ -77,6 +77,9 @@ class Backend {
   virtual int32_t chunk_size() const = 0;
   // Whether K and V are kept in FP8 (kernels/kv_fp8.h; on the CPU: rounded as FP8 would).
   virtual bool kv_fp8() const { return false; }
+  // Whether a row's results (logits, hence tokens and logprobs) are bit for bit the same in any
+  // batch, tree layout and cache state as alone (banyand --deterministic on).
+  virtual bool batch_invariant() const { return false; }
   // Device time of the sampled steps so far (ForwardSample, LaunchSample), from each step's
   // launch to its sampled tokens (CUDA events); 0 where the backend does not measure it (the
   // CPU). The engine loop reports step wall time minus this as the device's idle time between

@@ -77,6 +77,7 @@ EngineLoop::EngineLoop(const model::ModelConfig& config, const text::Tokenizer* 
   m.e2e_request_latency_seconds = Histogram(LatencyBuckets());
   m.chunk_size = tree_.chunk_size();
   m.kv_fp8 = backend_->kv_fp8();
+  m.batch_invariant = backend_->batch_invariant();
   PublishMetrics();
   // Draft heads that run on the backend's device are uploaded now (a drafting call for no
   // samples), not in the first step that drafts.

@@ -34,6 +34,7 @@ struct MetricsSnapshot {
   int64_t kv_chunks_saved_by_sharing_peak = 0;
   int32_t chunk_size = 0;
   bool kv_fp8 = false;  // K and V kept in FP8 (engine::Backend::kv_fp8)
+  bool batch_invariant = false;  // engine::Backend::batch_invariant (--deterministic on)
   int64_t prompt_tokens_total = 0;
   int64_t prefix_cache_hit_tokens_total = 0;
   int64_t generation_tokens_total = 0;

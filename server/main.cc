@@ -80,7 +80,7 @@ constexpr char kUsage[] =
     "               [--speculation-min-accept X] [--speculation-adaptive on|off]\n"
     "               [--draft-on device|host]\n"
     "               [--kv-events-config JSON] [--debug-kv-blocks on|off]\n"
-    "               [--reasoning-parser qwen3|deepseek_r1|none]\n"
+    "               [--reasoning-parser qwen3|deepseek_r1|none] [--deterministic on|off]\n"
     "With no arguments: the bundled stories260K, 127.0.0.1, HTTP 8000, gRPC 50051, on the GPU\n"
     "when this banyand has CUDA and a device is visible, else the CPU (--backend auto).\n"
     "vLLM's names are accepted where they mean the same: --port, --max-num-seqs, --block-size,\n"
@@ -96,7 +96,9 @@ constexpr char kUsage[] =
     "about half the bytes of bf16, so --kv-memory holds about twice the tokens.\n"
     "--kv-memory BYTES (default 256MiB) sizes the KV cache; on a GPU, --gpu-memory-utilization F\n"
     "instead lets this process hold F of the GPU's memory, the KV cache taking what the weights\n"
-    "and a 2 GiB workspace leave (vLLM's option).\n";
+    "and a 2 GiB workspace leave (vLLM's option).\n"
+    "--deterministic on: a request's tokens and logprobs are bit for bit the same in any batch as\n"
+    "alone (CPU backend; paged attention, each row's products on its own: slower).\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->
@@ -210,6 +212,11 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
   std::unique_ptr<engine::Backend> backend;
   int64_t chunks = 0;
   if (cfg.backend == "cuda") {
+    if (cfg.deterministic == "on") {
+      return absl::FailedPreconditionError(
+          "--deterministic on: the CUDA backend has no batch-invariant mode yet (its GEMMs and "
+          "attention split by batch size); --backend cpu has one");
+    }
 #ifdef BANYAN_HAVE_CUDA_BACKEND
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
@@ -279,6 +286,7 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
     bo.chunk_size = cfg.chunk_size;
     bo.attention = attention;
     bo.kv_fp8 = cfg.kv_cache_dtype == "fp8";
+    bo.row_invariant = cfg.deterministic == "on";
     if (bo.num_chunks >= 1) {
       absl::StatusOr<std::unique_ptr<engine::CpuBackend>> cpu;
       try {  // the budget check above should make this unreachable; it stays a clean error
@@ -533,6 +541,12 @@ int Run(int argc, char** argv) {
   absl::StatusOr<LoadedModel> loaded = LoadModel(*cfg, argv[0]);
   if (!loaded.ok()) return Fail(loaded.status());
   const model::ModelConfig& mc = loaded->bundle.weights.config;
+  // --deterministic on reads every context per row (paged): TPP's shared-prefix split and merge
+  // depend on who shares the prefix.
+  if (cfg->deterministic == "on" && cfg->attention != "paged") {
+    spdlog::info("--deterministic on: attention paged (each row reads its whole context)");
+    cfg->attention = "paged";
+  }
   const engine::AttentionMode attention = cfg->attention == "paged"
                                               ? engine::AttentionMode::kPaged
                                               : engine::AttentionMode::kTpp;
@@ -553,6 +567,10 @@ int Run(int argc, char** argv) {
                cfg->kv_cache_dtype == "fp8" ? "fp8 (E4M3, a power-of-two scale per token and head)"
                                             : "the model's");
 
+  if ((*backend)->batch_invariant()) {
+    spdlog::info("mode: deterministic: a request's tokens and logprobs are the same in any batch "
+                 "as alone (row-invariant products, paged attention)");
+  }
   scheduler::SchedulerOptions so;
   so.loop.max_running_sequences = cfg->max_batch;
   so.loop.prefill_token_budget = cfg->prefill_budget;

@@ -55,6 +55,10 @@ class CpuBackend final : public Backend {
   int32_t num_chunks() const override { return options_.num_chunks; }
   int32_t chunk_size() const override { return options_.chunk_size; }
   bool kv_fp8() const override { return options_.kv_fp8; }
+  // Row-invariant products with paged attention (see row_invariant).
+  bool batch_invariant() const override {
+    return options_.row_invariant && options_.attention == AttentionMode::kPaged;
+  }
   absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) override;
   absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) override;
   // The final-norm hidden states of the last Forward's logit rows, [rows][dim]: what the LM head

@@ -210,6 +210,10 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return Int("listen-backlog", v, 1, 65535, &c.server.listen_backlog);
        }},
+      {"deterministic",
+       [](DaemonConfig& c, const std::string& v) {
+         return OneOf("deterministic", v, {"on", "off"}, &c.deterministic);
+       }},
       {"kv-memory",
        [](DaemonConfig& c, const std::string& v) {
          c.kv_memory_given = true;
@@ -496,6 +500,11 @@ absl::Status Finish(DaemonConfig& c) {
     o.max_prompt_bytes = std::min(kDefaultMaxPromptBytes, o.max_body_bytes);
   }
 
+  if (c.deterministic == "on" && c.speculative != "off") {
+    return absl::InvalidArgumentError(
+        "--deterministic on with --speculative " + c.speculative +
+        ": speculation is not yet checked to give the same bits; use one or the other");
+  }
   if (c.gpu_memory_utilization > 0 && c.kv_memory_given) {
     return absl::InvalidArgumentError(
         "--gpu-memory-utilization and --kv-memory both size the KV cache: give one");

@@ -101,6 +101,10 @@ struct DaemonConfig {
   // with draft_tree children per node at each depth ("4,2,2"); only in steps with at most
   // speculation_max_rows decode rows, and not for a sample whose accepted candidates per step
   // fall below speculation_min_accept.
+  // --deterministic on|off: a request's tokens and logprobs bit for bit the same in any batch
+  // as alone (the CPU backend: row-invariant products and paged attention; the CUDA backend
+  // refuses it for now).
+  std::string deterministic = "off";
   std::string speculative = "off";
   std::string draft_heads;
   int draft_tokens = 3;

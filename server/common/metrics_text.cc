@@ -143,6 +143,10 @@ std::string RenderPrometheus(const scheduler::MetricsSnapshot& m, std::string_vi
   w.Scalar("banyan_kv_chunks_saved_by_sharing_peak", "gauge",
            "Most KV cache chunks saved by sharing at once since start-up (high-water mark).",
            static_cast<double>(m.kv_chunks_saved_by_sharing_peak));
+  w.Scalar("banyan_deterministic", "gauge",
+           "1 when a request's tokens and logprobs do not depend on the batch it runs in "
+           "(--deterministic on).",
+           m.batch_invariant ? 1.0 : 0.0);
   w.Scalar("banyan_kv_chunk_size_tokens", "gauge", "Token slots per KV cache chunk.", m.chunk_size);
   w.Scalar("banyan_kv_usage_ratio", "gauge",
            "Fraction of KV cache chunks used by running sequences: live / total.", kv_usage);

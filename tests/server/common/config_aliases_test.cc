@@ -143,6 +143,19 @@ TEST_F(ConfigAliasesTest, GpuMemoryUtilizationIsAFractionOfTheGpu) {
   EXPECT_DOUBLE_EQ(c->gpu_memory_utilization, 0.75);
 }
 
+TEST_F(ConfigAliasesTest, DeterministicIsOnOrOffAndNotYetWithSpeculation) {
+  auto c = Load({"--deterministic", "on"});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(c->deterministic, "on");
+  c = Load({});
+  ASSERT_TRUE(c.ok()) << Error(c);
+  EXPECT_EQ(c->deterministic, "off");
+  EXPECT_TRUE(Has(Error(Load({"--deterministic", "yes"})), "deterministic"));
+  auto spec = Load({"--deterministic", "on", "--speculative", "lookup"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_TRUE(Has(Error(spec), "--speculative lookup")) << Error(spec);
+}
+
 TEST_F(ConfigAliasesTest, PathsInAConfigFileAreRelativeToTheFile) {
   const fs::path model = Write("deploy/models/m.gguf", "x");
   const fs::path tok = Write("deploy/models/tok.model", "x");

@@ -32,6 +32,7 @@ scheduler::MetricsSnapshot Sample() {
   m.generation_tokens_total = 5000;
   m.preemptions_total = 1;
   m.requests_finished_total = 10;
+  m.batch_invariant = true;
   m.prefill_steps_total = 4;
   m.prefill_tokens_total = 600;
   m.prefill_step_seconds_total = 0.5;
@@ -83,6 +84,10 @@ TEST(MetricsTextTest, AllNamesAndValues) {
   EXPECT_EQ(s["banyan_preemptions_total"], "1");
   EXPECT_EQ(s["banyan_requests_finished_total"], "10");
   EXPECT_EQ(s["banyan_prefill_steps_total"], "4");
+  EXPECT_EQ(s["banyan_deterministic"], "1");
+  scheduler::MetricsSnapshot off = Sample();
+  off.batch_invariant = false;
+  EXPECT_EQ(Samples(RenderPrometheus(off, "m"))["banyan_deterministic"], "0");
   EXPECT_EQ(s["banyan_prefill_tokens_total"], "600");
   EXPECT_EQ(s["banyan_prefill_step_seconds_total"], "0.5");
   for (const char* name : {"banyan_requests_cancelled_total", "banyan_requests_failed_total",

@@ -1,0 +1,67 @@
+// --deterministic on (the CPU backend: row-invariant products, paged attention): a request's
+// tokens and logprobs are bit for bit the same whether it runs alone or in a concurrent burst of
+// requests of other lengths sharing its system prompt (its prefix computed in its own prefill or
+// found in the cache, its prompt prefilled in one step or split across steps by the burst),
+// greedy and with a seed at temperature 1. banyand says which mode runs: the start-up log and
+// banyan_deterministic on /metrics.
+'use strict';
+
+const assert = require('node:assert/strict');
+const { after, before, describe, test } = require('node:test');
+const { startDaemon, MODEL_NAME } = require('./lib/daemon');
+const { openaiClient } = require('./lib/http');
+const { STORY } = require('./lib/text');
+
+const QUESTIONS = [
+  'What was the dog called?', 'Where did the ball go?', 'Who helped Tom?', 'Was Tom happy?',
+  'What did the lady carry?', 'Tell me more.', 'What happened next?', 'How did it end?',
+];
+
+describe('deterministic mode', () => {
+  let d;
+  let client;
+
+  before(async () => {
+    // A prefill budget below the burst's prompt tokens, so that some prompts are split.
+    d = await startDaemon({
+      args: ['--backend', 'cpu', '--deterministic', 'on', '--chunk-size', '16',
+        '--prefill-budget', '256'],
+    });
+    client = openaiClient(d);
+  });
+  after(async () => {
+    if (d) await d.stop();
+  });
+
+  test('the start-up log and /metrics say which mode runs', async () => {
+    await d.waitForLog(/mode: deterministic/);
+    const body = await (await fetch(`${d.http}/metrics`)).text();
+    assert.match(body, /^banyan_deterministic 1$/m);
+  });
+
+  for (const sampled of [false, true]) {
+    test(`tokens and logprobs alone equal those in a burst (${sampled ? 'seeded, T = 1' : 'greedy'})`,
+      async () => {
+        const ask = (q, i) =>
+          client.completions.create({
+            model: MODEL_NAME,
+            prompt: `${STORY}\n${q}`,
+            max_tokens: 16 + 4 * i,
+            temperature: sampled ? 1 : 0,
+            ...(sampled ? { seed: 100 + i } : {}),
+            logprobs: 3,
+          });
+        const solo = [];
+        for (let i = 0; i < QUESTIONS.length; ++i) solo.push(await ask(QUESTIONS[i], i));
+        const together = await Promise.all(QUESTIONS.map(ask));
+        for (let i = 0; i < QUESTIONS.length; ++i) {
+          const a = solo[i].choices[0];
+          const b = together[i].choices[0];
+          assert.ok(a.logprobs.tokens.length > 0, `no tokens for ${QUESTIONS[i]}`);
+          assert.equal(b.text, a.text, QUESTIONS[i]);
+          // Numbers compared as JSON carries them: the same bits give the same decimal.
+          assert.deepEqual(b.logprobs, a.logprobs, QUESTIONS[i]);
+        }
+      });
+  }
+});
