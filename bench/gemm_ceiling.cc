@@ -39,6 +39,19 @@ struct Handles {
   }
 };
 
+// A non-blocking stream and a cuBLAS handle on it, with a fixed workspace as the backend gives
+// cuBLAS, so that capture never allocates.
+absl::Status SetUpCublas(Handles* h, DeviceBuffer* workspace) {
+  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h->cublas), "cublasCreate"));
+  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasSetStream(h->cublas, h->stream), "cublasSetStream"));
+  constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+  BANYAN_RETURN_IF_ERROR(workspace->Reserve(kWorkspaceBytes, "cuBLAS workspace"));
+  return CublasStatus(
+      cublasSetWorkspace(h->cublas, workspace->get(), static_cast<size_t>(kWorkspaceBytes)),
+      "cublasSetWorkspace");
+}
+
 // The median seconds of `reps` replays of `step` captured in a CUDA graph on h->stream, after
 // one eager run (cuBLAS picks and loads its kernels outside the capture) and three warm-ups.
 template <typename Step>
@@ -95,18 +108,10 @@ absl::StatusOr<double> MeasureProjectionGemmSeconds(const model::ModelConfig& cf
                             logit_elems;
 
   Handles h;
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&h.stream, cudaStreamNonBlocking));
-  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h.cublas), "cublasCreate"));
-  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasSetStream(h.cublas, h.stream), "cublasSetStream"));
   DeviceBuffer weights, acts, workspace;
+  BANYAN_RETURN_IF_ERROR(SetUpCublas(&h, &workspace));
   BANYAN_RETURN_IF_ERROR(weights.Reserve(weight_elems * 2, "GEMM-ceiling weights"));
   BANYAN_RETURN_IF_ERROR(acts.Reserve(act_elems * 2, "GEMM-ceiling activations"));
-  // A fixed workspace, as the backend gives cuBLAS, so that capture never allocates.
-  constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
-  BANYAN_RETURN_IF_ERROR(workspace.Reserve(kWorkspaceBytes, "cuBLAS workspace"));
-  BANYAN_RETURN_IF_ERROR(CublasStatus(
-      cublasSetWorkspace(h.cublas, workspace.get(), static_cast<size_t>(kWorkspaceBytes)),
-      "cublasSetWorkspace"));
   BANYAN_CUDA_RETURN_IF_ERROR(
       FillRandomBf16(weights.get(), static_cast<size_t>(weight_elems), 0.02f, 1, h.stream));
   BANYAN_CUDA_RETURN_IF_ERROR(
@@ -191,16 +196,9 @@ absl::StatusOr<double> MeasureDenseGemmFlops(int n, int reps) {
   if (n < 64 || reps < 1) return absl::InvalidArgumentError("n must be >= 64 and reps >= 1");
   const int64_t N = n;
   Handles h;
-  BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&h.stream, cudaStreamNonBlocking));
-  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h.cublas), "cublasCreate"));
-  BANYAN_RETURN_IF_ERROR(CublasStatus(cublasSetStream(h.cublas, h.stream), "cublasSetStream"));
   DeviceBuffer mats, workspace;
+  BANYAN_RETURN_IF_ERROR(SetUpCublas(&h, &workspace));
   BANYAN_RETURN_IF_ERROR(mats.Reserve(3 * N * N * 2, "dense-GEMM operands"));
-  constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
-  BANYAN_RETURN_IF_ERROR(workspace.Reserve(kWorkspaceBytes, "cuBLAS workspace"));
-  BANYAN_RETURN_IF_ERROR(CublasStatus(
-      cublasSetWorkspace(h.cublas, workspace.get(), static_cast<size_t>(kWorkspaceBytes)),
-      "cublasSetWorkspace"));
   BANYAN_CUDA_RETURN_IF_ERROR(
       FillRandomBf16(mats.get(), static_cast<size_t>(3 * N * N), 1.0f, 3, h.stream));
   auto* m = static_cast<uint16_t*>(mats.get());

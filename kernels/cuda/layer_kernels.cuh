@@ -447,6 +447,39 @@ __global__ void SwiGluKernel(const __grid_constant__ SwiGluParams p) {
 // the codes. Per 128 elements, a group is 16 vectors: a half warp's at one step (the block's
 // threads are a multiple of 32). Needs hidden % 8 == 0 and hidden / 8 <= kSwiGluVecs * 1024.
 inline constexpr int kSwiGluVecs = 8;
+// The SwiGLU outputs of the fused FP8 kernels, each thread's vectors of 8 from `first` in steps of
+// blockDim.x, up to kSwiGluVecs below `end`: written to out in the dtype, kept in y as the
+// dtype rounds them (zeros past end), their amax returned (fmaxf skips NaN, as QuantizeRowsFp8
+// does).
+template <typename T, typename In>
+__device__ __forceinline__ float SwiGluVectors(const In* g, const In* u, T* out, int first,
+                                               int end, float (&y)[kSwiGluVecs][8]) {
+  using Pair = typename PairOf<T>::Type;
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kSwiGluVecs; ++k) {
+    const int i = first + k * static_cast<int>(blockDim.x);
+#pragma unroll
+    for (int m = 0; m < 8; ++m) y[k][m] = 0.0f;
+    if (i >= end) continue;
+    float a[8], b[8];
+    Load8(g + 8 * i, a);
+    Load8(u + 8 * i, b);
+    uint4 raw;
+    auto* h = reinterpret_cast<Pair*>(&raw);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      h[m] = FromFloat2<T>(Silu(a[2 * m]) * b[2 * m], Silu(a[2 * m + 1]) * b[2 * m + 1]);
+      const float2 f = ToFloat2(h[m]);
+      y[k][2 * m] = f.x;
+      y[k][2 * m + 1] = f.y;
+      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+    *reinterpret_cast<uint4*>(out + 8 * i) = raw;
+  }
+  return amax;
+}
+
 template <typename T, typename In>
 __global__ void SwiGluFp8Kernel(const __grid_constant__ SwiGluParams p) {
   GridDependencyWait();  // launched early in a step's graph (EarlyLaunchKernels)
@@ -463,30 +496,8 @@ __global__ void SwiGluFp8Kernel(const __grid_constant__ SwiGluParams p) {
   const In* g = static_cast<const In*>(p.gate_up) + r * 2 * n;
   const In* u = g + n;
   T* out = static_cast<T*>(p.out) + r * n;
-  using Pair = typename PairOf<T>::Type;
   float y[kSwiGluVecs][8];
-  float amax = 0.0f;  // fmaxf skips NaN, as QuantizeRowsFp8 does
-#pragma unroll
-  for (int k = 0; k < kSwiGluVecs; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-#pragma unroll
-    for (int m = 0; m < 8; ++m) y[k][m] = 0.0f;
-    if (i >= nv) continue;
-    float a[8], b[8];
-    Load8(g + 8 * i, a);
-    Load8(u + 8 * i, b);
-    uint4 raw;
-    auto* h = reinterpret_cast<Pair*>(&raw);
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      h[m] = FromFloat2<T>(Silu(a[2 * m]) * b[2 * m], Silu(a[2 * m + 1]) * b[2 * m + 1]);
-      const float2 f = ToFloat2(h[m]);
-      y[k][2 * m] = f.x;
-      y[k][2 * m + 1] = f.y;
-      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
-    *reinterpret_cast<uint4*>(out + 8 * i) = raw;
-  }
+  const float amax = SwiGluVectors<T, In>(g, u, out, threadIdx.x, nv, y);
   auto codes_of = [&](int k, float scale) {
     return make_uint2(Fp8CodesOf4(y[k][0], y[k][1], y[k][2], y[k][3], scale),
                       Fp8CodesOf4(y[k][4], y[k][5], y[k][6], y[k][7], scale));
@@ -546,30 +557,8 @@ __global__ void SwiGluFp8ClusterKernel(const __grid_constant__ SwiGluParams p) {
   const In* u = g + n;
   T* out = static_cast<T*>(p.out) + r * n;
   auto* codes = reinterpret_cast<uint2*>(p.fp8_codes + r * n);
-  using Pair = typename PairOf<T>::Type;
   float y[kSwiGluVecs][8];
-  float amax = 0.0f;  // fmaxf skips NaN, as QuantizeRowsFp8 does
-#pragma unroll
-  for (int k = 0; k < kSwiGluVecs; ++k) {
-    const int i = v0 + threadIdx.x + k * blockDim.x;
-#pragma unroll
-    for (int m = 0; m < 8; ++m) y[k][m] = 0.0f;
-    if (i >= v1) continue;
-    float a[8], b[8];
-    Load8(g + 8 * i, a);
-    Load8(u + 8 * i, b);
-    uint4 raw;
-    auto* h = reinterpret_cast<Pair*>(&raw);
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      h[m] = FromFloat2<T>(Silu(a[2 * m]) * b[2 * m], Silu(a[2 * m + 1]) * b[2 * m + 1]);
-      const float2 f = ToFloat2(h[m]);
-      y[k][2 * m] = f.x;
-      y[k][2 * m + 1] = f.y;
-      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
-    *reinterpret_cast<uint4*>(out + 8 * i) = raw;
-  }
+  float amax = SwiGluVectors<T, In>(g, u, out, v0 + threadIdx.x, v1, y);
   amax = BlockAmax(amax, warp_max);
   if (threadIdx.x == 0) block_max = amax;
   cluster.sync();  // every block's amax is in its shared memory
