@@ -530,8 +530,9 @@ TEST_F(CudaBackendTest, Fp8PerChannelProjectionsMatchCpu) {
 }
 
 // --gpu-memory-utilization: the pool gets fraction x total less what was in use before, the
-// weights and the workspace reserve, to within one chunk; a fraction that leaves nothing is
-// refused, saying so.
+// weights and the workspace reserve: never more, and less by at most a chunk and the backend's
+// own handles and buffers made before its memory plan (about 100 MB on an H200: cuBLAS, the FP8
+// GEMM's workspace), which count as in use. A fraction that leaves nothing is refused, saying so.
 TEST_F(CudaBackendTest, MemoryFractionSizesThePoolFromWhatRemains) {
   const model::ModelConfig cfg = SmallConfig(128, 4, 2);
   CudaBackendOptions o;
@@ -547,7 +548,7 @@ TEST_F(CudaBackendTest, MemoryFractionSizesThePoolFromWhatRemains) {
   const int64_t chunk = CudaBackend::ChunkBytes(cfg, kChunkSize, DType::kBf16, false);
   if (want < chunk) GTEST_FAIL() << "this GPU has less than half its memory free: " << in_use;
   EXPECT_LE((*b)->kv_bytes(), want);
-  EXPECT_GT((*b)->kv_bytes(), want - chunk);
+  EXPECT_GT((*b)->kv_bytes(), want - chunk - (int64_t{512} << 20));
   EXPECT_EQ((*b)->kv_bytes(), int64_t{(*b)->num_chunks()} * chunk);
   b->reset();
   o.memory_fraction = 1e-6;  // below what is in use already
