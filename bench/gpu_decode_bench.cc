@@ -577,13 +577,7 @@ int Main(const Options& o) {
     std::unique_ptr<model::ModelWeights> weights;
     if (dummy) {
       // "shape:<name>", or banyand's spelling "dummy:<name>[:vocab=N]..." (model_bundle.h).
-      auto c = model::IsDummyModel(m)
-                   ? [&]() -> absl::StatusOr<model::ModelConfig> {
-                       auto spec = model::ParseDummyModel(m);
-                       if (!spec.ok()) return spec.status();
-                       return spec->config;
-                     }()
-                   : model::NamedShapeConfig(m.substr(6));
+      auto c = model::ShapeOrDummyConfig(model::IsDummyModel(m) ? m : m.substr(6));
       if (!c.ok()) {
         std::fprintf(stderr, "%s\n", std::string(c.status().message()).c_str());
         return 1;

@@ -78,15 +78,6 @@ std::vector<Step> Pack(const Case& c, int budget) {
   return steps;
 }
 
-absl::StatusOr<model::ModelConfig> ConfigOf(const std::string& m) {
-  if (model::IsDummyModel(m)) {
-    auto spec = model::ParseDummyModel(m);
-    if (!spec.ok()) return spec.status();
-    return spec->config;
-  }
-  return model::NamedShapeConfig(m);
-}
-
 bool ParseCases(const std::string& text, std::vector<Case>* out) {
   out->clear();
   for (absl::string_view item : absl::StrSplit(text, ',')) {
@@ -109,7 +100,7 @@ int Usage() {
 }
 
 int Run(const Options& o) {
-  absl::StatusOr<model::ModelConfig> cfg = ConfigOf(o.model);
+  absl::StatusOr<model::ModelConfig> cfg = model::ShapeOrDummyConfig(o.model);
   if (!cfg.ok()) {
     std::fprintf(stderr, "prefill_ceiling: %s\n", std::string(cfg.status().message()).c_str());
     return 1;

@@ -224,6 +224,13 @@ namespace banyan::model {
 
 bool IsDummyModel(const std::string& model_path) { return model_path.starts_with("dummy:"); }
 
+absl::StatusOr<ModelConfig> ShapeOrDummyConfig(const std::string& spec) {
+  if (!IsDummyModel(spec)) return NamedShapeConfig(spec);
+  absl::StatusOr<DummyModelSpec> d = ParseDummyModel(spec);
+  if (!d.ok()) return d.status();
+  return d->config;
+}
+
 absl::StatusOr<DummyModelSpec> ParseDummyModel(const std::string& model_path) {
   if (!IsDummyModel(model_path)) {
     return absl::InvalidArgumentError(absl::StrCat("not a dummy model: ", model_path));

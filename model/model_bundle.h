@@ -58,6 +58,9 @@ struct DummyModelSpec {
   uint64_t seed = 1;
 };
 absl::StatusOr<DummyModelSpec> ParseDummyModel(const std::string& model_path);
+// The config of banyand's spelling dummy:<shape>[:vocab=N]... or of a bare shape name (the
+// benchmarks' --shape).
+absl::StatusOr<ModelConfig> ShapeOrDummyConfig(const std::string& spec);
 // A SentencePiece BPE vocabulary of `vocab_size` pieces (>= 259): <unk>, <s>, </s>, the 256 byte
 // pieces (byte fallback, so any text encodes), then synthetic pieces "▁t<i>". Text round-trips;
 // generated text from dummy weights is meaningless by design.

@@ -234,22 +234,22 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
     co.kv_fp8 = kv_fp8;
     if (by_fraction) {  // the backend sizes the pool once it knows the weights' bytes
       co.memory_fraction = cfg.gpu_memory_utilization;
-      chunks = 1;
     } else {
-      chunks = cfg.kv_memory_bytes / engine::CudaBackend::ChunkBytes(
-                                         mc, cfg.chunk_size, kernels::cuda::DType::kBf16, kv_fp8);
-      co.num_chunks = static_cast<int32_t>(std::min<int64_t>(chunks, 1 << 30));
+      co.num_chunks = static_cast<int32_t>(std::min<int64_t>(
+          cfg.kv_memory_bytes / engine::CudaBackend::ChunkBytes(
+                                    mc, cfg.chunk_size, kernels::cuda::DType::kBf16, kv_fp8),
+          1 << 30));
     }
     co.chunk_size = cfg.chunk_size;
     co.attention = attention;
     co.fp8_dummy = m->dummy && m->fp8;
-    if (co.num_chunks >= 1) {
+    if (by_fraction || co.num_chunks >= 1) {
       auto cuda = m->dummy ? engine::CudaBackend::CreateDummy(
                                  mc, model::ParseDummyModel(m->path)->seed, co)
                            : engine::CudaBackend::Create(&m->bundle.weights, co);
       if (!cuda.ok()) return cuda.status();
+      chunks = (*cuda)->num_chunks();
       if (by_fraction) {
-        chunks = (*cuda)->num_chunks();
         spdlog::info("[kv] --gpu-memory-utilization {}: {} MiB of KV cache beside {} MiB of weights",
                      cfg.gpu_memory_utilization, (*cuda)->kv_bytes() >> 20,
                      (*cuda)->weight_bytes() >> 20);

@@ -254,6 +254,9 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     ta.side_stream = m.side_stream;
     ta.fork_event = m.fork_event;
     ta.join_event = m.join_event;
+    // Layer 0's KV view: each layer's launch puts in its own base; its format (16-bit or FP8, the
+    // same in every layer) is what picks the kernels, here and in UpdateAttentionNodes.
+    ta.kv = m.kv0;
   }
   int64_t op[12] = {};
   if (a.prefill) {
@@ -330,12 +333,7 @@ absl::Status CudaBackend::UpdateAttentionNodes(const std::vector<kc::KernelNode>
   const AttentionArgs& a = m.attn;
   std::vector<kc::KernelNodeUpdate> updates;
   if (a.use_tpp) {
-    // The run arguments as a layer's launch has them: the KV view's format (16-bit or FP8, the
-    // same in every layer) picks the kernels whose nodes are updated; the patch itself moves
-    // no per-layer pointer.
-    kc::tpp::TppRunArgs ta = a.ta;
-    ta.kv = m.kv0;
-    BANYAN_RETURN_IF_ERROR(kc::tpp::TppNodeUpdates(*m.tpp_plan, ta, &updates));
+    BANYAN_RETURN_IF_ERROR(kc::tpp::TppNodeUpdates(*m.tpp_plan, a.ta, &updates));
   }
   BANYAN_RETURN_IF_ERROR(kc::ApplyKernelNodeUpdates(kernels, exec, updates, nodes));
   // Every layer launches each listed kernel once: anything else means the graph holds
