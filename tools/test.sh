@@ -13,6 +13,7 @@ tools/setup.sh "$@"
 JOBS="${BANYAN_JOBS:-$(nproc)}"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
+# $JOBS at a time, like the Release pass (e2e_soak is RUN_SERIAL: it runs alone).
 ASAN_TESTS=(kvcache_test scheduler_test server_http_server_test server_http_hardening_test
   grpc_server_test e2e_soak)
 sanitized=()
@@ -27,7 +28,7 @@ if ((${#sanitized[@]})); then tools/build_sanitized.sh "${sanitized[@]}"; fi
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
   regex="^($(IFS='|'; echo "${ASAN_TESTS[*]}"))$"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-san --output-on-failure -j 1 -R "$regex"
+    ctest --test-dir build-san --output-on-failure -j "$JOBS" -R "$regex"
 fi
 
 # Fuzzing: every libFuzzer target (tests/fuzz) for BANYAN_FUZZ_SECONDS (default 60) each
