@@ -98,7 +98,8 @@ constexpr char kUsage[] =
     "instead lets this process hold F of the GPU's memory, the KV cache taking what the weights\n"
     "and a 2 GiB workspace leave (vLLM's option).\n"
     "--deterministic on: a request's tokens and logprobs are bit for bit the same in any batch as\n"
-    "alone (CPU backend; paged attention, each row's products on its own: slower).\n";
+    "alone (paged attention, each row's products on its own: slower; on a GPU, bf16/fp16\n"
+    "projections only and no CUDA graphs).\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->
@@ -212,11 +213,6 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
   std::unique_ptr<engine::Backend> backend;
   int64_t chunks = 0;
   if (cfg.backend == "cuda") {
-    if (cfg.deterministic == "on") {
-      return absl::FailedPreconditionError(
-          "--deterministic on: the CUDA backend has no batch-invariant mode yet (its GEMMs and "
-          "attention split by batch size); --backend cpu has one");
-    }
 #ifdef BANYAN_HAVE_CUDA_BACKEND
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
@@ -243,6 +239,7 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
     co.chunk_size = cfg.chunk_size;
     co.attention = attention;
     co.fp8_dummy = m->dummy && m->fp8;
+    co.batch_invariant = cfg.deterministic == "on";
     if (by_fraction || co.num_chunks >= 1) {
       auto cuda = m->dummy ? engine::CudaBackend::CreateDummy(
                                  mc, model::ParseDummyModel(m->path)->seed, co)

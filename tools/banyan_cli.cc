@@ -6,7 +6,7 @@
 //                   [--prompts-file FILE] [--speculative off|hydra] [--draft-heads FILE]
 //                   [--draft-tokens K] [--draft-tree B1,B2,..] [--speculation-adaptive on|off]
 //                   [--draft-on device|host] [--quantization none|fp8]
-//                   [--kv-cache-dtype auto|bf16|fp8]
+//                   [--kv-cache-dtype auto|bf16|fp8] [--deterministic on|off]
 //       Prints the completion (generated text only). With --n > 1 the samples share the
 //       prompt's KV and are printed one after another under "--- sample i ---" headers.
 //       --prompts-file: one prompt per line, all run as one batch on the engine loop (the loop
@@ -16,6 +16,8 @@
 //       as without.
 //       --kv-cache-dtype fp8: K and V in FP8 as banyand's (kernels/kv_fp8.h; the CPU backend
 //       rounds its fp32 rows the same way).
+//       --deterministic on: banyand's batch-invariant mode (each prompt's output the same alone
+//       as in the batch; attention paged).
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
 //                  [--quantization none|fp8]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,
@@ -129,6 +131,12 @@ absl::Status Generate(const Args& a, const char* argv0) {
   if (attention != "tpp" && attention != "paged") {
     return absl::InvalidArgumentError("--attention must be tpp or paged, got " + attention);
   }
+  const std::string deterministic = a.Get("deterministic", "off");
+  if (deterministic != "on" && deterministic != "off") {
+    return absl::InvalidArgumentError("--deterministic must be on or off, got " + deterministic);
+  }
+  const bool invariant = deterministic == "on";
+  if (invariant) attention = "paged";  // as banyand: every row reads its whole context
   const engine::AttentionMode mode =
       attention == "tpp" ? engine::AttentionMode::kTpp : engine::AttentionMode::kPaged;
   const std::string kv_dtype = a.Get("kv-cache-dtype", "auto");
@@ -145,6 +153,7 @@ absl::Status Generate(const Args& a, const char* argv0) {
         engine::CpuBackend::ChunksForBudget(cfg, chunk_size, int64_t{kv_mb} << 20));
     opts.attention = mode;
     opts.kv_fp8 = kv_fp8;
+    opts.row_invariant = invariant;
     auto cpu = engine::CpuBackend::Create(&bundle->weights, opts);
     if (!cpu.ok()) return cpu.status();
     backend = std::move(*cpu);
@@ -155,6 +164,7 @@ absl::Status Generate(const Args& a, const char* argv0) {
     opts.kv_memory_bytes = int64_t{kv_mb} << 20;
     opts.attention = mode;
     opts.kv_fp8 = kv_fp8;
+    opts.batch_invariant = invariant;
     auto cuda = engine::CudaBackend::Create(&bundle->weights, opts);
     if (!cuda.ok()) return cuda.status();
     backend = std::move(*cuda);
@@ -183,6 +193,9 @@ absl::Status Generate(const Args& a, const char* argv0) {
   std::optional<engine::DraftHeads> heads;
   const std::string speculative = a.Get("speculative", "off");
   if (speculative == "hydra") {
+    if (invariant) {
+      return absl::InvalidArgumentError("--deterministic on does not speculate yet");
+    }
     const std::string path = a.Get("draft-heads");
     if (path.empty()) return absl::InvalidArgumentError("--speculative hydra needs --draft-heads");
     auto h = engine::DraftHeads::Load(path, bundle->weights);
@@ -214,6 +227,9 @@ absl::Status Generate(const Args& a, const char* argv0) {
   scheduler::EngineLoop loop(cfg, bundle->tokenizer.get(), std::move(backend), lo);
   auto results = scheduler::GenerateAll(loop, requests);
   if (!results.ok()) return results.status();
+  // --prompts-file prints each completion on one line, whatever the number of prompts (a file of
+  // one prompt too: scripts compare its line with the same prompt's line from a larger file).
+  const bool one_line = !a.Get("prompts-file").empty();
   for (const scheduler::GenerationResult& result : *results) {
     const auto& samples = result.samples;
     for (size_t i = 0; i < samples.size(); ++i) {
@@ -221,7 +237,7 @@ absl::Status Generate(const Args& a, const char* argv0) {
       // The streamed text, as the API returns it: decoded after the prompt, so a completion
       // that starts a word keeps its leading space (Decode of the tokens alone drops it).
       std::string text = samples[i].text;
-      if (requests.size() > 1) text = absl::StrReplaceAll(text, {{"\\", "\\\\"}, {"\n", "\\n"}});
+      if (one_line) text = absl::StrReplaceAll(text, {{"\\", "\\\\"}, {"\n", "\\n"}});
       std::printf("%s\n", text.c_str());
     }
   }

@@ -85,7 +85,8 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   BANYAN_RETURN_IF_ERROR(CublasStatus(
       cublasSetWorkspace(m.cublas, m.cublas_workspace.get(), kCublasWorkspaceBytes),
       "cublasSetWorkspace"));
-  m.graphs_on = options_.cuda_graphs;
+  // The invariant kernels' work lists change every step; nothing would update them in a graph.
+  m.graphs_on = options_.cuda_graphs && !options_.batch_invariant;
   m.graphs = std::make_unique<cuda::DecodeGraphCache>(options_.graph_cache_shapes,
                                                       options_.graph_min_stable_steps);
   if (options_.graph_early_launch_rows > 0 && prop.major >= 9) {
@@ -125,6 +126,12 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
                               prop.major, ".", prop.minor);
   }
   fp8_fallback_ = fp8.reason;
+  if (fp8.scaling && options_.batch_invariant) {
+    return absl::InvalidArgumentError(
+        "the batch-invariant mode (--deterministic on) runs 16-bit projections only; this model's "
+        "are FP8 (" + std::string(weights != nullptr ? weights->source : "--fp8 dummy weights") +
+        "): serve a bf16 checkpoint without --quantization fp8");
+  }
   if (fp8.scaling) {
     fp8_projections_ = *fp8.scaling == cuda::Fp8Scaling::kPerRow
                            ? "FP8 W8A8, per-channel weight and per-token activation scales"
@@ -241,6 +248,18 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
   // out[M, N] = a[M, K] * w[N, K]^T + beta * out (cublas_gemm.h).
   auto gemm_to = [&](const void* w, const void* a, void* out, cudaDataType_t out_type, int M,
                      int N, int K, const float* beta) {
+    if (options_.batch_invariant) {
+      kc::InvariantGemmParams g;
+      g.a = a;
+      g.w = w;
+      g.out = out;
+      g.out_f32 = out_type == CUDA_R_32F;
+      g.M = M;
+      g.N = N;
+      g.K = K;
+      g.beta = *beta;
+      return kc::InvariantGemm(dt, g, m.stream);
+    }
     return RowMajorGemm(m.cublas, ctype, w, a, out, out_type, M, N, K, &alpha, beta);
   };
   auto gemm = [&](const void* w, const void* a, float* out, int M, int N, int K,
@@ -368,7 +387,8 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     if (a.prefill) {
       kc::PrefillParams pp = a.pp;
       pp.kv = kv;
-      BANYAN_RETURN_IF_ERROR(kc::PrefillAttention(dt, pp, m.stream));
+      BANYAN_RETURN_IF_ERROR(a.invariant ? kc::InvariantAttention(dt, pp, m.stream)
+                                         : kc::PrefillAttention(dt, pp, m.stream));
     }
     BANYAN_RETURN_IF_ERROR(
         project(lw.wo8, lw.wo, m.att.get(), m.x.get(), CUDA_R_32F, T, dim, hq * d, &one));

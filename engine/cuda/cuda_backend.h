@@ -152,6 +152,13 @@ struct CudaBackendOptions {
   // tokens fit. The attention kernels dequantize into the model dtype as they load (exactly);
   // head_dim at most 256 and a chunk size that is a multiple of 8.
   bool kv_fp8 = false;
+  // Batch-invariant decoding (banyand --deterministic on): every GEMM through InvariantGemm
+  // (kernels/cuda/invariant_gemm.h) and every token's attention, decode rows and prefill tokens
+  // alike, through InvariantAttention (kernels/cuda/prefill/attention.h), eagerly (no CUDA
+  // graphs), so a request's logits are the same bits alone or in any batch, with its prefix
+  // shared or not, cached or computed, in any cut into prefill chunks. Models with 16-bit
+  // projections (FP8 ones are refused); the KV cache may be FP8.
+  bool batch_invariant = false;
 };
 
 // The row count a decode-only step of `rows` rows runs at with pad_decode_rows: multiples of 8
@@ -177,6 +184,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string_view name() const override { return "cuda"; }
+  bool batch_invariant() const override { return options_.batch_invariant; }
   absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) override;
   double device_seconds() const override;
   absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) override;
@@ -272,6 +280,9 @@ class CudaBackend final : public Backend {
   // Builds the attention work of the step (TPP plan, prefill tiles), uploads it,
   // and fills the launch arguments. `fixed_layout`: tables at offsets that change only when a
   // capacity bucket grows (the graph path).
+  // The batch-invariant mode's attention sequences (Impl::invariant_seqs): the decode rows, each
+  // as a sequence of one new token over its plan row's spans, then the prefill sequences.
+  absl::Status InvariantSeqs(const StepBatch& batch, const StepInputs& in);
   absl::Status PrepareAttention(const StepBatch& batch, const StepInputs& in, bool fixed_layout);
   // Enqueues the model on the stream: embedding, layers, final norm, LM head. With
   // `prepare_in_layer0`, PrepareAttention runs on the host after layer 0's QKV work is

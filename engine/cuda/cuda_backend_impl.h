@@ -25,6 +25,7 @@
 #include "kernels/cuda/prefill/attention_work.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/fp8_quant.h"
+#include "kernels/cuda/invariant_gemm.h"
 #include "kernels/cuda/layer_kernels.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 
@@ -50,6 +51,9 @@ inline double MicrosSince(std::chrono::steady_clock::time_point t0) {
 struct AttentionArgs {
   bool use_tpp = false;  // decode rows through the TPP kernel
   bool prefill = false;  // prefill rows through the prefill kernel
+  // CudaBackendOptions::batch_invariant: pp's work list holds every token of the step, the decode
+  // rows as sequences of one new token, for InvariantAttention (and `prefill` is set when any).
+  bool invariant = false;
   kc::tpp::TppRunArgs ta;
   kc::PrefillParams pp;
 };
@@ -94,6 +98,10 @@ struct CudaBackend::Impl {
   cuda::DeviceDraftHeads draft_heads;  // DraftTrees
   AttentionArgs attn;
   kc::PrefillWork prefill_work;
+  // The batch-invariant mode's sequences (decode rows first) and the decode rows' spans, each
+  // row's segments' spans then its own, in position order.
+  std::vector<kc::PrefillSeq> invariant_seqs;
+  std::vector<int32_t> invariant_chunk, invariant_begin, invariant_end;
 
   // TPP decode attention (every mode but kNone; every supported head_dim).
   bool tpp = false;

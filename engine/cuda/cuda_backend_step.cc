@@ -157,7 +157,7 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, int32_t samples,
   const int T = in->T = static_cast<int>(in->tokens.size());
   const int n_out = in->n_out = static_cast<int>(in->logit_rows.size());
   // Decode rows through the TPP kernels (a plan without segments runs their paged call).
-  in->use_tpp = m.tpp && in->num_decode > 0;
+  in->use_tpp = m.tpp && in->num_decode > 0 && !options_.batch_invariant;
   if (T == 0) return absl::OkStatus();
 
   // ---- workspace. The FP8 GEMMs may run on a few padding rows past T (Fp8Gemm::RowsFor): the
@@ -217,6 +217,49 @@ absl::Status CudaBackend::PrepareInputs(const StepBatch& batch, int32_t samples,
   return m.step_ints.Upload(m.stream, "step inputs");
 }
 
+absl::Status CudaBackend::InvariantSeqs(const StepBatch& batch, const StepInputs& in) {
+  Impl& m = *impl_;
+  m.invariant_chunk.clear();
+  m.invariant_begin.clear();
+  m.invariant_end.clear();
+  m.invariant_seqs.clear();
+  std::vector<size_t> first(static_cast<size_t>(in.num_decode) + 1, 0);
+  if (in.num_decode > 0) {
+    const kvcache::AttentionPlan& plan = *batch.plan;
+    auto add = [&](int32_t lo, int32_t hi) {
+      for (int32_t s = lo; s < hi; ++s) {
+        m.invariant_chunk.push_back(plan.span_chunk[s]);
+        m.invariant_begin.push_back(plan.span_begin[s]);
+        m.invariant_end.push_back(plan.span_end[s]);
+      }
+    };
+    for (int r = 0; r < in.num_decode; ++r) {
+      for (int32_t i = plan.row_seg_begin[r]; i < plan.row_seg_end[r]; ++i) {
+        const int32_t seg = plan.row_seg_ids[i];
+        add(plan.seg_span_begin[seg], plan.seg_span_end[seg]);
+      }
+      add(plan.row_span_begin[r], plan.row_span_end[r]);
+      first[r + 1] = m.invariant_chunk.size();
+    }
+  }
+  for (int r = 0; r < in.num_decode; ++r) {
+    const size_t lo = first[r], n = first[r + 1] - first[r];
+    const int32_t pos = batch.decode[r].pos0;
+    int64_t held = 0;
+    for (size_t k = lo; k < lo + n; ++k) held += m.invariant_end[k] - m.invariant_begin[k];
+    if (held < int64_t{pos} + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("decode row ", r, " at position ", pos,
+                                                     ": its plan holds ", held, " tokens"));
+    }
+    m.invariant_seqs.push_back(kc::PrefillSeq{
+        std::span<const int32_t>(m.invariant_chunk).subspan(lo, n),
+        std::span<const int32_t>(m.invariant_begin).subspan(lo, n),
+        std::span<const int32_t>(m.invariant_end).subspan(lo, n), pos, 1, r});
+  }
+  m.invariant_seqs.insert(m.invariant_seqs.end(), in.prefill_seqs.begin(), in.prefill_seqs.end());
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInputs& in,
                                            bool fixed_layout) {
   Impl& m = *impl_;
@@ -234,7 +277,8 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
   };
   m.attn_ints.Clear();
   a.use_tpp = in.use_tpp;
-  a.prefill = !in.prefill_seqs.empty();
+  a.invariant = options_.batch_invariant;
+  a.prefill = !in.prefill_seqs.empty() || (a.invariant && in.num_decode > 0);
   if (a.use_tpp) {
     BANYAN_RETURN_IF_ERROR(PrepareTpp(*batch.plan));
     const kc::tpp::TppWorkPlan& wp = *m.tpp_plan;
@@ -260,7 +304,12 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
   }
   int64_t op[12] = {};
   if (a.prefill) {
-    kc::BuildPrefillWork(in.prefill_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
+    if (a.invariant) {
+      BANYAN_RETURN_IF_ERROR(InvariantSeqs(batch, in));
+      kc::BuildPrefillWork(m.invariant_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
+    } else {
+      kc::BuildPrefillWork(in.prefill_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
+    }
     const kc::PrefillWork& w = m.prefill_work;
     op[0] = add(w.span_chunk);
     op[1] = add(w.span_begin);

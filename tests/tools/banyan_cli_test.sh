@@ -9,7 +9,8 @@
 #   banyan_cli_test.sh prompts-file BANYAN SOURCE_DIR
 #     `--prompts-file` runs one prompt per line as one batch, prints one line per prompt, and each
 #     line is what the prompt gives alone (greedy; and sampled with a seed, whose streams do not
-#     depend on the batch); a missing file exits 2 naming --prompts-file.
+#     depend on the batch); a file of one prompt prints one line too; a missing file exits 2
+#     naming --prompts-file, a bad --deterministic value names that flag.
 set -u
 mode=$1
 banyan=$2
@@ -131,8 +132,17 @@ prompts-file)
       [ "$in_batch" = "$alone" ] ||
         fail "$sampling: prompt $i in the batch '$in_batch' != alone '$alone'"
     done <"$tmp/prompts.txt"
+    # A file of one prompt prints its completion on one line too, as that prompt's line of the
+    # batch (scripts compare the two).
+    printf '%s\n' "$prompt" >"$tmp/one.txt"
+    # shellcheck disable=SC2086
+    generate --prompts-file "$tmp/one.txt" --max-tokens 24 $sampling >"$tmp/one_out.txt"
+    [ "$(wc -l <"$tmp/one_out.txt")" -eq 1 ] || fail "$sampling: a one-prompt file printed $(wc -l <"$tmp/one_out.txt") lines"
+    [ "$(cat "$tmp/one_out.txt")" = "$(sed -n 1p "$tmp/batch.txt")" ] ||
+      fail "$sampling: a one-prompt file's line differs from the batch's first line"
   done
   expect_error "--prompts-file" generate --prompts-file "$tmp/missing.txt"
+  expect_error "--deterministic" generate --deterministic sometimes
   ;;
 
 *)

@@ -3,7 +3,8 @@
 # decoding. (1) Greedy, chains of 3 and [3,2] trees, on random-weight Hugging Face models of the
 # four architectures banyan loads, each with random heads (tools/gpu/random_hf_models.py), with
 # the bundled model's 512-token tokenizer; 16 prompts in one batch and one prompt alone.
-# (2) The bundled model with its trained heads, greedy and sampled (see below).
+# (2) The bundled model with its trained heads, greedy and sampled (see below); and the
+# batch-invariant mode (--deterministic on): each prompt alone against the batch of 16.
 #   tools/gpu/speculation_identity.sh BIN_DIR [WORK_DIR]    (BIN_DIR holds a CUDA build's banyan)
 # Prints one line per comparison: how many outputs are identical. Exits 1 when a comparison of
 # speculation against plain decoding is not identical in every output, or a run failed; the
@@ -58,6 +59,21 @@ print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'ou
       all_same "$r" || failed=1
     done
   done
+  # --deterministic on: each prompt alone against the batch of 16, bitwise (not a control).
+  [[ $a == qwen2 ]] && continue  # the three the batch-invariance suite names
+  d=(generate --backend cuda --model "$W/hf/$a" --temperature 0 --max-tokens 64 --deterministic on)
+  "$B/banyan" "${d[@]}" --prompts-file "$W/prompts.txt" > "$W/det_batch.txt" 2> "$W/e_det.txt" ||
+    { tail -3 "$W/e_det.txt"; echo "FAILED: $a: banyan generate --deterministic on"; failed=1; }
+  : > "$W/det_alone.txt"
+  while IFS= read -r line; do
+    printf '%s\n' "$line" > "$W/one.txt"
+    "$B/banyan" "${d[@]}" --prompts-file "$W/one.txt" 2>/dev/null >> "$W/det_alone.txt"
+  done < "$W/prompts.txt"
+  r=$(python3 -c "
+a=open('$W/det_alone.txt',newline='').read().split('\n')[:-1];b=open('$W/det_batch.txt',newline='').read().split('\n')[:-1]
+print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'outputs identical')")
+  echo "$a: --deterministic on, each prompt alone against the batch: $r"
+  all_same "$r" || failed=1
 done
 # The bundled model with its trained heads (acceptance, not only rejection): plain against chains
 # and [4,2,2] trees, greedy and at temperature 0.8 with seed 11, in the batch of 16 and each
@@ -82,14 +98,23 @@ for t in 0 0.8; do
   while IFS= read -r line; do
     printf '%s\n' "$line" > "$W/one.txt"
     a=(generate --prompts-file "$W/one.txt" --temperature "$t" --seed 11 --max-tokens 96 --model "$M" --backend cuda)
-    "$B/banyan" "${a[@]}" 2>/dev/null | head -1 >> "$W/a_off.txt"
-    "$B/banyan" "${a[@]}" "${H[@]}" --draft-tokens 3 2>/dev/null | head -1 >> "$W/a_chain.txt"
+    "$B/banyan" "${a[@]}" 2>/dev/null >> "$W/a_off.txt"
+    "$B/banyan" "${a[@]}" "${H[@]}" --draft-tokens 3 2>/dev/null >> "$W/a_chain.txt"
   done < "$W/prompts.txt"
   same "$W/b_off.txt" "$W/b_chain.txt" "stories260K T=$t, batch of 16: chains"
   same "$W/b_off.txt" "$W/b_tree.txt" "stories260K T=$t, batch of 16: trees"
   same "$W/a_off.txt" "$W/a_chain.txt" "stories260K T=$t, each prompt alone: chains"
   same "$W/a_off.txt" "$W/b_off.txt" "stories260K T=$t, control: plain alone against plain in the batch"
   same "$W/b_cpu.txt" "$W/b_off.txt" "stories260K T=$t, control: plain on the CPU against the GPU"
+  # --deterministic on (the batch-invariant mode): each prompt alone against the batch, bitwise.
+  "$B/banyan" "${g[@]}" --backend cuda --deterministic on > "$W/d_batch.txt" 2>/dev/null
+  : > "$W/d_alone.txt"
+  while IFS= read -r line; do
+    printf '%s\n' "$line" > "$W/one.txt"
+    "$B/banyan" generate --prompts-file "$W/one.txt" --temperature "$t" --seed 11 --max-tokens 96 \
+      --model "$M" --backend cuda --deterministic on 2>/dev/null >> "$W/d_alone.txt"
+  done < "$W/prompts.txt"
+  same "$W/d_alone.txt" "$W/d_batch.txt" "stories260K T=$t, --deterministic on: each prompt alone against the batch"
 done
 if [[ $failed != 0 ]]; then
   echo "speculation identity: FAILED (see the lines above)"

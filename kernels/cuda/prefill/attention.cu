@@ -45,6 +45,17 @@ cudaError_t PrefillByHeadDim(const PrefillParams& p, cudaStream_t s) {
   }
 }
 
+template <typename T>
+cudaError_t InvariantByKv(const PrefillParams& p, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.num_q_heads + 3) / 4));
+  if (KvIsFp8Host(p.kv)) {
+    InvariantAttentionKernel<T, true><<<grid, 128, 0, s>>>(p);
+  } else {
+    InvariantAttentionKernel<T, false><<<grid, 128, 0, s>>>(p);
+  }
+  return cudaGetLastError();
+}
+
 #ifndef BANYAN_CUDA_FP16
 absl::Status NoFp16(const char* what) {
   return absl::InvalidArgumentError(
@@ -70,6 +81,22 @@ absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t 
 #endif
   }
   return absl::InvalidArgumentError("PrefillAttention: unsupported dtype");
+}
+
+absl::Status InvariantAttention(DType dtype, const PrefillParams& p, cudaStream_t stream) {
+  BANYAN_RETURN_IF_ERROR(CheckShape(p.kv, p.num_q_heads, "InvariantAttention"));
+  if (p.num_tokens == 0) return absl::OkStatus();
+  switch (dtype) {
+    case DType::kBf16:
+      return CudaStatus(InvariantByKv<__nv_bfloat16>(p, stream), "InvariantAttention");
+    case DType::kFp16:
+#ifdef BANYAN_CUDA_FP16
+      return CudaStatus(InvariantByKv<__half>(p, stream), "InvariantAttention");
+#else
+      return NoFp16("InvariantAttention");
+#endif
+  }
+  return absl::InvalidArgumentError("InvariantAttention: unsupported dtype");
 }
 
 }  // namespace banyan::kernels::cuda

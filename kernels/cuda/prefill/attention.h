@@ -48,6 +48,14 @@ struct PrefillParams {
 inline constexpr int32_t kPrefillBlockM = 64;
 absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
 
+// The deterministic mode's attention (InvariantAttentionKernel, generic_attention.cuh): every
+// token of the work list, decode rows included, attends to positions [0, its own] of its
+// sequence's spans with sums whose order depends only on those positions, so its output is the
+// same bit for bit in any batch, any cut of the context into spans or prefill chunks, and
+// whether the token is decoded or prefilled. Uses span_pos, the seq_* arrays and token_seq of
+// the work list (BuildPrefillWork); the tiles are not read. Any head_dim the generic kernels take.
+absl::Status InvariantAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
+
 // True when head_dim takes a fast (templated) path.
 bool HasFastAttentionPath(int32_t head_dim);
 // Largest head_dim of the generic kernels (GenericAttendWarp, generic_attention.cuh).

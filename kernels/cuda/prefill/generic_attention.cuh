@@ -11,6 +11,81 @@
 
 namespace banyan::kernels::cuda {
 
+// One key's score for a warp lane: q_s . K row `t` of the (chunk, kv head) whose K rows start at
+// element kp (and whose FP8 exponents start at ke), summed in head_dim order.
+template <typename T, bool KV8>
+__device__ __forceinline__ float KeyScore(const float* q_s, const KvViewDev& kv, int64_t kp,
+                                          int64_t ke, int t) {
+  const int d = kv.head_dim;
+  float dot = 0.0f;
+  for (int x = 0; x < d; x += 8) {
+    float kf[8];
+    if constexpr (KV8) {
+      Unpack8Kv<T>(LoadKv8<T, true>(kv, kp + static_cast<int64_t>(t) * d + x, ke + t), kf);
+    } else {
+      Load8(static_cast<const T*>(kv.base) + kp + static_cast<int64_t>(t) * d + x, kf);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dot += q_s[x + i] * kf[i];
+  }
+  return dot;
+}
+
+// o += pj * V row `t` (elements from vp, FP8 exponents from ve): element x lives in lane x % 32,
+// slot x / 32.
+template <typename T, bool KV8>
+__device__ __forceinline__ void AddValueRow(float (&o)[kMaxGenericHeadDim / 32], float pj,
+                                            const KvViewDev& kv, int64_t vp, int64_t ve, int t) {
+  constexpr int NX = kMaxGenericHeadDim / 32;
+  const int d = kv.head_dim, lane = threadIdx.x % 32;
+  const int64_t vrow = vp + static_cast<int64_t>(t) * d;
+  if constexpr (KV8) {
+    const float vscale = KvFp8ScaleAt(kv, ve + t);  // once per row
+#pragma unroll
+    for (int i = 0; i < NX; ++i) {
+      const int x = lane + 32 * i;
+      if (x < d) o[i] += pj * LoadKv1<T, true>(kv, vrow + x, vscale);
+    }
+  } else {
+    const T* vr = static_cast<const T*>(kv.base) + vrow;
+#pragma unroll
+    for (int i = 0; i < NX; ++i) {
+      const int x = lane + 32 * i;
+      if (x < d) o[i] += pj * ToFloat(vr[x]);
+    }
+  }
+}
+
+// Element offsets of the K rows of (chunk, kv head), of its V rows, and of their FP8 exponents.
+struct KvRows {
+  int64_t kp, vp, ke, ve;
+};
+__device__ __forceinline__ KvRows KvRowsOf(const KvViewDev& kv, int64_t chunk, int kvh) {
+  KvRows r;
+  r.kp = chunk * kv.chunk_stride + static_cast<int64_t>(kvh) * kv.chunk_size * kv.head_dim;
+  r.vp = r.kp + kv.v_offset;
+  r.ke = KvFp8ExpOffset(kv, chunk, kvh, 0);
+  r.ve = r.ke + KvFp8VExpStride(kv);
+  return r;
+}
+
+// The online-softmax step of one block of up to 32 keys: lane j's score sc (-inf for no key).
+// Returns the block's probabilities' scale relative to the new maximum and updates m, l, o's
+// scale; false when the block holds no key.
+__device__ __forceinline__ bool SoftmaxBlock(float sc, float& m, float& l, float& pr,
+                                             float (&o)[kMaxGenericHeadDim / 32]) {
+  const float bm = WarpMax(sc);
+  if (bm == -INFINITY) return false;
+  const float new_m = fmaxf(m, bm);
+  const float corr = exp2f(m - new_m);
+  pr = exp2f(sc - new_m);
+  l = l * corr + WarpSum(pr);
+#pragma unroll
+  for (int i = 0; i < kMaxGenericHeadDim / 32; ++i) o[i] *= corr;
+  m = new_m;
+  return true;
+}
+
 // Generic single-query attention for one warp: any head_dim that is a multiple of 8, up to
 // kMaxGenericHeadDim. Lane j scores key j of each block of 32; the output element x lives in
 // lane x % 32, slot x / 32. Reads at most `limit` tokens of spans [s_lo, s_hi).
@@ -21,7 +96,7 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
                                   const int32_t* span_end, int s_lo, int s_hi, int64_t limit,
                                   float (&o)[kMaxGenericHeadDim / 32], float& m, float& l) {
   constexpr int NX = kMaxGenericHeadDim / 32;
-  const int d = kv.head_dim, lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32;
   m = -INFINITY;
   l = 0.0f;
 #pragma unroll
@@ -32,57 +107,67 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
     const int64_t left = limit - seen;  // not b + left: limit may be INT64_MAX
     const int e = span_end[s] - b > left ? b + static_cast<int>(left) : span_end[s];
     seen += e - b;
-    // Element offsets of the span's K rows and V rows, and of their exponents (an FP8 cache).
-    const int64_t kp = span_chunk[s] * kv.chunk_stride + static_cast<int64_t>(kvh) * kv.chunk_size * d;
-    const int64_t vp = kp + kv.v_offset;
-    const int64_t ke = KvFp8ExpOffset(kv, span_chunk[s], kvh, 0);
-    const int64_t ve = ke + KvFp8VExpStride(kv);
+    const KvRows r = KvRowsOf(kv, span_chunk[s], kvh);
     for (int t0 = b; t0 < e; t0 += 32) {
       const int t = t0 + lane;
-      float sc = -INFINITY;
-      if (t < e) {
-        float dot = 0.0f;
-        for (int x = 0; x < d; x += 8) {
-          float kf[8];
-          if constexpr (KV8) {
-            Unpack8Kv<T>(LoadKv8<T, true>(kv, kp + static_cast<int64_t>(t) * d + x, ke + t), kf);
-          } else {
-            Load8(static_cast<const T*>(kv.base) + kp + static_cast<int64_t>(t) * d + x, kf);
-          }
-#pragma unroll
-          for (int i = 0; i < 8; ++i) dot += q_s[x + i] * kf[i];
-        }
-        sc = dot;
-      }
-      const float bm = WarpMax(sc);
-      if (bm == -INFINITY) continue;
-      const float new_m = fmaxf(m, bm);
-      const float corr = exp2f(m - new_m);
-      const float pr = exp2f(sc - new_m);
-      l = l * corr + WarpSum(pr);
-#pragma unroll
-      for (int i = 0; i < NX; ++i) o[i] *= corr;
+      const float sc = t < e ? KeyScore<T, KV8>(q_s, kv, r.kp, r.ke, t) : -INFINITY;
+      float pr;
+      if (!SoftmaxBlock(sc, m, l, pr, o)) continue;
       const int n = min(32, e - t0);
       for (int j = 0; j < n; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, pr, j);
-        const int64_t vrow = vp + static_cast<int64_t>(t0 + j) * d;
-        if constexpr (KV8) {
-          const float vscale = KvFp8ScaleAt(kv, ve + t0 + j);  // once per row
-#pragma unroll
-          for (int i = 0; i < NX; ++i) {
-            const int x = lane + 32 * i;
-            if (x < d) o[i] += pj * LoadKv1<T, true>(kv, vrow + x, vscale);
-          }
-        } else {
-          const T* vr = static_cast<const T*>(kv.base) + vrow;
-#pragma unroll
-          for (int i = 0; i < NX; ++i) {
-            const int x = lane + 32 * i;
-            if (x < d) o[i] += pj * ToFloat(vr[x]);
-          }
-        }
+        AddValueRow<T, KV8>(o, __shfl_sync(0xffffffffu, pr, j), kv, r.vp, r.ve, t0 + j);
       }
-      m = new_m;
+    }
+  }
+}
+
+// Batch-invariant single-query attention for one warp (the deterministic mode): the same result,
+// bit for bit, for a query wherever its keys lie. GenericAttendWarp's blocks of 32 keys start at
+// each span's first slot, so its sums depend on how the context is cut into spans (which chunks
+// are shared, where a prefill chunk began); here block b is always positions [32 b, 32 b + 32) of
+// the context, lane j finds the slot of position 32 b + j in the span list itself, and every sum
+// runs in a fixed order: the dot product over head_dim, the block's max and sum by the same
+// shuffle tree, the value rows in position order. A decode row and a prefill token, a shared or a
+// private prefix, alone or in any batch: one function of the positions' K/V.
+// span_pos: each span's first position. Reads positions [0, limit) of spans [s_lo, s_hi).
+template <typename T, bool KV8 = false>
+__device__ void InvariantAttendWarp(const float* q_s, const KvViewDev& kv, int kvh,
+                                    const int32_t* span_chunk, const int32_t* span_begin,
+                                    const int32_t* span_end, const int32_t* span_pos, int s_lo,
+                                    int s_hi, int64_t limit, float (&o)[kMaxGenericHeadDim / 32],
+                                    float& m, float& l) {
+  constexpr int NX = kMaxGenericHeadDim / 32;
+  const int lane = threadIdx.x % 32;
+  m = -INFINITY;
+  l = 0.0f;
+#pragma unroll
+  for (int i = 0; i < NX; ++i) o[i] = 0.0f;
+  int s = s_lo;  // this lane's span: positions only grow, so it only moves forward
+  for (int64_t p0 = 0; p0 < limit; p0 += 32) {
+    const int64_t pos = p0 + lane;
+    int chunk = -1, slot = 0;
+    if (pos < limit) {
+      while (s < s_hi && span_pos[s] + (span_end[s] - span_begin[s]) <= pos) ++s;
+      if (s < s_hi) {
+        chunk = span_chunk[s];
+        slot = span_begin[s] + static_cast<int>(pos - span_pos[s]);
+      }
+    }
+    float sc = -INFINITY;
+    if (chunk >= 0) {
+      const KvRows r = KvRowsOf(kv, chunk, kvh);
+      sc = KeyScore<T, KV8>(q_s, kv, r.kp, r.ke, slot);
+    }
+    float pr;
+    if (!SoftmaxBlock(sc, m, l, pr, o)) continue;
+    const int n = static_cast<int>((limit - p0 < 32 ? limit - p0 : 32));
+    for (int j = 0; j < n; ++j) {
+      const int cj = __shfl_sync(0xffffffffu, chunk, j);
+      const int tj = __shfl_sync(0xffffffffu, slot, j);
+      const float pj = __shfl_sync(0xffffffffu, pr, j);
+      if (cj < 0) continue;  // warp-uniform: a position the spans do not hold
+      const KvRows r = KvRowsOf(kv, cj, kvh);
+      AddValueRow<T, KV8>(o, pj, kv, r.vp, r.ve, tj);
     }
   }
 }
@@ -110,6 +195,33 @@ __global__ void __launch_bounds__(128) GenericPrefillKernel(const __grid_constan
   float o[kMaxGenericHeadDim / 32], m, l;
   GenericAttendWarp<T, KV8>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin, p.span_end,
                        p.seq_span_begin[seq], p.seq_span_end[seq], limit, o, m, l);
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxGenericHeadDim / 32; ++i) {
+    const int x = lane + 32 * i;
+    if (x < d) static_cast<T*>(p.out)[(row * hq + qh) * d + x] = FromFloat<T>(o[i] * inv);
+  }
+}
+
+// The deterministic mode's attention for every token of a step, decode rows and prefill tokens
+// alike: one warp per (token, q head), InvariantAttendWarp over the token's sequence's spans up
+// to its own position.
+template <typename T, bool KV8 = false>
+__global__ void __launch_bounds__(128) InvariantAttentionKernel(const __grid_constant__ PrefillParams p) {
+  __shared__ float q_s[4][kMaxGenericHeadDim];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tok = blockIdx.x, qh = blockIdx.y * 4 + warp;
+  const int hq = p.num_q_heads, d = p.kv.head_dim;
+  if (qh >= hq) return;
+  const int kvh = qh / (hq / p.kv.num_kv_heads);
+  const int seq = p.token_seq[tok];
+  const int64_t row = p.q_row_begin + tok;
+  const int64_t limit = p.seq_pos0[seq] + (row - p.seq_q_row[seq]) + 1;
+  LoadQueryWarp(static_cast<const T*>(p.q) + (row * hq + qh) * d, d, p.scale * kLog2e, q_s[warp]);
+  float o[kMaxGenericHeadDim / 32], m, l;
+  InvariantAttendWarp<T, KV8>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin, p.span_end,
+                              p.span_pos, p.seq_span_begin[seq], p.seq_span_end[seq], limit, o, m,
+                              l);
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
   for (int i = 0; i < kMaxGenericHeadDim / 32; ++i) {

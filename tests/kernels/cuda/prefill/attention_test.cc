@@ -10,6 +10,8 @@
 // Tolerance: the GPU rounds its output to the dtype (relative error about 2^-9 / sqrt(3) for bf16,
 // 2^-12 for fp16) and the prefill kernel rounds softmax probabilities to the dtype before the P.V
 // product. Relative-norm bounds: 1e-2 (bf16), 2e-3 (fp16); a wrong index gives O(1).
+#include <algorithm>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -347,6 +349,148 @@ TEST(CudaPrefillAttention, MatchesCpu) {
     ASSERT_TRUE(s.ok()) << s;
     const double err = RelErr(FromDtype(c.dtype, out.Download()), want);
     EXPECT_LT(err, Tolerance(c.dtype)) << "fast path " << HasFastAttentionPath(c.head_dim);
+  }
+}
+
+// InvariantAttention (the deterministic mode): one work list of sequences, each a span list and
+// its new tokens; returns the raw 16-bit output (rows in the list's q-row order).
+struct InvSeq {
+  std::vector<int32_t> chunk, begin, end;
+  int32_t pos0 = 0, num_q = 0;
+};
+std::vector<uint16_t> RunInvariant(const Case& c, const TestKv& kv, const std::vector<InvSeq>& seqs,
+                                   const std::vector<float>& q) {
+  const int hq = c.kv_heads * c.gqa;
+  std::vector<PrefillSeq> descs;
+  int32_t row = 0;
+  for (const InvSeq& s : seqs) {
+    descs.push_back(PrefillSeq{s.chunk, s.begin, s.end, s.pos0, s.num_q, row});
+    row += s.num_q;
+  }
+  PrefillWork w;
+  BuildPrefillWork(descs, c.gqa, kPrefillBlockM, &w);
+  DeviceArray<int32_t> sc(w.span_chunk), sb(w.span_begin), se(w.span_end), sp(w.span_pos);
+  DeviceArray<int32_t> ssb(w.seq_span_begin), sse(w.seq_span_end), sp0(w.seq_pos0);
+  DeviceArray<int32_t> snq(w.seq_num_q), sqr(w.seq_q_row), tks(w.token_seq);
+  DeviceArray<uint16_t> qd(ToDtype(c.dtype, q));
+  DeviceArray<uint16_t> out(q.size());
+  PrefillParams p;
+  p.q = qd.get();
+  p.out = out.get();
+  p.kv = kv.gpu;
+  p.span_chunk = sc.get();
+  p.span_begin = sb.get();
+  p.span_end = se.get();
+  p.span_pos = sp.get();
+  p.seq_span_begin = ssb.get();
+  p.seq_span_end = sse.get();
+  p.seq_pos0 = sp0.get();
+  p.seq_num_q = snq.get();
+  p.seq_q_row = sqr.get();
+  p.token_seq = tks.get();
+  p.num_tokens = w.num_tokens;
+  p.q_row_begin = w.q_row_begin;
+  p.num_q_heads = hq;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const absl::Status st = InvariantAttention(c.dtype, p, nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  return out.Download();
+}
+
+// A context of `len` positions laid out in whole chunks from `first_chunk` on, one span each.
+InvSeq WholeChunks(int len, int first_chunk, int chunk_size) {
+  InvSeq s;
+  for (int p = 0, ch = first_chunk; p < len; p += chunk_size, ++ch) {
+    s.chunk.push_back(ch);
+    s.begin.push_back(0);
+    s.end.push_back(std::min(chunk_size, len - p));
+  }
+  return s;
+}
+
+// The same positions, each span cut at random slots (as sharing or a prefill chunk cuts them).
+InvSeq CutAtRandom(const InvSeq& whole, std::mt19937_64& rng) {
+  InvSeq s = whole;
+  s.chunk.clear();
+  s.begin.clear();
+  s.end.clear();
+  for (size_t k = 0; k < whole.chunk.size(); ++k) {
+    int b = whole.begin[k];
+    while (b < whole.end[k]) {
+      const int e = std::min<int>(whole.end[k], b + 1 + static_cast<int>(rng() % 23));
+      s.chunk.push_back(whole.chunk[k]);
+      s.begin.push_back(b);
+      s.end.push_back(e);
+      b = e;
+    }
+  }
+  return s;
+}
+
+// The deterministic mode's attention: right against the CPU reference, and the same bits for a
+// token (1) decoded as one row or prefilled among its sequence's new tokens, (2) over spans cut
+// anywhere, (3) alone or after other sequences in the work list.
+TEST(CudaInvariantAttention, MatchesCpuAndIsBatchInvariant) {
+  BANYAN_SEEDED_RNG(rng);
+  const std::vector<Case> cases = {
+      {128, 2, 4, 16, DType::kBf16}, {64, 1, 4, 64, DType::kBf16}, {8, 2, 4, 16, DType::kBf16},
+      {128, 2, 2, 32, DType::kFp16}, {256, 1, 2, 64, DType::kBf16},
+      {128, 2, 4, 32, DType::kBf16, true}, {64, 1, 4, 16, DType::kFp16, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Name(c));
+    const int hq = c.kv_heads * c.gqa;
+    const int64_t row_elems = int64_t{hq} * c.head_dim;
+    const int len = 1 + static_cast<int>(rng() % 700);
+    const int chunks = (len + c.chunk_size - 1) / c.chunk_size;
+    TestKv kv(c, chunks + 1 + 2048 / c.chunk_size, rng);
+    const InvSeq whole = WholeChunks(len, 1, c.chunk_size);
+    // The sequence's last num_q tokens, prefilled as one sequence over randomly cut spans, after
+    // another sequence of random tokens; the queries of those tokens are the rows compared.
+    const int num_q = 1 + static_cast<int>(rng() % std::min(len, 90));
+    InvSeq prefill = CutAtRandom(whole, rng);
+    prefill.pos0 = len - num_q;
+    prefill.num_q = num_q;
+    InvSeq other = WholeChunks(1 + static_cast<int>(rng() % 300), chunks + 1, c.chunk_size);
+    other.num_q = 1 + static_cast<int>(rng() % 40);
+    other.pos0 = static_cast<int32_t>(std::accumulate(other.end.begin(), other.end.end(), 0)) -
+                 other.num_q;
+    const std::vector<float> q_other = RandomRounded(c.dtype, other.num_q * row_elems, rng);
+    const std::vector<float> q_new = RandomRounded(c.dtype, num_q * row_elems, rng);
+    std::vector<float> q_batch = q_other;
+    q_batch.insert(q_batch.end(), q_new.begin(), q_new.end());
+    const std::vector<uint16_t> batch = RunInvariant(c, kv, {other, prefill}, q_batch);
+
+    // The CPU reference over the whole-chunk layout.
+    std::vector<float> want(q_new.size(), std::nanf(""));
+    cpu::PrefillAttentionParams cp;
+    cp.q = q_new.data();
+    cp.out = want.data();
+    cp.kv = kv.cpu;
+    cp.span_chunk = whole.chunk.data();
+    cp.span_begin = whole.begin.data();
+    cp.span_end = whole.end.data();
+    cp.num_spans = static_cast<int32_t>(whole.chunk.size());
+    cp.q_pos0 = len - num_q;
+    cp.num_q = num_q;
+    cp.num_q_heads = hq;
+    cp.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    cpu::PrefillAttention(cp);
+    const std::vector<uint16_t> mine(batch.begin() + other.num_q * row_elems, batch.end());
+    EXPECT_LT(RelErr(FromDtype(c.dtype, mine), want), Tolerance(c.dtype));
+
+    // Each new token alone, decoded as a row over the whole-chunk spans.
+    int differ = 0;
+    for (int j = 0; j < num_q; ++j) {
+      InvSeq row = whole;
+      row.pos0 = len - num_q + j;
+      row.num_q = 1;
+      const std::vector<float> qj(q_new.begin() + j * row_elems, q_new.begin() + (j + 1) * row_elems);
+      const std::vector<uint16_t> alone = RunInvariant(c, kv, {row}, qj);
+      differ += !std::equal(alone.begin(), alone.end(), mine.begin() + j * row_elems);
+    }
+    EXPECT_EQ(differ, 0) << "of " << num_q << " tokens differ between prefill in a batch and "
+                         << "decode alone (context " << len << ")";
   }
 }
 
