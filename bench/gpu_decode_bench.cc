@@ -4,6 +4,7 @@
 //   gpu_decode_bench [--model PATH] [--shape NAME] [--batches 1,32,256] [--prefix 2048[,16384]]
 //                    [--steps 32] [--modes tpp,paged,none] [--kv-gib 0] [--chunk 64]
 //                    [--max-paged-tokens 2500000] [--graphs on|off|both] [--stagger] [--fp8] [--kv-fp8]
+//                    [--batch-invariant]
 //                    [--no-limit] [--copy-tbps 4.4] [--tensor-tflops 750] [--dry-run]
 //                    [--fp32-activations] [--early-launch-rows 128] [--profile-step] [--pipeline]
 //
@@ -32,6 +33,8 @@
 // GEMMs (CudaBackendOptions::fp8_dummy; a loaded FP8 model needs no flag); the projection-only
 // GEMM step of the limit is then the FP8 one (bench/gemm_ceiling.h: the backend's FP8 path).
 // --kv-fp8: an FP8 KV cache (CudaBackendOptions::kv_fp8; the limit counts its bytes).
+// --batch-invariant: banyand's --deterministic on (CudaBackendOptions::batch_invariant: the
+// invariant GEMM and attention kernels, no graphs), to see what it costs step by step.
 // --fp8-gemv-rows N: FP8 products of at most N tokens as the GEMV of kernels/cuda/fp8_gemv.h
 // (CudaBackendOptions::fp8_gemv_max_rows; 0: cuBLASLt for all; default: the backend's).
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
@@ -118,6 +121,7 @@ struct Options {
   bool fp32_activations = false;  // CudaBackendOptions::narrow_activations off
   bool fp8 = false;               // --fp8: dummy projections FP8 (CudaBackendOptions::fp8_dummy)
   bool kv_fp8 = false;            // --kv-fp8: an FP8 KV cache (CudaBackendOptions::kv_fp8)
+  bool batch_invariant = false;   // --batch-invariant (CudaBackendOptions::batch_invariant)
   int fp8_gemv_rows = -1;         // --fp8-gemv-rows (CudaBackendOptions::fp8_gemv_max_rows; -1: its default)
   int early_launch_rows = -1;     // CudaBackendOptions::graph_early_launch_rows (-1: default)
   std::vector<bool> graphs = {true};
@@ -639,6 +643,7 @@ int Main(const Options& o) {
         opt.fp8_dummy = o.fp8;
         if (o.fp8_gemv_rows >= 0) opt.fp8_gemv_max_rows = o.fp8_gemv_rows;
         opt.kv_fp8 = o.kv_fp8;
+        opt.batch_invariant = o.batch_invariant;
         if (o.early_launch_rows >= 0) opt.graph_early_launch_rows = o.early_launch_rows;
         if (!TppVariant(mode_name, &opt.tpp)) {
           std::fprintf(stderr, "unknown tpp variant in %s\n", mode_name.c_str());
@@ -868,6 +873,8 @@ int main(int argc, char** argv) {
       o.fp32_activations = true;
     } else if (a == "--kv-fp8") {
       o.kv_fp8 = true;
+    } else if (a == "--batch-invariant") {
+      o.batch_invariant = true;
     } else if (a == "--fp8") {
       o.fp8 = true;
     } else if (a == "--fp8-gemv-rows") {

@@ -49,7 +49,8 @@ k, v, u = h.index("Kernel Name"), h.index("Metric Value"), h.index("Metric Unit"
 scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 def kind(name):
     n = name.lower()
-    for key, label in (("tppphase1", "attention: phase 1"), ("tppphase2", "attention: phase 2"),
+    for key, label in (("invariantgemm", "GEMM (invariant)"), ("invariantattention", "attention (invariant)"),
+                       ("tppphase1", "attention: phase 1"), ("tppphase2", "attention: phase 2"),
                        ("tppmerge", "attention: merge"), ("tpp", "attention: other"),
                        ("mergestates", "attention: merge"), ("genericdecode", "attention: generic"), ("prefill", "attention: prefill"),
                        ("rmsnorm", "RMSNorm"), ("ropekv", "RoPE + KV write"), ("copykvslots", "KV slot copies"), ("swiglu", "SwiGLU"),

@@ -8,9 +8,9 @@
 // fixed order: K in slices of 32, each slice as two mma.sync m16n8k16 steps, into one fp32
 // accumulator, whatever tile or CTA holds the element. Rows past M and columns past K are zero
 // in shared memory, and a zero product leaves the sum as it was, so neither M nor the padding
-// reaches a row's result. Tiles of 64 x 64, a three-stage cp.async pipeline; K of any size (16-byte
-// copies where K is a multiple of 8, element copies otherwise: the same values land in shared
-// memory either way).
+// reaches a row's result; nor does the tile shape, which is chosen by M (narrow tiles and a deep
+// cp.async pipeline for a few rows, 64 x 64 for many). K of any size (16-byte copies where K is a
+// multiple of 8, element copies otherwise: the same values land in shared memory either way).
 #pragma once
 
 #include <cuda_runtime_api.h>

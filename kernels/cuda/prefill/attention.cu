@@ -4,6 +4,7 @@
 #include "kernels/cuda/prefill/attention_launch.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/prefill/generic_attention.cuh"
+#include "kernels/cuda/prefill/invariant_attention.cuh"
 
 namespace banyan::kernels::cuda {
 namespace {
@@ -45,13 +46,40 @@ cudaError_t PrefillByHeadDim(const PrefillParams& p, cudaStream_t s) {
   }
 }
 
+template <typename T, int D, int HW>
+void LaunchInvariant(const PrefillParams& p, cudaStream_t s) {
+  const int hkv = p.kv.num_kv_heads, per_kv = (p.num_q_heads / hkv + HW - 1) / HW;
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((hkv * per_kv + 3) / 4));
+  if (KvIsFp8Host(p.kv)) {
+    InvariantAttentionKernel<T, true, D, HW><<<grid, 128, 0, s>>>(p);
+  } else {
+    InvariantAttentionKernel<T, false, D, HW><<<grid, 128, 0, s>>>(p);
+  }
+}
+
+template <typename T, int D>
+void InvariantByGroup(const PrefillParams& p, cudaStream_t s) {
+  if (p.num_q_heads / p.kv.num_kv_heads >= 4) {
+    LaunchInvariant<T, D, 4>(p, s);
+  } else {
+    LaunchInvariant<T, D, 1>(p, s);
+  }
+}
+
+// Head dims 64 and 128 compiled (unrolled loops, loads in flight together), the rest generic;
+// four q heads of a kv head per warp where the group has them, else one. The same sums in the
+// same order in every variant.
 template <typename T>
 cudaError_t InvariantByKv(const PrefillParams& p, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.num_q_heads + 3) / 4));
-  if (KvIsFp8Host(p.kv)) {
-    InvariantAttentionKernel<T, true><<<grid, 128, 0, s>>>(p);
-  } else {
-    InvariantAttentionKernel<T, false><<<grid, 128, 0, s>>>(p);
+  switch (p.kv.head_dim) {
+    case 64:
+      InvariantByGroup<T, 64>(p, s);
+      break;
+    case 128:
+      InvariantByGroup<T, 128>(p, s);
+      break;
+    default:
+      InvariantByGroup<T, 0>(p, s);
   }
   return cudaGetLastError();
 }

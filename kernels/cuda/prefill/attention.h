@@ -48,7 +48,7 @@ struct PrefillParams {
 inline constexpr int32_t kPrefillBlockM = 64;
 absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
 
-// The deterministic mode's attention (InvariantAttentionKernel, generic_attention.cuh): every
+// The deterministic mode's attention (InvariantAttentionKernel, invariant_attention.cuh): every
 // token of the work list, decode rows included, attends to positions [0, its own] of its
 // sequence's spans with sums whose order depends only on those positions, so its output is the
 // same bit for bit in any batch, any cut of the context into spans or prefill chunks, and

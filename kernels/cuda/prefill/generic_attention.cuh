@@ -13,12 +13,14 @@ namespace banyan::kernels::cuda {
 
 // One key's score for a warp lane: q_s . K row `t` of the (chunk, kv head) whose K rows start at
 // element kp (and whose FP8 exponents start at ke), summed in head_dim order.
-template <typename T, bool KV8>
+// D: head_dim known at compile time (the loop unrolled, its loads in flight together), 0: any.
+template <typename T, bool KV8, int D = 0>
 __device__ __forceinline__ float KeyScore(const float* q_s, const KvViewDev& kv, int64_t kp,
                                           int64_t ke, int t) {
-  const int d = kv.head_dim;
+  const int d = D > 0 ? D : kv.head_dim;
   float dot = 0.0f;
-  for (int x = 0; x < d; x += 8) {
+#pragma unroll
+  for (int x = 0; x < (D > 0 ? D : d); x += 8) {
     float kf[8];
     if constexpr (KV8) {
       Unpack8Kv<T>(LoadKv8<T, true>(kv, kp + static_cast<int64_t>(t) * d + x, ke + t), kf);
@@ -121,57 +123,6 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
   }
 }
 
-// Batch-invariant single-query attention for one warp (the deterministic mode): the same result,
-// bit for bit, for a query wherever its keys lie. GenericAttendWarp's blocks of 32 keys start at
-// each span's first slot, so its sums depend on how the context is cut into spans (which chunks
-// are shared, where a prefill chunk began); here block b is always positions [32 b, 32 b + 32) of
-// the context, lane j finds the slot of position 32 b + j in the span list itself, and every sum
-// runs in a fixed order: the dot product over head_dim, the block's max and sum by the same
-// shuffle tree, the value rows in position order. A decode row and a prefill token, a shared or a
-// private prefix, alone or in any batch: one function of the positions' K/V.
-// span_pos: each span's first position. Reads positions [0, limit) of spans [s_lo, s_hi).
-template <typename T, bool KV8 = false>
-__device__ void InvariantAttendWarp(const float* q_s, const KvViewDev& kv, int kvh,
-                                    const int32_t* span_chunk, const int32_t* span_begin,
-                                    const int32_t* span_end, const int32_t* span_pos, int s_lo,
-                                    int s_hi, int64_t limit, float (&o)[kMaxGenericHeadDim / 32],
-                                    float& m, float& l) {
-  constexpr int NX = kMaxGenericHeadDim / 32;
-  const int lane = threadIdx.x % 32;
-  m = -INFINITY;
-  l = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NX; ++i) o[i] = 0.0f;
-  int s = s_lo;  // this lane's span: positions only grow, so it only moves forward
-  for (int64_t p0 = 0; p0 < limit; p0 += 32) {
-    const int64_t pos = p0 + lane;
-    int chunk = -1, slot = 0;
-    if (pos < limit) {
-      while (s < s_hi && span_pos[s] + (span_end[s] - span_begin[s]) <= pos) ++s;
-      if (s < s_hi) {
-        chunk = span_chunk[s];
-        slot = span_begin[s] + static_cast<int>(pos - span_pos[s]);
-      }
-    }
-    float sc = -INFINITY;
-    if (chunk >= 0) {
-      const KvRows r = KvRowsOf(kv, chunk, kvh);
-      sc = KeyScore<T, KV8>(q_s, kv, r.kp, r.ke, slot);
-    }
-    float pr;
-    if (!SoftmaxBlock(sc, m, l, pr, o)) continue;
-    const int n = static_cast<int>((limit - p0 < 32 ? limit - p0 : 32));
-    for (int j = 0; j < n; ++j) {
-      const int cj = __shfl_sync(0xffffffffu, chunk, j);
-      const int tj = __shfl_sync(0xffffffffu, slot, j);
-      const float pj = __shfl_sync(0xffffffffu, pr, j);
-      if (cj < 0) continue;  // warp-uniform: a position the spans do not hold
-      const KvRows r = KvRowsOf(kv, cj, kvh);
-      AddValueRow<T, KV8>(o, pj, kv, r.vp, r.ve, tj);
-    }
-  }
-}
-
 // Loads query `qrow` (head_dim elements) scaled into this warp's shared buffer.
 template <typename T>
 __device__ __forceinline__ void LoadQueryWarp(const T* qrow, int d, float scale_log2, float* q_s) {
@@ -195,33 +146,6 @@ __global__ void __launch_bounds__(128) GenericPrefillKernel(const __grid_constan
   float o[kMaxGenericHeadDim / 32], m, l;
   GenericAttendWarp<T, KV8>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin, p.span_end,
                        p.seq_span_begin[seq], p.seq_span_end[seq], limit, o, m, l);
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxGenericHeadDim / 32; ++i) {
-    const int x = lane + 32 * i;
-    if (x < d) static_cast<T*>(p.out)[(row * hq + qh) * d + x] = FromFloat<T>(o[i] * inv);
-  }
-}
-
-// The deterministic mode's attention for every token of a step, decode rows and prefill tokens
-// alike: one warp per (token, q head), InvariantAttendWarp over the token's sequence's spans up
-// to its own position.
-template <typename T, bool KV8 = false>
-__global__ void __launch_bounds__(128) InvariantAttentionKernel(const __grid_constant__ PrefillParams p) {
-  __shared__ float q_s[4][kMaxGenericHeadDim];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tok = blockIdx.x, qh = blockIdx.y * 4 + warp;
-  const int hq = p.num_q_heads, d = p.kv.head_dim;
-  if (qh >= hq) return;
-  const int kvh = qh / (hq / p.kv.num_kv_heads);
-  const int seq = p.token_seq[tok];
-  const int64_t row = p.q_row_begin + tok;
-  const int64_t limit = p.seq_pos0[seq] + (row - p.seq_q_row[seq]) + 1;
-  LoadQueryWarp(static_cast<const T*>(p.q) + (row * hq + qh) * d, d, p.scale * kLog2e, q_s[warp]);
-  float o[kMaxGenericHeadDim / 32], m, l;
-  InvariantAttendWarp<T, KV8>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin, p.span_end,
-                              p.span_pos, p.seq_span_begin[seq], p.seq_span_end[seq], limit, o, m,
-                              l);
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
   for (int i = 0; i < kMaxGenericHeadDim / 32; ++i) {

@@ -1,7 +1,7 @@
 // InvariantGemm (kernels/cuda/invariant_gemm.h) against a float64 CPU product of the same rounded
 // inputs, and its point: a row's output bits do not depend on how many rows the product has or
-// where the row sits (one row alone, a block of rows, the whole matrix, a row whose address is
-// not 16-byte aligned). Random data fresh each run, outputs poisoned, NaN never passes.
+// where the row sits (one row alone, blocks of rows, the whole matrix: every tile shape the launch
+// picks by M; a row whose address is not 16-byte aligned). Random data fresh each run, outputs poisoned, NaN never passes.
 //
 // Tolerance: fp32 sums over K <= 1024 of products exact in fp32: relative error about
 // K * 2^-24; 1e-5 for fp32 outputs, 1e-2 for bf16 / fp16 ones (their rounding, 2^-9 / 2^-12).
@@ -112,7 +112,8 @@ TEST(CudaInvariantGemm, MatchesCpuAndRowsDoNotDependOnM) {
     std::vector<std::pair<int64_t, int64_t>> parts = {{0, 1}, {s.M - 1, 1},
                                                       {static_cast<int64_t>(rng() % s.M), 1}};
     const int64_t r0 = static_cast<int64_t>(rng() % s.M);
-    parts.push_back({r0, std::min<int64_t>(37, s.M - r0)});
+    parts.push_back({r0, std::min<int64_t>(37, s.M - r0)});  // each tile shape: M <= 16, <= 32, more
+    parts.push_back({r0, std::min<int64_t>(20, s.M - r0)});
     for (const auto& [first, rows] : parts) {
       const std::vector<uint8_t> part = RunGemm(s, ad, wd, first, rows, init);
       EXPECT_EQ(std::memcmp(part.data(), full.data() + first * row_bytes, part.size()), 0)

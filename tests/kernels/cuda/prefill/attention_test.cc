@@ -436,6 +436,7 @@ TEST(CudaInvariantAttention, MatchesCpuAndIsBatchInvariant) {
       {128, 2, 4, 16, DType::kBf16}, {64, 1, 4, 64, DType::kBf16}, {8, 2, 4, 16, DType::kBf16},
       {128, 2, 2, 32, DType::kFp16}, {256, 1, 2, 64, DType::kBf16},
       {128, 2, 4, 32, DType::kBf16, true}, {64, 1, 4, 16, DType::kFp16, true},
+      {128, 1, 8, 16, DType::kBf16},  // two warps of four heads per kv head
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(Name(c));

@@ -1,0 +1,181 @@
+// The deterministic mode's attention kernel (InvariantAttention, attention.h): one warp per
+// (token, kv head, up to HW of its q heads), decode rows and prefill tokens alike.
+//
+// The same result, bit for bit, for a query wherever its keys lie. GenericAttendWarp's blocks of
+// 32 keys start at each span's first slot, so its sums depend on how the context is cut into
+// spans (which chunks are shared, where a prefill chunk began). Here block b is always positions
+// [32 b, 32 b + 32) of the context; lane j finds the slot of position 32 b + j in the span list
+// itself; and every sum runs in a fixed order: each head's dot product over head_dim, the block's
+// max and sum by one shuffle tree, the value rows in position order. A decode row and a prefill
+// token, a shared or a private prefix, alone or in any batch: one function of the positions' K
+// and V. The HW heads of a warp share its K and V loads; each head's sums are the ones it would
+// have alone, so the grouping does not change a bit either.
+#pragma once
+
+#include "kernels/cuda/prefill/generic_attention.cuh"
+
+namespace banyan::kernels::cuda {
+
+// Each head's score against K row `t` (elements from kp, FP8 exponents from ke), summed in
+// head_dim order (KeyScore's order). D: head_dim at compile time, 0: any.
+template <typename T, bool KV8, int D, int HW>
+__device__ __forceinline__ void KeyScores(const float (*q_s)[kMaxGenericHeadDim],
+                                          const KvViewDev& kv, int64_t kp, int64_t ke, int t,
+                                          float (&dot)[HW]) {
+  const int d = D > 0 ? D : kv.head_dim;
+#pragma unroll
+  for (int h = 0; h < HW; ++h) dot[h] = 0.0f;
+#pragma unroll
+  for (int x = 0; x < (D > 0 ? D : d); x += 8) {
+    float kf[8];
+    if constexpr (KV8) {
+      Unpack8Kv<T>(LoadKv8<T, true>(kv, kp + static_cast<int64_t>(t) * d + x, ke + t), kf);
+    } else {
+      Load8(static_cast<const T*>(kv.base) + kp + static_cast<int64_t>(t) * d + x, kf);
+    }
+#pragma unroll
+    for (int h = 0; h < HW; ++h) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dot[h] += q_s[h][x + i] * kf[i];
+    }
+  }
+}
+
+// Positions [0, limit) of spans [s_lo, s_hi) (span_pos: each span's first position) for the warp's
+// HW queries q_s (pre-scaled to log2 units); o[h][i] holds element lane + 32 i of head h.
+template <typename T, bool KV8, int D, int HW, int NXD>
+__device__ void InvariantAttendHeads(const float (*q_s)[kMaxGenericHeadDim], const KvViewDev& kv,
+                                     int kvh, const int32_t* span_chunk, const int32_t* span_begin,
+                                     const int32_t* span_end, const int32_t* span_pos, int s_lo,
+                                     int s_hi, int64_t limit, float (&o)[HW][NXD], float (&m)[HW],
+                                     float (&l)[HW]) {
+  constexpr int kRows = 8;  // value rows loaded ahead of their products
+  const int d = D > 0 ? D : kv.head_dim, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < HW; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NXD; ++i) o[h][i] = 0.0f;
+  }
+  int s = s_lo;  // this lane's span: positions only grow, so it only moves forward
+  for (int64_t p0 = 0; p0 < limit; p0 += 32) {
+    const int64_t pos = p0 + lane;
+    int chunk = -1, slot = 0;
+    if (pos < limit) {
+      while (s < s_hi && span_pos[s] + (span_end[s] - span_begin[s]) <= pos) ++s;
+      if (s < s_hi) {
+        chunk = span_chunk[s];
+        slot = span_begin[s] + static_cast<int>(pos - span_pos[s]);
+      }
+    }
+    float sc[HW];
+    KvRows r{};
+    if (chunk >= 0) {
+      r = KvRowsOf(kv, chunk, kvh);
+      KeyScores<T, KV8, D, HW>(q_s, kv, r.kp, r.ke, slot, sc);
+    } else {
+#pragma unroll
+      for (int h = 0; h < HW; ++h) sc[h] = -INFINITY;
+    }
+    // Whether the block holds a key depends on positions only: the same for every head.
+    if (WarpMax(chunk >= 0 ? 1.0f : 0.0f) == 0.0f) continue;
+    float pr[HW];
+#pragma unroll
+    for (int h = 0; h < HW; ++h) {
+      const float new_m = fmaxf(m[h], WarpMax(sc[h]));
+      const float corr = exp2f(m[h] - new_m);
+      pr[h] = exp2f(sc[h] - new_m);
+      l[h] = l[h] * corr + WarpSum(pr[h]);
+#pragma unroll
+      for (int i = 0; i < NXD; ++i) o[h][i] *= corr;
+      m[h] = new_m;
+    }
+    const int n = static_cast<int>(limit - p0 < 32 ? limit - p0 : 32);
+    const int64_t vrow = chunk >= 0 ? r.vp + static_cast<int64_t>(slot) * d : 0;
+    const int64_t vexp = chunk >= 0 ? r.ve + slot : 0;
+    for (int j0 = 0; j0 < n; j0 += kRows) {
+      float v[kRows][NXD], pj[kRows][HW];
+#pragma unroll
+      for (int jj = 0; jj < kRows; ++jj) {
+        const int j = j0 + jj < 32 ? j0 + jj : 31;
+        const int64_t row_j = __shfl_sync(0xffffffffu, vrow, j);
+        const int64_t exp_j = __shfl_sync(0xffffffffu, vexp, j);
+        const bool use = j0 + jj < n && __shfl_sync(0xffffffffu, chunk, j) >= 0;  // warp-uniform
+#pragma unroll
+        for (int h = 0; h < HW; ++h) {
+          const float ph = __shfl_sync(0xffffffffu, pr[h], j);
+          pj[jj][h] = use ? ph : 0.0f;
+        }
+        float vscale = 1.0f;
+        if constexpr (KV8) vscale = use ? KvFp8ScaleAt(kv, exp_j) : 1.0f;
+#pragma unroll
+        for (int i = 0; i < NXD; ++i) {
+          const int x = lane + 32 * i;
+          v[jj][i] = 0.0f;
+          if (use && x < d) {
+            if constexpr (KV8) {
+              v[jj][i] = LoadKv1<T, true>(kv, row_j + x, vscale);
+            } else {
+              v[jj][i] = ToFloat(static_cast<const T*>(kv.base)[row_j + x]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < kRows; ++jj) {
+        if (j0 + jj >= n) break;
+#pragma unroll
+        for (int h = 0; h < HW; ++h) {
+#pragma unroll
+          for (int i = 0; i < NXD; ++i) o[h][i] += pj[jj][h] * v[jj][i];
+        }
+      }
+    }
+  }
+}
+
+// Grid: (tokens, ceil(warps / 4)), 128 threads; warps = kv heads x ceil(group / HW).
+template <typename T, bool KV8, int D, int HW>
+__global__ void __launch_bounds__(128) InvariantAttentionKernel(const __grid_constant__ PrefillParams p) {
+  constexpr int NXD = D > 0 ? (D + 31) / 32 : kMaxGenericHeadDim / 32;
+  __shared__ float q_s[4][HW][kMaxGenericHeadDim];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int hq = p.num_q_heads, hkv = p.kv.num_kv_heads, d = p.kv.head_dim;
+  const int g = hq / hkv, per_kv = (g + HW - 1) / HW;
+  const int w = blockIdx.y * 4 + warp;
+  if (w >= hkv * per_kv) return;
+  const int kvh = w / per_kv;
+  const int head0 = kvh * g + (w % per_kv) * HW;
+  const int heads = min(HW, kvh * g + g - head0);
+  const int tok = blockIdx.x;
+  const int seq = p.token_seq[tok];
+  const int64_t row = p.q_row_begin + tok;
+  const int64_t limit = p.seq_pos0[seq] + (row - p.seq_q_row[seq]) + 1;
+  const T* q = static_cast<const T*>(p.q) + row * hq * d;
+#pragma unroll
+  for (int h = 0; h < HW; ++h) {
+    if (h < heads) {
+      LoadQueryWarp(q + (head0 + h) * d, d, p.scale * kLog2e, q_s[warp][h]);
+    } else {
+      for (int x = lane; x < d; x += 32) q_s[warp][h][x] = 0.0f;  // an unused slot: finite
+      __syncwarp();
+    }
+  }
+  float o[HW][NXD], m[HW], l[HW];
+  InvariantAttendHeads<T, KV8, D, HW, NXD>(q_s[warp], p.kv, kvh, p.span_chunk, p.span_begin,
+                                           p.span_end, p.span_pos, p.seq_span_begin[seq],
+                                           p.seq_span_end[seq], limit, o, m, l);
+#pragma unroll
+  for (int h = 0; h < HW; ++h) {
+    if (h >= heads) break;
+    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < NXD; ++i) {
+      const int x = lane + 32 * i;
+      if (x < d) static_cast<T*>(p.out)[(row * hq + head0 + h) * d + x] = FromFloat<T>(o[h][i] * inv);
+    }
+  }
+}
+
+}  // namespace banyan::kernels::cuda
