@@ -1,12 +1,11 @@
 // InvariantGemm (invariant_gemm.h): mma.sync m16n8k16 tiles, K through a cp.async ring.
-#include "kernels/cuda/invariant_gemm.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/invariant_gemm.h"
 #include "kernels/cuda/mma.cuh"
 
 namespace banyan::kernels::cuda {
@@ -24,14 +23,16 @@ struct GemmConfig {
   static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
   static constexpr int MI = BM / WARPS_M / 16;  // m16 tiles per warp
   static constexpr int NI = BN / WARPS_N / 8;   // n8 tiles per warp (pairs: one ldmatrix.x4)
-  static constexpr int kLd = BK + 8;  // row stride: 16 bytes past a multiple of 128, no bank conflicts
+  static constexpr int kLd =
+      BK + 8;  // row stride: 16 bytes past a multiple of 128, no bank conflicts
   static_assert(MI >= 1 && NI >= 2 && NI % 2 == 0 && BK % 16 == 0, "tile shape");
   static constexpr int kSmemBytes = STAGES * (BM + BN) * kLd * 2;
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory");
 };
 using SmallM = GemmConfig<16, 32, 1, 2, 64, 6>;   // M <= 16
 using MediumM = GemmConfig<32, 32, 2, 2, 64, 5>;  // M <= 32
-using LargeM = GemmConfig<64, 64, 2, 2, 32, 3>;
+using LargeM = GemmConfig<64, 64, 2, 2, 32, 3>;  // M <= 256
+using HugeM = GemmConfig<128, 128, 2, 4, 32, 2>;  // M > 256: 8 warps of 64 x 32
 
 // Rows [row0, row0 + ROWS) x K [k0, k0 + BK) of src ([rows, K] row-major) into dst (row stride
 // LD), zero outside.
@@ -102,8 +103,8 @@ __global__ void __launch_bounds__(C::kThreads)
 #pragma unroll
       for (int nj = 0; nj < C::NI / 2; ++nj) {
         uint32_t bf[4];  // n-tile 2 nj: bf[0..1], 2 nj + 1: bf[2..3]
-        LdMatrixX4(bf, bs + (wn + nj * 16 + lane % 8 + (lane / 16) * 8) * LD + kk +
-                           ((lane / 8) % 2) * 8);
+        LdMatrixX4(
+            bf, bs + (wn + nj * 16 + lane % 8 + (lane / 16) * 8) * LD + kk + ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int mi = 0; mi < C::MI; ++mi) {
           Mma16816<T>(acc[mi][2 * nj], af[mi], bf[0], bf[1]);
@@ -152,7 +153,8 @@ template <typename T>
 cudaError_t Launch(const InvariantGemmParams& p, cudaStream_t stream) {
   if (p.M <= SmallM::BM) return LaunchConfig<T, SmallM>(p, stream);
   if (p.M <= MediumM::BM) return LaunchConfig<T, MediumM>(p, stream);
-  return LaunchConfig<T, LargeM>(p, stream);
+  if (p.M <= 256) return LaunchConfig<T, LargeM>(p, stream);
+  return LaunchConfig<T, HugeM>(p, stream);
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ cudaError_t PrefillByHeadDim(const PrefillParams& p, cudaStream_t s) {
 template <typename T, int D, int HW>
 void LaunchInvariant(const PrefillParams& p, cudaStream_t s) {
   const int hkv = p.kv.num_kv_heads, per_kv = (p.num_q_heads / hkv + HW - 1) / HW;
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((hkv * per_kv + 3) / 4));
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(hkv * per_kv));
   if (KvIsFp8Host(p.kv)) {
     InvariantAttentionKernel<T, true, D, HW><<<grid, 128, 0, s>>>(p);
   } else {
