@@ -252,6 +252,40 @@ TEST(CudaDecodeAttention, Batch1024) {
 }
 
 // Prefill: several sequences with cached prefixes (some shared) and new tokens in one launch.
+// A prefill work list on the device, and the kernels' parameters over it (queries q, rounded to
+// the case's dtype; output poisoned).
+struct DeviceWork {
+  DeviceWork(const Case& c, const TestKv& kv, const PrefillWork& w, const std::vector<float>& q)
+      : sc(w.span_chunk), sb(w.span_begin), se(w.span_end), sp(w.span_pos),
+        ssb(w.seq_span_begin), sse(w.seq_span_end), sp0(w.seq_pos0), snq(w.seq_num_q),
+        sqr(w.seq_q_row), ts(w.tile_seq), tm(w.tile_m0), tks(w.token_seq),
+        qd(ToDtype(c.dtype, q)), out(q.size()) {
+    p.q = qd.get();
+    p.out = out.get();
+    p.kv = kv.gpu;
+    p.span_chunk = sc.get();
+    p.span_begin = sb.get();
+    p.span_end = se.get();
+    p.span_pos = sp.get();
+    p.seq_span_begin = ssb.get();
+    p.seq_span_end = sse.get();
+    p.seq_pos0 = sp0.get();
+    p.seq_num_q = snq.get();
+    p.seq_q_row = sqr.get();
+    p.tile_seq = ts.get();
+    p.tile_m0 = tm.get();
+    p.token_seq = tks.get();
+    p.num_tiles = w.num_tiles();
+    p.num_tokens = w.num_tokens;
+    p.q_row_begin = w.q_row_begin;
+    p.num_q_heads = c.kv_heads * c.gqa;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  }
+  DeviceArray<int32_t> sc, sb, se, sp, ssb, sse, sp0, snq, sqr, ts, tm, tks;
+  DeviceArray<uint16_t> qd, out;
+  PrefillParams p;
+};
+
 TEST(CudaPrefillAttention, MatchesCpu) {
   BANYAN_SEEDED_RNG(rng);
   const std::vector<Case> cases = {
@@ -318,36 +352,10 @@ TEST(CudaPrefillAttention, MatchesCpu) {
     }
     PrefillWork w;
     BuildPrefillWork(descs, c.gqa, kPrefillBlockM, &w);
-    DeviceArray<int32_t> sc(w.span_chunk), sb(w.span_begin), se(w.span_end), sp(w.span_pos);
-    DeviceArray<int32_t> ssb(w.seq_span_begin), sse(w.seq_span_end), sp0(w.seq_pos0);
-    DeviceArray<int32_t> snq(w.seq_num_q), sqr(w.seq_q_row), ts(w.tile_seq), tm(w.tile_m0);
-    DeviceArray<int32_t> tks(w.token_seq);
-    DeviceArray<uint16_t> qd(ToDtype(c.dtype, q));
-    DeviceArray<uint16_t> out(q.size());
-    PrefillParams p;
-    p.q = qd.get();
-    p.out = out.get();
-    p.kv = kv.gpu;
-    p.span_chunk = sc.get();
-    p.span_begin = sb.get();
-    p.span_end = se.get();
-    p.span_pos = sp.get();
-    p.seq_span_begin = ssb.get();
-    p.seq_span_end = sse.get();
-    p.seq_pos0 = sp0.get();
-    p.seq_num_q = snq.get();
-    p.seq_q_row = sqr.get();
-    p.tile_seq = ts.get();
-    p.tile_m0 = tm.get();
-    p.token_seq = tks.get();
-    p.num_tiles = w.num_tiles();
-    p.num_tokens = w.num_tokens;
-    p.q_row_begin = w.q_row_begin;
-    p.num_q_heads = hq;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    const absl::Status s = PrefillAttention(c.dtype, p, nullptr);
+    DeviceWork dw(c, kv, w, q);
+    const absl::Status s = PrefillAttention(c.dtype, dw.p, nullptr);
     ASSERT_TRUE(s.ok()) << s;
-    const double err = RelErr(FromDtype(c.dtype, out.Download()), want);
+    const double err = RelErr(FromDtype(c.dtype, dw.out.Download()), want);
     EXPECT_LT(err, Tolerance(c.dtype)) << "fast path " << HasFastAttentionPath(c.head_dim);
   }
 }
@@ -360,7 +368,6 @@ struct InvSeq {
 };
 std::vector<uint16_t> RunInvariant(const Case& c, const TestKv& kv, const std::vector<InvSeq>& seqs,
                                    const std::vector<float>& q) {
-  const int hq = c.kv_heads * c.gqa;
   std::vector<PrefillSeq> descs;
   int32_t row = 0;
   for (const InvSeq& s : seqs) {
@@ -369,32 +376,10 @@ std::vector<uint16_t> RunInvariant(const Case& c, const TestKv& kv, const std::v
   }
   PrefillWork w;
   BuildPrefillWork(descs, c.gqa, kPrefillBlockM, &w);
-  DeviceArray<int32_t> sc(w.span_chunk), sb(w.span_begin), se(w.span_end), sp(w.span_pos);
-  DeviceArray<int32_t> ssb(w.seq_span_begin), sse(w.seq_span_end), sp0(w.seq_pos0);
-  DeviceArray<int32_t> snq(w.seq_num_q), sqr(w.seq_q_row), tks(w.token_seq);
-  DeviceArray<uint16_t> qd(ToDtype(c.dtype, q));
-  DeviceArray<uint16_t> out(q.size());
-  PrefillParams p;
-  p.q = qd.get();
-  p.out = out.get();
-  p.kv = kv.gpu;
-  p.span_chunk = sc.get();
-  p.span_begin = sb.get();
-  p.span_end = se.get();
-  p.span_pos = sp.get();
-  p.seq_span_begin = ssb.get();
-  p.seq_span_end = sse.get();
-  p.seq_pos0 = sp0.get();
-  p.seq_num_q = snq.get();
-  p.seq_q_row = sqr.get();
-  p.token_seq = tks.get();
-  p.num_tokens = w.num_tokens;
-  p.q_row_begin = w.q_row_begin;
-  p.num_q_heads = hq;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const absl::Status st = InvariantAttention(c.dtype, p, nullptr);
+  DeviceWork dw(c, kv, w, q);
+  const absl::Status st = InvariantAttention(c.dtype, dw.p, nullptr);
   EXPECT_TRUE(st.ok()) << st;
-  return out.Download();
+  return dw.out.Download();
 }
 
 // A context of `len` positions laid out in whole chunks from `first_chunk` on, one span each.
