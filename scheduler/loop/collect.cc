@@ -42,9 +42,16 @@ bool EngineLoop::CollectInflight() {
   TakePromptRows(out, t_done, &want_draft);
   DraftNext(&want_draft);
   const double step_seconds = Seconds(f.times.begin, t_done);
-  if (f.speculation.size_class >= 0 && f.prefill_tokens == 0 && step_seconds > 0) {
+  if (f.speculation.size_class >= 0 && step_seconds > 0) {
+    // A step that also prefilled counts with its decode rows' share of the step's tokens (most of
+    // a step scales with its tokens). Under continuous arrivals most steps carry a prompt: when
+    // only decode-only steps were measured, the governor kept speculating, unmeasured.
+    const double share =
+        f.prefill_tokens == 0
+            ? 1.0
+            : static_cast<double>(f.decode_rows) / static_cast<double>(f.decode_rows + f.prefill_tokens);
     speculation_governor_.Record(f.speculation.size_class, f.speculation.speculated,
-                                 static_cast<double>(decode_tokens), step_seconds);
+                                 static_cast<double>(decode_tokens), step_seconds * share);
   }
   const double device =
       f.prefill_tokens == 0 ? backend_->device_seconds() - f.times.device_before : 0;

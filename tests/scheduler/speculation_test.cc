@@ -285,6 +285,39 @@ TEST_F(SpeculationTest, LookupAcceptsARepeatedRequestWhole) {
 // The governor measures both ways, keeps the faster, and probes the other way ever more rarely
 // while the answer stays; a change of the measured rates changes the answer; the first steps
 // after a switch (graph captures, cold caches) do not decide.
+// Continuous arrivals: with a prompt in nearly every step, the governor must still measure both
+// ways. It once measured decode-only steps alone; with few of them it stayed in its first way,
+// speculating on every step, unmeasured (the adaptive mode lost as much as forced speculation).
+TEST_F(SpeculationTest, GovernorMeasuresStepsThatAlsoPrefill) {
+  LoopOptions o;
+  o.speculation = LoopOptions::Speculation::kHeads;
+  o.draft_heads = heads_;
+  o.draft_tokens = heads_->num_heads();
+  o.speculation_adaptive = true;
+  o.max_running_sequences = 4;
+  o.prefill_token_budget = 8;  // a prompt takes several steps, beside the others' decode rows
+  std::vector<Request> reqs;
+  const std::string story =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends and her dog";
+  for (int i = 0; i < 48; ++i) reqs.push_back(Make(story + std::string(i % 7, '!'), 6));
+  auto backend = engine::CpuBackend::Create(&bundle_->weights, {.num_chunks = 512, .chunk_size = 16});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend), o);
+  auto results = GenerateAll(loop, reqs);
+  ASSERT_TRUE(results.ok()) << results.status();
+  const SpeculationGovernor& g = loop.speculation_governor();
+  int64_t measured_with = 0, measured_without = 0, steps = 0;
+  for (int c = 0; c < SpeculationGovernor::kClasses; ++c) {
+    measured_with += g.at(c).with.n;
+    measured_without += g.at(c).without.n;
+    steps += g.at(c).steps;
+  }
+  EXPECT_GT(steps, 30);
+  EXPECT_GE(measured_with, SpeculationGovernor::kMeasuredSteps) << steps << " steps";
+  EXPECT_GE(measured_without, SpeculationGovernor::kMeasuredSteps) << steps << " steps";
+}
+
 TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
   EXPECT_EQ(SpeculationGovernor::ClassOf(1), 0);
   EXPECT_EQ(SpeculationGovernor::ClassOf(3), 1);
