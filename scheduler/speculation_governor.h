@@ -46,13 +46,14 @@ class SpeculationGovernor {
   // What Speculate would answer for the next step of `size_class`, without counting it (the
   // loop copies hidden states for the draft heads only when a step may speculate).
   bool MaySpeculate(int size_class) const;
-  // A decode-only step of `size_class` took `tokens` in `seconds` of wall time, with
+  // A step of `size_class` took `tokens` in `seconds` of wall time (for a step that also
+  // prefilled, the engine loop passes its decode rows' share of the time), with
   // candidates or without.
   void Record(int size_class, bool speculated, double tokens, double seconds);
 
   struct Way {
     double tokens = 0, seconds = 0;  // per step, moving averages
-    int64_t seen = 0, n = 0;         // decode-only steps recorded; of them measured
+    int64_t seen = 0, n = 0;         // steps recorded; of them measured
     double rate() const { return seconds > 0 ? tokens / seconds : 0; }
   };
   struct Class {
