@@ -17,7 +17,8 @@
 //       --kv-cache-dtype fp8: K and V in FP8 as banyand's (kernels/kv_fp8.h; the CPU backend
 //       rounds its fp32 rows the same way).
 //       --deterministic on: banyand's batch-invariant mode (each prompt's output the same alone
-//       as in the batch; attention paged).
+//       as in the batch; attention paged). Unlike banyand it may be combined with --speculative,
+//       for tools/gpu/speculation_identity.sh to check that the two give the same bits.
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
 //                  [--quantization none|fp8]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,
@@ -193,9 +194,6 @@ absl::Status Generate(const Args& a, const char* argv0) {
   std::optional<engine::DraftHeads> heads;
   const std::string speculative = a.Get("speculative", "off");
   if (speculative == "hydra") {
-    if (invariant) {
-      return absl::InvalidArgumentError("--deterministic on does not speculate yet");
-    }
     const std::string path = a.Get("draft-heads");
     if (path.empty()) return absl::InvalidArgumentError("--speculative hydra needs --draft-heads");
     auto h = engine::DraftHeads::Load(path, bundle->weights);

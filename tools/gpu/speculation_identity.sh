@@ -115,6 +115,12 @@ for t in 0 0.8; do
       --model "$M" --backend cuda --deterministic on 2>/dev/null >> "$W/d_alone.txt"
   done < "$W/prompts.txt"
   same "$W/d_alone.txt" "$W/d_batch.txt" "stories260K T=$t, --deterministic on: each prompt alone against the batch"
+  # ... and speculation under it: chains and trees against plain decoding, bit for bit (banyand
+  # refuses the two together until this holds on the GPU).
+  "$B/banyan" "${g[@]}" --backend cuda --deterministic on "${H[@]}" --draft-tokens 3 > "$W/d_chain.txt" 2>/dev/null
+  "$B/banyan" "${g[@]}" --backend cuda --deterministic on "${H[@]}" --draft-tree "4,2,2" > "$W/d_tree.txt" 2>/dev/null
+  same "$W/d_batch.txt" "$W/d_chain.txt" "stories260K T=$t, --deterministic on: chains against plain in the batch"
+  same "$W/d_batch.txt" "$W/d_tree.txt" "stories260K T=$t, --deterministic on: trees against plain in the batch"
 done
 if [[ $failed != 0 ]]; then
   echo "speculation identity: FAILED (see the lines above)"
