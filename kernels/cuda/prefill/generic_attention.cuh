@@ -11,14 +11,17 @@
 
 namespace banyan::kernels::cuda {
 
-// One key's score for a warp lane: q_s . K row `t` of the (chunk, kv head) whose K rows start at
-// element kp (and whose FP8 exponents start at ke), summed in head_dim order.
-// D: head_dim known at compile time (the loop unrolled, its loads in flight together), 0: any.
-template <typename T, bool KV8, int D = 0>
-__device__ __forceinline__ float KeyScore(const float* q_s, const KvViewDev& kv, int64_t kp,
-                                          int64_t ke, int t) {
+// Each of HW queries' score against K row `t` of the (chunk, kv head) whose K rows start at
+// element kp (and whose FP8 exponents start at ke), for one warp lane, each summed in head_dim
+// order. q_s: HW rows of kMaxGenericHeadDim. D: head_dim at compile time (the loop unrolled, its
+// loads in flight together), 0: any.
+template <typename T, bool KV8, int D, int HW>
+__device__ __forceinline__ void KeyScores(const float (*q_s)[kMaxGenericHeadDim],
+                                          const KvViewDev& kv, int64_t kp, int64_t ke, int t,
+                                          float (&dot)[HW]) {
   const int d = D > 0 ? D : kv.head_dim;
-  float dot = 0.0f;
+#pragma unroll
+  for (int h = 0; h < HW; ++h) dot[h] = 0.0f;
 #pragma unroll
   for (int x = 0; x < (D > 0 ? D : d); x += 8) {
     float kf[8];
@@ -28,9 +31,11 @@ __device__ __forceinline__ float KeyScore(const float* q_s, const KvViewDev& kv,
       Load8(static_cast<const T*>(kv.base) + kp + static_cast<int64_t>(t) * d + x, kf);
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dot += q_s[x + i] * kf[i];
+    for (int h = 0; h < HW; ++h) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dot[h] += q_s[h][x + i] * kf[i];
+    }
   }
-  return dot;
 }
 
 // o += pj * V row `t` (elements from vp, FP8 exponents from ve): element x lives in lane x % 32,
@@ -112,7 +117,13 @@ __device__ void GenericAttendWarp(const float* q_s, const KvViewDev& kv, int kvh
     const KvRows r = KvRowsOf(kv, span_chunk[s], kvh);
     for (int t0 = b; t0 < e; t0 += 32) {
       const int t = t0 + lane;
-      const float sc = t < e ? KeyScore<T, KV8>(q_s, kv, r.kp, r.ke, t) : -INFINITY;
+      float sc = -INFINITY;
+      if (t < e) {
+        float dot[1];
+        KeyScores<T, KV8, 0, 1>(reinterpret_cast<const float(*)[kMaxGenericHeadDim]>(q_s), kv,
+                                r.kp, r.ke, t, dot);
+        sc = dot[0];
+      }
       float pr;
       if (!SoftmaxBlock(sc, m, l, pr, o)) continue;
       const int n = min(32, e - t0);

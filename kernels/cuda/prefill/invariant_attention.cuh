@@ -18,31 +18,6 @@
 
 namespace banyan::kernels::cuda {
 
-// Each head's score against K row `t` (elements from kp, FP8 exponents from ke), summed in
-// head_dim order (KeyScore's order). D: head_dim at compile time, 0: any.
-template <typename T, bool KV8, int D, int HW>
-__device__ __forceinline__ void KeyScores(const float (*q_s)[kMaxGenericHeadDim],
-                                          const KvViewDev& kv, int64_t kp, int64_t ke, int t,
-                                          float (&dot)[HW]) {
-  const int d = D > 0 ? D : kv.head_dim;
-#pragma unroll
-  for (int h = 0; h < HW; ++h) dot[h] = 0.0f;
-#pragma unroll
-  for (int x = 0; x < (D > 0 ? D : d); x += 8) {
-    float kf[8];
-    if constexpr (KV8) {
-      Unpack8Kv<T>(LoadKv8<T, true>(kv, kp + static_cast<int64_t>(t) * d + x, ke + t), kf);
-    } else {
-      Load8(static_cast<const T*>(kv.base) + kp + static_cast<int64_t>(t) * d + x, kf);
-    }
-#pragma unroll
-    for (int h = 0; h < HW; ++h) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) dot[h] += q_s[h][x + i] * kf[i];
-    }
-  }
-}
-
 // Positions of a context cut into pieces of this many: fixed, so the cut never depends on the
 // batch; four warps share a context's pieces.
 inline constexpr int kInvariantPiece = 256;
