@@ -387,7 +387,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
     if (a.prefill) {
       kc::PrefillParams pp = a.pp;
       pp.kv = kv;
-      BANYAN_RETURN_IF_ERROR(a.invariant ? kc::InvariantAttention(dt, pp, m.stream)
+      BANYAN_RETURN_IF_ERROR(options_.batch_invariant ? kc::InvariantAttention(dt, pp, m.stream)
                                          : kc::PrefillAttention(dt, pp, m.stream));
     }
     BANYAN_RETURN_IF_ERROR(

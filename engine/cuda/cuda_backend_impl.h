@@ -50,10 +50,10 @@ inline double MicrosSince(std::chrono::steady_clock::time_point t0) {
 // and set the layer's KV view).
 struct AttentionArgs {
   bool use_tpp = false;  // decode rows through the TPP kernel
-  bool prefill = false;  // prefill rows through the prefill kernel
-  // CudaBackendOptions::batch_invariant: pp's work list holds every token of the step, the decode
-  // rows as sequences of one new token, for InvariantAttention (and `prefill` is set when any).
-  bool invariant = false;
+  // Prefill rows through the prefill kernel; with CudaBackendOptions::batch_invariant, pp's work
+  // list holds every token of the step (decode rows as sequences of one new token) for
+  // InvariantAttention, and this is set when there is any.
+  bool prefill = false;
   kc::tpp::TppRunArgs ta;
   kc::PrefillParams pp;
 };
@@ -102,6 +102,7 @@ struct CudaBackend::Impl {
   // row's segments' spans then its own, in position order.
   std::vector<kc::PrefillSeq> invariant_seqs;
   std::vector<int32_t> invariant_chunk, invariant_begin, invariant_end;
+  std::vector<size_t> invariant_first;  // per decode row: its first span in invariant_*, then the end
 
   // TPP decode attention (every mode but kNone; every supported head_dim).
   bool tpp = false;

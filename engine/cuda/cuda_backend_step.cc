@@ -223,7 +223,8 @@ absl::Status CudaBackend::InvariantSeqs(const StepBatch& batch, const StepInputs
   m.invariant_begin.clear();
   m.invariant_end.clear();
   m.invariant_seqs.clear();
-  std::vector<size_t> first(static_cast<size_t>(in.num_decode) + 1, 0);
+  std::vector<size_t>& first = m.invariant_first;  // kept: no allocation per step
+  first.assign(static_cast<size_t>(in.num_decode) + 1, 0);
   if (in.num_decode > 0) {
     const kvcache::AttentionPlan& plan = *batch.plan;
     auto add = [&](int32_t lo, int32_t hi) {
@@ -277,8 +278,8 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
   };
   m.attn_ints.Clear();
   a.use_tpp = in.use_tpp;
-  a.invariant = options_.batch_invariant;
-  a.prefill = !in.prefill_seqs.empty() || (a.invariant && in.num_decode > 0);
+  const bool invariant = options_.batch_invariant;
+  a.prefill = !in.prefill_seqs.empty() || (invariant && in.num_decode > 0);
   if (a.use_tpp) {
     BANYAN_RETURN_IF_ERROR(PrepareTpp(*batch.plan));
     const kc::tpp::TppWorkPlan& wp = *m.tpp_plan;
@@ -304,7 +305,7 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
   }
   int64_t op[12] = {};
   if (a.prefill) {
-    if (a.invariant) {
+    if (invariant) {
       BANYAN_RETURN_IF_ERROR(InvariantSeqs(batch, in));
       kc::BuildPrefillWork(m.invariant_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
     } else {
