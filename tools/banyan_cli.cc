@@ -17,8 +17,8 @@
 //       --kv-cache-dtype fp8: K and V in FP8 as banyand's (kernels/kv_fp8.h; the CPU backend
 //       rounds its fp32 rows the same way).
 //       --deterministic on: banyand's batch-invariant mode (each prompt's output the same alone
-//       as in the batch; attention paged). Unlike banyand it may be combined with --speculative,
-//       for tools/gpu/speculation_identity.sh to check that the two give the same bits.
+//       as in the batch; attention paged); with --speculative hydra, chains and trees give
+//       plain decoding's bits (tools/gpu/speculation_identity.sh checks both).
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
 //                  [--quantization none|fp8]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,

@@ -143,7 +143,7 @@ TEST_F(ConfigAliasesTest, GpuMemoryUtilizationIsAFractionOfTheGpu) {
   EXPECT_DOUBLE_EQ(c->gpu_memory_utilization, 0.75);
 }
 
-TEST_F(ConfigAliasesTest, DeterministicIsOnOrOffAndNotYetWithSpeculation) {
+TEST_F(ConfigAliasesTest, DeterministicIsOnOrOffWithHydraButNotYetWithLookup) {
   auto c = Load({"--deterministic", "on"});
   ASSERT_TRUE(c.ok()) << Error(c);
   EXPECT_EQ(c->deterministic, "on");
@@ -154,6 +154,9 @@ TEST_F(ConfigAliasesTest, DeterministicIsOnOrOffAndNotYetWithSpeculation) {
   auto spec = Load({"--deterministic", "on", "--speculative", "lookup"});
   ASSERT_FALSE(spec.ok());
   EXPECT_TRUE(Has(Error(spec), "--speculative lookup")) << Error(spec);
+  spec = Load({"--deterministic", "on", "--speculative", "hydra"});
+  ASSERT_TRUE(spec.ok()) << Error(spec);
+  EXPECT_EQ(spec->speculative, "hydra");
 }
 
 TEST_F(ConfigAliasesTest, PathsInAConfigFileAreRelativeToTheFile) {
