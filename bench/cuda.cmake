@@ -14,6 +14,10 @@ target_compile_definitions(gpu_decode_bench PRIVATE BANYAN_SOURCE_DIR="${PROJECT
 # The physical ceiling of prefill on this GPU, for bench/serve/prefill.sh.
 add_executable(prefill_ceiling ${CMAKE_CURRENT_LIST_DIR}/prefill_ceiling.cc)
 target_link_libraries(prefill_ceiling PRIVATE banyan_gemm_ceiling absl::strings)
+# The prefill attention kernels alone against their FLOPs' floor.
+add_executable(prefill_attention_bench ${CMAKE_CURRENT_LIST_DIR}/prefill_attention_bench.cc)
+target_link_libraries(prefill_attention_bench PRIVATE banyan_gemm_ceiling banyan_kernels_cuda
+                      absl::strings)
 # Drafting time of Hydra heads on the GPU against the host.
 add_executable(draft_heads_bench ${CMAKE_CURRENT_LIST_DIR}/draft_heads_bench.cc)
 target_link_libraries(draft_heads_bench PRIVATE banyan_engine_cuda banyan_engine banyan_model

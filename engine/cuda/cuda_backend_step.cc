@@ -309,7 +309,7 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
       BANYAN_RETURN_IF_ERROR(InvariantSeqs(batch, in));
       kc::BuildPrefillWork(m.invariant_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
     } else {
-      kc::BuildPrefillWork(in.prefill_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
+      kc::BuildPrefillWork(in.prefill_seqs, hq / hkv, kc::PrefillTileRows(m.kv0), &m.prefill_work);
     }
     const kc::PrefillWork& w = m.prefill_work;
     op[0] = add(w.span_chunk);
@@ -344,6 +344,7 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     pp.tile_m0 = m.attn_ints.Dev(op[10]);
     pp.token_seq = m.attn_ints.Dev(op[11]);
     pp.num_tiles = w.num_tiles();
+    pp.block_m = w.block_m;
     pp.num_tokens = w.num_tokens;
     pp.q_row_begin = w.q_row_begin;
     pp.num_q_heads = hq;

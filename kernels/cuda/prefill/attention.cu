@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/prefill/generic_attention.cuh"
 #include "kernels/cuda/prefill/invariant_attention.cuh"
+#include "kernels/cuda/prefill/prefill_wgmma_launch.h"
 
 namespace banyan::kernels::cuda {
 namespace {
@@ -95,9 +96,30 @@ absl::Status NoFp16(const char* what) {
 
 bool HasFastAttentionPath(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
+int32_t PrefillTileRows(const KvViewDev& kv) {
+  return HasFastAttentionPath(kv.head_dim) && !KvIsFp8Host(kv) && PrefillWgmmaAvailable()
+             ? kPrefillWgmmaBlockM
+             : kPrefillBlockM;
+}
+
 absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream) {
   BANYAN_RETURN_IF_ERROR(CheckShape(p.kv, p.num_q_heads, "PrefillAttention"));
   if (p.num_tokens == 0) return absl::OkStatus();
+  if (p.block_m == kPrefillWgmmaBlockM && HasFastAttentionPath(p.kv.head_dim)) {
+    if (KvIsFp8Host(p.kv) || !PrefillWgmmaAvailable()) {
+      return absl::InvalidArgumentError(
+          "PrefillAttention: tiles of 128 rows need the wgmma kernel (compute capability 9.0, "
+          "a 16-bit cache); build the work list with PrefillTileRows");
+    }
+#ifndef BANYAN_CUDA_FP16
+    if (dtype == DType::kFp16) return NoFp16("PrefillAttention");
+#endif
+    return CudaStatus(LaunchPrefillWgmma(dtype, p, stream), "PrefillAttention");
+  }
+  if (p.block_m != kPrefillBlockM && HasFastAttentionPath(p.kv.head_dim)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PrefillAttention: work list tiles of ", p.block_m, " rows (64 or 128)"));
+  }
   switch (dtype) {
     case DType::kBf16:
       return CudaStatus(PrefillByHeadDim<__nv_bfloat16>(p, stream), "PrefillAttention");

@@ -3,9 +3,11 @@
 // sharing and for every head_dim, is kernels/cuda/tpp's.
 //
 //  - PrefillAttention: new tokens of prefill sequences attend causally over their cached path
-//    plus themselves. head_dim 64 and 128: flash-attention-2 style with mma.sync tensor cores
-//    (bf16/fp16 operands, fp32 accumulation; GQA heads packed into the M dimension); other head
-//    dims: the generic kernel.
+//    plus themselves. head_dim 64 and 128: on Hopper (compute capability 9.0) with a 16-bit
+//    cache, warp-specialised wgmma tiles of 128 packed rows (prefill_wgmma.cuh); elsewhere, or
+//    with an FP8 cache, flash-attention-2 style with mma.sync tensor cores in tiles of 64 (both
+//    bf16/fp16 operands, fp32 accumulation; GQA heads packed into the M dimension); other head
+//    dims: the generic kernel. The work list's tile size (PrefillTileRows) picks the kernel.
 //
 // q and out are [rows, num_q_heads, head_dim] in the cache dtype. Softmax scale 1/sqrt(d).
 // A query with no context (cannot happen in a valid step) gets a zero output.
@@ -39,13 +41,19 @@ struct PrefillParams {
   const int32_t* tile_m0 = nullptr;
   const int32_t* token_seq = nullptr;
   int32_t num_tiles = 0;
+  int32_t block_m = 64;  // packed rows per tile of the work list (PrefillTileRows)
   int32_t num_tokens = 0;
   int32_t q_row_begin = 0;
   int32_t num_q_heads = 0;
   float scale = 0.0f;
 };
-// Packed rows per tensor-core tile; BuildPrefillWork's block_m.
+// Packed rows per tile of the mma.sync kernel and of the wgmma kernel.
 inline constexpr int32_t kPrefillBlockM = 64;
+inline constexpr int32_t kPrefillWgmmaBlockM = 128;
+// The tile size PrefillAttention's work list should be built with (BuildPrefillWork's block_m,
+// PrefillParams::block_m) for this cache on the current device: kPrefillWgmmaBlockM where the
+// wgmma kernel runs, kPrefillBlockM elsewhere (the generic kernel reads no tiles).
+int32_t PrefillTileRows(const KvViewDev& kv);
 absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
 
 // The deterministic mode's attention (InvariantAttentionKernel, invariant_attention.cuh): every

@@ -11,6 +11,7 @@ void BuildPrefillWork(std::span<const PrefillSeq> seqs, int32_t group, int32_t b
   BANYAN_CHECK(group >= 1 && block_m >= 1) << group << " " << block_m;
   PrefillWork& w = *work;
   w = PrefillWork{};
+  w.block_m = block_m;
   w.q_row_begin = seqs.empty() ? 0 : seqs.front().q_row;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const PrefillSeq& s = seqs[i];

@@ -31,6 +31,7 @@ struct PrefillWork {
   std::vector<int32_t> token_seq;
   int32_t q_row_begin = 0;
   int32_t num_tokens = 0;
+  int32_t block_m = 0;  // packed rows per tile
 
   int32_t num_seqs() const { return static_cast<int32_t>(seq_pos0.size()); }
   int32_t num_tiles() const { return static_cast<int32_t>(tile_seq.size()); }

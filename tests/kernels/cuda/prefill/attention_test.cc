@@ -2,7 +2,8 @@
 // rounded to the kernel's dtype first so that both sides read identical values: decode (TPP,
 // every head dim from 8 to 256) over plans with and without sharing (random prefix trees,
 // context lengths not multiples of the chunk size, long contexts split into pieces, batch up to
-// 1024), and causal prefill over a cached path plus new tokens; with a 16-bit cache and with an
+// 1024), and causal prefill over a cached path plus new tokens (tiles of 64 rows on mma.sync and,
+// on compute capability 9.0, of 128 on wgmma); with a 16-bit cache and with an
 // FP8 one (kernels/kv_fp8.h: rows quantized here, the reference reading their dequantized
 // values, which the kernels must reproduce exactly before their own roundings). Random data
 // fresh each run, outputs poisoned, NaN never passes.
@@ -276,6 +277,7 @@ struct DeviceWork {
     p.tile_m0 = tm.get();
     p.token_seq = tks.get();
     p.num_tiles = w.num_tiles();
+    p.block_m = w.block_m;
     p.num_tokens = w.num_tokens;
     p.q_row_begin = w.q_row_begin;
     p.num_q_heads = c.kv_heads * c.gqa;
@@ -303,7 +305,9 @@ TEST(CudaPrefillAttention, MatchesCpu) {
     ASSERT_TRUE(pool.ok());
     kvcache::PrefixTree tree(&*pool);
     TestKv kv(c, 2048, rng);
-    std::vector<int32_t> shared(static_cast<size_t>(rng() % 200));
+    // A quarter of the cases share a long prefix (past the wgmma kernel's ring of stages).
+    const int shared_len = static_cast<int>(rng() % 4 == 0 ? 500 + rng() % 1000 : rng() % 200);
+    std::vector<int32_t> shared(static_cast<size_t>(shared_len));
     for (auto& t : shared) t = static_cast<int32_t>(rng() % 1000);
     struct Seq {
       kvcache::AttentionPlan plan;
@@ -322,7 +326,7 @@ TEST(CudaPrefillAttention, MatchesCpu) {
       // New tokens: a random tail (including, sometimes, the whole sequence).
       const int len = static_cast<int>(toks.size());
       s.num_q = 1 + static_cast<int>(rng() % std::min(len, 150));
-      if (rng() % 4 == 0) s.num_q = len;
+      if (rng() % 4 == 0) s.num_q = std::min(len, 600);
       s.pos0 = len - s.num_q;
       seqs.push_back(std::move(s));
     }
@@ -350,14 +354,36 @@ TEST(CudaPrefillAttention, MatchesCpu) {
                                  s.num_q, row});
       row += s.num_q;
     }
-    PrefillWork w;
-    BuildPrefillWork(descs, c.gqa, kPrefillBlockM, &w);
-    DeviceWork dw(c, kv, w, q);
-    const absl::Status s = PrefillAttention(c.dtype, dw.p, nullptr);
-    ASSERT_TRUE(s.ok()) << s;
-    const double err = RelErr(FromDtype(c.dtype, dw.out.Download()), want);
-    EXPECT_LT(err, Tolerance(c.dtype)) << "fast path " << HasFastAttentionPath(c.head_dim);
+    // Tiles of 64 (mma.sync) and, where the device runs it, of 128 (wgmma): both kernels.
+    std::vector<int32_t> tile_rows = {kPrefillBlockM};
+    if (PrefillTileRows(kv.gpu) != kPrefillBlockM) tile_rows.push_back(PrefillTileRows(kv.gpu));
+    for (const int32_t rows : tile_rows) {
+      PrefillWork w;
+      BuildPrefillWork(descs, c.gqa, rows, &w);
+      DeviceWork dw(c, kv, w, q);
+      const absl::Status s = PrefillAttention(c.dtype, dw.p, nullptr);
+      ASSERT_TRUE(s.ok()) << s;
+      const double err = RelErr(FromDtype(c.dtype, dw.out.Download()), want);
+      EXPECT_LT(err, Tolerance(c.dtype))
+          << "fast path " << HasFastAttentionPath(c.head_dim) << ", tiles of " << rows;
+    }
   }
+}
+
+// A work list of 128-row tiles is refused where the wgmma kernel cannot run it (an FP8 cache,
+// or a device other than compute capability 9.0), never run by the 64-row kernel.
+TEST(CudaPrefillAttention, TileRowsFollowTheKernel) {
+  BANYAN_SEEDED_RNG(rng);
+  const Case c{128, 1, 4, 64, DType::kBf16, true};
+  TestKv kv(c, 4, rng);
+  EXPECT_EQ(PrefillTileRows(kv.gpu), kPrefillBlockM);  // FP8 cache: the mma.sync kernel
+  const std::vector<int32_t> chunk = {0}, begin = {0}, end = {8};
+  const std::vector<PrefillSeq> descs = {PrefillSeq{chunk, begin, end, 0, 8, 0}};
+  PrefillWork w;
+  BuildPrefillWork(descs, c.gqa, kPrefillWgmmaBlockM, &w);
+  const std::vector<float> q(size_t{8} * 4 * 128, 0.5f);
+  DeviceWork dw(c, kv, w, q);
+  EXPECT_EQ(PrefillAttention(c.dtype, dw.p, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // InvariantAttention (the deterministic mode): one work list of sequences, each a span list and

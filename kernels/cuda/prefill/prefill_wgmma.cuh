@@ -1,0 +1,240 @@
+// Prefill attention on Hopper's warpgroup MMAs (wgmma, sm_90a): the same work and output as
+// PrefillMmaKernel (prefill_attention.cuh) with tiles of 128 packed rows, on the machinery of
+// TPP's warp-specialised phase 1 (tpp/phase1_wgmma.cuh: swizzled tiles, S = Q K^T with Q from
+// registers, the online softmax overlapped with the next tile's S, P V from registers).
+//
+// One CTA per (tile of 128 packed rows, kv head); a packed row is (new token j, q head k of the
+// kv head) = j * group + k. Three warpgroups:
+//  - the producer copies Q, then the K/V tiles of keys [64 i, 64 i + 64) of the sequence for
+//    i = 0, 1, ... up to the last key any row of the tile sees, into a ring of stages. Tiles are
+//    cut by position, not by span: a tile inside one span (chunks of 64 slots or more from
+//    position 0 make every tile so) is 64 consecutive slots of one chunk; any other tile's rows
+//    are found one by one, each thread walking the sequence's spans forward for its own rows.
+//    So any chunk size, partly filled chunks and spans that start mid-chunk give full tiles;
+//  - two consumer warpgroups of 64 rows each run the tiles in pairs as TPP's phase 1 does, and
+//    mask a tile's scores causally (key position > the row's token position) where the tile
+//    reaches past the smallest position of the thread's rows. The output is normalised and
+//    written in the cache dtype, as the other prefill kernels write it.
+// 16-bit caches only; an FP8 cache runs PrefillMmaKernel.
+#pragma once
+
+#include "kernels/cuda/prefill/attention.h"
+#include "kernels/cuda/tpp/phase1_wgmma.cuh"
+
+namespace banyan::kernels::cuda {
+
+template <int HEAD_DIM>
+struct PrefillWgmmaConfig : tpp::WgmmaTile<HEAD_DIM> {
+  static constexpr int kConsumers = 2;  // warpgroups of 64 packed rows
+  static constexpr int kBlockM = kConsumers * 64;
+  static constexpr int kThreads = kConsumers * 128 + 128;
+  // The producer computes each row's address (a span walk) and keeps fewer registers than
+  // TPP's; 56 x 128 + 224 x 256 = 64,512 of the SM's 65,536.
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+  static constexpr int kStages = HEAD_DIM == 128 ? 5 : 8;
+  static constexpr int kBarrierBytes = 1024;  // full[kStages], empty[kStages], q_full
+  static constexpr int kSmemBytes =
+      (kConsumers + 2 * kStages) * tpp::WgmmaTile<HEAD_DIM>::kTileBytes + kBarrierBytes + 1024;
+};
+
+template <int HEAD_DIM, typename DType>
+__global__ void __launch_bounds__(PrefillWgmmaConfig<HEAD_DIM>::kThreads, 1)
+    PrefillWgmmaKernel(const __grid_constant__ PrefillParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace tpp;
+  using Cfg = PrefillWgmmaConfig<HEAD_DIM>;
+  using T = WgmmaTile<HEAD_DIM>;
+  constexpr int BN = T::kBlockN;
+  constexpr int TILE = T::kTileBytes;
+  constexpr int STAGES = Cfg::kStages;
+  constexpr int CONSUMER_WARPS = Cfg::kConsumers * 4;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t smem_base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (smem_base - SmemAddr(smem_raw));
+  // [Q of consumer 0, 1][stage][K | V], each TILE bytes; then the barriers.
+  auto k_tile = [&](int stage) { return smem + (Cfg::kConsumers + 2 * stage) * TILE; };
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + (Cfg::kConsumers + 2 * STAGES) * TILE);
+  uint64_t* empty = full + STAGES;
+  uint64_t* q_full = empty + STAGES;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int kvh = blockIdx.y;
+  const int seq = p.tile_seq[blockIdx.x], m0 = p.tile_m0[blockIdx.x];
+  const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
+  const int pos0 = p.seq_pos0[seq], q_row = p.seq_q_row[seq];
+  const int packed_total = p.seq_num_q[seq] * g;
+  const int kv_end = pos0 + (min(packed_total, m0 + Cfg::kBlockM) - 1) / g + 1;  // keys seen
+  const int num_tiles = (kv_end + BN - 1) / BN;                                  // >= 1
+
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      MbarInit(&full[s], 128);              // a cp.async arrival per producer thread
+      MbarInit(&empty[s], CONSUMER_WARPS);  // one arrival per consumer warp
+    }
+    MbarInit(q_full, 128);
+  }
+  __syncthreads();
+
+  if (warp >= CONSUMER_WARPS) {
+    SetMaxRegs<Cfg::kProducerRegs, false>();
+    const int ptid = tid - CONSUMER_WARPS * 32;
+    const DType* q = static_cast<const DType*>(p.q);
+    for (int v = ptid; v < Cfg::kBlockM * T::kVecs; v += 128) {
+      const int ml = v / T::kVecs, c = v % T::kVecs;
+      const int pr = m0 + ml;
+      const bool valid = pr < packed_total;
+      const DType* src =
+          valid ? q + (static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g) * HEAD_DIM + c * 8
+                : q;
+      CpAsync16(smem + (ml >> 6) * TILE + T::Off(ml & 63, c), src, valid);
+    }
+    CpAsyncMbarArrive(q_full);
+    // This thread's vector column c of rows row0 + kRowStep j of every tile.
+    constexpr int kRowStep = 128 / T::kVecs;
+    const int row0 = ptid / T::kVecs, c = ptid % T::kVecs;
+    const DType* base = static_cast<const DType*>(p.kv.base);
+    const int se = p.seq_span_end[seq];
+    int cur = p.seq_span_begin[seq];  // a span starting at or before this thread's next key
+    for (int i = 0; i < num_tiles; ++i) {
+      const int stage = i % STAGES;
+      if (i >= STAGES) MbarWait(&empty[stage], ((i / STAGES) + 1) & 1);
+      uint8_t* s_k = k_tile(stage);
+      const int n0 = i * BN;
+      // The span of key n0; when it also holds the tile's last key (whole chunks of 64 or more
+      // from position 0: every tile), the rows are consecutive slots of one chunk.
+      while (cur + 1 < se && p.span_pos[cur + 1] <= n0) ++cur;
+      const int sp = p.span_pos[cur], sb = p.span_begin[cur];
+      if (sp + p.span_end[cur] - sb >= min(n0 + BN, kv_end)) {
+        const int64_t row_base =
+            static_cast<int64_t>(p.span_chunk[cur]) * p.kv.chunk_stride +
+            (static_cast<int64_t>(kvh) * p.kv.chunk_size + sb + n0 - sp) * HEAD_DIM + c * 8;
+#pragma unroll
+        for (int j = 0; j < BN / kRowStep; ++j) {
+          const int r = row0 + j * kRowStep;
+          const bool valid = n0 + r < kv_end;
+          const DType* src = base + (valid ? row_base + r * HEAD_DIM : 0);
+          CpAsync16(s_k + T::Off(r, c), src, valid);
+          CpAsync16(s_k + TILE + T::Off(r, c), src + p.kv.v_offset, valid);
+        }
+      } else {
+        // Each row on its own: this thread's keys only grow, so its cursor walks forward.
+#pragma unroll
+        for (int j = 0; j < BN / kRowStep; ++j) {
+          const int r = row0 + j * kRowStep;
+          const int key = n0 + r;
+          const bool valid = key < kv_end;
+          int64_t off = 0;
+          if (valid) {
+            while (cur + 1 < se && p.span_pos[cur + 1] <= key) ++cur;
+            const int slot = p.span_begin[cur] + key - p.span_pos[cur];
+            off = static_cast<int64_t>(p.span_chunk[cur]) * p.kv.chunk_stride +
+                  (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM + c * 8;
+          }
+          CpAsync16(s_k + T::Off(r, c), base + off, valid);
+          CpAsync16(s_k + TILE + T::Off(r, c), base + off + p.kv.v_offset, valid);
+        }
+      }
+      CpAsyncMbarArrive(&full[stage]);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<0>();
+    return;
+  }
+
+  // Consumer warpgroups.
+  SetMaxRegs<Cfg::kConsumerRegs, true>();
+  const int wg = warp >> 2;
+  const int warp_in_wg = warp & 3;
+  const int row_in_tile = wg * 64 + warp_in_wg * 16 + (lane >> 2);  // + 8 i
+  int limit[2];  // keys [0, limit) visible to this thread's rows i = 0, 1
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = m0 + row_in_tile + 8 * i;
+    limit[i] = pr < packed_total ? pos0 + pr / g + 1 : kv_end;
+  }
+  const int min_limit = min(limit[0], limit[1]);
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  WgAcc<HEAD_DIM> acc;
+  uint32_t qf[HEAD_DIM / 16][4];
+  MbarWait(q_full, 0);
+  FenceProxyAsync();
+  LoadQFragments<HEAD_DIM>(qf, smem + wg * TILE, warp_in_wg, lane);
+
+  float s_a[8][4], s_b[8][4];  // S of tiles i and i + 1, alternating
+  MbarWait(&full[0], 0);
+  FenceProxyAsync();
+  IssueS<HEAD_DIM, DType>(s_a, qf, SmemAddr(k_tile(0)));
+  WgmmaWait<0>();
+  FenceRegs(s_a);
+
+  // As TPP's warp-specialised phase 1: tiles in pairs, the even tile's P V in flight under the
+  // odd tile's softmax; both stages released after the odd one. The S of a tile past the last
+  // is issued on a stale stage and not used (a wgmma under a branch serialises them all).
+  int i = 0;
+  uint32_t a_even[4][4], a_odd[4][4];
+  auto step = [&](float(&cur)[8][4], float(&nxt)[8][4], uint32_t(&a)[4][4], auto odd) {
+    constexpr bool kOdd = decltype(odd)::value;
+    const int stage = i % STAGES;
+    const int next_stage = (i + 1) % STAGES;
+    if (i + 1 < num_tiles) {
+      MbarWait(&full[next_stage], ((i + 1) / STAGES) & 1);
+      FenceProxyAsync();
+    }
+    IssueS<HEAD_DIM, DType>(nxt, qf, SmemAddr(k_tile(next_stage)));
+    const int n0 = i * BN;
+    if (n0 + BN > min_limit) {  // the diagonal (and keys past kv_end, zero-filled)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (n0 + nt * 8 + (lane & 3) * 2 + (e & 1) >= limit[e >> 1]) cur[nt][e] = kNegInf;
+        }
+      }
+    }
+    SoftmaxPv<HEAD_DIM, DType, /*PRIOR_PV=*/kOdd, /*WAIT_PV=*/kOdd>(
+        acc, cur, BN, scale_log2, SmemAddr(k_tile(stage)) + TILE, lane, a);
+    FenceRegs(nxt);
+    if constexpr (kOdd) {
+      __syncwarp();
+      if (lane == 0) {  // this warp is done with tiles i - 1 and i
+        MbarArrive(&empty[(i + STAGES - 1) % STAGES]);
+        MbarArrive(&empty[stage]);
+      }
+    }
+    ++i;
+  };
+  while (i < num_tiles) {
+    step(s_a, s_b, a_even, std::false_type{});
+    if (i >= num_tiles) break;
+    step(s_b, s_a, a_odd, std::true_type{});
+  }
+  WgmmaWait<0>();  // an even last tile's P V
+#pragma unroll
+  for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = acc.row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int pr = m0 + row_in_tile + 8 * r;
+    if (pr >= packed_total) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    DType* dst = static_cast<DType*>(p.out) +
+                 (static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g) * HEAD_DIM +
+                 (lane & 3) * 2;
+#pragma unroll
+    for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
+      *reinterpret_cast<uint32_t*>(dst + dn * 8) = DTypeTraits<DType>::Pack(
+          acc.o[dn >> 3][dn & 7][2 * r] * inv, acc.o[dn >> 3][dn & 7][2 * r + 1] * inv);
+    }
+  }
+#else
+  __trap();  // built only for sm_90a; the dispatch never selects it elsewhere
+#endif
+}
+
+}  // namespace banyan::kernels::cuda
