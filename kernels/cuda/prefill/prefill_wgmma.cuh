@@ -9,7 +9,7 @@
 //    i = 0, 1, ... up to the last key any row of the tile sees, into a ring of stages. Tiles are
 //    cut by position, not by span: a tile inside one span (chunks of 64 slots or more from
 //    position 0 make every tile so) is 64 consecutive slots of one chunk; any other tile's rows
-//    are found one by one, each thread walking the sequence's spans forward for its own rows.
+//    are found one by one, a producer thread per row walking the sequence's spans forward.
 //    So any chunk size, partly filled chunks and spans that start mid-chunk give full tiles;
 //  - two consumer warpgroups of 64 rows each run the tiles in pairs as TPP's phase 1 does, and
 //    mask a tile's scores causally (key position > the row's token position) where the tile
@@ -34,8 +34,9 @@ struct PrefillWgmmaConfig : tpp::WgmmaTile<HEAD_DIM> {
   static constexpr int kConsumerRegs = 224;
   static constexpr int kStages = HEAD_DIM == 128 ? 5 : 8;
   static constexpr int kBarrierBytes = 1024;  // full[kStages], empty[kStages], q_full
-  static constexpr int kSmemBytes =
-      (kConsumers + 2 * kStages) * tpp::WgmmaTile<HEAD_DIM>::kTileBytes + kBarrierBytes + 1024;
+  static constexpr int kOffsetBytes = 2 * 64 * 8;  // two tables of 64 row offsets
+  static constexpr int kSmemBytes = (kConsumers + 2 * kStages) * tpp::WgmmaTile<HEAD_DIM>::kTileBytes +
+                                    kBarrierBytes + kOffsetBytes + 1024;
 };
 
 template <int HEAD_DIM, typename DType>
@@ -57,6 +58,9 @@ __global__ void __launch_bounds__(PrefillWgmmaConfig<HEAD_DIM>::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + (Cfg::kConsumers + 2 * STAGES) * TILE);
   uint64_t* empty = full + STAGES;
   uint64_t* q_full = empty + STAGES;
+  // Two tables of a tile's 64 row offsets (the producer's path for tiles of several spans).
+  int64_t* row_offsets = reinterpret_cast<int64_t*>(smem + (Cfg::kConsumers + 2 * STAGES) * TILE +
+                                                    Cfg::kBarrierBytes);
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -98,6 +102,7 @@ __global__ void __launch_bounds__(PrefillWgmmaConfig<HEAD_DIM>::kThreads, 1)
     const DType* base = static_cast<const DType*>(p.kv.base);
     const int se = p.seq_span_end[seq];
     int cur = p.seq_span_begin[seq];  // a span starting at or before this thread's next key
+    int slow_tiles = 0;
     for (int i = 0; i < num_tiles; ++i) {
       const int stage = i % STAGES;
       if (i >= STAGES) MbarWait(&empty[stage], ((i / STAGES) + 1) & 1);
@@ -120,21 +125,29 @@ __global__ void __launch_bounds__(PrefillWgmmaConfig<HEAD_DIM>::kThreads, 1)
           CpAsync16(s_k + TILE + T::Off(r, c), src + p.kv.v_offset, valid);
         }
       } else {
-        // Each row on its own: this thread's keys only grow, so its cursor walks forward.
-#pragma unroll
-        for (int j = 0; j < BN / kRowStep; ++j) {
-          const int r = row0 + j * kRowStep;
-          const int key = n0 + r;
-          const bool valid = key < kv_end;
-          int64_t off = 0;
-          if (valid) {
+        // Rows of several spans: producer thread r < 64 finds row r's offset (its keys only
+        // grow, so its cursor walks forward) into a shared table, which the tiles that take
+        // this path use in turn (a barrier of the producer between two uses of one table).
+        int64_t* offs = row_offsets + (slow_tiles++ & 1) * BN;
+        if (ptid < BN) {
+          const int key = n0 + ptid;
+          int64_t off = -1;
+          if (key < kv_end) {
             while (cur + 1 < se && p.span_pos[cur + 1] <= key) ++cur;
             const int slot = p.span_begin[cur] + key - p.span_pos[cur];
             off = static_cast<int64_t>(p.span_chunk[cur]) * p.kv.chunk_stride +
-                  (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM + c * 8;
+                  (static_cast<int64_t>(kvh) * p.kv.chunk_size + slot) * HEAD_DIM;
           }
-          CpAsync16(s_k + T::Off(r, c), base + off, valid);
-          CpAsync16(s_k + TILE + T::Off(r, c), base + off + p.kv.v_offset, valid);
+          offs[ptid] = off;
+        }
+        NamedBarrierSync(1, 128);
+#pragma unroll
+        for (int j = 0; j < BN / kRowStep; ++j) {
+          const int r = row0 + j * kRowStep;
+          const int64_t off = offs[r];
+          const DType* src = base + (off >= 0 ? off + c * 8 : 0);
+          CpAsync16(s_k + T::Off(r, c), src, off >= 0);
+          CpAsync16(s_k + TILE + T::Off(r, c), src + p.kv.v_offset, off >= 0);
         }
       }
       CpAsyncMbarArrive(&full[stage]);
