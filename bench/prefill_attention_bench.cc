@@ -4,7 +4,7 @@
 //
 //   prefill_attention_bench [--lengths 2048,8192,16384,32768] [--step-tokens 8192]
 //                           [--q-heads 32] [--kv-heads 8] [--head-dim 128] [--chunk-size 64]
-//                           [--reps 10]
+//                           [--reps 10] [--kv-fp8]
 //
 // The prompt is prefilled in steps of --step-tokens new tokens (banyand's --prefill-budget; 0:
 // the whole prompt in one step), each step's tokens attending causally to the prompt up to
@@ -13,7 +13,8 @@
 // the time is the median over reps of the sum over steps. FLOPs: 2 * head_dim * L * (L + 1) per
 // query head (QK^T and PV over the causal pairs), the count bench/prefill_ceiling.cc uses; the
 // floor is those FLOPs at the rate of a square 8192 cuBLAS GEMM measured in the same run
-// (bench/gemm_ceiling.h). Random bf16 queries and keys (N(0, 1)); one layer's KV.
+// (bench/gemm_ceiling.h). Random bf16 queries and keys (N(0, 1)); one layer's KV, bf16 or, with
+// --kv-fp8, an FP8 cache (kernels/kv_fp8.h) of about N(0, 1) values.
 // Output: one Markdown table with, per length, the relative norm of the difference between the
 // two kernels' outputs (each is checked against the CPU reference by gpu_kernels_test).
 #include <cuda_runtime_api.h>
@@ -32,6 +33,7 @@
 #include "bench/tpp/bench_fill.h"
 #include "kernels/cuda/prefill/attention.h"
 #include "kernels/cuda/prefill/attention_work.h"
+#include "kernels/kv_fp8.h"
 
 namespace banyan {
 namespace {
@@ -50,6 +52,7 @@ namespace kc = kernels::cuda;
 struct Options {
   std::vector<int> lengths = {2048, 8192, 16384, 32768};
   int step_tokens = 8192, q_heads = 32, kv_heads = 8, head_dim = 128, chunk_size = 64, reps = 10;
+  bool kv_fp8 = false;
 };
 
 int IntArg(const char* name, const char* v) {
@@ -65,6 +68,10 @@ Options Parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--kv-fp8") {
+      o.kv_fp8 = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s needs a value\n", a.c_str());
       std::exit(2);
@@ -171,22 +178,32 @@ int Main(int argc, char** argv) {
   kv.head_dim = o.head_dim;
   kv.v_offset = int64_t{o.kv_heads} * o.chunk_size * o.head_dim;
   kv.chunk_stride = 2 * kv.v_offset;
+  if (o.kv_fp8) {
+    const kernels::KvFp8Layout l = kernels::KvFp8LayoutOf(o.kv_heads, o.chunk_size, o.head_dim);
+    kv.v_offset = l.v_offset;
+    kv.chunk_stride = l.chunk_stride;
+    kv.scale_offset = l.scale_offset;
+  }
   const size_t kv_elems = static_cast<size_t>(chunks * kv.chunk_stride);
   const size_t q_elems = static_cast<size_t>(max_len) * o.q_heads * o.head_dim;
   void *kv_base = nullptr, *q = nullptr, *out64 = nullptr, *out128 = nullptr;
-  CHECK_CUDA(cudaMalloc(&kv_base, kv_elems * 2));
+  CHECK_CUDA(cudaMalloc(&kv_base, kv_elems * (o.kv_fp8 ? 1 : 2)));
   CHECK_CUDA(cudaMalloc(&q, q_elems * 2));
   CHECK_CUDA(cudaMalloc(&out64, q_elems * 2));
   CHECK_CUDA(cudaMalloc(&out128, q_elems * 2));
-  CHECK_CUDA(bench::FillRandomBf16(kv_base, kv_elems, 1.0f, 1, nullptr));
+  if (o.kv_fp8) {
+    CHECK_CUDA(bench::FillRandomKvFp8(kv_base, chunks, kv.chunk_stride, kv.scale_offset, 1, nullptr));
+  } else {
+    CHECK_CUDA(bench::FillRandomBf16(kv_base, kv_elems, 1.0f, 1, nullptr));
+  }
   CHECK_CUDA(bench::FillRandomBf16(q, q_elems, 1.0f, 2, nullptr));
   kv.base = kv_base;
   const int wide = kc::PrefillTileRows(kv);
 
   std::printf("prefill attention alone, %s, %d q / %d kv heads, head_dim %d, chunk %d, steps of %d "
-              "tokens, bf16; dense GEMM rate %.0f TFLOP/s (cuBLAS, 8192^3)\n\n",
+              "tokens, bf16, %s cache; dense GEMM rate %.0f TFLOP/s (cuBLAS, 8192^3)\n\n",
               prop.name, o.q_heads, o.kv_heads, o.head_dim, o.chunk_size, o.step_tokens,
-              *dense / 1e12);
+              o.kv_fp8 ? "FP8" : "bf16", *dense / 1e12);
   std::printf("| tokens | floor ms | mma.sync ms | TFLOP/s | of floor | wgmma ms | TFLOP/s | of floor "
               "| wgmma / mma.sync | outputs differ by |\n|---|---|---|---|---|---|---|---|---|---|\n");
   cudaEvent_t e0, e1;

@@ -97,7 +97,7 @@ absl::Status NoFp16(const char* what) {
 bool HasFastAttentionPath(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 int32_t PrefillTileRows(const KvViewDev& kv) {
-  return HasFastAttentionPath(kv.head_dim) && !KvIsFp8Host(kv) && PrefillWgmmaAvailable()
+  return HasFastAttentionPath(kv.head_dim) && PrefillWgmmaAvailable()
              ? kPrefillWgmmaBlockM
              : kPrefillBlockM;
 }
@@ -106,10 +106,10 @@ absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t 
   BANYAN_RETURN_IF_ERROR(CheckShape(p.kv, p.num_q_heads, "PrefillAttention"));
   if (p.num_tokens == 0) return absl::OkStatus();
   if (p.block_m == kPrefillWgmmaBlockM && HasFastAttentionPath(p.kv.head_dim)) {
-    if (KvIsFp8Host(p.kv) || !PrefillWgmmaAvailable()) {
+    if (!PrefillWgmmaAvailable()) {
       return absl::InvalidArgumentError(
-          "PrefillAttention: tiles of 128 rows need the wgmma kernel (compute capability 9.0, "
-          "a 16-bit cache); build the work list with PrefillTileRows");
+          "PrefillAttention: tiles of 128 rows need the wgmma kernel (compute capability 9.0); "
+          "build the work list with PrefillTileRows");
     }
 #ifndef BANYAN_CUDA_FP16
     if (dtype == DType::kFp16) return NoFp16("PrefillAttention");

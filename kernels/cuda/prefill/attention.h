@@ -3,9 +3,9 @@
 // sharing and for every head_dim, is kernels/cuda/tpp's.
 //
 //  - PrefillAttention: new tokens of prefill sequences attend causally over their cached path
-//    plus themselves. head_dim 64 and 128: on Hopper (compute capability 9.0) with a 16-bit
-//    cache, warp-specialised wgmma tiles of 128 packed rows (prefill_wgmma.cuh); elsewhere, or
-//    with an FP8 cache, flash-attention-2 style with mma.sync tensor cores in tiles of 64 (both
+//    plus themselves. head_dim 64 and 128: on Hopper (compute capability 9.0), warp-specialised
+//    wgmma tiles of 128 packed rows (prefill_wgmma.cuh); elsewhere flash-attention-2 style with
+//    mma.sync tensor cores in tiles of 64 (both, with a 16-bit or an FP8 cache;
 //    bf16/fp16 operands, fp32 accumulation; GQA heads packed into the M dimension); other head
 //    dims: the generic kernel. The work list's tile size (PrefillTileRows) picks the kernel.
 //

@@ -1,4 +1,5 @@
-// The wgmma prefill kernel (sm_90a) for head_dim 64 / 128 and bf16 / fp16, and its launcher.
+// The wgmma prefill kernel (sm_90a) for head_dim 64 / 128, bf16 / fp16, 16-bit and FP8 caches,
+// and its launcher.
 // Built into banyan_prefill_sm90a with CUDA_ARCHITECTURES 90a.
 #include "kernels/cuda/prefill/prefill_wgmma.cuh"
 #include "kernels/cuda/prefill/prefill_wgmma_launch.h"
@@ -7,11 +8,11 @@
 namespace banyan::kernels::cuda {
 namespace {
 
-template <int HEAD_DIM, typename DType>
+template <int HEAD_DIM, typename DType, bool KV8>
 cudaError_t Launch(const PrefillParams& p, cudaStream_t stream) {
-  using Cfg = PrefillWgmmaConfig<HEAD_DIM>;
+  using Cfg = PrefillWgmmaConfig<HEAD_DIM, KV8>;
   static_assert(Cfg::kSmemBytes <= 227 * 1024, "shared memory per CTA");
-  const auto kernel = PrefillWgmmaKernel<HEAD_DIM, DType>;
+  const auto kernel = PrefillWgmmaKernel<HEAD_DIM, DType, KV8>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -20,10 +21,16 @@ cudaError_t Launch(const PrefillParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <int HEAD_DIM, typename DType>
+cudaError_t ForKv(const PrefillParams& p, cudaStream_t stream) {
+  return KvIsFp8Host(p.kv) ? Launch<HEAD_DIM, DType, true>(p, stream)
+                           : Launch<HEAD_DIM, DType, false>(p, stream);
+}
+
 template <int HEAD_DIM>
 cudaError_t ForDType(DType dtype, const PrefillParams& p, cudaStream_t stream) {
-  return dtype == DType::kBf16 ? Launch<HEAD_DIM, __nv_bfloat16>(p, stream)
-                               : Launch<HEAD_DIM, __half>(p, stream);
+  return dtype == DType::kBf16 ? ForKv<HEAD_DIM, __nv_bfloat16>(p, stream)
+                               : ForKv<HEAD_DIM, __half>(p, stream);
 }
 
 }  // namespace

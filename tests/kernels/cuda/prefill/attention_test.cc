@@ -370,20 +370,27 @@ TEST(CudaPrefillAttention, MatchesCpu) {
   }
 }
 
-// A work list of 128-row tiles is refused where the wgmma kernel cannot run it (an FP8 cache,
-// or a device other than compute capability 9.0), never run by the 64-row kernel.
+// The work list's tile size follows the kernel: 128 rows exactly where the wgmma kernel runs
+// (compute capability 9.0), with a 16-bit and with an FP8 cache; head dims without a fast path
+// 64 (the generic kernel reads no tiles). Tile sizes of neither kernel are refused.
 TEST(CudaPrefillAttention, TileRowsFollowTheKernel) {
   BANYAN_SEEDED_RNG(rng);
-  const Case c{128, 1, 4, 64, DType::kBf16, true};
-  TestKv kv(c, 4, rng);
-  EXPECT_EQ(PrefillTileRows(kv.gpu), kPrefillBlockM);  // FP8 cache: the mma.sync kernel
-  const std::vector<int32_t> chunk = {0}, begin = {0}, end = {8};
-  const std::vector<PrefillSeq> descs = {PrefillSeq{chunk, begin, end, 0, 8, 0}};
-  PrefillWork w;
-  BuildPrefillWork(descs, c.gqa, kPrefillWgmmaBlockM, &w);
-  const std::vector<float> q(size_t{8} * 4 * 128, 0.5f);
-  DeviceWork dw(c, kv, w, q);
-  EXPECT_EQ(PrefillAttention(c.dtype, dw.p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  const int32_t wide = tpp::TppPhase1WgmmaAvailable() ? kPrefillWgmmaBlockM : kPrefillBlockM;
+  for (const bool kv8 : {false, true}) {
+    const Case c{128, 1, 4, 64, DType::kBf16, kv8};
+    TestKv kv(c, 4, rng);
+    EXPECT_EQ(PrefillTileRows(kv.gpu), wide) << "kv8 " << kv8;
+    const std::vector<int32_t> chunk = {0}, begin = {0}, end = {8};
+    const std::vector<PrefillSeq> descs = {PrefillSeq{chunk, begin, end, 0, 8, 0}};
+    PrefillWork w;
+    BuildPrefillWork(descs, c.gqa, 32, &w);
+    const std::vector<float> q(size_t{8} * 4 * 128, 0.5f);
+    DeviceWork dw(c, kv, w, q);
+    EXPECT_EQ(PrefillAttention(c.dtype, dw.p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  }
+  const Case generic{32, 1, 2, 16, DType::kBf16};
+  TestKv kv(generic, 4, rng);
+  EXPECT_EQ(PrefillTileRows(kv.gpu), kPrefillBlockM);
 }
 
 // InvariantAttention (the deterministic mode): one work list of sequences, each a span list and
