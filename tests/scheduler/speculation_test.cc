@@ -5,7 +5,10 @@
 // and without the CPU a step ahead, with shared prefixes, n > 1, stop strings, penalties and
 // preemption; the candidates must actually be accepted (not a loop that silently never
 // speculates); and sampled outputs without a common seed must follow the same distribution.
+#include <chrono>
 #include <cmath>
+#include <memory>
+#include <thread>
 #include <map>
 #include <string>
 #include <vector>
@@ -316,6 +319,77 @@ TEST_F(SpeculationTest, GovernorMeasuresStepsThatAlsoPrefill) {
   EXPECT_GT(steps, 30);
   EXPECT_GE(measured_with, SpeculationGovernor::kMeasuredSteps) << steps << " steps";
   EXPECT_GE(measured_without, SpeculationGovernor::kMeasuredSteps) << steps << " steps";
+}
+
+// A CPU backend whose draft heads cost `draft_cost` of host time per drafting (as on a GPU where
+// the heads' trees take longer than a small model's step): the sleep stands for work, it waits
+// for nothing.
+class SlowDraftBackend : public engine::Backend {
+ public:
+  SlowDraftBackend(std::unique_ptr<engine::Backend> inner, std::chrono::milliseconds draft_cost)
+      : inner_(std::move(inner)), draft_cost_(draft_cost) {}
+  std::string_view name() const override { return "slow-draft-cpu"; }
+  int32_t num_chunks() const override { return inner_->num_chunks(); }
+  int32_t chunk_size() const override { return inner_->chunk_size(); }
+  absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> c) override {
+    return inner_->CopyChunks(c);
+  }
+  absl::Status Forward(const engine::StepBatch& b, std::vector<float>* logits) override {
+    return inner_->Forward(b, logits);
+  }
+  absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const override {
+    return inner_->HiddenRows(rows, out);
+  }
+  absl::Status DraftTrees(const engine::DraftHeads& heads, std::span<const int32_t> rows,
+                          std::span<const int32_t> roots, std::span<const int32_t> branching,
+                          std::vector<engine::DraftHeads::Tree>* out) override {
+    absl::Status s = inner_->DraftTrees(heads, rows, roots, branching, out);
+    std::this_thread::sleep_for(draft_cost_);
+    return s;
+  }
+
+ private:
+  std::unique_ptr<engine::Backend> inner_;
+  std::chrono::milliseconds draft_cost_;
+};
+
+// Drafting happens on the host between two steps; a speculating step's clients pay for it, so
+// the governor must too: a step's wall time runs from the previous step's tokens, which holds
+// the drafting of its candidates. With drafting a hundred times a plain step here, speculation
+// must lose: only the first measurement and rare probes speculate (a step that left drafting
+// out would measure more tokens for about the same time and speculate on most steps).
+TEST_F(SpeculationTest, GovernorCountsDraftingAgainstSpeculation) {
+  LoopOptions o;
+  o.speculation = LoopOptions::Speculation::kHeads;
+  o.draft_heads = heads_;
+  o.draft_tokens = heads_->num_heads();
+  o.speculation_adaptive = true;
+  o.max_running_sequences = 4;
+  std::vector<Request> reqs;
+  for (int i = 0; i < 4; ++i) {
+    reqs.push_back(Make("Once upon a time" + std::string(i, '!'), 160));
+    reqs.back().params.ignore_eos = true;  // four rows to the end: one size class
+  }
+  auto inner = engine::CpuBackend::Create(&bundle_->weights, {.num_chunks = 256, .chunk_size = 16});
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  auto backend = std::make_unique<SlowDraftBackend>(std::move(*inner), std::chrono::milliseconds(100));
+  EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(backend), o);
+  auto results = GenerateAll(loop, reqs);
+  ASSERT_TRUE(results.ok()) << results.status();
+  const SpeculationGovernor& g = loop.speculation_governor();
+  int64_t with = 0, without = 0;
+  std::string rates;
+  for (int c = 0; c < SpeculationGovernor::kClasses; ++c) {
+    with += g.at(c).with.seen;
+    without += g.at(c).without.seen;
+    if (g.at(c).steps > 0) {
+      absl::StrAppend(&rates, " class ", c, ": ", g.at(c).with.rate(), " tok/s with, ",
+                      g.at(c).without.rate(), " without;");
+    }
+  }
+  SCOPED_TRACE(rates);
+  EXPECT_GE(with, SpeculationGovernor::kSettleSteps + SpeculationGovernor::kMeasuredSteps);
+  EXPECT_GT(without, 3 * with) << with << " steps with candidates, " << without << " without";
 }
 
 TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
