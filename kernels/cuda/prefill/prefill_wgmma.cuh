@@ -248,57 +248,22 @@ __global__ void __launch_bounds__(PrefillWgmmaConfig<HEAD_DIM, KV8>::kThreads, 1
   FenceProxyAsync();
   LoadQFragments<HEAD_DIM>(qf, smem + wg * TILE, warp_in_wg, lane);
 
-  float s_a[8][4], s_b[8][4];  // S of tiles i and i + 1, alternating
-  MbarWait(&full[0], 0);
-  FenceProxyAsync();
-  IssueS<HEAD_DIM, DType>(s_a, qf, SmemAddr(k_tile(0)));
-  WgmmaWait<0>();
-  FenceRegs(s_a);
-
-  // As TPP's warp-specialised phase 1: tiles in pairs, the even tile's P V in flight under the
-  // odd tile's softmax; both stages released after the odd one. The S of a tile past the last
-  // is issued on a stale stage and not used (a wgmma under a branch serialises them all).
-  int i = 0;
-  uint32_t a_even[4][4], a_odd[4][4];
-  auto step = [&](float(&cur)[8][4], float(&nxt)[8][4], uint32_t(&a)[4][4], auto odd) {
-    constexpr bool kOdd = decltype(odd)::value;
-    const int stage = i % STAGES;
-    const int next_stage = (i + 1) % STAGES;
-    if (i + 1 < num_tiles) {
-      MbarWait(&full[next_stage], ((i + 1) / STAGES) & 1);
-      FenceProxyAsync();
-    }
-    IssueS<HEAD_DIM, DType>(nxt, qf, SmemAddr(k_tile(next_stage)));
-    const int n0 = i * BN;
-    if (n0 + BN > min_limit) {  // the diagonal (and keys past kv_end, zero-filled)
+  // A tile's scores are masked causally where it reaches past the smallest position of the
+  // thread's rows (the diagonal, and keys past kv_end, which are zero-filled).
+  ConsumeTilesWs<HEAD_DIM, DType, STAGES>(
+      acc, qf, num_tiles, k_tile(0), full, empty, scale_log2, lane,
+      [](int, int) { return BN; },
+      [&](int i, float(&s)[8][4]) {
+        const int n0 = i * BN;
+        if (n0 + BN <= min_limit) return;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (n0 + nt * 8 + (lane & 3) * 2 + (e & 1) >= limit[e >> 1]) cur[nt][e] = kNegInf;
+          for (int e = 0; e < 4; ++e) {
+            if (n0 + nt * 8 + (lane & 3) * 2 + (e & 1) >= limit[e >> 1]) s[nt][e] = kNegInf;
+          }
         }
-      }
-    }
-    SoftmaxPv<HEAD_DIM, DType, /*PRIOR_PV=*/kOdd, /*WAIT_PV=*/kOdd>(
-        acc, cur, BN, scale_log2, SmemAddr(k_tile(stage)) + TILE, lane, a);
-    FenceRegs(nxt);
-    if constexpr (kOdd) {
-      __syncwarp();
-      if (lane == 0) {  // this warp is done with tiles i - 1 and i
-        MbarArrive(&empty[(i + STAGES - 1) % STAGES]);
-        MbarArrive(&empty[stage]);
-      }
-    }
-    ++i;
-  };
-  while (i < num_tiles) {
-    step(s_a, s_b, a_even, std::false_type{});
-    if (i >= num_tiles) break;
-    step(s_b, s_a, a_odd, std::true_type{});
-  }
-  WgmmaWait<0>();  // an even last tile's P V
-#pragma unroll
-  for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
+      });
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

@@ -554,6 +554,68 @@ __global__ void __launch_bounds__(WGS * 128)
 #endif
 }
 
+// The consumer warpgroups of the warp-specialised kernels (this file's and the wgmma prefill,
+// kernels/cuda/prefill/prefill_wgmma.cuh): num_tiles K/V tiles from a ring of STAGES stages at
+// `stages` (stage s: K at stages + 2 s kTileBytes, V a tile later), tile i in stage i % STAGES,
+// each awaited on its full barrier and released on its empty one (one arrival per warp), into
+// acc with the Q fragments qf. tile_n(i, stage): tile i's valid slots (SoftmaxPv's n); mask(i, s):
+// edits tile i's scores before its softmax (the prefill's causal mask). Tiles run in pairs: the
+// even tile's P V stays in flight under the odd tile's softmax (its own P registers, a_even, stay
+// untouched until then); every wgmma is complete at the end of the pair, so none is in flight
+// across the loop's back edge (ptxas would serialise them); the even tile's stage is released
+// with the odd one's. The S of a tile past the last is issued on a stale stage and not used (a
+// wgmma under a branch serialises them all). On return every wgmma is complete.
+template <int HEAD_DIM, typename DType, int STAGES, typename TileN, typename Mask>
+__device__ __forceinline__ void ConsumeTilesWs(WgAcc<HEAD_DIM>& acc,
+                                               const uint32_t (&qf)[HEAD_DIM / 16][4],
+                                               int num_tiles, uint8_t* stages, uint64_t* full,
+                                               uint64_t* empty, float scale_log2, int lane,
+                                               TileN tile_n, Mask mask) {
+  constexpr int TILE = WgmmaTile<HEAD_DIM>::kTileBytes;
+  auto k_tile = [&](int stage) { return stages + 2 * stage * TILE; };
+  float s_a[8][4], s_b[8][4];  // S of tiles i and i + 1, alternating
+  if (num_tiles > 0) {
+    MbarWait(&full[0], 0);
+    FenceProxyAsync();
+  }
+  IssueS<HEAD_DIM, DType>(s_a, qf, SmemAddr(k_tile(0)));
+  WgmmaWait<0>();
+  FenceRegs(s_a);
+  int i = 0;  // tile index
+  uint32_t a_even[4][4], a_odd[4][4];
+  auto step = [&](float(&cur)[8][4], float(&nxt)[8][4], uint32_t(&a)[4][4], auto odd) {
+    constexpr bool kOdd = decltype(odd)::value;
+    const int stage = i % STAGES;
+    const int next_stage = (i + 1) % STAGES;
+    const int n = tile_n(i, stage);
+    if (i + 1 < num_tiles) {
+      MbarWait(&full[next_stage], ((i + 1) / STAGES) & 1);
+      FenceProxyAsync();
+    }
+    IssueS<HEAD_DIM, DType>(nxt, qf, SmemAddr(k_tile(next_stage)));
+    mask(i, cur);
+    SoftmaxPv<HEAD_DIM, DType, /*PRIOR_PV=*/kOdd, /*WAIT_PV=*/kOdd>(
+        acc, cur, n, scale_log2, SmemAddr(k_tile(stage)) + TILE, lane, a);
+    FenceRegs(nxt);
+    if constexpr (kOdd) {
+      __syncwarp();
+      if (lane == 0) {  // this warp is done with tiles i - 1 and i (K, V and n)
+        MbarArrive(&empty[(i + STAGES - 1) % STAGES]);
+        MbarArrive(&empty[stage]);
+      }
+    }
+    ++i;
+  };
+  while (i < num_tiles) {
+    step(s_a, s_b, a_even, std::false_type{});
+    if (i >= num_tiles) break;
+    step(s_b, s_a, a_odd, std::true_type{});
+  }
+  WgmmaWait<0>();  // an even last tile's P V
+#pragma unroll
+  for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
+}
+
 // The producer also writes each stage's valid slot count (stage_n) and arrives on its full
 // barrier once more after that store (release), so the consumers read the tile sizes from shared
 // memory; they count the split's tiles once up front instead of walking the span tables in
@@ -674,51 +736,9 @@ __global__ void __launch_bounds__(Phase1WgmmaWsConfig<HEAD_DIM>::kThreads, 1)
   LoadQFragments<HEAD_DIM>(qf, smem + wg * TILE, warp_in_wg, lane);
 
   const int num_tiles = CountTiles<BN>(t, it.span_lo, span_hi, lane);
-  float s_a[8][4], s_b[8][4];  // S of tiles i and i + 1, alternating
-  if (num_tiles > 0) {
-    MbarWait(&full[0], 0);
-    FenceProxyAsync();
-  }
-  IssueS<HEAD_DIM, DType>(s_a, qf, SmemAddr(k_tile(0)));
-  WgmmaWait<0>();
-  FenceRegs(s_a);
-
-  // Tiles in pairs: the even tile's P V stays in flight under the odd tile's softmax (its own
-  // P registers, a_even, stay untouched until then); every wgmma is complete at the end of the
-  // pair, so none is in flight across the loop's back edge (ptxas would serialise them). The
-  // even tile's stage is released with the odd one's.
-  int i = 0;  // tile index
-  uint32_t a_even[4][4], a_odd[4][4];
-  auto step = [&](float(&cur)[8][4], float(&nxt)[8][4], uint32_t(&a)[4][4], auto odd) {
-    constexpr bool kOdd = decltype(odd)::value;
-    const int stage = i % STAGES;
-    const int next_stage = (i + 1) % STAGES;
-    const int n = stage_n[stage];
-    if (i + 1 < num_tiles) {
-      MbarWait(&full[next_stage], ((i + 1) / STAGES) & 1);
-      FenceProxyAsync();
-    }
-    IssueS<HEAD_DIM, DType>(nxt, qf, SmemAddr(k_tile(next_stage)));
-    SoftmaxPv<HEAD_DIM, DType, /*PRIOR_PV=*/kOdd, /*WAIT_PV=*/kOdd>(
-        acc, cur, n, p.scale_log2, SmemAddr(k_tile(stage)) + TILE, lane, a);
-    FenceRegs(nxt);
-    if constexpr (kOdd) {
-      __syncwarp();
-      if (lane == 0) {  // this warp is done with tiles i - 1 and i (K, V and n)
-        MbarArrive(&empty[(i + STAGES - 1) % STAGES]);
-        MbarArrive(&empty[stage]);
-      }
-    }
-    ++i;
-  };
-  while (i < num_tiles) {
-    step(s_a, s_b, a_even, std::false_type{});
-    if (i >= num_tiles) break;
-    step(s_b, s_a, a_odd, std::true_type{});
-  }
-  WgmmaWait<0>();  // an even last tile's P V
-#pragma unroll
-  for (int h = 0; h < HEAD_DIM / 64; ++h) FenceRegs(acc.o[h]);
+  ConsumeTilesWs<HEAD_DIM, DType, STAGES>(
+      acc, qf, num_tiles, k_tile(0), full, empty, p.scale_log2, lane,
+      [&](int, int stage) { return stage_n[stage]; }, [](int, float(&)[8][4]) {});
   StorePartials<HEAD_DIM>(p, it, kvh, acc, wg * 64 + warp_in_wg * 16, lane);
 #else
   __trap();  // built only for sm_90a; the launcher never selects it elsewhere
