@@ -44,8 +44,8 @@ struct PrefillWgmmaConfig : tpp::WgmmaTile<HEAD_DIM> {
 // into the K and V tiles of stage i % STAGES at `stages`, after the consumers released it. A tile
 // inside one span is 64 consecutive slots of one chunk; any other tile's rows are found one by
 // one, producer thread r < 64 walking the spans forward for row r (its keys only grow) into one
-// of two shared tables of row offsets (and of exponent offsets), used in turn (a barrier of the producer between two uses
-// of one table). A 16-bit cache is copied with cp.async (an arrival on the stage's full barrier
+// of two shared tables of row offsets (and, FP8, of exponent offsets), used in turn (a barrier
+// of the producer between two uses of one table). A 16-bit cache is copied with cp.async (an arrival on the stage's full barrier
 // once this thread's copies land); an FP8 cache goes through registers, four rows' codes and
 // exponents loaded at once, dequantized into the same swizzled tiles and published by a proxy
 // fence and a plain arrival.
