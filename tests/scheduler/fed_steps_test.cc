@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/generate.h"
+#include "tests/scheduler/forwarding_backend.h"
 #include "tests/testing/random.h"
 #include "tests/testing/bundled_model.h"
 
@@ -24,18 +25,10 @@ namespace banyan::scheduler {
 namespace {
 
 // The CPU backend with one launch or one collect failing when asked.
-class FlakyBackend : public engine::Backend {
+class FlakyBackend : public ForwardingBackend {
  public:
-  explicit FlakyBackend(std::unique_ptr<engine::Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   std::string_view name() const override { return "flaky-cpu"; }
-  int32_t num_chunks() const override { return inner_->num_chunks(); }
-  int32_t chunk_size() const override { return inner_->chunk_size(); }
-  absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> c) override {
-    return inner_->CopyChunks(c);
-  }
-  absl::Status Forward(const engine::StepBatch& b, std::vector<float>* logits) override {
-    return inner_->Forward(b, logits);
-  }
   using Backend::LaunchSample;
   absl::Status LaunchSample(const engine::StepBatch& b, std::span<const engine::SampleSpec> s,
                             std::span<const int32_t> feed) override {
@@ -55,9 +48,6 @@ class FlakyBackend : public engine::Backend {
   }
   bool fail_launch = false;
   bool fail_collect = false;
-
- private:
-  std::unique_ptr<engine::Backend> inner_;
 };
 
 class FedStepsTest : public ::testing::Test {

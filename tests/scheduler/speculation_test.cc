@@ -19,6 +19,7 @@
 #include "engine/speculative/draft_heads.h"
 #include "gtest/gtest.h"
 #include "scheduler/generate.h"
+#include "tests/scheduler/forwarding_backend.h"
 #include "tests/scheduler/speculation_util.h"
 #include "tests/testing/bundled_model.h"
 
@@ -46,6 +47,17 @@ class SpeculationTest : public ::testing::Test {
     r.params.temperature = 0;
     r.params.max_tokens = max_tokens;
     return r;
+  }
+
+  // Hydra chains under the adaptive governor, four sequences at a time.
+  LoopOptions GovernedHeads() const {
+    LoopOptions o;
+    o.speculation = LoopOptions::Speculation::kHeads;
+    o.draft_heads = heads_;
+    o.draft_tokens = heads_->num_heads();
+    o.speculation_adaptive = true;
+    o.max_running_sequences = 4;
+    return o;
   }
 
   std::vector<Request> Mix() {
@@ -292,12 +304,7 @@ TEST_F(SpeculationTest, LookupAcceptsARepeatedRequestWhole) {
 // ways. It once measured decode-only steps alone; with few of them it stayed in its first way,
 // speculating on every step, unmeasured (the adaptive mode lost as much as forced speculation).
 TEST_F(SpeculationTest, GovernorMeasuresStepsThatAlsoPrefill) {
-  LoopOptions o;
-  o.speculation = LoopOptions::Speculation::kHeads;
-  o.draft_heads = heads_;
-  o.draft_tokens = heads_->num_heads();
-  o.speculation_adaptive = true;
-  o.max_running_sequences = 4;
+  LoopOptions o = GovernedHeads();
   o.prefill_token_budget = 8;  // a prompt takes several steps, beside the others' decode rows
   std::vector<Request> reqs;
   const std::string story =
@@ -324,32 +331,20 @@ TEST_F(SpeculationTest, GovernorMeasuresStepsThatAlsoPrefill) {
 // A CPU backend whose draft heads cost `draft_cost` of host time per drafting (as on a GPU where
 // the heads' trees take longer than a small model's step): the sleep stands for work, it waits
 // for nothing.
-class SlowDraftBackend : public engine::Backend {
+class SlowDraftBackend : public ForwardingBackend {
  public:
   SlowDraftBackend(std::unique_ptr<engine::Backend> inner, std::chrono::milliseconds draft_cost)
-      : inner_(std::move(inner)), draft_cost_(draft_cost) {}
+      : ForwardingBackend(std::move(inner)), draft_cost_(draft_cost) {}
   std::string_view name() const override { return "slow-draft-cpu"; }
-  int32_t num_chunks() const override { return inner_->num_chunks(); }
-  int32_t chunk_size() const override { return inner_->chunk_size(); }
-  absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> c) override {
-    return inner_->CopyChunks(c);
-  }
-  absl::Status Forward(const engine::StepBatch& b, std::vector<float>* logits) override {
-    return inner_->Forward(b, logits);
-  }
-  absl::Status HiddenRows(std::span<const int32_t> rows, std::vector<float>* out) const override {
-    return inner_->HiddenRows(rows, out);
-  }
   absl::Status DraftTrees(const engine::DraftHeads& heads, std::span<const int32_t> rows,
                           std::span<const int32_t> roots, std::span<const int32_t> branching,
                           std::vector<engine::DraftHeads::Tree>* out) override {
-    absl::Status s = inner_->DraftTrees(heads, rows, roots, branching, out);
+    absl::Status s = ForwardingBackend::DraftTrees(heads, rows, roots, branching, out);
     std::this_thread::sleep_for(draft_cost_);
     return s;
   }
 
  private:
-  std::unique_ptr<engine::Backend> inner_;
   std::chrono::milliseconds draft_cost_;
 };
 
@@ -359,12 +354,7 @@ class SlowDraftBackend : public engine::Backend {
 // must lose: only the first measurement and rare probes speculate (a step that left drafting
 // out would measure more tokens for about the same time and speculate on most steps).
 TEST_F(SpeculationTest, GovernorCountsDraftingAgainstSpeculation) {
-  LoopOptions o;
-  o.speculation = LoopOptions::Speculation::kHeads;
-  o.draft_heads = heads_;
-  o.draft_tokens = heads_->num_heads();
-  o.speculation_adaptive = true;
-  o.max_running_sequences = 4;
+  LoopOptions o = GovernedHeads();
   std::vector<Request> reqs;
   for (int i = 0; i < 4; ++i) {
     reqs.push_back(Make("Once upon a time" + std::string(i, '!'), 160));
