@@ -12,6 +12,7 @@
 #include "scheduler/loop/launch.h"
 #include "scheduler/loop/live_request.h"
 #include "scheduler/loop/placement.h"
+#include "scheduler/loop/speculation.h"
 #include "scheduler/loop/step_summary.h"
 #include "scheduler/fork_join.h"
 #include "scheduler/mask_workers.h"
@@ -69,8 +70,7 @@ EngineLoop::EngineLoop(const model::ModelConfig& config, const text::Tokenizer* 
       runner_(backend_.get(), &tree_, options.attention), options_(options),
       chunks_total_(pool_.chunks_total()), chunk_size_(pool_.chunk_size()),
       overlap_(options.overlap < 0 ? backend_->launches_async() : options.overlap > 0),
-      feed_(overlap_ && options.speculation == LoopOptions::Speculation::kOff &&
-            (options.feed < 0 ? backend_->launches_async() : options.feed > 0)) {
+      feed_(overlap_ && (options.feed < 0 ? backend_->launches_async() : options.feed > 0)) {
   MetricsSnapshot& m = metrics_;
   m.time_to_first_token_seconds = Histogram(LatencyBuckets());
   m.inter_token_latency_seconds = Histogram(LatencyBuckets());
@@ -456,7 +456,7 @@ EngineLoop::Launch EngineLoop::ScheduleAndLaunch(const ThreadClocks& cycle, bool
   if (!Place(plan, summary.by_handle, &clock, &fed, &step, &result)) return result;
   // Speculation: candidates after the decode rows' tokens, verified by this step.
   InFlightStep& f = fed ? ahead_ : inflight_;
-  Speculate(&step, &f.speculation);
+  Speculate(&step, fed, &f.speculation);
   // Launch: every row's sampling, then the backend.
   Hooks hooks(*this);
   BindSampling(hooks, &step);
@@ -499,6 +499,8 @@ bool EngineLoop::Place(const IterationPlan& plan, const ByHandle& by_handle, Lau
 
 bool EngineLoop::FedReady() const {
   if (inflight_.speculation.speculated || !pending_copies_.empty() || running_.empty()) return false;
+  const int spec_class = SpeculationClassFor(options_, static_cast<size_t>(inflight_.decode_rows));
+  if (spec_class >= 0 && GovernorMaySpeculate(spec_class)) return false;
   // Penalties do not hold a row back: the backend counts a fed row's token in its penalties.
   for (const LivePtr& l : running_) {
     // A prompt: more of it to place (prefill rows only), or its first token is sampled by N and

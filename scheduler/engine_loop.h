@@ -90,7 +90,7 @@ struct LoopOptions {
   // The CPU a step ahead (see the top of this file): 1 on, 0 off, -1 where the backend launches
   // asynchronously (Backend::launches_async: the GPU).
   int overlap = -1;
-  // Fed steps (with overlap, without speculation): while step N runs, step N + 1 is scheduled,
+  // Fed steps (with overlap): while step N runs, step N + 1 is scheduled,
   // placed and launched before N's tokens are back; its decode rows read their input tokens on
   // the device (Backend::LaunchSample's feed), the tree holds them as pending until N is
   // collected, and the device does not wait for the host between steps. Prompts are placed in
@@ -263,6 +263,18 @@ class EngineLoop {
   // need (LoopOptions::mask_prefetch_after).
   MaskWorkers::Stats mask_worker_stats() const;  // zeros before the first constrained request
   const SpeculationGovernor& speculation_governor() const { return speculation_governor_; }
+  // The start-up profile of speculation (scheduler/loop/speculation_profile.cc): for size
+  // classes of 1, 2, 4, ... rows up to speculation_max_rows, the median seconds of a steady
+  // decode step with candidates and without, given to the governor. Call while idle, before
+  // serving and before set_kv_event_sink; a no-op (empty) unless speculation is adaptive. A row
+  // with a zero time was not measured (its class stays unprofiled).
+  struct SpeculationProfileRow {
+    int size_class = 0;
+    int64_t rows = 0;
+    double seconds_with = 0, seconds_without = 0;
+    int64_t steps_with = 0, steps_without = 0;  // steady steps measured
+  };
+  std::vector<SpeculationProfileRow> ProfileSpeculation();
   const LoopOptions& options() const { return options_; }
   const model::ModelConfig& config() const { return config_; }
   engine::Backend& backend() { return *backend_; }
@@ -298,7 +310,9 @@ class EngineLoop {
   // Launch (scheduler/loop/launch.cc): binds every row's sampling and runs the placed step; the
   // step goes to `f`. False when the launch failed (FailAll ran).
   bool LaunchPlaced(PlacedStep step, const LaunchClock& clock, bool fed, InFlightStep* f);
-  // Whether every decoding sample can take a fed row after inflight_ (see LoopOptions::feed).
+  // Whether every decoding sample can take a fed row after inflight_ (see LoopOptions::feed), and
+  // the next step is not to speculate (its candidates follow step N's tokens and drafts; a
+  // speculating loop feeds the steps its governor keeps plain).
   bool FedReady() const;
 
   void CancelDue(bool cancel_all);
@@ -338,13 +352,14 @@ class EngineLoop {
   static int SamplesRun(const Request& r);
 
   // Speculation (LoopOptions::Speculation; scheduler/loop/speculation.cc). Speculate: the
-  // stage, candidates for the placed step's decode rows (or none). DraftFor: the candidate chain
+  // stage, candidates for the placed step's decode rows (or none; a fed step has none, and
+  // counts for the governor as a step without). DraftFor: the candidate chain
   // of a sample about to decode from prompt lookup (empty when it should not speculate).
   // PlaceCandidates: drafts and places the candidates of the step's decode rows, at most
   // `token_room` of them (decode gains the candidate rows, with their tree nodes in item_node).
   // TakeCandidates: takes a verified sample's results; returns the output row of the last token
   // taken from the tree (its hidden state drafts the next candidates).
-  void Speculate(PlacedStep* step, StepSpeculation* spec);
+  void Speculate(PlacedStep* step, bool fed, StepSpeculation* spec);
   std::vector<int32_t> DraftFor(Live& live, size_t sample, int budget);
   void PlaceCandidates(int token_room, PlacedStep* step, StepSpeculation* spec);
   // Places sample k's candidates `c` after decode row d (the root); leaves it plain when they
@@ -364,6 +379,17 @@ class EngineLoop {
   // kLookup: what a greedy request generated, by prompt (and cache namespace).
   void RememberContinuation(const Live& live);
   SpeculationGovernor speculation_governor_;  // LoopOptions::speculation_adaptive
+  // While ProfileSpeculation runs: the way of every step, and where its steps' times go.
+  struct ProfileRun {
+    int size_class = 0;
+    std::vector<double> with, without;  // seconds of decode-only steps of size_class
+  };
+  std::optional<bool> speculation_forced_;
+  ProfileRun* profile_run_ = nullptr;
+  // Whether the governor (or the profile) lets a step of `size_class` speculate, counting the
+  // step (SpeculationGovernor::Speculate); May: the same answer, without counting.
+  bool GovernorSpeculates(int size_class);
+  bool GovernorMaySpeculate(int size_class) const;
   // kHeads: the trees' branching, draft_tree or a chain of draft_tokens, at most the heads'
   // count of levels (fixed at construction).
   std::vector<int32_t> draft_branching_;

@@ -9,6 +9,39 @@ int SpeculationGovernor::ClassOf(int64_t rows) {
   return Clamp(static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(rows, 1)))) - 1);
 }
 
+double SpeculationGovernor::Advantage(const Class& c) const {
+  const bool measured = c.with.n >= kMeasuredSteps && c.without.n >= kMeasuredSteps;
+  if (!c.profiled()) {
+    const double without = c.without.rate();
+    return without > 0 ? c.with.rate() / without : measured ? 1e6 : 1;
+  }
+  // Tokens per row with candidates (a plain step makes one per row) over the time ratio.
+  const double tokens = c.with.n >= kMeasuredSteps && c.with.rows > 0 ? c.with.tokens / c.with.rows
+                        : accept_n_ >= kMeasuredSteps                 ? tokens_per_row_
+                                                                      : prior_tokens_per_row_;
+  double ratio = c.profile_with / c.profile_without;
+  if (measured && c.with.rows > 0 && c.without.rows > 0 && c.without.seconds > 0) {
+    ratio = (c.with.seconds / c.with.rows) / (c.without.seconds / c.without.rows);
+  }
+  return ratio > 0 ? tokens / ratio : 1e6;
+}
+
+bool SpeculationGovernor::Faster(const Class& c) const {
+  return c.profiled() ? Advantage(c) > kMargin : c.with.rate() >= c.without.rate();
+}
+
+int64_t SpeculationGovernor::ProbeBase(const Class& c, bool faster) const {
+  const double adv = std::max(Advantage(c), 1e-6);
+  const double gap = faster ? adv - 1 : 1 / adv - 1;
+  const int64_t burst = kSettleSteps + kMeasuredSteps;
+  // Unprofiled, the slower way's few measurements may be wrong: probe it again soon.
+  const Way& slow = faster ? c.without : c.with;
+  const int64_t cap = c.profiled() ? int64_t{1} << 20 : kFirstProbe * (1 + slow.n);
+  return std::clamp<int64_t>(
+      static_cast<int64_t>(std::min(kProbeBudget * std::max(gap, 0.0) * static_cast<double>(burst), 1e6)),
+      kFirstProbe, std::max(cap, kFirstProbe));
+}
+
 bool SpeculationGovernor::Speculate(int size_class) {
   Class& c = classes_[Clamp(size_class)];
   ++c.steps;
@@ -16,25 +49,19 @@ bool SpeculationGovernor::Speculate(int size_class) {
     --c.burst_left;
     return c.burst_way;
   }
-  // The first measurements: a run of each way long enough to settle and be measured.
-  if (c.with.n < kMeasuredSteps) return true;
-  if (c.without.n < kMeasuredSteps) return false;
-  const bool faster = c.faster();
+  if (!c.profiled()) {
+    // The first measurements: a run of each way long enough to settle and be measured.
+    if (c.with.n < kMeasuredSteps) return true;
+    if (c.without.n < kMeasuredSteps) return false;
+  }
+  const bool faster = Faster(c);
   if (c.steps >= c.next_probe) {
-    const Way& fast = faster ? c.with : c.without;
-    const Way& slow = faster ? c.without : c.with;
-    const double gap = slow.rate() > 0 ? fast.rate() / slow.rate() - 1 : 1e6;
-    const int64_t burst = kSettleSteps + kMeasuredSteps;
-    const int64_t cap = kFirstProbe * (1 + slow.n);
-    const int64_t base = std::clamp<int64_t>(
-        static_cast<int64_t>(std::min(kProbeBudget * gap * static_cast<double>(burst), 1e6)),
-        kFirstProbe, std::max(cap, kFirstProbe));
     c.doublings = faster == c.last_answer ? std::min(c.doublings + 1, kMaxDoublings) : 0;
-    c.probe_interval = base << c.doublings;
+    c.probe_interval = ProbeBase(c, faster) << c.doublings;
     c.last_answer = faster;
     c.next_probe = c.steps + c.probe_interval;
     c.burst_way = !faster;
-    c.burst_left = burst - 1;
+    c.burst_left = kSettleSteps + kMeasuredSteps - 1;
     c.fresh = true;
     return !faster;
   }
@@ -44,12 +71,28 @@ bool SpeculationGovernor::Speculate(int size_class) {
 bool SpeculationGovernor::MaySpeculate(int size_class) const {
   const Class& c = classes_[Clamp(size_class)];
   if (c.burst_left > 0) return c.burst_way;
-  if (c.with.n < kMeasuredSteps) return true;
-  if (c.without.n < kMeasuredSteps) return false;
-  return c.steps + 1 >= c.next_probe ? !c.faster() : c.faster();
+  if (!c.profiled()) {
+    if (c.with.n < kMeasuredSteps) return true;
+    if (c.without.n < kMeasuredSteps) return false;
+  }
+  return c.steps + 1 >= c.next_probe ? !Faster(c) : Faster(c);
 }
 
-void SpeculationGovernor::Record(int size_class, bool speculated, double tokens, double seconds) {
+void SpeculationGovernor::SetProfile(int size_class, double seconds_with, double seconds_without) {
+  if (seconds_with <= 0 || seconds_without <= 0) return;
+  Class& c = classes_[Clamp(size_class)];
+  c.profile_with = seconds_with;
+  c.profile_without = seconds_without;
+  // The first probe of the slower way, priced by the predicted gap.
+  const bool faster = Faster(c);
+  c.last_answer = faster;
+  c.doublings = 0;
+  c.probe_interval = ProbeBase(c, faster);
+  c.next_probe = c.steps + c.probe_interval;
+}
+
+void SpeculationGovernor::Record(int size_class, bool speculated, double rows, double tokens,
+                                 double seconds) {
   Class& c = classes_[Clamp(size_class)];
   Way& w = speculated ? c.with : c.without;
   ++w.seen;
@@ -60,12 +103,19 @@ void SpeculationGovernor::Record(int size_class, bool speculated, double tokens,
   if (w.n == 0 || probe) {
     w.tokens = tokens;
     w.seconds = seconds;
+    w.rows = rows;
     c.fresh = false;
   } else {
     w.tokens = (1 - kWeight) * w.tokens + kWeight * tokens;
     w.seconds = (1 - kWeight) * w.seconds + kWeight * std::min(seconds, 2 * w.seconds);
+    w.rows = (1 - kWeight) * w.rows + kWeight * rows;
   }
   ++w.n;
+  if (speculated && rows > 0) {
+    tokens_per_row_ = accept_n_ == 0 ? tokens / rows
+                                     : (1 - kWeight) * tokens_per_row_ + kWeight * tokens / rows;
+    ++accept_n_;
+  }
 }
 
 }  // namespace banyan::scheduler

@@ -20,6 +20,17 @@
 // probe's first measurement replaces the probed way's averages (stale by then), so a change of
 // the rates (acceptance, load) turns the answer at the next probe.
 //
+// A start-up profile (SetProfile; EngineLoop::ProfileSpeculation) makes the answer right from a
+// class's first step. It gives the class the seconds of a steady step with candidates and
+// without, measured on the model and device that serve. A plain step makes one token per row; a
+// step with candidates makes tokens_per_row, which is the class's own measurement once it has
+// one, else what any class measured (acceptance depends on the text, not on the batch), else
+// SetPrior's guess. The class then speculates while tokens_per_row is more than the
+// profiled time ratio, by kMargin. The first steps run that way; no bursts measure both ways
+// first. Probes are priced by the predicted gap (a class whose way loses by 3x is probed
+// after hundreds of steps, not after 16). Online measurements of both ways replace the profile's
+// time ratio as they come.
+//
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
@@ -37,6 +48,9 @@ class SpeculationGovernor {
   static constexpr double kProbeBudget = 50;  // steps per unit of (fast / slow - 1)
   static constexpr int64_t kMaxDoublings = 6;
   static constexpr double kWeight = 0.2;  // of the newest step in the moving averages
+  // A profiled class speculates while the predicted rate with candidates is more than kMargin
+  // times the rate without: near a tie, plain decoding (it needs no graphs of its own).
+  static constexpr double kMargin = 1.02;
 
   // The size class of a step with `rows` decode rows (rows >= 1).
   static int ClassOf(int64_t rows);
@@ -46,13 +60,22 @@ class SpeculationGovernor {
   // What Speculate would answer for the next step of `size_class`, without counting it (the
   // loop copies hidden states for the draft heads only when a step may speculate).
   bool MaySpeculate(int size_class) const;
-  // A step of `size_class` took `tokens` in `seconds` of wall time (for a step that also
-  // prefilled, the engine loop passes its decode rows' share of the time), with
+  // A step of `size_class` with `rows` decode rows took `tokens` in `seconds` of wall time (for
+  // a step that also prefilled, the engine loop passes its decode rows' share of the time), with
   // candidates or without.
-  void Record(int size_class, bool speculated, double tokens, double seconds);
+  void Record(int size_class, bool speculated, double rows, double tokens, double seconds);
+  // The start-up profile of `size_class`: seconds of a steady step with candidates in every row
+  // and of a step without (both > 0; the same rows).
+  void SetProfile(int size_class, double seconds_with, double seconds_without);
+  // Tokens per row a step with candidates makes, until one is measured (the profile's steps run
+  // on synthetic text, so they cannot tell).
+  void SetPrior(double tokens_per_row) { prior_tokens_per_row_ = tokens_per_row; }
+  // Tokens per row of the steps with candidates measured in any class (0: fewer than
+  // kMeasuredSteps yet, when SetPrior's guess stands).
+  double tokens_per_row() const { return accept_n_ >= kMeasuredSteps ? tokens_per_row_ : 0; }
 
   struct Way {
-    double tokens = 0, seconds = 0;  // per step, moving averages
+    double tokens = 0, seconds = 0, rows = 0;  // per step, moving averages
     int64_t seen = 0, n = 0;         // steps recorded; of them measured
     double rate() const { return seconds > 0 ? tokens / seconds : 0; }
   };
@@ -65,13 +88,25 @@ class SpeculationGovernor {
     bool fresh = false;      // the next measurement of the probed way replaces its averages
     bool run_way = true;     // the way of the last recorded steps, and how many in a row
     int64_t run_length = 0;
-    bool faster() const { return with.rate() >= without.rate(); }
+    double profile_with = 0, profile_without = 0;  // SetProfile's seconds per step (0: none)
+    bool profiled() const { return profile_with > 0 && profile_without > 0; }
   };
   const Class& at(int size_class) const { return classes_[Clamp(size_class)]; }
+  // The rate with candidates over the rate without that the class's answer rests on: measured
+  // rates, or for a profiled class the prediction above.
+  double Advantage(int size_class) const { return Advantage(at(size_class)); }
 
  private:
   static int Clamp(int c) { return c < 0 ? 0 : c >= kClasses ? kClasses - 1 : c; }
+  double Advantage(const Class& c) const;
+  bool Faster(const Class& c) const;
+  // Steps before the next probe of the slower way: kProbeBudget x the gap's bursts, doubled
+  // while the answer stays.
+  int64_t ProbeBase(const Class& c, bool faster) const;
   std::array<Class, kClasses> classes_{};
+  double prior_tokens_per_row_ = 1;
+  double tokens_per_row_ = 0;  // moving average over every class's measured steps with candidates
+  int64_t accept_n_ = 0;
 };
 
 }  // namespace banyan::scheduler

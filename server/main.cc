@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include "engine/cuda/cuda_backend.h"
 #endif
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "model/model_bundle.h"
@@ -78,7 +80,7 @@ constexpr char kUsage[] =
     "               [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]\n"
     "               [--draft-tree B1,B2,..] [--speculation-max-rows N]\n"
     "               [--speculation-min-accept X] [--speculation-adaptive on|off]\n"
-    "               [--draft-on device|host]\n"
+    "               [--speculation-profile on|off] [--draft-on device|host]\n"
     "               [--kv-events-config JSON] [--debug-kv-blocks on|off]\n"
     "               [--reasoning-parser qwen3|deepseek_r1|none] [--deterministic on|off]\n"
     "With no arguments: the bundled stories260K, 127.0.0.1, HTTP 8000, gRPC 50051, on the GPU\n"
@@ -359,6 +361,25 @@ absl::Status ConfigureSpeculation(const DaemonConfig& cfg, const model::ModelBun
   return absl::OkStatus();
 }
 
+// --speculation-profile: the start-up profile of a step's cost with candidates and without,
+// logged per size class.
+void ProfileSpeculation(scheduler::EngineLoop& loop) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto rows = loop.ProfileSpeculation();
+  for (const auto& r : rows) {
+    spdlog::info("speculation profile, steps of {} rows: {:.3f} ms with candidates, {:.3f} ms "
+                 "without ({} and {} steady steps): {}",
+                 r.rows, r.seconds_with * 1e3, r.seconds_without * 1e3, r.steps_with,
+                 r.steps_without,
+                 r.seconds_with > 0 && r.seconds_without > 0
+                     ? absl::StrFormat("speculation pays above %.2f tokens per row",
+                                       r.seconds_with / r.seconds_without)
+                     : std::string("not measured"));
+  }
+  spdlog::info("speculation profile: {} size classes in {:.1f} s", rows.size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 // The KV-event publisher of --kv-events-config; null when events are off.
 absl::StatusOr<std::unique_ptr<KvEventPublisher>> MakeKvEventPublisher(const DaemonConfig& cfg) {
   if (!cfg.kv_events.active()) return nullptr;
@@ -584,6 +605,10 @@ int Run(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<KvEventPublisher>> kv_events = MakeKvEventPublisher(*cfg);
   if (!kv_events.ok()) return Fail(kv_events.status());
   scheduler::Scheduler sched(mc, loaded->bundle.tokenizer.get(), *std::move(backend), so);
+  if (cfg->speculative != "off" && cfg->speculation_adaptive == "on" &&
+      cfg->speculation_profile == "on") {
+    ProfileSpeculation(sched.loop());  // before KV events: routers never see its requests
+  }
   if (*kv_events) sched.set_kv_event_sink(kv_events->get());
   sched.Start();
 

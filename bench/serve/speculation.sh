@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Speculative decoding served through banyand (one GPU): (1) the bundled model with its Hydra heads against
-# no speculation, batch 1/8/64/256: chains of 3 and [4,2,2] trees speculating at every batch
-# (--speculation-adaptive off), and both with the defaults (the adaptive switch-off, at most 64
-# rows, --speculation-min-accept 0.1); chain-host / tree-host draft on the host instead of the
-# GPU (--draft-on host); SPEC_MODES picks the modes (default: off chain tree chain-auto
-# tree-auto); (2) the 7B shape with prompt lookup (each load sent twice:
-# the second run's candidates are the model's own continuation, all accepted), 1-4 candidates per
-# chain against none, batch 1/8/64 at a 2K context, tpp, and paged at batch 64.
-#   bench/serve/speculation.sh BIN_DIR [OUT_DIR]     (SPEC_7B=0 skips part 2)
+# Speculative decoding served through banyand (one GPU), per-request and aggregate tok/s against
+# no speculation in the same run.
+# (1) The bundled model with its Hydra heads, batch 1/8/64/256/1,024 (all requests at once, 128
+#     tokens each): SPEC_MODES picks the modes (default: off chain-auto tree-auto). chain / tree
+#     speculate in every step (--speculation-adaptive off); chain-auto / tree-auto are the
+#     defaults (the governor with its start-up profile, at most 64 rows); chain-noprofile /
+#     tree-noprofile the governor without its profile; chain-host / tree-host draft on the host.
+# (2) The 8B shape (dummy weights) with prompt lookup, 3 candidates, the defaults against off,
+#     batch 1/8/64/256/1,024 (SPEC_8B_BATCHES), a 512-token shared prefix: each load sent twice,
+#     the first run non-repetitive (no continuation is known: nothing to draft), the second
+#     repetitive (the first run's continuation is the draft, all of it accepted).
+# (3) SPEC_7B=1: the 7B shape with prompt lookup forced, 1-4 candidates per chain against none,
+#     batch 1/8/64 at a 2K context (tpp; paged at batch 64).
+#   bench/serve/speculation.sh BIN_DIR [OUT_DIR]     (SPEC_8B=0 skips part 2)
 #     BIN_DIR holds banyand and banyan_serve_bench (a CUDA build); run from the repository root.
 #     Prints one Markdown table (per-request tok/s = 1000 / mean TPOT, aggregate output tok/s);
-#     banyand's logs (with the acceptance summary) and the JSON lines go to OUT_DIR.
+#     banyand's logs (the start-up profile, the governor's and the acceptance summary) and the
+#     JSON lines go to OUT_DIR.
 set -uo pipefail
 [ $# -ge 1 ] || { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 B=$1
@@ -24,7 +30,10 @@ start() {
     kill -0 $pid 2>/dev/null || { tail -5 "$S/banyand_$tag.log"; return 1; }; sleep 0.3
   done
 }
-stop() { kill -TERM $pid; wait $pid; grep -h "speculative:" "$S/banyand_$tag.log" | sed "s/^/[$tag] /"; }
+stop() {
+  kill -TERM $pid; wait $pid
+  grep -hE "speculative:|speculation profile|speculation governor" "$S/banyand_$tag.log" | sed "s/^.*\] /[$tag] /"
+}
 load() {  # name batch prefix output vocab seed
   "$B/banyan_serve_bench" --port $port --workload shared-prefix --prefix-tokens $3 --suffix-tokens 16 \
     --output-tokens $4 --num-prompts $2 --concurrency $2 --vocab $5 --seed $6 --label "$1" \
@@ -32,22 +41,37 @@ load() {  # name batch prefix output vocab seed
 }
 M=models/stories260K/stories260K.bin
 H=(--speculative hydra --draft-heads models/stories260K/hydra/config.json)
-for mode in ${SPEC_MODES:-off chain tree chain-auto tree-auto}; do
+for mode in ${SPEC_MODES:-off chain-auto tree-auto}; do
   tag=small_$mode
+  F=(--speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0)
   case $mode in
     off) extra=() ;;
-    chain) extra=("${H[@]}" --draft-tokens 3 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0) ;;
-    tree) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0) ;;
-    chain-host) extra=("${H[@]}" --draft-tokens 3 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0 --draft-on host) ;;
-    tree-host) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-max-rows 65536 --speculation-adaptive off --speculation-min-accept 0 --draft-on host) ;;
+    chain) extra=("${H[@]}" --draft-tokens 3 "${F[@]}") ;;
+    tree) extra=("${H[@]}" --draft-tree 4,2,2 "${F[@]}") ;;
+    chain-host) extra=("${H[@]}" --draft-tokens 3 "${F[@]}" --draft-on host) ;;
+    tree-host) extra=("${H[@]}" --draft-tree 4,2,2 "${F[@]}" --draft-on host) ;;
     chain-auto) extra=("${H[@]}" --draft-tokens 3) ;;
     tree-auto) extra=("${H[@]}" --draft-tree 4,2,2) ;;
+    chain-noprofile) extra=("${H[@]}" --draft-tokens 3 --speculation-profile off) ;;
+    tree-noprofile) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-profile off) ;;
   esac
   start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
-  for b in 1 8 64 256; do load "small $mode b$b" $b 64 128 512 $((100 + b)); done
+  for b in 1 8 64 256 1024; do load "small $mode b$b" $b 64 128 512 $((100 + b)); done
   stop
 done
-[ "${SPEC_7B:-1}" = 0 ] && D7= || D7=dummy:llama-2-7b-shape:vocab=32000
+D8=dummy:llama-3-8b-shape
+for mode in ${SPEC_8B_MODES:-off lookup-auto}; do
+  [ "${SPEC_8B:-1}" = 0 ] && break
+  tag=8b_$mode
+  extra=(); [ $mode = lookup-auto ] && extra=(--speculative lookup --draft-tokens 3)
+  start --model $D8 --kv-memory 30000000000 "${extra[@]}" || continue
+  for b in ${SPEC_8B_BATCHES:-1 8 64 256 1024}; do
+    load "8b $mode b$b non-repetitive" $b 512 128 32000 $((300 + b))
+    load "8b $mode b$b repetitive" $b 512 128 32000 $((300 + b))
+  done
+  stop
+done
+[ "${SPEC_7B:-0}" = 0 ] && D7= || D7=dummy:llama-2-7b-shape:vocab=32000
 for cfg in ${D7:+"tpp 0" "tpp 1" "tpp 2" "tpp 3" "tpp 4" "paged 0" "paged 3"}; do
   set -- $cfg; att=$1; d=$2; tag=7b_${att}_$d
   extra=(); [ $d -gt 0 ] && extra=(--speculative lookup --draft-tokens $d --speculation-max-rows 65536 --speculation-adaptive off)

@@ -50,8 +50,21 @@ bool EngineLoop::CollectInflight() {
         f.prefill_tokens == 0
             ? 1.0
             : static_cast<double>(f.decode_rows) / static_cast<double>(f.decode_rows + f.prefill_tokens);
-    speculation_governor_.Record(f.speculation.size_class, f.speculation.speculated,
-                                 static_cast<double>(decode_tokens), step_seconds * share);
+    if (profile_run_ != nullptr) {
+      if (f.prefill_tokens == 0 && f.speculation.size_class == profile_run_->size_class) {
+        (f.speculation.speculated ? profile_run_->with : profile_run_->without)
+            .push_back(step_seconds);
+      }
+    } else {
+      // Rows of samples (a candidate's row is not one).
+      const std::vector<int32_t>& nodes = f.speculation.item_node;
+      const int64_t sample_rows =
+          nodes.empty() ? f.decode_rows
+                        : std::count_if(nodes.begin(), nodes.end(), [](int32_t n) { return n <= 0; });
+      speculation_governor_.Record(f.speculation.size_class, f.speculation.speculated,
+                                   static_cast<double>(sample_rows),
+                                   static_cast<double>(decode_tokens), step_seconds * share);
+    }
   }
   const double device =
       f.prefill_tokens == 0 ? backend_->device_seconds() - f.times.device_before : 0;
@@ -142,10 +155,11 @@ void EngineLoop::DraftNext(std::vector<DraftWant>* want_draft) {
   for (DraftWant& w : *want_draft) w.sample->drafted = {};
   const int64_t next_rows = static_cast<int64_t>(want_draft->size());
   std::erase_if(*want_draft, [](const DraftWant& w) { return w.sample->speculation_pause > 0; });
-  if (want_draft->empty() || draft_branching_.empty() ||
+  // A fed step already launched after this one carries no candidates, and the backend's hidden
+  // rows are its own by now.
+  if (want_draft->empty() || draft_branching_.empty() || ahead_.active ||
       next_rows > options_.speculation_max_rows ||
-      (options_.speculation_adaptive &&
-       !speculation_governor_.MaySpeculate(SpeculationGovernor::ClassOf(next_rows)))) {
+      !GovernorMaySpeculate(SpeculationGovernor::ClassOf(next_rows))) {
     return;
   }
   std::vector<int32_t> draft_rows, roots;

@@ -205,7 +205,9 @@ void EngineLoop::Finish(Live& live, absl::Status status, FinishReason reason) {
   live.state = status.ok() ? (reason == FinishReason::kCancelled ? RequestState::kCancelled
                                                                  : RequestState::kFinished)
                            : RequestState::kFailed;
-  Log()->info("request {} {}: prompt {} (cached {}), completion {}{}", live.req.id,
+  // The start-up profile's synthetic requests are not the operator's (one line sums them up).
+  Log()->log(profile_run_ != nullptr ? spdlog::level::debug : spdlog::level::info,
+              "request {} {}: prompt {} (cached {}), completion {}{}", live.req.id,
               !status.ok() ? "failed"
               : reason == FinishReason::kNone ? "finished"
                                               : std::string(FinishReasonName(reason)),

@@ -83,15 +83,22 @@ int SpeculationClassFor(const LoopOptions& options, size_t decode_rows) {
   return SpeculationGovernor::ClassOf(static_cast<int64_t>(decode_rows));
 }
 
-void EngineLoop::Speculate(PlacedStep* step, StepSpeculation* spec) {
+bool EngineLoop::GovernorSpeculates(int size_class) {
+  if (speculation_forced_) return *speculation_forced_;
+  return !options_.speculation_adaptive || speculation_governor_.Speculate(size_class);
+}
+
+bool EngineLoop::GovernorMaySpeculate(int size_class) const {
+  if (speculation_forced_) return *speculation_forced_;
+  return !options_.speculation_adaptive || speculation_governor_.MaySpeculate(size_class);
+}
+
+void EngineLoop::Speculate(PlacedStep* step, bool fed, StepSpeculation* spec) {
   spec->row_states.clear();
   spec->item_node.clear();
   spec->speculated = false;
   spec->size_class = SpeculationClassFor(options_, step->decode.size());
-  if (spec->size_class < 0 ||
-      (options_.speculation_adaptive && !speculation_governor_.Speculate(spec->size_class))) {
-    return;
-  }
+  if (spec->size_class < 0 || !GovernorSpeculates(spec->size_class) || fed) return;
   // The candidates take what the prefill left of the step's token budget.
   const int prefill_tokens = static_cast<int>(step->PrefillTokens());
   PlaceCandidates(options_.prefill_token_budget - prefill_tokens, step, spec);

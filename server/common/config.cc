@@ -269,6 +269,10 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("speculation-adaptive", v, {"on", "off"}, &c.speculation_adaptive);
        }},
+      {"speculation-profile",
+       [](DaemonConfig& c, const std::string& v) {
+         return OneOf("speculation-profile", v, {"on", "off"}, &c.speculation_profile);
+       }},
       {"draft-on",
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("draft-on", v, {"device", "host"}, &c.draft_on);

@@ -11,7 +11,8 @@
 //           [--kv-cache-dtype auto|bf16|fp8]
 //           [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]
 //           [--draft-tree B1,B2,..] [--speculation-max-rows N] [--speculation-min-accept X]
-//           [--speculation-adaptive on|off] [--draft-on device|host]
+//           [--speculation-adaptive on|off] [--speculation-profile on|off]
+//           [--draft-on device|host]
 //           [--kv-events-config JSON] [--debug-kv-blocks on|off]
 //           [--reasoning-parser qwen3|deepseek_r1|none]
 //
@@ -111,6 +112,9 @@ struct DaemonConfig {
   std::vector<int> draft_tree;
   int speculation_max_rows = 64;
   std::string speculation_adaptive = "on";  // LoopOptions::speculation_adaptive: "on" / "off"
+  // With speculation_adaptive: profile a step's cost with candidates and without at start-up
+  // (EngineLoop::ProfileSpeculation), so that the governor is right from the first step.
+  std::string speculation_profile = "on";
   std::string draft_on = "device";  // LoopOptions::draft_on_host: "device" / "host"
   float speculation_min_accept = 0.1f;
   std::string log_level = "info";

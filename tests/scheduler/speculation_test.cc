@@ -155,6 +155,38 @@ TEST_F(SpeculationTest, HydraHeadsKeepOutputsExactly) {
   }
 }
 
+// With fed steps on, a speculating loop feeds the steps its governor keeps plain (a fed step's
+// rows take their input tokens on the device, so it cannot carry candidates) and waits for the
+// tokens where it speculates: both kinds of step run, and the outputs are plain decoding's.
+TEST_F(SpeculationTest, GovernedSpeculationFeedsThePlainSteps) {
+  const std::vector<Request> reqs = Mix();
+  LoopOptions off{.max_running_sequences = 16, .prefill_token_budget = 64, .overlap = 1,
+                  .feed = 1};
+  MetricsSnapshot plain_m;
+  auto plain = Run(reqs, off, 512, &plain_m);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_GT(plain_m.decode_fed_steps_total, 0);
+  for (const std::vector<int>& tree : {std::vector<int>{}, std::vector<int>{4, 2, 2}}) {
+    LoopOptions on = off;
+    on.speculation = LoopOptions::Speculation::kHeads;
+    on.draft_heads = heads_;
+    on.draft_tokens = 3;
+    on.draft_tree = tree;
+    on.speculation_adaptive = true;
+    on.speculation_min_accept = 0;
+    MetricsSnapshot m;
+    LoopStats stats;
+    auto spec = Run(reqs, on, 512, &m, &stats);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const std::string what = tree.empty() ? "chain" : "tree 4,2,2";
+    // Drafting never reads a fed step's hidden rows as its own.
+    EXPECT_EQ(stats.draft_failures, 0) << what;
+    ExpectSame(*plain, *spec, what);
+    EXPECT_GT(m.spec_drafts_total, 0) << what;
+    EXPECT_GT(m.decode_fed_steps_total, 0) << what;
+  }
+}
+
 // A tree accepts more per step than the chain through its top-1 path (the chain is one of its
 // paths), and candidates that do not fit the step's token budget are not drafted.
 TEST_F(SpeculationTest, TreesAcceptMoreAndDraftsCountInTheTokenBudget) {
@@ -382,6 +414,87 @@ TEST_F(SpeculationTest, GovernorCountsDraftingAgainstSpeculation) {
   EXPECT_GT(without, 3 * with) << with << " steps with candidates, " << without << " without";
 }
 
+// The start-up profile on a loop whose drafting costs 20 ms a step: every class it profiles
+// finds candidates slower, and the load that follows never speculates (without the profile the
+// governor spends a burst of steps per class finding that out; see the test above). The profile
+// leaves no trace: no cached KV, the same metrics as before.
+TEST_F(SpeculationTest, StartUpProfileKeepsALosingWayOffFromTheFirstStep) {
+  LoopOptions o = GovernedHeads();
+  auto inner = engine::CpuBackend::Create(&bundle_->weights, {.num_chunks = 256, .chunk_size = 16});
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  auto backend = std::make_unique<SlowDraftBackend>(std::move(*inner), std::chrono::milliseconds(20));
+  EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(backend), o);
+  const MetricsSnapshot before = loop.metrics();
+  const auto profile = loop.ProfileSpeculation();
+  ASSERT_EQ(profile.size(), 3u);  // 1, 2 and 4 rows (max_running_sequences)
+  for (const auto& r : profile) {
+    SCOPED_TRACE(r.rows);
+    EXPECT_GE(r.steps_with, 3);
+    EXPECT_GE(r.steps_without, 3);
+    EXPECT_GT(r.seconds_with, r.seconds_without + 0.015);  // the drafting, and more rows
+    EXPECT_TRUE(loop.speculation_governor().at(r.size_class).profiled());
+  }
+  EXPECT_EQ(loop.tree().Stats().chunks_cached, 0);
+  EXPECT_EQ(loop.tree().Stats().chunks_live, 0);
+  EXPECT_EQ(loop.metrics().generation_tokens_total, before.generation_tokens_total);
+  EXPECT_EQ(loop.metrics().spec_drafts_total, 0);
+  EXPECT_EQ(loop.metrics().requests_finished_total, 0);
+
+  std::vector<Request> reqs;
+  for (int i = 0; i < 4; ++i) {
+    reqs.push_back(Make("Once upon a time" + std::string(i, '!'), 48));
+    reqs.back().params.ignore_eos = true;
+  }
+  auto results = GenerateAll(loop, reqs);
+  ASSERT_TRUE(results.ok()) << results.status();
+  int64_t with = 0, without = 0;
+  for (int c = 0; c < SpeculationGovernor::kClasses; ++c) {
+    with += loop.speculation_governor().at(c).with.seen;
+    without += loop.speculation_governor().at(c).without.seen;
+  }
+  EXPECT_EQ(with, 0);
+  EXPECT_GE(without, 40);
+  EXPECT_EQ(loop.metrics().spec_drafts_total, 0);
+}
+
+// With a start-up profile the answer is right from a class's first step: no burst measures
+// the losing way first, and probes are priced by the predicted gap. Tokens per row measured in
+// one class decide the others.
+TEST(SpeculationGovernorTest, AProfiledClassIsRightFromItsFirstStep) {
+  SpeculationGovernor g;
+  g.SetPrior(2.5);
+  // A step with candidates costs 4x a plain one: 2.5 tokens per row cannot pay.
+  g.SetProfile(3, 0.004, 0.001);
+  // It costs 1.5x: 2.5 tokens per row pay.
+  g.SetProfile(0, 0.0015, 0.001);
+  g.SetProfile(1, 0.0030, 0.001);  // 3x: pays only above 3 tokens per row
+  int slow_class_speculated = 0;
+  for (int i = 0; i < 150; ++i) {
+    const bool s = g.Speculate(3);
+    slow_class_speculated += s;
+    g.Record(3, s, 8, s ? 20 : 8, s ? 0.004 : 0.001);
+  }
+  EXPECT_EQ(slow_class_speculated, 0);
+  // The cheap class speculates from its first step; its measurements (1.2 tokens per row at 1.5x
+  // the time: a loss) turn it off once measured, and what they say of acceptance turns off a
+  // class that was never measured.
+  EXPECT_TRUE(g.Speculate(0));
+  g.Record(0, true, 1, 1.2, 0.0015);
+  EXPECT_GT(g.Advantage(1), 2.5 / 3 - 1e-9);  // the prior still
+  int first_off = -1;
+  for (int i = 1; i < 40 && first_off < 0; ++i) {
+    const bool s = g.Speculate(0);
+    if (!s) first_off = i;
+    g.Record(0, s, 1, s ? 1.2 : 1, s ? 0.0015 : 0.001);
+  }
+  EXPECT_EQ(first_off, SpeculationGovernor::kSettleSteps + SpeculationGovernor::kMeasuredSteps);
+  EXPECT_NEAR(g.tokens_per_row(), 1.2, 1e-9);
+  EXPECT_FALSE(g.MaySpeculate(1));
+  EXPECT_FALSE(g.Speculate(1));
+  // An unprofiled class still measures both ways first.
+  EXPECT_TRUE(g.Speculate(5));
+}
+
 TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
   EXPECT_EQ(SpeculationGovernor::ClassOf(1), 0);
   EXPECT_EQ(SpeculationGovernor::ClassOf(3), 1);
@@ -403,7 +516,7 @@ TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
         probes.push_back(g.at(c).steps);
       }
       last = s;
-      g.Record(c, s, s ? with : without, in_a_row <= 3 ? 0.010 : 0.001);
+      g.Record(c, s, 1, s ? with : without, in_a_row <= 3 ? 0.010 : 0.001);
     }
     return speculated;
   };
@@ -432,7 +545,7 @@ TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
     row = s == prev ? row + 1 : 1;
     prev = s;
     spec += s;
-    fair.Record(0, s, s ? 1.5 : 1.0, row <= 3 ? 0.010 : 0.001);
+    fair.Record(0, s, 1, s ? 1.5 : 1.0, row <= 3 ? 0.010 : 0.001);
   }
   EXPECT_GT(fair.at(0).with.rate(), fair.at(0).without.rate());
   EXPECT_GT(spec, 1900);

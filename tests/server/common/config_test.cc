@@ -138,6 +138,9 @@ TEST_F(ConfigTest, SpeculationOptions) {
   EXPECT_TRUE(Has(Error(Load({"--speculation-min-accept", "nan"})), "speculation-min-accept"));
   EXPECT_EQ(Load({}).value().speculation_adaptive, "on");
   EXPECT_EQ(Load({"--speculation-adaptive", "off"}).value().speculation_adaptive, "off");
+  EXPECT_EQ(Load({}).value().speculation_profile, "on");
+  EXPECT_EQ(Load({"--speculation-profile", "off"}).value().speculation_profile, "off");
+  EXPECT_TRUE(Has(Error(Load({"--speculation-profile", "maybe"})), "speculation-profile"));
   EXPECT_TRUE(Has(Error(Load({"--speculation-adaptive", "maybe"})), "speculation-adaptive"));
   const std::string tree_cfg =
       Write("tree.json", R"({"draft_tree": [3, 2], "speculation_min_accept": 0.5})");
