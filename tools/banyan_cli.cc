@@ -3,7 +3,7 @@
 //   banyan generate [--model PATH] [--tokenizer FILE] [--prompt TEXT] [--max-tokens N]
 //                   [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--n N]
 //                   [--chunk-size C] [--kv-mb MB] [--attention tpp|paged] [--backend cpu|cuda]
-//                   [--prompts-file FILE] [--speculative off|hydra] [--draft-heads FILE]
+//                   [--prompts-file FILE] [--speculative off|hydra|lookup] [--draft-heads FILE]
 //                   [--draft-tokens K] [--draft-tree B1,B2,..] [--speculation-adaptive on|off]
 //                   [--draft-on device|host] [--quantization none|fp8]
 //                   [--kv-cache-dtype auto|bf16|fp8] [--deterministic on|off]
@@ -13,12 +13,14 @@
 //       the daemon runs); each completion is printed on one line, newlines escaped as \n.
 //       --speculative hydra: requests verify candidate chains (or, with --draft-tree, trees)
 //       from the draft heads (--draft-heads, a head set's config.json); the output is the same
-//       as without.
+//       as without. --speculative lookup (prompt lookup, draft-tokens candidates per chain, 3 by
+//       default): the batch runs twice in one loop and the second run is printed, its chains
+//       drafted from the continuations the first generated (greedy requests only).
 //       --kv-cache-dtype fp8: K and V in FP8 as banyand's (kernels/kv_fp8.h; the CPU backend
 //       rounds its fp32 rows the same way).
 //       --deterministic on: banyand's batch-invariant mode (each prompt's output the same alone
-//       as in the batch; attention paged); with --speculative hydra, chains and trees give
-//       plain decoding's bits (tools/gpu/speculation_identity.sh checks both).
+//       as in the batch; attention paged); with --speculative hydra or lookup, chains and trees
+//       give plain decoding's bits (tools/gpu/speculation_identity.sh checks them).
 //   banyan convert --model PATH --out DIR [--dtype f32|f16|bf16] [--tokenizer FILE]
 //                  [--quantization none|fp8]
 //       Writes the model as a Hugging Face folder (config.json, model.safetensors,
@@ -219,11 +221,19 @@ absl::Status Generate(const Args& a, const char* argv0) {
       return absl::InvalidArgumentError("--draft-on must be device or host, got " + draft_on);
     }
     lo.draft_on_host = draft_on == "host";
+  } else if (speculative == "lookup") {
+    lo.speculation = scheduler::LoopOptions::Speculation::kLookup;
+    if (absl::Status s = ParseNum(a, "draft-tokens", &lo.draft_tokens); !s.ok()) return s;
+    lo.speculation_max_rows = 1 << 16;
+    lo.speculation_adaptive = false;  // the second run drafts wherever a continuation is known
   } else if (speculative != "off") {
-    return absl::InvalidArgumentError("--speculative must be off or hydra, got " + speculative);
+    return absl::InvalidArgumentError("--speculative must be off, hydra or lookup, got " +
+                                      speculative);
   }
   scheduler::EngineLoop loop(cfg, bundle->tokenizer.get(), std::move(backend), lo);
   auto results = scheduler::GenerateAll(loop, requests);
+  // Prompt lookup drafts what this loop generated for the same prompt: the second run.
+  if (results.ok() && speculative == "lookup") results = scheduler::GenerateAll(loop, requests);
   if (!results.ok()) return results.status();
   // --prompts-file prints each completion on one line, whatever the number of prompts (a file of
   // one prompt too: scripts compare its line with the same prompt's line from a larger file).

@@ -132,6 +132,15 @@ for t in 0 0.8; do
   "$B/banyan" "${g[@]}" --backend cuda --deterministic on "${H[@]}" --draft-tree "4,2,2" > "$W/d_tree.txt" 2>/dev/null
   same "$W/d_batch.txt" "$W/d_chain.txt" "stories260K T=$t, --deterministic on: chains against plain in the batch"
   same "$W/d_batch.txt" "$W/d_tree.txt" "stories260K T=$t, --deterministic on: trees against plain in the batch"
+  # Prompt lookup (greedy only: the second run's chains are the first run's continuations, read
+  # from the prefix cache): the same bits, and it must have drafted for the line to mean anything.
+  if [[ $t == 0 ]]; then
+    "$B/banyan" "${g[@]}" --backend cuda --deterministic on --speculative lookup --draft-tokens 3 \
+      > "$W/d_lookup.txt" 2> "$W/d_lookup.err"
+    same "$W/d_batch.txt" "$W/d_lookup.txt" "stories260K T=$t, --deterministic on: lookup chains (second run) against plain in the batch"
+    grep -q "speculative: [1-9]" "$W/d_lookup.err" ||
+      { echo "FAILED: the lookup run verified no candidates"; cat "$W/d_lookup.err"; failed=1; }
+  fi
 done
 if [[ $failed != 0 ]]; then
   echo "speculation identity: FAILED (see the lines above)"
