@@ -504,13 +504,6 @@ absl::Status Finish(DaemonConfig& c) {
     o.max_prompt_bytes = std::min(kDefaultMaxPromptBytes, o.max_body_bytes);
   }
 
-  // Hydra chains and trees give plain decoding's bits under it (tools/gpu/speculation_identity.sh,
-  // CPU and GPU); prompt lookup is not yet checked.
-  if (c.deterministic == "on" && c.speculative == "lookup") {
-    return absl::InvalidArgumentError(
-        "--deterministic on with --speculative lookup: prompt lookup is not yet checked to give "
-        "the same bits; use one or the other (--speculative hydra is)");
-  }
   if (c.gpu_memory_utilization > 0 && c.kv_memory_given) {
     return absl::InvalidArgumentError(
         "--gpu-memory-utilization and --kv-memory both size the KV cache: give one");

@@ -103,8 +103,8 @@ struct DaemonConfig {
   // speculation_max_rows decode rows, and not for a sample whose accepted candidates per step
   // fall below speculation_min_accept.
   // --deterministic on|off: a request's tokens and logprobs bit for bit the same in any batch
-  // as alone (the CPU backend: row-invariant products and paged attention; the CUDA backend
-  // refuses it for now).
+  // as alone, with or without speculation (the CPU backend: row-invariant products and paged
+  // attention; the CUDA backend: InvariantGemm and InvariantAttention; docs/deployment.md).
   std::string deterministic = "off";
   std::string speculative = "off";
   std::string draft_heads;

@@ -103,4 +103,31 @@ describe('deterministic mode', () => {
       });
     }
   }
+
+  // Prompt lookup: the burst sent twice, the second time drafting the first's continuations
+  // (cached prefixes, chains accepted whole): the second burst keeps each prompt's solo bits.
+  test('prompt lookup chains in a repeated burst keep each prompt\'s bits alone (greedy)',
+    async (t) => {
+      const spec = await startDaemon({
+        args: ['--backend', 'cpu', '--deterministic', 'on', '--chunk-size', '16',
+          '--prefill-budget', '256', '--speculative', 'lookup', '--draft-tokens', '3',
+          '--speculation-adaptive', 'off'],
+      });
+      t.after(() => spec.stop());
+      const solo = [];
+      const plain = asker(client, false);
+      for (let i = 0; i < QUESTIONS.length; ++i) solo.push(await plain(QUESTIONS[i], i));
+      const ask = asker(openaiClient(spec), false);
+      await Promise.all(QUESTIONS.map(ask));
+      const again = await Promise.all(QUESTIONS.map(ask));
+      let accepted = 0;
+      for (let i = 0; i < QUESTIONS.length; ++i) {
+        const a = solo[i].choices[0];
+        const b = again[i].choices[0];
+        assert.equal(b.text, a.text, QUESTIONS[i]);
+        assert.deepEqual(b.logprobs, a.logprobs, QUESTIONS[i]);
+        accepted += again[i].usage.completion_tokens_details.accepted_prediction_tokens;
+      }
+      assert.ok(accepted > 0, 'no candidate was accepted');
+    });
 });
