@@ -18,7 +18,7 @@ absl::StatusOr<ChunkPool> ChunkPool::Create(int32_t num_chunks, int32_t chunk_si
 }
 
 ChunkPool::ChunkPool(int32_t num_chunks, int32_t chunk_size)
-    : chunk_size_(chunk_size), allocated_(num_chunks, 0) {
+    : chunk_size_(chunk_size), allocated_(num_chunks, 0), holders_(num_chunks, 0) {
   free_list_.reserve(num_chunks);
   // Highest id at the bottom so that a fresh pool hands out 0, 1, 2, ...
   for (int32_t id = num_chunks - 1; id >= 0; --id) free_list_.push_back(id);
@@ -33,12 +33,14 @@ absl::StatusOr<ChunkId> ChunkPool::Allocate() {
   free_list_.pop_back();
   BANYAN_CHECK(!allocated_[id]) << "chunk " << id << " on the free list twice";
   allocated_[id] = 1;
+  holders_[id] = 1;
   return id;
 }
 
 void ChunkPool::Free(ChunkId id) {
   BANYAN_CHECK(id >= 0 && id < chunks_total()) << "bad chunk id " << id;
   BANYAN_CHECK(allocated_[id] == 1) << "double free of chunk " << id;
+  if (--holders_[id] > 0) return;
   if (holding_) {
     allocated_[id] = 2;
     held_.push_back(id);
@@ -46,6 +48,11 @@ void ChunkPool::Free(ChunkId id) {
   }
   allocated_[id] = 0;
   free_list_.push_back(id);
+}
+
+void ChunkPool::Retain(ChunkId id) {
+  BANYAN_CHECK(IsAllocated(id)) << "retaining chunk " << id << ", which is not allocated";
+  ++holders_[id];
 }
 
 bool ChunkPool::IsAllocated(ChunkId id) const {

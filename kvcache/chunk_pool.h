@@ -31,9 +31,14 @@ class ChunkPool {
 
   // ResourceExhausted when no chunk is free.
   absl::StatusOr<ChunkId> Allocate();
-  // `id` must be allocated (checked). While chunks are held (HoldFreed), the chunk is set
-  // aside instead: not allocated any more, but not on the free list either.
+  // `id` must be allocated (checked). Drops one holder of the chunk (Allocate makes one, Retain
+  // another); with the last the chunk is freed. While chunks are held (HoldFreed), a freed
+  // chunk is set aside instead: not allocated any more, but not on the free list either.
   void Free(ChunkId id);
+  // One more holder of allocated chunk `id`: the prefix tree's packed nodes share a chunk
+  // (PrefixTree::ExtendPacked).
+  void Retain(ChunkId id);
+  int32_t holders(ChunkId id) const { return IsAllocated(id) ? holders_[id] : 0; }
   bool IsAllocated(ChunkId id) const;
 
   // Holding: between HoldFreed() and ReleaseHeld(), freed chunks are not handed out again, so
@@ -54,6 +59,7 @@ class ChunkPool {
   int32_t chunk_size_;
   std::vector<ChunkId> free_list_;  // LIFO: recently freed chunks are reused first (warm)
   std::vector<uint8_t> allocated_;  // 1 when the id is handed out, 2 when freed but held
+  std::vector<int32_t> holders_;    // of an allocated chunk
   bool holding_ = false;
   std::vector<ChunkId> held_;
 };

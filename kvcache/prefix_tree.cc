@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,7 @@ PrefixTree::PrefixTree(ChunkPool* pool) : pool_(pool), chunk_size_(pool->chunk_s
 PrefixTree::~PrefixTree() {
   log_ = nullptr;  // the log may be gone already; nothing is reported while the tree goes
   for (auto& [ns, root] : roots_) FreeNode(root.get());
+  EndPacking();
 }
 
 void PrefixTree::FreeNode(Node* node) {
@@ -221,7 +223,7 @@ namespace {
 // A node grows in place when it is not a root, has no children, and the only live sequence on
 // it (if any) is the one being extended.
 bool CanGrowInPlace(const PrefixTree::Node* node, const PrefixTree::Node* own_leaf) {
-  return node->parent != nullptr && node->children.empty() &&
+  return node->parent != nullptr && node->children.empty() && !node->packed &&
          node->refcount == (node == own_leaf ? 1 : 0);
 }
 
@@ -267,7 +269,13 @@ PrefixTree::Node* PrefixTree::Split(Node* node, int32_t at, std::vector<ChunkCop
   const size_t b = s / c;
   const int32_t off = s % c;
   std::vector<ChunkId> lower_chunks;
-  if (off == 0) {
+  if (node->packed) {
+    // Both parts stay in the node's one shared chunk (b == 0): no copy, one more holder.
+    upper->packed = true;
+    upper->chunks = node->chunks;
+    for (ChunkId ch : upper->chunks) pool_->Retain(ch);
+    lower_chunks = node->chunks;
+  } else if (off == 0) {
     upper->chunks.assign(node->chunks.begin(), node->chunks.begin() + b);
     lower_chunks.assign(node->chunks.begin() + b, node->chunks.end());
   } else {
@@ -331,11 +339,13 @@ void PrefixTree::AppendTokens(Node* node, std::span<const int32_t> tokens,
 
 absl::StatusOr<PlaceResult> PrefixTree::Place(Node* start, Node* own_leaf, SeqId seq,
                                               std::span<const int32_t> tokens,
-                                              bool allow_evict, Node** end_out) {
+                                              bool allow_evict, Node** end_out, bool packed) {
   const bool decode = own_leaf != nullptr && tokens.size() == 1;
   Cursor cur = Walk(start, tokens, decode);
   int32_t remaining = static_cast<int32_t>(tokens.size()) - cur.matched;
-  int32_t needed = ChunksNeeded(cur, own_leaf, remaining);
+  // Packed: never in place, so a new child's chunks (an upper bound: it may fit the packing one).
+  Node* grows = packed ? nullptr : own_leaf;
+  int32_t needed = ChunksNeeded(cur, grows, remaining);
   if (pool_->chunks_free() < needed && allow_evict) {
     // Pin the walk's nodes so that eviction cannot free them, then evict. Eviction can remove
     // cached children of cur.node and so change how many chunks are needed: recompute.
@@ -345,7 +355,7 @@ absl::StatusOr<PlaceResult> PrefixTree::Place(Node* start, Node* own_leaf, SeqId
     for (Node* n : pinned) ++n->refcount;
     Evict(needed - pool_->chunks_free());
     for (Node* n : pinned) --n->refcount;
-    needed = ChunksNeeded(cur, own_leaf, remaining);
+    needed = ChunksNeeded(cur, grows, remaining);
   }
   if (absl::Status s = Reserve(needed); !s.ok()) return s;
 
@@ -356,7 +366,7 @@ absl::StatusOr<PlaceResult> PrefixTree::Place(Node* start, Node* own_leaf, SeqId
   if (cur.mid != nullptr) end = Split(cur.mid, cur.mid_len, &result.copies);
   if (remaining > 0) {
     auto rest = tokens.subspan(cur.matched);
-    if (cur.mid == nullptr && CanGrowInPlace(end, own_leaf)) {
+    if (cur.mid == nullptr && !packed && CanGrowInPlace(end, own_leaf)) {
       AppendTokens(end, rest, &result.new_slots);
     } else {
       auto child = std::make_unique<Node>();
@@ -364,6 +374,9 @@ absl::StatusOr<PlaceResult> PrefixTree::Place(Node* start, Node* own_leaf, SeqId
       child->depth_tokens = end->depth_tokens + end->size();
       Node* raw = child.get();
       end->children.emplace(rest[0], std::move(child));
+      if (packed && static_cast<int32_t>(rest.size()) <= chunk_size_) {
+        Pack(raw, static_cast<int32_t>(rest.size()));
+      }
       AppendTokens(raw, rest, &result.new_slots);
       end = raw;
       ++shape_version_;
@@ -411,6 +424,42 @@ absl::StatusOr<PlaceResult> PrefixTree::Extend(SeqId seq, std::span<const int32_
   return result;
 }
 
+absl::StatusOr<PlaceResult> PrefixTree::ExtendPacked(SeqId seq, std::span<const int32_t> tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
+  PlaceResult empty;
+  empty.seq = seq;
+  if (tokens.empty()) return empty;
+  Node* leaf = it->second.leaf;
+  Node* end = nullptr;
+  auto result = Place(leaf, leaf, seq, tokens, /*allow_evict=*/false, &end, /*packed=*/true);
+  if (!result.ok()) return result.status();
+  it->second.leaf = end;
+  return result;
+}
+
+void PrefixTree::Pack(Node* node, int32_t n) {
+  if (pack_chunk_ == kNoChunk || pack_cursor_ + n > chunk_size_) {
+    EndPacking();
+    auto id = pool_->Allocate();  // Place reserved a chunk for the new node
+    BANYAN_CHECK(id.ok()) << "packed placement without a reserved chunk";
+    pack_chunk_ = *id;
+    pack_cursor_ = 0;
+  }
+  node->packed = true;
+  node->first_slot = pack_cursor_;
+  node->chunks = {pack_chunk_};
+  pool_->Retain(pack_chunk_);
+  pack_cursor_ += n;
+}
+
+void PrefixTree::EndPacking() {
+  if (pack_chunk_ == kNoChunk) return;
+  pool_->Free(pack_chunk_);  // the tree's hold; freed here when no packed node holds it any more
+  pack_chunk_ = kNoChunk;
+  pack_cursor_ = 0;
+}
+
 void PrefixTree::DropStaleContinuation(Node* leaf, int32_t token) {
   // A decoding sequence does not split a longer child (see Walk's decode mode). A cached one
   // would only stay as a stale duplicate of what the sequence recomputes: drop it (no live
@@ -452,7 +501,7 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
     groups[it->second.leaf].push_back(i);
   }
   auto grows_together = [&](Node* node, const std::vector<size_t>& idx) {
-    if (idx.size() < 2 || node->parent == nullptr || !node->children.empty() ||
+    if (idx.size() < 2 || node->parent == nullptr || !node->children.empty() || node->packed ||
         node->refcount != static_cast<int32_t>(idx.size())) {
       return false;
     }
@@ -474,7 +523,7 @@ absl::StatusOr<std::vector<PlaceResult>> PrefixTree::AppendBatch(
       }
       for (size_t i : idx) {
         (void)i;
-        const bool spare_in_place = idx.size() == 1 && node->refcount == 1 &&
+        const bool spare_in_place = idx.size() == 1 && node->refcount == 1 && !node->packed &&
                                     node->children.empty() && node->size() > 1 &&
                                     (node->first_slot + node->size()) % chunk_size_ != 0;
         bound += spare_in_place ? 0 : 1;
@@ -755,7 +804,7 @@ absl::Status PrefixTree::Truncate(SeqId seq, int32_t length, std::vector<ChunkCo
     Node* parent = n->parent;
     for (ChunkId ch : n->chunks) {
       pool_->Free(ch);
-      freed.insert(ch);
+      if (!pool_->IsAllocated(ch)) freed.insert(ch);  // a packed chunk may have other holders
     }
     n->chunks.clear();
     ForgetBlocks(n);
@@ -789,8 +838,10 @@ int32_t PrefixTree::Evict(int32_t n_chunks) {
   while (freed < n_chunks && !heap.empty()) {
     Node* n = heap.top().second;
     heap.pop();
-    for (ChunkId c : n->chunks) pool_->Free(c);
-    freed += static_cast<int32_t>(n->chunks.size());
+    for (ChunkId c : n->chunks) {
+      pool_->Free(c);
+      freed += pool_->IsAllocated(c) ? 0 : 1;  // a packed chunk may have other holders
+    }
     ForgetBlocks(n);
     Node* parent = n->parent;
     Unlink(n);  // destroys n
@@ -879,6 +930,7 @@ MemoryStats PrefixTree::Stats() const {
   stats.chunks_total = pool_->chunks_total();
   stats.chunks_free = pool_->chunks_free();
   std::vector<const Node*> stack;
+  std::unordered_set<ChunkId> packed;  // a shared chunk counts once
   for (auto& [ns, root] : roots_) stack.push_back(root.get());
   while (!stack.empty()) {
     const Node* n = stack.back();
@@ -886,12 +938,15 @@ MemoryStats PrefixTree::Stats() const {
     if (n->parent != nullptr) {
       ++stats.nodes;
       int32_t chunks = static_cast<int32_t>(n->chunks.size());
+      if (n->packed) chunks = packed.insert(n->chunks[0]).second ? 1 : 0;
       (n->refcount > 0 ? stats.chunks_live : stats.chunks_cached) += chunks;
       // Stored once, used by refcount sequences: refcount - 1 copies saved (MemoryStats).
       if (n->refcount > 1) stats.chunks_saved_by_sharing += int64_t{chunks} * (n->refcount - 1);
     }
     for (auto& [tok, child] : n->children) stack.push_back(child.get());
   }
+  // The chunk ExtendPacked is filling counts as live while the tree holds it.
+  if (pack_chunk_ != kNoChunk && !packed.contains(pack_chunk_)) ++stats.chunks_live;
   stats.live_sequences = static_cast<int32_t>(seqs_.size());
   return stats;
 }
@@ -905,6 +960,7 @@ absl::Status PrefixTree::CheckInvariants() const {
     for (const Node* p = s.leaf; p->parent != nullptr; p = p->parent) ++expected_refs[p];
   }
   std::unordered_set<ChunkId> owned;
+  std::unordered_map<ChunkId, int32_t> packed_holders;  // packed nodes per shared chunk
   int32_t ending = 0;
   std::vector<const Node*> stack;
   for (auto& [ns, root] : roots_) {
@@ -949,9 +1005,16 @@ absl::Status PrefixTree::CheckInvariants() const {
                                                 n->first_slot, " has ", n->chunks.size(),
                                                 " chunks, want ", want_chunks));
       }
+      if (n->packed && n->chunks.size() != 1) {
+        return absl::InternalError(absl::StrCat("packed node across ", n->chunks.size(), " chunks"));
+      }
       for (ChunkId c : n->chunks) {
         if (!pool_->IsAllocated(c)) {
           return absl::InternalError(absl::StrCat("chunk ", c, " owned but free in the pool"));
+        }
+        if (n->packed) {
+          ++packed_holders[c];
+          continue;
         }
         if (!owned.insert(c).second) {
           return absl::InternalError(absl::StrCat("chunk ", c, " owned by two nodes"));
@@ -970,6 +1033,16 @@ absl::Status PrefixTree::CheckInvariants() const {
   }
   if (ending != static_cast<int32_t>(seqs_.size())) {
     return absl::InternalError("live sequence count does not match the leaves");
+  }
+  if (pack_chunk_ != kNoChunk) ++packed_holders[pack_chunk_];
+  for (auto [c, holders] : packed_holders) {
+    if (!owned.insert(c).second) {
+      return absl::InternalError(absl::StrCat("chunk ", c, " owned by a packed node and another"));
+    }
+    if (pool_->holders(c) != holders) {
+      return absl::InternalError(absl::StrCat("packed chunk ", c, " has ", pool_->holders(c),
+                                              " holders in the pool, ", holders, " in the tree"));
+    }
   }
   if (static_cast<int32_t>(owned.size()) != pool_->chunks_used()) {
     return absl::InternalError(absl::StrCat("tree owns ", owned.size(), " chunks, pool says ",

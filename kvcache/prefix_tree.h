@@ -138,6 +138,16 @@ class PrefixTree {
   // Appends tokens to live sequence `seq` (chunked prefill, or decode with one token).
   absl::StatusOr<PlaceResult> Extend(SeqId seq, std::span<const int32_t> tokens,
                                      bool allow_evict = false);
+  // Extend for speculation's candidate trees (scheduler/loop/speculation.cc): the nodes it
+  // creates are packed, one after another into a chunk they share (opened by the first of them
+  // and by any that does not fit; EndPacking closes it), instead of a chunk each. A packed node
+  // never grows in place and splits without a copy. A tree of 28 one-token candidates then holds
+  // 28 slots of one or two chunks, not 28 chunks. Nodes longer than a chunk are placed as
+  // Extend places them. Never evicts.
+  absl::StatusOr<PlaceResult> ExtendPacked(SeqId seq, std::span<const int32_t> tokens);
+  // Closes the chunk ExtendPacked fills (the tree's hold on it; its nodes keep theirs). Call
+  // once a step's candidates are placed.
+  void EndPacking();
   absl::StatusOr<PlaceResult> Append(SeqId seq, int32_t token, bool allow_evict = false) {
     return Extend(seq, std::span<const int32_t>(&token, 1), allow_evict);
   }
@@ -238,6 +248,7 @@ class PrefixTree {
     std::vector<int32_t> tokens;
     std::vector<ChunkId> chunks;
     int32_t first_slot = 0;       // slot of tokens[0] in chunks[0]
+    bool packed = false;          // ExtendPacked's: its one chunk is shared with other packed nodes
     int32_t refcount = 0;         // live sequences whose path contains this node
     int32_t depth_tokens = 0;     // tokens on the path above this node
     uint64_t last_use = 0;        // LRU clock value of the last release / use
@@ -277,7 +288,9 @@ class PrefixTree {
   static void Unlink(Node* child);  // removes (and destroys) child from its parent's children
   absl::StatusOr<PlaceResult> Place(Node* start, Node* own_leaf, SeqId seq,
                                     std::span<const int32_t> tokens, bool allow_evict,
-                                    Node** end_out);
+                                    Node** end_out, bool packed = false);
+  // Gives a new node of `n` <= chunk_size tokens its slots in the packing chunk.
+  void Pack(Node* node, int32_t n);
   void AppendTokens(Node* node, std::span<const int32_t> tokens, std::vector<SlotRef>* slots);
   void FreeNode(Node* node);
   void DropStaleContinuation(Node* leaf, int32_t token);
@@ -295,6 +308,8 @@ class PrefixTree {
   SeqId next_seq_ = 0;
   uint64_t clock_ = 0;
   uint64_t shape_version_ = 0;
+  ChunkId pack_chunk_ = kNoChunk;  // the chunk ExtendPacked fills (the tree holds it once)
+  int32_t pack_cursor_ = 0;        // its next free slot
 };
 
 }  // namespace banyan::kvcache

@@ -205,6 +205,10 @@ struct LoopStats {
   double late_launch_seconds = 0;  // of it, completing the specs and the backend's launch
   int64_t late_masks_staged = 0;   // masks filled straight into the backend's upload
   int64_t max_step_candidates = 0;  // speculative candidate rows in the fullest step
+  // KV chunks the candidates of a step took from the pool when placed (a tree's nodes packed
+  // together: PrefixTree::ExtendPacked), summed over steps, and the samples that speculated.
+  int64_t candidate_chunks = 0;
+  int64_t speculating_samples = 0;
   // Draft heads: wall time of drafting (Backend::DraftTrees, on the collect path of each step
   // that drafts), the steps that drafted, and the calls that failed (those samples decoded
   // without candidates).

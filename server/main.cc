@@ -474,6 +474,13 @@ void LogEngineReport(scheduler::Scheduler& sched) {
                  1.0 + static_cast<double>(sm.spec_accepted_tokens_total) /
                            static_cast<double>(sm.spec_drafts_total),
                  per_position);
+    if (st.speculating_samples > 0) {
+      spdlog::info("speculative: {:.2f} KV chunks taken per speculating sample and step ({} "
+                   "samples)",
+                   static_cast<double>(st.candidate_chunks) /
+                       static_cast<double>(st.speculating_samples),
+                   st.speculating_samples);
+    }
     if (st.draft_steps > 0) {
       spdlog::info("speculative: drafting in {} steps, {:.3f} ms per step ({} failed)",
                    st.draft_steps, st.draft_seconds * 1e3 / static_cast<double>(st.draft_steps),

@@ -419,6 +419,55 @@ TEST(PrefixTreeTest, TruncateDropsRejectedCandidates) {
   EXPECT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
 }
 
+// A candidate tree placed packed: a fork per leaf, each extended by its root-to-leaf path, the
+// nodes sharing one chunk. The paths split each other's nodes without copies; every slot is the
+// node's own; cut back and released, the forks leave the pool as it was.
+TEST(PrefixTreeTest, PackedCandidateTreeSharesAChunk) {
+  auto pool = *ChunkPool::Create(16, 16);
+  PrefixTree tree(&pool);
+  const SeqId s = tree.Insert("", std::vector<int32_t>(10, 7))->seq;
+  const int32_t base = tree.Length(s);
+  const int32_t used = pool.chunks_used();
+  // [2, 2]: paths (1, 3), (1, 4), (2, 5), (2, 6).
+  const std::vector<std::vector<int32_t>> paths = {{1, 3}, {1, 4}, {2, 5}, {2, 6}};
+  auto forks = *tree.Fork(s, static_cast<int>(paths.size()) + 1);
+  std::set<std::pair<ChunkId, int32_t>> slots;
+  for (size_t f = 0; f < paths.size(); ++f) {
+    auto r = tree.ExtendPacked(forks[f + 1], paths[f]);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->copies.empty()) << "fork " << f;  // a packed split copies nothing
+    for (const SlotRef& sl : r->new_slots) {
+      EXPECT_TRUE(slots.insert({sl.chunk, sl.slot}).second) << "slot written twice";
+    }
+    ASSERT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  }
+  tree.EndPacking();
+  EXPECT_EQ(slots.size(), 6u);                 // 6 nodes, 6 slots
+  EXPECT_EQ(pool.chunks_used(), used + 1);     // not 6 chunks
+  EXPECT_EQ(tree.Stats().chunks_live, used + 1);
+  for (size_t f = 0; f < paths.size(); ++f) {
+    EXPECT_EQ(tree.TokenAt(forks[f + 1], base), paths[f][0]);
+    EXPECT_EQ(tree.TokenAt(forks[f + 1], base + 1), paths[f][1]);
+    EXPECT_NE(tree.SlotAt(forks[f + 1], base + 1), tree.SlotAt(forks[(f + 1) % 4 + 1], base + 1));
+  }
+  // A packed leaf never grows in place: a plain append after it takes a chunk of its own.
+  ASSERT_TRUE(tree.Append(forks[1], 9).ok());
+  EXPECT_EQ(pool.chunks_used(), used + 2);
+  ASSERT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  std::vector<ChunkCopy> copies;
+  for (size_t f = 1; f < forks.size(); ++f) {
+    ASSERT_TRUE(tree.Truncate(forks[f], base, &copies).ok());
+    ASSERT_TRUE(tree.Release(forks[f]).ok());
+    ASSERT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
+  }
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(pool.chunks_used(), used);
+  EXPECT_EQ(forks[0], s);  // Fork's first is the sequence itself
+  ASSERT_TRUE(tree.Release(s).ok());
+  tree.Evict(1 << 20);
+  EXPECT_EQ(pool.chunks_used(), 0);
+}
+
 // Cutting inside a shared node mid-chunk needs a chunk for the split's copy: a cached leaf is
 // evicted for it, and without one Truncate fails before changing anything (it once aborted).
 TEST(PrefixTreeTest, TruncateInsideASharedNodeWithAFullPool) {
@@ -535,19 +584,22 @@ class TreeModel {
 // `lengths` (optional): each row's context length, when the plan was built with row lengths.
 void VerifyPlan(const PrefixTree& tree, const AttentionPlan& plan, bool dfs_order,
                 std::span<const int32_t> lengths = {}) {
-  std::map<int32_t, std::set<int32_t>> rows_of_chunk;
+  // Rows by the slots they read (packed candidate nodes share a chunk, not a slot).
+  std::map<std::pair<int32_t, int32_t>, std::set<int32_t>> rows_of_slot;
   std::vector<std::vector<SlotRef>> slots_of_row(plan.num_rows());
   for (int32_t r = 0; r < plan.num_rows(); ++r) {
     const int32_t len = lengths.empty() ? tree.Length(plan.rows[r]) : lengths[r];
     slots_of_row[r] = tree.Slots(plan.rows[r], 0, len);
-    for (auto& s : slots_of_row[r]) rows_of_chunk[s.chunk].insert(r);
+    for (auto& s : slots_of_row[r]) rows_of_slot[{s.chunk, s.slot}].insert(r);
   }
   for (int32_t s = 0; s < plan.num_segments(); ++s) {
     ASSERT_GE(plan.seg_row_end[s] - plan.seg_row_begin[s], 2);
     std::set<int32_t> want;
     for (int32_t r = plan.seg_row_begin[s]; r < plan.seg_row_end[s]; ++r) want.insert(r);
     for (int32_t sp = plan.seg_span_begin[s]; sp < plan.seg_span_end[s]; ++sp) {
-      ASSERT_EQ(rows_of_chunk[plan.span_chunk[sp]], want) << "segment " << s;
+      for (int32_t sl = plan.span_begin[sp]; sl < plan.span_end[sp]; ++sl) {
+        ASSERT_EQ((rows_of_slot[{plan.span_chunk[sp], sl}]), want) << "segment " << s;
+      }
     }
   }
   for (int32_t r = 0; r < plan.num_rows(); ++r) {
@@ -570,8 +622,10 @@ void VerifyPlan(const PrefixTree& tree, const AttentionPlan& plan, bool dfs_orde
     ASSERT_EQ(plan.row_length[r], static_cast<int32_t>(want.size()));
     if (dfs_order) {
       for (int32_t sp = plan.row_span_begin[r]; sp < plan.row_span_end[r]; ++sp) {
-        ASSERT_EQ(rows_of_chunk[plan.span_chunk[sp]].size(), 1u)
-            << "row " << r << " reads a shared chunk privately under DFS order";
+        for (int32_t sl = plan.span_begin[sp]; sl < plan.span_end[sp]; ++sl) {
+          ASSERT_EQ((rows_of_slot[{plan.span_chunk[sp], sl}].size()), 1u)
+              << "row " << r << " reads a shared slot privately under DFS order";
+        }
       }
     }
   }
@@ -627,16 +681,18 @@ TEST(PrefixTreePropertyTest, RandomOperationSequences) {
           uint64_t v = m.tree().shape_version();
           int32_t used = m.pool().chunks_used();
           const bool allow_evict = uni(0, 1) == 1;
-          auto r = m.tree().Extend(seq, add, allow_evict);
+          // Packed (speculation's candidate trees): new nodes share a chunk (never evicts).
+          const bool packed = uni(0, 3) == 0;
+          auto r = packed ? m.tree().ExtendPacked(seq, add) : m.tree().Extend(seq, add, allow_evict);
           if (r.ok()) {
             it->second.insert(it->second.end(), add.begin(), add.end());
             m.Apply(*r, it->second);
           } else {
             ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
             ASSERT_EQ(m.tree().shape_version(), v);
-            if (!allow_evict) {
-            ASSERT_EQ(m.pool().chunks_used(), used);
-          }
+            if (!allow_evict || packed) {
+              ASSERT_EQ(m.pool().chunks_used(), used);
+            }
           }
         } else if (op == 6 && uni(0, 1) == 0) {  // a decode step over a subset, often agreeing
           std::vector<std::pair<SeqId, int32_t>> items;
@@ -668,6 +724,7 @@ TEST(PrefixTreePropertyTest, RandomOperationSequences) {
           live.erase(seq);
         } else if (op == 9) {
           m.tree().Evict(uni(1, 10));
+          if (uni(0, 1) == 0) m.tree().EndPacking();
         } else {
           // A fed step over a subset: pending tokens placed, their KV written with the tokens
           // the step samples (often agreeing), then set; or the step fails and some of its
@@ -736,6 +793,7 @@ TEST(PrefixTreePropertyTest, RandomOperationSequences) {
     for (auto& [seq, t] : m.live()) ASSERT_TRUE(m.tree().Release(seq).ok());
     m.live().clear();
     m.tree().Evict(1 << 30);
+    m.tree().EndPacking();
     EXPECT_EQ(m.pool().chunks_used(), 0);
     EXPECT_EQ(m.tree().Stats().nodes, 0);
     ASSERT_TRUE(m.tree().CheckInvariants().ok());
