@@ -77,6 +77,29 @@ describe('speculative decoding', () => {
     });
   }
 
+  // The defaults (the governor with its start-up profile): the profile's synthetic requests
+  // leave nothing in /metrics or the cache, and completions keep plain decoding's text.
+  test('the start-up profile leaves no trace, and the defaults keep the text', async (t) => {
+    const plain = await startDaemon({});
+    t.after(() => plain.kill());
+    const want = await answers(plain);
+    const spec = await startDaemon({
+      args: ['--speculative', 'hydra', '--draft-heads', HEADS, '--draft-tree', '4,2,2'],
+    });
+    t.after(() => spec.kill());
+    await spec.waitForLog(/speculation profile: [1-9]\d* size classes/);
+    assert.match(spec.log, /speculation profile, steps of 1 rows: [\d.]+ ms with candidates/);
+    const m = await scrape(spec);
+    for (const name of ['banyan_generation_tokens_total', 'banyan_prompt_tokens_total',
+      'banyan_kv_chunks_cached', 'banyan_kv_chunks_live', 'banyan_kv_chunks_live_peak',
+      'banyan_spec_decode_drafts_total', 'banyan_requests_finished_total']) {
+      assert.equal(value(m, name), 0, name);
+    }
+    assert.doesNotMatch(spec.log, /request speculation-profile-\d+-\d+ finished/);
+    const got = await answers(spec);
+    for (let i = 0; i < want.length; ++i) assert.deepEqual(got[i].texts, want[i].texts, `request ${i}`);
+  });
+
   test('hydra without heads is refused at start-up', () => {
     const r = spawnSync(BANYAND, ['--speculative', 'hydra', '--http-port', '0', '--grpc-port', '0'],
       { encoding: 'utf8', timeout: scaled(20000) });
