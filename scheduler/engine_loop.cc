@@ -500,7 +500,7 @@ bool EngineLoop::Place(const IterationPlan& plan, const ByHandle& by_handle, Lau
 bool EngineLoop::FedReady() const {
   if (inflight_.speculation.speculated || !pending_copies_.empty() || running_.empty()) return false;
   const int spec_class = SpeculationClassFor(options_, static_cast<size_t>(inflight_.decode_rows));
-  if (spec_class >= 0 && GovernorMaySpeculate(spec_class)) return false;
+  if (spec_class >= 0 && GovernorMaySpeculate(spec_class) && AnyMayDraft()) return false;
   // Penalties do not hold a row back: the backend counts a fed row's token in its penalties.
   for (const LivePtr& l : running_) {
     // A prompt: more of it to place (prefill rows only), or its first token is sampled by N and

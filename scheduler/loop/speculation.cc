@@ -95,6 +95,21 @@ bool EngineLoop::GovernorMaySpeculate(int size_class) const {
   return !options_.speculation_adaptive || speculation_governor_.MaySpeculate(size_class);
 }
 
+bool EngineLoop::AnyMayDraft() const {
+  const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
+  for (const LivePtr& l : running_) {
+    if (l->req.constraint != nullptr) continue;  // constrained samples do not speculate
+    for (const Live::Sample& s : l->samples) {
+      // (A paused sample counts: its pause runs down in steps that place candidates.)
+      if (s.finished) continue;
+      if (heads || s.lookup != nullptr) return true;
+      // DraftFor attaches a continuation at the first decode step only.
+      if (s.generated.size() <= 1 && continuations_.contains(PromptKey(l->req))) return true;
+    }
+  }
+  return false;
+}
+
 void EngineLoop::Speculate(PlacedStep* step, bool fed, StepSpeculation* spec) {
   spec->row_states.clear();
   spec->item_node.clear();

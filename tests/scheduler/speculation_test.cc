@@ -194,6 +194,21 @@ TEST_F(SpeculationTest, GovernedSpeculationFeedsThePlainSteps) {
     EXPECT_GT(m.spec_drafts_total, 0) << what;
     EXPECT_GT(m.decode_fed_steps_total, 0) << what;
   }
+  // Prompt lookup with nothing to look up yet (fresh prompts): the steps are fed as plain ones
+  // (they once waited for every step, the governor saying "speculate" to steps without drafts).
+  LoopOptions lookup = off;
+  lookup.speculation = LoopOptions::Speculation::kLookup;
+  lookup.speculation_adaptive = true;
+  std::vector<Request> fresh;
+  for (int i = 0; i < 6; ++i) fresh.push_back(Make(absl::StrCat("Tom had ", i, " toy cars."), 24));
+  MetricsSnapshot plain_fresh_m, lookup_m;
+  auto plain_fresh = Run(fresh, off, 512, &plain_fresh_m);
+  auto looked = Run(fresh, lookup, 512, &lookup_m);
+  ASSERT_TRUE(plain_fresh.ok() && looked.ok());
+  ExpectSame(*plain_fresh, *looked, "lookup");
+  EXPECT_EQ(lookup_m.spec_drafts_total, 0);
+  EXPECT_EQ(lookup_m.decode_fed_steps_total, plain_fresh_m.decode_fed_steps_total);
+  EXPECT_GT(lookup_m.decode_fed_steps_total, 0);
 }
 
 // A tree accepts more per step than the chain through its top-1 path (the chain is one of its
