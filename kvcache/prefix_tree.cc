@@ -410,6 +410,15 @@ absl::StatusOr<PlaceResult> PrefixTree::Insert(std::string_view ns,
 
 absl::StatusOr<PlaceResult> PrefixTree::Extend(SeqId seq, std::span<const int32_t> tokens,
                                                bool allow_evict) {
+  return ExtendSequence(seq, tokens, allow_evict, /*packed=*/false);
+}
+
+absl::StatusOr<PlaceResult> PrefixTree::ExtendPacked(SeqId seq, std::span<const int32_t> tokens) {
+  return ExtendSequence(seq, tokens, /*allow_evict=*/false, /*packed=*/true);
+}
+
+absl::StatusOr<PlaceResult> PrefixTree::ExtendSequence(SeqId seq, std::span<const int32_t> tokens,
+                                                       bool allow_evict, bool packed) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
   PlaceResult empty;
@@ -418,21 +427,7 @@ absl::StatusOr<PlaceResult> PrefixTree::Extend(SeqId seq, std::span<const int32_
   Node* leaf = it->second.leaf;
   if (tokens.size() == 1) DropStaleContinuation(leaf, tokens[0]);
   Node* end = nullptr;
-  auto result = Place(leaf, leaf, seq, tokens, allow_evict, &end);
-  if (!result.ok()) return result.status();
-  it->second.leaf = end;
-  return result;
-}
-
-absl::StatusOr<PlaceResult> PrefixTree::ExtendPacked(SeqId seq, std::span<const int32_t> tokens) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no live sequence ", seq));
-  PlaceResult empty;
-  empty.seq = seq;
-  if (tokens.empty()) return empty;
-  Node* leaf = it->second.leaf;
-  Node* end = nullptr;
-  auto result = Place(leaf, leaf, seq, tokens, /*allow_evict=*/false, &end, /*packed=*/true);
+  auto result = Place(leaf, leaf, seq, tokens, allow_evict, &end, packed);
   if (!result.ok()) return result.status();
   it->second.leaf = end;
   return result;

@@ -289,6 +289,8 @@ class PrefixTree {
   absl::StatusOr<PlaceResult> Place(Node* start, Node* own_leaf, SeqId seq,
                                     std::span<const int32_t> tokens, bool allow_evict,
                                     Node** end_out, bool packed = false);
+  absl::StatusOr<PlaceResult> ExtendSequence(SeqId seq, std::span<const int32_t> tokens,
+                                             bool allow_evict, bool packed);
   // Gives a new node of `n` <= chunk_size tokens its slots in the packing chunk.
   void Pack(Node* node, int32_t n);
   void AppendTokens(Node* node, std::span<const int32_t> tokens, std::vector<SlotRef>* slots);
