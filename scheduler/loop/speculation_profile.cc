@@ -97,7 +97,6 @@ std::vector<EngineLoop::SpeculationProfileRow> EngineLoop::ProfileSpeculation() 
       (with ? row.seconds_with : row.seconds_without) =
           steps.size() >= kMinMeasured ? Median(steps) : 0;
     }
-    speculation_forced_.reset();
     if (failed) break;
     if (row.seconds_with > 0 && row.seconds_without > 0) {
       speculation_governor_.SetProfile(c, row.seconds_with, row.seconds_without);

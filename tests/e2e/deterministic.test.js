@@ -22,6 +22,22 @@ const QUESTIONS = [
   'What did the lady carry?', 'Tell me more.', 'What happened next?', 'How did it end?',
 ];
 
+// Each speculating answer carries its solo answer's text and logprobs, bit for bit, and some
+// candidate was accepted (not a run that never speculated).
+function expectSpeculatedBits(solo, speculated) {
+  let accepted = 0;
+  for (let i = 0; i < QUESTIONS.length; ++i) {
+    const a = solo[i].choices[0];
+    const b = speculated[i].choices[0];
+    assert.equal(b.text, a.text, QUESTIONS[i]);
+    assert.deepEqual(b.logprobs, a.logprobs, QUESTIONS[i]);
+    const details = speculated[i].usage.completion_tokens_details;
+    assert.ok(details, `${QUESTIONS[i]}: no completion_tokens_details`);
+    accepted += details.accepted_prediction_tokens;
+  }
+  assert.ok(accepted > 0, 'no candidate was accepted');
+}
+
 describe('deterministic mode', () => {
   let d;
   let client;
@@ -89,17 +105,7 @@ describe('deterministic mode', () => {
         const plain = asker(client, sampled);
         for (let i = 0; i < QUESTIONS.length; ++i) solo.push(await plain(QUESTIONS[i], i));
         const together = await Promise.all(QUESTIONS.map(asker(openaiClient(spec), sampled)));
-        let accepted = 0;
-        for (let i = 0; i < QUESTIONS.length; ++i) {
-          const a = solo[i].choices[0];
-          const b = together[i].choices[0];
-          assert.equal(b.text, a.text, QUESTIONS[i]);
-          assert.deepEqual(b.logprobs, a.logprobs, QUESTIONS[i]);
-          const details = together[i].usage.completion_tokens_details;
-          assert.ok(details, `${QUESTIONS[i]}: no completion_tokens_details`);
-          accepted += details.accepted_prediction_tokens;
-        }
-        assert.ok(accepted > 0, 'no candidate was accepted');
+        expectSpeculatedBits(solo, together);
       });
     }
   }
@@ -120,14 +126,6 @@ describe('deterministic mode', () => {
       const ask = asker(openaiClient(spec), false);
       await Promise.all(QUESTIONS.map(ask));
       const again = await Promise.all(QUESTIONS.map(ask));
-      let accepted = 0;
-      for (let i = 0; i < QUESTIONS.length; ++i) {
-        const a = solo[i].choices[0];
-        const b = again[i].choices[0];
-        assert.equal(b.text, a.text, QUESTIONS[i]);
-        assert.deepEqual(b.logprobs, a.logprobs, QUESTIONS[i]);
-        accepted += again[i].usage.completion_tokens_details.accepted_prediction_tokens;
-      }
-      assert.ok(accepted > 0, 'no candidate was accepted');
+      expectSpeculatedBits(solo, again);
     });
 });
