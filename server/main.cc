@@ -259,6 +259,9 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
         spdlog::warn("weights: FP8 projections dequantized to bf16 on the GPU: {}",
                      (*cuda)->fp8_fallback());
       }
+      if (!(*cuda)->deterministic_gemms().empty()) {
+        spdlog::info("deterministic GEMMs (N x K): {}", (*cuda)->deterministic_gemms());
+      }
       backend = std::move(*cuda);
     }
 #else

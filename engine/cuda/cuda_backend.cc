@@ -205,7 +205,32 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   BANYAN_RETURN_IF_ERROR(m.inv_freq.Reserve(d / 2 * 4, "RoPE table"));
   BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.inv_freq.get(), inv_freq.data(), d / 2 * 4,
                                               cudaMemcpyHostToDevice, m.stream));
+  if (options_.batch_invariant) BANYAN_RETURN_IF_ERROR(PrepareDeterministicGemms());
   BANYAN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  return absl::OkStatus();
+}
+
+// The GEMM shapes Enqueue runs (its project / gemm calls), checked once at start-up with layer
+// 0's weights and the output head, so the log can say how each runs before the first request.
+absl::Status CudaBackend::PrepareDeterministicGemms() {
+  Impl& m = *impl_;
+  const model::ModelConfig& c = cfg_;
+  absl::StatusOr<std::unique_ptr<cuda::PinnedGemm>> g = cuda::PinnedGemm::Create(options_.dtype);
+  if (!g.ok()) return g.status();
+  m.pinned_gemm = std::move(*g);
+  const cudaDataType_t ctype = options_.dtype == kc::DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const int d = c.head_dim(), hq = c.n_heads, hkv = c.n_kv_heads, dim = c.dim;
+  const cudaDataType_t qkv_out = NarrowQkv() ? ctype : CUDA_R_32F;
+  const cudaDataType_t ffn_out = options_.narrow_activations ? ctype : CUDA_R_32F;
+  const cuda::DeviceLayer& lw = m.weights.layers[0];
+  BANYAN_RETURN_IF_ERROR(m.pinned_gemm->Prepare(lw.wqkv, (hq + 2 * hkv) * d, dim, qkv_out, m.stream));
+  BANYAN_RETURN_IF_ERROR(m.pinned_gemm->Prepare(lw.wo, dim, hq * d, CUDA_R_32F, m.stream));
+  BANYAN_RETURN_IF_ERROR(
+      m.pinned_gemm->Prepare(lw.w13, 2 * c.hidden_dim, dim, ffn_out, m.stream));
+  BANYAN_RETURN_IF_ERROR(m.pinned_gemm->Prepare(lw.w2, dim, c.hidden_dim, CUDA_R_32F, m.stream));
+  BANYAN_RETURN_IF_ERROR(
+      m.pinned_gemm->Prepare(m.weights.output, c.vocab_size, dim, CUDA_R_32F, m.stream));
+  deterministic_gemms_ = m.pinned_gemm->Summary();
   return absl::OkStatus();
 }
 
@@ -248,18 +273,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
   // out[M, N] = a[M, K] * w[N, K]^T + beta * out (cublas_gemm.h).
   auto gemm_to = [&](const void* w, const void* a, void* out, cudaDataType_t out_type, int M,
                      int N, int K, const float* beta) {
-    if (options_.batch_invariant) {
-      kc::InvariantGemmParams g;
-      g.a = a;
-      g.w = w;
-      g.out = out;
-      g.out_f32 = out_type == CUDA_R_32F;
-      g.M = M;
-      g.N = N;
-      g.K = K;
-      g.beta = *beta;
-      return kc::InvariantGemm(dt, g, m.stream);
-    }
+    if (m.pinned_gemm) return m.pinned_gemm->Run(w, a, out, out_type, M, N, K, *beta, m.stream);
     return RowMajorGemm(m.cublas, ctype, w, a, out, out_type, M, N, K, &alpha, beta);
   };
   auto gemm = [&](const void* w, const void* a, float* out, int M, int N, int K,
@@ -306,7 +320,7 @@ absl::Status CudaBackend::Enqueue(const StepBatch& batch, const StepInputs& in,
   // GEMM outputs that only an elementwise kernel reads are written in the model dtype
   // (CudaBackendOptions::narrow_activations); the QKV output stays fp32 where QkvBiasNorm
   // works on it in place.
-  const bool narrow_qkv = options_.narrow_activations && !c.qkv_bias && !c.qk_norm;
+  const bool narrow_qkv = NarrowQkv();
   const bool narrow_ffn = options_.narrow_activations;
 
   kc::EmbeddingParams ep;

@@ -152,12 +152,14 @@ struct CudaBackendOptions {
   // tokens fit. The attention kernels dequantize into the model dtype as they load (exactly);
   // head_dim at most 256 and a chunk size that is a multiple of 8.
   bool kv_fp8 = false;
-  // Batch-invariant decoding (banyand --deterministic on): every GEMM through InvariantGemm
-  // (kernels/cuda/invariant_gemm.h) and every token's attention, decode rows and prefill tokens
-  // alike, through InvariantAttention (kernels/cuda/prefill/attention.h), eagerly (no CUDA
-  // graphs), so a request's logits are the same bits alone or in any batch, with its prefix
-  // shared or not, cached or computed, in any cut into prefill chunks. Models with 16-bit
-  // projections (FP8 ones are refused); the KV cache may be FP8.
+  // Batch-invariant decoding (banyand --deterministic on): every GEMM through cuBLASLt with one
+  // algorithm pinned per shape and checked at start-up (engine/cuda/pinned_gemm.h), or through
+  // InvariantGemm (kernels/cuda/invariant_gemm.h) where that check fails, and every token's
+  // attention, decode rows and prefill tokens alike, through InvariantAttention
+  // (kernels/cuda/prefill/attention.h), eagerly (no CUDA graphs), so a request's logits are
+  // the same bits alone or in any batch, with its prefix shared or not, cached or computed, in
+  // any cut into prefill chunks. Models with 16-bit projections (FP8 ones are refused); the KV
+  // cache may be FP8.
   bool batch_invariant = false;
 };
 
@@ -255,12 +257,21 @@ class CudaBackend final : public Backend {
   const std::string& fp8_projections() const { return fp8_projections_; }
   // Why FP8 projections were dequantized to the model dtype instead; "" when they were not.
   const std::string& fp8_fallback() const { return fp8_fallback_; }
+  // batch_invariant: how each GEMM shape of the model runs (engine/cuda/pinned_gemm.h:
+  // cuBLASLt with a pinned algorithm, or InvariantGemm where the check refused it).
+  const std::string& deterministic_gemms() const { return deterministic_gemms_; }
 
  private:
   struct Impl;
   struct StepInputs;
   CudaBackend(const model::ModelConfig& config, const CudaBackendOptions& options);
   absl::Status Init(const model::ModelWeights* weights, uint64_t dummy_seed);
+  // batch_invariant: Impl::pinned_gemm with every GEMM shape of the model checked.
+  absl::Status PrepareDeterministicGemms();
+  // The QKV GEMM writes the model dtype (narrow_activations, when no bias or norm follows it).
+  bool NarrowQkv() const {
+    return options_.narrow_activations && !cfg_.qkv_bias && !cfg_.qk_norm;
+  }
   // Runs the model up to the logits, left on the device; *rows receives their number.
   // Decode-only steps go through a CUDA graph when enabled. `feed`: LaunchSample's. `samples`:
   // the specs a sampled step will leave in out_tokens (what a later fed step may read).
@@ -305,7 +316,7 @@ class CudaBackend final : public Backend {
   int64_t kv_bytes_ = 0;
   CudaAttentionStats stats_;
   std::string graph_error_;
-  std::string fp8_projections_, fp8_fallback_;
+  std::string fp8_projections_, fp8_fallback_, deterministic_gemms_;
   std::unique_ptr<Impl> impl_;
 };
 

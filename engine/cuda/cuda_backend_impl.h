@@ -21,11 +21,11 @@
 #include "engine/cuda/device_memory.h"
 #include "engine/cuda/device_sampler.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/cuda/pinned_gemm.h"
 #include "kernels/cuda/prefill/attention.h"
 #include "kernels/cuda/prefill/attention_work.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/fp8_quant.h"
-#include "kernels/cuda/invariant_gemm.h"
 #include "kernels/cuda/layer_kernels.h"
 #include "kernels/cuda/tpp/tpp_attention.h"
 
@@ -85,6 +85,8 @@ struct CudaBackend::Impl {
   // FP8 projections (DeviceWeights::fp8()): the GEMMs, and one projection input at a time
   // quantized to FP8 ([T, K] codes, [T, ceil(K / 128)] or [T] scales).
   std::unique_ptr<cuda::Fp8Gemm> fp8_gemm;
+  // The batch-invariant mode's GEMMs (CudaBackendOptions::batch_invariant).
+  std::unique_ptr<cuda::PinnedGemm> pinned_gemm;
   DeviceBuffer act8, act8_scales;
   int last_out_rows = 0;  // real output rows of the last step (xo holds their hidden states)
   StagedInts step_ints, attn_ints;
