@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Speculative decoding served through banyand (one GPU), per-request and aggregate tok/s against
 # no speculation in the same run.
+# Every reported load follows an unreported one of the same size with other prompts, so that
+# each mode meets it with its graphs captured and its memory touched (the start-up profile of
+# the auto modes would otherwise warm them alone).
 # (1) The bundled model with its Hydra heads, batch 1/8/64/256/1,024 (all requests at once, 128
 #     tokens each): SPEC_MODES picks the modes (default: off chain-auto tree-auto). chain / tree
 #     speculate in every step (--speculation-adaptive off); chain-auto / tree-auto are the
@@ -14,6 +17,8 @@
 #     batch 1/8/64 at a 2K context (tpp; paged at batch 64).
 #   bench/serve/speculation.sh BIN_DIR [OUT_DIR]     (SPEC_8B=0 skips part 2)
 #     BIN_DIR holds banyand and banyan_serve_bench (a CUDA build); run from the repository root.
+#     BACKEND=cpu runs part 1 on the CPU backend (the governor's decisions where speculation
+#     never pays; parts 2 and 3 are for a GPU).
 #     Prints one Markdown table (per-request tok/s = 1000 / mean TPOT, aggregate output tok/s);
 #     banyand's logs (the start-up profile, the governor's and the acceptance summary) and the
 #     JSON lines go to OUT_DIR.
@@ -23,7 +28,7 @@ B=$1
 S=${2:-$(mktemp -d)}; mkdir -p "$S"
 port=18300; pid=
 start() {
-  "$B/banyand" --backend cuda --host 127.0.0.1 --http-port $port --grpc-port $((port + 1)) \
+  "$B/banyand" --backend ${BACKEND:-cuda} --host 127.0.0.1 --http-port $port --grpc-port $((port + 1)) \
     --max-batch 1024 --prefill-budget 16384 --queue-limit 4096 "$@" > "$S/banyand_$tag.log" 2>&1 &
   pid=$!
   until curl -sf localhost:$port/health > /dev/null; do
@@ -56,7 +61,10 @@ for mode in ${SPEC_MODES:-off chain-auto tree-auto}; do
     tree-noprofile) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-profile off) ;;
   esac
   start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
-  for b in 1 8 64 256 1024; do load "small $mode b$b" $b 64 128 512 $((100 + b)); done
+  for b in 1 8 64 256 1024; do
+    load "small $mode b$b warm" $b 64 128 512 $((50 + b))
+    load "small $mode b$b" $b 64 128 512 $((100 + b))
+  done
   stop
 done
 D8=dummy:llama-3-8b-shape
@@ -66,6 +74,7 @@ for mode in ${SPEC_8B_MODES:-off lookup-auto}; do
   extra=(); [ $mode = lookup-auto ] && extra=(--speculative lookup --draft-tokens 3)
   start --model $D8 --kv-memory 30000000000 "${extra[@]}" || continue
   for b in ${SPEC_8B_BATCHES:-1 8 64 256 1024}; do
+    load "8b $mode b$b warm" $b 512 128 32000 $((700 + b))
     load "8b $mode b$b non-repetitive" $b 512 128 32000 $((300 + b))
     load "8b $mode b$b repetitive" $b 512 128 32000 $((300 + b))
   done
