@@ -327,7 +327,8 @@ void EngineLoop::StartSamples(Live& live) {
     Live::Sample s{.seq = -1, .sampling = base.Fork(static_cast<uint32_t>(k)), .text = {},
                    .generated = {}, .next_token = -1, .finished = false, .ended = false,
                    .emitted = 0, .last_token = {}, .cand = {}, .drafted = {}, .lookup = {},
-                   .lookup_checked = 0, .matcher = {}, .mask = {}, .trigger_tail = {}};
+                   .lookup_checked = 0, .lookup_tried = false, .matcher = {}, .mask = {},
+                   .trigger_tail = {}};
     if (tokenizer_ != nullptr) s.text.emplace(*tokenizer_, r.stop, r.prompt);
     if (r.constraint != nullptr && r.constraint->triggers.empty()) {
       s.matcher.emplace(r.constraint->grammar);
@@ -499,7 +500,14 @@ bool EngineLoop::Place(const IterationPlan& plan, const ByHandle& by_handle, Lau
 
 bool EngineLoop::FedReady() const {
   if (inflight_.speculation.speculated || !pending_copies_.empty() || running_.empty()) return false;
-  const int spec_class = SpeculationClassFor(options_, static_cast<size_t>(inflight_.decode_rows));
+  // The class of the step to be fed: its rows are N's decode rows and the first decode rows of
+  // the prompts N finishes (a step after a prompt-only N decodes rows that N did not).
+  size_t next_rows = 0;
+  for (const LivePtr& l : running_) {
+    if (l->state != RequestState::kDecoding) continue;
+    for (const Live::Sample& s : l->samples) next_rows += !s.finished;
+  }
+  const int spec_class = SpeculationClassFor(options_, next_rows);
   if (spec_class >= 0 && GovernorMaySpeculate(spec_class) && AnyMayDraft()) return false;
   // Penalties do not hold a row back: the backend counts a fed row's token in its penalties.
   for (const LivePtr& l : running_) {

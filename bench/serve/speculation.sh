@@ -19,7 +19,9 @@
 #     BIN_DIR holds banyand and banyan_serve_bench (a CUDA build); run from the repository root.
 #     BACKEND=cpu runs part 1 on the CPU backend (the governor's decisions where speculation
 #     never pays; parts 2 and 3 are for a GPU).
-#     Prints one Markdown table (per-request tok/s = 1000 / mean TPOT, aggregate output tok/s);
+#     Prints one Markdown table (per-request tok/s = 1000 / mean TPOT, aggregate output tok/s;
+#     part 1 sends each measured load SPEC_REPEAT times, default 3, other prompts each time, and
+#     gives the median: served rates of this tiny model vary by several percent from load to load);
 #     banyand's logs (the start-up profile, the governor's and the acceptance summary) and the
 #     JSON lines go to OUT_DIR.
 set -uo pipefail
@@ -63,7 +65,7 @@ for mode in ${SPEC_MODES:-off chain-auto tree-auto}; do
   start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
   for b in 1 8 64 256 1024; do
     load "small $mode b$b warm" $b 64 128 512 $((50 + b))
-    load "small $mode b$b" $b 64 128 512 $((100 + b))
+    for r in $(seq ${SPEC_REPEAT:-3}); do load "small $mode b$b" $b 64 128 512 $((100 * r + b)); done
   done
   stop
 done
@@ -94,11 +96,17 @@ for cfg in ${D7:+"tpp 0" "tpp 1" "tpp 2" "tpp 3" "tpp 4" "paged 0" "paged 3"}; d
 done
 python3 - "$S/runs.jsonl" <<'PY'
 import json, sys
-print("| run | requests | per-request tok/s (1000 / mean TPOT) | TPOT p50 ms | aggregate output tok/s |")
-print("|---|---|---|---|---|")
+from statistics import median
+runs = {}  # label -> its loads, in order (part 1 repeats each load SPEC_REPEAT times)
 for line in open(sys.argv[1]):
     j = json.loads(line)
     if j.get("type") == "sweep" or "warm" in j.get("label", ""): continue
-    t = j["tpot_ms"]
-    print(f"| {j['label']} | {j['completed']} | {1000 / t['mean']:.1f} | {t['p50']:.2f} | {j['output_throughput']:.0f} |")
+    runs.setdefault(j["label"], []).append(j)
+print("| run | loads | requests | per-request tok/s (1000 / mean TPOT), median | of each load | TPOT p50 ms | aggregate output tok/s, median |")
+print("|---|---|---|---|---|---|---|")
+for label, js in runs.items():
+    per = [1000 / j["tpot_ms"]["mean"] for j in js]
+    print(f"| {label} | {len(js)} | {js[0]['completed']} | {median(per):.1f} | "
+          f"{' / '.join(f'{p:.0f}' for p in per)} | {median(j['tpot_ms']['p50'] for j in js):.2f} | "
+          f"{median(j['output_throughput'] for j in js):.0f} |")
 PY

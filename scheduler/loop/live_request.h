@@ -69,6 +69,7 @@ struct LiveRequest {
     engine::DraftHeads::Tree drafted;
     std::shared_ptr<const std::vector<int32_t>> lookup;
     size_t lookup_checked = 0;
+    bool lookup_tried = false;  // the continuations were searched once (at its first drafting)
     // A constrained request's (Request::constraint): where the sample stands in the grammar
     // (every generated token accepted), and the mask of its next draw (vocab bits).
     // With triggers (TokenConstraint::triggers) the matcher is there only while the grammar

@@ -103,8 +103,8 @@ bool EngineLoop::AnyMayDraft() const {
       // (A paused sample counts: its pause runs down in steps that place candidates.)
       if (s.finished) continue;
       if (heads || s.lookup != nullptr) return true;
-      // DraftFor attaches a continuation at the first decode step only.
-      if (s.generated.size() <= 1 && continuations_.contains(PromptKey(l->req))) return true;
+      // DraftFor searches the continuations once, at the sample's first drafting.
+      if (!s.lookup_tried && continuations_.contains(PromptKey(l->req))) return true;
     }
   }
   return false;
@@ -141,7 +141,10 @@ std::vector<int32_t> EngineLoop::DraftFor(Live& live, size_t i, int budget) {
   Live::Sample& m = live.samples[i];
   std::vector<int32_t> drafts;
   if (budget <= 0 || m.finished || m.seq < 0) return drafts;
-  if (!m.lookup && m.generated.size() == 1) {
+  // Once, whenever the sample first drafts (a fed first decode step places no candidates): the
+  // continuation is checked against every token generated so far below.
+  if (!m.lookup && !m.lookup_tried) {
+    m.lookup_tried = true;
     auto it = continuations_.find(PromptKey(live.req));
     if (it != continuations_.end()) m.lookup = it->second;
     m.lookup_checked = 0;

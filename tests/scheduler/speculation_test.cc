@@ -353,6 +353,42 @@ TEST_F(SpeculationTest, LookupAcceptsARepeatedRequestWhole) {
   EXPECT_TRUE(loop.tree().CheckInvariants().ok()) << loop.tree().CheckInvariants();
 }
 
+// The same with fed steps (a step launched before the one before it is collected, as on a GPU):
+// a prompt's first decode step is fed plain when its prefill step decodes nothing, and the
+// continuation must still be found from the next step on. It once was looked up at the first
+// decode step only, so on a GPU a repeated request never drafted (H100, 2026-12-06: the 8B
+// lookup load at 1 client verified no candidate), forced or governed.
+TEST_F(SpeculationTest, LookupDraftsAfterAFedFirstStep) {
+  std::vector<Request> reqs;
+  for (const char* t : {"Once upon a time", "The little dog ran"}) {
+    Request r = Make(t, 40);
+    r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  for (const bool adaptive : {false, true}) {
+    auto backend =
+        engine::CpuBackend::Create(&bundle_->weights, {.num_chunks = 256, .chunk_size = 16});
+    ASSERT_TRUE(backend.ok());
+    LoopOptions o{.max_running_sequences = 16, .prefill_token_budget = 64, .overlap = 1,
+                  .feed = 1};
+    o.speculation = LoopOptions::Speculation::kLookup;
+    o.draft_tokens = 4;
+    o.speculation_adaptive = adaptive;
+    o.speculation_min_accept = 0;
+    EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend), o);
+    auto first = GenerateAll(loop, reqs);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_GT(loop.metrics().decode_fed_steps_total, 0);
+    auto second = GenerateAll(loop, reqs);
+    ASSERT_TRUE(second.ok()) << second.status();
+    ExpectSame(*first, *second, "lookup, fed");
+    const MetricsSnapshot& m = loop.metrics();
+    EXPECT_GT(m.spec_draft_tokens_total, 0) << "adaptive " << adaptive;
+    EXPECT_EQ(m.spec_accepted_tokens_total, m.spec_draft_tokens_total);
+    EXPECT_LE(m.spec_drafts_total, 2 * 12) << "adaptive " << adaptive;
+  }
+}
+
 // The governor measures both ways, keeps the faster, and probes the other way ever more rarely
 // while the answer stays; a change of the measured rates changes the answer; the first steps
 // after a switch (graph captures, cold caches) do not decide.
@@ -517,6 +553,28 @@ TEST(SpeculationGovernorTest, AProfiledClassIsRightFromItsFirstStep) {
   EXPECT_FALSE(g.Speculate(1));
   // An unprofiled class still measures both ways first.
   EXPECT_TRUE(g.Speculate(5));
+}
+
+// A profiled class near a tie (the ways within 1 % of each other once measured) does not flip
+// between them at short intervals: each probe's switches cost settling steps the rates do not
+// show, so the first comes after kProfiledFirstProbe steps and the next ones later still.
+TEST(SpeculationGovernorTest, AProfiledClassProbesRarely) {
+  SpeculationGovernor g;
+  g.SetPrior(2.0);
+  g.SetProfile(6, 0.0020, 0.0010);  // 2.0 tokens per row at 2x the time: a tie, so plain
+  int64_t switches = 0, speculated = 0;
+  bool last = false;
+  for (int i = 0; i < 4 * SpeculationGovernor::kProfiledFirstProbe; ++i) {
+    const bool s = g.Speculate(6);
+    switches += s != last;
+    speculated += s;
+    last = s;
+    g.Record(6, s, 64, s ? 2.0 * 64 * 0.99 : 64, s ? 0.0020 : 0.0010);
+  }
+  EXPECT_FALSE(g.Speculate(6));
+  // One probe (there and back) in the first kProfiledFirstProbe steps at most, fewer later.
+  EXPECT_LE(switches, 2 * 3);
+  EXPECT_LE(speculated, 3 * (SpeculationGovernor::kSettleSteps + SpeculationGovernor::kMeasuredSteps));
 }
 
 TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
