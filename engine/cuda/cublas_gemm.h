@@ -1,4 +1,5 @@
-// cuBLAS for the CUDA engine: status to absl::Status, and the one GEMM layout the engine uses.
+// cuBLAS and cuBLASLt for the CUDA engine: status to absl::Status, and the one GEMM layout the
+// engine uses.
 #pragma once
 
 #include <cublas_v2.h>
@@ -15,6 +16,20 @@ inline absl::Status CublasStatus(cublasStatus_t st, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(st), " (",
                                           cublasGetStatusString(st), ")"));
 }
+
+// A cuBLASLt call's status (the FP8 and the deterministic mode's GEMMs), and returning it.
+inline absl::Status LtStatus(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": cuBLASLt error ", static_cast<int>(st)));
+}
+
+#define BANYAN_LT_RETURN_IF_ERROR(expr)                               \
+  do {                                                                \
+    const cublasStatus_t banyan_lt_st_ = (expr);                      \
+    if (banyan_lt_st_ != CUBLAS_STATUS_SUCCESS) {                     \
+      return ::banyan::engine::cuda::LtStatus(banyan_lt_st_, #expr);  \
+    }                                                                 \
+  } while (0)
 
 // out[M, N] (out_type) = alpha * a[M, K] . w[N, K]^T + beta * out, all row-major: activations
 // a by rows, weights w as stored ([out features][in features]), fp32 accumulation. In cuBLAS's

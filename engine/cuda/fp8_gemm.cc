@@ -3,26 +3,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/fp8_gemv.h"
 
 namespace banyan::engine::cuda {
-namespace {
-
-absl::Status LtStatus(cublasStatus_t st, const char* what) {
-  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLASLt error ", static_cast<int>(st)));
-}
-
-#define BANYAN_LT_RETURN_IF_ERROR(expr)           \
-  do {                                            \
-    const cublasStatus_t banyan_lt_st_ = (expr);  \
-    if (banyan_lt_st_ != CUBLAS_STATUS_SUCCESS) { \
-      return LtStatus(banyan_lt_st_, #expr);      \
-    }                                             \
-  } while (0)
-
-}  // namespace
 
 struct Fp8Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/cublas_gemm.h"
 #include "engine/cuda/device_memory.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/invariant_gemm.h"
@@ -14,19 +15,6 @@
 namespace banyan::engine::cuda {
 namespace kc = kernels::cuda;
 namespace {
-
-absl::Status LtStatus(cublasStatus_t st, const char* what) {
-  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLASLt error ", static_cast<int>(st)));
-}
-
-#define BANYAN_PINNED_LT(expr)                    \
-  do {                                            \
-    const cublasStatus_t banyan_lt_st_ = (expr);  \
-    if (banyan_lt_st_ != CUBLAS_STATUS_SUCCESS) { \
-      return LtStatus(banyan_lt_st_, #expr);      \
-    }                                             \
-  } while (0)
 
 constexpr int64_t kManyRef = 512;  // the heuristic's M for many rows
 constexpr uint32_t kAlign = 16;    // bytes every operand is promised to be aligned to
@@ -80,7 +68,7 @@ struct PinnedGemm::Layouts {
 absl::StatusOr<std::unique_ptr<PinnedGemm>> PinnedGemm::Create(kc::DType dtype) {
   std::unique_ptr<PinnedGemm> g(new PinnedGemm());
   g->dtype_ = dtype;
-  BANYAN_PINNED_LT(cublasLtCreate(&g->lt_));
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtCreate(&g->lt_));
   return g;
 }
 
@@ -98,9 +86,9 @@ absl::StatusOr<PinnedGemm::Layouts*> PinnedGemm::LayoutsFor(int64_t M, int64_t N
   const cudaDataType_t in = dtype_ == kc::DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   // cuBLASLt's m x n x k is N x M x K: the weights [N, K] row-major are column-major K x N,
   // transposed; the activations [M, K] column-major K x M; the output [M, N] column-major N x M.
-  BANYAN_PINNED_LT(cublasLtMatrixLayoutCreate(&l->w, in, K, N, K));
-  BANYAN_PINNED_LT(cublasLtMatrixLayoutCreate(&l->a, in, K, M, K));
-  BANYAN_PINNED_LT(cublasLtMatrixLayoutCreate(&l->out, out_type, N, M, N));
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l->w, in, K, N, K));
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l->a, in, K, M, K));
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l->out, out_type, N, M, N));
   Layouts* raw = l.get();
   layouts_.emplace(key, std::move(l));
   return raw;
@@ -111,7 +99,7 @@ absl::Status PinnedGemm::Launch(const Shape& s, bool few, const void* w, const v
   absl::StatusOr<Layouts*> l = LayoutsFor(M, s.N, s.K, s.out_type);
   if (!l.ok()) return l.status();
   const float alpha = 1.0f;
-  BANYAN_PINNED_LT(cublasLtMatmul(lt_, s.desc, &alpha, w, (*l)->w, a, (*l)->a, &beta, out,
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmul(lt_, s.desc, &alpha, w, (*l)->w, a, (*l)->a, &beta, out,
                                   (*l)->out, out, (*l)->out, few ? &s.few : &s.many, nullptr, 0,
                                   stream));
   return absl::OkStatus();
@@ -124,7 +112,7 @@ static absl::StatusOr<cublasLtMatmulAlgo_t> Heuristic(cublasLtHandle_t lt,
                                                       cublasLtMatrixLayout_t a,
                                                       cublasLtMatrixLayout_t out) {
   cublasLtMatmulPreference_t pref = nullptr;
-  BANYAN_PINNED_LT(cublasLtMatmulPreferenceCreate(&pref));
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = 0;
   const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
@@ -146,11 +134,11 @@ static absl::StatusOr<cublasLtMatmulAlgo_t> Heuristic(cublasLtHandle_t lt,
     st = cublasLtMatmulAlgoGetHeuristic(lt, desc, w, a, out, out, pref, 1, &result, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  BANYAN_PINNED_LT(st);
+  BANYAN_LT_RETURN_IF_ERROR(st);
   if (found == 0) return absl::NotFoundError("cuBLASLt offers no algorithm without split-K");
   int32_t splits = 0;
   size_t written = 0;
-  BANYAN_PINNED_LT(cublasLtMatmulAlgoConfigGetAttribute(
+  BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulAlgoConfigGetAttribute(
       &result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written));
   if (splits > 1) {
     return absl::FailedPreconditionError(absl::StrCat("its algorithm splits K in ", splits));
@@ -223,11 +211,11 @@ absl::StatusOr<PinnedGemm::Shape*> PinnedGemm::ShapeFor(const void* w, int64_t N
     if (N % 8 != 0 || K % 8 != 0) {
       return absl::FailedPreconditionError("N or K not a multiple of 8 (16-byte rows)");
     }
-    BANYAN_PINNED_LT(cublasLtMatmulDescCreate(&s->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&s->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_w = CUBLAS_OP_T, trans_a = CUBLAS_OP_N;
-    BANYAN_PINNED_LT(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w,
+    BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w,
                                                     sizeof(trans_w)));
-    BANYAN_PINNED_LT(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a,
+    BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a,
                                                     sizeof(trans_a)));
     absl::StatusOr<Layouts*> many = LayoutsFor(kManyRef, N, K, out_type);
     if (!many.ok()) return many.status();
