@@ -37,7 +37,8 @@ int64_t SpeculationGovernor::ProbeBase(const Class& c, bool faster) const {
   // Unprofiled, the slower way's few measurements may be wrong: probe it again soon.
   const Way& slow = faster ? c.without : c.with;
   const int64_t cap = c.profiled() ? int64_t{1} << 20 : kFirstProbe * (1 + slow.n);
-  const int64_t floor = c.profiled() ? kProfiledFirstProbe : kFirstProbe;
+  const bool measured = c.with.n >= kMeasuredSteps && c.without.n >= kMeasuredSteps;
+  const int64_t floor = c.profiled() && measured ? kProfiledReprobe : kFirstProbe;
   return std::clamp<int64_t>(
       static_cast<int64_t>(std::min(kProbeBudget * std::max(gap, 0.0) * static_cast<double>(burst), 1e6)),
       floor, std::max(cap, floor));

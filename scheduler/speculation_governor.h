@@ -28,7 +28,8 @@
 // SetPrior's guess. The class then speculates while tokens_per_row is more than the
 // profiled time ratio, by kMargin. The first steps run that way; no bursts measure both ways
 // first. Probes are priced by the predicted gap (a class whose way loses by 3x is probed
-// after thousands of steps, not after 16), and never come before kProfiledFirstProbe steps.
+// after hundreds of steps, not after 16); once both ways are measured online, never before
+// kProfiledReprobe steps.
 // Online measurements of both ways replace the profile's time ratio as they come.
 //
 // Not thread-safe: the engine thread owns it.
@@ -45,13 +46,15 @@ class SpeculationGovernor {
   static constexpr int64_t kSettleSteps = 3;
   static constexpr int64_t kMeasuredSteps = 3;
   static constexpr int64_t kFirstProbe = 16;
-  // A profiled class probes the other way after at least this many steps. A probe costs more
-  // than its steps at the slower rate: each of its two switches runs steps eagerly while the
-  // new launch shape settles and captures a CUDA graph, and those settling steps are left out
-  // of the rates the answer rests on. On an H100 (2026-12-06) the bundled model's probes at 64
-  // rows, every ~80 steps, cost 7 % of a 128-step load; the profile and the tokens per row
-  // measured in any class make early probes unnecessary.
-  static constexpr int64_t kProfiledFirstProbe = 1024;
+  // A profiled class whose ways have both been measured online probes again after at least
+  // this many steps. A probe costs more than its steps at the slower rate: each of its two
+  // switches runs steps eagerly while the new launch shape settles and captures a CUDA graph,
+  // and those settling steps are left out of the rates the answer rests on. On an H100
+  // (2026-12-06) the bundled model's probes at 64 rows, every ~80 steps, cost 7 % of a 128-step
+  // load. The first probe keeps its gap-priced interval: the profile is one measurement and
+  // can be wrong (the same 1-row step with candidates measured 0.30 and 0.42 ms in two runs),
+  // and only a probe finds a gain it hides.
+  static constexpr int64_t kProfiledReprobe = 1024;
   static constexpr double kProbeBudget = 50;  // steps per unit of (fast / slow - 1)
   static constexpr int64_t kMaxDoublings = 6;
   static constexpr double kWeight = 0.2;  // of the newest step in the moving averages

@@ -557,14 +557,15 @@ TEST(SpeculationGovernorTest, AProfiledClassIsRightFromItsFirstStep) {
 
 // A profiled class near a tie (the ways within 1 % of each other once measured) does not flip
 // between them at short intervals: each probe's switches cost settling steps the rates do not
-// show, so the first comes after kProfiledFirstProbe steps and the next ones later still.
+// show. Its first probe comes early (the profile may hide a gain); once both ways are measured,
+// the next ones come after kProfiledReprobe steps and later still.
 TEST(SpeculationGovernorTest, AProfiledClassProbesRarely) {
   SpeculationGovernor g;
   g.SetPrior(2.0);
   g.SetProfile(6, 0.0020, 0.0010);  // 2.0 tokens per row at 2x the time: a tie, so plain
   int64_t switches = 0, speculated = 0;
   bool last = false;
-  for (int i = 0; i < 4 * SpeculationGovernor::kProfiledFirstProbe; ++i) {
+  for (int i = 0; i < 4 * SpeculationGovernor::kProfiledReprobe; ++i) {
     const bool s = g.Speculate(6);
     switches += s != last;
     speculated += s;
@@ -572,7 +573,7 @@ TEST(SpeculationGovernorTest, AProfiledClassProbesRarely) {
     g.Record(6, s, 64, s ? 2.0 * 64 * 0.99 : 64, s ? 0.0020 : 0.0010);
   }
   EXPECT_FALSE(g.Speculate(6));
-  // One probe (there and back) in the first kProfiledFirstProbe steps at most, fewer later.
+  // The first probe, and at most two more (there and back each) in the 4,096 steps.
   EXPECT_LE(switches, 2 * 3);
   EXPECT_LE(speculated, 3 * (SpeculationGovernor::kSettleSteps + SpeculationGovernor::kMeasuredSteps));
 }
