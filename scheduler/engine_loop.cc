@@ -500,31 +500,34 @@ bool EngineLoop::Place(const IterationPlan& plan, const ByHandle& by_handle, Lau
 
 bool EngineLoop::FedReady() const {
   if (inflight_.speculation.speculated || !pending_copies_.empty() || running_.empty()) return false;
-  // The class of the step to be fed: its rows are N's decode rows and the first decode rows of
-  // the prompts N finishes (a step after a prompt-only N decodes rows that N did not).
+  // One pass over the running requests gathers the three answers: whether every sample can take
+  // a fed row, the class of the step to be fed, and whether any sample may draft in it.
+  const bool speculating = options_.speculation != LoopOptions::Speculation::kOff;
   size_t next_rows = 0;
-  for (const LivePtr& l : running_) {
-    if (l->state != RequestState::kDecoding) continue;
-    for (const Live::Sample& s : l->samples) next_rows += !s.finished;
-  }
-  const int spec_class = SpeculationClassFor(options_, next_rows);
-  if (spec_class >= 0 && GovernorMaySpeculate(spec_class) && AnyMayDraft()) return false;
-  // Penalties do not hold a row back: the backend counts a fed row's token in its penalties.
+  bool may_draft = false;
   for (const LivePtr& l : running_) {
     // A prompt: more of it to place (prefill rows only), or its first token is sampled by N and
     // its first decode rows are fed from there (n > 1: ForkAhead makes the samples first).
     // A constrained row is fed too: its mask needs its token of N, so the step's sampling is
     // launched once N is collected (late sampling, FinishLateSampling).
-    if (l->state == RequestState::kPrefilling) continue;
-    if (l->state != RequestState::kDecoding) return false;
-    for (const Live::Sample& s : l->samples) {
+    // Penalties do not hold a row back: the backend counts a fed row's token in its penalties.
+    const bool decoding = l->state == RequestState::kDecoding;
+    if (!decoding && l->state != RequestState::kPrefilling) return false;
+    for (size_t i = 0; i < l->samples.size(); ++i) {
+      const Live::Sample& s = l->samples[i];
       if (s.finished) continue;
+      if (speculating && !may_draft) may_draft = MayDraft(*l, i);
+      if (!decoding) continue;
+      // The class of the step to be fed: its rows are N's decode rows and the first decode rows
+      // of the prompts N finishes (a step after a prompt-only N decodes rows that N did not).
+      ++next_rows;
       // Its next token comes from a row of N. (Its slot never depends on the token: samples
       // that share a leaf, or a leaf with children, take pending forks, PrefixTree::AppendPending.)
       if (!inflight_.owner.contains(s.seq)) return false;
     }
   }
-  return true;
+  const int spec_class = SpeculationClassFor(options_, next_rows);
+  return !(may_draft && spec_class >= 0 && GovernorMaySpeculate(spec_class));
 }
 
 MaskWorkers::Stats EngineLoop::mask_worker_stats() const {

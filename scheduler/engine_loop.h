@@ -394,10 +394,10 @@ class EngineLoop {
   // step (SpeculationGovernor::Speculate); May: the same answer, without counting.
   bool GovernorSpeculates(int size_class);
   bool GovernorMaySpeculate(int size_class) const;
-  // Whether any running sample may have candidates in the next step: with draft heads, any
-  // unconstrained one; with prompt lookup, one with a continuation to look up (a prompt seen
-  // before). A step where none may is fed like a plain one.
-  bool AnyMayDraft() const;
+  // Whether sample `sample` of `live` may have candidates in the next step: with draft heads,
+  // any unconstrained one; with prompt lookup, one with a continuation to look up (a prompt seen
+  // before). A step where none may is fed like a plain one (FedReady).
+  bool MayDraft(const Live& live, size_t sample) const;
   // kHeads: the trees' branching, draft_tree or a chain of draft_tokens, at most the heads'
   // count of levels (fixed at construction).
   std::vector<int32_t> draft_branching_;

@@ -95,19 +95,13 @@ bool EngineLoop::GovernorMaySpeculate(int size_class) const {
   return !options_.speculation_adaptive || speculation_governor_.MaySpeculate(size_class);
 }
 
-bool EngineLoop::AnyMayDraft() const {
-  const bool heads = options_.speculation == LoopOptions::Speculation::kHeads;
-  for (const LivePtr& l : running_) {
-    if (l->req.constraint != nullptr) continue;  // constrained samples do not speculate
-    for (const Live::Sample& s : l->samples) {
-      // (A paused sample counts: its pause runs down in steps that place candidates.)
-      if (s.finished) continue;
-      if (heads || s.lookup != nullptr) return true;
-      // DraftFor searches the continuations once, at the sample's first drafting.
-      if (!s.lookup_tried && continuations_.contains(PromptKey(l->req))) return true;
-    }
-  }
-  return false;
+bool EngineLoop::MayDraft(const Live& live, size_t sample) const {
+  const Live::Sample& s = live.samples[sample];
+  // (A paused sample counts: its pause runs down in steps that place candidates.)
+  if (live.req.constraint != nullptr) return false;  // constrained samples do not speculate
+  if (options_.speculation == LoopOptions::Speculation::kHeads || s.lookup != nullptr) return true;
+  // DraftFor searches the continuations once, at the sample's first drafting.
+  return !s.lookup_tried && continuations_.contains(PromptKey(live.req));
 }
 
 void EngineLoop::Speculate(PlacedStep* step, bool fed, StepSpeculation* spec) {
