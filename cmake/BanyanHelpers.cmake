@@ -74,7 +74,7 @@ function(_banyan_test_compile_flags target)
 endfunction()
 
 # banyan_add_test(NAME name SOURCES a.cc b.cc LIBS lib... [LABELS l...] [MAIN gtest|gpu|own]
-#                 [STANDALONE])
+#                 [STANDALONE] [SHARDS n])
 #
 # MAIN picks the binary's main(): gtest (gtest_main; the default), gpu (the default with LABELS
 # gpu: tests/testing/gpu_test_main.cc, which exits 77 without a CUDA device) or own (the sources
@@ -83,8 +83,11 @@ endfunction()
 # a test that fails beside one that GTEST_SKIPs still fails the run.
 # STANDALONE compiles each source on its own, without the shared test PCH or a unity build
 # (banyan_setup_fast_build): for sources that must not see the headers other sources include.
+# SHARDS n registers the binary as n ctest tests, name_shard_0 .. name_shard_<n-1>, each running
+# every n-th test case (GoogleTest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX), so that ctest runs
+# a long binary on several cores.
 function(banyan_add_test)
-  cmake_parse_arguments(T "STANDALONE" "NAME;MAIN" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "STANDALONE" "NAME;MAIN;SHARDS" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_MAIN)
     set(T_MAIN gtest)
     if("gpu" IN_LIST T_LABELS)
@@ -114,12 +117,24 @@ function(banyan_add_test)
   if(T_MAIN STREQUAL "gpu" OR "CUDA::cudart" IN_LIST T_LIBS)
     set_property(TARGET ${T_NAME} PROPERTY BANYAN_NO_UNITY ON)
   endif()
-  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  set(tests ${T_NAME})
+  if(T_SHARDS)
+    set(tests)
+    math(EXPR last "${T_SHARDS} - 1")
+    foreach(i RANGE ${last})
+      add_test(NAME ${T_NAME}_shard_${i} COMMAND ${T_NAME})
+      set_tests_properties(${T_NAME}_shard_${i} PROPERTIES
+        ENVIRONMENT "GTEST_TOTAL_SHARDS=${T_SHARDS};GTEST_SHARD_INDEX=${i}")
+      list(APPEND tests ${T_NAME}_shard_${i})
+    endforeach()
+  else()
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  endif()
   if(T_LABELS)
-    set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
+    set_tests_properties(${tests} PROPERTIES LABELS "${T_LABELS}")
   endif()
   if(NOT T_MAIN STREQUAL "gtest")
-    set_tests_properties(${T_NAME} PROPERTIES SKIP_RETURN_CODE 77)
+    set_tests_properties(${tests} PROPERTIES SKIP_RETURN_CODE 77)
   endif()
 endfunction()
 

@@ -7,7 +7,8 @@
 # under sanitizers once rather than twice.
 #   tools/build_sanitized.sh TARGET...
 # Installs clang-15 and libfuzzer-15-dev when they are missing (the other libraries come from
-# tools/setup.sh). Environment: BANYAN_JOBS (default nproc).
+# tools/setup.sh). Environment: BANYAN_JOBS (default nproc; tools/test.sh runs this build beside
+# the Release build's cores + 2 jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -28,6 +28,8 @@ if ((${#missing[@]})); then
 fi
 
 # BANYAN_SETUP_E2E=0 skips the end-to-end test clients (the container images do).
+# BANYAN_SETUP_BUILD=0 configures ./build but does not build it (tools/test.sh builds it beside
+# the sanitized tree). BANYAN_JOBS: compile jobs (default: cores + 2).
 if [ "${BANYAN_SETUP_E2E:-1}" != 0 ]; then
   # End-to-end test clients (tests/e2e): Node.js >= 20 and the npm packages of its lock file (the
   # official openai client, @grpc/grpc-js, zod, the AI SDK, LangChain JS; versions that run on
@@ -81,6 +83,9 @@ if command -v npm >/dev/null 2>&1 &&
   touch tests/containers/node_modules 2>/dev/null || true
 fi
 
-JOBS="${BANYAN_JOBS:-$(nproc)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${BANYAN_BUILD_TYPE:-Release}" "$@"
-cmake --build build -j "$JOBS"
+# Ninja's own default of compile jobs (cores + 2): a core does not idle while a job waits on the
+# disk or links.
+if [ "${BANYAN_SETUP_BUILD:-1}" != 0 ]; then
+  cmake --build build -j "${BANYAN_JOBS:-$(($(nproc) + 2))}"
+fi

@@ -5,34 +5,54 @@
 #  2. the memory-safety pass: the kvcache, scheduler (with its soak) and server tests and the
 #     end-to-end soak against banyand, under ASan + UBSan in the sanitized tree build-san/
 #     (tools/build_sanitized.sh; BANYAN_ASAN=0 skips it);
-#  3. the libFuzzer targets for BANYAN_FUZZ_SECONDS each (tools/fuzz.sh; BANYAN_FUZZ=0 skips it),
-#     built in the same tree, so the sanitized libraries are compiled once for both passes.
+#  3. the libFuzzer targets for BANYAN_FUZZ_SECONDS each (default 30 here; tools/fuzz.sh alone
+#     runs 60; BANYAN_FUZZ=0 skips them), built in the same tree, so the sanitized libraries are
+#     compiled once for both passes.
+# The two trees build at the same time (the sanitized one's log: build-san/build.log), so a
+# core never idles through the other build's long links and last objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh "$@"
+BANYAN_SETUP_BUILD=0 tools/setup.sh "$@"
 JOBS="${BANYAN_JOBS:-$(nproc)}"
-ctest --test-dir build --output-on-failure -j "$JOBS"
 
-# $JOBS at a time, like the Release pass (e2e_soak is RUN_SERIAL: it runs alone).
-ASAN_TESTS=(kvcache_test scheduler_test server_http_server_test server_http_hardening_test
-  grpc_server_test e2e_soak)
+ASAN_TESTS=(kvcache_test 'scheduler_test_shard_[0-9]+' server_http_server_test
+  server_http_hardening_test grpc_server_test e2e_soak)
 sanitized=()
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
   sanitized+=(kvcache_test scheduler_test server_http_server_test server_http_hardening_test
     grpc_server_test banyand banyan-grpc-client)
 fi
 if [ "${BANYAN_FUZZ:-1}" != "0" ]; then sanitized+=(banyan_fuzzers); fi  # every *_fuzzer
-# One build of both passes' targets: ninja keeps both cores busy across them.
-if ((${#sanitized[@]})); then tools/build_sanitized.sh "${sanitized[@]}"; fi
+san_pid=
+if ((${#sanitized[@]})); then
+  mkdir -p build-san
+  tools/build_sanitized.sh "${sanitized[@]}" > build-san/build.log 2>&1 &
+  san_pid=$!
+fi
+# Ninja's default of cores + 2 jobs (see tools/setup.sh).
+if ! cmake --build build -j "${BANYAN_BUILD_JOBS:-$((JOBS + 2))}"; then
+  [ -z "$san_pid" ] || kill "$san_pid" 2>/dev/null || true
+  exit 1
+fi
+if [ -n "$san_pid" ] && ! wait "$san_pid"; then
+  tail -n 60 build-san/build.log
+  echo "[test] the sanitized build failed (build-san/build.log)" >&2
+  exit 1
+fi
+echo "[test] both trees built; the sanitized build's log: build-san/build.log"
+
+# Cores + 2 tests at a time: the end-to-end tests spend most of their time waiting on a daemon
+# and its sockets (the few that measure the whole machine are RUN_SERIAL and run alone).
+ctest --test-dir build --output-on-failure -j "$((JOBS + 2))"
 
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
   regex="^($(IFS='|'; echo "${ASAN_TESTS[*]}"))$"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-san --output-on-failure -j "$JOBS" -R "$regex"
+    ctest --test-dir build-san --output-on-failure -j "$((JOBS + 2))" -R "$regex"
 fi
 
-# Fuzzing: every libFuzzer target (tests/fuzz) for BANYAN_FUZZ_SECONDS (default 60) each
-# (see docs/fuzzing.md); the build above left nothing for tools/fuzz.sh to rebuild.
+# Fuzzing: every libFuzzer target (tests/fuzz) for BANYAN_FUZZ_SECONDS each (see
+# docs/fuzzing.md); the build above left nothing for tools/fuzz.sh to rebuild.
 if [ "${BANYAN_FUZZ:-1}" != "0" ]; then
-  tools/fuzz.sh
+  BANYAN_FUZZ_SECONDS="${BANYAN_FUZZ_SECONDS:-30}" tools/fuzz.sh
 fi
