@@ -19,7 +19,10 @@
 #     BIN_DIR holds banyand and banyan_serve_bench (a CUDA build); run from the repository root.
 #     BACKEND=cpu runs part 1 on the CPU backend (the governor's decisions where speculation
 #     never pays; parts 2 and 3 are for a GPU).
-#     Prints one Markdown table (per-request tok/s = 1000 / mean TPOT, aggregate output tok/s;
+#     SPEC_OUTPUT: part 1's output tokens per request (default 128; the model's context is 512);
+#     SPEC_BATCHES its batch sizes (default 1 8 64 256 1024).
+#     Prints one Markdown table (per-request tok/s = 1000 / mean TPOT, aggregate output tok/s,
+#     and the daemon's own decode rate from /metrics: its decode steps' tokens over their seconds;
 #     part 1 sends each measured load SPEC_REPEAT times, default 3, other prompts each time, and
 #     gives the median: served rates of this tiny model vary by several percent from load to load);
 #     banyand's logs (the start-up profile, the governor's and the acceptance summary) and the
@@ -28,6 +31,7 @@ set -uo pipefail
 [ $# -ge 1 ] || { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 B=$1
 S=${2:-$(mktemp -d)}; mkdir -p "$S"
+here=$(cd "$(dirname "$0")" && pwd)
 port=18300; pid=
 start() {
   "$B/banyand" --backend ${BACKEND:-cuda} --host 127.0.0.1 --http-port $port --grpc-port $((port + 1)) \
@@ -42,9 +46,21 @@ stop() {
   grep -hE "speculative:|speculation profile|speculation governor" "$S/banyand_$tag.log" | sed "s/^.*\] /[$tag] /"
 }
 load() {  # name batch prefix output vocab seed
+  curl -sf "localhost:$port/metrics" > "$S/m0"
   "$B/banyan_serve_bench" --port $port --workload shared-prefix --prefix-tokens $3 --suffix-tokens 16 \
     --output-tokens $4 --num-prompts $2 --concurrency $2 --vocab $5 --seed $6 --label "$1" \
     --metrics-interval-ms 0 --output "$S/runs.jsonl" 2>> "$S/bench_err.txt" > /dev/null
+  curl -sf "localhost:$port/metrics" > "$S/m1"
+  # The daemon's side of the load: the tokens of its decode steps (every generated token but
+  # each request's first, which its prompt's step samples) over those steps' wall time, free of
+  # the clients' streaming and of the time between steps.
+  PYTHONPATH="$here" python3 -c '
+import json, sys
+from metrics_delta import delta
+d = delta(sys.argv[1], sys.argv[2])
+print(json.dumps({"label": sys.argv[3], "seconds": d("banyan_decode_step_seconds_total"),
+                  "tokens": d("banyan_generation_tokens_total") - int(sys.argv[4])}))
+' "$S/m0" "$S/m1" "$1" "$2" >> "$S/daemon.jsonl"
 }
 M=models/stories260K/stories260K.bin
 H=(--speculative hydra --draft-heads models/stories260K/hydra/config.json)
@@ -63,9 +79,11 @@ for mode in ${SPEC_MODES:-off chain-auto tree-auto}; do
     tree-noprofile) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-profile off) ;;
   esac
   start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
-  for b in 1 8 64 256 1024; do
-    load "small $mode b$b warm" $b 64 128 512 $((50 + b))
-    for r in $(seq ${SPEC_REPEAT:-3}); do load "small $mode b$b" $b 64 128 512 $((100 * r + b)); done
+  for b in ${SPEC_BATCHES:-1 8 64 256 1024}; do
+    load "small $mode b$b warm" $b 64 ${SPEC_OUTPUT:-128} 512 $((50 + b))
+    for r in $(seq ${SPEC_REPEAT:-3}); do
+      load "small $mode b$b" $b 64 ${SPEC_OUTPUT:-128} 512 $((100 * r + b))
+    done
   done
   stop
 done
@@ -94,19 +112,24 @@ for cfg in ${D7:+"tpp 0" "tpp 1" "tpp 2" "tpp 3" "tpp 4" "paged 0" "paged 3"}; d
   done
   stop
 done
-python3 - "$S/runs.jsonl" <<'PY'
+python3 - "$S/runs.jsonl" "$S/daemon.jsonl" <<'PY'
 import json, sys
 from statistics import median
-runs = {}  # label -> its loads, in order (part 1 repeats each load SPEC_REPEAT times)
+runs, daemon = {}, {}  # label -> its loads, in order (part 1 repeats each load SPEC_REPEAT times)
 for line in open(sys.argv[1]):
     j = json.loads(line)
     if j.get("type") == "sweep" or "warm" in j.get("label", ""): continue
     runs.setdefault(j["label"], []).append(j)
-print("| run | loads | requests | per-request tok/s (1000 / mean TPOT), median | of each load | TPOT p50 ms | aggregate output tok/s, median |")
-print("|---|---|---|---|---|---|---|")
+for line in open(sys.argv[2]):
+    j = json.loads(line)
+    if j["seconds"] > 0: daemon.setdefault(j["label"], []).append(j["tokens"] / j["seconds"])
+print("| run | loads | requests | per-request tok/s (1000 / mean TPOT), median | of each load | TPOT p50 ms | aggregate output tok/s, median | daemon decode tok/s (decode-step tokens / their seconds), median | of each load |")
+print("|---|---|---|---|---|---|---|---|---|")
 for label, js in runs.items():
     per = [1000 / j["tpot_ms"]["mean"] for j in js]
+    dm = daemon.get(label, [])
     print(f"| {label} | {len(js)} | {js[0]['completed']} | {median(per):.1f} | "
           f"{' / '.join(f'{p:.0f}' for p in per)} | {median(j['tpot_ms']['p50'] for j in js):.2f} | "
-          f"{median(j['output_throughput'] for j in js):.0f} |")
+          f"{median(j['output_throughput'] for j in js):.0f} | "
+          f"{median(dm) if dm else 0:.0f} | {' / '.join(f'{p:.0f}' for p in dm)} |")
 PY
