@@ -8,8 +8,9 @@
 #  3. the libFuzzer targets for BANYAN_FUZZ_SECONDS each (default 30 here; tools/fuzz.sh alone
 #     runs 60; BANYAN_FUZZ=0 skips them), built in the same tree, so the sanitized libraries are
 #     compiled once for both passes.
-# The two trees build at the same time (the sanitized one's log: build-san/build.log), so a
-# core never idles through the other build's long links and last objects.
+# The two trees build at the same time (the sanitized one's log: build-san/build.log), and the
+# Release tests start as soon as their tree is built, beside the rest of the sanitized build: a
+# core never idles through one build's long links and last objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BANYAN_SETUP_BUILD=0 tools/setup.sh "$@"
@@ -26,24 +27,24 @@ if [ "${BANYAN_FUZZ:-1}" != "0" ]; then sanitized+=(banyan_fuzzers); fi  # every
 san_pid=
 if ((${#sanitized[@]})); then
   mkdir -p build-san
-  tools/build_sanitized.sh "${sanitized[@]}" > build-san/build.log 2>&1 &
+  BANYAN_JOBS="${BANYAN_BUILD_JOBS:-$((JOBS + 2))}" tools/build_sanitized.sh "${sanitized[@]}" \
+    > build-san/build.log 2>&1 &
   san_pid=$!
 fi
+stop_sanitized() { [ -z "$san_pid" ] || kill "$san_pid" 2>/dev/null || true; }
 # Ninja's default of cores + 2 jobs (see tools/setup.sh).
-if ! cmake --build build -j "${BANYAN_BUILD_JOBS:-$((JOBS + 2))}"; then
-  [ -z "$san_pid" ] || kill "$san_pid" 2>/dev/null || true
-  exit 1
-fi
+if ! cmake --build build -j "${BANYAN_BUILD_JOBS:-$((JOBS + 2))}"; then stop_sanitized; exit 1; fi
+
+# Cores + 2 tests at a time: the end-to-end tests spend most of their time waiting on a daemon
+# and its sockets (the few that measure the whole machine are RUN_SERIAL and run alone).
+if ! ctest --test-dir build --output-on-failure -j "$((JOBS + 2))"; then stop_sanitized; exit 1; fi
+
 if [ -n "$san_pid" ] && ! wait "$san_pid"; then
   tail -n 60 build-san/build.log
   echo "[test] the sanitized build failed (build-san/build.log)" >&2
   exit 1
 fi
-echo "[test] both trees built; the sanitized build's log: build-san/build.log"
-
-# Cores + 2 tests at a time: the end-to-end tests spend most of their time waiting on a daemon
-# and its sockets (the few that measure the whole machine are RUN_SERIAL and run alone).
-ctest --test-dir build --output-on-failure -j "$((JOBS + 2))"
+[ -z "$san_pid" ] || echo "[test] the sanitized tree is built (its log: build-san/build.log)"
 
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
   regex="^($(IFS='|'; echo "${ASAN_TESTS[*]}"))$"
