@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "spdlog/spdlog.h"
+
 namespace banyan::scheduler {
 
 int SpeculationGovernor::ClassOf(int64_t rows) {
@@ -60,6 +62,12 @@ bool SpeculationGovernor::Speculate(int size_class) {
   if (c.steps >= c.next_probe) {
     c.doublings = faster == c.last_answer ? std::min(c.doublings + 1, kMaxDoublings) : 0;
     c.probe_interval = ProbeBase(c, faster) << c.doublings;
+    // A probe is rare (at least 16 steps apart, usually hundreds): its trace says why each way ran.
+    spdlog::debug(
+        "speculation governor: class {} step {}: {} (advantage {:.3f}; with {} measured, {:.0f} "
+        "tok/s; without {} measured, {:.0f} tok/s), probing the other way, next probe in {} steps",
+        size_class, c.steps, faster ? "speculate" : "plain", Advantage(c), c.with.n, c.with.rate(),
+        c.without.n, c.without.rate(), c.probe_interval);
     c.last_answer = faster;
     c.next_probe = c.steps + c.probe_interval;
     c.burst_way = !faster;
