@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace banyan::engine::cuda {
 
@@ -23,13 +24,8 @@ inline absl::Status LtStatus(cublasStatus_t st, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": cuBLASLt error ", static_cast<int>(st)));
 }
 
-#define BANYAN_LT_RETURN_IF_ERROR(expr)                               \
-  do {                                                                \
-    const cublasStatus_t banyan_lt_st_ = (expr);                      \
-    if (banyan_lt_st_ != CUBLAS_STATUS_SUCCESS) {                     \
-      return ::banyan::engine::cuda::LtStatus(banyan_lt_st_, #expr);  \
-    }                                                                 \
-  } while (0)
+#define BANYAN_LT_RETURN_IF_ERROR(expr) \
+  BANYAN_RETURN_IF_ERROR(::banyan::engine::cuda::LtStatus((expr), #expr))
 
 // out[M, N] (out_type) = alpha * a[M, K] . w[N, K]^T + beta * out, all row-major: activations
 // a by rows, weights w as stored ([out features][in features]), fp32 accumulation. In cuBLAS's
