@@ -16,11 +16,11 @@ cd "$(dirname "$0")/.."
 BANYAN_SETUP_BUILD=0 tools/setup.sh "$@"
 JOBS="${BANYAN_JOBS:-$(nproc)}"
 
-ASAN_TESTS=(kvcache_test 'scheduler_test_shard_[0-9]+' server_http_server_test
-  server_http_hardening_test grpc_server_test e2e_soak)
+ASAN_TESTS=(kvcache_test 'scheduler_test_shard_[0-9]+' 'server_http_server_test_shard_[0-9]+'
+  grpc_server_test e2e_soak)
 sanitized=()
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
-  sanitized+=(kvcache_test scheduler_test server_http_server_test server_http_hardening_test
+  sanitized+=(kvcache_test scheduler_test server_http_server_test
     grpc_server_test banyand banyan-grpc-client)
 fi
 if [ "${BANYAN_FUZZ:-1}" != "0" ]; then sanitized+=(banyan_fuzzers); fi  # every *_fuzzer

@@ -15,11 +15,14 @@
 
 namespace banyan::server {
 
+// The bundled model's SentencePiece tokenizer.
+inline const std::string kBundledTokenizerPath =
+    std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/tok512.model";
+
 class BundledRequestTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = text::Tokenizer::FromFile(std::string(BANYAN_SOURCE_DIR) +
-                                         "/models/stories260K/tok512.model");
+    auto t = text::Tokenizer::FromFile(kBundledTokenizerPath);
     ASSERT_TRUE(t.ok()) << t.status();
     tokenizer_ = t->release();
   }

@@ -21,9 +21,6 @@ namespace {
 
 using http::Json;
 
-const std::string kTokenizerPath =
-    std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/tok512.model";
-
 class StructuredOutputRequestTest : public BundledRequestTest {
  protected:
   void SetUp() override {
@@ -486,7 +483,7 @@ TEST_F(StructuredOutputRequestTest, WithoutACompilerTheRequestIsRefused) {
 }
 
 TEST(GrammarVocabularyTest, SpecialTokensHaveNoBytes) {
-  auto t = text::Tokenizer::FromFile(kTokenizerPath);
+  auto t = text::Tokenizer::FromFile(kBundledTokenizerPath);
   ASSERT_TRUE(t.ok()) << t.status();
   auto vocab = GrammarVocabulary(**t);
   ASSERT_EQ(vocab->size(), (*t)->vocab_size());

@@ -20,9 +20,6 @@ namespace {
 
 using http::Json;
 
-const std::string kTokenizerPath =
-    std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/tok512.model";
-
 const ModelLimits kLimits{.context_tokens = 100, .vocab_size = 512, .max_n = 4};
 
 GenerationInput Input(std::vector<int32_t> prompt) {
@@ -589,7 +586,7 @@ TEST(ChatTemplateTest, ToolCallsAreCheckedAndMarked) {
 }
 
 TEST(TokenReprTest, PiecesAndBytes) {
-  auto t = text::SpmTokenizer::FromFile(kTokenizerPath);
+  auto t = text::SpmTokenizer::FromFile(kBundledTokenizerPath);
   ASSERT_TRUE(t.ok());
   const text::SpmVocab& v = (*t)->vocab();
   for (int id = 0; id < static_cast<int>(v.pieces.size()); ++id) {

@@ -7,19 +7,12 @@
 
 #include "gtest/gtest.h"
 #include "text/jinja/template.h"
+#include "tests/text/jinja/render.h"
 
 namespace banyan::text::jinja {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-std::string R(const std::string& src, const json& ctx = json::object(), RenderOptions opt = {}) {
-  absl::StatusOr<Template> t = Template::Parse(src);
-  if (!t.ok()) return "PARSE ERROR: " + std::string(t.status().message());
-  absl::StatusOr<std::string> out = t->Render(ctx, opt);
-  if (!out.ok()) return "ERROR: " + std::string(out.status().message());
-  return *out;
-}
 
 std::string Repeat(std::string_view s, int n) {
   std::string out;

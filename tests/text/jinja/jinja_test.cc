@@ -4,21 +4,12 @@
 
 #include "gtest/gtest.h"
 #include "text/jinja/template.h"
+#include "tests/text/jinja/render.h"
 
 namespace banyan::text::jinja {
 namespace {
 
 using json = nlohmann::ordered_json;  // keeps key order, as request bodies do
-
-// Renders `src` with `ctx`; the error message when parsing or rendering fails.
-std::string R(const std::string& src, const json& ctx = json::object(),
-              RenderOptions opt = {}) {
-  absl::StatusOr<Template> t = Template::Parse(src);
-  if (!t.ok()) return "PARSE ERROR: " + std::string(t.status().message());
-  absl::StatusOr<std::string> out = t->Render(ctx, opt);
-  if (!out.ok()) return "ERROR: " + std::string(out.status().message());
-  return *out;
-}
 
 TEST(JinjaTest, TextExpressionsAndComments) {
   EXPECT_EQ(R("a{{ 1 + 2 }}b{# gone #}c"), "a3bc");

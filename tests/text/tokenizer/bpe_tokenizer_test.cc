@@ -15,6 +15,7 @@
 #include "text/tokenizer/hf_json_reader.h"
 #include "text/tokenizer/incremental_detokenizer.h"
 #include "text/tokenizer/text_pipeline.h"
+#include "tests/text/tokenizer/pieces.h"
 
 namespace banyan::text {
 namespace {
@@ -66,12 +67,6 @@ absl::Status BuildStatus(const Json& doc) {
   auto spec = ParseHfTokenizerJson(doc.dump(), "", "test.json");
   if (!spec.ok()) return spec.status();
   return BpeTokenizer::Create(*std::move(spec)).status();
-}
-
-std::vector<std::string> Pieces(const Tokenizer& t, std::string_view text) {
-  std::vector<std::string> out;
-  for (const int32_t id : t.Encode(text, false)) out.emplace_back(t.Piece(id));
-  return out;
 }
 
 std::vector<std::string> Streamed(const Tokenizer& t, const std::vector<int32_t>& ids) {

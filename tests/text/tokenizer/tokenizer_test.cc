@@ -15,6 +15,7 @@
 #include "text/tokenizer/spm_model_reader.h"
 #include "tests/text/tokenizer/random_text.h"
 #include "tests/text/tokenizer/spm_model_writer.h"
+#include "tests/text/tokenizer/pieces.h"
 
 namespace banyan::text {
 namespace {
@@ -325,12 +326,6 @@ SpmVocab TinyVocab(SpmModelType type,
     v.types.push_back(piece_type);
   }
   return v;
-}
-
-std::vector<std::string> Pieces(const Tokenizer& t, std::string_view text) {
-  std::vector<std::string> out;
-  for (const int32_t id : t.Encode(text, false)) out.emplace_back(t.Piece(id));
-  return out;
 }
 
 TEST(TinyModelTest, BpeMergesHighestScoreThenLeftmost) {
