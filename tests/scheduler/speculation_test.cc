@@ -578,6 +578,38 @@ TEST(SpeculationGovernorTest, AProfiledClassProbesRarely) {
   EXPECT_LE(speculated, 3 * (SpeculationGovernor::kSettleSteps + SpeculationGovernor::kMeasuredSteps));
 }
 
+// A profiled class whose first visit to the faster way measured it slow (a cold cache, a late
+// graph capture) does not hold that answer: the probe interval set when that visit began was
+// priced before both ways were measured, so a second visit comes soon, and from its measurement
+// on the answer follows the rates at every step (the probe floor only spaces visits to the
+// slower way). Here the profile prices a step with candidates at 2.94x a plain one (plain
+// first); online such a step takes 2x and makes 2.56 tokens (1.28x), but the first visit's steps
+// take 4x.
+TEST(SpeculationGovernorTest, AProfiledClassReprobesSoonAfterABadVisit) {
+  SpeculationGovernor g;
+  g.SetPrior(2.5);
+  g.SetProfile(0, 0.00294, 0.001);
+  ASSERT_FALSE(g.MaySpeculate(0));
+  int visits = 0, speculated = 0, first_steady = -1;
+  bool last = false;
+  for (int i = 0; i < 1000; ++i) {
+    const bool s = g.Speculate(0);
+    if (s && !last) ++visits;
+    last = s;
+    speculated += s;
+    if (s && visits >= 2 && first_steady < 0) first_steady = i;
+    const double seconds = !s ? 0.001 : visits == 1 ? 0.004 : 0.002;
+    g.Record(0, s, 1, s ? 2.56 : 1, seconds);
+  }
+  SCOPED_TRACE(absl::StrCat("second visit at step ", first_steady, "; ", speculated,
+                            " steps speculated"));
+  EXPECT_GE(visits, 2);
+  EXPECT_GT(first_steady, 0);
+  EXPECT_LT(first_steady, 300);
+  EXPECT_GT(speculated, 650);
+  EXPECT_TRUE(g.MaySpeculate(0));
+}
+
 TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
   EXPECT_EQ(SpeculationGovernor::ClassOf(1), 0);
   EXPECT_EQ(SpeculationGovernor::ClassOf(3), 1);
