@@ -386,7 +386,7 @@ class EngineLoop {
   // While ProfileSpeculation runs: the way of every step, and where its steps' times go.
   struct ProfileRun {
     int size_class = 0;
-    std::vector<double> with, without;  // seconds of decode-only steps of size_class
+    std::vector<double> with = {}, without = {};  // seconds of decode-only steps of size_class
   };
   std::optional<bool> speculation_forced_;
   ProfileRun* profile_run_ = nullptr;
