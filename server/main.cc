@@ -67,7 +67,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: banyand [--config FILE] [--model PATH] [--tokenizer FILE] [--served-model-name NAME]\n"
-    "               [--backend auto|cpu|cuda] [--attention tpp|paged] [--host ADDR] [--http-port N]\n"
+    "               [--backend auto|cpu|cuda] [--attention tpp|paged] [--cpu-threads N]\n"
+    "               [--host ADDR] [--http-port N]\n"
     "               [--grpc-port N] [--kv-memory BYTES | --gpu-memory-utilization F]\n"
     "               [--chunk-size N] [--max-batch N]\n"
     "               [--prefill-budget N] [--queue-limit N] [--overlap auto|on|off]\n"
@@ -289,6 +290,7 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
     bo.attention = attention;
     bo.kv_fp8 = cfg.kv_cache_dtype == "fp8";
     bo.row_invariant = cfg.deterministic == "on";
+    bo.threads = cfg.cpu_threads;
     if (bo.num_chunks >= 1) {
       absl::StatusOr<std::unique_ptr<engine::CpuBackend>> cpu;
       try {  // the budget check above should make this unreachable; it stays a clean error
@@ -297,6 +299,8 @@ absl::StatusOr<std::unique_ptr<engine::Backend>> MakeBackend(const DaemonConfig&
         cpu = absl::ResourceExhaustedError("--kv-memory: could not allocate the KV pool");
       }
       if (!cpu.ok()) return cpu.status();
+      spdlog::info("[cpu] {} BLAS thread{} ({})", (*cpu)->threads(), (*cpu)->threads() == 1 ? "" : "s",
+                   cfg.cpu_threads > 0 ? "--cpu-threads" : "automatic for the model's size");
       backend = std::move(*cpu);
     }
   }

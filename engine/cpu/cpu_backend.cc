@@ -88,6 +88,12 @@ int64_t CpuBackend::ChunksForBudget(const model::ModelConfig& cfg, int32_t chunk
   return per_chunk > 0 ? bytes / per_chunk : 0;
 }
 
+int32_t CpuBackend::AutoThreads(const model::ModelConfig& config, int32_t default_threads) {
+  const int64_t dim = config.dim;
+  const int64_t widest = std::max<int64_t>(config.hidden_dim, config.vocab_size);
+  return dim * widest < kThreadedProductMacs ? 1 : std::max(default_threads, 1);
+}
+
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::ModelWeights* weights,
                                                                const CpuBackendOptions& options) {
   if (absl::Status s = model::ValidateConfig(weights->config, weights->source); !s.ok()) return s;
@@ -97,11 +103,19 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::Mode
   if (options.num_chunks < 1 || options.chunk_size < 1) {
     return absl::InvalidArgumentError("the CPU backend needs at least one KV chunk");
   }
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CPU backend's threads must be 0 (automatic) or more, not ", options.threads));
+  }
   return std::unique_ptr<CpuBackend>(new CpuBackend(weights, options));
 }
 
 CpuBackend::CpuBackend(const model::ModelWeights* weights, const CpuBackendOptions& options)
     : w_(*weights), cfg_(weights->config), options_(options) {
+  // OpenBLAS's default, read before any backend of this process changed it.
+  static const int32_t default_threads = openblas_get_num_threads();
+  threads_ = options.threads > 0 ? options.threads : AutoThreads(cfg_, default_threads);
+  openblas_set_num_threads(threads_);
   const int d = cfg_.head_dim();
   chunk_stride_ = int64_t{2} * cfg_.n_kv_heads * options.chunk_size * d;
   layer_stride_ = chunk_stride_ * options.num_chunks;

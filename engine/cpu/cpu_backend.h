@@ -38,6 +38,9 @@ struct CpuBackendOptions {
   // The FP8 KV cache's rounding (CudaBackendOptions::kv_fp8): each K / V row written is replaced
   // by its dequantized FP8 form (kernels/kv_fp8.h), exactly the values the CUDA kernels read.
   bool kv_fp8 = false;
+  // Threads of the BLAS products (OpenBLAS's pool, one per process: the last backend created
+  // sets it). 0: automatic, CpuBackend::AutoThreads.
+  int32_t threads = 0;
 };
 
 // A K or V row of `n` values replaced by what an FP8 KV cache holds of it (kernels/kv_fp8.h).
@@ -48,10 +51,22 @@ class CpuBackend final : public Backend {
   // `weights` must outlive the backend. FP8 projections are dequantized to fp32 here.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const model::ModelWeights* weights,
                                                             const CpuBackendOptions& options);
+  // The BLAS threads for `config` when CpuBackendOptions::threads is 0: one where the largest
+  // weight matrix has fewer than kThreadedProductMacs multiply-adds per token, else
+  // `default_threads` (OpenBLAS's own default: the cores, or OPENBLAS_NUM_THREADS). OpenBLAS's
+  // threads hand work off by spinning and yielding, which only pays on big products: on the
+  // bundled model (64 wide, 512 tokens of vocabulary) a step is a few hundred products of at most
+  // 32K multiply-adds. On a 2-core machine with both cores kept busy by a compiler,
+  // tests/e2e/deterministic.test.js took 318 s with OpenBLAS's two threads and 8.8 s with one
+  // (6 s on the idle machine): each threaded product waited for a thread that had yielded its
+  // core to the compiler.
+  static constexpr int64_t kThreadedProductMacs = int64_t{1} << 22;
+  static int32_t AutoThreads(const model::ModelConfig& config, int32_t default_threads);
   // Chunks that fit in `bytes` of KV memory for this model and chunk size.
   static int64_t ChunksForBudget(const model::ModelConfig& config, int32_t chunk_size, int64_t bytes);
 
   std::string_view name() const override { return "cpu"; }
+  int32_t threads() const { return threads_; }  // the BLAS threads it runs with
   int32_t num_chunks() const override { return options_.num_chunks; }
   int32_t chunk_size() const override { return options_.chunk_size; }
   bool kv_fp8() const override { return options_.kv_fp8; }
@@ -84,6 +99,7 @@ class CpuBackend final : public Backend {
   std::vector<model::Tensor> dequantized_;  // reserved up front: proj_ points into it
   std::vector<Projections> proj_;           // [n_layers]
   CpuBackendOptions options_;
+  int32_t threads_ = 1;
   int64_t layer_stride_;  // floats per layer of KV memory
   int64_t chunk_stride_;  // floats per chunk within a layer
   std::vector<float> kv_;

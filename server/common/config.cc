@@ -193,6 +193,10 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) {
          return OneOf("attention", v, {"tpp", "paged"}, &c.attention);
        }},
+      {"cpu-threads",
+       [](DaemonConfig& c, const std::string& v) {
+         return Int("cpu-threads", v, 0, 4096, &c.cpu_threads);
+       }},
       {"host",
        [](DaemonConfig& c, const std::string& v) {
          c.server.host = v;

@@ -72,6 +72,9 @@ struct DaemonConfig {
   std::string served_model_name;  // empty: derived from the model path
   std::string backend = "auto";  // "auto" is resolved by banyand (server/common/backend_choice.h)
   std::string attention = "tpp";
+  // --cpu-threads N: the CPU backend's BLAS threads; 0 (the default) picks them by the model's
+  // size (engine::CpuBackend::AutoThreads: one for toy models, else OpenBLAS's default).
+  int cpu_threads = 0;
   int64_t kv_memory_bytes = int64_t{256} << 20;
   bool kv_memory_given = false;  // --kv-memory was set (command line or config file)
   // vLLM's --gpu-memory-utilization F, 0 < F <= 1: the share of the GPU's memory this process

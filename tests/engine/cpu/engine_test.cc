@@ -1,6 +1,8 @@
 // End-to-end tests of the CPU engine on the bundled stories260K model: format equivalence,
 // an independent naive forward pass as oracle, the known greedy story, batch invariance with
 // shared prefixes, and KV memory accounting.
+#include <cblas.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -233,6 +235,42 @@ TEST_F(EngineTest, TooSmallKvPoolIsAnErrorNotACrash) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
   EXPECT_NE(out.status().message().find("KV chunks"), std::string::npos) << out.status();
   EXPECT_EQ(e.tree.Stats().live_sequences, 0);  // nothing leaked
+}
+
+// The BLAS threads: one for the bundled model (whose products are too small for OpenBLAS's
+// threads to pay: with the cores busy they made requests 40x slower), OpenBLAS's default for a
+// model of Llama's size, and what the option says when it says a number. The pool is the
+// process's: the backend sets it.
+TEST_F(EngineTest, BlasThreadsFollowTheModelsSizeOrTheOption) {
+  const model::ModelConfig& small = bundle_->weights.config;
+  EXPECT_EQ(CpuBackend::AutoThreads(small, 8), 1);
+  model::ModelConfig llama = small;
+  llama.dim = 4096;
+  llama.hidden_dim = 14336;
+  llama.vocab_size = 128256;
+  EXPECT_EQ(CpuBackend::AutoThreads(llama, 8), 8);
+  EXPECT_EQ(CpuBackend::AutoThreads(llama, 0), 1);
+  // At the bound: a 2,048 x 2,048 product threads, a narrower one does not.
+  llama.dim = 2048;
+  llama.hidden_dim = 2048;
+  llama.vocab_size = 2047;
+  EXPECT_EQ(CpuBackend::AutoThreads(llama, 4), 4);
+  llama.hidden_dim = 2047;
+  EXPECT_EQ(CpuBackend::AutoThreads(llama, 4), 1);
+
+  auto automatic = CpuBackend::Create(&bundle_->weights, {.num_chunks = 8, .chunk_size = 16});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ((*automatic)->threads(), 1);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  auto two = CpuBackend::Create(&bundle_->weights, {.num_chunks = 8, .chunk_size = 16, .threads = 2});
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ((*two)->threads(), 2);
+  EXPECT_EQ(openblas_get_num_threads(), 2);
+  auto bad = CpuBackend::Create(&bundle_->weights, {.num_chunks = 8, .chunk_size = 16, .threads = -1});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  // Back to what the other tests of this binary run with.
+  automatic = CpuBackend::Create(&bundle_->weights, {.num_chunks = 8, .chunk_size = 16});
+  ASSERT_TRUE(automatic.ok());
 }
 
 // ---- architectures beyond plain Llama, against the naive forward ----

@@ -68,13 +68,16 @@ TEST_F(ConfigTest, NonsenseLimitsAreRefused) {
            {"--max-body-bytes", "4096", "--max-prompt-bytes", "8192"},
            {"--queue-limit", "0"},
            {"--drain-timeout-ms", "-1"},
+           {"--cpu-threads", "-1"},
+           {"--cpu-threads", "two"},
        }) {
     std::string joined;
     for (const std::string& a : args) joined += a + " ";
     EXPECT_FALSE(Load(args).ok()) << joined;
   }
-  auto ok = Load({"--max-body-bytes", "1024", "--listen-backlog", "64"});
+  auto ok = Load({"--max-body-bytes", "1024", "--listen-backlog", "64", "--cpu-threads", "3"});
   ASSERT_TRUE(ok.ok()) << Error(ok);
+  EXPECT_EQ(ok->cpu_threads, 3);
   EXPECT_EQ(ok->server.max_body_bytes, 1024);
   EXPECT_EQ(ok->server.listen_backlog, 64);
   // An unset prompt limit follows a smaller body limit.
@@ -82,6 +85,7 @@ TEST_F(ConfigTest, NonsenseLimitsAreRefused) {
   auto d = Load({});
   ASSERT_TRUE(d.ok()) << Error(d);
   EXPECT_EQ(d->server.listen_backlog, 1024);
+  EXPECT_EQ(d->cpu_threads, 0);  // automatic
   EXPECT_EQ(d->server.max_prompt_bytes, int64_t{1} << 20);
   EXPECT_LE(d->server.max_prompt_bytes, d->server.max_body_bytes);
 }
