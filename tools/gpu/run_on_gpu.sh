@@ -12,8 +12,7 @@
 #     tools/setup.sh);
 #  2. copy them (stripped) plus the shared libraries `ldd` lists -- except libc, libm,
 #     libstdc++, libgcc_s, ld-linux, the CUDA driver and the CUDA toolkit's libraries, which the
-#     GPU machine has in /usr/local/cuda/lib64 -- into .gpu/bundle.tar.xz (git-ignored; about
-#     10 MiB);
+#     GPU machine has in /usr/local/cuda/lib64 -- into .gpu/bundle.tar.xz (git-ignored);
 #  3. print how to run it on the GPU machine: copy this checkout with .gpu/ there and run
 #     tools/gpu/device_run.sh from its top folder. It unpacks the bundle and runs every step with
 #     LD_LIBRARY_PATH=<bundle>/lib:/usr/local/cuda/lib64 (see its header), leaving logs and the
@@ -59,7 +58,9 @@ ldd "$stage"/bin/* | awk '/=>/ { print $3 }' | sort -u |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 rm -rf .gpu
 mkdir -p .gpu
-tar -cJf .gpu/bundle.tar.xz -C "$stage" bin lib
+# Each binary holds the same CUDA kernels (about 30 MB of fatbins, linked statically), so the
+# dictionary spans several binaries and xz stores those once: 21 MiB instead of over 60 (2026-12-06, 10 binaries).
+tar -cf - -C "$stage" bin lib | xz -6 --lzma2=dict=256MiB >.gpu/bundle.tar.xz
 echo "packed .gpu/bundle.tar.xz: $(du -h .gpu/bundle.tar.xz | cut -f1) ($(find "$stage/lib" -type f | wc -l) libraries)"
 cat <<'RUN'
 
