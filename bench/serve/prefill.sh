@@ -78,6 +78,10 @@ for S in $SETTINGS; do
       echo "prefill_ceiling failed; see $ceiling_md" >&2
   fi
   log=$WORK/banyand_$S.log
+  # Made here: the daemon's redirection opens it only once the background job runs, and the loop
+  # below may read it first (on a loaded machine, sed failed on the missing file and set -e ended
+  # the script).
+  : >"$log"
   # shellcheck disable=SC2086  # BANYAND_ARGS is word-split on purpose
   "$BANYAND" --backend "$BACKEND" --model "$model" --host 127.0.0.1 --http-port 0 --grpc-port 0 \
     --kv-memory "$KV_BYTES" --prefill-budget "$BUDGET" --max-batch "$widest" \
