@@ -12,17 +12,19 @@
 #include "server/http/openai_request.h"
 #include "server/common/server_context.h"
 #include "text/grammar/matcher.h"
+#include "tests/testing/bundled_model.h"
 
 namespace banyan::server {
 
-// The bundled model's SentencePiece tokenizer.
-inline const std::string kBundledTokenizerPath =
-    std::string(BANYAN_SOURCE_DIR) + "/models/stories260K/tok512.model";
+// The bundled model's SentencePiece tokenizer, in the folder tests/testing finds it in.
+inline std::string BundledTokenizerPath() {
+  return banyan::testing::BundledModelDir() + "/tok512.model";
+}
 
 class BundledRequestTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = text::Tokenizer::FromFile(kBundledTokenizerPath);
+    auto t = text::Tokenizer::FromFile(BundledTokenizerPath());
     ASSERT_TRUE(t.ok()) << t.status();
     tokenizer_ = t->release();
   }

@@ -483,7 +483,7 @@ TEST_F(StructuredOutputRequestTest, WithoutACompilerTheRequestIsRefused) {
 }
 
 TEST(GrammarVocabularyTest, SpecialTokensHaveNoBytes) {
-  auto t = text::Tokenizer::FromFile(kBundledTokenizerPath);
+  auto t = text::Tokenizer::FromFile(BundledTokenizerPath());
   ASSERT_TRUE(t.ok()) << t.status();
   auto vocab = GrammarVocabulary(**t);
   ASSERT_EQ(vocab->size(), (*t)->vocab_size());

@@ -586,7 +586,7 @@ TEST(ChatTemplateTest, ToolCallsAreCheckedAndMarked) {
 }
 
 TEST(TokenReprTest, PiecesAndBytes) {
-  auto t = text::SpmTokenizer::FromFile(kBundledTokenizerPath);
+  auto t = text::SpmTokenizer::FromFile(BundledTokenizerPath());
   ASSERT_TRUE(t.ok());
   const text::SpmVocab& v = (*t)->vocab();
   for (int id = 0; id < static_cast<int>(v.pieces.size()); ++id) {
