@@ -61,20 +61,20 @@ macro(banyan_setup_cuda)
   message(STATUS "banyan: CUDA backend ${BANYAN_HAVE_CUDA}")
 endmacro()
 
-# The compile flags of every test binary's own code, shared with the test PCH (it must be built
-# with the flags of the code that uses it). Test code itself is compiled at -O1 in Release
-# builds: a third less compile time for the suite on the 2-core CI machine, while the libraries
-# under test keep the build's -O3.
-function(_banyan_test_compile_flags target)
+# The compile flags of every test binary's own code, shared with the test PCHs (a PCH must be
+# built with the flags of the code that uses it). Test code itself is compiled at -O1 in Release
+# builds (level 1), or at -O0 (level 0, banyan_add_test's UNOPTIMIZED), while the libraries under
+# test keep the build's -O3.
+function(_banyan_test_compile_flags target level)
   target_compile_options(${target} PRIVATE
-    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O1>)
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O${level}>)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${target} PRIVATE
     BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 endfunction()
 
 # banyan_add_test(NAME name SOURCES a.cc b.cc LIBS lib... [LABELS l...] [MAIN gtest|gpu|own]
-#                 [STANDALONE] [SHARDS n])
+#                 [STANDALONE] [UNOPTIMIZED] [SHARDS n])
 #
 # MAIN picks the binary's main(): gtest (gtest_main; the default), gpu (the default with LABELS
 # gpu: tests/testing/gpu_test_main.cc, which exits 77 without a CUDA device) or own (the sources
@@ -83,11 +83,16 @@ endfunction()
 # a test that fails beside one that GTEST_SKIPs still fails the run.
 # STANDALONE compiles each source on its own, without the shared test PCH or a unity build
 # (banyan_setup_fast_build): for sources that must not see the headers other sources include.
+# UNOPTIMIZED compiles the binary's own code at -O0 in Release builds instead of -O1: for binaries
+# whose run time goes to the libraries under test, daemons and sockets, where -O1 only made the
+# compile of what gtest, JSON and Boost.Beast instantiate a third slower (server_http_test's first
+# unity batch: 28 s at -O1, 19 s at -O0). Binaries whose own loops do the work (kvcache, kernel
+# references, tokenizer oracles) ran 3-10x slower at -O0 and stay at -O1.
 # SHARDS n registers the binary as n ctest tests, name_shard_0 .. name_shard_<n-1>, each running
 # every n-th test case (GoogleTest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX), so that ctest runs
 # a long binary on several cores.
 function(banyan_add_test)
-  cmake_parse_arguments(T "STANDALONE" "NAME;MAIN;SHARDS" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "STANDALONE;UNOPTIMIZED" "NAME;MAIN;SHARDS" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_MAIN)
     set(T_MAIN gtest)
     if("gpu" IN_LIST T_LABELS)
@@ -106,11 +111,15 @@ function(banyan_add_test)
   else()
     message(FATAL_ERROR "banyan_add_test(${T_NAME}): MAIN must be gtest, gpu or own, not ${T_MAIN}")
   endif()
-  _banyan_test_compile_flags(${T_NAME})
+  set(level 1)
+  if(T_UNOPTIMIZED AND CMAKE_BUILD_TYPE STREQUAL "Release")
+    set(level 0)
+  endif()
+  _banyan_test_compile_flags(${T_NAME} ${level})
   if(T_STANDALONE)
     set_property(TARGET ${T_NAME} PROPERTY BANYAN_STANDALONE ON)
   else()
-    set_property(TARGET ${T_NAME} PROPERTY BANYAN_TEST_PCH ON)
+    set_property(TARGET ${T_NAME} PROPERTY BANYAN_TEST_PCH ${level})
   endif()
   # The CUDA tests run only on the GPU machine, where a unity batch that changed a call would go
   # unnoticed by CI; they keep one object per source.
@@ -143,8 +152,8 @@ endfunction()
 #
 # - Two shared PCHs of third-party headers that most translation units include (the standard
 #   library, abseil; for tests also gtest and nlohmann/json), each built once and reused
-#   (REUSE_FROM) by every C++ target: banyan_pch_tests for the banyan_add_test binaries (their
-#   -O1 and definitions), banyan_pch_libraries for the rest. Project headers stay out, so that
+#   (REUSE_FROM) by every C++ target: banyan_pch_tests_o1 and _o0 for the banyan_add_test binaries
+#   (their optimisation level and definitions), banyan_pch_libraries for the rest. Project headers stay out, so that
 #   editing one rebuilds only what includes it. A header goes in only when most TUs include it:
 #   GCC redoes a PCH's pending template instantiations in every TU that loads it.
 # - BANYAN_UNITY_BUILD (default ON): a test binary with several sources compiles them in batches
@@ -192,15 +201,24 @@ function(banyan_setup_fast_build)
                             ${BANYAN_PCH_ABSL_HEADERS})
   set(holders banyan_pch_libraries)
   if(BANYAN_TESTS)
-    add_library(banyan_pch_tests OBJECT ${pch_dir}/pch_holder.cc)
-    _banyan_test_compile_flags(banyan_pch_tests)
-    target_compile_options(banyan_pch_tests PRIVATE -pthread)
-    target_link_libraries(banyan_pch_tests PRIVATE GTest::gtest nlohmann_json::nlohmann_json
-                          absl::status absl::statusor absl::strings absl::synchronization
-                          absl::time absl::flat_hash_map)
-    target_precompile_headers(banyan_pch_tests PRIVATE ${BANYAN_PCH_STD_HEADERS} <fstream> <random>
-                              ${BANYAN_PCH_ABSL_HEADERS} <gtest/gtest.h> <nlohmann/json.hpp>)
-    list(APPEND holders banyan_pch_tests)
+    # One test PCH per optimisation level that some test binary uses (GCC refuses a PCH built
+    # with another -O: __OPTIMIZE__ differs).
+    set(levels 1)
+    if(CMAKE_BUILD_TYPE STREQUAL "Release")
+      set(levels 0 1)
+    endif()
+    foreach(level IN LISTS levels)
+      set(holder banyan_pch_tests_o${level})
+      add_library(${holder} OBJECT ${pch_dir}/pch_holder.cc)
+      _banyan_test_compile_flags(${holder} ${level})
+      target_compile_options(${holder} PRIVATE -pthread)
+      target_link_libraries(${holder} PRIVATE GTest::gtest nlohmann_json::nlohmann_json
+                            absl::status absl::statusor absl::strings absl::synchronization
+                            absl::time absl::flat_hash_map)
+      target_precompile_headers(${holder} PRIVATE ${BANYAN_PCH_STD_HEADERS} <fstream> <random>
+                                ${BANYAN_PCH_ABSL_HEADERS} <gtest/gtest.h> <nlohmann/json.hpp>)
+      list(APPEND holders ${holder})
+    endforeach()
   endif()
 
   _banyan_targets_in(${PROJECT_SOURCE_DIR} targets)
@@ -219,9 +237,13 @@ function(banyan_setup_fast_build)
     # gRPC's targets compile with -pthread, which defines _REENTRANT; GCC uses a PCH only where
     # _REENTRANT is as it was when the PCH was built, so every user of the PCHs gets -pthread.
     target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-pthread>)
-    get_target_property(is_test ${t} BANYAN_TEST_PCH)
-    if(is_test AND TARGET banyan_pch_tests)
-      target_precompile_headers(${t} REUSE_FROM banyan_pch_tests)
+    get_target_property(test_level ${t} BANYAN_TEST_PCH)
+    set(is_test OFF)
+    if(test_level MATCHES "^[01]$")
+      set(is_test ON)
+    endif()
+    if(is_test AND TARGET banyan_pch_tests_o${test_level})
+      target_precompile_headers(${t} REUSE_FROM banyan_pch_tests_o${test_level})
     else()
       target_precompile_headers(${t} REUSE_FROM banyan_pch_libraries)
     endif()
