@@ -27,24 +27,35 @@ if [ "${BANYAN_FUZZ:-1}" != "0" ]; then sanitized+=(banyan_fuzzers); fi  # every
 san_pid=
 if ((${#sanitized[@]})); then
   mkdir -p build-san
-  BANYAN_JOBS="${BANYAN_BUILD_JOBS:-$((JOBS + 2))}" tools/build_sanitized.sh "${sanitized[@]}" \
-    > build-san/build.log 2>&1 &
+  # In a session of its own (setsid execs in this background job, so the job's pid leads its
+  # process group): when this script ends early, by a failure or a signal, the EXIT trap stops
+  # the whole build, its compilers included.
+  BANYAN_JOBS="${BANYAN_BUILD_JOBS:-$((JOBS + 2))}" setsid tools/build_sanitized.sh \
+    "${sanitized[@]}" > build-san/build.log 2>&1 &
   san_pid=$!
 fi
-stop_sanitized() { [ -z "$san_pid" ] || kill "$san_pid" 2>/dev/null || true; }
+stop_sanitized() {
+  [ -z "$san_pid" ] || kill -- "-$san_pid" 2>/dev/null || true
+  san_pid=
+}
+trap stop_sanitized EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 # Ninja's default of cores + 2 jobs (see tools/setup.sh).
-if ! cmake --build build -j "${BANYAN_BUILD_JOBS:-$((JOBS + 2))}"; then stop_sanitized; exit 1; fi
+cmake --build build -j "${BANYAN_BUILD_JOBS:-$((JOBS + 2))}"
 
 # Cores + 2 tests at a time: the end-to-end tests spend most of their time waiting on a daemon
 # and its sockets (the few that measure the whole machine are RUN_SERIAL and run alone).
-if ! ctest --test-dir build --output-on-failure -j "$((JOBS + 2))"; then stop_sanitized; exit 1; fi
+ctest --test-dir build --output-on-failure -j "$((JOBS + 2))"
 
 if [ -n "$san_pid" ] && ! wait "$san_pid"; then
+  san_pid=
   tail -n 60 build-san/build.log
   echo "[test] the sanitized build failed (build-san/build.log)" >&2
   exit 1
 fi
 [ -z "$san_pid" ] || echo "[test] the sanitized tree is built (its log: build-san/build.log)"
+san_pid=
 
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
   regex="^($(IFS='|'; echo "${ASAN_TESTS[*]}"))$"

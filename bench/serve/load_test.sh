@@ -30,6 +30,7 @@ if [ "$hard" != unlimited ] && [ "$hard" -lt 5000 ]; then
   echo "load_test: SKIPPED: the hard open-file limit ($hard) cannot hold 4,096 sockets"; exit 77
 fi
 
+. "$src/bench/serve/banyand_port.sh"
 tmp=$(mktemp -d)
 pid=
 sampler=
@@ -46,18 +47,7 @@ start_banyand() {
   "$banyand" --model "$src/models/stories260K/stories260K.bin" --host 127.0.0.1 \
     --http-port 0 --grpc-port 0 "$@" >"$tmp/daemon.log" 2>&1 &
   pid=$!
-  port=
-  i=0
-  while [ "$i" -lt 1200 ]; do
-    port=$(sed -n 's/.*serving model.*HTTP http:\/\/[^:]*:\([0-9][0-9]*\).*/\1/p' "$tmp/daemon.log")
-    [ -n "$port" ] && break
-    if ! kill -0 "$pid" 2>/dev/null; then
-      echo "banyand exited before becoming ready:"; cat "$tmp/daemon.log"; pid=; exit 1
-    fi
-    sleep 0.1
-    i=$((i + 1))
-  done
-  if [ -z "$port" ]; then echo "banyand did not become ready in 120 s:"; cat "$tmp/daemon.log"; exit 1; fi
+  banyand_port "$pid" "$tmp/daemon.log" 300 || exit 1
   echo "banyand (pid $pid) ready on port $port"
 }
 

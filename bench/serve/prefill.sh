@@ -22,7 +22,9 @@
 #   --fp8), BACKEND (cuda), BANYAND_ARGS (more banyand flags, word-split), WORK (a temporary
 #   folder). banyand listens on an ephemeral loopback port.
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)  # metrics_delta.py
+HERE=$(cd "$(dirname "$0")" && pwd)  # metrics_delta.py, banyand_port.sh
+# shellcheck source=bench/serve/banyand_port.sh
+. "$HERE/banyand_port.sh"
 BIN=${1:?usage: prefill.sh BIN_DIR}
 BANYAND=${BANYAND:-$BIN/banyand}
 SERVE_BENCH=${SERVE_BENCH:-$BIN/banyan_serve_bench}
@@ -78,22 +80,12 @@ for S in $SETTINGS; do
       echo "prefill_ceiling failed; see $ceiling_md" >&2
   fi
   log=$WORK/banyand_$S.log
-  # Made here: the daemon's redirection opens it only once the background job runs, and the loop
-  # below may read it first (on a loaded machine, sed failed on the missing file and set -e ended
-  # the script).
-  : >"$log"
   # shellcheck disable=SC2086  # BANYAND_ARGS is word-split on purpose
   "$BANYAND" --backend "$BACKEND" --model "$model" --host 127.0.0.1 --http-port 0 --grpc-port 0 \
     --kv-memory "$KV_BYTES" --prefill-budget "$BUDGET" --max-batch "$widest" \
     --queue-limit $((widest * 2)) "${daemon_args[@]}" $BANYAND_ARGS >"$log" 2>&1 &
   pid=$!
-  # The daemon logs its HTTP port once it is ready ("serving model ... HTTP http://HOST:PORT").
-  port=
-  while [[ -z $port ]]; do
-    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; pid=; exit 1; }
-    port=$(sed -n 's/.*serving model.*HTTP http:\/\/[^:]*:\([0-9][0-9]*\).*/\1/p' "$log")
-    [[ -n $port ]] || sleep 0.2
-  done
+  banyand_port "$pid" "$log" 600 || exit 1
   echo "$S weights ($model, prefill budget $BUDGET):"
   echo
   echo "| case | prompt tokens | served prefill tok/s | TTFT p50 / max, ms | daemon prefill-step tok/s (steps) | ceiling tok/s | served / ceiling |"

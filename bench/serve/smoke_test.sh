@@ -27,20 +27,8 @@ trap cleanup EXIT
 "$banyand" --model "$src/models/stories260K/stories260K.bin" --host 127.0.0.1 \
   --http-port 0 --grpc-port 0 --queue-limit 4096 >"$tmp/daemon.log" 2>&1 &
 pid=$!
-
-# The daemon logs its HTTP port once it is ready ("serving model ... HTTP http://HOST:PORT").
-port=
-i=0
-while [ "$i" -lt 600 ]; do
-  port=$(sed -n 's/.*serving model.*HTTP http:\/\/[^:]*:\([0-9][0-9]*\).*/\1/p' "$tmp/daemon.log")
-  [ -n "$port" ] && break
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "banyand exited before becoming ready:"; cat "$tmp/daemon.log"; pid=; exit 1
-  fi
-  sleep 0.1
-  i=$((i + 1))
-done
-if [ -z "$port" ]; then echo "banyand did not become ready in 60 s:"; cat "$tmp/daemon.log"; exit 1; fi
+. "$src/bench/serve/banyand_port.sh"
+banyand_port "$pid" "$tmp/daemon.log" 300 || exit 1
 echo "banyand ready on port $port"
 
 out=$tmp/out.jsonl
