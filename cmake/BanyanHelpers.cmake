@@ -74,7 +74,7 @@ function(_banyan_test_compile_flags target level)
 endfunction()
 
 # banyan_add_test(NAME name SOURCES a.cc b.cc LIBS lib... [LABELS l...] [MAIN gtest|gpu|own]
-#                 [STANDALONE] [UNOPTIMIZED] [SHARDS n])
+#                 [STANDALONE] [UNOPTIMIZED] [SHARDS n] [COST c])
 #
 # MAIN picks the binary's main(): gtest (gtest_main; the default), gpu (the default with LABELS
 # gpu: tests/testing/gpu_test_main.cc, which exits 77 without a CUDA device) or own (the sources
@@ -91,8 +91,10 @@ endfunction()
 # SHARDS n registers the binary as n ctest tests, name_shard_0 .. name_shard_<n-1>, each running
 # every n-th test case (GoogleTest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX), so that ctest runs
 # a long binary on several cores.
+# COST c sets ctest's COST of its tests: on a fresh tree, with no timings of its own yet, ctest
+# starts the costliest first, so that a long test does not run alone at the end.
 function(banyan_add_test)
-  cmake_parse_arguments(T "STANDALONE;UNOPTIMIZED" "NAME;MAIN;SHARDS" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "STANDALONE;UNOPTIMIZED" "NAME;MAIN;SHARDS;COST" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_MAIN)
     set(T_MAIN gtest)
     if("gpu" IN_LIST T_LABELS)
@@ -141,6 +143,9 @@ function(banyan_add_test)
   endif()
   if(T_LABELS)
     set_tests_properties(${tests} PROPERTIES LABELS "${T_LABELS}")
+  endif()
+  if(T_COST)
+    set_tests_properties(${tests} PROPERTIES COST ${T_COST})
   endif()
   if(NOT T_MAIN STREQUAL "gtest")
     set_tests_properties(${tests} PROPERTIES SKIP_RETURN_CODE 77)

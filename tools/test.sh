@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 BANYAN_SETUP_BUILD=0 tools/setup.sh "$@"
 JOBS="${BANYAN_JOBS:-$(nproc)}"
 
-ASAN_TESTS=(kvcache_test 'scheduler_test_shard_[0-9]+' 'server_http_server_test_shard_[0-9]+'
+ASAN_TESTS=('kvcache_test_shard_[0-9]+' 'scheduler_test_shard_[0-9]+' 'server_http_server_test_shard_[0-9]+'
   grpc_server_test e2e_soak)
 sanitized=()
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then

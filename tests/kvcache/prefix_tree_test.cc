@@ -631,10 +631,15 @@ void VerifyPlan(const PrefixTree& tree, const AttentionPlan& plan, bool dfs_orde
   }
 }
 
-TEST(PrefixTreePropertyTest, RandomOperationSequences) {
+// Thirty random trials, in six instances of five (each with its own seed), so that ctest's shards
+// of kvcache_test split them: under ASan + UBSan the trials take most of the binary's time.
+class PrefixTreePropertyTest : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(FiveTrials, PrefixTreePropertyTest, ::testing::Range(0, 6));
+
+TEST_P(PrefixTreePropertyTest, RandomOperationSequences) {
   BANYAN_SEEDED_RNG(rng);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  for (int trial = 0; trial < 30; ++trial) {
+  for (int trial = 0; trial < 5; ++trial) {
     const int32_t c = std::vector<int32_t>{16, 32, 64}[uni(0, 2)];
     TreeModel m(uni(8, 80), c);
     const int vocab = uni(2, 50);  // small vocabularies force deep sharing and reuse
