@@ -7,7 +7,7 @@ target_link_libraries(banyan_gemm_ceiling PUBLIC banyan_engine_cuda banyan_model
                       absl::statusor CUDA::cudart CUDA::cublas)
 target_include_directories(banyan_gemm_ceiling PUBLIC ${PROJECT_SOURCE_DIR})
 # bench_fill.cu (random weights for the GEMM-only step) is C++17 CUDA, as in bench/tpp.
-set_target_properties(banyan_gemm_ceiling PROPERTIES CUDA_ARCHITECTURES 90 CUDA_STANDARD 17)
+set_target_properties(banyan_gemm_ceiling PROPERTIES CUDA_ARCHITECTURES ${BANYAN_CUDA_ARCH_SM90} CUDA_STANDARD 17)
 add_executable(gpu_decode_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_decode_bench.cc)
 target_link_libraries(gpu_decode_bench PRIVATE banyan_gemm_ceiling absl::strings)
 target_compile_definitions(gpu_decode_bench PRIVATE BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

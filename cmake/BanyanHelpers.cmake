@@ -50,9 +50,21 @@ macro(banyan_setup_cuda)
       # Before enable_language, which would otherwise pick nvcc's default (sm_75). Hopper only
       # by default: one architecture bounds compile time on the 2-core CI machine. Release
       # images pass more (docker/Dockerfile.cuda: 80-real;86-real;89-real;90); bf16 needs sm_80.
-      if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-        set(CMAKE_CUDA_ARCHITECTURES 90)
+      # BANYAN_CUDA_PTX_ONLY: PTX without machine code, i.e. without ptxas, a third of nvcc's time.
+      # For machines with no GPU, where nothing would run the code (tools/test.sh sets it
+      # there); the GPU machine's builds compile machine code (tools/gpu/run_on_gpu.sh).
+      option(BANYAN_CUDA_PTX_ONLY "Compile CUDA code to PTX only (no ptxas): for machines without a GPU" OFF)
+      set(_banyan_arch_suffix "")
+      if(BANYAN_CUDA_PTX_ONLY)
+        set(_banyan_arch_suffix "-virtual")
       endif()
+      if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+        set(CMAKE_CUDA_ARCHITECTURES 90${_banyan_arch_suffix})
+      endif()
+      # The targets built for one architecture: Hopper, and Hopper's architecture-specific sm_90a
+      # (wgmma, the tensor-memory engine).
+      set(BANYAN_CUDA_ARCH_SM90 90${_banyan_arch_suffix})
+      set(BANYAN_CUDA_ARCH_SM90A 90a${_banyan_arch_suffix})
       enable_language(CUDA)
       find_package(CUDAToolkit REQUIRED)
       set(BANYAN_HAVE_CUDA ON)
