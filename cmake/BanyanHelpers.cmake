@@ -53,7 +53,8 @@ macro(banyan_setup_cuda)
       # BANYAN_CUDA_PTX_ONLY: PTX without machine code, i.e. without ptxas, a third of nvcc's time.
       # For machines with no GPU, where nothing would run the code (tools/test.sh sets it
       # there); the GPU machine's builds compile machine code (tools/gpu/run_on_gpu.sh).
-      option(BANYAN_CUDA_PTX_ONLY "Compile CUDA code to PTX only (no ptxas): for machines without a GPU" OFF)
+      option(BANYAN_CUDA_PTX_ONLY
+             "Compile CUDA code to PTX only (no ptxas): for machines without a GPU" OFF)
       set(_banyan_arch_suffix "")
       if(BANYAN_CUDA_PTX_ONLY)
         set(_banyan_arch_suffix "-virtual")
@@ -106,7 +107,8 @@ endfunction()
 # COST c sets ctest's COST of its tests: on a fresh tree, with no timings of its own yet, ctest
 # starts the costliest first, so that a long test does not run alone at the end.
 function(banyan_add_test)
-  cmake_parse_arguments(T "STANDALONE;UNOPTIMIZED" "NAME;MAIN;SHARDS;COST" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "STANDALONE;UNOPTIMIZED" "NAME;MAIN;SHARDS;COST" "SOURCES;LIBS;LABELS"
+                        ${ARGN})
   if(NOT T_MAIN)
     set(T_MAIN gtest)
     if("gpu" IN_LIST T_LABELS)
@@ -169,9 +171,9 @@ endfunction()
 #
 # - Two shared PCHs of third-party headers that most translation units include (the standard
 #   library, abseil; for tests also gtest and nlohmann/json), each built once and reused
-#   (REUSE_FROM) by every C++ target: banyan_pch_tests_o1 and _o0 for the banyan_add_test binaries
-#   (their optimisation level and definitions), banyan_pch_libraries for the rest. Project headers stay out, so that
-#   editing one rebuilds only what includes it. A header goes in only when most TUs include it:
+#   (REUSE_FROM) by every C++ target: banyan_pch_tests_o1 and _o0 for the banyan_add_test
+#   binaries (their optimisation level and definitions), banyan_pch_libraries for the rest.
+#   Project headers stay out, so that editing one rebuilds only what includes it. A header goes in only when most TUs include it:
 #   GCC redoes a PCH's pending template instantiations in every TU that loads it.
 # - BANYAN_UNITY_BUILD (default ON): a test binary with several sources compiles them in batches
 #   of 8 (CMake's UNITY_BUILD), parsing the shared headers and compiling their inline functions

@@ -20,8 +20,8 @@ command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || ptx_on
 BANYAN_SETUP_BUILD=0 tools/setup.sh -DBANYAN_CUDA_PTX_ONLY="$ptx_only" "$@"
 JOBS="${BANYAN_JOBS:-$(nproc)}"
 
-ASAN_TESTS=('kvcache_test_shard_[0-9]+' 'scheduler_test_shard_[0-9]+' 'server_http_server_test_shard_[0-9]+'
-  grpc_server_test e2e_soak)
+ASAN_TESTS=('kvcache_test_shard_[0-9]+' 'scheduler_test_shard_[0-9]+'
+  'server_http_server_test_shard_[0-9]+' grpc_server_test e2e_soak)
 sanitized=()
 if [ "${BANYAN_ASAN:-1}" != "0" ]; then
   sanitized+=(kvcache_test scheduler_test server_http_server_test

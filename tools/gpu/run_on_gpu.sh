@@ -38,7 +38,8 @@ TOOLS=(gpu_decode_bench banyan banyand banyan_serve_bench)
 # Machine code for the GPU: a tree that tools/test.sh configured on a machine without one holds
 # PTX only (BANYAN_CUDA_PTX_ONLY), and is configured again.
 if [[ ! -f $build/CMakeCache.txt ]] ||
-  grep -qx -e 'BANYAN_SERVER:BOOL=OFF' -e 'BANYAN_CUDA_PTX_ONLY:BOOL=ON' "$build/CMakeCache.txt"; then
+  grep -qx -e 'BANYAN_SERVER:BOOL=OFF' -e 'BANYAN_CUDA_PTX_ONLY:BOOL=ON' \
+    "$build/CMakeCache.txt"; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DBANYAN_CUDA_PTX_ONLY=OFF >/dev/null
 fi
