@@ -173,8 +173,9 @@ endfunction()
 #   library, abseil; for tests also gtest and nlohmann/json), each built once and reused
 #   (REUSE_FROM) by every C++ target: banyan_pch_tests_o1 and _o0 for the banyan_add_test
 #   binaries (their optimisation level and definitions), banyan_pch_libraries for the rest.
-#   Project headers stay out, so that editing one rebuilds only what includes it. A header goes in only when most TUs include it:
-#   GCC redoes a PCH's pending template instantiations in every TU that loads it.
+#   Project headers stay out, so that editing one rebuilds only what includes it. A header goes
+#   in only when most TUs include it: GCC redoes a PCH's pending template instantiations in
+#   every TU that loads it.
 # - BANYAN_UNITY_BUILD (default ON): a test binary with several sources compiles them in batches
 #   of 8 (CMake's UNITY_BUILD), parsing the shared headers and compiling their inline functions
 #   once per batch instead of once per file. The files of a batch share one scope, so helpers in
