@@ -79,11 +79,14 @@ endmacro()
 
 # The compile flags of every test binary's own code, shared with the test PCHs (a PCH must be
 # built with the flags of the code that uses it). Test code itself is compiled at -O1 in Release
-# builds (level 1), or at -O0 (level 0, banyan_add_test's UNOPTIMIZED), while the libraries under
-# test keep the build's -O3.
+# and RelWithDebInfo builds (level 1; RelWithDebInfo is the sanitized tree of tools/test.sh), or
+# at -O0 (level 0, banyan_add_test's UNOPTIMIZED), while the libraries under test keep the
+# build's own level.
+set(BANYAN_TEST_LEVEL_CONFIGS Release RelWithDebInfo)
 function(_banyan_test_compile_flags target level)
+  list(JOIN BANYAN_TEST_LEVEL_CONFIGS "," configs)
   target_compile_options(${target} PRIVATE
-    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O${level}>)
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:${configs}>>:-O${level}>)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${target} PRIVATE
     BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
@@ -99,10 +102,10 @@ endfunction()
 # a test that fails beside one that GTEST_SKIPs still fails the run.
 # STANDALONE compiles each source on its own, without the shared test PCH or a unity build
 # (banyan_setup_fast_build): for sources that must not see the headers other sources include.
-# UNOPTIMIZED compiles the binary's own code at -O0 in Release builds instead of -O1: for binaries
-# whose run time goes to the libraries under test, daemons and sockets, where -O1 only made the
-# compile of what gtest, JSON and Boost.Beast instantiate slower (server_http_test's first
-# unity batch: 19 CPU-s at -O0, 30 at -O1 without the PCH). Binaries whose own loops do the
+# UNOPTIMIZED compiles the binary's own code at -O0 instead of -O1 (BANYAN_TEST_LEVEL_CONFIGS):
+# for binaries whose run time goes to the libraries under test, daemons and sockets, where -O1
+# only made the compile of what gtest, JSON and Boost.Beast instantiate slower
+# (server_http_test's first unity batch: 19 CPU-s at -O0, 30 at -O1 without the PCH). Binaries whose own loops do the
 # work (kvcache, kernel references, tokenizer oracles) ran 3-10x slower at -O0 and stay at -O1.
 # SHARDS n registers the binary as n ctest tests, name_shard_0 .. name_shard_<n-1>, each running
 # every n-th test case (GoogleTest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX), so that ctest runs
@@ -131,7 +134,14 @@ function(banyan_add_test)
     message(FATAL_ERROR "banyan_add_test(${T_NAME}): MAIN must be gtest, gpu or own, not ${T_MAIN}")
   endif()
   set(level 1)
-  if(T_UNOPTIMIZED AND CMAKE_BUILD_TYPE STREQUAL "Release")
+  set(gpu_test OFF)
+  if(T_MAIN STREQUAL "gpu" OR "CUDA::cudart" IN_LIST T_LIBS)
+    set(gpu_test ON)
+  endif()
+  # In a build whose kernels are compiled only to check them (BANYAN_CUDA_PTX_ONLY), nothing
+  # runs the GPU tests: their own code is compiled only to check it too.
+  if((T_UNOPTIMIZED OR (gpu_test AND BANYAN_CUDA_PTX_ONLY))
+     AND CMAKE_BUILD_TYPE IN_LIST BANYAN_TEST_LEVEL_CONFIGS)
     set(level 0)
   endif()
   _banyan_test_compile_flags(${T_NAME} ${level})
@@ -142,7 +152,7 @@ function(banyan_add_test)
   endif()
   # The CUDA tests run only on the GPU machine, where a unity batch that changed a call would go
   # unnoticed by CI; they keep one object per source.
-  if(T_MAIN STREQUAL "gpu" OR "CUDA::cudart" IN_LIST T_LIBS)
+  if(gpu_test)
     set_property(TARGET ${T_NAME} PROPERTY BANYAN_NO_UNITY ON)
   endif()
   set(tests ${T_NAME})
@@ -227,7 +237,7 @@ function(banyan_setup_fast_build)
     # One test PCH per optimisation level that some test binary uses (GCC refuses a PCH built
     # with another -O: __OPTIMIZE__ differs).
     set(levels 1)
-    if(CMAKE_BUILD_TYPE STREQUAL "Release")
+    if(CMAKE_BUILD_TYPE IN_LIST BANYAN_TEST_LEVEL_CONFIGS)
       set(levels 0 1)
     endif()
     foreach(level IN LISTS levels)

@@ -2,8 +2,7 @@
 // cached prefixes, preempt by recompute and resume, so every request completes with the output
 // it gives alone, and the daemon neither crashes nor stalls.
 //
-// Both tests are marked as known bugs (todo): they fail against the current server (see each
-// test's comment); E2E_STRICT=1 makes them count.
+// Both tests guard bugs these loads once hit (each test's comment says which).
 'use strict';
 
 const assert = require('node:assert/strict');
@@ -22,12 +21,10 @@ async function complete(d, body, timeoutMs) {
   }));
 }
 
-// Bug: two identical greedy requests decode along each other's tokens; every step after the
-// first splits the shared node and copies one token into a fresh chunk (one chunk per token),
-// the pool runs out, both are preempted, and then never re-admitted: 0 running, 2 waiting, all
-// 256 chunks "cached" and none evicted, the engine thread spinning (millions of empty
-// iterations), until the drain timeout. Also with 4 or 16 such requests, and with the default
-// chunk size (--kv-memory 5MiB: 64 chunks of 64).
+// Two identical greedy requests decode along each other's tokens. This load once split the
+// shared node at every step (one chunk per token), ran the pool out, preempted both and never
+// re-admitted them (all chunks "cached", none evicted, the engine thread spinning until the
+// drain timeout).
 test(
   'two identical greedy requests over a small pool complete (preemption recovers)',
   {},
@@ -50,10 +47,8 @@ test(
   },
 );
 
-// Bug: with 16 distinct greedy prompts of 400 tokens each over the same pool, the daemon
-// aborts (SIGABRT) in about half of the runs within 3 rounds:
-//   kvcache/prefix_tree.cc:343: check failed: r.ok() append failed within its reservation:
-//   RESOURCE_EXHAUSTED: [kv] not enough KV cache: need 1 chunks, 0 free of 256
+// 16 distinct greedy prompts of 400 tokens each over the same pool, three rounds. This load
+// once aborted the daemon in about half of the runs (an append failed within its reservation).
 test(
   '16 concurrent long requests over a small pool: no crash, outputs as alone',
   {},

@@ -146,11 +146,9 @@ describe('prefix sharing under concurrency', () => {
     );
   });
 
-  // Known bug: a sequence whose next tokens follow a cached continuation (the same greedy
-  // request again) splits the cached node at every step and copies one token into a fresh
-  // chunk, so it holds one chunk per generated token and "saved by sharing" goes negative.
-  // Smallest case: --chunk-size 16, the same {"prompt":"Once upon a time","max_tokens":400,
-  // "temperature":0,"ignore_eos":true} twice: peak banyan_kv_chunks_live 26, then 398.
+  // A sequence whose next tokens follow a cached continuation (the same greedy request again)
+  // once split the cached node at every step, holding one chunk per generated token (peak
+  // banyan_kv_chunks_live 398 where 26 suffice) so that "saved by sharing" went negative.
   test(
     'warm cache: the same 16 streams again share the cached prefix and continuations',
     {},

@@ -6,8 +6,7 @@
 // Two runs of the same mix:
 //  - with the default KV budget (256 MiB): the prefix cache never fills;
 //  - with 12 MiB, which the mix fills with cached prefixes, so admission and decoding must
-//    evict. This one is a known bug today: the daemon aborts in about 4 of 10 runs (CHECK in
-//    kvcache/prefix_tree.cc:343, "append failed within its reservation").
+//    evict and preempt (the run where appends once failed within their reservations).
 //
 // Bounded in work and in time: each run issues E2E_SOAK_JOBS jobs (default 500), and stops early
 // after E2E_SOAK_SECONDS (default 30) seconds times E2E_TIME_SCALE; at least 100 of them (or all,
