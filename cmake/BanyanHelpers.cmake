@@ -56,7 +56,8 @@ macro(banyan_setup_cuda)
       # For machines with no GPU, where nothing runs the code (tools/test.sh sets it there);
       # the GPU machine's builds compile optimised machine code (tools/gpu/run_on_gpu.sh).
       option(BANYAN_CUDA_PTX_ONLY
-             "Compile CUDA code only to check it (unoptimised PTX): for machines without a GPU" OFF)
+             "Compile CUDA code only to check it (unoptimised PTX): for machines without a GPU"
+             OFF)
       set(_banyan_arch_suffix "")
       if(BANYAN_CUDA_PTX_ONLY)
         set(_banyan_arch_suffix "-virtual")
@@ -105,8 +106,9 @@ endfunction()
 # UNOPTIMIZED compiles the binary's own code at -O0 instead of -O1 (BANYAN_TEST_LEVEL_CONFIGS):
 # for binaries whose run time goes to the libraries under test, daemons and sockets, where -O1
 # only made the compile of what gtest, JSON and Boost.Beast instantiate slower
-# (server_http_test's first unity batch: 19 CPU-s at -O0, 30 at -O1 without the PCH). Binaries whose own loops do the
-# work (kvcache, kernel references, tokenizer oracles) ran 3-10x slower at -O0 and stay at -O1.
+# (server_http_test's first unity batch: 19 CPU-s at -O0, 30 at -O1 without the PCH). Binaries
+# whose own loops do the work (kvcache, kernel references, tokenizer oracles) ran 3-10x slower
+# at -O0 and stay at -O1.
 # SHARDS n registers the binary as n ctest tests, name_shard_0 .. name_shard_<n-1>, each running
 # every n-th test case (GoogleTest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX), so that ctest runs
 # a long binary on several cores.
