@@ -12,9 +12,16 @@ function(banyan_setup_sanitizers)
   add_link_options(-fsanitize=${BANYAN_SANITIZE})
 endfunction()
 
-# BANYAN_FUZZ: every C++ object gets libFuzzer's coverage instrumentation without its main
-# (fuzzer-no-link) plus ASan and UBSan, with UB fatal so that libFuzzer reports it as a crash.
-# The harnesses themselves add -fsanitize=fuzzer (tests/fuzz/CMakeLists.txt).
+# BANYAN_FUZZ: every C++ object gets ASan and UBSan, with UB fatal so that libFuzzer reports it
+# as a crash, and the flag of libFuzzer's coverage instrumentation without its main
+# (fuzzer-no-link). The harnesses themselves add -fsanitize=fuzzer (tests/fuzz/CMakeLists.txt).
+# Coverage is instrumented only in the code the harnesses reach (the allowlist below: text/,
+# model/, common/, server/common/, the OpenAI request and response code, the gRPC translation,
+# the harnesses; clang instruments a function only where both its file and its name match, so
+# `fun:*`): the same tree runs the memory-safety tests, whose daemons, scheduler and CPU
+# kernels would otherwise run every comparison through libFuzzer's hooks. The flag set stays
+# the same on every object, so one PCH still serves them all (clang refuses a PCH built with
+# another -fsanitize set).
 function(banyan_setup_fuzzing)
   if(NOT BANYAN_FUZZ)
     return()
@@ -29,8 +36,24 @@ function(banyan_setup_fuzzing)
   if(NOT BANYAN_TESTS)
     message(FATAL_ERROR "BANYAN_FUZZ needs BANYAN_TESTS=ON (the harnesses live in tests/fuzz)")
   endif()
+  set(src ${PROJECT_SOURCE_DIR})
+  set(allowlist ${PROJECT_BINARY_DIR}/fuzz_coverage_allowlist.txt)
+  file(CONFIGURE OUTPUT ${allowlist} @ONLY CONTENT "\
+src:${src}/text/*
+src:${src}/model/*
+src:${src}/common/*
+src:${src}/server/common/*
+src:${src}/server/http/http_log.cc
+src:${src}/server/http/http_types.cc
+src:${src}/server/http/http_util.cc
+src:${src}/server/http/openai_*.cc
+src:${src}/server/http/prompt.cc
+src:${src}/server/grpc/grpc_translate.cc
+src:${src}/tests/fuzz/*
+fun:*
+")
   set(flags -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-            -fno-omit-frame-pointer)
+            -fsanitize-coverage-allowlist=${allowlist} -fno-omit-frame-pointer)
   foreach(flag ${flags})
     add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${flag}>)
   endforeach()

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Configures and builds the sanitized tree build-san/: clang-15 with ASan + UBSan (UB fatal) and
-# libFuzzer's coverage instrumentation on every C++ object (-DBANYAN_FUZZ=ON, see
-# cmake/BanyanHelpers.cmake), -O1 with line tables only (what ASan's and UBSan's reports need to
-# name file and line; full debug info and -O2 cost a third more compile time), no CUDA. One tree serves both sanitizer passes of
-# tools/test.sh, the memory-safety tests and the fuzz targets, so that the libraries are compiled
-# under sanitizers once rather than twice.
+# libFuzzer's coverage instrumentation in the code the fuzz harnesses reach (-DBANYAN_FUZZ=ON,
+# see cmake/BanyanHelpers.cmake), -O1 with line tables only (what ASan's and UBSan's reports
+# need to name file and line; full debug info and -O2 cost a third more compile time), no CUDA.
+# One tree serves both sanitizer passes of tools/test.sh, the memory-safety tests and the fuzz
+# targets, so that the libraries are compiled under sanitizers once rather than twice.
 #   tools/build_sanitized.sh TARGET...
 # Installs clang-15 and libfuzzer-15-dev when they are missing (the other libraries come from
 # tools/setup.sh). Environment: BANYAN_JOBS (default nproc; tools/test.sh runs this build beside
