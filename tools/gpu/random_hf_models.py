@@ -1,6 +1,8 @@
 # Writes random-weight Hugging Face models of the four architectures banyan loads (Llama 3 with
 # llama3 RoPE, Qwen 2.5, Qwen 3 with head_dim != dim / heads, Mistral), each with a random Hydra
-# head set in banyan's format (docs/hydra.md) beside it: heads.json + heads.safetensors.
+# head set in banyan's format (docs/hydra.md) beside it: heads.json + heads.safetensors. Head
+# dims: 16 for Llama 3 and Qwen 2.5 (the generic attention kernels), 128 for Qwen 3 and 64 for
+# Mistral (the templated tensor-core kernels, those a real model runs).
 #   python3 tools/gpu/random_hf_models.py OUT_DIR      (needs torch, transformers, numpy)
 import json, os, struct, sys
 import numpy as np
@@ -16,8 +18,8 @@ archs = {
              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                            "high_freq_factor": 4.0, "original_max_position_embeddings": 128})),
   "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, dict(tie_word_embeddings=True)),
-  "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, dict(tie_word_embeddings=False, head_dim=32)),
-  "mistral": (T.MistralConfig, T.MistralForCausalLM, dict(tie_word_embeddings=False)),
+  "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, dict(tie_word_embeddings=False, head_dim=128)),
+  "mistral": (T.MistralConfig, T.MistralForCausalLM, dict(tie_word_embeddings=False, head_dim=64)),
 }
 def write_st(path, tensors):
     header, off, blobs = {}, 0, []

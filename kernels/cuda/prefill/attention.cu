@@ -67,18 +67,23 @@ void InvariantByGroup(const PrefillParams& p, cudaStream_t s) {
   }
 }
 
-// Head dims 64 and 128 compiled (unrolled loops, loads in flight together), the rest generic;
-// four q heads of a kv head per warp where the group has them, else one. The same sums in the
-// same order in every variant.
+// Head dims 64 and 128: the tensor-core prefill kernel of mma.sync in tiles of 64 rows
+// (PrefillMmaKernel), which is already the same function of a row's positions wherever the row
+// sits: its key tiles are positions [64 t, 64 t + 64) of the context whatever the spans, each
+// product element of mma.sync depends on its own row and column only, every softmax sum runs in
+// a fixed order over the row's own accumulators, and a tile whose keys a row may not see leaves
+// the row's state as it was (p = 0 exactly; the keys past a tile's last visible one are zeros).
+// A decode row is a sequence of one new token. Never the wgmma kernel (a different instruction,
+// so other roundings): the work list has tiles of kPrefillBlockM. Other head dims: the generic
+// CUDA-core kernel (InvariantAttentionKernel), four q heads of a kv head per warp where the group
+// has them, else one, the same sums in the same order in both variants.
 template <typename T>
 cudaError_t InvariantByKv(const PrefillParams& p, cudaStream_t s) {
   switch (p.kv.head_dim) {
     case 64:
-      InvariantByGroup<T, 64>(p, s);
-      break;
+      return PrefillMmaDispatched<64, T>(p, s);
     case 128:
-      InvariantByGroup<T, 128>(p, s);
-      break;
+      return PrefillMmaDispatched<128, T>(p, s);
     default:
       InvariantByGroup<T, 0>(p, s);
   }
@@ -136,6 +141,11 @@ absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t 
 absl::Status InvariantAttention(DType dtype, const PrefillParams& p, cudaStream_t stream) {
   BANYAN_RETURN_IF_ERROR(CheckShape(p.kv, p.num_q_heads, "InvariantAttention"));
   if (p.num_tokens == 0) return absl::OkStatus();
+  if (p.block_m != kPrefillBlockM && HasFastAttentionPath(p.kv.head_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InvariantAttention: work list tiles of ", p.block_m, " rows (build it with ",
+        kPrefillBlockM, ")"));
+  }
   switch (dtype) {
     case DType::kBf16:
       return CudaStatus(InvariantByKv<__nv_bfloat16>(p, stream), "InvariantAttention");

@@ -56,12 +56,14 @@ inline constexpr int32_t kPrefillWgmmaBlockM = 128;
 int32_t PrefillTileRows(const KvViewDev& kv);
 absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
 
-// The deterministic mode's attention (InvariantAttentionKernel, invariant_attention.cuh): every
-// token of the work list, decode rows included, attends to positions [0, its own] of its
-// sequence's spans with sums whose order depends only on those positions, so its output is the
-// same bit for bit in any batch, any cut of the context into spans or prefill chunks, and
-// whether the token is decoded or prefilled. Uses span_pos, the seq_* arrays and token_seq of
-// the work list (BuildPrefillWork); the tiles are not read. Any head_dim the generic kernels take.
+// The deterministic mode's attention: every token of the work list, decode rows included,
+// attends to positions [0, its own] of its sequence's spans with sums whose order depends only on
+// those positions, so its output is the same bit for bit in any batch, any cut of the context
+// into spans or prefill chunks, and whether the token is decoded or prefilled. head_dim 64 and
+// 128: the mma.sync kernel of PrefillAttention (tiles of kPrefillBlockM: build the work list
+// with it; see attention.cu for why its sums do not depend on the batch); other head dims:
+// InvariantAttentionKernel (invariant_attention.cuh, CUDA cores; span_pos, the seq_* arrays and
+// token_seq of the work list, not its tiles). Any head_dim the generic kernels take.
 absl::Status InvariantAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
 
 // True when head_dim takes a fast (templated) path.

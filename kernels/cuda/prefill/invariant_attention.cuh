@@ -1,5 +1,7 @@
-// The deterministic mode's attention kernel (InvariantAttention, attention.h): one CTA of four
-// warps per (token, kv head, up to HW of its q heads), decode rows and prefill tokens alike. The
+// The deterministic mode's attention kernel for the head dims without a tensor-core path
+// (InvariantAttention, attention.h; 64 and 128 run PrefillMmaKernel, see attention.cu): one CTA
+// of four warps per (token, kv head, up to HW of its q heads), decode rows and prefill tokens
+// alike. The
 // context is cut at fixed positions into pieces of kInvariantPiece; warp w takes pieces w, w + 4,
 // w + 8, ... in order, and warp 0 merges the four warps' states in warp order.
 //
