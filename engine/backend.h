@@ -80,6 +80,10 @@ class Backend {
   // Whether a row's results (logits, hence tokens and logprobs) are bit for bit the same in any
   // batch, tree layout and cache state as alone (banyand --deterministic on).
   virtual bool batch_invariant() const { return false; }
+  // Whether the step's attention plans keep their shared segments in the paged mode too: the
+  // CUDA backend's deterministic mode reads a shared prefix once for all its rows (with the
+  // same sums as each row alone), so it wants the plan's sharing although it runs no TPP.
+  virtual bool shared_prefix_plans() const { return false; }
   // Device time of the sampled steps so far (ForwardSample, LaunchSample), from each step's
   // launch to its sampled tokens (CUDA events); 0 where the backend does not measure it (the
   // CPU). The engine loop reports step wall time minus this as the device's idle time between

@@ -9,7 +9,9 @@
 namespace banyan::engine {
 
 StepRunner::StepRunner(Backend* backend, kvcache::PrefixTree* tree, AttentionMode mode)
-    : backend_(backend), tree_(tree), plan_options_{.share = mode != AttentionMode::kPaged} {}
+    : backend_(backend),
+      tree_(tree),
+      plan_options_{.share = mode != AttentionMode::kPaged || backend->shared_prefix_plans()} {}
 
 absl::Status StepRunner::Prepare(std::span<const kvcache::ChunkCopy> copies,
                                  std::span<const DecodeItem> decode,

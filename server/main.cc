@@ -511,6 +511,10 @@ void LogEngineReport(scheduler::Scheduler& sched) {
                  "updates ({:.0f} us)",
                  a.tpp_steps, a.tpp_plan_builds, a.build_host_us, a.tpp_plan_updates,
                  a.update_host_us);
+    if (cuda->batch_invariant()) {
+      spdlog::info("deterministic: {} steps read a shared prefix once, for {} decode rows in all",
+                   a.invariant_shared_steps, a.invariant_shared_rows);
+    }
     spdlog::info("cuda graphs: {} decode steps replayed ({} after updating the attention "
                  "nodes, {:.0f} us), {} captured ({:.0f} us), {} eager while a new key "
                  "settled, {} fallbacks",
@@ -573,10 +577,13 @@ int Run(int argc, char** argv) {
   absl::StatusOr<LoadedModel> loaded = LoadModel(*cfg, argv[0]);
   if (!loaded.ok()) return Fail(loaded.status());
   const model::ModelConfig& mc = loaded->bundle.weights.config;
-  // --deterministic on reads every context per row (paged): TPP's shared-prefix split and merge
-  // depend on who shares the prefix.
+  // --deterministic on runs no TPP (paged): TPP's shared-prefix split and merge depend on who
+  // shares the prefix. Its own attention reads a shared prefix once where the head dim has the
+  // tensor-core kernels, with each row's sums in the order it runs alone (engine/backend.h,
+  // shared_prefix_plans).
   if (cfg->deterministic == "on" && cfg->attention != "paged") {
-    spdlog::info("--deterministic on: attention paged (each row reads its whole context)");
+    spdlog::info("--deterministic on: attention paged (no TPP; each row's sums in the order it "
+                 "runs alone)");
     cfg->attention = "paged";
   }
   const engine::AttentionMode attention = cfg->attention == "paged"

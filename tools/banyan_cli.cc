@@ -139,7 +139,7 @@ absl::Status Generate(const Args& a, const char* argv0) {
     return absl::InvalidArgumentError("--deterministic must be on or off, got " + deterministic);
   }
   const bool invariant = deterministic == "on";
-  if (invariant) attention = "paged";  // as banyand: every row reads its whole context
+  if (invariant) attention = "paged";  // as banyand: no TPP, each row's sums as it runs alone
   const engine::AttentionMode mode =
       attention == "tpp" ? engine::AttentionMode::kTpp : engine::AttentionMode::kPaged;
   const std::string kv_dtype = a.Get("kv-cache-dtype", "auto");
@@ -257,6 +257,15 @@ absl::Status Generate(const Args& a, const char* argv0) {
                static_cast<long long>(st.decode_steps),
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,
                st.peak.chunks_live, static_cast<long long>(st.peak.chunks_saved_by_sharing));
+#ifdef BANYAN_HAVE_CUDA_BACKEND
+  if (auto* cuda = dynamic_cast<engine::CudaBackend*>(&loop.backend());
+      cuda != nullptr && cuda->batch_invariant()) {
+    const engine::CudaAttentionStats& as = cuda->attention_stats();
+    std::fprintf(stderr, "[banyan] deterministic: %lld steps read a shared prefix once, for %lld "
+                 "decode rows in all\n", static_cast<long long>(as.invariant_shared_steps),
+                 static_cast<long long>(as.invariant_shared_rows));
+  }
+#endif
   if (const scheduler::MetricsSnapshot& m = loop.metrics(); m.spec_drafts_total > 0) {
     std::fprintf(stderr, "[banyan] speculative: %lld verifications, %lld of %lld candidates accepted\n",
                  static_cast<long long>(m.spec_drafts_total),

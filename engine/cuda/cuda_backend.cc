@@ -236,6 +236,10 @@ absl::Status CudaBackend::PrepareDeterministicGemms() {
 
 bool CudaBackend::uses_tpp_kernel() const { return impl_->tpp; }
 
+bool CudaBackend::shared_prefix_plans() const {
+  return options_.batch_invariant && kc::HasFastAttentionPath(cfg_.head_dim());
+}
+
 absl::Status CudaBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies) {
   Impl& m = *impl_;
   for (const kvcache::ChunkCopy& cp : copies) {

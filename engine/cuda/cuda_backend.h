@@ -65,6 +65,10 @@ namespace banyan::engine {
 struct CudaAttentionStats {
   int64_t decode_steps = 0;      // steps with decode rows
   int64_t tpp_steps = 0;         // of which ran the TPP kernels over shared segments
+  // The deterministic mode: steps whose decode rows read a shared prefix once (group tiles of
+  // SharedPrefixMmaKernel), and the rows they held.
+  int64_t invariant_shared_steps = 0;
+  int64_t invariant_shared_rows = 0;
   // Work plans of the TPP kernels (also those of their paged call, over plans without segments).
   int64_t tpp_plan_builds = 0;   // TppWorkPlan::Build + whole image uploaded
   int64_t tpp_plan_updates = 0;  // same shape: UpdateSpanEnds + span-end range uploaded
@@ -156,7 +160,8 @@ struct CudaBackendOptions {
   // algorithm pinned per shape and checked at start-up (engine/cuda/pinned_gemm.h), or through
   // InvariantGemm (kernels/cuda/invariant_gemm.h) where that check fails, and every token's
   // attention, decode rows and prefill tokens alike, through InvariantAttention
-  // (kernels/cuda/prefill/attention.h), eagerly (no CUDA graphs), so a request's logits are
+  // (kernels/cuda/prefill/attention.h; decode rows that share a prefix read it once, for head
+  // dims 64 and 128), eagerly (no CUDA graphs), so a request's logits are
   // the same bits alone or in any batch, with its prefix shared or not, cached or computed, in
   // any cut into prefill chunks. Models with 16-bit projections (FP8 ones are refused); the KV
   // cache may be FP8.
@@ -187,6 +192,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   bool batch_invariant() const override { return options_.batch_invariant; }
+  bool shared_prefix_plans() const override;
   absl::Status CopyChunks(std::span<const kvcache::ChunkCopy> copies) override;
   double device_seconds() const override;
   absl::Status Forward(const StepBatch& batch, std::vector<float>* logits) override;

@@ -261,6 +261,31 @@ absl::Status CudaBackend::InvariantSeqs(const StepBatch& batch, const StepInputs
   return absl::OkStatus();
 }
 
+namespace {
+
+// The deterministic mode's shared-prefix groups: decode rows by the deepest segment of their
+// plan (a row's segments are its path down the prefix tree, root first, and InvariantSeqs puts
+// their spans first), each group sharing the positions of that segment and its ancestors.
+void InvariantGroups(const kvcache::AttentionPlan& plan, int32_t num_decode,
+                     std::vector<kc::SharedPrefix>* groups) {
+  groups->clear();
+  std::vector<int32_t> group_of(plan.seg_tokens.size(), -1);
+  for (int32_t r = 0; r < num_decode; ++r) {
+    const int32_t lo = plan.row_seg_begin[r], hi = plan.row_seg_end[r];
+    if (lo == hi) continue;
+    int32_t positions = 0;
+    for (int32_t i = lo; i < hi; ++i) positions += plan.seg_tokens[plan.row_seg_ids[i]];
+    int32_t& g = group_of[plan.row_seg_ids[hi - 1]];
+    if (g < 0) {
+      g = static_cast<int32_t>(groups->size());
+      groups->push_back(kc::SharedPrefix{{}, positions});
+    }
+    (*groups)[g].seqs.push_back(r);  // decode row r is sequence r of the work list
+  }
+}
+
+}  // namespace
+
 absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInputs& in,
                                            bool fixed_layout) {
   Impl& m = *impl_;
@@ -303,11 +328,17 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     // same in every layer) is what picks the kernels, here and in UpdateAttentionNodes.
     ta.kv = m.kv0;
   }
-  int64_t op[12] = {};
+  int64_t op[19] = {};
   if (a.prefill) {
     if (invariant) {
       BANYAN_RETURN_IF_ERROR(InvariantSeqs(batch, in));
       kc::BuildPrefillWork(m.invariant_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
+      if (in.num_decode > 0 && kc::HasFastAttentionPath(d)) {
+        InvariantGroups(*batch.plan, in.num_decode, &m.invariant_groups);
+        if (!m.invariant_groups.empty()) {
+          kc::AddSharedPrefixGroups(m.invariant_groups, hq / hkv, &m.prefill_work);
+        }
+      }
     } else {
       kc::BuildPrefillWork(in.prefill_seqs, hq / hkv, kc::PrefillTileRows(m.kv0), &m.prefill_work);
     }
@@ -324,6 +355,19 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     op[9] = add(w.tile_seq);
     op[10] = add(w.tile_m0);
     op[11] = add(w.token_seq);
+    if (w.num_gtiles() > 0) {
+      op[12] = add(w.seq_t0);
+      op[13] = add(w.grp_first);
+      op[14] = add(w.grp_count);
+      op[15] = add(w.grp_tiles);
+      op[16] = add(w.grp_members);
+      op[17] = add(w.gtile_group);
+      op[18] = add(w.gtile_m0);
+      BANYAN_RETURN_IF_ERROR(m.invariant_state.Reserve(
+          int64_t{in.T} * hq * kc::PrefillStateStride(d) * 4, "attention states"));
+      ++stats_.invariant_shared_steps;
+      stats_.invariant_shared_rows += static_cast<int64_t>(w.grp_members.size());
+    }
   }
   BANYAN_RETURN_IF_ERROR(m.attn_ints.Upload(m.stream, "attention work"));
   if (a.prefill) {
@@ -343,6 +387,17 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     pp.tile_seq = m.attn_ints.Dev(op[9]);
     pp.tile_m0 = m.attn_ints.Dev(op[10]);
     pp.token_seq = m.attn_ints.Dev(op[11]);
+    if (w.num_gtiles() > 0) {
+      pp.seq_t0 = m.attn_ints.Dev(op[12]);
+      pp.grp_first = m.attn_ints.Dev(op[13]);
+      pp.grp_count = m.attn_ints.Dev(op[14]);
+      pp.grp_tiles = m.attn_ints.Dev(op[15]);
+      pp.grp_members = m.attn_ints.Dev(op[16]);
+      pp.gtile_group = m.attn_ints.Dev(op[17]);
+      pp.gtile_m0 = m.attn_ints.Dev(op[18]);
+      pp.state = m.invariant_state.as<float>();
+      pp.num_gtiles = w.num_gtiles();
+    }
     pp.num_tiles = w.num_tiles();
     pp.block_m = w.block_m;
     pp.num_tokens = w.num_tokens;

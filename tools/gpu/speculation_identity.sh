@@ -4,7 +4,9 @@
 # four architectures banyan loads, each with random heads (tools/gpu/random_hf_models.py), with
 # the bundled model's 512-token tokenizer; 16 prompts in one batch and one prompt alone.
 # (2) The bundled model with its trained heads, greedy and sampled (see below); and the
-# batch-invariant mode (--deterministic on): each prompt alone against the batch of 16.
+# batch-invariant mode (--deterministic on): each prompt alone against the batch of 16, also with
+# a prefix of about 100 tokens shared by all 16 (on Qwen 3 and Mistral, whose head dims have the
+# tensor-core kernels, the batch must have read it once: banyan's "deterministic:" line).
 #   tools/gpu/speculation_identity.sh BIN_DIR [WORK_DIR]    (BIN_DIR holds a CUDA build's banyan)
 # Prints one line per comparison: how many outputs are identical. Exits 1 when a comparison
 # under --deterministic on (speculation against plain decoding, a prompt alone against the batch)
@@ -44,6 +46,7 @@ The boy wanted to fly like a bird. He
 Mom made a cake for the party. Everyone
 P
 head -1 "$W/prompts.txt" > "$W/alone.txt"
+SHARED="Once upon a time, there was a little dog named Max. Max liked to run in the big green park with his friend, a small bird. The bird could sing very well and Max loved to listen. Every morning they met by the old tree near the pond, where the ducks swam and the flowers were red. One day the sky was grey and the wind was cold, but Max and the bird went to the park anyway."
 for a in llama3 qwen2 qwen3 mistral; do
   cp "$root/models/stories260K/tok512.model" "$W/hf/$a/tokenizer.model"
   H=(--speculative hydra --draft-heads "$W/hf/$a/heads.json" --speculation-adaptive off)
@@ -76,6 +79,25 @@ a=open('$W/det_alone.txt',newline='').read().split('\n')[:-1];b=open('$W/det_bat
 print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'outputs identical')")
   echo "$a: --deterministic on, each prompt alone against the batch: $r"
   all_same "$r" || failed=1
+  # ... and with a long prefix shared by all 16 (read once for the batch's decode rows where
+  # the head dim has the tensor-core kernels: Qwen 3 and Mistral here), alone against the batch.
+  sed "s/^/$SHARED /" "$W/prompts.txt" > "$W/shared.txt"
+  "$B/banyan" "${d[@]}" --prompts-file "$W/shared.txt" > "$W/det_sbatch.txt" 2> "$W/e_det.txt" ||
+    { tail -3 "$W/e_det.txt"; echo "FAILED: $a: banyan generate --deterministic on (shared prefix)"; failed=1; }
+  reads=$(grep -h "deterministic:" "$W/e_det.txt")
+  : > "$W/det_salone.txt"
+  while IFS= read -r line; do
+    printf '%s\n' "$line" > "$W/one.txt"
+    "$B/banyan" "${d[@]}" --prompts-file "$W/one.txt" 2>/dev/null >> "$W/det_salone.txt"
+  done < "$W/shared.txt"
+  r=$(python3 -c "
+a=open('$W/det_salone.txt',newline='').read().split('\n')[:-1];b=open('$W/det_sbatch.txt',newline='').read().split('\n')[:-1]
+print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'outputs identical')")
+  echo "$a: --deterministic on, a shared prefix, each prompt alone against the batch: $r; ${reads#\[banyan\] }"
+  all_same "$r" || failed=1
+  if [[ $a != llama3 && $reads != *"deterministic: "[1-9]* ]]; then
+    echo "FAILED: $a: the batch never read its shared prefix once"; failed=1
+  fi
   for mode in chain tree; do  # ... and speculation under it against plain decoding, bitwise
     case $mode in chain) x=("${H[@]}" --draft-tokens 3);; tree) x=("${H[@]}" --draft-tree "3,2");; esac
     "$B/banyan" "${d[@]}" --prompts-file "$W/prompts.txt" "${x[@]}" > "$W/det_$mode.txt" 2> "$W/e_det.txt" ||

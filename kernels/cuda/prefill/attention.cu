@@ -77,13 +77,28 @@ void InvariantByGroup(const PrefillParams& p, cudaStream_t s) {
 // so other roundings): the work list has tiles of kPrefillBlockM. Other head dims: the generic
 // CUDA-core kernel (InvariantAttentionKernel), four q heads of a kv head per warp where the group
 // has them, else one, the same sums in the same order in both variants.
+//
+// Shared prefixes (p.num_gtiles > 0, head dims 64 and 128): SharedPrefixMmaKernel first runs
+// each group's whole key tiles once for all its members' rows and leaves every row's state (its
+// accumulators, partial sums and running max, as they stand after the group's last tile); the
+// member's tile in PrefillMmaKernel starts from that state at that tile. A row's sums are then
+// the very operations it would run alone, split between two kernels at a tile boundary.
+template <typename T, int D>
+cudaError_t InvariantMma(const PrefillParams& p, cudaStream_t s) {
+  if (p.num_gtiles > 0) {
+    const cudaError_t err = SharedPrefixMmaDispatched<D, T>(p, s);
+    if (err != cudaSuccess) return err;
+  }
+  return PrefillMmaDispatched<D, T>(p, s);
+}
+
 template <typename T>
 cudaError_t InvariantByKv(const PrefillParams& p, cudaStream_t s) {
   switch (p.kv.head_dim) {
     case 64:
-      return PrefillMmaDispatched<64, T>(p, s);
+      return InvariantMma<T, 64>(p, s);
     case 128:
-      return PrefillMmaDispatched<128, T>(p, s);
+      return InvariantMma<T, 128>(p, s);
     default:
       InvariantByGroup<T, 0>(p, s);
   }
@@ -145,6 +160,11 @@ absl::Status InvariantAttention(DType dtype, const PrefillParams& p, cudaStream_
     return absl::InvalidArgumentError(absl::StrCat(
         "InvariantAttention: work list tiles of ", p.block_m, " rows (build it with ",
         kPrefillBlockM, ")"));
+  }
+  if (p.num_gtiles > 0 && (!HasFastAttentionPath(p.kv.head_dim) || p.state == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InvariantAttention: shared-prefix groups need head_dim 64 or 128 (not ",
+        p.kv.head_dim, ") and a state buffer"));
   }
   switch (dtype) {
     case DType::kBf16:

@@ -40,6 +40,18 @@ struct PrefillParams {
   const int32_t* tile_seq = nullptr;
   const int32_t* tile_m0 = nullptr;
   const int32_t* token_seq = nullptr;
+  // The deterministic mode's shared-prefix groups (PrefillWork's group arrays; all null / 0
+  // elsewhere): a group's tiles of keys [0, 64 grp_tiles) are read once for every member's
+  // rows, and each member's row goes on from tile seq_t0 with the state left in `state`.
+  const int32_t* seq_t0 = nullptr;
+  const int32_t* grp_first = nullptr;
+  const int32_t* grp_count = nullptr;
+  const int32_t* grp_tiles = nullptr;
+  const int32_t* grp_members = nullptr;
+  const int32_t* gtile_group = nullptr;
+  const int32_t* gtile_m0 = nullptr;
+  float* state = nullptr;  // per q row and head: PrefillStateStride(head_dim) floats
+  int32_t num_gtiles = 0;
   int32_t num_tiles = 0;
   int32_t block_m = 64;  // packed rows per tile of the work list (PrefillTileRows)
   int32_t num_tokens = 0;
@@ -49,6 +61,9 @@ struct PrefillParams {
 };
 // Packed rows per tile of the mma.sync kernel and of the wgmma kernel.
 inline constexpr int32_t kPrefillBlockM = 64;
+// Floats of PrefillParams::state per (q row, q head): the unnormalized output, the four partial
+// sums of a row's quad of threads, the running max, padding.
+constexpr int64_t PrefillStateStride(int32_t head_dim) { return head_dim + 8; }
 inline constexpr int32_t kPrefillWgmmaBlockM = 128;
 // The tile size PrefillAttention's work list should be built with (BuildPrefillWork's block_m,
 // PrefillParams::block_m) for this cache on the current device: kPrefillWgmmaBlockM where the

@@ -20,5 +20,8 @@ struct LaunchShape {
 // HEAD_DIM 64 or 128.
 template <int HEAD_DIM, typename T>
 cudaError_t PrefillMmaDispatched(const PrefillParams& p, cudaStream_t stream);
+// The deterministic mode's shared-prefix read (SharedPrefixMmaKernel), p.num_gtiles > 0.
+template <int HEAD_DIM, typename T>
+cudaError_t SharedPrefixMmaDispatched(const PrefillParams& p, cudaStream_t stream);
 
 }  // namespace banyan::kernels::cuda

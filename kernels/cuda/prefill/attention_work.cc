@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "kernels/cuda/prefill/attention.h"
 
 namespace banyan::kernels::cuda {
 
@@ -49,6 +50,48 @@ void BuildPrefillWork(std::span<const PrefillSeq> seqs, int32_t group, int32_t b
   for (const auto& t : tiles) {
     w.tile_seq.push_back(t.second.first);
     w.tile_m0.push_back(t.second.second);
+  }
+}
+
+void AddSharedPrefixGroups(std::span<const SharedPrefix> groups, int32_t group_heads,
+                           PrefillWork* work) {
+  PrefillWork& w = *work;
+  BANYAN_CHECK(w.block_m == kPrefillBlockM)
+      << "shared-prefix groups need tiles of " << kPrefillBlockM << ", not " << w.block_m;
+  BANYAN_CHECK(group_heads >= 1) << group_heads;
+  w.seq_t0.assign(static_cast<size_t>(w.num_seqs()), 0);
+  w.grp_first.clear();
+  w.grp_count.clear();
+  w.grp_tiles.clear();
+  w.grp_members.clear();
+  w.gtile_group.clear();
+  w.gtile_m0.clear();
+  std::vector<int32_t> members;
+  for (const SharedPrefix& g : groups) {
+    members.clear();
+    int64_t seen = g.positions;  // keys every member sees whole
+    for (const int32_t s : g.seqs) {
+      BANYAN_CHECK(s >= 0 && s < w.num_seqs()) << s;
+      if (w.seq_num_q[s] != 1 || w.seq_t0[s] != 0) continue;  // one group per sequence
+      members.push_back(s);
+      seen = std::min<int64_t>(seen, int64_t{w.seq_pos0[s]} + 1);
+    }
+    // PrefillMmaKernel's key tiles are as long as its row tiles (kPrefillBlockM).
+    const int32_t tiles = static_cast<int32_t>(seen / kPrefillBlockM);
+    if (members.size() < 2 || tiles == 0) continue;
+    const int32_t grp = static_cast<int32_t>(w.grp_first.size());
+    w.grp_first.push_back(static_cast<int32_t>(w.grp_members.size()));
+    w.grp_count.push_back(static_cast<int32_t>(members.size()));
+    w.grp_tiles.push_back(tiles);
+    for (const int32_t s : members) {
+      w.grp_members.push_back(s);
+      w.seq_t0[s] = tiles;
+    }
+    const int64_t packed = static_cast<int64_t>(members.size()) * group_heads;
+    for (int64_t m0 = 0; m0 < packed; m0 += kPrefillBlockM) {
+      w.gtile_group.push_back(grp);
+      w.gtile_m0.push_back(static_cast<int32_t>(m0));
+    }
   }
 }
 

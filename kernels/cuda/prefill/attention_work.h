@@ -32,13 +32,36 @@ struct PrefillWork {
   int32_t q_row_begin = 0;
   int32_t num_tokens = 0;
   int32_t block_m = 0;  // packed rows per tile
+  // The deterministic mode's shared-prefix groups (AddSharedPrefixGroups; empty without):
+  // per sequence the key tile its own kernel starts at (0: from the start); per group its
+  // members (grp_members[grp_first, + grp_count)) and its whole tiles of shared keys; the
+  // group tiles, each (group, first packed row of the group's members).
+  std::vector<int32_t> seq_t0;
+  std::vector<int32_t> grp_first, grp_count, grp_tiles, grp_members;
+  std::vector<int32_t> gtile_group, gtile_m0;
 
   int32_t num_seqs() const { return static_cast<int32_t>(seq_pos0.size()); }
   int32_t num_tiles() const { return static_cast<int32_t>(tile_seq.size()); }
+  int32_t num_gtiles() const { return static_cast<int32_t>(gtile_group.size()); }
 };
 
 // Sequences must occupy consecutive q rows in order. group = q heads per kv head.
 void BuildPrefillWork(std::span<const PrefillSeq> seqs, int32_t group, int32_t block_m,
                       PrefillWork* work);
+
+// Sequences of a built work list (indices into it) whose first `positions` keys are the same
+// chunks' slots: the deterministic mode reads those keys once for all of them.
+struct SharedPrefix {
+  std::vector<int32_t> seqs;
+  int32_t positions = 0;
+};
+
+// Adds the groups to a work list built with tiles of kPrefillBlockM (the head dims with a
+// tensor-core path only). A group takes the whole 64-key tiles that its shared positions hold
+// and that every member sees whole (a member's keys end at its first new token); only members
+// with one new token take part (decode rows); a group left with fewer than two members or no
+// tile is dropped. Each member's own tile then starts after the group's tiles.
+void AddSharedPrefixGroups(std::span<const SharedPrefix> groups, int32_t group_heads,
+                           PrefillWork* work);
 
 }  // namespace banyan::kernels::cuda

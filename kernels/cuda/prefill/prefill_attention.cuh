@@ -10,10 +10,10 @@
 // the way into shared memory, through registers, one tile at a time.
 #pragma once
 
-#include "kernels/cuda/prefill/attention.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/prefill/attention.h"
 
 namespace banyan::kernels::cuda {
 
@@ -89,8 +89,8 @@ __device__ __forceinline__ void PrefillAttendTile(const uint32_t (&qf)[HEAD_DIM 
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
-      LdMatrixX4(b, ks + (np * 16 + lane % 8 + (lane / 16) * 8) * STRIDE + kk * 16 +
-                        ((lane / 8) % 2) * 8);
+      LdMatrixX4(
+          b, ks + (np * 16 + lane % 8 + (lane / 16) * 8) * STRIDE + kk * 16 + ((lane / 8) % 2) * 8);
       Mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
       Mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
     }
@@ -145,50 +145,75 @@ __device__ __forceinline__ void PrefillAttendTile(const uint32_t (&qf)[HEAD_DIM 
 #pragma unroll
     for (int dp = 0; dp < DT / 2; ++dp) {
       uint32_t b[4];
-      LdMatrixX4Trans(b, vs + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * STRIDE + dp * 16 +
-                             (lane / 16) * 8);
+      LdMatrixX4Trans(
+          b, vs + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * STRIDE + dp * 16 + (lane / 16) * 8);
       Mma16816<T>(o[2 * dp], a, b[0], b[1]);
       Mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
     }
   }
 }
 
-template <int HEAD_DIM, typename T, bool KV8 = false>
-__global__ void __launch_bounds__(kPrefillThreads)
-    PrefillMmaKernel(const __grid_constant__ PrefillParams p) {
-  constexpr int BM = kPrefillBlockM, BN = kPrefillBlockN;
-  constexpr int STRIDE = HEAD_DIM + 8;  // shared row stride in elements (16-byte pad)
-  constexpr int KSTEPS = HEAD_DIM / 16;
-  constexpr int DT = HEAD_DIM / 8;   // n8 tiles of O per warp
-  constexpr int VPR = HEAD_DIM / 8;  // 16-byte vectors per row
-  static_assert(HEAD_DIM % 16 == 0 && BM == 4 * 16, "tile shape");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* qs = reinterpret_cast<T*>(smem_raw);
-  // K tiles, then V tiles: one of each after Q with an FP8 cache; two of each (buffers t & 1)
-  // without, the first K buffer over Q (its copies start once Q is in registers).
-  constexpr int kBuffers = KV8 ? 1 : 2;
-  T* ks = KV8 ? qs + BM * STRIDE : qs;
-  T* vs = ks + kBuffers * BN * STRIDE;
-  int64_t* koff = reinterpret_cast<int64_t*>(vs + kBuffers * BN * STRIDE);  // keys' offsets
-  int64_t* kexp = koff + BN;  // their exponents' offsets (KV8 only)
+// PrefillMmaKernel's shared memory: the Q tile, then K tiles and V tiles (one of each after Q
+// with an FP8 cache; two of each without, buffers t & 1, the first K buffer over Q: its copies
+// start once Q is in registers), then the keys' offsets and (FP8) their exponents' offsets.
+template <int HEAD_DIM, typename T, bool KV8>
+struct PrefillSmem {
+  static constexpr int kStride = HEAD_DIM + 8;  // shared row stride in elements (16-byte pad)
+  static constexpr int kBuffers = KV8 ? 1 : 2;
+  T* qs;
+  T* ks;
+  T* vs;
+  int64_t* koff;
+  int64_t* kexp;
+  __device__ explicit PrefillSmem(unsigned char* raw) {
+    qs = reinterpret_cast<T*>(raw);
+    ks = KV8 ? qs + kPrefillBlockM * kStride : qs;
+    vs = ks + kBuffers * kPrefillBlockN * kStride;
+    koff = reinterpret_cast<int64_t*>(vs + kBuffers * kPrefillBlockN * kStride);
+    kexp = koff + kPrefillBlockN;
+  }
+};
 
-  const int tile = blockIdx.x, kvh = blockIdx.y;
-  const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
-  const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
-  const int pos0 = p.seq_pos0[seq], q_row = p.seq_q_row[seq];
-  const int packed_total = p.seq_num_q[seq] * g;
+// Loads the tile's 64 Q rows into shared memory (row r from element q_elem_of(r) of p.q, zeros
+// where that is -1), then each warp's 16 rows into A fragments.
+template <int HEAD_DIM, typename T, bool KV8, typename RowOf>
+__device__ __forceinline__ void PrefillLoadQ(const PrefillParams& p,
+                                             const PrefillSmem<HEAD_DIM, T, KV8>& sm, int kvh,
+                                             RowOf q_elem_of, uint32_t (&qf)[HEAD_DIM / 16][4]) {
+  constexpr int STRIDE = PrefillSmem<HEAD_DIM, T, KV8>::kStride, VPR = HEAD_DIM / 8;
+  for (int v = threadIdx.x; v < kPrefillBlockM * VPR; v += kPrefillThreads) {
+    const int r = v / VPR, c = (v % VPR) * 8;
+    const int64_t qi = q_elem_of(r);
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (qi >= 0) val = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi + c);
+    *reinterpret_cast<uint4*>(sm.qs + r * STRIDE + c) = val;
+  }
+  __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float scale_log2 = p.scale * kLog2e;
-  const int last_pr = min(packed_total, m0 + BM) - 1;
-  const int kv_end = pos0 + last_pr / g + 1;  // keys any row of this tile may see
-  const int sb = p.seq_span_begin[seq], se = p.seq_span_end[seq];
-  int cur = sb;  // a span starting at or before the next tile's first key
+#pragma unroll
+  for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+    LdMatrixX4(qf[kk], sm.qs + (warp * 16 + lane % 16) * STRIDE + kk * 16 + (lane / 16) * 8);
+  }
+}
 
+// Key tiles t0, t0 + 1, ... up to the one holding kv_end - 1 (positions [64 t, 64 t + 64) of the
+// spans [sb, se), zeros from kv_end on) against the warp's Q fragments, carrying each row's
+// state (o, m, l) on. Every row's sums are the same whichever tile the row sits in, whatever the
+// other rows, and whatever t0 the state was handed on at (see attention.cu).
+template <int HEAD_DIM, typename T, bool KV8>
+__device__ __forceinline__ void PrefillMmaTiles(
+    const PrefillParams& p, const PrefillSmem<HEAD_DIM, T, KV8>& sm, int kvh, int sb, int se,
+    int t0, int kv_end, const uint32_t (&qf)[HEAD_DIM / 16][4], const int (&limit)[2],
+    float scale_log2, float (&o)[HEAD_DIM / 8][4], float (&m)[2], float (&l)[2]) {
+  constexpr int BN = kPrefillBlockN, STRIDE = PrefillSmem<HEAD_DIM, T, KV8>::kStride;
+  constexpr int VPR = HEAD_DIM / 8;  // 16-byte vectors per row
+  const int tiles = (kv_end + BN - 1) / BN;
+  int cur = sb;  // a span starting at or before the next tile's first key
   // 16-bit cache: cp.async copies, zero-filled past kv_end.
   [[maybe_unused]] auto issue = [&](int t) {
-    T* kd = ks + (t & 1) * BN * STRIDE;
-    T* vd = vs + (t & 1) * BN * STRIDE;
-    const int64_t* ko = koff + (t & 1) * BN;
+    T* kd = sm.ks + (t & 1) * BN * STRIDE;
+    T* vd = sm.vs + (t & 1) * BN * STRIDE;
+    const int64_t* ko = sm.koff + (t & 1) * BN;
     for (int v = threadIdx.x; v < BN * VPR; v += kPrefillThreads) {
       const int r = v / VPR, c = (v % VPR) * 8;
       const int64_t off = ko[r];
@@ -198,61 +223,36 @@ __global__ void __launch_bounds__(kPrefillThreads)
     }
     CpAsyncCommit();
   };
-  for (int v = threadIdx.x; v < BM * VPR; v += kPrefillThreads) {
-    const int r = v / VPR, c = (v % VPR) * 8;
-    const int pr = m0 + r;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (pr < packed_total) {
-      const int64_t qi = (static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g) * HEAD_DIM;
-      val = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi + c);
-    }
-    *reinterpret_cast<uint4*>(qs + r * STRIDE + c) = val;
-  }
-  int limit[2];  // keys visible to this thread's two rows
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int pr = m0 + warp * 16 + lane / 4 + 8 * i;
-    limit[i] = pr < packed_total ? pos0 + pr / g + 1 : 0;
-  }
-  __syncthreads();
-  uint32_t qf[KSTEPS][4];
-#pragma unroll
-  for (int kk = 0; kk < KSTEPS; ++kk) {
-    LdMatrixX4(qf[kk], qs + (warp * 16 + lane % 16) * STRIDE + kk * 16 + (lane / 16) * 8);
-  }
   if constexpr (!KV8) {
-    PrefillKeyOffsets<HEAD_DIM, false>(p, kvh, cur, se, 0, kv_end, koff, nullptr);
-    __syncthreads();  // koff is written, and every warp holds its Q (tile 0's K lands over it)
-    issue(0);
+    if (t0 < tiles) {
+      cur = PrefillSpanOf(p, cur, se, t0 * BN);
+      PrefillKeyOffsets<HEAD_DIM, false>(p, kvh, cur, se, t0 * BN, kv_end, sm.koff + (t0 & 1) * BN,
+                                         nullptr);
+    }
+    __syncthreads();  // koff is written, and every warp holds its Q (a K tile lands over it)
+    if (t0 < tiles) issue(t0);
   }
-
-  float o[DT][4];
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int tiles = (kv_end + BN - 1) / BN;
-
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = t0; t < tiles; ++t) {
     const int n0 = t * BN;
     if constexpr (KV8) {
       // FP8 codes are scaled and converted on the way in, through registers.
       cur = PrefillSpanOf(p, cur, se, n0);
       __syncthreads();  // the previous tile is consumed
-      PrefillKeyOffsets<HEAD_DIM, true>(p, kvh, cur, se, n0, kv_end, koff, kexp);
+      PrefillKeyOffsets<HEAD_DIM, true>(p, kvh, cur, se, n0, kv_end, sm.koff, sm.kexp);
       __syncthreads();
       for (int v = threadIdx.x; v < BN * VPR; v += kPrefillThreads) {
         const int r = v / VPR, c = (v % VPR) * 8;
-        const int64_t off = koff[r];
+        const int64_t off = sm.koff[r];
         uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);  // zeros, never NaN
         if (off >= 0) {
-          kv4 = LoadKv8<T, true>(p.kv, off + c, kexp[r]);
-          vv4 = LoadKv8<T, true>(p.kv, off + p.kv.v_offset + c, kexp[r] + KvFp8VExpStride(p.kv));
+          kv4 = LoadKv8<T, true>(p.kv, off + c, sm.kexp[r]);
+          vv4 = LoadKv8<T, true>(p.kv, off + p.kv.v_offset + c, sm.kexp[r] + KvFp8VExpStride(p.kv));
         }
-        *reinterpret_cast<uint4*>(ks + r * STRIDE + c) = kv4;
-        *reinterpret_cast<uint4*>(vs + r * STRIDE + c) = vv4;
+        *reinterpret_cast<uint4*>(sm.ks + r * STRIDE + c) = kv4;
+        *reinterpret_cast<uint4*>(sm.vs + r * STRIDE + c) = vv4;
       }
       __syncthreads();
-      PrefillAttendTile<HEAD_DIM, T>(qf, ks, vs, n0, limit, scale_log2, o, m, l);
+      PrefillAttendTile<HEAD_DIM, T>(qf, sm.ks, sm.vs, n0, limit, scale_log2, o, m, l);
     } else {
       // Tile t + 1's copies go out while tile t is used: its offsets first (into the buffer of
       // tile t - 1, whose copies were issued an iteration ago), then, once every warp is done
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
       if (t + 1 < tiles) {
         cur = PrefillSpanOf(p, cur, se, n0 + BN);
         PrefillKeyOffsets<HEAD_DIM, false>(p, kvh, cur, se, n0 + BN, kv_end,
-                                           koff + ((t + 1) & 1) * BN, nullptr);
+                                           sm.koff + ((t + 1) & 1) * BN, nullptr);
       }
       __syncthreads();
       if (t + 1 < tiles) {
@@ -270,10 +270,97 @@ __global__ void __launch_bounds__(kPrefillThreads)
         CpAsyncWait<0>();
       }
       __syncthreads();  // and everyone's
-      PrefillAttendTile<HEAD_DIM, T>(qf, ks + (t & 1) * BN * STRIDE, vs + (t & 1) * BN * STRIDE,
-                                     n0, limit, scale_log2, o, m, l);
+      PrefillAttendTile<HEAD_DIM, T>(qf, sm.ks + (t & 1) * BN * STRIDE,
+                                     sm.vs + (t & 1) * BN * STRIDE, n0, limit, scale_log2, o, m, l);
     }
   }
+}
+
+// A row's state in PrefillParams::state (row index: q row x num_q_heads + q head): this thread's
+// columns of o, its partial sum l (the quad's four threads hold one each), the running max.
+template <int HEAD_DIM>
+__device__ __forceinline__ void PrefillStoreState(float* state, int64_t row, int ri,
+                                                  const float (&o)[HEAD_DIM / 8][4],
+                                                  const float (&m)[2], const float (&l)[2]) {
+  float* st = state + row * PrefillStateStride(HEAD_DIM);
+  const int q4 = threadIdx.x % 4;
+#pragma unroll
+  for (int dt = 0; dt < HEAD_DIM / 8; ++dt) {
+    *reinterpret_cast<float2*>(st + dt * 8 + q4 * 2) =
+        make_float2(o[dt][2 * ri], o[dt][2 * ri + 1]);
+  }
+  st[HEAD_DIM + q4] = l[ri];
+  if (q4 == 0) st[HEAD_DIM + 4] = m[ri];
+}
+
+template <int HEAD_DIM>
+__device__ __forceinline__ void PrefillLoadState(const float* state, int64_t row, int ri,
+                                                 float (&o)[HEAD_DIM / 8][4], float (&m)[2],
+                                                 float (&l)[2]) {
+  const float* st = state + row * PrefillStateStride(HEAD_DIM);
+  const int q4 = threadIdx.x % 4;
+#pragma unroll
+  for (int dt = 0; dt < HEAD_DIM / 8; ++dt) {
+    const float2 v = *reinterpret_cast<const float2*>(st + dt * 8 + q4 * 2);
+    o[dt][2 * ri] = v.x;
+    o[dt][2 * ri + 1] = v.y;
+  }
+  l[ri] = st[HEAD_DIM + q4];
+  m[ri] = st[HEAD_DIM + 4];
+}
+
+template <int HEAD_DIM, typename T, bool KV8 = false>
+__global__ void __launch_bounds__(kPrefillThreads)
+    PrefillMmaKernel(const __grid_constant__ PrefillParams p) {
+  constexpr int BM = kPrefillBlockM;
+  constexpr int DT = HEAD_DIM / 8;  // n8 tiles of O per warp
+  static_assert(HEAD_DIM % 16 == 0 && BM == 4 * 16, "tile shape");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const PrefillSmem<HEAD_DIM, T, KV8> sm(smem_raw);
+
+  const int tile = blockIdx.x, kvh = blockIdx.y;
+  const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
+  const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
+  const int pos0 = p.seq_pos0[seq], q_row = p.seq_q_row[seq];
+  const int packed_total = p.seq_num_q[seq] * g;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int last_pr = min(packed_total, m0 + BM) - 1;
+  const int kv_end = pos0 + last_pr / g + 1;  // keys any row of this tile may see
+
+  uint32_t qf[HEAD_DIM / 16][4];
+  PrefillLoadQ<HEAD_DIM, T, KV8>(
+      p, sm, kvh,
+      [&](int r) -> int64_t {
+        const int pr = m0 + r;
+        return pr < packed_total
+                   ? (static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g) * HEAD_DIM
+                   : -1;
+      },
+      qf);
+  int limit[2];  // keys visible to this thread's two rows
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = m0 + warp * 16 + lane / 4 + 8 * i;
+    limit[i] = pr < packed_total ? pos0 + pr / g + 1 : 0;
+  }
+  float o[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  // A member of a shared-prefix group (one new token) goes on from its group's state.
+  const int t0 = p.seq_t0 != nullptr ? p.seq_t0[seq] : 0;
+  if (t0 > 0) {
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      const int pr = m0 + warp * 16 + lane / 4 + 8 * ri;
+      if (pr < packed_total) {
+        PrefillLoadState<HEAD_DIM>(
+            p.state, static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g, ri, o, m, l);
+      }
+    }
+  }
+  PrefillMmaTiles<HEAD_DIM, T, KV8>(p, sm, kvh, p.seq_span_begin[seq], p.seq_span_end[seq], t0,
+                                    kv_end, qf, limit, p.scale * kLog2e, o, m, l);
 
 #pragma unroll
   for (int ri = 0; ri < 2; ++ri) {
@@ -292,6 +379,61 @@ __global__ void __launch_bounds__(kPrefillThreads)
       *reinterpret_cast<typename PairOf<T>::Type*>(dst + dt * 8 + (lane % 4) * 2) =
           FromFloat2<T>(o[dt][2 * ri] * inv, o[dt][2 * ri + 1] * inv);
     }
+  }
+}
+
+// The deterministic mode's shared-prefix read: one CTA per (group tile, kv head). A group tile
+// packs 64 rows of the group's members (member k's q head j of this kv head is row k x group + j
+// of the group; every member has one new token) and runs key tiles [0, grp_tiles) of the
+// group's first member's spans (the members share those positions' chunks) once for all of them,
+// then leaves each row's state in p.state for PrefillMmaKernel to go on from (seq_t0).
+template <int HEAD_DIM, typename T, bool KV8 = false>
+__global__ void __launch_bounds__(kPrefillThreads)
+    SharedPrefixMmaKernel(const __grid_constant__ PrefillParams p) {
+  constexpr int DT = HEAD_DIM / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const PrefillSmem<HEAD_DIM, T, KV8> sm(smem_raw);
+  const int tile = blockIdx.x, kvh = blockIdx.y;
+  const int grp = p.gtile_group[tile], m0 = p.gtile_m0[tile];
+  const int first = p.grp_first[grp];
+  const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
+  const int members_rows = p.grp_count[grp] * g;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rep = p.grp_members[first];
+
+  uint32_t qf[HEAD_DIM / 16][4];
+  PrefillLoadQ<HEAD_DIM, T, KV8>(
+      p, sm, kvh,
+      [&](int r) -> int64_t {
+        const int pr = m0 + r;
+        if (pr >= members_rows) return -1;
+        const int seq = p.grp_members[first + pr / g];
+        return (static_cast<int64_t>(p.seq_q_row[seq]) * hq + kvh * g + pr % g) * HEAD_DIM;
+      },
+      qf);
+  int limit[2];
+  int64_t row[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = m0 + warp * 16 + lane / 4 + 8 * i;
+    limit[i] = 0;
+    row[i] = -1;
+    if (pr < members_rows) {
+      const int seq = p.grp_members[first + pr / g];
+      limit[i] = p.seq_pos0[seq] + 1;
+      row[i] = static_cast<int64_t>(p.seq_q_row[seq]) * hq + kvh * g + pr % g;
+    }
+  }
+  float o[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  PrefillMmaTiles<HEAD_DIM, T, KV8>(p, sm, kvh, p.seq_span_begin[rep], p.seq_span_end[rep], 0,
+                                    p.grp_tiles[grp] * kPrefillBlockN, qf, limit, p.scale * kLog2e,
+                                    o, m, l);
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    if (row[ri] >= 0) PrefillStoreState<HEAD_DIM>(p.state, row[ri], ri, o, m, l);
   }
 }
 

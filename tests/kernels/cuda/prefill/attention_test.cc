@@ -12,6 +12,7 @@
 // 2^-12 for fp16) and the prefill kernel rounds softmax probabilities to the dtype before the P.V
 // product. Relative-norm bounds: 1e-2 (bf16), 2e-3 (fp16); a wrong index gives O(1).
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -399,8 +400,13 @@ struct InvSeq {
   std::vector<int32_t> chunk, begin, end;
   int32_t pos0 = 0, num_q = 0;
 };
+// With `groups`, the sequences of each group (indices into seqs) share their first `positions`
+// keys, read once (AddSharedPrefixGroups); `gtiles` returns how many group tiles that made and
+// `states` how many (row, q head) states the group kernel wrote (the rest stay poisoned).
 std::vector<uint16_t> RunInvariant(const Case& c, const TestKv& kv, const std::vector<InvSeq>& seqs,
-                                   const std::vector<float>& q) {
+                                   const std::vector<float>& q,
+                                   const std::vector<SharedPrefix>& groups = {},
+                                   int* gtiles = nullptr, int* states = nullptr) {
   std::vector<PrefillSeq> descs;
   int32_t row = 0;
   for (const InvSeq& s : seqs) {
@@ -409,9 +415,35 @@ std::vector<uint16_t> RunInvariant(const Case& c, const TestKv& kv, const std::v
   }
   PrefillWork w;
   BuildPrefillWork(descs, c.gqa, kPrefillBlockM, &w);
+  if (!groups.empty()) AddSharedPrefixGroups(groups, c.gqa, &w);
+  if (gtiles != nullptr) *gtiles = w.num_gtiles();
   DeviceWork dw(c, kv, w, q);
+  // The groups' arrays, and the rows' states (poisoned: NaN where nothing wrote).
+  DeviceArray<int32_t> t0(w.seq_t0), gf(w.grp_first), gc(w.grp_count), gt(w.grp_tiles),
+      gm(w.grp_members), tg(w.gtile_group), tm(w.gtile_m0);
+  DeviceArray<float> state(static_cast<size_t>(row) * c.kv_heads * c.gqa *
+                           PrefillStateStride(c.head_dim));
+  if (w.num_gtiles() > 0) {
+    dw.p.seq_t0 = t0.get();
+    dw.p.grp_first = gf.get();
+    dw.p.grp_count = gc.get();
+    dw.p.grp_tiles = gt.get();
+    dw.p.grp_members = gm.get();
+    dw.p.gtile_group = tg.get();
+    dw.p.gtile_m0 = tm.get();
+    dw.p.num_gtiles = w.num_gtiles();
+    dw.p.state = state.get();
+  }
   const absl::Status st = InvariantAttention(c.dtype, dw.p, nullptr);
   EXPECT_TRUE(st.ok()) << st;
+  if (states != nullptr) {
+    const std::vector<float> st_host = state.Download();
+    const int64_t stride = PrefillStateStride(c.head_dim);
+    *states = 0;
+    for (size_t r = 0; r * stride < st_host.size(); ++r) {
+      *states += !std::isnan(st_host[r * stride + c.head_dim + 4]);  // its running max
+    }
+  }
   return dw.out.Download();
 }
 
@@ -510,6 +542,76 @@ TEST(CudaInvariantAttention, MatchesCpuAndIsBatchInvariant) {
     }
     EXPECT_EQ(differ, 0) << "of " << num_q << " tokens differ between prefill in a batch and "
                          << "decode alone (context " << len << ")";
+  }
+}
+
+// The deterministic mode's shared-prefix read: decode rows of sequences sharing a prefix, its
+// whole key tiles read once for all of them (SharedPrefixMmaKernel) and each row carried on from
+// the state left there, give the very bits of the same rows reading their whole contexts alone
+// (which MatchesCpuAndIsBatchInvariant ties to the CPU reference and to each row alone); a
+// prefill sequence in the same work list is untouched; a row's output has no NaN.
+TEST(CudaInvariantAttention, SharedPrefixReadOnceKeepsEveryBit) {
+  BANYAN_SEEDED_RNG(rng);
+  const std::vector<Case> cases = {
+      {128, 2, 4, 16, DType::kBf16}, {64, 1, 4, 64, DType::kBf16}, {128, 1, 8, 32, DType::kFp16},
+      {128, 2, 4, 32, DType::kBf16, true}, {64, 2, 1, 16, DType::kFp16},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Name(c));
+    const int hq = c.kv_heads * c.gqa;
+    const int64_t row_elems = int64_t{hq} * c.head_dim;
+    const int prefix = 64 + static_cast<int>(rng() % 600);
+    const int members = 2 + static_cast<int>(rng() % 40);
+    const int prefix_chunks = (prefix + c.chunk_size - 1) / c.chunk_size;
+    const int tail_chunks = (150 + c.chunk_size) / c.chunk_size + 1;
+    const int other_chunks = (300 + c.chunk_size - 1) / c.chunk_size;
+    TestKv kv(c, 1 + prefix_chunks + members * tail_chunks + other_chunks, rng);
+    // The shared prefix in chunks 1...: whole chunks, cut at random slots as sharing cuts them
+    // (every member holds the same cut). A prefix that ends inside a chunk leaves the rest of
+    // that chunk to no one: each member's tail starts in chunks of its own.
+    const InvSeq shared = CutAtRandom(WholeChunks(prefix, 1, c.chunk_size), rng);
+    std::vector<InvSeq> seqs;
+    for (int i = 0; i < members; ++i) {
+      const int tail = static_cast<int>(rng() % 150);  // private keys before the row's own
+      InvSeq s = shared;
+      const InvSeq own = WholeChunks(tail + 1, 1 + prefix_chunks + i * tail_chunks, c.chunk_size);
+      s.chunk.insert(s.chunk.end(), own.chunk.begin(), own.chunk.end());
+      s.begin.insert(s.begin.end(), own.begin.begin(), own.begin.end());
+      s.end.insert(s.end.end(), own.end.begin(), own.end.end());
+      s.pos0 = prefix + tail;
+      s.num_q = 1;
+      seqs.push_back(s);
+    }
+    // A prefill sequence of its own somewhere among them.
+    InvSeq other = WholeChunks(1 + static_cast<int>(rng() % 300),
+                               1 + prefix_chunks + members * tail_chunks, c.chunk_size);
+    const int other_len = std::accumulate(other.end.begin(), other.end.end(), 0);
+    other.num_q = std::min(other_len, 1 + static_cast<int>(rng() % 40));
+    other.pos0 = other_len - other.num_q;
+    const int at = static_cast<int>(rng() % (seqs.size() + 1));
+    seqs.insert(seqs.begin() + at, other);
+    std::vector<int32_t> member_ids;
+    for (int i = 0; i <= members; ++i) {
+      if (i != at) member_ids.push_back(i);
+    }
+    int rows = 0;
+    for (const InvSeq& s : seqs) rows += s.num_q;
+    const std::vector<float> q = RandomRounded(c.dtype, rows * row_elems, rng);
+    const std::vector<uint16_t> per_row = RunInvariant(c, kv, seqs, q);
+    int gtiles = 0, states = 0;
+    const std::vector<uint16_t> grouped =
+        RunInvariant(c, kv, seqs, q, {SharedPrefix{member_ids, prefix}}, &gtiles, &states);
+    EXPECT_EQ(gtiles, (members * c.gqa + kPrefillBlockM - 1) / kPrefillBlockM);
+    EXPECT_EQ(states, members * hq) << "states left by the group kernel";
+    const std::vector<float> got = FromDtype(c.dtype, grouped);
+    EXPECT_EQ(std::count_if(got.begin(), got.end(), [](float x) { return std::isnan(x); }), 0);
+    int differ = 0;
+    for (int r = 0; r < rows; ++r) {
+      differ += !std::equal(per_row.begin() + r * row_elems,
+                            per_row.begin() + (r + 1) * row_elems, grouped.begin() + r * row_elems);
+    }
+    EXPECT_EQ(differ, 0) << "of " << rows << " rows differ with the prefix of " << prefix
+                         << " keys read once for " << members << " members";
   }
 }
 
