@@ -102,7 +102,7 @@ constexpr char kUsage[] =
     "and a 2 GiB workspace leave (vLLM's option).\n"
     "--deterministic on: a request's tokens and logprobs are bit for bit the same in any batch as\n"
     "alone (paged attention, each row's products on its own: slower; on a GPU, bf16/fp16\n"
-    "projections only and no CUDA graphs).\n";
+    "projections only).\n";
 
 // Every connection holds a file descriptor, and the front ends hold thousands of connections
 // without a thread each: raise the soft limit on open files to the hard limit (often 1024 ->

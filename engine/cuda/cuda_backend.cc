@@ -85,8 +85,10 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
   BANYAN_RETURN_IF_ERROR(CublasStatus(
       cublasSetWorkspace(m.cublas, m.cublas_workspace.get(), kCublasWorkspaceBytes),
       "cublasSetWorkspace"));
-  // The invariant kernels' work lists change every step; nothing would update them in a graph.
-  m.graphs_on = options_.cuda_graphs && !options_.batch_invariant;
+  // The deterministic mode too: its attention launches (InvariantAttention) are keyed by their
+  // grids and arguments (GraphKey), and their work lists are uploaded into the same places
+  // before each replay. A graph runs the very kernels with the very arguments of an eager step.
+  m.graphs_on = options_.cuda_graphs;
   m.graphs = std::make_unique<cuda::DecodeGraphCache>(options_.graph_cache_shapes,
                                                       options_.graph_min_stable_steps);
   if (options_.graph_early_launch_rows > 0 && prop.major >= 9) {

@@ -161,7 +161,7 @@ struct CudaBackendOptions {
   // InvariantGemm (kernels/cuda/invariant_gemm.h) where that check fails, and every token's
   // attention, decode rows and prefill tokens alike, through InvariantAttention
   // (kernels/cuda/prefill/attention.h; decode rows that share a prefix read it once, for head
-  // dims 64 and 128), eagerly (no CUDA graphs), so a request's logits are
+  // dims 64 and 128; decode-only steps in CUDA graphs too), so a request's logits are
   // the same bits alone or in any batch, with its prefix shared or not, cached or computed, in
   // any cut into prefill chunks. Models with 16-bit projections (FP8 ones are refused); the KV
   // cache may be FP8.

@@ -422,6 +422,20 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in) const {
               ptr(m.xo.get()),      ptr(m.logits.get()),  ptr(m.step_ints.Dev(0))};
   // Fed rows read out_tokens.
   if (in.o_feed >= 0) k.params.push_back(ptr(m.out_tokens.get()));
+  if (a.prefill) {
+    // The deterministic mode's decode-only steps (the only graphed steps with the prefill
+    // kernels): every argument of InvariantAttention's launches that is not an uploaded table's
+    // contents. Tables keep their places (fixed layout) until one outgrows its bucket.
+    const kc::PrefillParams& pp = a.pp;
+    const void* tables[] = {pp.span_chunk, pp.span_begin,     pp.span_end,  pp.span_pos,
+                            pp.seq_span_begin, pp.seq_span_end, pp.seq_pos0, pp.seq_num_q,
+                            pp.seq_q_row,  pp.tile_seq,       pp.tile_m0,   pp.token_seq,
+                            pp.seq_t0,     pp.grp_first,      pp.grp_count, pp.grp_tiles,
+                            pp.grp_members, pp.gtile_group,   pp.gtile_m0,  pp.state};
+    for (const void* t : tables) k.params.push_back(ptr(t));
+    k.params.insert(k.params.end(), {pp.num_gtiles, pp.num_tiles, pp.block_m, pp.num_tokens,
+                                     pp.q_row_begin, pp.num_q_heads});
+  }
   if (a.use_tpp) {
     // Which kernels run and how is the launch signature; the plan's geometry (grids, the image's
     // table offsets, the partial states) is what UpdateAttentionNodes moves: every build counts
