@@ -34,7 +34,7 @@
 // GEMM step of the limit is then the FP8 one (bench/gemm_ceiling.h: the backend's FP8 path).
 // --kv-fp8: an FP8 KV cache (CudaBackendOptions::kv_fp8; the limit counts its bytes).
 // --batch-invariant: banyand's --deterministic on (CudaBackendOptions::batch_invariant: the
-// invariant GEMM and attention kernels, no graphs), to see what it costs step by step.
+// invariant GEMM and attention kernels), to see what it costs step by step.
 // --fp8-gemv-rows N: FP8 products of at most N tokens as the GEMV of kernels/cuda/fp8_gemv.h
 // (CudaBackendOptions::fp8_gemv_max_rows; 0: cuBLASLt for all; default: the backend's).
 // --graphs: decode steps captured in CUDA graphs and replayed (on, the backend's default), run
