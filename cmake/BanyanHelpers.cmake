@@ -37,8 +37,7 @@ function(banyan_setup_fuzzing)
     message(FATAL_ERROR "BANYAN_FUZZ needs BANYAN_TESTS=ON (the harnesses live in tests/fuzz)")
   endif()
   set(src ${PROJECT_SOURCE_DIR})
-  set(allowlist ${PROJECT_BINARY_DIR}/fuzz_coverage_allowlist.txt)
-  file(CONFIGURE OUTPUT ${allowlist} @ONLY CONTENT "\
+  set(content "\
 src:${src}/text/*
 src:${src}/model/*
 src:${src}/common/*
@@ -52,6 +51,12 @@ src:${src}/server/grpc/grpc_translate.cc
 src:${src}/tests/fuzz/*
 fun:*
 ")
+  # The file's name carries a hash of its lines, so that a change of the list changes every
+  # object's flags and ninja recompiles them (a file named by a flag is no dependency of it).
+  string(MD5 hash "${content}")
+  string(SUBSTRING "${hash}" 0 12 hash)
+  set(allowlist ${PROJECT_BINARY_DIR}/fuzz_coverage_allowlist_${hash}.txt)
+  file(WRITE ${allowlist} "${content}")
   set(flags -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
             -fsanitize-coverage-allowlist=${allowlist} -fno-omit-frame-pointer)
   foreach(flag ${flags})
