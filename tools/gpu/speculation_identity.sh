@@ -67,32 +67,28 @@ print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'ou
   # --deterministic on: each prompt alone against the batch of 16, bitwise (not a control).
   [[ $a == qwen2 ]] && continue  # the three the batch-invariance suite names
   d=(generate --backend cuda --model "$W/hf/$a" --temperature 0 --max-tokens 64 --deterministic on)
-  "$B/banyan" "${d[@]}" --prompts-file "$W/prompts.txt" > "$W/det_batch.txt" 2> "$W/e_det.txt" ||
-    { tail -3 "$W/e_det.txt"; echo "FAILED: $a: banyan generate --deterministic on"; failed=1; }
-  : > "$W/det_alone.txt"
-  while IFS= read -r line; do
-    printf '%s\n' "$line" > "$W/one.txt"
-    "$B/banyan" "${d[@]}" --prompts-file "$W/one.txt" 2>/dev/null >> "$W/det_alone.txt"
-  done < "$W/prompts.txt"
-  r=$(python3 -c "
-a=open('$W/det_alone.txt',newline='').read().split('\n')[:-1];b=open('$W/det_batch.txt',newline='').read().split('\n')[:-1]
+  # det_alone_vs_batch PROMPTS TAG: the batch of PROMPTS into det_TAGbatch.txt (its stderr in
+  # e_det.txt), each prompt alone into det_TAGalone.txt; r = the comparison's count.
+  det_alone_vs_batch() {
+    "$B/banyan" "${d[@]}" --prompts-file "$1" > "$W/det_$2batch.txt" 2> "$W/e_det.txt" ||
+      { tail -3 "$W/e_det.txt"; echo "FAILED: $a: banyan generate --deterministic on ($1)"; failed=1; }
+    : > "$W/det_$2alone.txt"
+    while IFS= read -r line; do
+      printf '%s\n' "$line" > "$W/one.txt"
+      "$B/banyan" "${d[@]}" --prompts-file "$W/one.txt" 2>/dev/null >> "$W/det_$2alone.txt"
+    done < "$1"
+    r=$(python3 -c "
+a=open('$W/det_$2alone.txt',newline='').read().split('\n')[:-1];b=open('$W/det_$2batch.txt',newline='').read().split('\n')[:-1]
 print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'outputs identical')")
+  }
+  det_alone_vs_batch "$W/prompts.txt" ""
   echo "$a: --deterministic on, each prompt alone against the batch: $r"
   all_same "$r" || failed=1
   # ... and with a long prefix shared by all 16 (read once for the batch's decode rows where
   # the head dim has the tensor-core kernels: Qwen 3 and Mistral here), alone against the batch.
   sed "s/^/$SHARED /" "$W/prompts.txt" > "$W/shared.txt"
-  "$B/banyan" "${d[@]}" --prompts-file "$W/shared.txt" > "$W/det_sbatch.txt" 2> "$W/e_det.txt" ||
-    { tail -3 "$W/e_det.txt"; echo "FAILED: $a: banyan generate --deterministic on (shared prefix)"; failed=1; }
+  det_alone_vs_batch "$W/shared.txt" s
   reads=$(grep -h "deterministic:" "$W/e_det.txt")
-  : > "$W/det_salone.txt"
-  while IFS= read -r line; do
-    printf '%s\n' "$line" > "$W/one.txt"
-    "$B/banyan" "${d[@]}" --prompts-file "$W/one.txt" 2>/dev/null >> "$W/det_salone.txt"
-  done < "$W/shared.txt"
-  r=$(python3 -c "
-a=open('$W/det_salone.txt',newline='').read().split('\n')[:-1];b=open('$W/det_sbatch.txt',newline='').read().split('\n')[:-1]
-print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'outputs identical')")
   echo "$a: --deterministic on, a shared prefix, each prompt alone against the batch: $r; ${reads#\[banyan\] }"
   all_same "$r" || failed=1
   if [[ $a != llama3 && $reads != *"deterministic: "[1-9]* ]]; then
