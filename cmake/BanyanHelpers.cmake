@@ -231,7 +231,20 @@ endfunction()
 # CUDA sources or position-independent code (nvcc never sees the C++ PCH), the generated
 # protobuf code, libFuzzer harnesses (-fsanitize=fuzzer) and STANDALONE tests.
 # CMAKE_DISABLE_PRECOMPILE_HEADERS=ON turns the PCHs off.
+# - BANYAN_COLD_LEVEL (default empty): an optimisation level, 0 or 1, for the targets of
+#   BANYAN_COLD_TARGETS, with a PCH of their own built at that level. These are the serving
+#   shell: the HTTP and gRPC servers, the scheduler, the generated protobuf code and the two
+#   programs. None of them does the CPU model's arithmetic (kernels/cpu, the CPU forward pass,
+#   the sampler) and none holds code the fuzz harnesses reach (the fuzz coverage allowlist).
+#   The sanitized tree of tools/test.sh builds them at -O0: under ASan, -O0 compiles in about
+#   half the time of -O1 (http_connection.cc 37 against 83 CPU-s), and its tests and fuzzers
+#   spend their time in the code that keeps -O1 (every library at -O0 made the memory-safety
+#   tests 3.4x slower and the fuzzers 7-10x).
 option(BANYAN_UNITY_BUILD "Compile the sources of each test binary in unity batches" ON)
+set(BANYAN_COLD_LEVEL "" CACHE STRING
+    "Optimisation level (0 or 1) of the serving shell's targets; empty: the build's own")
+set(BANYAN_COLD_TARGETS banyan_http banyan_grpc banyan_proto banyan_scheduler banyand
+    banyan-grpc-client banyan_grpc_test_server)
 
 set(BANYAN_PCH_STD_HEADERS
   <algorithm> <array> <atomic> <chrono> <cmath> <cstddef> <cstdint> <cstdio> <cstdlib>
@@ -263,6 +276,25 @@ function(banyan_setup_fast_build)
   target_precompile_headers(banyan_pch_libraries PRIVATE ${BANYAN_PCH_STD_HEADERS}
                             ${BANYAN_PCH_ABSL_HEADERS})
   set(holders banyan_pch_libraries)
+  if(NOT BANYAN_COLD_LEVEL STREQUAL "")
+    if(NOT BANYAN_COLD_LEVEL MATCHES "^[01]$")
+      message(FATAL_ERROR "BANYAN_COLD_LEVEL must be 0, 1 or empty; got ${BANYAN_COLD_LEVEL}")
+    endif()
+    add_library(banyan_pch_cold OBJECT ${pch_dir}/pch_holder.cc)
+    target_compile_options(banyan_pch_cold PRIVATE -pthread
+                           $<$<COMPILE_LANGUAGE:CXX>:-O${BANYAN_COLD_LEVEL}>)
+    target_link_libraries(banyan_pch_cold PRIVATE absl::status absl::statusor absl::strings
+                          absl::synchronization absl::time absl::flat_hash_map)
+    target_precompile_headers(banyan_pch_cold PRIVATE ${BANYAN_PCH_STD_HEADERS}
+                              ${BANYAN_PCH_ABSL_HEADERS})
+    list(APPEND holders banyan_pch_cold)
+    foreach(t IN LISTS BANYAN_COLD_TARGETS)
+      if(TARGET ${t})
+        # After the build type's flags on the command line, so this level is the one that holds.
+        target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O${BANYAN_COLD_LEVEL}>)
+      endif()
+    endforeach()
+  endif()
   if(BANYAN_TESTS)
     # One test PCH per optimisation level that some test binary uses (GCC refuses a PCH built
     # with another -O: __OPTIMIZE__ differs).
@@ -307,6 +339,8 @@ function(banyan_setup_fast_build)
     endif()
     if(is_test AND TARGET banyan_pch_tests_o${test_level})
       target_precompile_headers(${t} REUSE_FROM banyan_pch_tests_o${test_level})
+    elseif(TARGET banyan_pch_cold AND t IN_LIST BANYAN_COLD_TARGETS)
+      target_precompile_headers(${t} REUSE_FROM banyan_pch_cold)
     else()
       target_precompile_headers(${t} REUSE_FROM banyan_pch_libraries)
     endif()

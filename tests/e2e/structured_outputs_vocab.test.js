@@ -48,9 +48,12 @@ for (const m of MODELS) {
       ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: true,
         multipleOfPrecision: 9 });
       addFormats(ajv);
+      // One BLAS thread: the 128K-row LM head would get OpenBLAS's two (CpuBackend::AutoThreads),
+      // whose hand-offs spin in sched_yield: a third of the daemon's CPU time in this test, 91
+      // against 56 CPU-s for the whole file on the 2-core machine, taken from the tests beside it.
       d = await startDaemon({
         args: ['--model', `dummy:tiny-d64-gqa4:vocab=${m.vocab}:context=1024`,
-          '--tokenizer', tokenizerJson, '--served-model-name', m.name],
+          '--tokenizer', tokenizerJson, '--served-model-name', m.name, '--cpu-threads', '1'],
       });
     });
     after(async () => {
