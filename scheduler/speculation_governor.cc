@@ -59,6 +59,10 @@ bool SpeculationGovernor::Speculate(int size_class) {
     if (c.without.n < kMeasuredSteps) return false;
   }
   const bool faster = Faster(c);
+  if (c.verdict_pending) {
+    c.verdict_pending = false;
+    if (faster != c.last_answer) return Confirm(c);
+  }
   if (c.steps >= c.next_probe) {
     c.doublings = faster == c.last_answer ? std::min(c.doublings + 1, kMaxDoublings) : 0;
     c.probe_interval = ProbeBase(c, faster) << c.doublings;
@@ -73,9 +77,19 @@ bool SpeculationGovernor::Speculate(int size_class) {
     c.burst_way = !faster;
     c.burst_left = kSettleSteps + kMeasuredSteps - 1;
     c.fresh = true;
+    c.verdict_pending = true;
     return !faster;
   }
   return faster;
+}
+
+bool SpeculationGovernor::Confirm(Class& c) {
+  spdlog::debug("speculation governor: step {}: the probe says switch; measuring the way that ran "
+                "({}) again first", c.steps, c.last_answer ? "speculate" : "plain");
+  c.burst_way = c.last_answer;
+  c.burst_left = kSettleSteps + kMeasuredSteps - 1;
+  c.fresh = true;
+  return c.burst_way;
 }
 
 bool SpeculationGovernor::MaySpeculate(int size_class) const {
@@ -85,7 +99,9 @@ bool SpeculationGovernor::MaySpeculate(int size_class) const {
     if (c.with.n < kMeasuredSteps) return true;
     if (c.without.n < kMeasuredSteps) return false;
   }
-  return c.steps + 1 >= c.next_probe ? !Faster(c) : Faster(c);
+  const bool faster = Faster(c);
+  if (c.verdict_pending && faster != c.last_answer) return c.last_answer;
+  return c.steps + 1 >= c.next_probe ? !faster : faster;
 }
 
 void SpeculationGovernor::SetProfile(int size_class, double seconds_with, double seconds_without) {

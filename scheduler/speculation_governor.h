@@ -20,6 +20,14 @@
 // probe's first measurement replaces the probed way's averages (stale by then), so a change of
 // the rates (acceptance, load) turns the answer at the next probe.
 //
+// Confirming. A probe compares the probed way, measured now, with the averages of the way that
+// ran, measured before the probe. Rates move with the load (a new load's first steps read less
+// KV), so a probe taken where every step got faster can look like a win against an older,
+// slower average: on an H100 the bundled model's 1-row trees won their first probe so and ran
+// 167 measured steps with candidates at 0.8 of plain's rate. So when a probe says switch, the
+// way that ran first runs one more burst whose measurement replaces its averages, and the
+// answer is taken from the two fresh rates.
+//
 // A start-up profile (SetProfile; EngineLoop::ProfileSpeculation) makes the answer right from a
 // class's first step. It gives the class the seconds of a steady step with candidates and
 // without, measured on the model and device that serve. A plain step makes one token per row; a
@@ -95,7 +103,8 @@ class SpeculationGovernor {
     bool last_answer = true;
     int64_t burst_left = 0;  // more steps of the current visit to a way
     bool burst_way = true;
-    bool fresh = false;      // the next measurement of the probed way replaces its averages
+    bool fresh = false;      // the next measurement of the burst's way replaces its averages
+    bool verdict_pending = false;  // a probe's burst ran: its answer is still to be taken
     bool run_way = true;     // the way of the last recorded steps, and how many in a row
     int64_t run_length = 0;
     double profile_with = 0, profile_without = 0;  // SetProfile's seconds per step (0: none)
@@ -110,6 +119,8 @@ class SpeculationGovernor {
   static int Clamp(int c) { return c < 0 ? 0 : c >= kClasses ? kClasses - 1 : c; }
   double Advantage(const Class& c) const;
   bool Faster(const Class& c) const;
+  // Starts the burst that measures the way that ran again (see Confirming); its answer.
+  bool Confirm(Class& c);
   // Steps before the next probe of the slower way: kProbeBudget x the gap's bursts, doubled
   // while the answer stays.
   int64_t ProbeBase(const Class& c, bool faster) const;

@@ -5,6 +5,7 @@
 // and without the CPU a step ahead, with shared prefixes, n > 1, stop strings, penalties and
 // preemption; the candidates must actually be accepted (not a loop that silently never
 // speculates); and sampled outputs without a common seed must follow the same distribution.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -608,6 +609,41 @@ TEST(SpeculationGovernorTest, AProfiledClassReprobesSoonAfterABadVisit) {
   EXPECT_LT(first_steady, 300);
   EXPECT_GT(speculated, 650);
   EXPECT_TRUE(g.MaySpeculate(0));
+}
+
+// A probe that lands where every step got faster (a new load) does not switch on the strength
+// of the old, slower average of the way that ran: that way is measured again first. Plain steps
+// make 1 token in 1 ms and steps with candidates 1.5 in 2 ms until the probe; from the probe on
+// both take half as long. Plain stays 1.33x faster throughout; without the second measurement
+// the probe's 1,500 tok/s beat plain's stale 1,000 and the class ran candidates from then on
+// (a visit of 198 steps here, until the next probe).
+TEST(SpeculationGovernorTest, AProbeThatSaysSwitchMeasuresTheWayThatRanAgain) {
+  SpeculationGovernor g;
+  g.SetPrior(1.5);
+  g.SetProfile(0, 0.002, 0.001);
+  ASSERT_FALSE(g.MaySpeculate(0));
+  const int64_t probe = g.at(0).next_probe;
+  int64_t row = 0, speculated = 0, after_probe = 0, longest_visit = 0;
+  bool prev = false;
+  for (int64_t step = 1; step <= probe + 500; ++step) {
+    const bool may = g.MaySpeculate(0);
+    const bool s = g.Speculate(0);
+    ASSERT_EQ(s, may) << "step " << step;
+    row = s == prev ? row + 1 : 1;
+    prev = s;
+    speculated += s;
+    if (step >= probe) after_probe += s;
+    if (s) longest_visit = std::max(longest_visit, row);
+    const double scale = step >= probe ? 0.5 : 1.0;
+    // The first steps after a switch of ways take 10x (they settle; the governor skips them).
+    const double seconds = (s ? 0.002 : 0.001) * scale * (row <= 3 ? 10 : 1);
+    g.Record(0, s, 1, s ? 1.5 : 1, seconds);
+  }
+  // Candidates only in probes (a probe is one burst), none before the first.
+  EXPECT_EQ(longest_visit, SpeculationGovernor::kSettleSteps + SpeculationGovernor::kMeasuredSteps);
+  EXPECT_EQ(after_probe, speculated);
+  EXPECT_FALSE(g.MaySpeculate(0));
+  EXPECT_NEAR(g.at(0).without.seconds, 0.0005, 1e-9);  // plain measured again at its new rate
 }
 
 TEST(SpeculationGovernorTest, KeepsTheFasterWayAndProbes) {
