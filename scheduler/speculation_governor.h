@@ -21,10 +21,11 @@
 // the rates (acceptance, load) turns the answer at the next probe.
 //
 // Confirming. A probe compares the probed way, measured now, with the averages of the way that
-// ran, measured before the probe. Rates move with the load (a new load's first steps read less
-// KV), so a probe taken where every step got faster can look like a win against an older,
-// slower average: on an H100 the bundled model's 1-row trees won their first probe so and ran
-// 167 measured steps with candidates at 0.8 of plain's rate. So when a probe says switch, the
+// ran, measured before the probe. Rates move with the load (the KV a step reads, the rows), so
+// a probe taken where every step got faster can look like a win against an older, slower
+// average: on an H100 the bundled model's 1-row trees won their first probe against a plain
+// average taken in an earlier load and then ran 167 measured steps with candidates at 0.8 of
+// plain's rate. So when a probe says switch, the
 // way that ran first runs one more burst whose measurement replaces its averages, and the
 // answer is taken from the two fresh rates.
 //
