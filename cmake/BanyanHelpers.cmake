@@ -269,24 +269,22 @@ function(banyan_setup_fast_build)
   set(pch_dir ${PROJECT_BINARY_DIR}/pch)
   file(CONFIGURE OUTPUT ${pch_dir}/pch_holder.cc CONTENT "// Compiles the shared PCH.\n")
 
-  add_library(banyan_pch_libraries OBJECT ${pch_dir}/pch_holder.cc)
-  target_compile_options(banyan_pch_libraries PRIVATE -pthread)
-  target_link_libraries(banyan_pch_libraries PRIVATE absl::status absl::statusor absl::strings
-                        absl::synchronization absl::time absl::flat_hash_map)
-  target_precompile_headers(banyan_pch_libraries PRIVATE ${BANYAN_PCH_STD_HEADERS}
-                            ${BANYAN_PCH_ABSL_HEADERS})
+  # The libraries' PCH holder `name`, with `ARGN` as extra compile options.
+  function(_banyan_library_pch name)
+    add_library(${name} OBJECT ${pch_dir}/pch_holder.cc)
+    target_compile_options(${name} PRIVATE -pthread ${ARGN})
+    target_link_libraries(${name} PRIVATE absl::status absl::statusor absl::strings
+                          absl::synchronization absl::time absl::flat_hash_map)
+    target_precompile_headers(${name} PRIVATE ${BANYAN_PCH_STD_HEADERS}
+                              ${BANYAN_PCH_ABSL_HEADERS})
+  endfunction()
+  _banyan_library_pch(banyan_pch_libraries)
   set(holders banyan_pch_libraries)
   if(NOT BANYAN_COLD_LEVEL STREQUAL "")
     if(NOT BANYAN_COLD_LEVEL MATCHES "^[01]$")
       message(FATAL_ERROR "BANYAN_COLD_LEVEL must be 0, 1 or empty; got ${BANYAN_COLD_LEVEL}")
     endif()
-    add_library(banyan_pch_cold OBJECT ${pch_dir}/pch_holder.cc)
-    target_compile_options(banyan_pch_cold PRIVATE -pthread
-                           $<$<COMPILE_LANGUAGE:CXX>:-O${BANYAN_COLD_LEVEL}>)
-    target_link_libraries(banyan_pch_cold PRIVATE absl::status absl::statusor absl::strings
-                          absl::synchronization absl::time absl::flat_hash_map)
-    target_precompile_headers(banyan_pch_cold PRIVATE ${BANYAN_PCH_STD_HEADERS}
-                              ${BANYAN_PCH_ABSL_HEADERS})
+    _banyan_library_pch(banyan_pch_cold $<$<COMPILE_LANGUAGE:CXX>:-O${BANYAN_COLD_LEVEL}>)
     list(APPEND holders banyan_pch_cold)
     foreach(t IN LISTS BANYAN_COLD_TARGETS)
       if(TARGET ${t})

@@ -25,9 +25,8 @@
 // a probe taken where every step got faster can look like a win against an older, slower
 // average: on an H100 the bundled model's 1-row trees won their first probe against a plain
 // average taken in an earlier load and then ran 167 measured steps with candidates at 0.8 of
-// plain's rate. So when a probe says switch, the
-// way that ran first runs one more burst whose measurement replaces its averages, and the
-// answer is taken from the two fresh rates.
+// plain's rate. So when a probe says switch, the way that ran first runs one more burst whose
+// measurement replaces its averages, and the answer is taken from the two fresh rates.
 //
 // A start-up profile (SetProfile; EngineLoop::ProfileSpeculation) makes the answer right from a
 // class's first step. It gives the class the seconds of a steady step with candidates and
