@@ -107,7 +107,12 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::Mode
     return absl::InvalidArgumentError(
         absl::StrCat("the CPU backend's threads must be 0 (automatic) or more, not ", options.threads));
   }
-  return std::unique_ptr<CpuBackend>(new CpuBackend(weights, options));
+  auto backend = std::unique_ptr<CpuBackend>(new CpuBackend(weights, options));
+  if (backend->kv_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the CPU backend could not allocate its KV pool of ", options.num_chunks, " chunks"));
+  }
+  return backend;
 }
 
 CpuBackend::CpuBackend(const model::ModelWeights* weights, const CpuBackendOptions& options)
@@ -119,7 +124,8 @@ CpuBackend::CpuBackend(const model::ModelWeights* weights, const CpuBackendOptio
   const int d = cfg_.head_dim();
   chunk_stride_ = int64_t{2} * cfg_.n_kv_heads * options.chunk_size * d;
   layer_stride_ = chunk_stride_ * options.num_chunks;
-  kv_.assign(static_cast<size_t>(layer_stride_) * cfg_.n_layers, 0.0f);
+  kv_.reset(static_cast<float*>(
+      std::calloc(static_cast<size_t>(layer_stride_) * cfg_.n_layers, sizeof(float))));
   inv_freq_ = model::RopeInvFreq(cfg_);
   dequantized_.reserve(model::HasQuantizedWeights(w_) ? size_t{7} * cfg_.n_layers : 0);
   for (const model::LayerWeights& l : w_.layers) {
@@ -149,8 +155,8 @@ absl::Status CpuBackend::CopyChunks(std::span<const kvcache::ChunkCopy> copies) 
       for (int kv = 0; kv < 2; ++kv) {
         for (int h = 0; h < cfg_.n_kv_heads; ++h) {
           const int64_t head_off = l * layer_stride_ + (int64_t{kv} * cfg_.n_kv_heads + h) * c * d;
-          const float* src = kv_.data() + head_off + cp.src * chunk_stride_ + cp.slot_begin * d;
-          float* dst = kv_.data() + head_off + cp.dst * chunk_stride_ + cp.DstBegin() * d;
+          const float* src = kv_.get() + head_off + cp.src * chunk_stride_ + cp.slot_begin * d;
+          float* dst = kv_.get() + head_off + cp.dst * chunk_stride_ + cp.DstBegin() * d;
           std::memcpy(dst, src, sizeof(float) * d * (cp.slot_end - cp.slot_begin));
         }
       }
@@ -188,7 +194,7 @@ void CpuBackend::Attention(const StepBatch& batch, int layer, const float* q, fl
     return;
   }
   kernels::KvView kv;
-  kv.base = kv_.data() + layer * layer_stride_;
+  kv.base = kv_.get() + layer * layer_stride_;
   kv.chunk_stride = chunk_stride_;
   kv.v_offset = int64_t{cfg_.n_kv_heads} * options_.chunk_size * d;
   kv.chunk_size = options_.chunk_size;
@@ -308,7 +314,7 @@ absl::Status CpuBackend::Forward(const StepBatch& batch, std::vector<float>* log
       RmsNorm(q_.data(), lw.q_norm, T * hq, d, cfg_.norm_eps, q_.data());
       RmsNorm(k_.data(), lw.k_norm, T * hkv, d, cfg_.norm_eps, k_.data());
     }
-    float* layer_kv = kv_.data() + l * layer_stride_;
+    float* layer_kv = kv_.get() + l * layer_stride_;
     for (int t = 0; t < T; ++t) {
       ApplyRope(q_.data() + static_cast<int64_t>(t) * hq * d, hq, positions[t]);
       if (!writes[t]) continue;  // cached KV is bit-identical to what we would write

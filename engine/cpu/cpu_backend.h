@@ -7,6 +7,7 @@
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -102,7 +103,13 @@ class CpuBackend final : public Backend {
   int32_t threads_ = 1;
   int64_t layer_stride_;  // floats per layer of KV memory
   int64_t chunk_stride_;  // floats per chunk within a layer
-  std::vector<float> kv_;
+  // The KV pool, zero-filled by calloc: a pool this large comes from fresh anonymous pages that
+  // the kernel zeroes on first touch, so a process pays only for the chunks it uses (a 256 MiB
+  // std::vector was memset at construction: half of a short `banyan generate`'s time).
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], FreeDeleter> kv_;
   std::vector<float> inv_freq_;  // [head_dim / 2] RoPE frequencies
   // Scratch, reused across steps.
   std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_, partial_o_, partial_lse_;
