@@ -4,7 +4,7 @@
 add_library(banyan_gemm_ceiling STATIC ${CMAKE_CURRENT_LIST_DIR}/gemm_ceiling.cc
             ${CMAKE_CURRENT_LIST_DIR}/tpp/bench_fill.cu)
 target_link_libraries(banyan_gemm_ceiling PUBLIC banyan_engine_cuda banyan_model absl::status
-                      absl::statusor CUDA::cudart CUDA::cublas)
+                      absl::statusor CUDA::cudart)
 target_include_directories(banyan_gemm_ceiling PUBLIC ${PROJECT_SOURCE_DIR})
 # bench_fill.cu (random weights for the GEMM-only step) is C++17 CUDA, as in bench/tpp.
 set_target_properties(banyan_gemm_ceiling PROPERTIES CUDA_ARCHITECTURES ${BANYAN_CUDA_ARCH_SM90} CUDA_STANDARD 17)
@@ -21,6 +21,6 @@ target_link_libraries(prefill_attention_bench PRIVATE banyan_gemm_ceiling banyan
 # Drafting time of Hydra heads on the GPU against the host.
 add_executable(draft_heads_bench ${CMAKE_CURRENT_LIST_DIR}/draft_heads_bench.cc)
 target_link_libraries(draft_heads_bench PRIVATE banyan_engine_cuda banyan_engine banyan_model
-                      absl::strings CUDA::cudart CUDA::cublas)
+                      absl::strings CUDA::cudart)
 target_include_directories(draft_heads_bench PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(draft_heads_bench PRIVATE BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -3,12 +3,28 @@
 # line, sorted), so that the runtime image installs them with apt (where image scanners and
 # `apt-get upgrade` see them) instead of copying files that ldd lists. Run in the build stage:
 #   docker/runtime-packages.sh /opt/banyan/bin/* > runtime-packages.txt
+#   docker/runtime-packages.sh BIN... --dlopen LIB...
+# Libraries after --dlopen are ones the binaries open at run time, which ldd cannot see (the CUDA
+# backend opens cuBLAS on first use: engine/cuda/cublas_loader.h); each counts, with what it loads.
 # Fails, naming the library, when a library belongs to no package. Libraries the host brings
 # (the NVIDIA driver's libcuda, mounted by the container toolkit) are left out.
 set -eu
 status=0
 out=""
-libs=$(ldd "$@" | awk '/=> \// {print $3}' | sort -u)
+bins=""
+opened=""
+while [ $# -gt 0 ]; do
+  if [ "$1" = --dlopen ]; then
+    shift
+    opened="$*"
+    break
+  fi
+  bins="$bins $1"
+  shift
+done
+# shellcheck disable=SC2086  # word splitting of the path lists is intended
+libs=$( { ldd $bins $opened | awk '/=> \// {print $3}'; for l in $opened; do echo "$l"; done; } |
+  sort -u)
 for lib in $libs; do
   case "$lib" in */libcuda.so*|*/libnvidia-*) continue ;; esac
   real=$(readlink -f "$lib")

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "engine/cuda/cublas_loader.h"
 #include "engine/cuda/cuda_backend_impl.h"
 #include "kernels/kv_fp8.h"
 #include "model/dtype.h"
@@ -70,6 +71,7 @@ absl::Status CudaBackend::Init(const model::ModelWeights* weights, uint64_t dumm
         "model has head_dim ", d, " and the chunk size is ", options_.chunk_size));
   }
   if (!DeviceAvailable()) return absl::FailedPreconditionError("no CUDA device is available");
+  BANYAN_RETURN_IF_ERROR(cuda::LoadCublas());  // opened now, not at start-up (cublas_loader.h)
   Impl& m = *impl_;
   BANYAN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   cudaDeviceProp prop;

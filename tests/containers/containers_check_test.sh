@@ -3,7 +3,8 @@
 # Kubernetes manifests (Kubernetes schemas, the restricted security context, one uid:gid across
 # images and manifests, apt layers, the documented build format; the fleet's custom resources
 # and the references between its objects), then on copies broken one way each, every one of
-# which must fail with its own message, so the check itself is tested.
+# which must fail with its own message, so the check itself is tested; and
+# docker/runtime-packages.sh's --dlopen (libraries the binaries open at run time).
 #   containers_check_test.sh SOURCE_DIR
 # Exits 77 (skip) only without node; missing npm packages fail (npm ci --prefix tests/containers,
 # which tools/setup.sh runs).
@@ -102,6 +103,23 @@ fleet "network policy shuts out the events" "no ingress rule admits Deployment b
   '/^kind: NetworkPolicy/,/^---/s/matchLabels: {app: banyand}/matchLabels: {app: banyand-gpu}/'
 fleet "v1alpha2 pool field" "must NOT have additional properties (targetPortNumber)" \
   's/^  targetPorts:$/  targetPortNumber: 8000\n  targetPorts:/'
+
+# docker/runtime-packages.sh: a library named after --dlopen counts although no binary links it
+# (the CUDA image installs cuBLAS this way: the backend opens it on first use).
+echo "== runtime-packages.sh --dlopen"
+zmq=$(ldconfig -p | awk '/libzmq\.so\.5 .*x86-64/ {print $NF; exit}')
+if [ -z "$zmq" ]; then
+  echo "FAIL: no libzmq.so.5 on this machine (tools/setup.sh installs libzmq3-dev)"
+  failures=$((failures + 1))
+else
+  without=$(sh "$d/runtime-packages.sh" /bin/true)
+  with=$(sh "$d/runtime-packages.sh" /bin/true --dlopen "$zmq")
+  case $without in *libzmq5*) echo "FAIL: /bin/true alone gave libzmq5"; failures=$((failures + 1)) ;; esac
+  case $with in
+    *libzmq5*) echo "ok: $zmq after --dlopen gives libzmq5" ;;
+    *) echo "FAIL: --dlopen $zmq did not give libzmq5: $with"; failures=$((failures + 1)) ;;
+  esac
+fi
 
 if [ "$failures" -ne 0 ]; then
   echo "containers_check: $failures failures"
