@@ -109,11 +109,14 @@ class Subscriber:
                 if seq_bytes == END_SEQ:
                     break
                 seq = int.from_bytes(seq_bytes, "big")
+                # Batches from upto on are the live stream's (the one that showed the gap and
+                # later ones, which the ring already holds when this subscriber is slow): skipped
+                # before the gap check, or they would read as a replay that skipped a batch.
+                if upto is not None and seq >= upto:
+                    continue
                 if seq != self.next_seq:
                     if seq > self.next_seq:
                         self.errors.append(f"replay starts at {seq}, wanted {self.next_seq}")
-                    continue
-                if upto is not None and seq >= upto:
                     continue
                 self._apply(payload)
                 self.replayed += 1
