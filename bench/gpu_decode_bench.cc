@@ -786,7 +786,8 @@ int Main(const Options& o) {
   std::printf("\n| model | prefix | B | graphs | tpp tok/s | paged tok/s | none tok/s | tpp/none | "
               "tpp/paged | limit tok/s | tpp/limit | paged/limit | none/limit | "
               "none/GEMM-only |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const auto& [key, modes] : table) {
+  for (const auto& [key, key_modes] : table) {
+    const auto& modes = key_modes;  // a lambda cannot capture a structured binding in clang 15
     auto get = [&](const char* mode) {
       auto it = modes.find(mode);
       return it == modes.end() ? 0.0 : it->second;

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(build-essential cmake ninja-build pkg-config git ca-certificates
+PACKAGES=(build-essential clang-15 cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libcpp-httplib-dev
   libgtest-dev libgmock-dev libopenblas-dev libboost-dev zlib1g-dev
@@ -83,7 +83,11 @@ if command -v npm >/dev/null 2>&1 &&
   touch tests/containers/node_modules 2>/dev/null || true
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${BANYAN_BUILD_TYPE:-Release}" "$@"
+# The compilers: tools/compiler.sh (clang 15). A tree configured with others is configured again
+# (CMake starts its cache afresh when the compiler changes).
+source tools/compiler.sh
+cmake -S . -B build -G Ninja "${BANYAN_COMPILER_ARGS[@]}" \
+  -DCMAKE_BUILD_TYPE="${BANYAN_BUILD_TYPE:-Release}" "$@"
 # Ninja's own default of compile jobs (cores + 2): a core does not idle while a job waits on the
 # disk or links.
 if [ "${BANYAN_SETUP_BUILD:-1}" != 0 ]; then

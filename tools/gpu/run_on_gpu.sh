@@ -37,11 +37,15 @@ mapfile -t GPU_TESTS <"$root/tools/gpu/gpu_tests.list"
 TOOLS=(gpu_decode_bench banyan banyand banyan_serve_bench)
 # Machine code for the GPU: a tree that tools/test.sh configured on a machine without one holds
 # PTX only (BANYAN_CUDA_PTX_ONLY), and is configured again.
+# The compilers of every Release build (tools/compiler.sh); a tree built with others is
+# configured again.
+source "$root/tools/compiler.sh"
 if [[ ! -f $build/CMakeCache.txt ]] ||
   grep -qx -e 'BANYAN_SERVER:BOOL=OFF' -e 'BANYAN_CUDA_PTX_ONLY:BOOL=ON' \
-    "$build/CMakeCache.txt"; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBANYAN_SERVER=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DBANYAN_CUDA_PTX_ONLY=OFF >/dev/null
+    "$build/CMakeCache.txt" ||
+  ! grep -qx "CMAKE_CXX_COMPILER:FILEPATH=$banyan_cxx" "$build/CMakeCache.txt"; then
+  cmake -S "$root" -B "$build" -G Ninja "${BANYAN_COMPILER_ARGS[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DBANYAN_SERVER=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DBANYAN_CUDA_PTX_ONLY=OFF >/dev/null
 fi
 ninja -C "$build" -j2 "${GPU_TESTS[@]}" "${TOOLS[@]}"
 
