@@ -182,8 +182,22 @@ std::string CompletionBody(const Target& t, const Options& o, const RequestSpec&
   return j.dump();
 }
 
+ConnectGate::ConnectGate(const net::any_io_executor& ex, size_t expected)
+    : open_(ex, net::steady_timer::time_point::max()), expected_(expected) {}
+
+net::awaitable<void> ConnectGate::Arrive() {
+  if (++arrived_ >= expected_) {
+    open_.cancel();
+    co_return;
+  }
+  error_code ec;
+  while (arrived_ < expected_) {
+    co_await open_.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+}
+
 net::awaitable<void> RunStreaming(const Target& t, const std::string& body, Clock::time_point t0,
-                                  RequestResult* r) {
+                                  RequestResult* r, ConnectGate* gate) {
   r->start_s = Seconds(Clock::now() - t0);
   beast::tcp_stream stream(co_await net::this_coro::executor);
   ArmTimeout(t, &stream);
@@ -196,6 +210,7 @@ net::awaitable<void> RunStreaming(const Target& t, const std::string& body, Cloc
   };
   const tcp::endpoint ep = t.endpoint;
   co_await stream.async_connect(ep, net::redirect_error(net::use_awaitable, ec));
+  if (gate != nullptr) co_await gate->Arrive();  // a failed connect arrives too
   if (ec) co_return fail("connect: " + ec.message());
 
   bhttp::request<bhttp::string_body> req{bhttp::verb::post, "/v1/completions", 11};

@@ -14,6 +14,7 @@
 #include "bench/serve/workload.h"
 #include "boost/asio/awaitable.hpp"
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/steady_timer.hpp"
 
 namespace banyan::bench::serve {
 
@@ -45,9 +46,23 @@ boost::asio::awaitable<HttpReply> SimpleRequest(const Target& t, std::string met
 std::string CompletionBody(const Target& t, const Options& o, const RequestSpec& spec,
                            bool stream);
 
+// A barrier of the streams of one run (--connect-first): each stream, once its connection is
+// made (or failed), waits here until every one of `expected` has arrived.
+class ConnectGate {
+ public:
+  ConnectGate(const boost::asio::any_io_executor& ex, size_t expected);
+  boost::asio::awaitable<void> Arrive();
+
+ private:
+  boost::asio::steady_timer open_;  // never expires: cancelled when the last stream arrives
+  size_t expected_, arrived_ = 0;
+};
+
 // Sends `body` (from CompletionBody, stream true) and follows the SSE answer, filling *r as
 // events arrive (r->text_events grows live; r->done is set last). `t0` is the run's start.
+// With a gate, the request is sent only once every stream of the gate is connected.
 boost::asio::awaitable<void> RunStreaming(const Target& t, const std::string& body,
-                                          Clock::time_point t0, RequestResult* r);
+                                          Clock::time_point t0, RequestResult* r,
+                                          ConnectGate* gate = nullptr);
 
 }  // namespace banyan::bench::serve

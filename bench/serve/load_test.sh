@@ -7,7 +7,11 @@
 #   distinct prompts re-sent alone without streaming answer the same text). Asserts: all 4,096
 #   completed, none failed, 4,096 in flight and 4,096 response streams open at once, no text
 #   mismatch, and banyand's thread count (the max of /proc/PID/status Threads, sampled every
-#   0.1 s through the load) at most 32.
+#   0.1 s through the load) at most 32. The bench connects all 4,096 before sending any request
+#   (--connect-first), while the daemon has nothing else to do: a connect storm beside a daemon
+#   already tokenizing and generating leaves some connections in the kernel's queues, and one set
+#   up late can open its stream after the first streams ended (a run beside a compile job once
+#   saw 4,094 open at once).
 # probe (ctest serve_bench_probe_fairness): the fairness probe with 200 idle, 200 trickling, and
 #   200 idle + 200 trickling connections; asserts only that every probe request completed and
 #   every connection was established, and prints the delays.
@@ -83,6 +87,7 @@ EOF
   # one text, and a crossed stream would go unseen: distinct_texts is asserted below.)
   set -x
   "$bench" --port "$port" --workload shared-prefix --num-prompts 4096 --concurrency 4096 \
+    --connect-first \
     --prefix-tokens 96 --suffix-tokens 16 --suffix-pool 2048 --output-tokens 32 \
     --verify-greedy --verify-samples 64 --metrics-interval-ms 500 --label streams-4096 \
     --output "$out"

@@ -178,11 +178,13 @@ std::string ParseOptions(int argc, char** argv, Options* out, bool* help) {
       key = key.substr(0, eq);
       has_value = true;
     }
-    if (key == "probe" || key == "no-ignore-eos" || key == "verify-greedy") {
+    if (key == "probe" || key == "no-ignore-eos" || key == "verify-greedy" ||
+        key == "connect-first") {
       if (has_value) return "--" + key + " takes no value";
       if (key == "probe") o.probe = true;
       if (key == "no-ignore-eos") o.ignore_eos = false;
       if (key == "verify-greedy") o.verify_greedy = true;
+      if (key == "connect-first") o.connect_first = true;
       continue;
     }
     auto it = Setters().find(key);
@@ -216,6 +218,13 @@ std::string ParseOptions(int argc, char** argv, Options* out, bool* help) {
            "--sweep-rates";
   }
   if (std::isinf(o.request_rate)) o.request_rate = 0.0;
+  if (o.connect_first &&
+      (o.probe || !o.sweep_rates.empty() || o.request_rate > 0 ||
+       (o.concurrency > 0 && o.num_prompts && o.concurrency < *o.num_prompts))) {
+    return "--connect-first holds every request until all are connected: it needs one run of "
+           "requests sent all at once (no --request-rate, --sweep-rates or --probe, and "
+           "--concurrency 0 or at least --num-prompts)";
+  }
   *out = std::move(o);
   return "";
 }
@@ -246,6 +255,8 @@ Verify:     --verify-greedy (temperature 0 only): requests with the same prompt 
             one; the report gets "verify", and any mismatch exits 1
 Arrivals:   --concurrency N (cap on requests in flight; 0: none)
             --request-rate R (requests/s, Poisson; inf or 0: all at once) --burstiness G (1)
+            --connect-first: every request's connection is made before any request is sent
+              (all at once only), so the host's connection queues do not stagger the streams
             --sweep-rates r1,r2,...: run each rate in turn, stop after the first that breaks
             the SLO (p99 TTFT or p99 TPOT above it); reports the highest that held
             --sweep-seconds S: each step sends rate x S requests (instead of --num-prompts),

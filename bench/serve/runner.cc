@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string_view>
 #include <utility>
@@ -69,6 +70,15 @@ class Run {
     // A run() that returned leaves the context stopped: without restart() the load would only
     // run inside the second scrape's RunAlone, and that scrape would read the marks first.
     ioc_.restart();
+    gate_.reset();
+    if (o_.connect_first) {
+      // The streams dispatched at once (a workload may make more requests than --num-prompts
+      // checked against --concurrency): any later one passes the open gate.
+      const size_t at_once = rc_.concurrency > 0
+                                 ? std::min(results_.size(), static_cast<size_t>(rc_.concurrency))
+                                 : results_.size();
+      gate_ = std::make_unique<ConnectGate>(ioc_.get_executor(), at_once);
+    }
     t0_ = Clock::now();
     end_ = t0_;
     net::co_spawn(ioc_, Dispatch(), net::detached);
@@ -109,7 +119,7 @@ class Run {
     const std::string& body = bodies_[i];
     const Clock::time_point t0 = t0_;
     RequestResult* r = &results_[i];
-    co_await RunStreaming(t, body, t0, r);
+    co_await RunStreaming(t, body, t0, r, gate_.get());
     --in_flight_;
     in_flight_flag_[i] = 0;
     if (++finished_ == results_.size()) {
@@ -180,6 +190,7 @@ class Run {
   std::vector<double> offsets_;
   net::steady_timer slot_timer_;  // cancelled when a request ends: wakes a waiting dispatcher
   net::steady_timer poll_timer_;  // cancelled when the last request ends
+  std::unique_ptr<ConnectGate> gate_;  // --connect-first: the barrier of this run's streams
   Clock::time_point t0_, end_;
   int in_flight_ = 0;
   int max_in_flight_ = 0;

@@ -322,6 +322,23 @@ TEST(OptionsTest, ParsesRatesAndRejectsBadValues) {
   EXPECT_NE(ParseOptions(3, const_cast<char**>(unknown), &o, &help), "");
 }
 
+TEST(OptionsTest, ConnectFirstOnlyForOneLoadSentAllAtOnce) {
+  Options o;
+  bool help = false;
+  const char* ok[] = {"bench", "--connect-first", "--num-prompts", "8", "--concurrency", "8"};
+  ASSERT_EQ(ParseOptions(6, const_cast<char**>(ok), &o, &help), "");
+  EXPECT_TRUE(o.connect_first);
+  const char* capped[] = {"bench", "--connect-first", "--num-prompts", "8", "--concurrency", "4"};
+  EXPECT_NE(ParseOptions(6, const_cast<char**>(capped), &o, &help).find("--connect-first"),
+            std::string::npos);
+  const char* rate[] = {"bench", "--connect-first", "--request-rate", "5"};
+  EXPECT_NE(ParseOptions(4, const_cast<char**>(rate), &o, &help), "");
+  const char* sweep[] = {"bench", "--connect-first", "--sweep-rates", "1,2"};
+  EXPECT_NE(ParseOptions(4, const_cast<char**>(sweep), &o, &help), "");
+  const char* valued[] = {"bench", "--connect-first=1"};
+  EXPECT_NE(ParseOptions(2, const_cast<char**>(valued), &o, &help), "");
+}
+
 TEST(OptionsTest, VerifyGreedyNeedsTemperatureZeroAndOneRun) {
   Options o;
   bool help = false;
