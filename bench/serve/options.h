@@ -60,8 +60,8 @@ struct Options {
   double sweep_seconds = 0;          // > 0: each sweep step sends rate x this many requests
   double request_timeout_s = 0.0;    // 0: none
   // Every stream connects before any sends its request (all at once, no cap below the load): a
-  // storm of connects can leave some in the kernel's queues for seconds (retransmitted SYNs),
-  // and then which streams run together depends on the host, not on the server.
+  // storm of connects beside a busy daemon can leave some in the kernel's queues, and then which
+  // streams run together depends on the host, not on the server.
   bool connect_first = false;
 
   // --- SLO and metrics
