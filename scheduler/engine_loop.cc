@@ -500,11 +500,9 @@ bool EngineLoop::Place(const IterationPlan& plan, const ByHandle& by_handle, Lau
 
 bool EngineLoop::FedReady() const {
   if (inflight_.speculation.speculated || !pending_copies_.empty() || running_.empty()) return false;
-  // One pass over the running requests gathers the three answers: whether every sample can take
-  // a fed row, the class of the step to be fed, and whether any sample may draft in it.
-  const bool speculating = options_.speculation != LoopOptions::Speculation::kOff;
+  // One pass over the running requests gathers two answers: whether every sample can take a
+  // fed row, and the class of the step to be fed.
   size_t next_rows = 0;
-  bool may_draft = false;
   for (const LivePtr& l : running_) {
     // A prompt: more of it to place (prefill rows only), or its first token is sampled by N and
     // its first decode rows are fed from there (n > 1: ForkAhead makes the samples first).
@@ -516,7 +514,6 @@ bool EngineLoop::FedReady() const {
     for (size_t i = 0; i < l->samples.size(); ++i) {
       const Live::Sample& s = l->samples[i];
       if (s.finished) continue;
-      if (speculating && !may_draft) may_draft = MayDraft(*l, i);
       if (!decoding) continue;
       // The class of the step to be fed: its rows are N's decode rows and the first decode rows
       // of the prompts N finishes (a step after a prompt-only N decodes rows that N did not).
@@ -526,8 +523,16 @@ bool EngineLoop::FedReady() const {
       if (!inflight_.owner.contains(s.seq)) return false;
     }
   }
+  // Fed unless a sample may draft in a step that may speculate (asked last: with n-gram lookup,
+  // MayDraft scans a sample's context).
   const int spec_class = SpeculationClassFor(options_, next_rows);
-  return !(may_draft && spec_class >= 0 && GovernorMaySpeculate(spec_class));
+  if (spec_class < 0 || !GovernorMaySpeculate(spec_class)) return true;
+  for (const LivePtr& l : running_) {
+    for (size_t i = 0; i < l->samples.size(); ++i) {
+      if (!l->samples[i].finished && MayDraft(*l, i)) return false;
+    }
+  }
+  return true;
 }
 
 MaskWorkers::Stats EngineLoop::mask_worker_stats() const {

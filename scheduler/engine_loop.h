@@ -59,6 +59,7 @@
 #include "kvcache/chunk_pool.h"
 #include "kvcache/prefix_tree.h"
 #include "scheduler/loop/in_flight.h"
+#include "scheduler/loop/ngram_lookup.h"
 #include "scheduler/loop/output.h"
 #include "scheduler/loop/step_timing.h"
 #include "scheduler/mask_workers.h"
@@ -113,13 +114,16 @@ struct LoopOptions {
     // Hydra's sequentially dependent draft heads (or Medusa's), on the host: needs a backend
     // that returns hidden states (Backend::HiddenRows).
     kHeads,
-    // The continuation this loop last generated greedily for the same prompt (prompt lookup):
-    // what a repeated request, or a benchmark that sends its load twice, gets right.
+    // Prompt lookup, from two sources: the continuation this loop last generated greedily for
+    // the same prompt, while the sample still agrees with it (what a repeated request, or a
+    // benchmark that sends its load twice, gets right); otherwise the sample's own context,
+    // where its last tokens occurred before (ngram_lookup; scheduler/loop/ngram_lookup.h).
     kLookup,
   };
   Speculation speculation = Speculation::kOff;
   const engine::DraftHeads* draft_heads = nullptr;  // kHeads; must outlive the loop
   int draft_tokens = 3;       // candidates per chain (kHeads: at most the heads' count)
+  NgramLookup ngram_lookup;  // kLookup: n-gram matches in the context (max_n 0: none)
   // kHeads: a candidate tree, draft_tree[d] children per node at depth d (top-b of head d; at
   // most the heads' count of levels), e.g. {4, 2, 2}. Empty: a chain of draft_tokens.
   std::vector<int> draft_tree = {};
@@ -396,7 +400,8 @@ class EngineLoop {
   bool GovernorMaySpeculate(int size_class) const;
   // Whether sample `sample` of `live` may have candidates in the next step: with draft heads,
   // any unconstrained one; with prompt lookup, one with a continuation to look up (a prompt seen
-  // before). A step where none may is fed like a plain one (FedReady).
+  // before) or whose context's last tokens occurred before in it (a scan of the context). A step
+  // where none may is fed like a plain one (FedReady).
   bool MayDraft(const Live& live, size_t sample) const;
   // kHeads: the trees' branching, draft_tree or a chain of draft_tokens, at most the heads'
   // count of levels (fixed at construction).

@@ -79,7 +79,8 @@ constexpr char kUsage[] =
     "               [--log-level trace|debug|info|warn|error] [--max-model-len N]\n"
     "               [--quantization none|fp8] [--kv-cache-dtype auto|bf16|fp8]\n"
     "               [--speculative off|hydra|lookup] [--draft-heads FILE] [--draft-tokens N]\n"
-    "               [--draft-tree B1,B2,..] [--speculation-max-rows N]\n"
+    "               [--draft-tree B1,B2,..] [--prompt-lookup-min N] [--prompt-lookup-max N]\n"
+    "               [--speculation-max-rows N]\n"
     "               [--speculation-min-accept X] [--speculation-adaptive on|off]\n"
     "               [--speculation-profile on|off] [--draft-on device|host]\n"
     "               [--kv-events-config JSON] [--debug-kv-blocks on|off]\n"
@@ -341,6 +342,7 @@ absl::Status ConfigureSpeculation(const DaemonConfig& cfg, const model::ModelBun
     loop->draft_heads = &**heads_out;
   } else if (cfg.speculative == "lookup") {
     loop->speculation = scheduler::LoopOptions::Speculation::kLookup;
+    loop->ngram_lookup = {.min_n = cfg.prompt_lookup_min, .max_n = cfg.prompt_lookup_max};
   } else if (!cfg.draft_heads.empty()) {
     return absl::InvalidArgumentError("--draft-heads is only read with --speculative hydra");
   }
@@ -357,7 +359,10 @@ absl::Status ConfigureSpeculation(const DaemonConfig& cfg, const model::ModelBun
     spdlog::info("speculative decoding: {} ({}, in steps of at most {} decode rows{}, paused for a "
                  "sample accepting fewer than {} per step)",
                  cfg.speculative == "hydra" ? "hydra heads " + cfg.draft_heads
-                                              : std::string("prompt lookup"),
+                 : cfg.prompt_lookup_max == 0
+                     ? std::string("prompt lookup, repeated prompts only")
+                     : absl::StrCat("prompt lookup, repeated prompts and ", cfg.prompt_lookup_min,
+                                    "- to ", cfg.prompt_lookup_max, "-grams of the context"),
                  cfg.draft_tree.empty()
                      ? absl::StrCat(cfg.draft_tokens, " candidates per chain")
                      : absl::StrCat("tree ", absl::StrJoin(cfg.draft_tree, ",")),

@@ -8,11 +8,13 @@
 #     tokens each): SPEC_MODES picks the modes (default: off chain-auto tree-auto). chain / tree
 #     speculate in every step (--speculation-adaptive off); chain-auto / tree-auto are the
 #     defaults (the governor with its start-up profile, at most 64 rows); chain-noprofile /
-#     tree-noprofile the governor without its profile; chain-host / tree-host draft on the host.
+#     tree-noprofile the governor without its profile; chain-host / tree-host draft on the host;
+#     lookup / lookup-auto: prompt lookup instead of the heads (3 candidates: n-grams of each
+#     request's context, as no prompt repeats), forced or with the defaults.
 # (2) The 8B shape (dummy weights) with prompt lookup, 3 candidates, the defaults against off,
 #     batch 1/8/64/256/1,024 (SPEC_8B_BATCHES), a 512-token shared prefix: each load sent twice,
-#     the first run non-repetitive (no continuation is known: nothing to draft), the second
-#     repetitive (the first run's continuation is the draft, all of it accepted).
+#     the first run non-repetitive (no continuation is known: only n-grams of each request's own
+#     context draft), the second repetitive (the first run's continuation is the draft).
 # (3) SPEC_7B=1: the 7B shape with prompt lookup forced, 1-4 candidates per chain against none,
 #     batch 1/8/64 at a 2K context (tpp; paged at batch 64).
 #   bench/serve/speculation.sh BIN_DIR [OUT_DIR]     (SPEC_8B=0 skips part 2)
@@ -77,6 +79,8 @@ for mode in ${SPEC_MODES:-off chain-auto tree-auto}; do
     tree-auto) extra=("${H[@]}" --draft-tree 4,2,2) ;;
     chain-noprofile) extra=("${H[@]}" --draft-tokens 3 --speculation-profile off) ;;
     tree-noprofile) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-profile off) ;;
+    lookup) extra=(--speculative lookup --draft-tokens 3 "${F[@]}") ;;
+    lookup-auto) extra=(--speculative lookup --draft-tokens 3) ;;
   esac
   start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
   for b in ${SPEC_BATCHES:-1 8 64 256 1024}; do

@@ -32,6 +32,7 @@
 #include "engine/speculative/draft_heads.h"
 #include "scheduler/engine_loop.h"
 #include "scheduler/loop/live_request.h"
+#include "scheduler/loop/ngram_lookup.h"
 #include "scheduler/loop/placement.h"
 #include "scheduler/loop/speculation.h"
 
@@ -43,6 +44,12 @@ uint64_t PromptKey(const Request& r) {
   uint64_t h = std::hash<std::string>()(r.cache_namespace);
   for (int32_t t : r.prompt) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
   return h ^ r.prompt.size();
+}
+
+// A sample's context for n-gram lookup: its prompt, then what it generated (its next token
+// last: the drafts follow it).
+TokenContext ContextOf(const LiveRequest& live, const LiveRequest::Sample& s) {
+  return {.head = live.req.prompt, .tail = s.generated};
 }
 
 bool Greedy(const engine::SamplingParams& p) {
@@ -101,7 +108,9 @@ bool EngineLoop::MayDraft(const Live& live, size_t sample) const {
   if (live.req.constraint != nullptr) return false;  // constrained samples do not speculate
   if (options_.speculation == LoopOptions::Speculation::kHeads || s.lookup != nullptr) return true;
   // DraftFor searches the continuations once, at the sample's first drafting.
-  return !s.lookup_tried && continuations_.contains(PromptKey(live.req));
+  if (!s.lookup_tried && continuations_.contains(PromptKey(live.req))) return true;
+  // Without the token in flight: a match of the context so far predicts one with it.
+  return FindNgram(ContextOf(live, s), options_.ngram_lookup).n > 0;
 }
 
 void EngineLoop::Speculate(PlacedStep* step, bool fed, StepSpeculation* spec) {
@@ -143,18 +152,25 @@ std::vector<int32_t> EngineLoop::DraftFor(Live& live, size_t i, int budget) {
     if (it != continuations_.end()) m.lookup = it->second;
     m.lookup_checked = 0;
   }
-  if (!m.lookup) return drafts;
-  const std::vector<int32_t>& cont = *m.lookup;
-  for (; m.lookup_checked < m.generated.size(); ++m.lookup_checked) {
-    if (m.lookup_checked >= cont.size() || cont[m.lookup_checked] != m.generated[m.lookup_checked]) {
-      m.lookup.reset();  // diverged (another model state, or a different sample): stop
-      return drafts;
+  if (m.lookup) {
+    const std::vector<int32_t>& cont = *m.lookup;
+    for (; m.lookup_checked < m.generated.size(); ++m.lookup_checked) {
+      if (m.lookup_checked >= cont.size() ||
+          cont[m.lookup_checked] != m.generated[m.lookup_checked]) {
+        m.lookup.reset();  // diverged (another model state, or a different sample): stop
+        break;
+      }
     }
   }
-  for (size_t j = m.generated.size(); j < cont.size() && drafts.size() < static_cast<size_t>(budget);
-       ++j) {
-    drafts.push_back(cont[j]);
+  if (m.lookup) {
+    const std::vector<int32_t>& cont = *m.lookup;
+    for (size_t j = m.generated.size();
+         j < cont.size() && drafts.size() < static_cast<size_t>(budget); ++j) {
+      drafts.push_back(cont[j]);
+    }
   }
+  // Without a continuation (or past its end): the sample's own context.
+  if (drafts.empty()) drafts = NgramDrafts(ContextOf(live, m), options_.ngram_lookup, budget);
   return drafts;
 }
 

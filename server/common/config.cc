@@ -258,6 +258,14 @@ const std::map<std::string, Setter>& Setters() {
        [](DaemonConfig& c, const std::string& v) { c.draft_heads = v; return absl::OkStatus(); }},
       {"draft-tokens",
        [](DaemonConfig& c, const std::string& v) { return Int("draft-tokens", v, 1, 16, &c.draft_tokens); }},
+      {"prompt-lookup-min",
+       [](DaemonConfig& c, const std::string& v) {
+         return Int("prompt-lookup-min", v, 1, 64, &c.prompt_lookup_min);
+       }},
+      {"prompt-lookup-max",
+       [](DaemonConfig& c, const std::string& v) {
+         return Int("prompt-lookup-max", v, 0, 64, &c.prompt_lookup_max);
+       }},
       {"draft-tree",
        [](DaemonConfig& c, const std::string& v) {
          if (v.empty() || v == "none") {
@@ -497,6 +505,11 @@ absl::Status Finish(DaemonConfig& c) {
   o.api_keys.clear();
   for (const TenantSpec& t : o.tenants) o.api_keys.insert(o.api_keys.end(), t.keys.begin(), t.keys.end());
 
+  if (c.prompt_lookup_max > 0 && c.prompt_lookup_min > c.prompt_lookup_max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt-lookup-min (", c.prompt_lookup_min, ") is more than prompt-lookup-max (",
+        c.prompt_lookup_max, "); prompt-lookup-max 0 turns n-gram lookup off"));
+  }
   if (c.max_prompt_bytes.has_value()) {
     if (*c.max_prompt_bytes > o.max_body_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -101,7 +101,9 @@ struct DaemonConfig {
   std::string feed = "auto";  // fed steps (LoopOptions::feed)
   // Speculative decoding (scheduler/engine_loop.h, LoopOptions::Speculation): "off", "hydra"
   // (draft heads from draft_heads, a head set's config.json) or "lookup" (a repeated greedy
-  // request's own earlier continuation); draft_tokens candidates per chain, or (hydra) a tree
+  // request's own earlier continuation, else where the context's last prompt_lookup_min to
+  // prompt_lookup_max tokens occurred before in it; max 0: the continuation alone);
+  // draft_tokens candidates per chain, or (hydra) a tree
   // with draft_tree children per node at each depth ("4,2,2"); only in steps with at most
   // speculation_max_rows decode rows, and not for a sample whose accepted candidates per step
   // fall below speculation_min_accept.
@@ -112,6 +114,8 @@ struct DaemonConfig {
   std::string speculative = "off";
   std::string draft_heads;
   int draft_tokens = 3;
+  int prompt_lookup_min = 2;
+  int prompt_lookup_max = 4;
   std::vector<int> draft_tree;
   int speculation_max_rows = 64;
   std::string speculation_adaptive = "on";  // LoopOptions::speculation_adaptive: "on" / "off"

@@ -199,6 +199,7 @@ TEST_F(SpeculationTest, GovernedSpeculationFeedsThePlainSteps) {
   // (they once waited for every step, the governor saying "speculate" to steps without drafts).
   LoopOptions lookup = off;
   lookup.speculation = LoopOptions::Speculation::kLookup;
+  lookup.ngram_lookup.max_n = 0;  // the continuations alone (the story model repeats itself)
   lookup.speculation_adaptive = true;
   std::vector<Request> fresh;
   for (int i = 0; i < 6; ++i) fresh.push_back(Make(absl::StrCat("Tom had ", i, " toy cars."), 24));
@@ -337,6 +338,7 @@ TEST_F(SpeculationTest, LookupAcceptsARepeatedRequestWhole) {
   ASSERT_TRUE(backend.ok());
   LoopOptions o{.max_running_sequences = 16, .prefill_token_budget = 64};
   o.speculation = LoopOptions::Speculation::kLookup;
+  o.ngram_lookup.max_n = 0;  // the continuations alone
   o.draft_tokens = 4;
   o.speculation_adaptive = false;
   EngineLoop loop(bundle_->weights.config, bundle_->tokenizer.get(), std::move(*backend), o);
@@ -373,6 +375,7 @@ TEST_F(SpeculationTest, LookupDraftsAfterAFedFirstStep) {
     LoopOptions o{.max_running_sequences = 16, .prefill_token_budget = 64, .overlap = 1,
                   .feed = 1};
     o.speculation = LoopOptions::Speculation::kLookup;
+    o.ngram_lookup.max_n = 0;  // the continuations alone
     o.draft_tokens = 4;
     o.speculation_adaptive = adaptive;
     o.speculation_min_accept = 0;
@@ -387,6 +390,43 @@ TEST_F(SpeculationTest, LookupDraftsAfterAFedFirstStep) {
     EXPECT_GT(m.spec_draft_tokens_total, 0) << "adaptive " << adaptive;
     EXPECT_EQ(m.spec_accepted_tokens_total, m.spec_draft_tokens_total);
     EXPECT_LE(m.spec_drafts_total, 2 * 12) << "adaptive " << adaptive;
+  }
+}
+
+// N-gram lookup drafts from a request's own context the first time it is seen: a prompt that
+// repeats itself has its repetition proposed, the model takes some of it, and every output
+// (greedy and seeded sampled, with steps fed or not) stays that of plain decoding.
+TEST_F(SpeculationTest, NgramLookupDraftsFromTheContextAndKeepsOutputs) {
+  const std::string verse = "Lily went to the park. She saw a big dog. The dog was happy. ";
+  std::vector<Request> reqs;
+  for (int i = 0; i < 4; ++i) {
+    Request r = Make(verse + verse + verse.substr(0, 20 + 9 * i), 32);
+    if (i == 2) {
+      r.params.temperature = 0.8f;
+      r.params.seed = 11;
+      r.params.has_seed = true;
+    }
+    reqs.push_back(r);
+  }
+  for (const int fed : {0, 1}) {
+    LoopOptions off{.max_running_sequences = 16, .prefill_token_budget = 64, .overlap = fed,
+                    .feed = fed};
+    auto plain = Run(reqs, off, 512);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    LoopOptions o = off;
+    o.speculation = LoopOptions::Speculation::kLookup;
+    o.draft_tokens = 4;
+    o.speculation_adaptive = false;
+    o.speculation_min_accept = 0;
+    ASSERT_TRUE(o.ngram_lookup.enabled());
+    MetricsSnapshot m;
+    auto spec = Run(reqs, o, 512, &m);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const std::string what = absl::StrCat("n-gram lookup, fed ", fed);
+    ExpectSame(*plain, *spec, what);
+    EXPECT_GT(m.spec_drafts_total, 0) << what;
+    EXPECT_GT(m.spec_accepted_tokens_total, 0) << what;
+    std::printf("[%s] %s\n", what.c_str(), testing::SpecSummary(m).c_str());
   }
 }
 

@@ -130,6 +130,17 @@ TEST_F(ConfigTest, SpeculationOptions) {
   EXPECT_FALSE(Load({"--draft-tokens", "0"}).ok());
   EXPECT_FALSE(Load({"--draft-tokens", "17"}).ok());
   EXPECT_FALSE(Load({"--speculation-max-rows", "0"}).ok());
+  EXPECT_EQ(c->prompt_lookup_min, 2);
+  EXPECT_EQ(c->prompt_lookup_max, 4);
+  auto n = Load({"--speculative", "lookup", "--prompt-lookup-min", "3", "--prompt-lookup-max",
+                 "8"});
+  ASSERT_TRUE(n.ok()) << Error(n);
+  EXPECT_EQ(n->prompt_lookup_min, 3);
+  EXPECT_EQ(n->prompt_lookup_max, 8);
+  EXPECT_EQ(Load({"--prompt-lookup-max", "0"}).value().prompt_lookup_max, 0);
+  EXPECT_TRUE(Has(Error(Load({"--prompt-lookup-min", "5"})), "prompt-lookup-min (5) is more"));
+  EXPECT_TRUE(Has(Error(Load({"--prompt-lookup-min", "0"})), "prompt-lookup-min"));
+  EXPECT_TRUE(Has(Error(Load({"--prompt-lookup-max", "65"})), "prompt-lookup-max"));
   auto t = Load({"--speculative", "hydra", "--draft-tree", "4,2,2", "--speculation-min-accept",
                  "0.25"});
   ASSERT_TRUE(t.ok()) << Error(t);
