@@ -143,8 +143,9 @@ struct LoopOptions {
   // them on the GPU over the step's hidden states), or on the host over hidden states copied
   // back (DraftHeads::TreeBatch; what the CPU backend does either way).
   bool draft_on_host = false;
-  // A sample stops speculating for a while (16 steps, then tries again) when its candidates
-  // accepted per verification fall below this moving average: drafts that are hardly ever right
+  // A sample stops speculating for a while (16 tokens decoded plainly, fed where the step can
+  // be, then it tries again) when its candidates accepted per verification fall below this
+  // moving average: drafts that are hardly ever right
   // (heads that do not fit the text, a lookup gone stale) cost rows for nothing. Whether
   // speculation pays at a given acceptance is the governor's question (above); this only drops
   // the hopeless. Where decode is memory-bound a verification with one candidate costs about a

@@ -154,7 +154,7 @@ void EngineLoop::DraftNext(std::vector<DraftWant>* want_draft) {
   // their full depth here and cut to each sample's budget when placed.
   for (DraftWant& w : *want_draft) w.sample->drafted = {};
   const int64_t next_rows = static_cast<int64_t>(want_draft->size());
-  std::erase_if(*want_draft, [](const DraftWant& w) { return w.sample->speculation_pause > 0; });
+  std::erase_if(*want_draft, [](const DraftWant& w) { return w.sample->SpeculationPaused(); });
   // A fed step already launched after this one carries no candidates, and the backend's hidden
   // rows are its own by now.
   if (want_draft->empty() || draft_branching_.empty() || ahead_.active ||

@@ -65,7 +65,9 @@ struct LiveRequest {
     using Candidates = SpecCandidates;
     Candidates cand;
     float accept_average = 1.0f;  // candidates accepted per verification, moving average
-    int32_t speculation_pause = 0;  // steps to decode plainly before trying again
+    // Decodes plainly (and fed, where the step can be) until it has generated this many tokens.
+    size_t speculation_paused_until = 0;
+    bool SpeculationPaused() const { return generated.size() < speculation_paused_until; }
     engine::DraftHeads::Tree drafted;
     std::shared_ptr<const std::vector<int32_t>> lookup;
     size_t lookup_checked = 0;

@@ -57,7 +57,7 @@ bool Greedy(const engine::SamplingParams& p) {
 }
 
 constexpr size_t kMaxContinuations = 4096;
-constexpr int32_t kPauseSteps = 16;       // plain steps after acceptance fell too low
+constexpr size_t kPauseTokens = 16;  // plain tokens after acceptance fell too low
 constexpr float kAverageWeight = 0.25f;  // of the newest verification in accept_average
 
 using Candidates = SpecCandidates;
@@ -104,8 +104,9 @@ bool EngineLoop::GovernorMaySpeculate(int size_class) const {
 
 bool EngineLoop::MayDraft(const Live& live, size_t sample) const {
   const Live::Sample& s = live.samples[sample];
-  // (A paused sample counts: its pause runs down in steps that place candidates.)
   if (live.req.constraint != nullptr) return false;  // constrained samples do not speculate
+  // A paused sample decodes plainly: its pause runs down in tokens, fed steps or not.
+  if (s.SpeculationPaused()) return false;
   if (options_.speculation == LoopOptions::Speculation::kHeads || s.lookup != nullptr) return true;
   // DraftFor searches the continuations once, at the sample's first drafting.
   if (!s.lookup_tried && continuations_.contains(PromptKey(live.req))) return true;
@@ -239,7 +240,9 @@ int32_t EngineLoop::TakeCandidates(Live& live, size_t i,
   live.usage.accepted_draft_tokens += static_cast<int32_t>(a);
   s.accept_average =
       (1.0f - kAverageWeight) * s.accept_average + kAverageWeight * static_cast<float>(a);
-  if (s.accept_average < options_.speculation_min_accept) s.speculation_pause = kPauseSteps;
+  if (s.accept_average < options_.speculation_min_accept) {
+    s.speculation_paused_until = s.generated.size() + kPauseTokens;
+  }
   // The draws: the root's row, then each accepted node's row; the last is the next token.
   int32_t last_row = c.row[0];
   for (size_t j = 0; j <= a; ++j) {
@@ -393,10 +396,7 @@ void EngineLoop::PlaceCandidates(int token_room, PlacedStep* step, StepSpeculati
     // A grammar's mask for a candidate's row would need the matcher advanced along the draft:
     // constrained samples do not speculate (yet), nor those a trigger may constrain.
     if (l->req.constraint != nullptr) continue;
-    if (s.speculation_pause > 0) {
-      --s.speculation_pause;
-      continue;
-    }
+    if (s.SpeculationPaused()) continue;
     const int budget = std::min({heads ? static_cast<int>(draft_branching_.size())
                                        : options_.draft_tokens,
                                  l->req.params.max_tokens - static_cast<int>(s.generated.size()) - 1,

@@ -430,6 +430,37 @@ TEST_F(SpeculationTest, NgramLookupDraftsFromTheContextAndKeepsOutputs) {
   }
 }
 
+// A sample whose drafts are hardly ever right pauses for some tokens, and its steps are fed
+// meanwhile: paused samples once counted as drafting, so a paused sample with an n-gram match
+// kept every step waiting for the one before, while placing no candidates.
+TEST_F(SpeculationTest, PausedSamplesLetTheirStepsBeFed) {
+  const std::string verse = "Lily went to the park. She saw a big dog. The dog was happy. ";
+  std::vector<Request> reqs;
+  for (int i = 0; i < 3; ++i) reqs.push_back(Make(verse + verse + verse.substr(0, 24 + 9 * i), 40));
+  auto run = [&](float min_accept, MetricsSnapshot* m) {
+    LoopOptions o{.max_running_sequences = 16, .prefill_token_budget = 64, .overlap = 1,
+                  .feed = 1};
+    o.speculation = LoopOptions::Speculation::kLookup;
+    o.draft_tokens = 4;
+    o.speculation_adaptive = false;
+    o.speculation_min_accept = min_accept;
+    return Run(reqs, o, 512, m);
+  };
+  MetricsSnapshot never, always;
+  auto a = run(0, &never);
+  auto b = run(16, &always);  // more than 4 candidates can give: every verification pauses
+  ASSERT_TRUE(a.ok() && b.ok());
+  ExpectSame(*a, *b, "paused");
+  EXPECT_GT(always.spec_drafts_total, 0);
+  EXPECT_LT(always.spec_drafts_total, never.spec_drafts_total);
+  EXPECT_GT(always.decode_fed_steps_total, never.decode_fed_steps_total);
+  std::printf("fed steps: %lld never paused, %lld always; verifications %lld / %lld\n",
+              static_cast<long long>(never.decode_fed_steps_total),
+              static_cast<long long>(always.decode_fed_steps_total),
+              static_cast<long long>(never.spec_drafts_total),
+              static_cast<long long>(always.spec_drafts_total));
+}
+
 // The governor measures both ways, keeps the faster, and probes the other way ever more rarely
 // while the answer stays; a change of the measured rates changes the answer; the first steps
 // after a switch (graph captures, cold caches) do not decide.
