@@ -145,11 +145,11 @@ struct LoopOptions {
   bool draft_on_host = false;
   // A sample stops speculating for a while (16 tokens decoded plainly, fed where the step can
   // be, then it tries again) when its candidates accepted per verification fall below this
-  // moving average: drafts that are hardly ever right
-  // (heads that do not fit the text, a lookup gone stale) cost rows for nothing. Whether
-  // speculation pays at a given acceptance is the governor's question (above); this only drops
-  // the hopeless. Where decode is memory-bound a verification with one candidate costs about a
-  // plain step, so a low acceptance still pays there (docs/hydra.md).
+  // moving average: drafts that are hardly ever right (heads that do not fit the text, a lookup
+  // gone stale) cost rows for nothing. Whether speculation pays at a given acceptance is the
+  // governor's question (above); this only drops the hopeless. Where decode is memory-bound a
+  // verification with one candidate costs about a plain step, so a low acceptance still pays
+  // there (docs/hydra.md).
   float speculation_min_accept = 0.1f;
   // Threads that classify grammar positions for constrained samples (MaskWorkers): a sample
   // whose next mask is not cached sits out a step while one does, so the engine thread never
@@ -362,8 +362,9 @@ class EngineLoop {
 
   // Speculation (LoopOptions::Speculation; scheduler/loop/speculation.cc). Speculate: the
   // stage, candidates for the placed step's decode rows (or none; a fed step has none, and
-  // counts for the governor as a step without). DraftFor: the candidate chain
-  // of a sample about to decode from prompt lookup (empty when it should not speculate).
+  // counts for the governor as a step without). DraftFor: the candidate chain of a sample about
+  // to decode from prompt lookup, a repeated prompt's continuation or else n-grams of its
+  // context (empty when it should not speculate).
   // PlaceCandidates: drafts and places the candidates of the step's decode rows, at most
   // `token_room` of them (decode gains the candidate rows, with their tree nodes in item_node).
   // TakeCandidates: takes a verified sample's results; returns the output row of the last token

@@ -5,9 +5,9 @@
 // given the context, so speculative sampling stays exact with them (scheduler/loop/speculation.cc).
 //
 // The search is a scan of the context from its end, linear in its length and with no state
-// between calls: a 32K-token context is 32K comparisons of the last token, tens of microseconds,
-// against a decode step of milliseconds. An index (a hash of every n-gram to its last position)
-// would make each call constant time but cost memory per sample at every load, drafting or not.
+// between calls (the last token compared 16 positions at a time). An index (a hash of every
+// n-gram to its last position) would make each call constant time but cost memory per sample at
+// every load, drafting or not.
 #pragma once
 
 #include <cstddef>
@@ -44,8 +44,9 @@ struct NgramMatch {
 };
 NgramMatch FindNgram(const TokenContext& context, const NgramLookup& lookup);
 
-// Up to `budget` tokens that followed the match (fewer where the context ends first); empty
-// without a match, with the lookup off or a budget of 0.
+// `budget` tokens that followed the match, continued periodically past the context's end (the
+// match's end is p tokens before it: token i of the drafts is draft i - p there); empty without
+// a match, with the lookup off or a budget of 0.
 std::vector<int32_t> NgramDrafts(const TokenContext& context, const NgramLookup& lookup,
                                  int budget);
 

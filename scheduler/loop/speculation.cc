@@ -110,7 +110,8 @@ bool EngineLoop::MayDraft(const Live& live, size_t sample) const {
   if (options_.speculation == LoopOptions::Speculation::kHeads || s.lookup != nullptr) return true;
   // DraftFor searches the continuations once, at the sample's first drafting.
   if (!s.lookup_tried && continuations_.contains(PromptKey(live.req))) return true;
-  // Without the token in flight: a match of the context so far predicts one with it.
+  // Without the token in flight, a guess: the context so far has a match. Where the token in
+  // flight breaks it, the step is not fed and places no candidates.
   return FindNgram(ContextOf(live, s), options_.ngram_lookup).n > 0;
 }
 
@@ -241,7 +242,7 @@ int32_t EngineLoop::TakeCandidates(Live& live, size_t i,
   s.accept_average =
       (1.0f - kAverageWeight) * s.accept_average + kAverageWeight * static_cast<float>(a);
   if (s.accept_average < options_.speculation_min_accept) {
-    s.speculation_paused_until = s.generated.size() + kPauseTokens;
+    s.speculation_paused_until = s.generated.size() + a + 1 + kPauseTokens;  // after the draws
   }
   // The draws: the root's row, then each accepted node's row; the last is the next token.
   int32_t last_row = c.row[0];

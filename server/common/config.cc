@@ -505,6 +505,12 @@ absl::Status Finish(DaemonConfig& c) {
   o.api_keys.clear();
   for (const TenantSpec& t : o.tenants) o.api_keys.insert(o.api_keys.end(), t.keys.begin(), t.keys.end());
 
+  if (c.speculative != "lookup" &&
+      (c.prompt_lookup_min != kDefaultPromptLookupMin ||
+       c.prompt_lookup_max != kDefaultPromptLookupMax)) {
+    return absl::InvalidArgumentError(
+        "prompt-lookup-min and prompt-lookup-max are only read with --speculative lookup");
+  }
   if (c.prompt_lookup_max > 0 && c.prompt_lookup_min > c.prompt_lookup_max) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt-lookup-min (", c.prompt_lookup_min, ") is more than prompt-lookup-max (",

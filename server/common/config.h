@@ -66,6 +66,10 @@
 
 namespace banyan::server {
 
+// Prompt lookup's n-gram sizes when not given (--prompt-lookup-min / -max).
+inline constexpr int kDefaultPromptLookupMin = 2;
+inline constexpr int kDefaultPromptLookupMax = 4;
+
 struct DaemonConfig {
   std::string model;  // empty: the bundled model
   std::string tokenizer;
@@ -114,8 +118,8 @@ struct DaemonConfig {
   std::string speculative = "off";
   std::string draft_heads;
   int draft_tokens = 3;
-  int prompt_lookup_min = 2;
-  int prompt_lookup_max = 4;
+  int prompt_lookup_min = kDefaultPromptLookupMin;
+  int prompt_lookup_max = kDefaultPromptLookupMax;
   std::vector<int> draft_tree;
   int speculation_max_rows = 64;
   std::string speculation_adaptive = "on";  // LoopOptions::speculation_adaptive: "on" / "off"

@@ -1,7 +1,8 @@
 // Speculative decoding through the daemon: banyand with the bundled model's Hydra heads
 // (--speculative hydra, chains and --draft-tree trees) or with n-gram prompt lookup returns
-// exactly the text banyand without them does, for greedy completions, chat, n > 1 and a seeded sampled request; reports the
-// candidates in usage.completion_tokens_details; and counts them in /metrics under vLLM's
+// exactly the text banyand without them does, for greedy completions, chat, n > 1 and a seeded
+// sampled request; reports the candidates in usage.completion_tokens_details; and counts them
+// in /metrics under vLLM's
 // spec_decode names. And refusals: --speculative hydra without heads, a bad --draft-tree or
 // --draft-on.
 'use strict';

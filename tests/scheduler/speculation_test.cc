@@ -426,6 +426,8 @@ TEST_F(SpeculationTest, NgramLookupDraftsFromTheContextAndKeepsOutputs) {
     ExpectSame(*plain, *spec, what);
     EXPECT_GT(m.spec_drafts_total, 0) << what;
     EXPECT_GT(m.spec_accepted_tokens_total, 0) << what;
+    EXPECT_GT((*spec)[2].usage.draft_tokens, 0) << what << ": the sampled request";
+    if (fed) EXPECT_GT(m.decode_fed_steps_total, 0) << what;
     std::printf("[%s] %s\n", what.c_str(), testing::SpecSummary(m).c_str());
   }
 }

@@ -53,27 +53,33 @@ TEST(NgramLookupTest, ProposesWhatFollowedTheLatestLongestMatch) {
 TEST(NgramLookupTest, ShortMatchesAndOffDraftNothing) {
   const Ids c = {1, 2, 3, 4, 5, 3};  // only the one token 3 occurred before
   EXPECT_TRUE(NgramDrafts(Split(c, 3), {.min_n = 2, .max_n = 4}, 4).empty());
-  EXPECT_EQ(NgramDrafts(Split(c, 3), {.min_n = 1, .max_n = 4}, 4), (Ids{4, 5, 3}));
+  EXPECT_EQ(NgramDrafts(Split(c, 3), {.min_n = 1, .max_n = 4}, 4), (Ids{4, 5, 3, 4}));
   EXPECT_TRUE(NgramDrafts(Split(c, 3), {.min_n = 1, .max_n = 0}, 4).empty());
   EXPECT_TRUE(NgramDrafts(Split(c, 3), {.min_n = 1, .max_n = 4}, 0).empty());
   EXPECT_TRUE(NgramDrafts(Split(Ids{}, 0), {.min_n = 1, .max_n = 4}, 4).empty());
   EXPECT_TRUE(NgramDrafts(Split(Ids{5}, 1), {.min_n = 1, .max_n = 4}, 4).empty());
 }
 
-TEST(NgramLookupTest, DraftsStopWhereTheContextEnds) {
-  // A run of one token matches itself one position back: it proposes the one token it knows.
+TEST(NgramLookupTest, DraftsContinueAPeriodPastTheContextsEnd) {
+  // A run of one token matches itself one position back: the drafts repeat it.
   const Ids c = {4, 4, 4, 4, 4};
   const NgramMatch m = FindNgram(Split(c, 2), {.min_n = 2, .max_n = 3});
   EXPECT_EQ(m.n, 3);
   EXPECT_EQ(m.end, 4u);
-  EXPECT_EQ(NgramDrafts(Split(c, 2), {.min_n = 2, .max_n = 3}, 5), (Ids{4}));
+  EXPECT_EQ(NgramDrafts(Split(c, 2), {.min_n = 2, .max_n = 3}, 5), (Ids{4, 4, 4, 4, 4}));
+  // A loop of three tokens: the latest full match is one period back.
+  const Ids loop = {9, 1, 2, 3, 1, 2, 3, 1, 2};
+  EXPECT_EQ(NgramDrafts(Split(loop, 5), {.min_n = 2, .max_n = 4}, 7), (Ids{3, 1, 2, 3, 1, 2, 3}));
 }
 
 TEST(NgramLookupTest, RandomContextsMatchTheDefinitionWhereverTheySplit) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   for (int trial = 0; trial < 3000; ++trial) {
-    const int vocab = 2 + static_cast<int>(rng() % 6);
-    Ids c(rng() % 40);
+    // Small vocabularies match often; larger ones leave whole 16-token blocks without the token.
+    const int vocab = static_cast<int>(rng() % 2 ? 2 + rng() % 6 : 8 + rng() % 60);
+    Ids c(rng() % 80);  // past the 16-token blocks of the scan
     for (int32_t& t : c) t = static_cast<int32_t>(rng() % vocab);
     const int min_n = 1 + static_cast<int>(rng() % 3);
     const NgramLookup l{.min_n = min_n, .max_n = min_n + static_cast<int>(rng() % 4)};
@@ -87,9 +93,11 @@ TEST(NgramLookupTest, RandomContextsMatchTheDefinitionWhereverTheySplit) {
     if (want.n == 0 || budget == 0) {
       EXPECT_TRUE(drafts.empty());
     } else {
-      const size_t stop = std::min(c.size(), want.end + static_cast<size_t>(budget));
-      EXPECT_EQ(drafts, Ids(c.begin() + static_cast<std::ptrdiff_t>(want.end),
-                               c.begin() + static_cast<std::ptrdiff_t>(stop)));
+      // The context extended by the drafts reads on from the match: token end + i is draft i.
+      Ids extended = c;
+      for (int i = 0; i < budget; ++i) extended.push_back(extended[want.end + i]);
+      EXPECT_EQ(drafts, Ids(extended.begin() + static_cast<std::ptrdiff_t>(c.size()),
+                            extended.end()));
     }
   }
 }

@@ -137,8 +137,13 @@ TEST_F(ConfigTest, SpeculationOptions) {
   ASSERT_TRUE(n.ok()) << Error(n);
   EXPECT_EQ(n->prompt_lookup_min, 3);
   EXPECT_EQ(n->prompt_lookup_max, 8);
-  EXPECT_EQ(Load({"--prompt-lookup-max", "0"}).value().prompt_lookup_max, 0);
-  EXPECT_TRUE(Has(Error(Load({"--prompt-lookup-min", "5"})), "prompt-lookup-min (5) is more"));
+  auto off = Load({"--speculative", "lookup", "--prompt-lookup-max", "0"});
+  ASSERT_TRUE(off.ok()) << Error(off);
+  EXPECT_EQ(off->prompt_lookup_max, 0);
+  EXPECT_TRUE(Has(Error(Load({"--speculative", "lookup", "--prompt-lookup-min", "5"})),
+                  "prompt-lookup-min (5) is more"));
+  EXPECT_TRUE(Has(Error(Load({"--prompt-lookup-max", "8"})),
+                  "only read with --speculative lookup"));
   EXPECT_TRUE(Has(Error(Load({"--prompt-lookup-min", "0"})), "prompt-lookup-min"));
   EXPECT_TRUE(Has(Error(Load({"--prompt-lookup-max", "65"})), "prompt-lookup-max"));
   auto t = Load({"--speculative", "hydra", "--draft-tree", "4,2,2", "--speculation-min-accept",
