@@ -154,22 +154,16 @@ std::vector<int32_t> EngineLoop::DraftFor(Live& live, size_t i, int budget) {
     if (it != continuations_.end()) m.lookup = it->second;
     m.lookup_checked = 0;
   }
-  if (m.lookup) {
+  // The continuation while every token generated so far agrees with it.
+  for (; m.lookup && m.lookup_checked < m.generated.size(); ++m.lookup_checked) {
     const std::vector<int32_t>& cont = *m.lookup;
-    for (; m.lookup_checked < m.generated.size(); ++m.lookup_checked) {
-      if (m.lookup_checked >= cont.size() ||
-          cont[m.lookup_checked] != m.generated[m.lookup_checked]) {
-        m.lookup.reset();  // diverged (another model state, or a different sample): stop
-        break;
-      }
+    if (m.lookup_checked >= cont.size() || cont[m.lookup_checked] != m.generated[m.lookup_checked]) {
+      m.lookup.reset();  // diverged (another model state, or a different sample): stop
     }
   }
-  if (m.lookup) {
-    const std::vector<int32_t>& cont = *m.lookup;
-    for (size_t j = m.generated.size();
-         j < cont.size() && drafts.size() < static_cast<size_t>(budget); ++j) {
-      drafts.push_back(cont[j]);
-    }
+  for (size_t j = m.generated.size();
+       m.lookup && j < m.lookup->size() && drafts.size() < static_cast<size_t>(budget); ++j) {
+    drafts.push_back((*m.lookup)[j]);
   }
   // Without a continuation (or past its end): the sample's own context.
   if (drafts.empty()) drafts = NgramDrafts(ContextOf(live, m), options_.ngram_lookup, budget);
