@@ -79,8 +79,8 @@ for mode in ${SPEC_MODES:-off chain-auto tree-auto}; do
     tree-auto) extra=("${H[@]}" --draft-tree 4,2,2) ;;
     chain-noprofile) extra=("${H[@]}" --draft-tokens 3 --speculation-profile off) ;;
     tree-noprofile) extra=("${H[@]}" --draft-tree 4,2,2 --speculation-profile off) ;;
-    lookup) extra=(--speculative lookup --draft-tokens 3 "${F[@]}") ;;
-    lookup-auto) extra=(--speculative lookup --draft-tokens 3) ;;
+    lookup) extra=(--speculative lookup --draft-tokens 3 --prompt-lookup-max 4 "${F[@]}") ;;
+    lookup-auto) extra=(--speculative lookup --draft-tokens 3 --prompt-lookup-max 4) ;;
   esac
   start --model $M --kv-memory 2000000000 --chunk-size 16 "${extra[@]}" || continue
   for b in ${SPEC_BATCHES:-1 8 64 256 1024}; do

@@ -68,7 +68,7 @@ namespace banyan::server {
 
 // Prompt lookup's n-gram sizes when not given (--prompt-lookup-min / -max).
 inline constexpr int kDefaultPromptLookupMin = 2;
-inline constexpr int kDefaultPromptLookupMax = 4;
+inline constexpr int kDefaultPromptLookupMax = 0;  // off (ngram_lookup.h says why)
 
 struct DaemonConfig {
   std::string model;  // empty: the bundled model

@@ -48,7 +48,7 @@ async function answers(d) {
 describe('speculative decoding', () => {
   const hydra = ['--speculative', 'hydra', '--draft-heads', HEADS];
   // Prompt lookup on prompts seen for the first time: n-grams of each request's own context.
-  const lookup = ['--speculative', 'lookup', '--draft-tokens', '3'];
+  const lookup = ['--speculative', 'lookup', '--draft-tokens', '3', '--prompt-lookup-max', '4'];
   // (The heads draft for every request; n-gram lookup where a request's text repeats itself,
   // which the sampled one does not.)
   for (const [name, extra, everyOneDrafts] of [['Hydra heads (chains)', hydra, true],

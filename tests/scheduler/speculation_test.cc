@@ -418,7 +418,7 @@ TEST_F(SpeculationTest, NgramLookupDraftsFromTheContextAndKeepsOutputs) {
     o.draft_tokens = 4;
     o.speculation_adaptive = false;
     o.speculation_min_accept = 0;
-    ASSERT_TRUE(o.ngram_lookup.enabled());
+    o.ngram_lookup.max_n = 4;
     MetricsSnapshot m;
     auto spec = Run(reqs, o, 512, &m);
     ASSERT_TRUE(spec.ok()) << spec.status();
@@ -446,6 +446,7 @@ TEST_F(SpeculationTest, PausedSamplesLetTheirStepsBeFed) {
     o.draft_tokens = 4;
     o.speculation_adaptive = false;
     o.speculation_min_accept = min_accept;
+    o.ngram_lookup.max_n = 4;
     return Run(reqs, o, 512, m);
   };
   MetricsSnapshot never, always;

@@ -131,7 +131,7 @@ TEST_F(ConfigTest, SpeculationOptions) {
   EXPECT_FALSE(Load({"--draft-tokens", "17"}).ok());
   EXPECT_FALSE(Load({"--speculation-max-rows", "0"}).ok());
   EXPECT_EQ(c->prompt_lookup_min, 2);
-  EXPECT_EQ(c->prompt_lookup_max, 4);
+  EXPECT_EQ(c->prompt_lookup_max, 0);
   auto n = Load({"--speculative", "lookup", "--prompt-lookup-min", "3", "--prompt-lookup-max",
                  "8"});
   ASSERT_TRUE(n.ok()) << Error(n);
@@ -140,7 +140,8 @@ TEST_F(ConfigTest, SpeculationOptions) {
   auto off = Load({"--speculative", "lookup", "--prompt-lookup-max", "0"});
   ASSERT_TRUE(off.ok()) << Error(off);
   EXPECT_EQ(off->prompt_lookup_max, 0);
-  EXPECT_TRUE(Has(Error(Load({"--speculative", "lookup", "--prompt-lookup-min", "5"})),
+  EXPECT_TRUE(Has(Error(Load({"--speculative", "lookup", "--prompt-lookup-min", "5",
+                              "--prompt-lookup-max", "4"})),
                   "prompt-lookup-min (5) is more"));
   EXPECT_TRUE(Has(Error(Load({"--prompt-lookup-max", "8"})),
                   "only read with --speculative lookup"));
