@@ -24,3 +24,9 @@ target_link_libraries(draft_heads_bench PRIVATE banyan_engine_cuda banyan_engine
                       absl::strings CUDA::cudart)
 target_include_directories(draft_heads_bench PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(draft_heads_bench PRIVATE BANYAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+# The FP8 GEMV's tilings and early launch at decode shapes (needs only the CUDA toolkit).
+add_executable(fp8_gemv_bench ${CMAKE_CURRENT_LIST_DIR}/fp8_gemv_bench.cu)
+target_include_directories(fp8_gemv_bench PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(fp8_gemv_bench PRIVATE CUDA::cudart)
+set_target_properties(fp8_gemv_bench PROPERTIES CUDA_ARCHITECTURES ${BANYAN_CUDA_ARCH_SM90A}
+                      CUDA_STANDARD 17)
