@@ -89,32 +89,31 @@ Variant Make(const char* name) {
   return Variant{name, g8::Kernel<__nv_bfloat16, W, U>, W * 32};
 }
 
-void Launch(KernelFn fn, int threads, bool early, const Gemv& g, const uint8_t* a,
-            const float* a_scales, int M, __nv_bfloat16* out, cudaStream_t s) {
-  g8::Args args{g.w, g.scales, 0, a, a_scales, M, g.N, g.K, 0.0f};
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((g.N + g8::kRows - 1) / g8::kRows));
-  cfg.blockDim = dim3(threads);
-  cfg.stream = s;
+// A launch on s, with programmatic dependent launch allowed where `early`.
+template <typename... Kernel, typename... Args>
+void LaunchOn(cudaStream_t s, bool early, dim3 grid, int threads, void (*kernel)(Kernel...),
+              Args... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.stream = s;
   cfg.attrs = attr;
   cfg.numAttrs = early ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&cfg, fn, args, out));
+  CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+void Launch(KernelFn fn, int threads, bool early, const Gemv& g, const uint8_t* a,
+            const float* a_scales, int M, __nv_bfloat16* out, cudaStream_t s) {
+  const g8::Args args{g.w, g.scales, 0, a, a_scales, M, g.N, g.K, 0.0f};
+  LaunchOn(s, early, dim3(static_cast<unsigned>((g.N + g8::kRows - 1) / g8::kRows)), threads, fn,
+           args, out);
 }
 
 void LaunchSpin(int64_t ns, bool early, cudaStream_t s) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(128);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = early ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&cfg, Spin, ns));
+  LaunchOn(s, early, dim3(1), 128, Spin, ns);
 }
 
 int64_t Arg(int argc, char** argv, const char* name, int64_t def) {
