@@ -47,8 +47,9 @@ struct PinnedGemm::Shape {
   int64_t N = 0, K = 0;
   cudaDataType_t out_type = CUDA_R_32F;
   cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatmulAlgo_t many{}, few{};
-  bool have_few = false;
+  cublasLtMatmulAlgo_t many{};
+  cublasLtMatmulAlgo_t tier[kNumTiers]{};
+  bool have_tier[kNumTiers] = {};
   bool fallback = false;
   std::string decision;
   ~Shape() {
@@ -94,13 +95,13 @@ absl::StatusOr<PinnedGemm::Layouts*> PinnedGemm::LayoutsFor(int64_t M, int64_t N
   return raw;
 }
 
-absl::Status PinnedGemm::Launch(const Shape& s, bool few, const void* w, const void* a, void* out,
+absl::Status PinnedGemm::Launch(const Shape& s, int tier, const void* w, const void* a, void* out,
                                 int64_t M, float beta, cudaStream_t stream) {
   absl::StatusOr<Layouts*> l = LayoutsFor(M, s.N, s.K, s.out_type);
   if (!l.ok()) return l.status();
   const float alpha = 1.0f;
   BANYAN_LT_RETURN_IF_ERROR(cublasLtMatmul(lt_, s.desc, &alpha, w, (*l)->w, a, (*l)->a, &beta, out,
-                                  (*l)->out, out, (*l)->out, few ? &s.few : &s.many, nullptr, 0,
+                                  (*l)->out, out, (*l)->out, tier >= 0 ? &s.tier[tier] : &s.many, nullptr, 0,
                                   stream));
   return absl::OkStatus();
 }
@@ -156,15 +157,15 @@ absl::Status PinnedGemm::SelfCheck(Shape& s, const void* w, cudaStream_t stream)
   const std::vector<uint16_t> host_a = RandomHalfs(dtype_, static_cast<size_t>(R * K), N * 31 + K);
   BANYAN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(a.get(), host_a.data(), host_a.size() * 2, cudaMemcpyHostToDevice, stream));
-  BANYAN_RETURN_IF_ERROR(Launch(s, false, w, a.get(), full.get(), R, 0.0f, stream));
+  BANYAN_RETURN_IF_ERROR(Launch(s, -1, w, a.get(), full.get(), R, 0.0f, stream));
   // Host copies of the compared rows only, at the offsets they have on the device.
   std::vector<uint8_t> want(static_cast<size_t>(R * N) * es), got(want.size());
   // Rows [r0, r0 + m) run as a product of m rows (the activations and output offset by r0 rows)
   // against the same rows of the product of all R.
-  auto same = [&](bool few, int64_t r0, int64_t m) -> absl::StatusOr<bool> {
+  auto same = [&](int tier, int64_t r0, int64_t m) -> absl::StatusOr<bool> {
     const size_t off = static_cast<size_t>(r0 * N) * es, bytes = static_cast<size_t>(m * N) * es;
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(part.get(), 0xff, part.capacity(), stream));
-    BANYAN_RETURN_IF_ERROR(Launch(s, few, w, static_cast<const uint8_t*>(a.get()) + r0 * K * 2,
+    BANYAN_RETURN_IF_ERROR(Launch(s, tier, w, static_cast<const uint8_t*>(a.get()) + r0 * K * 2,
                                   static_cast<uint8_t*>(part.get()) + off, m, 0.0f, stream));
     BANYAN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(want.data() + off,
                                                 static_cast<uint8_t*>(full.get()) + off, bytes,
@@ -179,7 +180,7 @@ absl::Status PinnedGemm::SelfCheck(Shape& s, const void* w, cudaStream_t stream)
     int64_t r0, m;
   };
   for (const Case c : {Case{0, 1}, Case{137, 1}, Case{100, 7}, Case{5, 64}, Case{200, R - 200}}) {
-    absl::StatusOr<bool> ok = same(false, c.r0, c.m);
+    absl::StatusOr<bool> ok = same(-1, c.r0, c.m);
     if (!ok.ok()) return ok.status();
     if (!*ok) {
       return absl::FailedPreconditionError(absl::StrCat("rows ", c.r0, "..", c.r0 + c.m - 1,
@@ -187,14 +188,19 @@ absl::Status PinnedGemm::SelfCheck(Shape& s, const void* w, cudaStream_t stream)
                                                         " in the last bits"));
     }
   }
-  s.have_few = false;
-  if (std::memcmp(&s.few, &s.many, sizeof(s.few)) != 0) {
+  // A tier's algorithm (where the heuristic gave one other than many's) against the full
+  // product: single rows, a small block, its largest block at two offsets.
+  static_assert(kTiers[kNumTiers - 1].max_rows + 16 <= kCheckRows, "a tier the check cannot fill");
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (!s.have_tier[t]) continue;
+    const int64_t top = kTiers[t].max_rows;
     bool equal = true;
-    for (const Case c : {Case{0, 1}, Case{137, 1}, Case{100, 7}, Case{33, kFewRows}}) {
-      absl::StatusOr<bool> ok = same(true, c.r0, c.m);
+    for (const Case c : {Case{0, 1}, Case{137, 1}, Case{100, 7}, Case{3, top}, Case{R - top, top},
+                         Case{11, top / 2 + 1}}) {
+      absl::StatusOr<bool> ok = same(t, c.r0, c.m);
       equal = equal && ok.ok() && *ok;
     }
-    s.have_few = equal;
+    s.have_tier[t] = equal;
   }
   return absl::OkStatus();
 }
@@ -224,13 +230,14 @@ absl::StatusOr<PinnedGemm::Shape*> PinnedGemm::ShapeFor(const void* w, int64_t N
         Heuristic(lt_, s->desc, (*many)->w, (*many)->a, (*many)->out);
     if (!algo.ok()) return algo.status();
     s->many = *algo;
-    s->few = *algo;
-    absl::StatusOr<Layouts*> few = LayoutsFor(kFewRows / 2, N, K, out_type);
-    if (!few.ok()) return few.status();
-    if (absl::StatusOr<cublasLtMatmulAlgo_t> f =
-            Heuristic(lt_, s->desc, (*few)->w, (*few)->a, (*few)->out);
-        f.ok()) {
-      s->few = *f;
+    for (int t = 0; t < kNumTiers; ++t) {
+      absl::StatusOr<Layouts*> lt = LayoutsFor(kTiers[t].ref_rows, N, K, out_type);
+      if (!lt.ok()) return lt.status();
+      absl::StatusOr<cublasLtMatmulAlgo_t> f =
+          Heuristic(lt_, s->desc, (*lt)->w, (*lt)->a, (*lt)->out);
+      // The many-rows algorithm again: nothing to keep (products of M rows run it anyway).
+      s->have_tier[t] = f.ok() && std::memcmp(&*f, &s->many, sizeof(s->many)) != 0;
+      if (s->have_tier[t]) s->tier[t] = *f;
     }
     return SelfCheck(*s, w, stream);
   };
@@ -239,7 +246,11 @@ absl::StatusOr<PinnedGemm::Shape*> PinnedGemm::ShapeFor(const void* w, int64_t N
     s->decision = absl::StrCat("fallback: ", st.message());
     cudaGetLastError();  // a failed allocation or launch of the check leaves nothing behind
   } else {
-    s->decision = s->have_few ? "few+many" : "many";
+    std::string tiers;
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (s->have_tier[t]) absl::StrAppend(&tiers, tiers.empty() ? "" : "/", kTiers[t].max_rows);
+    }
+    s->decision = tiers.empty() ? "many" : absl::StrCat("tiers ", tiers, "+many");
   }
   Shape* raw = s.get();
   shapes_.emplace(key, std::move(s));
@@ -269,7 +280,11 @@ absl::Status PinnedGemm::Run(const void* w, const void* a, void* out, cudaDataTy
           absl::StrCat("deterministic GEMM: an operand not aligned to ", kAlign, " bytes"));
     }
   }
-  return Launch(**s, (*s)->have_few && M <= kFewRows, w, a, out, M, beta, stream);
+  int tier = -1;
+  for (int t = 0; t < kNumTiers && tier < 0; ++t) {
+    if (M <= kTiers[t].max_rows && (*s)->have_tier[t]) tier = t;
+  }
+  return Launch(**s, tier, w, a, out, M, beta, stream);
 }
 
 std::string PinnedGemm::Decision(int64_t N, int64_t K, cudaDataType_t out_type) const {

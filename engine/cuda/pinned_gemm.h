@@ -8,10 +8,11 @@
 // workspace): the sums of an output element are then the same sequence of tensor-core steps over
 // K whatever the grid. That is what cuBLASLt's kernels do, not what its documentation promises,
 // so every shape is checked before it is trusted (SelfCheck): the rows of a product of many
-// tokens against the same rows run alone and in a small block, at other offsets, bit for bit. Two
-// algorithms may be kept per shape, the heuristic's for a few rows and for many, when the check
-// finds them bitwise equal; a shape that fails the check runs on kernels/cuda/invariant_gemm.h
-// (our own fixed-order kernel, slower), for every M, and the log says so.
+// tokens against the same rows run alone and in blocks, at other offsets, bit for bit. Besides
+// the algorithm for many rows, the heuristic's algorithm for each tier of fewer rows (kTiers) is
+// kept when the check finds it bitwise equal to that one, and runs products of up to its tier's
+// rows; a shape that fails the check runs on kernels/cuda/invariant_gemm.h (our own fixed-order
+// kernel, slower), for every M, and the log says so.
 //
 // Not thread-safe: one per stream owner (the CUDA backend's engine thread).
 #pragma once
@@ -20,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -33,10 +35,16 @@ namespace banyan::engine::cuda {
 
 class PinnedGemm {
  public:
-  // Rows up to which the few-rows algorithm runs (when the check kept one).
-  static constexpr int64_t kFewRows = 32;
+  // Tiers of fewer rows: products of at most max_rows run the heuristic's algorithm for
+  // ref_rows where the check kept it (the smallest such tier that M fits).
+  struct Tier {
+    int64_t max_rows, ref_rows;
+  };
+  static constexpr Tier kTiers[] = {{32, 16}, {96, 64}, {192, 128}, {256, 256}};
+  static constexpr int kNumTiers = static_cast<int>(std::size(kTiers));
   // The self-check's product: this many random activation rows (more than one tile of rows of
-  // any cuBLASLt kernel, so rows land in different tiles and at different places in a tile).
+  // any cuBLASLt kernel, so rows land in different tiles and at different places in a tile; at
+  // least the largest tier and some).
   static constexpr int64_t kCheckRows = 272;
 
   static absl::StatusOr<std::unique_ptr<PinnedGemm>> Create(kernels::cuda::DType dtype);
@@ -59,8 +67,9 @@ class PinnedGemm {
     return s.ok() ? absl::OkStatus() : s.status();
   }
 
-  // What the check decided for a shape: "few+many" (both algorithms kept), "many" (one for all
-  // M), "fallback: <why>" (InvariantGemm); empty before its first Run.
+  // What the check decided for a shape: "tiers 32/96+many" (the tiers of those max_rows kept
+  // beside the algorithm for many rows), "many" (one for all M), "fallback: <why>"
+  // (InvariantGemm); empty before its first Run.
   std::string Decision(int64_t N, int64_t K, cudaDataType_t out_type) const;
   // Every shape so far, "N x K out: decision", joined by "; ".
   std::string Summary() const;
@@ -72,7 +81,8 @@ class PinnedGemm {
   absl::StatusOr<Shape*> ShapeFor(const void* w, int64_t N, int64_t K, cudaDataType_t out_type,
                                   cudaStream_t stream);
   absl::StatusOr<Layouts*> LayoutsFor(int64_t M, int64_t N, int64_t K, cudaDataType_t out_type);
-  absl::Status Launch(const Shape& s, bool few, const void* w, const void* a, void* out, int64_t M,
+  // tier: an index into kTiers whose algorithm runs, or -1 for the many-rows one.
+  absl::Status Launch(const Shape& s, int tier, const void* w, const void* a, void* out, int64_t M,
                       float beta, cudaStream_t stream);
   absl::Status SelfCheck(Shape& s, const void* w, cudaStream_t stream);
 

@@ -85,7 +85,7 @@ TEST(PinnedGemm, MatchesCpuAndRowsDoNotDependOnM) {
     ASSERT_TRUE(gemm.Prepare(wd.get(), s.N, s.K, out_type, nullptr).ok());
     const std::string decision = gemm.Decision(s.N, s.K, out_type);
     if (s.must_pin && hopper) {
-      EXPECT_TRUE(decision == "many" || decision == "few+many") << decision;
+      EXPECT_TRUE(decision == "many" || decision.rfind("tiers ", 0) == 0) << decision;
     }
     if (!s.must_pin) {
       EXPECT_EQ(decision.rfind("fallback", 0), 0u) << decision;
@@ -138,16 +138,17 @@ TEST(PinnedGemm, MatchesCpuAndRowsDoNotDependOnM) {
     EXPECT_LT(RelErr(got, want), s.out_f32 ? f32_tol : 1e-2);
 
     // The same rows from products of other sizes: one row (first, last, a random one), blocks
-    // below and above PinnedGemm::kFewRows, so both algorithms are compared with the full one.
+    // at and just above each tier's rows (PinnedGemm::kTiers), so every algorithm kept is
+    // compared with the full product.
     const int64_t r0 = static_cast<int64_t>(rng() % s.M);
-    const std::vector<std::pair<int64_t, int64_t>> parts = {
-        {0, 1},
-        {s.M - 1, 1},
-        {static_cast<int64_t>(rng() % s.M), 1},
-        {r0, std::min<int64_t>(7, s.M - r0)},
-        {r0, std::min<int64_t>(PinnedGemm::kFewRows, s.M - r0)},
-        {r0, std::min<int64_t>(PinnedGemm::kFewRows + 1, s.M - r0)},
-        {r0, s.M - r0}};
+    std::vector<std::pair<int64_t, int64_t>> parts = {
+        {0, 1}, {s.M - 1, 1}, {static_cast<int64_t>(rng() % s.M), 1},
+        {r0, std::min<int64_t>(7, s.M - r0)}, {r0, s.M - r0}};
+    for (const PinnedGemm::Tier& t : PinnedGemm::kTiers) {
+      for (const int64_t rows : {t.max_rows, t.max_rows + 1}) {
+        if (rows <= s.M) parts.push_back({static_cast<int64_t>(rng() % (s.M - rows + 1)), rows});
+      }
+    }
     for (const auto& [first, rows] : parts) {
       const std::vector<uint8_t> part = run(first, rows);
       EXPECT_EQ(std::memcmp(part.data(), full.data() + first * row_bytes, part.size()), 0)
