@@ -105,8 +105,9 @@ struct CudaBackend::Impl {
   std::vector<kc::PrefillSeq> invariant_seqs;
   std::vector<int32_t> invariant_chunk, invariant_begin, invariant_end;
   std::vector<size_t> invariant_first;  // per decode row: its first span in invariant_*, then the end
-  // Decode rows grouped by the deepest shared segment of their plan, each group's prefix read
-  // once (kc::AddSharedPrefixGroups), and the rows' softmax states handed from that read on.
+  // Decode rows grouped by the deepest shared segment of their plan, each group's whole pieces
+  // read once (kc::AddSharedPrefixGroups), and the piece states of the rows whose pieces run
+  // in CTAs of their own (kc::AddInvariantPieces), folded by the merge kernel.
   std::vector<kc::SharedPrefix> invariant_groups;
   DeviceBuffer invariant_state;
 

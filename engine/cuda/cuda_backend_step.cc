@@ -328,15 +328,37 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     // same in every layer) is what picks the kernels, here and in UpdateAttentionNodes.
     ta.kv = m.kv0;
   }
-  int64_t op[19] = {};
+  int64_t op[23] = {};
   if (a.prefill) {
     if (invariant) {
       BANYAN_RETURN_IF_ERROR(InvariantSeqs(batch, in));
       kc::BuildPrefillWork(m.invariant_seqs, hq / hkv, kc::kPrefillBlockM, &m.prefill_work);
-      if (in.num_decode > 0 && kc::HasFastAttentionPath(d)) {
-        InvariantGroups(*batch.plan, in.num_decode, &m.invariant_groups);
-        if (!m.invariant_groups.empty()) {
-          kc::AddSharedPrefixGroups(m.invariant_groups, hq / hkv, &m.prefill_work);
+      if (kc::HasFastAttentionPath(d)) {
+        // Piece states up to 256 MiB (groups and rows past that read their keys in one CTA each:
+        // the same bits).
+        const int64_t max_slots = (int64_t{256} << 20) / (int64_t{hq} * kc::PrefillStateStride(d) * 4);
+        kc::PrefillWork& w = m.prefill_work;
+        if (in.num_decode > 0) {
+          InvariantGroups(*batch.plan, in.num_decode, &m.invariant_groups);
+          if (!m.invariant_groups.empty()) {
+            kc::AddSharedPrefixGroups(m.invariant_groups, hq / hkv, max_slots, &w);
+          }
+        }
+        kc::AddInvariantPieces(hq / hkv, max_slots, &w);
+        // A captured step's grids stay put while rows cross piece boundaries: items, group tiles
+        // and merged sequences padded to powers of two with empty ones (-1).
+        if (fixed_layout) {
+          const auto pad = [](std::vector<int32_t>& v) {
+            v.resize(static_cast<size_t>(RoundUpPow2(static_cast<int64_t>(v.size()))), -1);
+          };
+          pad(w.item_tile);
+          pad(w.item_piece);
+          if (w.num_merge() > 0) pad(w.merge_seq);
+          if (w.num_gtiles() > 0) {
+            pad(w.gtile_group);
+            pad(w.gtile_m0);
+            pad(w.gtile_piece);
+          }
         }
       }
     } else {
@@ -355,16 +377,26 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     op[9] = add(w.tile_seq);
     op[10] = add(w.tile_m0);
     op[11] = add(w.token_seq);
+    if (w.num_items() > 0) {
+      op[12] = add(w.item_tile);
+      op[13] = add(w.item_piece);
+      op[14] = add(w.seq_pieces);
+      op[15] = add(w.seq_state);
+      op[16] = add(w.merge_seq);
+      if (w.state_slots > 0) {
+        // A power of two: the buffer (a captured step's argument) moves seldom as contexts grow.
+        BANYAN_RETURN_IF_ERROR(m.invariant_state.Reserve(
+            RoundUpPow2(w.state_slots * hq * kc::PrefillStateStride(d) * 4),
+            "attention piece states"));
+      }
+    }
     if (w.num_gtiles() > 0) {
-      op[12] = add(w.seq_t0);
-      op[13] = add(w.grp_first);
-      op[14] = add(w.grp_count);
-      op[15] = add(w.grp_tiles);
-      op[16] = add(w.grp_members);
-      op[17] = add(w.gtile_group);
-      op[18] = add(w.gtile_m0);
-      BANYAN_RETURN_IF_ERROR(m.invariant_state.Reserve(
-          int64_t{in.T} * hq * kc::PrefillStateStride(d) * 4, "attention states"));
+      op[17] = add(w.grp_first);
+      op[18] = add(w.grp_count);
+      op[19] = add(w.grp_members);
+      op[20] = add(w.gtile_group);
+      op[21] = add(w.gtile_m0);
+      op[22] = add(w.gtile_piece);
       ++stats_.invariant_shared_steps;
       stats_.invariant_shared_rows += static_cast<int64_t>(w.grp_members.size());
     }
@@ -387,15 +419,24 @@ absl::Status CudaBackend::PrepareAttention(const StepBatch& batch, const StepInp
     pp.tile_seq = m.attn_ints.Dev(op[9]);
     pp.tile_m0 = m.attn_ints.Dev(op[10]);
     pp.token_seq = m.attn_ints.Dev(op[11]);
+    if (w.num_items() > 0) {
+      pp.item_tile = m.attn_ints.Dev(op[12]);
+      pp.item_piece = m.attn_ints.Dev(op[13]);
+      pp.seq_pieces = m.attn_ints.Dev(op[14]);
+      pp.seq_state = m.attn_ints.Dev(op[15]);
+      pp.merge_seq = m.attn_ints.Dev(op[16]);
+      pp.num_items = w.num_items();
+      pp.num_fold_items = w.num_fold_items;
+      pp.num_merge = w.num_merge();
+      if (w.state_slots > 0) pp.state = m.invariant_state.as<float>();
+    }
     if (w.num_gtiles() > 0) {
-      pp.seq_t0 = m.attn_ints.Dev(op[12]);
-      pp.grp_first = m.attn_ints.Dev(op[13]);
-      pp.grp_count = m.attn_ints.Dev(op[14]);
-      pp.grp_tiles = m.attn_ints.Dev(op[15]);
-      pp.grp_members = m.attn_ints.Dev(op[16]);
-      pp.gtile_group = m.attn_ints.Dev(op[17]);
-      pp.gtile_m0 = m.attn_ints.Dev(op[18]);
-      pp.state = m.invariant_state.as<float>();
+      pp.grp_first = m.attn_ints.Dev(op[17]);
+      pp.grp_count = m.attn_ints.Dev(op[18]);
+      pp.grp_members = m.attn_ints.Dev(op[19]);
+      pp.gtile_group = m.attn_ints.Dev(op[20]);
+      pp.gtile_m0 = m.attn_ints.Dev(op[21]);
+      pp.gtile_piece = m.attn_ints.Dev(op[22]);
       pp.num_gtiles = w.num_gtiles();
     }
     pp.num_tiles = w.num_tiles();
@@ -427,14 +468,15 @@ cuda::DecodeGraphKey CudaBackend::GraphKey(const StepInputs& in) const {
     // kernels): every argument of InvariantAttention's launches that is not an uploaded table's
     // contents. Tables keep their places (fixed layout) until one outgrows its bucket.
     const kc::PrefillParams& pp = a.pp;
-    const void* tables[] = {pp.span_chunk, pp.span_begin,     pp.span_end,  pp.span_pos,
-                            pp.seq_span_begin, pp.seq_span_end, pp.seq_pos0, pp.seq_num_q,
-                            pp.seq_q_row,  pp.tile_seq,       pp.tile_m0,   pp.token_seq,
-                            pp.seq_t0,     pp.grp_first,      pp.grp_count, pp.grp_tiles,
-                            pp.grp_members, pp.gtile_group,   pp.gtile_m0,  pp.state};
+    const void* tables[] = {pp.span_chunk,  pp.span_begin,     pp.span_end,   pp.span_pos,
+                            pp.seq_span_begin, pp.seq_span_end, pp.seq_pos0,  pp.seq_num_q,
+                            pp.seq_q_row,   pp.tile_seq,       pp.tile_m0,    pp.token_seq,
+                            pp.item_tile,   pp.item_piece,     pp.seq_pieces, pp.seq_state,
+                            pp.merge_seq,   pp.grp_first,      pp.grp_count,  pp.grp_members,
+                            pp.gtile_group, pp.gtile_m0,       pp.gtile_piece, pp.state};
     for (const void* t : tables) k.params.push_back(ptr(t));
-    k.params.insert(k.params.end(), {pp.num_gtiles, pp.num_tiles, pp.block_m, pp.num_tokens,
-                                     pp.q_row_begin, pp.num_q_heads});
+    k.params.insert(k.params.end(), {pp.num_items, pp.num_fold_items, pp.num_merge, pp.num_gtiles, pp.num_tiles,
+                                     pp.block_m, pp.num_tokens, pp.q_row_begin, pp.num_q_heads});
   }
   if (a.use_tpp) {
     // Which kernels run and how is the launch signature; the plan's geometry (grids, the image's

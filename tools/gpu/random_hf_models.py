@@ -11,7 +11,7 @@ import transformers as T
 out = sys.argv[1]
 torch.manual_seed(0)
 common = dict(vocab_size=512, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
               bos_token_id=1, eos_token_id=2, rms_norm_eps=1e-5)
 archs = {
   "llama3": (T.LlamaConfig, T.LlamaForCausalLM, dict(tie_word_embeddings=True, rope_theta=500000.0,

@@ -5,8 +5,9 @@
 # the bundled model's 512-token tokenizer; 16 prompts in one batch and one prompt alone.
 # (2) The bundled model with its trained heads, greedy and sampled (see below); and the
 # batch-invariant mode (--deterministic on): each prompt alone against the batch of 16, also with
-# a prefix of about 100 tokens shared by all 16 (on Qwen 3 and Mistral, whose head dims have the
-# tensor-core kernels, the batch must have read it once: banyan's "deterministic:" line).
+# a prefix of four paragraphs shared by all 16, longer than a piece of the deterministic mode's
+# attention (512 keys; on Qwen 3 and Mistral, whose head dims have the tensor-core kernels, the
+# batch must have read a piece of it once: banyan's "deterministic:" line).
 #   tools/gpu/speculation_identity.sh BIN_DIR [WORK_DIR]    (BIN_DIR holds a CUDA build's banyan)
 # Prints one line per comparison: how many outputs are identical. Exits 1 when a comparison
 # under --deterministic on (speculation against plain decoding, a prompt alone against the batch)
@@ -86,7 +87,7 @@ print(sum(x==y for x,y in zip(a,b)) if len(a)==len(b) else -1, 'of', len(a), 'ou
   all_same "$r" || failed=1
   # ... and with a long prefix shared by all 16 (read once for the batch's decode rows where
   # the head dim has the tensor-core kernels: Qwen 3 and Mistral here), alone against the batch.
-  sed "s/^/$SHARED /" "$W/prompts.txt" > "$W/shared.txt"
+  sed "s/^/$SHARED $SHARED $SHARED $SHARED /" "$W/prompts.txt" > "$W/shared.txt"
   det_alone_vs_batch "$W/shared.txt" s
   reads=$(grep -h "deterministic:" "$W/e_det.txt")
   echo "$a: --deterministic on, a shared prefix, each prompt alone against the batch: $r; ${reads#\[banyan\] }"

@@ -78,18 +78,21 @@ void InvariantByGroup(const PrefillParams& p, cudaStream_t s) {
 // CUDA-core kernel (InvariantAttentionKernel), four q heads of a kv head per warp where the group
 // has them, else one, the same sums in the same order in both variants.
 //
-// Shared prefixes (p.num_gtiles > 0, head dims 64 and 128): SharedPrefixMmaKernel first runs
-// each group's whole key tiles once for all its members' rows and leaves every row's state (its
-// accumulators, partial sums and running max, as they stand after the group's last tile); the
-// member's tile in PrefillMmaKernel starts from that state at that tile. A row's sums are then
-// the very operations it would run alone, split between two kernels at a tile boundary.
+//
+// Pieces (head dims 64 and 128, prefill_attention.cuh): the keys of every row are cut at fixed
+// positions (kInvariantPieceKeys), each piece is summed from an empty state, and the pieces are
+// folded in position order by the same few rounded operations wherever that happens. A tile
+// whose rows span more than one tile, or fit in one piece, folds its own pieces (in its CTA); a
+// decode row's (or a short sequence's) pieces run as a CTA each and InvariantMergeKernel folds
+// their states. A long context is then summed across the GPU, and a row's bits still depend only
+// on its positions: the same pieces, the same fold, whichever CTAs ran them.
+//
+// Shared prefixes (p.num_gtiles > 0): SharedPrefixMmaKernel runs each group's whole pieces once
+// for all its members' rows, leaving every row's piece state where the member's own CTA would
+// have left it.
 template <typename T, int D>
 cudaError_t InvariantMma(const PrefillParams& p, cudaStream_t s) {
-  if (p.num_gtiles > 0) {
-    const cudaError_t err = SharedPrefixMmaDispatched<D, T>(p, s);
-    if (err != cudaSuccess) return err;
-  }
-  return PrefillMmaDispatched<D, T>(p, s);
+  return InvariantPiecesDispatched<D, T>(p, s);
 }
 
 template <typename T>
@@ -161,10 +164,20 @@ absl::Status InvariantAttention(DType dtype, const PrefillParams& p, cudaStream_
         "InvariantAttention: work list tiles of ", p.block_m, " rows (build it with ",
         kPrefillBlockM, ")"));
   }
-  if (p.num_gtiles > 0 && (!HasFastAttentionPath(p.kv.head_dim) || p.state == nullptr)) {
+  if (p.num_gtiles > 0 && !HasFastAttentionPath(p.kv.head_dim)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "InvariantAttention: shared-prefix groups need head_dim 64 or 128 (not ",
-        p.kv.head_dim, ") and a state buffer"));
+        p.kv.head_dim, ")"));
+  }
+  if (HasFastAttentionPath(p.kv.head_dim) &&
+      (p.item_tile == nullptr || p.item_piece == nullptr || p.num_items < p.num_tiles ||
+       p.num_fold_items < 0 || p.num_fold_items > p.num_items ||
+       ((p.num_merge > 0 || p.num_gtiles > 0) &&
+        (p.state == nullptr || p.seq_pieces == nullptr || p.seq_state == nullptr)) ||
+       (p.num_merge > 0 && p.merge_seq == nullptr))) {
+    return absl::InvalidArgumentError(
+        "InvariantAttention: head dims 64 and 128 need the work list's pieces "
+        "(AddInvariantPieces) and, where pieces are merged, a state buffer");
   }
   switch (dtype) {
     case DType::kBf16:

@@ -40,17 +40,29 @@ struct PrefillParams {
   const int32_t* tile_seq = nullptr;
   const int32_t* tile_m0 = nullptr;
   const int32_t* token_seq = nullptr;
-  // The deterministic mode's shared-prefix groups (PrefillWork's group arrays; all null / 0
-  // elsewhere): a group's tiles of keys [0, 64 grp_tiles) are read once for every member's
-  // rows, and each member's row goes on from tile seq_t0 with the state left in `state`.
-  const int32_t* seq_t0 = nullptr;
+  // The deterministic mode's pieces (PrefillWork's piece and group arrays, head dims 64 and
+  // 128; null / 0 elsewhere): one CTA per item and kv head runs every piece of tile item_tile,
+  // folded in order (the first num_fold_items items), or piece item_piece of its keys into
+  // `state` (item_tile -1: nothing, padding);
+  // a group tile's CTA runs its piece gtile_piece for every member's rows; then InvariantMerge's
+  // CTA per merge_seq folds that sequence's pieces (gtile_group or merge_seq -1: padding). A piece state of (row j of sequence s, q
+  // head h, piece k) is at ((seq_state[s] + j seq_pieces[s] + k) num_q_heads + h)
+  // PrefillStateStride(head_dim) floats.
+  const int32_t* item_tile = nullptr;
+  const int32_t* item_piece = nullptr;
+  const int32_t* seq_pieces = nullptr;
+  const int32_t* seq_state = nullptr;
+  const int32_t* merge_seq = nullptr;
   const int32_t* grp_first = nullptr;
   const int32_t* grp_count = nullptr;
-  const int32_t* grp_tiles = nullptr;
   const int32_t* grp_members = nullptr;
   const int32_t* gtile_group = nullptr;
   const int32_t* gtile_m0 = nullptr;
-  float* state = nullptr;  // per q row and head: PrefillStateStride(head_dim) floats
+  const int32_t* gtile_piece = nullptr;
+  float* state = nullptr;
+  int32_t num_items = 0;
+  int32_t num_fold_items = 0;
+  int32_t num_merge = 0;
   int32_t num_gtiles = 0;
   int32_t num_tiles = 0;
   int32_t block_m = 64;  // packed rows per tile of the work list (PrefillTileRows)
@@ -61,9 +73,15 @@ struct PrefillParams {
 };
 // Packed rows per tile of the mma.sync kernel and of the wgmma kernel.
 inline constexpr int32_t kPrefillBlockM = 64;
-// Floats of PrefillParams::state per (q row, q head): the unnormalized output, the four partial
-// sums of a row's quad of threads, the running max, padding.
+// Floats of a piece state in PrefillParams::state: the unnormalized output, the four partial sums
+// of a row's quad of threads, the running max, padding.
 constexpr int64_t PrefillStateStride(int32_t head_dim) { return head_dim + 8; }
+// The deterministic mode's pieces (head dims 64 and 128): a row's keys are cut at fixed
+// positions, every kInvariantPieceKeys, whatever the batch; each piece is summed alone (from an
+// empty state) and the pieces' states are folded in position order. So a long context is summed
+// by many CTAs at once and the order of every sum still depends only on the row's positions.
+inline constexpr int32_t kInvariantPieceTiles = 8;  // key tiles of kPrefillBlockM keys
+inline constexpr int32_t kInvariantPieceKeys = kInvariantPieceTiles * kPrefillBlockM;
 inline constexpr int32_t kPrefillWgmmaBlockM = 128;
 // The tile size PrefillAttention's work list should be built with (BuildPrefillWork's block_m,
 // PrefillParams::block_m) for this cache on the current device: kPrefillWgmmaBlockM where the
@@ -75,10 +93,13 @@ absl::Status PrefillAttention(DType dtype, const PrefillParams& p, cudaStream_t 
 // attends to positions [0, its own] of its sequence's spans with sums whose order depends only on
 // those positions, so its output is the same bit for bit in any batch, any cut of the context
 // into spans or prefill chunks, and whether the token is decoded or prefilled. head_dim 64 and
-// 128: the mma.sync kernel of PrefillAttention (tiles of kPrefillBlockM: build the work list
-// with it; see attention.cu for why its sums do not depend on the batch); other head dims:
+// 128: the mma.sync tiles of PrefillAttention's kernel (tiles of kPrefillBlockM: build the work
+// list with it), key pieces of kInvariantPieceKeys folded in order (see attention.cu for why the
+// sums do not depend on the batch); other head dims:
 // InvariantAttentionKernel (invariant_attention.cuh, CUDA cores; span_pos, the seq_* arrays and
-// token_seq of the work list, not its tiles). Any head_dim the generic kernels take.
+// token_seq of the work list, not its tiles). Any head_dim the generic kernels take. Head dims
+// 64 and 128 need the pieces of AddInvariantPieces (attention_work.h) and a state buffer of
+// PrefillWork::state_slots x num_q_heads piece states.
 absl::Status InvariantAttention(DType dtype, const PrefillParams& p, cudaStream_t stream);
 
 // True when head_dim takes a fast (templated) path.

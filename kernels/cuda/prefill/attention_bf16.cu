@@ -5,9 +5,7 @@ namespace banyan::kernels::cuda {
 
 template cudaError_t PrefillMmaDispatched<64, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
 template cudaError_t PrefillMmaDispatched<128, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
-template cudaError_t SharedPrefixMmaDispatched<64, __nv_bfloat16>(const PrefillParams&,
-                                                                  cudaStream_t);
-template cudaError_t SharedPrefixMmaDispatched<128, __nv_bfloat16>(const PrefillParams&,
-                                                                   cudaStream_t);
+template cudaError_t InvariantPiecesDispatched<64, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
+template cudaError_t InvariantPiecesDispatched<128, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
 
 }  // namespace banyan::kernels::cuda

@@ -5,7 +5,7 @@ namespace banyan::kernels::cuda {
 
 template cudaError_t PrefillMmaDispatched<64, __half>(const PrefillParams&, cudaStream_t);
 template cudaError_t PrefillMmaDispatched<128, __half>(const PrefillParams&, cudaStream_t);
-template cudaError_t SharedPrefixMmaDispatched<64, __half>(const PrefillParams&, cudaStream_t);
-template cudaError_t SharedPrefixMmaDispatched<128, __half>(const PrefillParams&, cudaStream_t);
+template cudaError_t InvariantPiecesDispatched<64, __half>(const PrefillParams&, cudaStream_t);
+template cudaError_t InvariantPiecesDispatched<128, __half>(const PrefillParams&, cudaStream_t);
 
 }  // namespace banyan::kernels::cuda

@@ -20,8 +20,10 @@ struct LaunchShape {
 // HEAD_DIM 64 or 128.
 template <int HEAD_DIM, typename T>
 cudaError_t PrefillMmaDispatched(const PrefillParams& p, cudaStream_t stream);
-// The deterministic mode's shared-prefix read (SharedPrefixMmaKernel), p.num_gtiles > 0.
+// The deterministic mode's attention over its pieces: the shared-prefix read
+// (SharedPrefixMmaKernel, p.num_gtiles > 0), the items (InvariantMmaKernel), the merge
+// (InvariantMergeKernel, p.num_merge > 0), in that order on `stream`.
 template <int HEAD_DIM, typename T>
-cudaError_t SharedPrefixMmaDispatched(const PrefillParams& p, cudaStream_t stream);
+cudaError_t InvariantPiecesDispatched(const PrefillParams& p, cudaStream_t stream);
 
 }  // namespace banyan::kernels::cuda

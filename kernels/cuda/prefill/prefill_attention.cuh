@@ -197,18 +197,19 @@ __device__ __forceinline__ void PrefillLoadQ(const PrefillParams& p,
 }
 
 // Key tiles t0, t0 + 1, ... up to the one holding kv_end - 1 (positions [64 t, 64 t + 64) of the
-// spans [sb, se), zeros from kv_end on) against the warp's Q fragments, carrying each row's
+// spans [cur, se), zeros from kv_end on) against the warp's Q fragments, carrying each row's
 // state (o, m, l) on. Every row's sums are the same whichever tile the row sits in, whatever the
-// other rows, and whatever t0 the state was handed on at (see attention.cu).
+// other rows, and whatever t0 the state was handed on at (see attention.cu). cur: a span
+// starting at or before key 64 t0, left at one starting at or before the last tile's first key
+// (so that the next call, for later keys, goes on from it).
 template <int HEAD_DIM, typename T, bool KV8>
 __device__ __forceinline__ void PrefillMmaTiles(
-    const PrefillParams& p, const PrefillSmem<HEAD_DIM, T, KV8>& sm, int kvh, int sb, int se,
+    const PrefillParams& p, const PrefillSmem<HEAD_DIM, T, KV8>& sm, int kvh, int& cur, int se,
     int t0, int kv_end, const uint32_t (&qf)[HEAD_DIM / 16][4], const int (&limit)[2],
     float scale_log2, float (&o)[HEAD_DIM / 8][4], float (&m)[2], float (&l)[2]) {
   constexpr int BN = kPrefillBlockN, STRIDE = PrefillSmem<HEAD_DIM, T, KV8>::kStride;
   constexpr int VPR = HEAD_DIM / 8;  // 16-byte vectors per row
   const int tiles = (kv_end + BN - 1) / BN;
-  int cur = sb;  // a span starting at or before the next tile's first key
   // 16-bit cache: cp.async copies, zero-filled past kv_end.
   [[maybe_unused]] auto issue = [&](int t) {
     T* kd = sm.ks + (t & 1) * BN * STRIDE;
@@ -276,8 +277,8 @@ __device__ __forceinline__ void PrefillMmaTiles(
   }
 }
 
-// A row's state in PrefillParams::state (row index: q row x num_q_heads + q head): this thread's
-// columns of o, its partial sum l (the quad's four threads hold one each), the running max.
+// A row's piece state at index `row` of PrefillParams::state: this thread's columns of o, its
+// partial sum l (the quad's four threads hold one each), the running max.
 template <int HEAD_DIM>
 __device__ __forceinline__ void PrefillStoreState(float* state, int64_t row, int ri,
                                                   const float (&o)[HEAD_DIM / 8][4],
@@ -293,41 +294,17 @@ __device__ __forceinline__ void PrefillStoreState(float* state, int64_t row, int
   if (q4 == 0) st[HEAD_DIM + 4] = m[ri];
 }
 
-template <int HEAD_DIM>
-__device__ __forceinline__ void PrefillLoadState(const float* state, int64_t row, int ri,
-                                                 float (&o)[HEAD_DIM / 8][4], float (&m)[2],
-                                                 float (&l)[2]) {
-  const float* st = state + row * PrefillStateStride(HEAD_DIM);
-  const int q4 = threadIdx.x % 4;
-#pragma unroll
-  for (int dt = 0; dt < HEAD_DIM / 8; ++dt) {
-    const float2 v = *reinterpret_cast<const float2*>(st + dt * 8 + q4 * 2);
-    o[dt][2 * ri] = v.x;
-    o[dt][2 * ri + 1] = v.y;
-  }
-  l[ri] = st[HEAD_DIM + q4];
-  m[ri] = st[HEAD_DIM + 4];
-}
-
-template <int HEAD_DIM, typename T, bool KV8 = false>
-__global__ void __launch_bounds__(kPrefillThreads)
-    PrefillMmaKernel(const __grid_constant__ PrefillParams p) {
-  constexpr int BM = kPrefillBlockM;
-  constexpr int DT = HEAD_DIM / 8;  // n8 tiles of O per warp
-  static_assert(HEAD_DIM % 16 == 0 && BM == 4 * 16, "tile shape");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const PrefillSmem<HEAD_DIM, T, KV8> sm(smem_raw);
-
-  const int tile = blockIdx.x, kvh = blockIdx.y;
-  const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
+// A tile's rows (PrefillMmaKernel and InvariantMmaKernel): Q in registers, each thread's two
+// rows' visible keys (limit), the keys any row of the tile may see (the return value).
+template <int HEAD_DIM, typename T, bool KV8>
+__device__ __forceinline__ int PrefillTileQ(const PrefillParams& p,
+                                            const PrefillSmem<HEAD_DIM, T, KV8>& sm, int seq,
+                                            int m0, int kvh, uint32_t (&qf)[HEAD_DIM / 16][4],
+                                            int (&limit)[2]) {
   const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
   const int pos0 = p.seq_pos0[seq], q_row = p.seq_q_row[seq];
   const int packed_total = p.seq_num_q[seq] * g;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int last_pr = min(packed_total, m0 + BM) - 1;
-  const int kv_end = pos0 + last_pr / g + 1;  // keys any row of this tile may see
-
-  uint32_t qf[HEAD_DIM / 16][4];
   PrefillLoadQ<HEAD_DIM, T, KV8>(
       p, sm, kvh,
       [&](int r) -> int64_t {
@@ -337,31 +314,22 @@ __global__ void __launch_bounds__(kPrefillThreads)
                    : -1;
       },
       qf);
-  int limit[2];  // keys visible to this thread's two rows
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int pr = m0 + warp * 16 + lane / 4 + 8 * i;
     limit[i] = pr < packed_total ? pos0 + pr / g + 1 : 0;
   }
-  float o[DT][4];
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  // A member of a shared-prefix group (one new token) goes on from its group's state.
-  const int t0 = p.seq_t0 != nullptr ? p.seq_t0[seq] : 0;
-  if (t0 > 0) {
-#pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-      const int pr = m0 + warp * 16 + lane / 4 + 8 * ri;
-      if (pr < packed_total) {
-        PrefillLoadState<HEAD_DIM>(
-            p.state, static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g, ri, o, m, l);
-      }
-    }
-  }
-  PrefillMmaTiles<HEAD_DIM, T, KV8>(p, sm, kvh, p.seq_span_begin[seq], p.seq_span_end[seq], t0,
-                                    kv_end, qf, limit, p.scale * kLog2e, o, m, l);
+  const int last_pr = min(packed_total, m0 + kPrefillBlockM) - 1;
+  return pos0 + last_pr / g + 1;
+}
 
+// The tile's outputs: each row's o over the quad's summed l.
+template <int HEAD_DIM, typename T>
+__device__ __forceinline__ void PrefillWriteRows(const PrefillParams& p, int seq, int m0, int kvh,
+                                                 const float (&o)[HEAD_DIM / 8][4], float (&l)[2]) {
+  const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
+  const int q_row = p.seq_q_row[seq], packed_total = p.seq_num_q[seq] * g;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int ri = 0; ri < 2; ++ri) {
     l[ri] += __shfl_xor_sync(0xffffffffu, l[ri], 1);
@@ -375,18 +343,151 @@ __global__ void __launch_bounds__(kPrefillThreads)
     T* dst = static_cast<T*>(p.out) +
              (static_cast<int64_t>(q_row + pr / g) * hq + kvh * g + pr % g) * HEAD_DIM;
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
+    for (int dt = 0; dt < HEAD_DIM / 8; ++dt) {
       *reinterpret_cast<typename PairOf<T>::Type*>(dst + dt * 8 + (lane % 4) * 2) =
           FromFloat2<T>(o[dt][2 * ri] * inv, o[dt][2 * ri + 1] * inv);
     }
   }
 }
 
+template <int HEAD_DIM, typename T, bool KV8 = false>
+__global__ void __launch_bounds__(kPrefillThreads)
+    PrefillMmaKernel(const __grid_constant__ PrefillParams p) {
+  static_assert(HEAD_DIM % 16 == 0 && kPrefillBlockM == 4 * 16, "tile shape");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const PrefillSmem<HEAD_DIM, T, KV8> sm(smem_raw);
+  const int tile = blockIdx.x, kvh = blockIdx.y;
+  const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
+  uint32_t qf[HEAD_DIM / 16][4];
+  int limit[2];
+  const int kv_end = PrefillTileQ<HEAD_DIM, T, KV8>(p, sm, seq, m0, kvh, qf, limit);
+  float o[HEAD_DIM / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  int cur = p.seq_span_begin[seq];
+  PrefillMmaTiles<HEAD_DIM, T, KV8>(p, sm, kvh, cur, p.seq_span_end[seq], 0, kv_end, qf, limit,
+                                    p.scale * kLog2e, o, m, l);
+  PrefillWriteRows<HEAD_DIM, T>(p, seq, m0, kvh, o, l);
+}
+
+// The deterministic mode's pieces (attention.h, kInvariantPieceKeys). A piece's state is summed
+// from an empty state over the piece's tiles; states are folded into a running total, piece by
+// piece in position order, by these operations only (explicitly rounded, never contracted
+// differently), in a tile's CTA (InvariantMmaKernel) and in the merge kernel alike:
+//   m = max(m_t, m_p), a = 2^(m_t - m) (0 for an empty total), b = 2^(m_p - m) (0 for an empty
+//   piece), and each accumulator and partial sum x_t = x_t a + (x_p b).
+// An empty piece (keys a row may not see) leaves the total as it was, and the first piece
+// folded into the empty total is copied exactly.
+struct PieceFoldWeights {
+  float a, b, m;
+};
+__device__ __forceinline__ PieceFoldWeights PieceWeights(float m_total, float m_piece) {
+  const float mn = fmaxf(m_total, m_piece);
+  return {m_total == -INFINITY ? 0.0f : exp2f(m_total - mn),
+          m_piece == -INFINITY ? 0.0f : exp2f(m_piece - mn), mn};
+}
+__device__ __forceinline__ float PieceFold(float total, float piece, const PieceFoldWeights& w) {
+  return __fmaf_rn(total, w.a, __fmul_rn(piece, w.b));
+}
+
+// Floats per thread of InvariantMmaKernel's running totals in shared memory (after
+// PrefillSmemBytes): its two rows' accumulators, partial sums and maxima.
+template <int HEAD_DIM>
+constexpr int InvariantTotalFloats() {
+  return 2 * (HEAD_DIM / 4) + 4;
+}
+
+// One item of the deterministic mode: FOLD, the first p.num_fold_items items, every piece of
+// tile p.item_tile[item] folded in order into the tile's outputs; else piece p.item_piece[item]
+// of the tile's keys into its rows' piece states (the items after those). The two give the same
+// bits once the merge kernel has folded the states. Two kernels: the second needs neither the
+// totals' shared memory nor their registers.
+template <int HEAD_DIM, typename T, bool KV8, bool FOLD>
+__global__ void __launch_bounds__(kPrefillThreads)
+    InvariantMmaKernel(const __grid_constant__ PrefillParams p) {
+  constexpr int DT = HEAD_DIM / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const PrefillSmem<HEAD_DIM, T, KV8> sm(smem_raw);
+  const int item = blockIdx.x + (FOLD ? 0 : p.num_fold_items), kvh = blockIdx.y;
+  const int tile = p.item_tile[item], piece = p.item_piece[item];
+  if (tile < 0) return;  // padding (a captured step's grid)
+  const int seq = p.tile_seq[tile], m0 = p.tile_m0[tile];
+  const int sb = p.seq_span_begin[seq], se = p.seq_span_end[seq];
+  const float scale_log2 = p.scale * kLog2e;
+  uint32_t qf[HEAD_DIM / 16][4];
+  int limit[2];
+  const int kv_end = PrefillTileQ<HEAD_DIM, T, KV8>(p, sm, seq, m0, kvh, qf, limit);
+  float o[DT][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  if constexpr (!FOLD) {
+    int cur = sb;
+    PrefillMmaTiles<HEAD_DIM, T, KV8>(p, sm, kvh, cur, se, piece * kInvariantPieceTiles,
+                                      min(kv_end, (piece + 1) * kInvariantPieceKeys), qf, limit,
+                                      scale_log2, o, m, l);
+    const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
+    const int packed_total = p.seq_num_q[seq] * g;
+    const int64_t base = p.seq_state[seq], pieces = p.seq_pieces[seq];
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      const int pr = m0 + (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4 + 8 * ri;
+      if (pr >= packed_total) continue;
+      const int64_t slot = base + (pr / g) * pieces + piece;
+      PrefillStoreState<HEAD_DIM>(p.state, slot * hq + kvh * g + pr % g, ri, o, m, l);
+    }
+    return;
+  }
+  (void)piece;
+  float* total = reinterpret_cast<float*>(smem_raw + PrefillSmemBytes<HEAD_DIM, KV8>());
+  // Element i of this thread's totals: o of row ri at [ri * 2 DT + dt * 2 + e], l, then m.
+  auto tot = [&](int i) -> float& { return total[i * kPrefillThreads + threadIdx.x]; };
+  constexpr int kL = 4 * DT, kM = kL + 2;
+#pragma unroll
+  for (int i = 0; i < kL + 2; ++i) tot(i) = 0.0f;
+  tot(kM) = tot(kM + 1) = -INFINITY;
+  const int pieces = (kv_end + kInvariantPieceKeys - 1) / kInvariantPieceKeys;
+  int cur = sb;  // carried from piece to piece
+  for (int k = 0; k < pieces; ++k) {
+    if (k > 0) {
+      __syncthreads();  // every warp is done with the last piece's K/V stages
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+      m[0] = m[1] = -INFINITY;
+      l[0] = l[1] = 0.0f;
+    }
+    PrefillMmaTiles<HEAD_DIM, T, KV8>(p, sm, kvh, cur, se, k * kInvariantPieceTiles,
+                                      min(kv_end, (k + 1) * kInvariantPieceKeys), qf, limit,
+                                      scale_log2, o, m, l);
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      const PieceFoldWeights w = PieceWeights(tot(kM + ri), m[ri]);
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& t = tot(ri * 2 * DT + dt * 2 + e);
+          t = PieceFold(t, o[dt][2 * ri + e], w);
+        }
+      }
+      tot(kL + ri) = PieceFold(tot(kL + ri), l[ri], w);
+      tot(kM + ri) = w.m;
+    }
+  }
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      o[dt][2 * ri] = tot(ri * 2 * DT + dt * 2);
+      o[dt][2 * ri + 1] = tot(ri * 2 * DT + dt * 2 + 1);
+    }
+    l[ri] = tot(kL + ri);
+  }
+  PrefillWriteRows<HEAD_DIM, T>(p, seq, m0, kvh, o, l);
+}
+
 // The deterministic mode's shared-prefix read: one CTA per (group tile, kv head). A group tile
 // packs 64 rows of the group's members (member k's q head j of this kv head is row k x group + j
-// of the group; every member has one new token) and runs key tiles [0, grp_tiles) of the
-// group's first member's spans (the members share those positions' chunks) once for all of them,
-// then leaves each row's state in p.state for PrefillMmaKernel to go on from (seq_t0).
+// of the group; every member has one new token) and runs piece gtile_piece of the group's first
+// member's spans (the members share those positions' chunks) once for all of them, leaving each
+// row's piece state where the member's own items would have left it.
 template <int HEAD_DIM, typename T, bool KV8 = false>
 __global__ void __launch_bounds__(kPrefillThreads)
     SharedPrefixMmaKernel(const __grid_constant__ PrefillParams p) {
@@ -394,7 +495,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const PrefillSmem<HEAD_DIM, T, KV8> sm(smem_raw);
   const int tile = blockIdx.x, kvh = blockIdx.y;
-  const int grp = p.gtile_group[tile], m0 = p.gtile_m0[tile];
+  const int grp = p.gtile_group[tile], m0 = p.gtile_m0[tile], piece = p.gtile_piece[tile];
+  if (grp < 0) return;  // padding (a captured step's grid)
   const int first = p.grp_first[grp];
   const int hq = p.num_q_heads, g = hq / p.kv.num_kv_heads;
   const int members_rows = p.grp_count[grp] * g;
@@ -421,19 +523,55 @@ __global__ void __launch_bounds__(kPrefillThreads)
     if (pr < members_rows) {
       const int seq = p.grp_members[first + pr / g];
       limit[i] = p.seq_pos0[seq] + 1;
-      row[i] = static_cast<int64_t>(p.seq_q_row[seq]) * hq + kvh * g + pr % g;
+      row[i] = (static_cast<int64_t>(p.seq_state[seq]) + piece) * hq + kvh * g + pr % g;
     }
   }
-  float o[DT][4];
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float o[DT][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  PrefillMmaTiles<HEAD_DIM, T, KV8>(p, sm, kvh, p.seq_span_begin[rep], p.seq_span_end[rep], 0,
-                                    p.grp_tiles[grp] * kPrefillBlockN, qf, limit, p.scale * kLog2e,
+  int cur = p.seq_span_begin[rep];
+  PrefillMmaTiles<HEAD_DIM, T, KV8>(p, sm, kvh, cur, p.seq_span_end[rep],
+                                    piece * kInvariantPieceTiles,
+                                    (piece + 1) * kInvariantPieceKeys, qf, limit, p.scale * kLog2e,
                                     o, m, l);
 #pragma unroll
   for (int ri = 0; ri < 2; ++ri) {
     if (row[ri] >= 0) PrefillStoreState<HEAD_DIM>(p.state, row[ri], ri, o, m, l);
+  }
+}
+
+// The deterministic mode's merge: one CTA per sequence of p.merge_seq, a warp per (new token,
+// q head) row, folding the row's piece states in position order (PieceWeights, PieceFold) and
+// writing its output as the folding CTA writes it (the quad's partial sums added pairwise).
+template <int HEAD_DIM, typename T>
+__global__ void __launch_bounds__(kPrefillThreads)
+    InvariantMergeKernel(const __grid_constant__ PrefillParams p) {
+  constexpr int C = HEAD_DIM / 32;  // columns per lane: lane + 32 i
+  const int s = p.merge_seq[blockIdx.x];
+  if (s < 0) return;  // padding (a captured step's grid)
+  const int hq = p.num_q_heads, pieces = p.seq_pieces[s], q_row = p.seq_q_row[s];
+  const int rows = p.seq_num_q[s] * hq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t stride = PrefillStateStride(HEAD_DIM);
+  for (int r = warp; r < rows; r += kPrefillThreads / 32) {
+    const int j = r / hq, h = r % hq;
+    float mt = -INFINITY, lt[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ot[C];
+#pragma unroll
+    for (int i = 0; i < C; ++i) ot[i] = 0.0f;
+    for (int k = 0; k < pieces; ++k) {
+      const int64_t slot = static_cast<int64_t>(p.seq_state[s]) + int64_t{j} * pieces + k;
+      const float* st = p.state + (slot * hq + h) * stride;
+      const PieceFoldWeights w = PieceWeights(mt, st[HEAD_DIM + 4]);
+#pragma unroll
+      for (int i = 0; i < C; ++i) ot[i] = PieceFold(ot[i], st[lane + 32 * i], w);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) lt[q] = PieceFold(lt[q], st[HEAD_DIM + q], w);
+      mt = w.m;
+    }
+    const float l = (lt[0] + lt[1]) + (lt[2] + lt[3]);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* dst = static_cast<T*>(p.out) + (static_cast<int64_t>(q_row + j) * hq + h) * HEAD_DIM;
+#pragma unroll
+    for (int i = 0; i < C; ++i) dst[lane + 32 * i] = FromFloat<T>(ot[i] * inv);
   }
 }
 

@@ -13,6 +13,7 @@
 // product. Relative-norm bounds: 1e-2 (bf16), 2e-3 (fp16); a wrong index gives O(1).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -401,46 +402,57 @@ struct InvSeq {
   int32_t pos0 = 0, num_q = 0;
 };
 // With `groups`, the sequences of each group (indices into seqs) share their first `positions`
-// keys, read once (AddSharedPrefixGroups); `gtiles` returns how many group tiles that made and
-// `states` how many (row, q head) states the group kernel wrote (the rest stay poisoned).
+// keys, read once (AddSharedPrefixGroups); `gtiles` returns how many group tiles that made. The
+// work list's pieces come from AddInvariantPieces (head dims 64 and 128); `slots` returns its
+// piece states (state_slots x q heads) and `states` how many of them the kernels wrote (the
+// buffer is poisoned: NaN where nothing wrote); max_slots caps it (AddInvariantPieces).
 std::vector<uint16_t> RunInvariant(const Case& c, const TestKv& kv, const std::vector<InvSeq>& seqs,
                                    const std::vector<float>& q,
                                    const std::vector<SharedPrefix>& groups = {},
-                                   int* gtiles = nullptr, int* states = nullptr) {
+                                   int* gtiles = nullptr, int64_t* states = nullptr,
+                                   int64_t* slots = nullptr, int64_t max_slots = INT64_MAX) {
   std::vector<PrefillSeq> descs;
   int32_t row = 0;
   for (const InvSeq& s : seqs) {
     descs.push_back(PrefillSeq{s.chunk, s.begin, s.end, s.pos0, s.num_q, row});
     row += s.num_q;
   }
+  const int hq = c.kv_heads * c.gqa;
   PrefillWork w;
   BuildPrefillWork(descs, c.gqa, kPrefillBlockM, &w);
-  if (!groups.empty()) AddSharedPrefixGroups(groups, c.gqa, &w);
+  if (!groups.empty()) AddSharedPrefixGroups(groups, c.gqa, max_slots, &w);
+  if (HasFastAttentionPath(c.head_dim)) AddInvariantPieces(c.gqa, max_slots, &w);
   if (gtiles != nullptr) *gtiles = w.num_gtiles();
+  if (slots != nullptr) *slots = w.state_slots * hq;
   DeviceWork dw(c, kv, w, q);
-  // The groups' arrays, and the rows' states (poisoned: NaN where nothing wrote).
-  DeviceArray<int32_t> t0(w.seq_t0), gf(w.grp_first), gc(w.grp_count), gt(w.grp_tiles),
-      gm(w.grp_members), tg(w.gtile_group), tm(w.gtile_m0);
-  DeviceArray<float> state(static_cast<size_t>(row) * c.kv_heads * c.gqa *
+  DeviceArray<int32_t> it(w.item_tile), ip(w.item_piece), spc(w.seq_pieces), sst(w.seq_state),
+      ms(w.merge_seq), gf(w.grp_first), gc(w.grp_count), gm(w.grp_members), tg(w.gtile_group),
+      tm(w.gtile_m0), tp(w.gtile_piece);
+  DeviceArray<float> state(static_cast<size_t>(std::max<int64_t>(1, w.state_slots * hq)) *
                            PrefillStateStride(c.head_dim));
-  if (w.num_gtiles() > 0) {
-    dw.p.seq_t0 = t0.get();
-    dw.p.grp_first = gf.get();
-    dw.p.grp_count = gc.get();
-    dw.p.grp_tiles = gt.get();
-    dw.p.grp_members = gm.get();
-    dw.p.gtile_group = tg.get();
-    dw.p.gtile_m0 = tm.get();
-    dw.p.num_gtiles = w.num_gtiles();
-    dw.p.state = state.get();
-  }
+  dw.p.item_tile = it.get();
+  dw.p.item_piece = ip.get();
+  dw.p.seq_pieces = spc.get();
+  dw.p.seq_state = sst.get();
+  dw.p.merge_seq = ms.get();
+  dw.p.grp_first = gf.get();
+  dw.p.grp_count = gc.get();
+  dw.p.grp_members = gm.get();
+  dw.p.gtile_group = tg.get();
+  dw.p.gtile_m0 = tm.get();
+  dw.p.gtile_piece = tp.get();
+  dw.p.state = state.get();
+  dw.p.num_items = w.num_items();
+  dw.p.num_fold_items = w.num_fold_items;
+  dw.p.num_merge = w.num_merge();
+  dw.p.num_gtiles = w.num_gtiles();
   const absl::Status st = InvariantAttention(c.dtype, dw.p, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   if (states != nullptr) {
     const std::vector<float> st_host = state.Download();
     const int64_t stride = PrefillStateStride(c.head_dim);
     *states = 0;
-    for (size_t r = 0; r * stride < st_host.size(); ++r) {
+    for (int64_t r = 0; r < w.state_slots * hq; ++r) {
       *states += !std::isnan(st_host[r * stride + c.head_dim + 4]);  // its running max
     }
   }
@@ -478,8 +490,10 @@ InvSeq CutAtRandom(const InvSeq& whole, std::mt19937_64& rng) {
 }
 
 // The deterministic mode's attention: right against the CPU reference, and the same bits for a
-// token (1) decoded as one row or prefilled among its sequence's new tokens, (2) over spans cut
-// anywhere, (3) alone or after other sequences in the work list.
+// token (1) decoded as one row (its pieces in CTAs of their own, folded by the merge kernel) or
+// prefilled among its sequence's new tokens (folded in the tile's CTA where they span several
+// tiles), (2) over spans cut anywhere, (3) alone or after other sequences in the work list.
+// Contexts reach 1,800 keys: up to four pieces. Every piece state the work list has is written.
 TEST(CudaInvariantAttention, MatchesCpuAndIsBatchInvariant) {
   BANYAN_SEEDED_RNG(rng);
   const std::vector<Case> cases = {
@@ -492,7 +506,7 @@ TEST(CudaInvariantAttention, MatchesCpuAndIsBatchInvariant) {
     SCOPED_TRACE(Name(c));
     const int hq = c.kv_heads * c.gqa;
     const int64_t row_elems = int64_t{hq} * c.head_dim;
-    const int len = 1 + static_cast<int>(rng() % 700);
+    const int len = 1 + static_cast<int>(rng() % 1800);
     const int chunks = (len + c.chunk_size - 1) / c.chunk_size;
     TestKv kv(c, chunks + 1 + 2048 / c.chunk_size, rng);
     const InvSeq whole = WholeChunks(len, 1, c.chunk_size);
@@ -510,7 +524,10 @@ TEST(CudaInvariantAttention, MatchesCpuAndIsBatchInvariant) {
     const std::vector<float> q_new = RandomRounded(c.dtype, num_q * row_elems, rng);
     std::vector<float> q_batch = q_other;
     q_batch.insert(q_batch.end(), q_new.begin(), q_new.end());
-    const std::vector<uint16_t> batch = RunInvariant(c, kv, {other, prefill}, q_batch);
+    int64_t states = 0, slots = 0;
+    const std::vector<uint16_t> batch =
+        RunInvariant(c, kv, {other, prefill}, q_batch, {}, nullptr, &states, &slots);
+    EXPECT_EQ(states, slots) << "piece states written of those the work list has";
 
     // The CPU reference over the whole-chunk layout.
     std::vector<float> want(q_new.size(), std::nanf(""));
@@ -530,8 +547,9 @@ TEST(CudaInvariantAttention, MatchesCpuAndIsBatchInvariant) {
     const std::vector<uint16_t> mine(batch.begin() + other.num_q * row_elems, batch.end());
     EXPECT_LT(RelErr(FromDtype(c.dtype, mine), want), Tolerance(c.dtype));
 
-    // Each new token alone, decoded as a row over the whole-chunk spans.
-    int differ = 0;
+    // Each new token alone, decoded as a row over the whole-chunk spans: its pieces in CTAs of
+    // their own and merged, and (no state buffer) folded in one CTA.
+    int differ = 0, differ_folded = 0;
     for (int j = 0; j < num_q; ++j) {
       InvSeq row = whole;
       row.pos0 = len - num_q + j;
@@ -539,15 +557,21 @@ TEST(CudaInvariantAttention, MatchesCpuAndIsBatchInvariant) {
       const std::vector<float> qj(q_new.begin() + j * row_elems, q_new.begin() + (j + 1) * row_elems);
       const std::vector<uint16_t> alone = RunInvariant(c, kv, {row}, qj);
       differ += !std::equal(alone.begin(), alone.end(), mine.begin() + j * row_elems);
+      if (j % 8 == 0) {
+        const std::vector<uint16_t> folded =
+            RunInvariant(c, kv, {row}, qj, {}, nullptr, nullptr, nullptr, 0);
+        differ_folded += !std::equal(folded.begin(), folded.end(), alone.begin());
+      }
     }
     EXPECT_EQ(differ, 0) << "of " << num_q << " tokens differ between prefill in a batch and "
                          << "decode alone (context " << len << ")";
+    EXPECT_EQ(differ_folded, 0) << "decode rows differ between pieces merged and folded";
   }
 }
 
 // The deterministic mode's shared-prefix read: decode rows of sequences sharing a prefix, its
-// whole key tiles read once for all of them (SharedPrefixMmaKernel) and each row carried on from
-// the state left there, give the very bits of the same rows reading their whole contexts alone
+// whole pieces read once for all of them (SharedPrefixMmaKernel) into each row's piece states,
+// give the very bits of the same rows reading their whole contexts alone
 // (which MatchesCpuAndIsBatchInvariant ties to the CPU reference and to each row alone); a
 // prefill sequence in the same work list is untouched; a row's output has no NaN.
 TEST(CudaInvariantAttention, SharedPrefixReadOnceKeepsEveryBit) {
@@ -560,7 +584,7 @@ TEST(CudaInvariantAttention, SharedPrefixReadOnceKeepsEveryBit) {
     SCOPED_TRACE(Name(c));
     const int hq = c.kv_heads * c.gqa;
     const int64_t row_elems = int64_t{hq} * c.head_dim;
-    const int prefix = 64 + static_cast<int>(rng() % 600);
+    const int prefix = kInvariantPieceKeys + static_cast<int>(rng() % 1200);
     const int members = 2 + static_cast<int>(rng() % 40);
     const int prefix_chunks = (prefix + c.chunk_size - 1) / c.chunk_size;
     const int tail_chunks = (150 + c.chunk_size) / c.chunk_size + 1;
@@ -598,11 +622,13 @@ TEST(CudaInvariantAttention, SharedPrefixReadOnceKeepsEveryBit) {
     for (const InvSeq& s : seqs) rows += s.num_q;
     const std::vector<float> q = RandomRounded(c.dtype, rows * row_elems, rng);
     const std::vector<uint16_t> per_row = RunInvariant(c, kv, seqs, q);
-    int gtiles = 0, states = 0;
-    const std::vector<uint16_t> grouped =
-        RunInvariant(c, kv, seqs, q, {SharedPrefix{member_ids, prefix}}, &gtiles, &states);
-    EXPECT_EQ(gtiles, (members * c.gqa + kPrefillBlockM - 1) / kPrefillBlockM);
-    EXPECT_EQ(states, members * hq) << "states left by the group kernel";
+    int gtiles = 0;
+    int64_t states = 0, slots = 0;
+    const std::vector<uint16_t> grouped = RunInvariant(
+        c, kv, seqs, q, {SharedPrefix{member_ids, prefix}}, &gtiles, &states, &slots);
+    EXPECT_EQ(gtiles, (members * c.gqa + kPrefillBlockM - 1) / kPrefillBlockM *
+                          (prefix / kInvariantPieceKeys));
+    EXPECT_EQ(states, slots) << "piece states written of those the work list has";
     const std::vector<float> got = FromDtype(c.dtype, grouped);
     EXPECT_EQ(std::count_if(got.begin(), got.end(), [](float x) { return std::isnan(x); }), 0);
     int differ = 0;
